@@ -1,0 +1,150 @@
+/*
+ * backend.h - the op table the model, contracts and executor are written against.
+ *
+ * A backend (cpu: the reference; cuda: the fast path) fills a qe_backend_ops
+ * table.  Every compute op is enqueued on a stream and returns a status.  The
+ * cpu backend executes an op at once unless its stream is capturing, in which
+ * case it records the op with its arguments (pointers, not data) into a graph
+ * and executes nothing - exactly like CUDA stream capture.  Allocation while
+ * any stream of the backend captures fails with QE_ECAPTURE.
+ *
+ * Layout conventions: tensors are row-major.  Activations are f32 on cpu.
+ * The one GEMM is "TN": C[m,n] = A[m,k] * B[n,k]^T, computed as
+ *   C = (sum_k A[i,k] * B[j,k]) * sa * sb  (+ bias[j]) (+ C if accumulate)
+ * with fp32 accumulation over k in ascending order; sa = *A.scale_inv when A
+ * is FP8, else 1 (same for B).  The three GEMMs of a linear layer Y = X W^T:
+ *   forward  Y[N,out]  = X[N,in]    . W[out,in]^T          (X, W row-wise)
+ *   dgrad    dX[N,in]  = dY[N,out]  . WT[in,out]^T         (W transposed copy)
+ *   wgrad    dW[out,in]= dYT[out,N] . XT[in,N]^T           (dY, X transposed copies)
+ *
+ * Ownership: streams, events and graphs are created and destroyed through the
+ * table; memory from alloc is freed with free.  Tensor descriptors never own.
+ */
+#ifndef QE_BACKEND_H
+#define QE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/tensor.h"
+#include "../fp8/fp8.h"
+
+typedef struct qe_backend qe_backend;
+typedef struct qe_stream qe_stream; /* backend-defined */
+typedef struct qe_event qe_event;   /* backend-defined */
+typedef struct qe_graph qe_graph;   /* backend-defined */
+
+typedef enum qe_copy_kind { QE_COPY_H2D = 0, QE_COPY_D2H = 1, QE_COPY_D2D = 2 } qe_copy_kind;
+
+/* Arguments of the FP8 (or identity) cast. */
+typedef struct qe_cast_args {
+	qe_tensor x;        /* f32 [rows, cols] input */
+	qe_tensor row;      /* out [rows, cols]; data NULL: not written */
+	qe_tensor col;      /* out [cols, rows] transposed copy; data NULL: not written */
+	/*
+	 * Delayed scaling: *scale is applied, max|x| is max-ed into *amax
+	 * (history row 0; may be NULL), 1/(*scale) is written to *scale_inv.
+	 * Current scaling (current != 0): the scale is computed from max|x| of
+	 * this very tensor (qe_fp8_scale_for_amax with fallback 1), written to
+	 * *scale when scale is not NULL, and its inverse to *scale_inv.
+	 * When row/col dtype is f32 the copy is exact (no scaling) and
+	 * *scale_inv = 1.
+	 */
+	float *scale;
+	float *amax;
+	float *scale_inv;
+	int current;
+	int margin;
+} qe_cast_args;
+
+typedef struct qe_adamw_args {
+	float *param;                /* [n] fp32 master weights, updated */
+	float *m, *v;                /* [n] moments, updated */
+	const float *const *grads;   /* nviews pointers to [n] gradient views, summed in index order */
+	int nviews;
+	int64_t n;
+	float lr, beta1, beta2, eps, weight_decay;
+	int64_t step;                /* 1-based step for bias correction */
+	float grad_scale;            /* multiplies the summed gradient */
+} qe_adamw_args;
+
+typedef struct qe_backend_ops {
+	const char *name;
+	qe_device device;
+
+	/* memory */
+	int (*alloc)(qe_backend *b, size_t bytes, void **out);  /* zero-filled; QE_ECAPTURE while capturing */
+	void (*free)(qe_backend *b, void *p);
+	int (*copy)(qe_stream *s, void *dst, const void *src, size_t bytes, qe_copy_kind kind);
+	int (*fill)(qe_stream *s, void *dst, uint8_t byte, size_t bytes);
+
+	/* streams, events, graphs */
+	int (*stream_create)(qe_backend *b, qe_stream **out);
+	void (*stream_destroy)(qe_stream *s);
+	int (*stream_sync)(qe_stream *s);
+	int (*event_create)(qe_backend *b, qe_event **out);
+	void (*event_destroy)(qe_event *e);
+	int (*event_record)(qe_event *e, qe_stream *s);
+	int (*stream_wait)(qe_stream *s, qe_event *e);
+	int (*capture_begin)(qe_stream *s);
+	int (*capture_end)(qe_stream *s, qe_graph **out);
+	int (*graph_launch)(qe_graph *g, qe_stream *s);
+	void (*graph_destroy)(qe_graph *g);
+	int (*graph_op_count)(const qe_graph *g); /* recorded ops (cpu) or nodes (cuda) */
+
+	/* FP8 */
+	int (*cast)(qe_stream *s, const qe_cast_args *a);
+	/* qe_fp8_role_update on a role block living in backend memory. */
+	int (*fp8_update)(qe_stream *s, float *block, int history_len, qe_dtype fmt, qe_fp8_recipe recipe);
+
+	/* C = A.B^T * sa * sb (+bias) (+C); see the file comment. c is f32. */
+	int (*gemm)(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
+		    int accumulate);
+
+	/* elementwise and row ops; all f32, shapes [rows, cols] */
+	int (*add)(qe_stream *s, float *y, const float *a, const float *b, int64_t n);        /* y = a + b */
+	int (*add_inplace)(qe_stream *s, float *y, const float *a, int64_t n);               /* y += a */
+	int (*bias_grad)(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols); /* db = sum_rows dy */
+	int (*gelu_fwd)(qe_stream *s, float *y, const float *x, int64_t n);                  /* tanh approx */
+	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
+	/* y = (x - mean) * rstd * w + b per row; mean/rstd [rows] saved for backward */
+	int (*layernorm_fwd)(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+			     const float *b, int64_t rows, int64_t cols);
+	/* dx = (overwrite); dw, db = sums over rows (overwrite) */
+	int (*layernorm_bwd)(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+			     const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols);
+	/* out[T,H] = wte[tok[t]] + wpe[t] */
+	int (*embed_fwd)(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
+			 int64_t T, int64_t H);
+	/* dwte, dwpe overwritten (dwte zeroed then scattered in t order), [V,H] and [T,H] */
+	int (*embed_bwd)(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
+			 int64_t H, int64_t V);
+	/*
+	 * Causal multi-head attention over qkv[T, 3H] (q | k | v, head h at
+	 * columns h*D..h*D+D-1 of each third), out[T,H]; probs[nh,T,T] saved.
+	 */
+	int (*attn_fwd)(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
+	int (*attn_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
+			int64_t H, int nh);
+	/*
+	 * Softmax cross-entropy over logits[T,V]: *loss = mean_t -log p[t, tgt[t]];
+	 * dlogits = (p - onehot) * grad_scale / T.  dlogits may alias logits.
+	 */
+	int (*xent)(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
+		    int64_t V, float grad_scale);
+	/* Sum the views in index order, scale, and apply AdamW (decoupled decay). */
+	int (*adamw)(qe_stream *s, const qe_adamw_args *a);
+	/* out = sum of views in index order (for DP all-reduce and tests) */
+	int (*sum_views)(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
+} qe_backend_ops;
+
+struct qe_backend {
+	const qe_backend_ops *ops;
+	void *impl; /* backend-private */
+};
+
+/* Open a backend by name ("cpu", "cuda"). *out is freed with qe_backend_close. */
+int qe_backend_open(const char *name, qe_backend **out);
+void qe_backend_close(qe_backend *b);
+
+#endif

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install the Debian packages qeffect needs, only those that are missing.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config liblmdb-dev lmdb-utils libsqlite3-dev sqlite3 libxxhash-dev
+      libjansson-dev libcurl4-openssl-dev gnuplot-nox)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
