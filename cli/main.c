@@ -1,0 +1,94 @@
+/*
+ * main.c - `qeffect`, the command users run: dispatch to a subcommand.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/core/status.h"
+
+static const cli_command commands[] = {
+	{ "fp8", cli_fp8_main, "FP8 conversions as the hardware does them (fp8 cast VALUE...)" },
+};
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: qeffect COMMAND [ARGS]\n\n"
+		   "qeffect trains GPT-style models with FP8 delayed scaling under pipeline schedules\n"
+		   "and keeps checkpoints of them.  Commands:\n\n");
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\nRun 'qeffect COMMAND --help' for a command's flags.\n");
+}
+
+int cli_report(const char *cmd, int rc, const char *what)
+{
+	const char *detail = qe_last_error();
+	if (detail && detail[0])
+		fprintf(stderr, "qeffect %s: %s: %s (%s)\n", cmd, what, detail, qe_errname(rc));
+	else
+		fprintf(stderr, "qeffect %s: %s: %s (%s)\n", cmd, what, qe_strerror(rc), qe_errname(rc));
+	return 1;
+}
+
+int cli_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return 1;
+	return 0;
+}
+
+int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end) {
+		fprintf(stderr, "qeffect %s: %s needs an integer, got '%s'\n", cmd, flag, s);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}
+
+int cli_parse_double(const char *cmd, const char *flag, const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end) {
+		fprintf(stderr, "qeffect %s: %s needs a number, got '%s'\n", cmd, flag, s);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}
+
+const char *cli_shared_dir(void)
+{
+	const char *d = getenv("QE_SHARED_DIR");
+	return d ? d : QE_SHARED_DIR;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].main(argc - 1, argv + 1);
+	fprintf(stderr, "qeffect: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
