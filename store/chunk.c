@@ -1,0 +1,431 @@
+/*
+ * chunk.c - tensors as content-addressed chunks: split, hash, store once,
+ * read back and re-hash.
+ *
+ * A chunk's key is its XXH3-128 hash, so a put first looks the key up and
+ * writes nothing when it is present (dedup).  Hashing runs outside the
+ * handle's mutex; copies into and out of the map run inside it, because the
+ * map may move when it grows.  A read re-hashes the caller's copy rather than
+ * the mapped bytes: what is checked is exactly what the caller gets.
+ */
+#include "store/store_int.h"
+
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+void store_hash_of(const void *data, size_t size, store_hash *out)
+{
+	XXH128_hash_t h = XXH3_128bits(data, size);
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, h);
+	memcpy(out->b, c.digest, STORE_HASH_BYTES);
+}
+
+char *store_hash_hex(const store_hash *h, char out[STORE_HASH_HEX])
+{
+	static const char digits[] = "0123456789abcdef";
+	for (int i = 0; i < STORE_HASH_BYTES; i++) {
+		out[2 * i] = digits[h->b[i] >> 4];
+		out[2 * i + 1] = digits[h->b[i] & 15];
+	}
+	out[2 * STORE_HASH_BYTES] = '\0';
+	return out;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int store_hash_parse(const char *hex, store_hash *out)
+{
+	if (!hex || strlen(hex) != 2 * STORE_HASH_BYTES)
+		return qe_fail(QE_EINVAL, "store: '%s' is not a chunk hash (32 hex digits)", hex ? hex : "(null)");
+	for (int i = 0; i < STORE_HASH_BYTES; i++) {
+		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return qe_fail(QE_EINVAL, "store: '%s' is not a chunk hash (32 hex digits)", hex);
+		out->b[i] = (unsigned char)(hi << 4 | lo);
+	}
+	return 0;
+}
+
+int store_hash_cmp(const store_hash *a, const store_hash *b)
+{
+	return memcmp(a->b, b->b, STORE_HASH_BYTES);
+}
+
+void store_chunk_list_free(store_chunk_list *l)
+{
+	if (!l)
+		return;
+	free(l->chunks);
+	l->chunks = NULL;
+	l->n = 0;
+}
+
+/* Payload length of a stored value, or -1 when its header is damaged. */
+static int64_t value_length(const MDB_val *v)
+{
+	if (v->mv_size < STORE_VAL_HDR)
+		return -1;
+	const unsigned char *p = v->mv_data;
+	uint32_t magic = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	uint64_t len = store_get_u64(p + 8);
+	if (magic != STORE_VAL_MAGIC || len != v->mv_size - STORE_VAL_HDR)
+		return -1;
+	return (int64_t)len;
+}
+
+/* Add delta to the payload byte counter in the meta database. */
+static int add_bytes(store *s, MDB_txn *txn, int64_t delta, int *mdb_rc)
+{
+	if (delta == 0)
+		return 0;
+	MDB_val k = { 5, "bytes" }, v;
+	uint64_t cur = 0;
+	int rc = mdb_get(txn, s->dbi_meta, &k, &v);
+	if (rc == 0 && v.mv_size == 8)
+		cur = store_get_u64(v.mv_data);
+	else if (rc && rc != MDB_NOTFOUND)
+		return *mdb_rc = rc, store_mdb_fail(s, rc, "read the byte counter");
+	unsigned char buf[8];
+	cur = (delta < 0 && (uint64_t)-delta > cur) ? 0 : cur + (uint64_t)delta;
+	store_put_u64(buf, cur);
+	v.mv_size = 8;
+	v.mv_data = buf;
+	rc = mdb_put(txn, s->dbi_meta, &k, &v, 0);
+	return rc ? (*mdb_rc = rc, store_mdb_fail(s, rc, "update the byte counter")) : 0;
+}
+
+/* --- put -------------------------------------------------------------------------- */
+
+struct put_ctx {
+	const unsigned char *data; /* base of the tensor */
+	const store_chunk *chunks; /* with offsets implied by chunk_size */
+	size_t chunk_size;
+	size_t first, end; /* chunk index range of this transaction */
+	uint64_t now;
+	uint64_t written; /* chunks written (not deduplicated), for the log */
+};
+
+static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
+{
+	struct put_ctx *c = vctx;
+	int64_t delta = 0;
+	char hex[STORE_HASH_HEX];
+	unsigned char stamp[8];
+	store_put_u64(stamp, c->now);
+	c->written = 0;
+	for (size_t i = c->first; i < c->end; i++) {
+		const store_chunk *ch = &c->chunks[i];
+		MDB_val k = { STORE_HASH_BYTES, (void *)ch->hash.b }, v;
+		int rc = mdb_get(txn, s->dbi_chunks, &k, &v);
+		if (rc && rc != MDB_NOTFOUND)
+			return *mdb_rc = rc, store_mdb_fail(s, rc, "look up a chunk");
+		int write = rc == MDB_NOTFOUND;
+		if (!write) {
+			int64_t len = value_length(&v);
+			if (len != (int64_t)ch->size) {
+				/* Same hash, wrong length: the stored value is damaged (a
+				 * real collision of XXH3-128 is not a practical concern).
+				 * We have the right bytes in hand, so repair it. */
+				qe_log(QE_LOG_WARN, "store '%s': chunk %s has a damaged header; rewriting it", s->path,
+				       store_hash_hex(&ch->hash, hex));
+				delta -= len > 0 ? len : 0;
+				write = 1;
+			}
+		}
+		if (write) {
+			v.mv_size = STORE_VAL_HDR + ch->size;
+			v.mv_data = NULL;
+			rc = mdb_put(txn, s->dbi_chunks, &k, &v, MDB_RESERVE);
+			if (rc)
+				return *mdb_rc = rc, store_mdb_fail(s, rc, "write a chunk");
+			unsigned char *p = v.mv_data;
+			memset(p, 0, STORE_VAL_HDR);
+			p[0] = (unsigned char)(STORE_VAL_MAGIC & 0xff);
+			p[1] = (unsigned char)(STORE_VAL_MAGIC >> 8 & 0xff);
+			p[2] = (unsigned char)(STORE_VAL_MAGIC >> 16 & 0xff);
+			p[3] = (unsigned char)(STORE_VAL_MAGIC >> 24);
+			store_put_u64(p + 8, ch->size);
+			if (ch->size)
+				memcpy(p + STORE_VAL_HDR, c->data + i * c->chunk_size, ch->size);
+			delta += (int64_t)ch->size;
+			c->written++;
+		}
+		/* Found or written, the chunk was just put: gc's grace starts now. */
+		MDB_val tv = { 8, stamp };
+		rc = mdb_put(txn, s->dbi_touch, &k, &tv, 0);
+		if (rc)
+			return *mdb_rc = rc, store_mdb_fail(s, rc, "record a chunk's put time");
+	}
+	return add_bytes(s, txn, delta, mdb_rc);
+}
+
+int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size, store_chunk_list *out)
+{
+	int rc;
+	if (!out)
+		return qe_fail(QE_EINVAL, "store_put_tensor: NULL out");
+	out->n = 0;
+	out->chunks = NULL;
+	if ((rc = store_check(s)))
+		return rc;
+	if (!chunk_size)
+		chunk_size = STORE_DEFAULT_CHUNK;
+	if (chunk_size > STORE_MAX_CHUNK)
+		return qe_fail(QE_EINVAL, "store '%s': chunk size %zu exceeds the limit %zu", s->path, chunk_size,
+			       (size_t)STORE_MAX_CHUNK);
+	if (bytes && !data)
+		return qe_fail(QE_EINVAL, "store '%s': put of %zu bytes from NULL", s->path, bytes);
+	if (!bytes)
+		return 0;
+
+	size_t n = (bytes + chunk_size - 1) / chunk_size;
+	store_chunk *chunks = calloc(n, sizeof(*chunks));
+	if (!chunks)
+		return qe_fail(QE_ENOMEM, "store '%s': chunk list of %zu entries", s->path, n);
+	struct put_ctx c = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .now = (uint64_t)time(NULL) };
+	for (size_t first = 0; first < n;) {
+		/* A transaction holds about txn_bytes of chunks, at least one. */
+		size_t end = first, batch = 0;
+		while (end < n && (end == first || batch + chunk_size <= s->txn_bytes)) {
+			size_t sz = end + 1 < n ? chunk_size : bytes - end * chunk_size;
+			chunks[end].size = sz;
+			store_hash_of((const unsigned char *)data + end * chunk_size, sz, &chunks[end].hash);
+			batch += sz;
+			end++;
+		}
+		c.first = first;
+		c.end = end;
+		rc = store_write_txn(s, batch + (end - first) * 64, put_body, &c, "put tensor");
+		if (rc) {
+			free(chunks);
+			return rc;
+		}
+		first = end;
+	}
+	out->n = n;
+	out->chunks = chunks;
+	return 0;
+}
+
+int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash)
+{
+	int rc = store_check(s);
+	if (rc)
+		return rc;
+	if (size > STORE_MAX_CHUNK || (size && !data))
+		return qe_fail(QE_EINVAL, "store '%s': bad chunk of %zu bytes", s->path, size);
+	store_chunk ch = { .size = size };
+	store_hash_of(data, size, &ch.hash);
+	struct put_ctx c = { .data = data, .chunks = &ch, .chunk_size = size, .first = 0, .end = 1,
+			     .now = (uint64_t)time(NULL) };
+	rc = store_write_txn(s, size + 64, put_body, &c, "put chunk");
+	if (!rc && hash)
+		*hash = ch.hash;
+	return rc;
+}
+
+/* --- get -------------------------------------------------------------------------- */
+
+/* Copy chunk h (expected size, or UINT64_MAX for any up to cap) out of the map
+ * into dst.  Call with s->mu held and txn open.  OUT *size: its length. */
+static int copy_chunk(store *s, MDB_txn *txn, const store_hash *h, uint64_t expect, void *dst, size_t cap,
+		      size_t idx, size_t count, uint64_t *size)
+{
+	char hex[STORE_HASH_HEX];
+	MDB_val k = { STORE_HASH_BYTES, (void *)h->b }, v;
+	int rc = mdb_get(txn, s->dbi_chunks, &k, &v);
+	if (rc == MDB_NOTFOUND)
+		return qe_fail(QE_ENOTFOUND, "store '%s': chunk %zu of %zu (%s) is missing", s->path, idx, count,
+			       store_hash_hex(h, hex));
+	if (rc)
+		return store_mdb_fail(s, rc, "read a chunk");
+	int64_t len = value_length(&v);
+	if (len < 0)
+		return qe_fail(QE_ECORRUPT, "store '%s': chunk %zu of %zu (%s) is corrupt: damaged value header", s->path,
+			       idx, count, store_hash_hex(h, hex));
+	*size = (uint64_t)len;
+	if (expect != UINT64_MAX && (uint64_t)len != expect)
+		return qe_fail(QE_ECORRUPT, "store '%s': chunk %zu of %zu (%s) is corrupt: %lld bytes stored, %llu expected",
+			       s->path, idx, count, store_hash_hex(h, hex), (long long)len, (unsigned long long)expect);
+	if ((uint64_t)len > cap)
+		return qe_fail(QE_EINVAL, "store '%s': chunk %s has %lld bytes, buffer only %zu", s->path,
+			       store_hash_hex(h, hex), (long long)len, cap);
+	memcpy(dst, (const unsigned char *)v.mv_data + STORE_VAL_HDR, (size_t)len);
+	return 0;
+}
+
+static int check_hash(store *s, const store_hash *h, const void *data, size_t size, size_t idx, size_t count)
+{
+	store_hash got;
+	store_hash_of(data, size, &got);
+	if (store_hash_cmp(&got, h) == 0)
+		return 0;
+	char want_hex[STORE_HASH_HEX], got_hex[STORE_HASH_HEX];
+	return qe_fail(QE_ECORRUPT, "store '%s': chunk %zu of %zu (%s) is corrupt: its %zu bytes hash to %s", s->path,
+		       idx, count, store_hash_hex(h, want_hex), size, store_hash_hex(&got, got_hex));
+}
+
+int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes)
+{
+	int rc = store_check(s);
+	if (rc)
+		return rc;
+	if (!list || (list->n && !list->chunks) || (bytes && !dst))
+		return qe_fail(QE_EINVAL, "store '%s': get tensor: NULL list or destination", s->path);
+	uint64_t total = 0;
+	for (size_t i = 0; i < list->n; i++) {
+		if (list->chunks[i].size > STORE_MAX_CHUNK)
+			return qe_fail(QE_EINVAL, "store '%s': chunk %zu of the list has size %llu", s->path, i,
+				       (unsigned long long)list->chunks[i].size);
+		total += list->chunks[i].size;
+	}
+	if (total != bytes)
+		return qe_fail(QE_EINVAL, "store '%s': the chunk list covers %llu bytes but the tensor has %zu", s->path,
+			       (unsigned long long)total, bytes);
+
+	pthread_mutex_lock(&s->mu);
+	MDB_txn *txn;
+	rc = store_read_begin(s, &txn);
+	if (!rc) {
+		size_t off = 0;
+		for (size_t i = 0; i < list->n && !rc; i++) {
+			uint64_t got;
+			const store_chunk *ch = &list->chunks[i];
+			rc = copy_chunk(s, txn, &ch->hash, ch->size, (unsigned char *)dst + off, (size_t)ch->size, i,
+					list->n, &got);
+			off += (size_t)ch->size;
+		}
+		mdb_txn_abort(txn);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rc)
+		return rc;
+
+	size_t off = 0;
+	for (size_t i = 0; i < list->n; i++) {
+		const store_chunk *ch = &list->chunks[i];
+		if ((rc = check_hash(s, &ch->hash, (unsigned char *)dst + off, (size_t)ch->size, i, list->n)))
+			return rc;
+		off += (size_t)ch->size;
+	}
+	return 0;
+}
+
+int store_get_chunk(store *s, const store_hash *h, void *dst, size_t cap, uint64_t *size)
+{
+	int rc = store_check(s);
+	if (rc)
+		return rc;
+	if (!h || (cap && !dst))
+		return qe_fail(QE_EINVAL, "store '%s': get chunk: NULL hash or destination", s->path);
+	uint64_t got = 0;
+	pthread_mutex_lock(&s->mu);
+	MDB_txn *txn;
+	rc = store_read_begin(s, &txn);
+	if (!rc) {
+		rc = copy_chunk(s, txn, h, UINT64_MAX, dst, cap, 0, 1, &got);
+		mdb_txn_abort(txn);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (size)
+		*size = got;
+	if (rc)
+		return rc;
+	return check_hash(s, h, dst, (size_t)got, 0, 1);
+}
+
+int store_has_chunk(store *s, const store_hash *h, int *present, uint64_t *size)
+{
+	int rc = store_check(s);
+	if (rc)
+		return rc;
+	if (!h || !present)
+		return qe_fail(QE_EINVAL, "store '%s': has chunk: NULL argument", s->path);
+	*present = 0;
+	if (size)
+		*size = 0;
+	pthread_mutex_lock(&s->mu);
+	MDB_txn *txn;
+	rc = store_read_begin(s, &txn);
+	if (!rc) {
+		MDB_val k = { STORE_HASH_BYTES, (void *)h->b }, v;
+		int mrc = mdb_get(txn, s->dbi_chunks, &k, &v);
+		if (mrc == 0) {
+			*present = 1;
+			if (size)
+				*size = v.mv_size >= STORE_VAL_HDR ? v.mv_size - STORE_VAL_HDR : 0;
+		} else if (mrc != MDB_NOTFOUND) {
+			rc = store_mdb_fail(s, mrc, "look up a chunk");
+		}
+		mdb_txn_abort(txn);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/* --- delete ------------------------------------------------------------------------ */
+
+struct del_ctx {
+	const store_hash *hashes;
+	size_t first, end;
+	uint64_t reclaimed;
+};
+
+static int del_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
+{
+	struct del_ctx *c = vctx;
+	c->reclaimed = 0;
+	for (size_t i = c->first; i < c->end; i++) {
+		MDB_val k = { STORE_HASH_BYTES, (void *)c->hashes[i].b }, v;
+		int rc = mdb_get(txn, s->dbi_chunks, &k, &v);
+		if (rc == MDB_NOTFOUND)
+			continue;
+		if (rc)
+			return *mdb_rc = rc, store_mdb_fail(s, rc, "look up a chunk to delete");
+		int64_t len = value_length(&v);
+		rc = mdb_del(txn, s->dbi_chunks, &k, NULL);
+		if (rc)
+			return *mdb_rc = rc, store_mdb_fail(s, rc, "delete a chunk");
+		rc = mdb_del(txn, s->dbi_touch, &k, NULL);
+		if (rc && rc != MDB_NOTFOUND)
+			return *mdb_rc = rc, store_mdb_fail(s, rc, "delete a chunk's put time");
+		c->reclaimed += len > 0 ? (uint64_t)len : 0;
+	}
+	return add_bytes(s, txn, -(int64_t)c->reclaimed, mdb_rc);
+}
+
+int store_delete_chunks(store *s, const store_hash *hashes, size_t n, uint64_t *reclaimed)
+{
+	int rc = store_check(s);
+	if (reclaimed)
+		*reclaimed = 0;
+	if (rc)
+		return rc;
+	if (n && !hashes)
+		return qe_fail(QE_EINVAL, "store '%s': delete: NULL hash list", s->path);
+	/* Bounded transactions: a freed overflow run costs free-list pages. */
+	const size_t per_txn = 4096;
+	for (size_t first = 0; first < n; first += per_txn) {
+		struct del_ctx c = { .hashes = hashes, .first = first, .end = first + per_txn < n ? first + per_txn : n };
+		if ((rc = store_write_txn(s, (c.end - c.first) * 64, del_body, &c, "delete chunks")))
+			return rc;
+		if (reclaimed)
+			*reclaimed += c.reclaimed;
+	}
+	return 0;
+}

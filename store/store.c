@@ -1,0 +1,503 @@
+/*
+ * store.c - the store's LMDB environment: open and validate it, map LMDB
+ * codes to ours, and run write transactions that survive a full map.
+ *
+ * LMDB maps the whole database into memory with a fixed size.  Checkpoint
+ * sizes are not known up front, so the map starts modest and grows: a write
+ * that finds the map full (MDB_MAP_FULL) is aborted, the map enlarged with
+ * mdb_env_set_mapsize, and the write run again from the start.  Another
+ * process that grew the map shows up as MDB_MAP_RESIZED when a transaction
+ * begins; we then adopt its size.  Both need "no transaction active in this
+ * process", which is why every transaction of a handle runs under its mutex.
+ */
+#include "store/store_int.h"
+
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+#define DEFAULT_INITIAL_MAP (64 * MIB)
+#define DEFAULT_MAX_MAP ((size_t)16 << 40)
+#define DEFAULT_TXN_BYTES (256 * MIB)
+/* A write that keeps finding the map full after this many grows is a bug or a
+ * race we do not understand; stop rather than loop. */
+#define MAX_TXN_ATTEMPTS 48
+
+void store_put_u64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+uint64_t store_get_u64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+int store_mdb_fail(store *s, int mdb_rc, const char *what)
+{
+	int code = QE_ESTORE;
+	switch (mdb_rc) {
+	case MDB_CORRUPTED:
+	case MDB_PAGE_NOTFOUND:
+	case MDB_INVALID:
+		code = QE_ECORRUPT;
+		break;
+	case MDB_NOTFOUND:
+		code = QE_ENOTFOUND;
+		break;
+	case ENOMEM:
+		code = QE_ENOMEM;
+		break;
+	case MDB_PANIC:
+		/* LMDB refuses every later transaction on this environment. */
+		s->failed = 1;
+		break;
+	}
+	return qe_fail(code, "store '%s': %s: %s", s->path, what, mdb_strerror(mdb_rc));
+}
+
+int store_check(store *s)
+{
+	if (!s)
+		return qe_fail(QE_EINVAL, "store: NULL handle");
+	if (getpid() != s->pid)
+		return qe_fail(QE_EINVAL,
+			       "store '%s': handle opened by process %d used in process %d; open the store after fork",
+			       s->path, (int)s->pid, (int)getpid());
+	if (s->failed)
+		return qe_fail(QE_ESTORE, "store '%s': the environment failed earlier (LMDB panic); close and reopen it",
+			       s->path);
+	return 0;
+}
+
+const char *store_path(const store *s)
+{
+	return s ? s->path : "";
+}
+
+static size_t round_up(size_t v, size_t to)
+{
+	return (v + to - 1) / to * to;
+}
+
+/* Pages in use up to the highest one ever written (free pages included). */
+static size_t used_bytes(store *s, MDB_envinfo *info)
+{
+	return ((size_t)info->me_last_pgno + 1) * s->page_size;
+}
+
+/* Enlarge the map so that at least need_free bytes lie beyond the last used
+ * page: double it, or more when one write needs more.  Call with s->mu held
+ * and no transaction open. */
+static int grow_map(store *s, size_t need_free)
+{
+	MDB_envinfo info;
+	int rc = mdb_env_info(s->env, &info);
+	if (rc)
+		return store_mdb_fail(s, rc, "read environment info");
+	size_t cur = info.me_mapsize;
+	size_t fit = used_bytes(s, &info) + need_free + need_free / 4 + MIB;
+	size_t target = cur * 2 > fit ? cur * 2 : fit;
+	target = round_up(target, MIB);
+	if (target > s->max_map_size)
+		target = s->max_map_size;
+	if (target <= cur)
+		return qe_fail(QE_ESTORE,
+			       "store '%s' is full: the map reached its limit of %zu bytes (raise store_opts.max_map_size)",
+			       s->path, s->max_map_size);
+	rc = mdb_env_set_mapsize(s->env, target);
+	if (rc)
+		return store_mdb_fail(s, rc, "grow the map");
+	s->grows++;
+	qe_log(QE_LOG_DEBUG, "store '%s': map grown from %zu to %zu bytes", s->path, cur, target);
+	return 0;
+}
+
+/* Grow before a write that would not fit, so large writes rarely run twice. */
+static int ensure_room(store *s, size_t expect_bytes)
+{
+	MDB_envinfo info;
+	if (expect_bytes == 0)
+		return 0; /* small bookkeeping writes: MDB_MAP_FULL and a retry suffice */
+	int rc = mdb_env_info(s->env, &info);
+	if (rc)
+		return store_mdb_fail(s, rc, "read environment info");
+	size_t used = used_bytes(s, &info);
+	size_t want = expect_bytes + expect_bytes / 8 + MIB;
+	if (info.me_mapsize > used && info.me_mapsize - used >= want)
+		return 0;
+	/* At the limit the estimate may be pessimistic: let the write try. */
+	if (info.me_mapsize >= s->max_map_size)
+		return 0;
+	return grow_map(s, want);
+}
+
+/* Another process grew the map past ours: adopt its recorded size. */
+static int adopt_map(store *s)
+{
+	int rc = mdb_env_set_mapsize(s->env, 0);
+	return rc ? store_mdb_fail(s, rc, "adopt the map size grown by another process") : 0;
+}
+
+int store_read_begin(store *s, MDB_txn **txn)
+{
+	for (int i = 0; i < MAX_TXN_ATTEMPTS; i++) {
+		int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+		if (rc == MDB_MAP_RESIZED) {
+			s->adopts++;
+			int qrc = adopt_map(s);
+			if (qrc)
+				return qrc;
+			continue;
+		}
+		return rc ? store_mdb_fail(s, rc, "begin a read transaction") : 0;
+	}
+	return qe_fail(QE_ESTORE, "store '%s': the map keeps being resized; gave up", s->path);
+}
+
+int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, const char *what)
+{
+	if (s->read_only)
+		return qe_fail(QE_EINVAL, "store '%s': %s: the store is open read-only", s->path, what);
+	int qrc = 0;
+	pthread_mutex_lock(&s->mu);
+	for (int attempt = 0;; attempt++) {
+		if (attempt >= MAX_TXN_ATTEMPTS) {
+			qrc = qe_fail(QE_ESTORE, "store '%s': %s: the map stayed full after %d grows", s->path, what,
+				      attempt);
+			break;
+		}
+		if (!s->grow_on_full_only && (qrc = ensure_room(s, expect_bytes)))
+			break;
+		MDB_txn *txn = NULL;
+		int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+		if (rc == MDB_MAP_RESIZED) {
+			s->adopts++;
+			qrc = adopt_map(s);
+			if (qrc)
+				break;
+			continue;
+		}
+		if (rc) {
+			qrc = store_mdb_fail(s, rc, "begin a write transaction");
+			break;
+		}
+		int mdb_rc = 0;
+		qrc = fn(s, txn, ctx, &mdb_rc);
+		if (qrc == 0) {
+			/* commit frees the transaction even when it fails */
+			mdb_rc = mdb_txn_commit(txn);
+			if (mdb_rc == 0)
+				break;
+			qrc = store_mdb_fail(s, mdb_rc, "commit");
+		} else {
+			mdb_txn_abort(txn);
+		}
+		if (mdb_rc != MDB_MAP_FULL)
+			break;
+		qrc = grow_map(s, expect_bytes);
+		if (qrc)
+			break;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return qrc;
+}
+
+/* --- open ------------------------------------------------------------------------ */
+
+static int mkdir_p(const char *dir)
+{
+	char *p = strdup(dir);
+	if (!p)
+		return qe_fail(QE_ENOMEM, "store: copy path '%s'", dir);
+	int rc = 0;
+	for (char *c = p + 1;; c++) {
+		if (*c != '/' && *c != '\0')
+			continue;
+		char saved = *c;
+		*c = '\0';
+		if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+			rc = qe_fail(QE_EIO, "store: create folder '%s': %s", p, strerror(errno));
+			break;
+		}
+		*c = saved;
+		if (saved == '\0')
+			break;
+	}
+	free(p);
+	return rc;
+}
+
+/* Open (creating when allowed) the three databases and check the format. */
+struct open_ctx {
+	int create;
+};
+
+static int open_dbs_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
+{
+	struct open_ctx *ctx = vctx;
+	unsigned flags = ctx->create ? MDB_CREATE : 0;
+	MDB_dbi main_dbi;
+	MDB_stat st;
+	int rc;
+
+	/* A non-empty environment without our meta database is someone else's. */
+	rc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+	if (!rc)
+		rc = mdb_stat(txn, main_dbi, &st);
+	if (rc)
+		return *mdb_rc = rc, store_mdb_fail(s, rc, "open the main database");
+	MDB_dbi probe;
+	rc = mdb_dbi_open(txn, "meta", 0, &probe);
+	if (rc == MDB_NOTFOUND && (st.ms_entries > 0 || !ctx->create))
+		return qe_fail(QE_EUNSUPPORTED, "store '%s': not a qeffect store (an LMDB environment without its meta database)",
+			       s->path);
+	if (rc && rc != MDB_NOTFOUND)
+		return *mdb_rc = rc, store_mdb_fail(s, rc, "open the meta database");
+
+	if ((rc = mdb_dbi_open(txn, "meta", flags, &s->dbi_meta)) ||
+	    (rc = mdb_dbi_open(txn, "chunks", flags, &s->dbi_chunks)) ||
+	    (rc = mdb_dbi_open(txn, "touch", flags, &s->dbi_touch)))
+		return *mdb_rc = rc, store_mdb_fail(s, rc, "open the chunk databases");
+
+	MDB_val k = { 6, "format" }, v;
+	rc = mdb_get(txn, s->dbi_meta, &k, &v);
+	if (rc == MDB_NOTFOUND && ctx->create) {
+		v.mv_size = strlen(STORE_FORMAT);
+		v.mv_data = (void *)STORE_FORMAT;
+		rc = mdb_put(txn, s->dbi_meta, &k, &v, 0);
+		if (rc)
+			return *mdb_rc = rc, store_mdb_fail(s, rc, "write the store format");
+		return 0;
+	}
+	if (rc)
+		return *mdb_rc = rc, store_mdb_fail(s, rc, "read the store format");
+	if (v.mv_size != strlen(STORE_FORMAT) || memcmp(v.mv_data, STORE_FORMAT, v.mv_size) != 0)
+		return qe_fail(QE_EUNSUPPORTED, "store '%s': format '%.*s' is not the supported '%s'", s->path,
+			       (int)(v.mv_size > 64 ? 64 : v.mv_size), (const char *)v.mv_data, STORE_FORMAT);
+	return 0;
+}
+
+static int open_dbs(store *s, int create)
+{
+	struct open_ctx ctx = { create };
+	if (!s->read_only)
+		return store_write_txn(s, 0, open_dbs_body, &ctx, "open");
+	MDB_txn *txn;
+	int rc = store_read_begin(s, &txn);
+	if (rc)
+		return rc;
+	int mdb_rc = 0;
+	rc = open_dbs_body(s, txn, &ctx, &mdb_rc);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	/* Committing (not aborting) keeps the database handles open. */
+	mdb_rc = mdb_txn_commit(txn);
+	return mdb_rc ? store_mdb_fail(s, mdb_rc, "open the chunk databases") : 0;
+}
+
+/* A torn or truncated data.mdb whose meta pages survived would let LMDB map
+ * pages past the end of the file and fault on first touch (SIGBUS).  Refuse it. */
+static int check_file_size(store *s, const char *datafile)
+{
+	MDB_envinfo info;
+	struct stat st;
+	int rc = mdb_env_info(s->env, &info);
+	if (rc)
+		return store_mdb_fail(s, rc, "read environment info");
+	if (stat(datafile, &st) != 0)
+		return qe_fail(QE_EIO, "store '%s': stat '%s': %s", s->path, datafile, strerror(errno));
+	size_t need = used_bytes(s, &info);
+	if ((size_t)st.st_size < need)
+		return qe_fail(QE_ECORRUPT, "store '%s': '%s' is truncated: its pages need %zu bytes but the file has %lld",
+			       s->path, datafile, need, (long long)st.st_size);
+	return 0;
+}
+
+int store_open(const char *dir, const store_opts *opts, store **out)
+{
+	store_opts o = { 0 };
+	struct stat st;
+	char *datafile = NULL;
+	int rc;
+
+	if (!out)
+		return qe_fail(QE_EINVAL, "store_open: NULL out");
+	*out = NULL;
+	if (!dir || !*dir)
+		return qe_fail(QE_EINVAL, "store_open: empty folder path");
+	if (opts)
+		o = *opts;
+	if (!o.initial_map_size)
+		o.initial_map_size = DEFAULT_INITIAL_MAP;
+	if (!o.max_map_size)
+		o.max_map_size = DEFAULT_MAX_MAP;
+	if (o.initial_map_size > o.max_map_size)
+		o.initial_map_size = o.max_map_size;
+	if (!o.txn_bytes)
+		o.txn_bytes = DEFAULT_TXN_BYTES;
+	if (o.read_only)
+		o.create = 0;
+
+	if (stat(dir, &st) != 0) {
+		if (errno != ENOENT)
+			return qe_fail(QE_EIO, "store: stat '%s': %s", dir, strerror(errno));
+		if (!o.create)
+			return qe_fail(QE_ENOTFOUND, "store: no store at '%s' (folder missing)", dir);
+		if ((rc = mkdir_p(dir)))
+			return rc;
+	} else if (!S_ISDIR(st.st_mode)) {
+		return qe_fail(QE_EINVAL, "store: '%s' is not a folder", dir);
+	}
+
+	store *s = calloc(1, sizeof(*s));
+	size_t dlen = strlen(dir);
+	datafile = malloc(dlen + sizeof("/data.mdb"));
+	if (!s || !datafile || !(s->path = strdup(dir))) {
+		rc = qe_fail(QE_ENOMEM, "store: allocate handle for '%s'", dir);
+		goto fail_alloc;
+	}
+	memcpy(datafile, dir, dlen);
+	memcpy(datafile + dlen, "/data.mdb", sizeof("/data.mdb"));
+	if (stat(datafile, &st) != 0 && !o.create) {
+		rc = qe_fail(QE_ENOTFOUND, "store: no store at '%s' (data.mdb missing)", dir);
+		goto fail_alloc;
+	}
+	s->pid = getpid();
+	s->max_map_size = o.max_map_size;
+	s->txn_bytes = o.txn_bytes;
+	s->read_only = o.read_only;
+	s->grow_on_full_only = o.grow_on_full_only;
+	s->page_size = (size_t)sysconf(_SC_PAGESIZE);
+	pthread_mutex_init(&s->mu, NULL);
+
+	if ((rc = mdb_env_create(&s->env))) {
+		rc = store_mdb_fail(s, rc, "create the environment handle");
+		goto fail_mutex;
+	}
+	/* Sizes a new environment; an existing one's recorded size is adopted below. */
+	mdb_env_set_mapsize(s->env, round_up(o.initial_map_size, s->page_size));
+	mdb_env_set_maxdbs(s->env, 4);
+	mdb_env_set_maxreaders(s->env, 512);
+	/* NOTLS: a read transaction belongs to the handle, not to a thread. */
+	unsigned flags = MDB_NOTLS;
+	if (o.read_only)
+		flags |= MDB_RDONLY;
+	if (o.sync_mode == STORE_SYNC_META)
+		flags |= MDB_NOMETASYNC;
+	else if (o.sync_mode == STORE_SYNC_NONE)
+		flags |= MDB_NOSYNC;
+	if ((rc = mdb_env_open(s->env, dir, flags, 0644))) {
+		rc = store_mdb_fail(s, rc, "open the LMDB environment (data.mdb)");
+		goto fail_env;
+	}
+	int dead = 0;
+	mdb_reader_check(s->env, &dead);
+	if (dead)
+		qe_log(QE_LOG_INFO, "store '%s': cleared %d reader slots of dead processes", dir, dead);
+
+	MDB_envinfo info;
+	if ((rc = check_file_size(s, datafile)))
+		goto fail_env;
+	/* Take the size recorded by the last writer, then at least the initial size. */
+	if ((rc = adopt_map(s)))
+		goto fail_env;
+	mdb_env_info(s->env, &info);
+	if (info.me_mapsize < o.initial_map_size && (rc = mdb_env_set_mapsize(s->env, round_up(o.initial_map_size, s->page_size)))) {
+		rc = store_mdb_fail(s, rc, "set the map size");
+		goto fail_env;
+	}
+	if ((rc = open_dbs(s, o.create)))
+		goto fail_env;
+	free(datafile);
+	*out = s;
+	return 0;
+
+fail_env:
+	/* a failed open still needs close */
+	mdb_env_close(s->env);
+fail_mutex:
+	pthread_mutex_destroy(&s->mu);
+fail_alloc:
+	free(datafile);
+	if (s)
+		free(s->path);
+	free(s);
+	return rc;
+}
+
+void store_close(store *s)
+{
+	if (!s)
+		return;
+	/* An environment inherited through fork must not be closed in the child:
+	 * mdb_env_close would release the reader slots of the parent's pid. */
+	if (getpid() == s->pid)
+		mdb_env_close(s->env);
+	pthread_mutex_destroy(&s->mu);
+	free(s->path);
+	free(s);
+}
+
+int store_sync(store *s)
+{
+	int rc = store_check(s);
+	if (rc)
+		return rc;
+	if (s->read_only)
+		return 0;
+	rc = mdb_env_sync(s->env, 1);
+	return rc ? store_mdb_fail(s, rc, "sync to disk") : 0;
+}
+
+int store_stats_get(store *s, store_stats *out)
+{
+	int rc = store_check(s);
+	if (rc)
+		return rc;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&s->mu);
+	MDB_txn *txn;
+	rc = store_read_begin(s, &txn);
+	if (rc)
+		goto out_unlock;
+	MDB_stat st;
+	int mrc = mdb_stat(txn, s->dbi_chunks, &st);
+	if (mrc) {
+		mdb_txn_abort(txn);
+		rc = store_mdb_fail(s, mrc, "read chunk statistics");
+		goto out_unlock;
+	}
+	out->chunks = st.ms_entries;
+	MDB_val k = { 5, "bytes" }, v;
+	if (mdb_get(txn, s->dbi_meta, &k, &v) == 0 && v.mv_size == 8)
+		out->bytes = store_get_u64(v.mv_data);
+	mdb_txn_abort(txn);
+	MDB_envinfo info;
+	mdb_env_info(s->env, &info);
+	out->map_size = info.me_mapsize;
+	out->used_bytes = used_bytes(s, &info);
+	out->grows = s->grows;
+	out->adopts = s->adopts;
+	char buf[4096];
+	struct stat fst;
+	snprintf(buf, sizeof(buf), "%s/data.mdb", s->path);
+	if (stat(buf, &fst) == 0)
+		out->file_bytes = (uint64_t)fst.st_size;
+out_unlock:
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}

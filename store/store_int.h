@@ -1,0 +1,68 @@
+/*
+ * store_int.h - internals shared by the store's files: the handle, the value
+ * header, and the write-transaction wrapper that grows the map and retries.
+ * Not part of the public API.
+ */
+#ifndef QE_STORE_INT_H
+#define QE_STORE_INT_H
+
+#include "store/store.h"
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <sys/types.h>
+
+/* Stored value: a 16-byte little-endian header, then the chunk's bytes.  The
+ * header lets a reader tell a truncated or foreign value from a chunk whose
+ * bytes changed, and leaves room (flags) for compression later. */
+#define STORE_VAL_MAGIC 0x31434551u /* "QEC1" read as little-endian */
+#define STORE_VAL_HDR 16
+
+/* The format written in the meta database; a store with another one is refused. */
+#define STORE_FORMAT "qeffect-store/1"
+
+struct store {
+	MDB_env *env;
+	MDB_dbi dbi_chunks; /* hash -> header + bytes */
+	MDB_dbi dbi_touch;  /* hash -> u64 unix time of the last put (for gc's grace) */
+	MDB_dbi dbi_meta;   /* "format", "bytes" (u64 payload total) */
+	char *path;
+	pid_t pid;
+	pthread_mutex_t mu; /* every LMDB transaction of this handle runs under it */
+	size_t page_size;
+	size_t max_map_size;
+	size_t txn_bytes;
+	uint64_t grows;
+	uint64_t adopts;
+	int read_only;
+	int grow_on_full_only;
+	int failed; /* QE code after MDB_PANIC: the environment must be reopened */
+};
+
+/* Convert an LMDB code into a QE code with a message naming the store and what failed. */
+int store_mdb_fail(store *s, int mdb_rc, const char *what);
+/* QE_EINVAL when s is NULL, used after fork, or failed. Call before locking. */
+int store_check(store *s);
+
+/* A read transaction (call with s->mu held); adopts a map another process grew. */
+int store_read_begin(store *s, MDB_txn **txn);
+
+/*
+ * Body of a write transaction.  Returns 0 or a QE code; on an LMDB failure it
+ * stores the LMDB code in *mdb_rc and returns QE_ESTORE, so that the wrapper
+ * can tell MDB_MAP_FULL (grow and retry) from real failures.  It may run
+ * several times (after each grow) and must start from scratch each time.
+ */
+typedef int (*store_txn_fn)(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
+/*
+ * Run fn in a write transaction under s->mu and commit it, growing the map
+ * and retrying on MDB_MAP_FULL.  expect_bytes (payload about to be written)
+ * lets the map grow once up front instead of failing a large write first.
+ */
+int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, const char *what);
+
+/* Little-endian u64 helpers for values. */
+void store_put_u64(unsigned char *p, uint64_t v);
+uint64_t store_get_u64(const unsigned char *p);
+
+#endif
