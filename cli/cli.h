@@ -28,5 +28,6 @@ int cli_parse_double(const char *cmd, const char *flag, const char *s, double *o
 const char *cli_shared_dir(void);
 
 int cli_fp8_main(int argc, char **argv);
+int cli_schedule_main(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@
 
 static const cli_command commands[] = {
 	{ "fp8", cli_fp8_main, "FP8 conversions as the hardware does them (fp8 cast VALUE...)" },
+	{ "schedule", cli_schedule_main, "Each pipeline rank's actions, validated (schedule --pp 2 --micro 4 --schedule zbv)" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
