@@ -1,0 +1,453 @@
+/*
+ * cpu_kernels.c - the reference kernels of every non-GEMM op: FP8 cast,
+ * elementwise ops, layernorm, GELU, embedding, causal attention, softmax
+ * cross-entropy, AdamW.
+ *
+ * The math follows llm.c's train_gpt2.c (the readable CPU reference the GPT-2
+ * numbers are usually checked against), in fp32, every reduction in one fixed
+ * index order, so two runs give the same bytes.  Where the order is a
+ * contract other modules rely on (gradient views summed in view order,
+ * embedding scatter in t order, bias_grad in row order) the comment says so.
+ * Arguments were checked by cpu_backend.c; only data-dependent checks
+ * (token ids) remain here.
+ */
+#include "cpu_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/status.h"
+
+float *qe_cpu_scratch_get(qe_cpu_scratch *sc, int which, size_t n)
+{
+	if (n == 0)
+		n = 1;
+	if (sc->cap[which] >= n)
+		return sc->buf[which];
+	size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+	float *p = aligned_alloc(64, bytes);
+	if (!p) {
+		qe_fail(QE_ENOMEM, "cpu scratch: %zu bytes", bytes);
+		return NULL;
+	}
+	free(sc->buf[which]);
+	sc->buf[which] = p;
+	sc->cap[which] = bytes / sizeof(float);
+	return p;
+}
+
+void qe_cpu_scratch_release(qe_cpu_scratch *sc)
+{
+	for (int i = 0; i < 3; i++) {
+		free(sc->buf[i]);
+		sc->buf[i] = NULL;
+		sc->cap[i] = 0;
+	}
+}
+
+/* ---- FP8 cast ------------------------------------------------------------ */
+
+static qe_dtype cast_out_dtype(const qe_cast_args *a)
+{
+	if (a->row.data)
+		return a->row.dtype;
+	if (a->col.data)
+		return a->col.dtype;
+	if (qe_dtype_is_fp8(a->row.dtype))
+		return a->row.dtype;
+	if (qe_dtype_is_fp8(a->col.dtype))
+		return a->col.dtype;
+	return QE_F32;
+}
+
+/* Blocked transpose of 1-byte codes: dst[c, r] = src[r, c]. */
+static void transpose_u8(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols)
+{
+	for (int64_t r0 = 0; r0 < rows; r0 += 32)
+		for (int64_t c0 = 0; c0 < cols; c0 += 32)
+			for (int64_t c = c0; c < c0 + 32 && c < cols; c++)
+				for (int64_t r = r0; r < r0 + 32 && r < rows; r++)
+					dst[c * rows + r] = src[r * cols + c];
+}
+
+static void transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols)
+{
+	for (int64_t r0 = 0; r0 < rows; r0 += 16)
+		for (int64_t c0 = 0; c0 < cols; c0 += 16)
+			for (int64_t c = c0; c < c0 + 16 && c < cols; c++)
+				for (int64_t r = r0; r < r0 + 16 && r < rows; r++)
+					dst[c * rows + r] = src[r * cols + c];
+}
+
+int qe_cpu_cast(const qe_cast_args *a)
+{
+	const float *x = (const float *)a->x.data;
+	int64_t cols = a->x.ndim > 0 ? a->x.shape[a->x.ndim - 1] : 1;
+	int64_t n = qe_tensor_numel(&a->x);
+	int64_t rows = cols > 0 ? n / cols : 0;
+
+	/* max|x| of this tensor; a NaN anywhere makes it NaN (TE's torch.amax). */
+	float amax = 0.0f;
+	for (int64_t i = 0; i < n; i++)
+		amax = qe_cpu_nanmax(amax, fabsf(x[i]));
+	if (a->amax)
+		*a->amax = qe_cpu_nanmax(*a->amax, amax);
+
+	qe_dtype fmt = cast_out_dtype(a);
+	if (!qe_dtype_is_fp8(fmt)) {
+		if (a->row.data)
+			memcpy(a->row.data, x, (size_t)n * sizeof(float));
+		if (a->col.data)
+			transpose_f32((float *)a->col.data, x, rows, cols);
+		if (a->scale_inv)
+			*a->scale_inv = 1.0f;
+		return QE_OK;
+	}
+
+	float s;
+	if (a->current) {
+		s = qe_fp8_scale_for_amax(amax, qe_fp8_max(fmt), a->margin, 1.0f);
+		if (a->scale)
+			*a->scale = s;
+	} else {
+		s = *a->scale;
+	}
+	if (a->row.data) {
+		uint8_t *q = (uint8_t *)a->row.data;
+		for (int64_t i = 0; i < n; i++)
+			q[i] = qe_fp8_encode(x[i] * s, fmt, 1);
+		if (a->col.data)
+			transpose_u8((uint8_t *)a->col.data, q, rows, cols);
+	} else if (a->col.data) {
+		uint8_t *qt = (uint8_t *)a->col.data;
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t c = 0; c < cols; c++)
+				qt[c * rows + r] = qe_fp8_encode(x[r * cols + c] * s, fmt, 1);
+	}
+	if (a->scale_inv)
+		*a->scale_inv = 1.0f / s;
+	return QE_OK;
+}
+
+/* ---- elementwise ---------------------------------------------------------- */
+
+void qe_cpu_add(float *y, const float *a, const float *b, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = a[i] + b[i];
+}
+
+void qe_cpu_add_inplace(float *y, const float *a, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] += a[i];
+}
+
+/* db[j] = ((dy[0,j] + dy[1,j]) + dy[2,j]) ...: rows in order, starting from 0. */
+void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols)
+{
+	for (int64_t j = 0; j < cols; j++)
+		db[j] = 0.0f;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *row = dy + r * cols;
+		for (int64_t j = 0; j < cols; j++)
+			db[j] += row[j];
+	}
+}
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
+
+void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float v = x[i];
+		float cube = 0.044715f * v * v * v;
+		y[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
+	}
+}
+
+void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float v = x[i];
+		float cube = 0.044715f * v * v * v;
+		float arg = GELU_SCALING_FACTOR * (v + cube);
+		float th = tanhf(arg);
+		float ch = coshf(arg);
+		float sech = 1.0f / (ch * ch);
+		float local = 0.5f * (1.0f + th) + v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
+		dx[i] = local * dy[i];
+	}
+}
+
+/* ---- layernorm (eps 1e-5, as llm.c) ---------------------------------------- */
+
+void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+			  int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * cols;
+		float *yr = y + r * cols;
+		float m = 0.0f;
+		for (int64_t i = 0; i < cols; i++)
+			m += xr[i];
+		m = m / (float)cols;
+		float v = 0.0f;
+		for (int64_t i = 0; i < cols; i++) {
+			float d = xr[i] - m;
+			v += d * d;
+		}
+		v = v / (float)cols;
+		float s = 1.0f / sqrtf(v + 1e-5f);
+		for (int64_t i = 0; i < cols; i++) {
+			float nrm = s * (xr[i] - m);
+			yr[i] = nrm * w[i] + b[i];
+		}
+		if (mean)
+			mean[r] = m;
+		if (rstd)
+			rstd[r] = s;
+	}
+}
+
+void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *mean,
+			  const float *rstd, const float *w, int64_t rows, int64_t cols)
+{
+	if (dw)
+		memset(dw, 0, (size_t)cols * sizeof(float));
+	if (db)
+		memset(db, 0, (size_t)cols * sizeof(float));
+	for (int64_t r = 0; r < rows; r++) {
+		const float *dyr = dy + r * cols, *xr = x + r * cols;
+		float *dxr = dx + r * cols;
+		float m = mean[r], s = rstd[r];
+		float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+		for (int64_t i = 0; i < cols; i++) {
+			float nrm = (xr[i] - m) * s;
+			float dn = w[i] * dyr[i];
+			dnorm_mean += dn;
+			dnorm_norm_mean += dn * nrm;
+		}
+		dnorm_mean = dnorm_mean / (float)cols;
+		dnorm_norm_mean = dnorm_norm_mean / (float)cols;
+		for (int64_t i = 0; i < cols; i++) {
+			float nrm = (xr[i] - m) * s;
+			float g = dyr[i];
+			float dn = w[i] * g;
+			if (db)
+				db[i] += g;
+			if (dw)
+				dw[i] += nrm * g;
+			float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
+			dxr[i] = dval * s;
+		}
+	}
+}
+
+/* ---- embedding -------------------------------------------------------------- */
+
+void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T, int64_t H)
+{
+	for (int64_t t = 0; t < T; t++) {
+		const float *e = wte + (int64_t)tok[t] * H;
+		float *o = out + t * H;
+		if (wpe) {
+			const float *p = wpe + t * H;
+			for (int64_t i = 0; i < H; i++)
+				o[i] = e[i] + p[i];
+		} else {
+			memcpy(o, e, (size_t)H * sizeof(float));
+		}
+	}
+}
+
+int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
+		     int64_t V)
+{
+	for (int64_t t = 0; t < T; t++)
+		if (tok[t] < 0 || tok[t] >= V)
+			return qe_fail(QE_EINVAL, "embed_bwd: token %d at t=%lld outside the vocabulary [0,%lld)",
+				       (int)tok[t], (long long)t, (long long)V);
+	memset(dwte, 0, (size_t)(V * H) * sizeof(float));
+	if (dwpe)
+		memset(dwpe, 0, (size_t)(T * H) * sizeof(float));
+	for (int64_t t = 0; t < T; t++) {
+		const float *d = dout + t * H;
+		float *e = dwte + (int64_t)tok[t] * H;
+		for (int64_t i = 0; i < H; i++)
+			e[i] += d[i];
+		if (dwpe) {
+			float *p = dwpe + t * H;
+			for (int64_t i = 0; i < H; i++)
+				p[i] += d[i];
+		}
+	}
+	return QE_OK;
+}
+
+/* ---- causal attention (llm.c attention_forward/backward, B = 1) ------------- */
+
+void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh)
+{
+	int64_t hs = H / nh, C3 = 3 * H;
+	float scale = 1.0f / sqrtf((float)hs);
+	for (int64_t t = 0; t < T; t++) {
+		for (int h = 0; h < nh; h++) {
+			const float *q = qkv + t * C3 + h * hs;
+			float *att = probs + ((int64_t)h * T + t) * T;
+			/* scores into att[0..t], then overwritten in place by the probabilities */
+			float maxval = -INFINITY;
+			for (int64_t t2 = 0; t2 <= t; t2++) {
+				const float *key = qkv + t2 * C3 + h * hs + H;
+				float val = 0.0f;
+				for (int64_t i = 0; i < hs; i++)
+					val += q[i] * key[i];
+				val *= scale;
+				if (val > maxval)
+					maxval = val;
+				att[t2] = val;
+			}
+			float expsum = 0.0f;
+			for (int64_t t2 = 0; t2 <= t; t2++) {
+				float e = expf(att[t2] - maxval);
+				expsum += e;
+				att[t2] = e;
+			}
+			float inv = expsum == 0.0f ? 0.0f : 1.0f / expsum;
+			for (int64_t t2 = 0; t2 < T; t2++)
+				att[t2] = t2 <= t ? att[t2] * inv : 0.0f;
+			float *o = out + t * H + h * hs;
+			for (int64_t i = 0; i < hs; i++)
+				o[i] = 0.0f;
+			for (int64_t t2 = 0; t2 <= t; t2++) {
+				const float *v = qkv + t2 * C3 + h * hs + 2 * H;
+				float a = att[t2];
+				for (int64_t i = 0; i < hs; i++)
+					o[i] += a * v[i];
+			}
+		}
+	}
+}
+
+/*
+ * Same accumulation order as llm.c except the softmax backward, which uses
+ * dpre[t3] = p[t3] * (datt[t3] - sum_t2 p[t2] datt[t2]) - the same expression
+ * factored, O(T^2) instead of llm.c's O(T^3) double loop.
+ */
+int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const float *qkv, const float *probs,
+		    int64_t T, int64_t H, int nh)
+{
+	int64_t hs = H / nh, C3 = 3 * H;
+	float scale = 1.0f / sqrtf((float)hs);
+	float *datt = qe_cpu_scratch_get(sc, 2, (size_t)(2 * T));
+	if (!datt)
+		return qe_fail_ctx(QE_ENOMEM, "attn_bwd: T=%lld", (long long)T);
+	float *dpre = datt + T;
+	memset(dqkv, 0, (size_t)(T * C3) * sizeof(float));
+	for (int64_t t = 0; t < T; t++) {
+		for (int h = 0; h < nh; h++) {
+			const float *att = probs + ((int64_t)h * T + t) * T;
+			const float *dout_t = dout + t * H + h * hs;
+			const float *q = qkv + t * C3 + h * hs;
+			float *dq = dqkv + t * C3 + h * hs;
+			/* through the value accumulation */
+			for (int64_t t2 = 0; t2 <= t; t2++) {
+				const float *v = qkv + t2 * C3 + h * hs + 2 * H;
+				float *dv = dqkv + t2 * C3 + h * hs + 2 * H;
+				float da = 0.0f, a = att[t2];
+				for (int64_t i = 0; i < hs; i++) {
+					da += v[i] * dout_t[i];
+					dv[i] += a * dout_t[i];
+				}
+				datt[t2] = da;
+			}
+			/* softmax */
+			float dot = 0.0f;
+			for (int64_t t2 = 0; t2 <= t; t2++)
+				dot += att[t2] * datt[t2];
+			for (int64_t t3 = 0; t3 <= t; t3++)
+				dpre[t3] = att[t3] * (datt[t3] - dot);
+			/* through q.k */
+			for (int64_t t2 = 0; t2 <= t; t2++) {
+				const float *key = qkv + t2 * C3 + h * hs + H;
+				float *dk = dqkv + t2 * C3 + h * hs + H;
+				float g = dpre[t2] * scale;
+				for (int64_t i = 0; i < hs; i++) {
+					dq[i] += key[i] * g;
+					dk[i] += q[i] * g;
+				}
+			}
+		}
+	}
+	return QE_OK;
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------- */
+
+int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,
+		float grad_scale)
+{
+	for (int64_t t = 0; t < T; t++)
+		if (tgt[t] < 0 || tgt[t] >= V)
+			return qe_fail(QE_EINVAL, "xent: target %d at t=%lld outside the vocabulary [0,%lld)",
+				       (int)tgt[t], (long long)t, (long long)V);
+	double total = 0.0;
+	float g = grad_scale / (float)T;
+	for (int64_t t = 0; t < T; t++) {
+		const float *l = logits + t * V;
+		float maxv = -INFINITY;
+		for (int64_t v = 0; v < V; v++)
+			if (l[v] > maxv)
+				maxv = l[v];
+		float sum = 0.0f;
+		for (int64_t v = 0; v < V; v++)
+			sum += expf(l[v] - maxv);
+		/* -log p = log(sum) - (l - max): finite even where p underflows */
+		total += (double)(logf(sum) - (l[tgt[t]] - maxv));
+		if (dlogits) {
+			float inv = 1.0f / sum;
+			float *d = dlogits + t * V;
+			for (int64_t v = 0; v < V; v++) {
+				float p = expf(l[v] - maxv) * inv; /* read before d[v] may overwrite l[v] */
+				d[v] = (p - (v == tgt[t] ? 1.0f : 0.0f)) * g;
+			}
+		}
+	}
+	if (loss)
+		*loss = (float)(total / (double)T);
+	return QE_OK;
+}
+
+/* ---- optimizer and reductions ----------------------------------------------- */
+
+void qe_cpu_adamw(const qe_adamw_args *a)
+{
+	float b1c = 1.0f - powf(a->beta1, (float)a->step);
+	float b2c = 1.0f - powf(a->beta2, (float)a->step);
+	for (int64_t i = 0; i < a->n; i++) {
+		float grad = a->grads[0][i];
+		for (int vi = 1; vi < a->nviews; vi++)
+			grad += a->grads[vi][i];
+		grad = grad * a->grad_scale;
+		float p = a->param[i];
+		float m = a->beta1 * a->m[i] + (1.0f - a->beta1) * grad;
+		float v = a->beta2 * a->v[i] + (1.0f - a->beta2) * grad * grad;
+		float mhat = m / b1c;
+		float vhat = v / b2c;
+		a->m[i] = m;
+		a->v[i] = v;
+		a->param[i] = p - a->lr * (mhat / (sqrtf(vhat) + a->eps) + a->weight_decay * p);
+	}
+}
+
+/* out[i] = ((v0[i] + v1[i]) + v2[i]) ...; out may alias v0 (the DP all-reduce case). */
+void qe_cpu_sum_views(float *out, const float *const *views, int nviews, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++) {
+		float s = views[0][i];
+		for (int vi = 1; vi < nviews; vi++)
+			s += views[vi][i];
+		out[i] = s;
+	}
+}

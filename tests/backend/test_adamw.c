@@ -1,0 +1,259 @@
+/*
+ * test_adamw.c - AdamW and sum_views against hand-computed values, the
+ * index order of the view sums, and run-to-run determinism of a whole
+ * forward/backward/update chain (two independent backends, same seed: the
+ * same bytes).
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "bk_util.h"
+#include "runtime/fp8/fp8.h"
+
+#define SEED 4242u
+
+static void test_adamw_hand(bk *k)
+{
+	float *p = bk_f32(k, 3), *m = bk_f32(k, 3), *v = bk_f32(k, 3), *g0 = bk_f32(k, 3), *g1 = bk_f32(k, 3);
+	/*
+	 * Element 0, worked by hand: g = (0.5 + -0.25) * 2 = 0.5
+	 *   m = 0.9*0.1 + 0.1*0.5 = 0.14          mhat = 0.14 / (1-0.9)    = 1.4
+	 *   v = 0.999*0.01 + 0.001*0.25 = 0.01024  vhat = 0.01024 / 0.001  = 10.24, sqrt 3.2
+	 *   p = 1 - 0.1 * (1.4/3.2 + 0.01*1) = 1 - 0.1 * 0.4475 = 0.95525
+	 */
+	p[0] = 1.0f, m[0] = 0.1f, v[0] = 0.01f, g0[0] = 0.5f, g1[0] = -0.25f;
+	/* element 1: zero state, zero gradient: only weight decay moves it */
+	p[1] = -2.0f, m[1] = 0.0f, v[1] = 0.0f, g0[1] = 0.0f, g1[1] = 0.0f;
+	/* element 2: large gradient, Adam's step is ~lr in magnitude */
+	p[2] = 0.0f, m[2] = 0.0f, v[2] = 0.0f, g0[2] = 300.0f, g1[2] = 100.0f;
+	const float *views[2] = { g0, g1 };
+	qe_adamw_args a = { .param = p, .m = m, .v = v, .grads = views, .nviews = 2, .n = 3, .lr = 0.1f,
+			    .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .step = 1,
+			    .grad_scale = 2.0f };
+	CHECK_OK(k->o->adamw(k->s, &a));
+	CHECK(fabs(m[0] - 0.14) < 1e-7 && fabs(v[0] - 0.01024) < 1e-8, "moments m=%.8g v=%.8g", m[0], v[0]);
+	CHECK(fabs(p[0] - 0.95525) < 1e-6, "param after step 1: %.8g, hand 0.95525", p[0]);
+	CHECK(fabs(p[1] - (-2.0 + 0.1 * 0.01 * 2.0)) < 1e-7, "decay only: %.8g, hand -1.998", p[1]);
+	/* g = 800: m = 80, v = 640, mhat = 800, vhat = 640000, sqrt 800 -> step 0.1 * 1 */
+	CHECK(fabs(p[2] - (-0.1)) < 1e-6, "large gradient: %.8g, hand -0.1", p[2]);
+
+	/* step 2 with bias correction 1-0.9^2, 1-0.999^2, checked in double */
+	double pd = p[0], md = m[0], vd = v[0], gd = (0.5 - 0.25) * 2.0;
+	md = 0.9 * md + 0.1 * gd;
+	vd = 0.999 * vd + 0.001 * gd * gd;
+	double want = pd - 0.1 * ((md / (1 - 0.81)) / (sqrt(vd / (1 - 0.999 * 0.999)) + 1e-8) + 0.01 * pd);
+	a.step = 2;
+	CHECK_OK(k->o->adamw(k->s, &a));
+	CHECK(fabs(p[0] - want) < 2e-6, "param after step 2: %.8g, double %.8g", p[0], want);
+
+	/* step 0 is refused (steps are 1-based) */
+	qe_stream *s2;
+	CHECK_OK(k->o->stream_create(k->b, &s2));
+	a.step = 0;
+	CHECK(k->o->adamw(s2, &a) == QE_EINVAL, "step 0 must be QE_EINVAL");
+	k->o->stream_destroy(s2);
+	float *b[] = { p, m, v, g0, g1 };
+	for (int i = 0; i < 5; i++)
+		k->o->free(k->b, b[i]);
+}
+
+/* (1e8 + -1e8) + 1 = 1 but 1e8 + (-1e8 + 1) = 0 in fp32: the order shows. */
+static void test_view_order(bk *k)
+{
+	float *a = bk_f32(k, 1), *b = bk_f32(k, 1), *c = bk_f32(k, 1), *out = bk_f32(k, 1);
+	*a = 1e8f, *b = -1e8f, *c = 1.0f;
+	const float *v1[3] = { a, b, c }, *v2[3] = { c, a, b };
+	CHECK_OK(k->o->sum_views(k->s, out, v1, 3, 1));
+	CHECK(*out == 1.0f, "sum in index order (1e8,-1e8,1) = %g, want 1", *out);
+	CHECK_OK(k->o->sum_views(k->s, out, v2, 3, 1));
+	CHECK(*out == 0.0f, "sum in index order (1,1e8,-1e8) = %g, want 0", *out);
+	/* AdamW sums the same way: a zero-sum gradient leaves m at 0 */
+	float *p = bk_f32(k, 1), *m = bk_f32(k, 1), *v = bk_f32(k, 1);
+	qe_adamw_args aw = { .param = p, .m = m, .v = v, .grads = v2, .nviews = 3, .n = 1, .lr = 0.1f, .beta1 = 0.9f,
+			     .beta2 = 0.999f, .eps = 1e-8f, .step = 1, .grad_scale = 1.0f };
+	CHECK_OK(k->o->adamw(k->s, &aw));
+	CHECK(*m == 0.0f, "adamw view order: m = %g, want 0", *m);
+	float *bufs[] = { a, b, c, out, p, m, v };
+	for (int i = 0; i < 7; i++)
+		k->o->free(k->b, bufs[i]);
+}
+
+/* ---- determinism: a tiny-preset forward/backward/update chain ---- */
+
+enum { T = 32, H = 64, NH = 4, V = 256, LH = 4 };
+
+typedef struct chain {
+	float *wte, *wpe, *lnw, *lnb, *wqkv, *bqkv, *x0, *ln, *mean, *rstd, *qkv, *att, *probs, *h, *logits, *loss;
+	float *wteT, *hT, *dlT, *dh, *datt, *dqkv, *dwqkv, *dbqkv, *dln, *dlnw, *dlnb, *dx0, *dwte, *dwpe, *dwhead;
+	float *wqkvT, *m, *v, *rin, *rw, *rg, *mq, *vq;
+	uint8_t *lnq, *lnT, *wq, *dq, *dqT;
+	int32_t *tok, *tgt;
+} chain;
+
+static void *take(uint8_t **cur, size_t bytes)
+{
+	void *p = *cur;
+	*cur += (bytes + 63) & ~(size_t)63;
+	return p;
+}
+
+static size_t chain_layout(chain *c, uint8_t *base)
+{
+	uint8_t *cur = base;
+#define F(name, n) c->name = take(&cur, (size_t)(n) * 4)
+	F(wte, V * H); F(wpe, T * H); F(lnw, H); F(lnb, H); F(wqkv, 3 * H * H); F(bqkv, 3 * H);
+	F(x0, T * H); F(ln, T * H); F(mean, T); F(rstd, T); F(qkv, T * 3 * H); F(att, T * H);
+	F(probs, NH * T * T); F(h, T * H); F(logits, T * V); F(loss, 1); F(wteT, H * V); F(hT, H * T);
+	F(dlT, V * T); F(dh, T * H); F(datt, T * H); F(dqkv, T * 3 * H); F(dwqkv, 3 * H * H); F(dbqkv, 3 * H);
+	F(dln, T * H); F(dlnw, H); F(dlnb, H); F(dx0, T * H); F(dwte, V * H); F(dwpe, T * H); F(dwhead, V * H);
+	F(wqkvT, 3 * H * H); F(m, V * H); F(v, V * H); F(rin, LH + 2); F(rw, LH + 2); F(rg, LH + 2); F(mq, 3 * H * H); F(vq, 3 * H * H);
+#undef F
+	c->lnq = take(&cur, T * H);
+	c->lnT = take(&cur, T * H);
+	c->wq = take(&cur, 3 * H * H);
+	c->dq = take(&cur, T * 3 * H);
+	c->dqT = take(&cur, T * 3 * H);
+	c->tok = take(&cur, T * 4);
+	c->tgt = take(&cur, T * 4);
+	return (size_t)(cur - base);
+}
+
+static qe_tensor t2(void *p, qe_dtype dt, int64_t r, int64_t cl, float *si)
+{
+	qe_tensor t = qe_tensor_2d(p, dt, QE_DEV_CPU, r, cl);
+	t.scale_inv = si;
+	return t;
+}
+
+/* Two optimizer steps of the chain on a fresh backend; returns the final arena (malloc'ed). */
+static uint8_t *run_chain(uint32_t seed, size_t *bytes)
+{
+	bk k = { 0 };
+	chain c;
+	CHECK_OK(bk_open(&k));
+	if (!k.s)
+		return NULL;
+	const qe_backend_ops *o = k.o;
+	size_t n = chain_layout(&c, NULL);
+	uint8_t *arena = bk_bytes(&k, n);
+	if (!arena) {
+		bk_close(&k);
+		return NULL;
+	}
+	chain_layout(&c, arena);
+	qe_rng r;
+	qe_rng_init(&r, seed);
+	fill_normal(c.wte, V * H, &r, 0.02f);
+	fill_normal(c.wpe, T * H, &r, 0.01f);
+	fill_normal(c.wqkv, 3 * H * H, &r, 0.05f);
+	for (int i = 0; i < H; i++)
+		c.lnw[i] = 1.0f;
+	for (int t = 0; t < T; t++) {
+		c.tok[t] = (int32_t)qe_rng_below(&r, V);
+		c.tgt[t] = (int32_t)qe_rng_below(&r, V);
+	}
+	qe_fp8_role_init(c.rin, LH);
+	qe_fp8_role_init(c.rw, LH);
+	qe_fp8_role_init(c.rg, LH);
+	qe_fp8_recipe rec = qe_fp8_recipe_default();
+	rec.history_len = LH;
+
+	for (int step = 1; step <= 2; step++) {
+		qe_stream *s = k.s;
+		CHECK_OK(o->embed_fwd(s, c.x0, c.tok, c.wte, c.wpe, T, H));
+		CHECK_OK(o->layernorm_fwd(s, c.ln, c.mean, c.rstd, c.x0, c.lnw, c.lnb, T, H));
+		qe_cast_args ci = { .x = t2(c.ln, QE_F32, T, H, NULL), .row = t2(c.lnq, QE_E4M3, T, H, NULL),
+				    .col = t2(c.lnT, QE_E4M3, H, T, NULL), .scale = &c.rin[LH], .amax = &c.rin[0],
+				    .scale_inv = &c.rin[LH + 1] };
+		qe_cast_args cw = { .x = t2(c.wqkv, QE_F32, 3 * H, H, NULL), .row = t2(c.wq, QE_E4M3, 3 * H, H, NULL),
+				    .scale = &c.rw[LH], .amax = &c.rw[0], .scale_inv = &c.rw[LH + 1] };
+		CHECK_OK(o->cast(s, &ci));
+		CHECK_OK(o->cast(s, &cw));
+		qe_tensor X = t2(c.lnq, QE_E4M3, T, H, &c.rin[LH + 1]), W = t2(c.wq, QE_E4M3, 3 * H, H, &c.rw[LH + 1]);
+		qe_tensor QKV = t2(c.qkv, QE_F32, T, 3 * H, NULL);
+		CHECK_OK(o->gemm(s, &X, &W, &QKV, c.bqkv, 0));
+		CHECK_OK(o->attn_fwd(s, c.att, c.probs, c.qkv, T, H, NH));
+		CHECK_OK(o->gelu_fwd(s, c.h, c.att, T * H));
+		qe_tensor Hh = t2(c.h, QE_F32, T, H, NULL), WTE = t2(c.wte, QE_F32, V, H, NULL);
+		qe_tensor LG = t2(c.logits, QE_F32, T, V, NULL);
+		CHECK_OK(o->gemm(s, &Hh, &WTE, &LG, NULL, 0));
+		CHECK_OK(o->xent(s, c.loss, c.logits, c.logits, c.tgt, T, V, 1.0f));
+		/* head backward: dh = dlogits . wteT^T, dWhead = dlogitsT . hT^T */
+		qe_cast_args c1 = { .x = t2(c.wte, QE_F32, V, H, NULL), .col = t2(c.wteT, QE_F32, H, V, NULL) };
+		qe_cast_args c2 = { .x = t2(c.h, QE_F32, T, H, NULL), .col = t2(c.hT, QE_F32, H, T, NULL) };
+		qe_cast_args c3 = { .x = t2(c.logits, QE_F32, T, V, NULL), .col = t2(c.dlT, QE_F32, V, T, NULL) };
+		CHECK_OK(o->cast(s, &c1));
+		CHECK_OK(o->cast(s, &c2));
+		CHECK_OK(o->cast(s, &c3));
+		qe_tensor DL = t2(c.logits, QE_F32, T, V, NULL), WTET = t2(c.wteT, QE_F32, H, V, NULL);
+		qe_tensor DH = t2(c.dh, QE_F32, T, H, NULL);
+		CHECK_OK(o->gemm(s, &DL, &WTET, &DH, NULL, 0));
+		qe_tensor DLT = t2(c.dlT, QE_F32, V, T, NULL), HT = t2(c.hT, QE_F32, H, T, NULL);
+		qe_tensor DWH = t2(c.dwhead, QE_F32, V, H, NULL);
+		CHECK_OK(o->gemm(s, &DLT, &HT, &DWH, NULL, 0));
+		CHECK_OK(o->gelu_bwd(s, c.datt, c.att, c.dh, T * H));
+		CHECK_OK(o->attn_bwd(s, c.dqkv, c.datt, c.qkv, c.probs, T, H, NH));
+		/* qkv wgrad from E5M2 dY and E4M3 X, transposed copies */
+		qe_cast_args cg = { .x = t2(c.dqkv, QE_F32, T, 3 * H, NULL), .row = t2(c.dq, QE_E5M2, T, 3 * H, NULL),
+				    .col = t2(c.dqT, QE_E5M2, 3 * H, T, NULL), .scale = &c.rg[LH], .amax = &c.rg[0],
+				    .scale_inv = &c.rg[LH + 1] };
+		CHECK_OK(o->cast(s, &cg));
+		qe_tensor DQT = t2(c.dqT, QE_E5M2, 3 * H, T, &c.rg[LH + 1]), LNT = t2(c.lnT, QE_E4M3, H, T, &c.rin[LH + 1]);
+		qe_tensor DWQ = t2(c.dwqkv, QE_F32, 3 * H, H, NULL);
+		CHECK_OK(o->gemm(s, &DQT, &LNT, &DWQ, NULL, 0));
+		CHECK_OK(o->bias_grad(s, c.dbqkv, c.dqkv, T, 3 * H));
+		/* dgrad through the f32 transposed weight (the FP8 one is covered in test_gemm) */
+		qe_cast_args c4 = { .x = t2(c.wqkv, QE_F32, 3 * H, H, NULL), .col = t2(c.wqkvT, QE_F32, H, 3 * H, NULL) };
+		CHECK_OK(o->cast(s, &c4));
+		qe_tensor DQ = t2(c.dqkv, QE_F32, T, 3 * H, NULL), WT = t2(c.wqkvT, QE_F32, H, 3 * H, NULL);
+		qe_tensor DLN = t2(c.dln, QE_F32, T, H, NULL);
+		CHECK_OK(o->gemm(s, &DQ, &WT, &DLN, NULL, 0));
+		CHECK_OK(o->layernorm_bwd(s, c.dx0, c.dlnw, c.dlnb, c.dln, c.x0, c.mean, c.rstd, c.lnw, T, H));
+		CHECK_OK(o->embed_bwd(s, c.dwte, c.dwpe, c.tok, c.dx0, T, H, V));
+		const float *views[2] = { c.dwte, c.dwhead };
+		qe_adamw_args aw = { .param = c.wte, .m = c.m, .v = c.v, .grads = views, .nviews = 2, .n = V * H,
+				     .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+				     .step = step, .grad_scale = 1.0f };
+		CHECK_OK(o->adamw(s, &aw));
+		const float *qv[1] = { c.dwqkv };
+		qe_adamw_args aq = { .param = c.wqkv, .m = c.mq, .v = c.vq, .grads = qv, .nviews = 1, .n = 3 * H * H,
+				     .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+				     .step = step, .grad_scale = 1.0f };
+		CHECK_OK(o->adamw(s, &aq));
+		CHECK_OK(o->fp8_update(s, c.rin, LH, QE_E4M3, rec));
+		CHECK_OK(o->fp8_update(s, c.rw, LH, QE_E4M3, rec));
+		CHECK_OK(o->fp8_update(s, c.rg, LH, QE_E5M2, rec));
+		CHECK_OK(o->stream_sync(s));
+		printf("chain seed %u step %d: loss %.6f, input scale %g, grad scale %g\n", seed, step, *c.loss,
+		       c.rin[LH], c.rg[LH]);
+	}
+	CHECK(isfinite(*c.loss) && fabsf(*c.loss - logf((float)V)) < 0.5f, "loss %g near log V", *c.loss);
+	CHECK(c.rg[LH] != 1.0f, "grad_output scale was updated from its amax");
+	uint8_t *copy = malloc(n);
+	memcpy(copy, arena, n);
+	*bytes = n;
+	o->free(k.b, arena);
+	bk_close(&k);
+	return copy;
+}
+
+int main(void)
+{
+	printf("seed %u\n", SEED);
+	bk k = { 0 };
+	CHECK_OK(bk_open(&k));
+	if (!k.s)
+		return qe_test_done("backend_test_adamw");
+	test_adamw_hand(&k);
+	test_view_order(&k);
+	bk_close(&k);
+
+	size_t n1 = 0, n2 = 0;
+	uint8_t *r1 = run_chain(SEED, &n1), *r2 = run_chain(SEED, &n2);
+	CHECK(r1 && r2 && n1 == n2, "both chain runs completed");
+	if (r1 && r2 && n1 == n2)
+		CHECK_BYTES(r1, r2, n1, "two runs of the same chain (determinism)");
+	free(r1);
+	free(r2);
+	return qe_test_done("backend_test_adamw");
+}
