@@ -10,7 +10,8 @@
  * graph twice must give E1 then E2 exactly.  Also: allocation while any
  * stream captures fails with QE_ECAPTURE; syncing a capturing stream
  * invalidates the capture; a failure during replay names the op and leaves
- * the stream failed; launching a graph into a capture inlines its ops.
+ * the stream failed; launching a graph into a capture inlines its ops; the
+ * default (NULL) stream runs at once and is refused during any capture.
  */
 #include <stdlib.h>
 
@@ -233,10 +234,22 @@ int main(void)
 	CHECK_OK(o->graph_launch(g, s2));
 	CHECK_BYTES(st.arena, e2, st.bytes, "two replays on a second stream");
 
+	/* the default (NULL) stream runs at once: sequence and replay match eager */
+	memcpy(st.arena, init, st.bytes);
+	CHECK(enqueue(&k, NULL, &st, ev) == SEQ_OPS, "sequence on the default stream");
+	CHECK_BYTES(st.arena, e1, st.bytes, "eager run on the default (NULL) stream");
+	CHECK_OK(o->graph_launch(g, NULL));
+	CHECK_BYTES(st.arena, e2, st.bytes, "replay on the default (NULL) stream");
+	CHECK_OK(o->stream_sync(NULL));
+
 	/* allocation is refused while any stream of the backend captures */
 	CHECK_OK(o->capture_begin(s2));
 	p = NULL;
 	CHECK(o->alloc(k.b, 64, &p) == QE_ECAPTURE, "alloc while another stream captures");
+	/* so is the default stream (CUDA's legacy stream under global capture) */
+	rc = o->fill(NULL, st.filled, 0, 4);
+	CHECK(rc == QE_ECAPTURE, "default-stream op during a capture: want QE_ECAPTURE, got %s", qe_errname(rc));
+	CHECK(o->capture_begin(NULL) == QE_EINVAL, "the default stream cannot capture");
 	/* launching a graph into a capture inlines its ops */
 	CHECK_OK(o->graph_launch(g, s2));
 	qe_graph *g2 = NULL;

@@ -15,6 +15,11 @@
  * holds the count of ops its stream had completed when it was recorded.
  * After any failure a stream stays failed and every later call on it returns
  * the first error (STYLE.md 4) until it is destroyed.
+ *
+ * A NULL stream is the default stream (backend.h): the op runs at once on a
+ * throw-away stream state, with no sticky failure.  Like CUDA's legacy stream
+ * under global capture mode, it is refused while any cpu stream in the
+ * process captures.
  */
 #include "cpu_backend.h"
 
@@ -173,16 +178,18 @@ struct qe_event {
 	cpu_backend *be;
 	int recorded;
 	uint64_t seq;
-	qe_stream *stream;
 };
 
 static const qe_backend_ops cpu_ops;
+
+/* Streams capturing in this process, over all cpu backends (default-stream rule). */
+static atomic_int g_capturing;
 
 /* ---- stream state -------------------------------------------------------- */
 
 static int stream_fail(qe_stream *s, int rc)
 {
-	if (!s->failed) {
+	if (s && !s->failed) {
 		s->failed = rc;
 		snprintf(s->failmsg, sizeof(s->failmsg), "%s", qe_last_error());
 	}
@@ -191,8 +198,12 @@ static int stream_fail(qe_stream *s, int rc)
 
 static int stream_check(qe_stream *s, const char *what)
 {
-	if (!s)
-		return qe_fail(QE_EINVAL, "%s: NULL stream", what);
+	if (!s) {
+		int n = atomic_load(&g_capturing);
+		if (n > 0)
+			return qe_fail(QE_ECAPTURE, "%s on the default (NULL) stream while %d cpu stream(s) capture", what, n);
+		return QE_OK;
+	}
 	if (s->failed)
 		return qe_fail(s->failed, "%s: cpu stream failed earlier (%s): %s", what, qe_errname(s->failed),
 			       s->failmsg);
@@ -554,7 +565,6 @@ static int exec_op(qe_stream *s, const cpu_op *op)
 	case OP_EVENT_RECORD:
 		op->u.ev->recorded = 1;
 		op->u.ev->seq = s->done;
-		op->u.ev->stream = s;
 		return QE_OK; /* bookkeeping, not work: done is not advanced */
 	case OP_STREAM_WAIT:
 		if (op->u.ev->recorded)
@@ -627,6 +637,16 @@ static int exec_op(qe_stream *s, const cpu_op *op)
 	return rc;
 }
 
+/* Run op on the default stream: a fresh state whose scratch lives for this call only. */
+static int exec_default(const cpu_op *op)
+{
+	qe_stream tmp;
+	memset(&tmp, 0, sizeof(tmp));
+	int rc = exec_op(&tmp, op);
+	qe_cpu_scratch_release(&tmp.scratch);
+	return rc;
+}
+
 /* The one path of every stream op: fail fast, check, then run or record. */
 static int submit(qe_stream *s, const cpu_op *op)
 {
@@ -634,6 +654,8 @@ static int submit(qe_stream *s, const cpu_op *op)
 	if (rc)
 		return rc;
 	rc = check_op(op);
+	if (!s)
+		return rc ? rc : exec_default(op);
 	if (!rc)
 		rc = s->capture ? graph_append(s->capture, op) : exec_op(s, op);
 	return rc ? stream_fail(s, rc) : QE_OK;
@@ -715,6 +737,7 @@ static void cpu_stream_destroy(qe_stream *s)
 	if (s->capture) {
 		graph_free(s->capture);
 		atomic_fetch_sub(&s->be->capturing, 1);
+		atomic_fetch_sub(&g_capturing, 1);
 	}
 	qe_cpu_scratch_release(&s->scratch);
 	atomic_fetch_sub(&s->be->live_streams, 1);
@@ -727,7 +750,7 @@ static int cpu_stream_sync(qe_stream *s)
 	if (rc)
 		return rc;
 	/* CUDA invalidates a capture that synchronizes; so do we, so the bug shows on cpu. */
-	if (s->capture)
+	if (s && s->capture)
 		return stream_fail(s, qe_fail(QE_ECAPTURE, "stream_sync on a capturing stream invalidates the capture"));
 	return QE_OK;
 }
@@ -760,7 +783,7 @@ static int event_op(qe_stream *s, qe_event *e, cpu_op_kind kind)
 		return rc;
 	if (!e)
 		return stream_fail(s, qe_fail(QE_EINVAL, "%s: NULL event", op_names[kind]));
-	if (e->be != s->be)
+	if (s && e->be != s->be)
 		return stream_fail(s, qe_fail(QE_EINVAL, "%s: event and stream belong to different backends",
 					      op_names[kind]));
 	cpu_op op = { .kind = kind };
@@ -781,6 +804,8 @@ static int cpu_stream_wait(qe_stream *s, qe_event *e)
 
 static int cpu_capture_begin(qe_stream *s)
 {
+	if (!s)
+		return qe_fail(QE_EINVAL, "capture_begin: the default (NULL) stream cannot capture");
 	int rc = stream_check(s, "capture_begin");
 	if (rc)
 		return rc;
@@ -792,6 +817,7 @@ static int cpu_capture_begin(qe_stream *s)
 	g->be = s->be;
 	s->capture = g;
 	atomic_fetch_add(&s->be->capturing, 1);
+	atomic_fetch_add(&g_capturing, 1);
 	return QE_OK;
 }
 
@@ -807,6 +833,7 @@ static int cpu_capture_end(qe_stream *s, qe_graph **out)
 	qe_graph *g = s->capture;
 	s->capture = NULL;
 	atomic_fetch_sub(&s->be->capturing, 1);
+	atomic_fetch_sub(&g_capturing, 1);
 	int rc = stream_check(s, "capture_end (capture invalidated)");
 	if (rc) {
 		graph_free(g);
@@ -824,8 +851,13 @@ static int cpu_graph_launch(qe_graph *g, qe_stream *s)
 		return rc;
 	if (!g)
 		return stream_fail(s, qe_fail(QE_EINVAL, "graph_launch: NULL graph"));
-	if (g->be != s->be)
+	if (s && g->be != s->be)
 		return stream_fail(s, qe_fail(QE_EINVAL, "graph_launch: graph and stream belong to different backends"));
+	qe_stream tmp;
+	if (!s) {
+		memset(&tmp, 0, sizeof(tmp));
+		s = &tmp;
+	}
 	if (s->capture) {
 		/* launching into a capture inlines the graph's ops (a child graph in CUDA) */
 		if (s->capture == g)
@@ -837,13 +869,16 @@ static int cpu_graph_launch(qe_graph *g, qe_stream *s)
 		}
 		return QE_OK;
 	}
-	for (int i = 0; i < g->n; i++) {
+	for (int i = 0; i < g->n && !rc; i++) {
 		rc = exec_op(s, &g->ops[i]);
 		if (rc)
-			return stream_fail(s, qe_fail_ctx(rc, "graph_launch: op %d of %d (%s)", i, g->n,
-							  op_names[g->ops[i].kind]));
+			rc = qe_fail_ctx(rc, "graph_launch: op %d of %d (%s)", i, g->n, op_names[g->ops[i].kind]);
 	}
-	return QE_OK;
+	if (s == &tmp) {
+		qe_cpu_scratch_release(&tmp.scratch);
+		return rc;
+	}
+	return rc ? stream_fail(s, rc) : QE_OK;
 }
 
 static void cpu_graph_destroy(qe_graph *g)
