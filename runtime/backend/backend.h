@@ -17,6 +17,9 @@
  *   dgrad    dX[N,in]  = dY[N,out]  . WT[in,out]^T         (W transposed copy)
  *   wgrad    dW[out,in]= dYT[out,N] . XT[in,N]^T           (dY, X transposed copies)
  *
+ * A NULL stream names the backend's default stream: the op runs at once and
+ * synchronously (used at setup, never while capturing).
+ *
  * Ownership: streams, events and graphs are created and destroyed through the
  * table; memory from alloc is freed with free.  Tensor descriptors never own.
  */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #define QE_MSG_MAX 1024
+#pragma GCC diagnostic ignored "-Wformat-truncation"
 static _Thread_local char last_msg[QE_MSG_MAX];
 
 const char *qe_errname(int code)

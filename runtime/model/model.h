@@ -1,0 +1,133 @@
+/*
+ * model.h - the GPT stage, written once against the backend op table.
+ *
+ * A model of `layers` blocks is cut into `layers` virtual stages, one block
+ * each (DESIGN.md section 5).  Stage 0 also holds the token and position
+ * embeddings; the last stage also holds the final layernorm, the output head
+ * and the loss.  A qe_stage owns, in backend memory:
+ *   - its fp32 master parameters (one buffer, named views, qe_stage_param),
+ *   - the FP8 meta of its linear layers (roles input/weight/grad_output,
+ *     each a role block of fp8.h),
+ *   - the FP8 weight cache (row-wise and transposed copies of each matrix),
+ *   - nslots tape slots of fixed storage (activations and the retained
+ *     FP8 copies dW needs), at fixed addresses for graph capture,
+ *   - per-microbatch buffers for the non-matrix gradients,
+ *   - a workspace shared by its actions.
+ * Matrix gradients are written by dW into destinations the caller provides
+ * (the gradient arena), one per matrix parameter.
+ *
+ * The physical actions below do no contract bookkeeping: the executor checks
+ * the relations (runtime/contract) before each and commits after it.
+ */
+#ifndef QE_MODEL_H
+#define QE_MODEL_H
+
+#include <stdint.h>
+
+#include "runtime/backend/backend.h"
+#include "runtime/fp8/fp8.h"
+
+typedef struct qe_model_config {
+	char preset[16];
+	int vocab, hidden, ffn, heads, seq, layers;
+} qe_model_config;
+
+/* "tiny", "small", "h2048", "h4096". QE_EINVAL names the unknown preset. */
+int qe_model_preset(const char *name, qe_model_config *out);
+int qe_model_config_check(const qe_model_config *c);
+
+typedef struct qe_precision {
+	int fp8;          /* 1: matrix GEMMs in FP8 with delayed scaling; 0: f32 GEMMs */
+	int head_current; /* 1: the output head uses current scaling (no history) */
+	qe_fp8_recipe recipe;
+} qe_precision;
+
+/* Linear layers of a stage, in this order (head only on the last stage). */
+enum { QE_LIN_QKV = 0, QE_LIN_PROJ, QE_LIN_FC1, QE_LIN_FC2, QE_LIN_HEAD, QE_LIN_MAX };
+const char *qe_linear_name(int lin);
+
+typedef struct qe_param_info {
+	char name[24];     /* "qkv.w", "ln1.b", "wte", ... */
+	int64_t rows, cols; /* cols == 1 for vectors stored as [rows] */
+	int64_t offset;    /* floats from the start of the parameter buffer */
+	int is_matrix;     /* an FP8 GEMM weight: its gradient goes to the arena */
+	int matrix_index;  /* index among the stage's matrices, or -1 */
+	int64_t grad_offset; /* non-matrix: floats from the start of a microbatch grad buffer; else -1 */
+	int decay;         /* weight decay applies */
+	int linear;        /* QE_LIN_* for matrices, -1 otherwise */
+} qe_param_info;
+
+typedef struct qe_stage qe_stage;
+
+/*
+ * Create global stage `stage` of `nstages` with nslots tape slots and
+ * nmicro non-matrix gradient buffers.  Parameters start zero: call
+ * qe_stage_init_params.  *out is freed with qe_stage_free.
+ */
+int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precision *prec, int stage, int nstages,
+		    int nslots, int nmicro, qe_stage **out);
+void qe_stage_free(qe_stage *st);
+
+int qe_stage_index(const qe_stage *st);
+int qe_stage_is_first(const qe_stage *st);
+int qe_stage_is_last(const qe_stage *st);
+const qe_model_config *qe_stage_config(const qe_stage *st);
+
+/* GPT-2 style initialization, a pure function of (seed, global stage, parameter). */
+int qe_stage_init_params(qe_stage *st, uint64_t seed);
+
+int qe_stage_nparams(const qe_stage *st);
+const qe_param_info *qe_stage_param(const qe_stage *st, int i);
+int qe_stage_nmatrices(const qe_stage *st);
+/* The parameter index of matrix j (0 <= j < nmatrices). */
+int qe_stage_matrix_param(const qe_stage *st, int j);
+float *qe_stage_params(qe_stage *st);            /* backend memory, qe_stage_param_floats floats */
+int64_t qe_stage_param_floats(const qe_stage *st);
+/* The fp32 parameter i as a tensor [rows, cols]. */
+qe_tensor qe_stage_param_tensor(qe_stage *st, int i);
+
+/* FP8 meta: nlinear x QE_ROLE_COUNT role blocks of qe_fp8_role_floats(L) floats. */
+float *qe_stage_fp8_meta(qe_stage *st);
+int64_t qe_stage_fp8_meta_floats(const qe_stage *st);
+int qe_stage_nlinear(const qe_stage *st);
+float *qe_stage_fp8_role(qe_stage *st, int lin, qe_fp8_role role);
+
+/* Per-slot input/output buffers, [seq, hidden] f32 unless noted. */
+int32_t *qe_stage_slot_tokens(qe_stage *st, int slot);  /* [seq]; first stage only */
+int32_t *qe_stage_slot_targets(qe_stage *st, int slot); /* [seq]; last stage only */
+float *qe_stage_slot_input(qe_stage *st, int slot);     /* activation in; not on the first stage */
+float *qe_stage_slot_output(qe_stage *st, int slot);    /* activation out */
+float *qe_stage_slot_dout(qe_stage *st, int slot);      /* gradient of the output; not on the last stage */
+float *qe_stage_slot_dinput(qe_stage *st, int slot);    /* gradient of the input; not on the first stage */
+float *qe_stage_slot_loss(qe_stage *st, int slot);      /* [1]; last stage only */
+size_t qe_stage_act_bytes(const qe_stage *st);          /* bytes of one [seq, hidden] activation */
+size_t qe_stage_slot_bytes(const qe_stage *st);         /* tape bytes of one slot */
+
+/* Non-matrix gradient buffer of microbatch m (layout by qe_param_info.grad_offset). */
+float *qe_stage_nonmatrix_grad(qe_stage *st, int m);
+int64_t qe_stage_nonmatrix_floats(const qe_stage *st);
+
+/*
+ * F: forward of the slot's microbatch.  refresh_cache re-casts every matrix
+ * into the FP8 weight cache first (the first F of a step).  Updates the
+ * forward roles' scaling state at the end.
+ */
+int qe_stage_forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache);
+/*
+ * dI: input gradient and non-matrix gradients of microbatch m (written to
+ * its non-matrix buffer), quantizing each dY exactly once and retaining the
+ * transposed FP8 copies dW needs in the slot.  Updates the backward role.
+ */
+int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m);
+/*
+ * dW: the matrix gradients from what dI retained, written to dests[j] for
+ * matrix j (f32 [rows, cols] of that matrix).  Never touches scaling state.
+ */
+int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tensor *dests);
+/* B: full backward, dI then dW. */
+int qe_stage_backward_full(qe_stage *st, qe_stream *s, int slot, int m, const qe_tensor *dests);
+
+/* Expected shape of the gradient destination of matrix j. */
+qe_tensor qe_stage_matrix_grad_shape(const qe_stage *st, int j);
+
+#endif

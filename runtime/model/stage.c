@@ -1,0 +1,360 @@
+/*
+ * stage.c - creating a stage: its parameter table, and the carving of its
+ * parameters, FP8 meta, weight cache, tape slots, gradient buffers and
+ * workspace out of backend memory at fixed addresses.
+ */
+#include "model_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/core/rng.h"
+#include "runtime/core/status.h"
+
+#define ALIGN 256
+
+/* A bump allocator that only computes offsets when base is NULL. */
+typedef struct carver {
+	char *base;
+	size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes)
+{
+	void *p = c->base ? c->base + c->off : NULL;
+	c->off += (bytes + ALIGN - 1) / ALIGN * ALIGN;
+	return p;
+}
+
+static int add_param(qe_stage *st, const char *name, int64_t rows, int64_t cols, int is_matrix, int decay, int lin)
+{
+	qe_param_info *p = &st->params[st->nparams];
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->rows = rows;
+	p->cols = cols;
+	p->offset = st->param_floats;
+	p->is_matrix = is_matrix;
+	p->decay = decay;
+	p->linear = is_matrix ? lin : -1;
+	p->matrix_index = -1;
+	p->grad_offset = -1;
+	/* keep every parameter 64-float aligned so views stay 256-byte aligned */
+	st->param_floats += (rows * cols + 63) / 64 * 64;
+	if (is_matrix) {
+		p->matrix_index = st->nmatrices;
+		st->matrix_param[st->nmatrices++] = st->nparams;
+	} else {
+		p->grad_offset = st->nonmatrix_floats;
+		st->nonmatrix_floats += (rows * cols + 63) / 64 * 64;
+	}
+	return st->nparams++;
+}
+
+static void add_linear(qe_stage *st, int lin, const char *name, int in, int out, int with_bias)
+{
+	char n[24];
+	lin_info *L = &st->lin[lin];
+	L->in = in;
+	L->out = out;
+	snprintf(n, sizeof(n), "%s.w", name);
+	L->param = add_param(st, n, out, in, 1, 1, lin);
+	L->bias = -1;
+	if (with_bias) {
+		snprintf(n, sizeof(n), "%s.b", name);
+		L->bias = add_param(st, n, out, 1, 0, 0, -1);
+	}
+	L->current = (lin == QE_LIN_HEAD) && st->prec.head_current;
+	if (lin + 1 > st->nlin)
+		st->nlin = lin + 1;
+}
+
+static void build_param_table(qe_stage *st)
+{
+	const qe_model_config *c = &st->cfg;
+	int H = c->hidden;
+	st->p_wte = st->p_wpe = st->p_lnfw = st->p_lnfb = -1;
+	if (st->first) {
+		st->p_wte = add_param(st, "wte", c->vocab, H, 0, 1, -1);
+		st->p_wpe = add_param(st, "wpe", c->seq, H, 0, 1, -1);
+	}
+	st->p_ln1w = add_param(st, "ln1.w", H, 1, 0, 0, -1);
+	st->p_ln1b = add_param(st, "ln1.b", H, 1, 0, 0, -1);
+	add_linear(st, QE_LIN_QKV, "qkv", H, 3 * H, 1);
+	add_linear(st, QE_LIN_PROJ, "proj", H, H, 1);
+	st->p_ln2w = add_param(st, "ln2.w", H, 1, 0, 0, -1);
+	st->p_ln2b = add_param(st, "ln2.b", H, 1, 0, 0, -1);
+	add_linear(st, QE_LIN_FC1, "fc1", H, c->ffn, 1);
+	add_linear(st, QE_LIN_FC2, "fc2", c->ffn, H, 1);
+	if (st->last) {
+		st->p_lnfw = add_param(st, "lnf.w", H, 1, 0, 0, -1);
+		st->p_lnfb = add_param(st, "lnf.b", H, 1, 0, 0, -1);
+		add_linear(st, QE_LIN_HEAD, "head", H, c->vocab, 0);
+	}
+}
+
+static qe_dtype role_dtype(const qe_stage *st, qe_fp8_role role)
+{
+	return st->prec.fp8 ? qe_fp8_role_dtype(&st->prec.recipe, role) : QE_F32;
+}
+
+/* Lay out (base NULL: measure) one slot's tape. */
+static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
+{
+	const qe_model_config *c = &st->cfg;
+	int64_t T = c->seq, H = c->hidden;
+	qe_device dev = st->b->ops->device;
+	carver cv = { base, 0 };
+	memset(t, 0, sizeof(*t));
+	if (st->first)
+		t->tokens = carve(&cv, T * 4);
+	if (st->last)
+		t->targets = carve(&cv, T * 4);
+	t->x_in = carve(&cv, T * H * 4);
+	t->mean1 = carve(&cv, T * 4);
+	t->rstd1 = carve(&cv, T * 4);
+	t->qkv = carve(&cv, T * 3 * H * 4);
+	t->probs = carve(&cv, (size_t)c->heads * T * T * 4);
+	t->x_mid = carve(&cv, T * H * 4);
+	t->mean2 = carve(&cv, T * 4);
+	t->rstd2 = carve(&cv, T * 4);
+	t->fc1_out = carve(&cv, T * c->ffn * 4);
+	t->x_out = carve(&cv, T * H * 4);
+	if (st->last) {
+		t->meanf = carve(&cv, T * 4);
+		t->rstdf = carve(&cv, T * 4);
+		t->logits = carve(&cv, T * c->vocab * 4);
+		t->loss = carve(&cv, 4);
+	} else {
+		t->dout = carve(&cv, T * H * 4);
+	}
+	if (!st->first)
+		t->dx_in = carve(&cv, T * H * 4);
+	qe_dtype in_dt = role_dtype(st, QE_ROLE_INPUT), go_dt = role_dtype(st, QE_ROLE_GRAD_OUTPUT);
+	for (int l = 0; l < st->nlin; l++) {
+		lin_info *L = &st->lin[l];
+		lin_tape *lt = &t->lin[l];
+		if (L->param < 0)
+			continue;
+		lt->x_sinv = carve(&cv, 4);
+		lt->dy_sinv = carve(&cv, 4);
+		lt->xq_col = qe_tensor_2d(carve(&cv, (size_t)L->in * T * qe_dtype_size(in_dt)), in_dt, dev, L->in, T);
+		lt->xq_col.scale_inv = lt->x_sinv;
+		lt->dyq_col =
+			qe_tensor_2d(carve(&cv, (size_t)L->out * T * qe_dtype_size(go_dt)), go_dt, dev, L->out, T);
+		lt->dyq_col.scale_inv = lt->dy_sinv;
+	}
+	return cv.off;
+}
+
+/* Lay out (base NULL: measure) the weight cache. */
+static size_t layout_cache(qe_stage *st, char *base)
+{
+	carver cv = { base, 0 };
+	qe_dtype w_dt = role_dtype(st, QE_ROLE_WEIGHT);
+	qe_device dev = st->b->ops->device;
+	for (int l = 0; l < st->nlin; l++) {
+		lin_info *L = &st->lin[l];
+		if (L->param < 0)
+			continue;
+		size_t n = (size_t)L->in * L->out * qe_dtype_size(w_dt);
+		L->w_sinv = carve(&cv, 4);
+		L->wq_row = qe_tensor_2d(carve(&cv, n), w_dt, dev, L->out, L->in);
+		L->wq_col = qe_tensor_2d(carve(&cv, n), w_dt, dev, L->in, L->out);
+		L->wq_row.scale_inv = L->wq_col.scale_inv = L->w_sinv;
+	}
+	return cv.off;
+}
+
+static size_t layout_workspace(qe_stage *st, char *base)
+{
+	const qe_model_config *c = &st->cfg;
+	int64_t T = c->seq, H = c->hidden;
+	int64_t wide = 3 * H > c->ffn ? 3 * H : c->ffn;
+	int64_t qwide = wide > c->vocab ? wide : c->vocab;
+	carver cv = { base, 0 };
+	for (int i = 0; i < 3; i++)
+		st->ws_h[i] = carve(&cv, T * H * 4);
+	for (int i = 0; i < 2; i++)
+		st->ws_g[i] = carve(&cv, T * H * 4);
+	for (int i = 0; i < 2; i++)
+		st->ws_big[i] = carve(&cv, T * wide * 4);
+	st->ws_q = carve(&cv, T * qwide * 4);
+	return cv.off;
+}
+
+static int stage_alloc(qe_stage *st, size_t bytes, void **out, const char *what)
+{
+	int rc = st->b->ops->alloc(st->b, bytes ? bytes : 1, out);
+	if (rc)
+		return qe_fail_ctx(rc, "stage %d: allocating %zu bytes for %s", st->stage, bytes, what);
+	return QE_OK;
+}
+
+int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precision *prec, int stage, int nstages,
+		    int nslots, int nmicro, qe_stage **out)
+{
+	int rc;
+	*out = NULL;
+	if ((rc = qe_model_config_check(cfg)))
+		return rc;
+	if (stage < 0 || stage >= nstages || nslots < 1 || nmicro < 1)
+		return qe_fail(QE_EINVAL, "stage %d of %d with %d slots and %d microbatches is not a valid stage",
+			       stage, nstages, nslots, nmicro);
+	if (prec->fp8 && (rc = qe_fp8_recipe_check(&prec->recipe)))
+		return rc;
+	qe_stage *st = calloc(1, sizeof(*st));
+	if (!st)
+		return qe_fail(QE_ENOMEM, "stage %d: out of host memory", stage);
+	st->b = b;
+	st->cfg = *cfg;
+	st->prec = *prec;
+	if (st->prec.recipe.history_len < 1)
+		st->prec.recipe = qe_fp8_recipe_default();
+	st->stage = stage;
+	st->nstages = nstages;
+	st->nslots = nslots;
+	st->nmicro = nmicro;
+	st->first = stage == 0;
+	st->last = stage == nstages - 1;
+	for (int l = 0; l < QE_LIN_MAX; l++)
+		st->lin[l].param = st->lin[l].bias = -1;
+	build_param_table(st);
+
+	int L = st->prec.recipe.history_len;
+	st->meta_floats = (int64_t)st->nlin * QE_ROLE_COUNT * qe_fp8_role_floats(L);
+	st->slots = calloc((size_t)nslots, sizeof(slot_tape));
+	if (!st->slots) {
+		free(st);
+		return qe_fail(QE_ENOMEM, "stage %d: out of host memory", stage);
+	}
+	slot_tape scratch;
+	st->slot_bytes = layout_slot(st, NULL, &scratch);
+	size_t cache_bytes = layout_cache(st, NULL);
+	size_t ws_bytes = layout_workspace(st, NULL);
+
+	if ((rc = stage_alloc(st, st->param_floats * 4, (void **)&st->param_buf, "parameters")) ||
+	    (rc = stage_alloc(st, (size_t)nmicro * st->nonmatrix_floats * 4, (void **)&st->grad_buf,
+			      "non-matrix gradients")) ||
+	    (rc = stage_alloc(st, st->meta_floats * 4, (void **)&st->meta, "fp8 meta")) ||
+	    (rc = stage_alloc(st, st->slot_bytes * nslots, &st->slot_mem, "tape slots")) ||
+	    (rc = stage_alloc(st, cache_bytes, &st->cache_mem, "weight cache")) ||
+	    (rc = stage_alloc(st, ws_bytes, &st->ws_mem, "workspace"))) {
+		qe_stage_free(st);
+		return rc;
+	}
+	for (int s = 0; s < nslots; s++)
+		layout_slot(st, (char *)st->slot_mem + (size_t)s * st->slot_bytes, &st->slots[s]);
+	layout_cache(st, st->cache_mem);
+	layout_workspace(st, st->ws_mem);
+
+	/* Initial FP8 meta: history zeros, scale 1 (DESIGN.md 4). */
+	float *meta = malloc(st->meta_floats * 4);
+	if (!meta) {
+		qe_stage_free(st);
+		return qe_fail(QE_ENOMEM, "stage %d: out of host memory", stage);
+	}
+	for (int64_t i = 0; i < st->meta_floats; i += qe_fp8_role_floats(L))
+		qe_fp8_role_init(meta + i, L);
+	rc = b->ops->copy(NULL, st->meta, meta, st->meta_floats * 4, QE_COPY_H2D);
+	free(meta);
+	if (rc) {
+		qe_stage_free(st);
+		return rc;
+	}
+	*out = st;
+	return QE_OK;
+}
+
+void qe_stage_free(qe_stage *st)
+{
+	if (!st)
+		return;
+	void *bufs[] = { st->param_buf, st->grad_buf, st->meta, st->slot_mem, st->cache_mem, st->ws_mem };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		if (bufs[i])
+			st->b->ops->free(st->b, bufs[i]);
+	free(st->slots);
+	free(st);
+}
+
+int qe_stage_init_params(qe_stage *st, uint64_t seed)
+{
+	float *host = calloc((size_t)st->param_floats, 4);
+	if (!host)
+		return qe_fail(QE_ENOMEM, "stage %d: out of host memory for initialization", st->stage);
+	float resid_scale = 1.0f / sqrtf(2.0f * (float)st->cfg.layers);
+	for (int i = 0; i < st->nparams; i++) {
+		const qe_param_info *p = &st->params[i];
+		float *w = host + p->offset;
+		int64_t n = p->rows * p->cols;
+		/* The stream depends on the global stage and the parameter name only, so
+		 * any pipeline mapping initializes the same model. */
+		uint64_t h = 1469598103934665603ULL;
+		for (const char *c = p->name; *c; c++)
+			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
+		qe_rng r = qe_rng_derive(seed, h ^ ((uint64_t)st->stage << 56));
+		const char *dot = strrchr(p->name, '.');
+		int is_ln_w = dot && strcmp(dot, ".w") == 0 && strncmp(p->name, "ln", 2) == 0;
+		if (is_ln_w) {
+			for (int64_t k = 0; k < n; k++)
+				w[k] = 1.0f;
+		} else if (p->cols == 1) {
+			/* biases and layernorm shifts start at zero */
+		} else {
+			float stdv = strcmp(p->name, "wpe") == 0 ? 0.01f : 0.02f;
+			if (strcmp(p->name, "proj.w") == 0 || strcmp(p->name, "fc2.w") == 0)
+				stdv *= resid_scale;
+			for (int64_t k = 0; k < n; k++)
+				w[k] = stdv * qe_rng_normal(&r);
+		}
+	}
+	int rc = st->b->ops->copy(NULL, st->param_buf, host, st->param_floats * 4, QE_COPY_H2D);
+	free(host);
+	return rc;
+}
+
+int qe_stage_index(const qe_stage *st) { return st->stage; }
+int qe_stage_is_first(const qe_stage *st) { return st->first; }
+int qe_stage_is_last(const qe_stage *st) { return st->last; }
+const qe_model_config *qe_stage_config(const qe_stage *st) { return &st->cfg; }
+int qe_stage_nparams(const qe_stage *st) { return st->nparams; }
+const qe_param_info *qe_stage_param(const qe_stage *st, int i) { return &st->params[i]; }
+int qe_stage_nmatrices(const qe_stage *st) { return st->nmatrices; }
+int qe_stage_matrix_param(const qe_stage *st, int j) { return st->matrix_param[j]; }
+float *qe_stage_params(qe_stage *st) { return st->param_buf; }
+int64_t qe_stage_param_floats(const qe_stage *st) { return st->param_floats; }
+float *qe_stage_fp8_meta(qe_stage *st) { return st->meta; }
+int64_t qe_stage_fp8_meta_floats(const qe_stage *st) { return st->meta_floats; }
+int qe_stage_nlinear(const qe_stage *st) { return st->nlin; }
+float *qe_stage_nonmatrix_grad(qe_stage *st, int m) { return st->grad_buf + (int64_t)m * st->nonmatrix_floats; }
+int64_t qe_stage_nonmatrix_floats(const qe_stage *st) { return st->nonmatrix_floats; }
+size_t qe_stage_act_bytes(const qe_stage *st) { return (size_t)st->cfg.seq * st->cfg.hidden * 4; }
+size_t qe_stage_slot_bytes(const qe_stage *st) { return st->slot_bytes; }
+
+qe_tensor qe_stage_param_tensor(qe_stage *st, int i)
+{
+	const qe_param_info *p = &st->params[i];
+	return qe_tensor_2d(st->param_buf + p->offset, QE_F32, st->b->ops->device, p->rows, p->cols);
+}
+
+float *qe_stage_fp8_role(qe_stage *st, int lin, qe_fp8_role role)
+{
+	return st->meta + ((int64_t)lin * QE_ROLE_COUNT + role) * qe_fp8_role_floats(st->prec.recipe.history_len);
+}
+
+int32_t *qe_stage_slot_tokens(qe_stage *st, int slot) { return st->slots[slot].tokens; }
+int32_t *qe_stage_slot_targets(qe_stage *st, int slot) { return st->slots[slot].targets; }
+float *qe_stage_slot_input(qe_stage *st, int slot) { return st->first ? NULL : st->slots[slot].x_in; }
+float *qe_stage_slot_output(qe_stage *st, int slot) { return st->slots[slot].x_out; }
+float *qe_stage_slot_dout(qe_stage *st, int slot) { return st->slots[slot].dout; }
+float *qe_stage_slot_dinput(qe_stage *st, int slot) { return st->slots[slot].dx_in; }
+float *qe_stage_slot_loss(qe_stage *st, int slot) { return st->slots[slot].loss; }
+
+qe_tensor qe_stage_matrix_grad_shape(const qe_stage *st, int j)
+{
+	const qe_param_info *p = &st->params[st->matrix_param[j]];
+	return qe_tensor_2d(NULL, QE_F32, st->b->ops->device, p->rows, p->cols);
+}

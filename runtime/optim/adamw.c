@@ -1,0 +1,77 @@
+/*
+ * adamw.c - one AdamW op per parameter tensor, each summing that tensor's
+ * microbatch views in order before the update.
+ */
+#include "adamw.h"
+
+#include <stdlib.h>
+
+#include "runtime/core/status.h"
+
+qe_adamw_config qe_adamw_config_default(void)
+{
+	qe_adamw_config c = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f };
+	return c;
+}
+
+int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out)
+{
+	qe_adamw *a = calloc(1, sizeof(*a));
+	int rc;
+	if (!a)
+		return qe_fail(QE_ENOMEM, "adamw: out of host memory");
+	a->b = b;
+	a->n = qe_stage_param_floats(st);
+	if ((rc = b->ops->alloc(b, a->n * 4, (void **)&a->m)) || (rc = b->ops->alloc(b, a->n * 4, (void **)&a->v))) {
+		qe_adamw_free(a);
+		return qe_fail_ctx(rc, "adamw: allocating moments of stage %d", qe_stage_index(st));
+	}
+	*out = a;
+	return QE_OK;
+}
+
+void qe_adamw_free(qe_adamw *a)
+{
+	if (!a)
+		return;
+	if (a->m)
+		a->b->ops->free(a->b, a->m);
+	if (a->v)
+		a->b->ops->free(a->b, a->v);
+	free(a);
+}
+
+int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmicro,
+		  const qe_adamw_config *cfg, float grad_scale)
+{
+	const float *views[256];
+	if (nmicro < 1 || nmicro > 256)
+		return qe_fail(QE_EINVAL, "adamw: %d microbatches (1..256 supported)", nmicro);
+	a->step++;
+	for (int i = 0; i < qe_stage_nparams(st); i++) {
+		const qe_param_info *p = qe_stage_param(st, i);
+		for (int m = 0; m < nmicro; m++)
+			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmicro + m]
+						: qe_stage_nonmatrix_grad(st, m) + p->grad_offset;
+		qe_adamw_args args = { 0 };
+		args.param = qe_stage_params(st) + p->offset;
+		args.m = a->m + p->offset;
+		args.v = a->v + p->offset;
+		args.grads = views;
+		args.nviews = nmicro;
+		args.n = p->rows * p->cols;
+		args.lr = cfg->lr;
+		args.beta1 = cfg->beta1;
+		args.beta2 = cfg->beta2;
+		args.eps = cfg->eps;
+		args.weight_decay = p->decay ? cfg->weight_decay : 0.0f;
+		args.step = a->step;
+		args.grad_scale = grad_scale;
+		int rc = a->b->ops->adamw(s, &args);
+		if (rc) {
+			a->step--;
+			return qe_fail_ctx(rc, "adamw: stage %d parameter '%s'", qe_stage_index(st), p->name);
+		}
+	}
+	return QE_OK;
+}

@@ -1,0 +1,41 @@
+/*
+ * adamw.h - AdamW with fp32 master weights, fused with the reduction of the
+ * per-microbatch gradients in microbatch order.
+ *
+ * The moments share the stage's parameter layout (qe_param_info.offset), so
+ * a checkpoint saves them as two typed arrays beside the parameters.  The
+ * reduction order is fixed (microbatch 0, 1, ...), so the update does not
+ * depend on the order in which a schedule ran dW.
+ */
+#ifndef QE_ADAMW_H
+#define QE_ADAMW_H
+
+#include "runtime/model/model.h"
+
+typedef struct qe_adamw_config {
+	float lr, beta1, beta2, eps, weight_decay;
+} qe_adamw_config;
+
+qe_adamw_config qe_adamw_config_default(void);
+
+typedef struct qe_adamw {
+	qe_backend *b;
+	float *m, *v;   /* backend memory, n floats each */
+	int64_t n;
+	int64_t step;   /* optimizer steps taken (persisted) */
+} qe_adamw;
+
+/* Moments for a stage's parameter buffer, zero-initialized. Free with qe_adamw_free. */
+int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out);
+void qe_adamw_free(qe_adamw *a);
+
+/*
+ * One optimizer step of stage st.  matrix_views[j * nmicro + m] is microbatch
+ * m's gradient view of matrix j (the arena); the non-matrix gradients come
+ * from the stage's own microbatch buffers.  The summed gradient is
+ * multiplied by grad_scale before the update.
+ */
+int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmicro,
+		  const qe_adamw_config *cfg, float grad_scale);
+
+#endif

@@ -1,0 +1,199 @@
+/*
+ * config.c - defaults, checks, names and the JSON form of a run's config.
+ */
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "runtime/core/status.h"
+
+void qe_train_config_default(qe_train_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	qe_model_preset("tiny", &c->model);
+	c->prec.fp8 = 1;
+	c->prec.head_current = 0;
+	c->prec.recipe = qe_fp8_recipe_default();
+	c->optim = qe_adamw_config_default();
+	snprintf(c->backend, sizeof(c->backend), "cpu");
+	c->pp = 1;
+	c->dp = 1;
+	c->micro = 4;
+	c->chunks = 0; /* derived: layers / pp for interleaved, 2 for zbv */
+	c->schedule = QE_SCHED_INTERLEAVED;
+	c->backward = QE_BACKWARD_SPLIT;
+	c->exec = QE_EXEC_EAGER;
+	c->grad = QE_GRAD_DIRECT;
+	c->steps = 20;
+	c->seed = 1;
+	c->eval_every = 0;
+	c->eval_micro = 4;
+	c->ckpt_every = 0;
+	c->log_every = 1;
+}
+
+int qe_train_config_check(const qe_train_config *c)
+{
+	int rc;
+	if ((rc = qe_model_config_check(&c->model)))
+		return rc;
+	if (c->prec.fp8 && (rc = qe_fp8_recipe_check(&c->prec.recipe)))
+		return rc;
+	if (c->pp < 1 || c->dp < 1)
+		return qe_fail(QE_EINVAL, "--pp and --dp must be at least 1 (got %d, %d)", c->pp, c->dp);
+	if (c->micro < 1 || c->micro > 256)
+		return qe_fail(QE_EINVAL, "--micro must be in 1..256 (got %d)", c->micro);
+	int stages = c->pp * c->chunks;
+	if (stages != c->model.layers)
+		return qe_fail(QE_EINVAL,
+			       "--pp %d with %d chunks per rank gives %d virtual stages, but model '%s' has %d layers "
+			       "(one per virtual stage)",
+			       c->pp, c->chunks, stages, c->model.preset, c->model.layers);
+	if (c->schedule == QE_SCHED_ZBV && c->chunks != 2)
+		return qe_fail(QE_EINVAL, "--schedule zbv places two chunks per rank (V shape): needs --pp %d",
+			       c->model.layers / 2);
+	if (c->schedule == QE_SCHED_INTERLEAVED && c->chunks > 1 && c->micro % c->pp)
+		return qe_fail(QE_EINVAL, "--schedule interleaved needs --micro (%d) to be a multiple of --pp (%d)",
+			       c->micro, c->pp);
+	if (c->steps < 0)
+		return qe_fail(QE_EINVAL, "--steps must be >= 0");
+	if (c->optim.lr <= 0)
+		return qe_fail(QE_EINVAL, "--lr must be > 0");
+	return QE_OK;
+}
+
+#define NAMES(fn, parse, type, ...)                                                         \
+	static const char *fn##_tab[] = { __VA_ARGS__ };                                    \
+	const char *fn(type v)                                                              \
+	{                                                                                   \
+		return (unsigned)v < sizeof(fn##_tab) / sizeof(fn##_tab[0]) ? fn##_tab[v] : "?"; \
+	}                                                                                   \
+	int parse(const char *s, type *out)                                                 \
+	{                                                                                   \
+		for (unsigned i = 0; i < sizeof(fn##_tab) / sizeof(fn##_tab[0]); i++)      \
+			if (strcmp(s, fn##_tab[i]) == 0) {                                  \
+				*out = (type)i;                                             \
+				return QE_OK;                                               \
+			}                                                                   \
+		return qe_fail(QE_EINVAL, "unknown value '%s' for " #type, s);              \
+	}
+NAMES(qe_exec_name, qe_exec_parse, qe_exec_mode, "eager", "graph")
+NAMES(qe_grad_name, qe_grad_parse, qe_grad_mode, "direct", "copy")
+#undef NAMES
+
+char *qe_train_config_to_json(const qe_train_config *c)
+{
+	json_t *o = json_pack(
+		"{s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i},"
+		"s:{s:b,s:b,s:s,s:i,s:i,s:s},"
+		"s:{s:f,s:f,s:f,s:f,s:f},"
+		"s:s,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s,s:i,s:i,s:i,s:i}",
+		"model", "preset", c->model.preset, "vocab", c->model.vocab, "hidden", c->model.hidden, "ffn",
+		c->model.ffn, "heads", c->model.heads, "seq", c->model.seq, "layers", c->model.layers,
+		"precision", "fp8", c->prec.fp8, "head_current", c->prec.head_current, "format",
+		qe_fp8_format_name(c->prec.recipe.format), "margin", c->prec.recipe.margin, "history",
+		c->prec.recipe.history_len, "amax_algo", qe_amax_algo_name(c->prec.recipe.algo),
+		"optim", "lr", (double)c->optim.lr, "beta1", (double)c->optim.beta1, "beta2", (double)c->optim.beta2,
+		"eps", (double)c->optim.eps, "weight_decay", (double)c->optim.weight_decay,
+		"backend", c->backend, "pp", c->pp, "dp", c->dp, "micro", c->micro, "chunks", c->chunks,
+		"schedule", qe_sched_kind_name(c->schedule), "backward", qe_sched_backward_name(c->backward), "exec",
+		qe_exec_name(c->exec), "grad", qe_grad_name(c->grad), "steps", (json_int_t)c->steps, "seed",
+		(json_int_t)c->seed, "data", c->data, "run_dir", c->run_dir, "eval_every", c->eval_every,
+		"eval_micro", c->eval_micro, "ckpt_every", c->ckpt_every, "log_every", c->log_every);
+	if (!o)
+		return NULL;
+	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(o);
+	return s;
+}
+
+int qe_train_config_from_json(const char *text, qe_train_config *c)
+{
+	json_error_t err;
+	json_t *o = json_loads(text, 0, &err);
+	if (!o)
+		return qe_fail(QE_ECORRUPT, "run config: not JSON: %s", err.text);
+	const char *preset, *fmt, *algo, *backend, *sched, *bw, *ex, *gr, *data, *rundir;
+	double lr, b1, b2, eps, wd;
+	int fp8, headc;
+	json_int_t steps, seed;
+	qe_train_config_default(c);
+	int r = json_unpack_ex(
+		o, &err, 0,
+		"{s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i},"
+		"s:{s:b,s:b,s:s,s:i,s:i,s:s},"
+		"s:{s:F,s:F,s:F,s:F,s:F},"
+		"s:s,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s,s:i,s:i,s:i,s:i}",
+		"model", "preset", &preset, "vocab", &c->model.vocab, "hidden", &c->model.hidden, "ffn",
+		&c->model.ffn, "heads", &c->model.heads, "seq", &c->model.seq, "layers", &c->model.layers,
+		"precision", "fp8", &fp8, "head_current", &headc, "format", &fmt, "margin", &c->prec.recipe.margin,
+		"history", &c->prec.recipe.history_len, "amax_algo", &algo,
+		"optim", "lr", &lr, "beta1", &b1, "beta2", &b2, "eps", &eps, "weight_decay", &wd,
+		"backend", &backend, "pp", &c->pp, "dp", &c->dp, "micro", &c->micro, "chunks", &c->chunks,
+		"schedule", &sched, "backward", &bw, "exec", &ex, "grad", &gr, "steps", &steps, "seed", &seed,
+		"data", &data, "run_dir", &rundir, "eval_every", &c->eval_every, "eval_micro", &c->eval_micro,
+		"ckpt_every", &c->ckpt_every, "log_every", &c->log_every);
+	int rc = QE_OK;
+	if (r) {
+		rc = qe_fail(QE_ECORRUPT, "run config: %s", err.text);
+		goto out;
+	}
+	snprintf(c->model.preset, sizeof(c->model.preset), "%s", preset);
+	c->prec.fp8 = fp8;
+	c->prec.head_current = headc;
+	c->optim.lr = (float)lr;
+	c->optim.beta1 = (float)b1;
+	c->optim.beta2 = (float)b2;
+	c->optim.eps = (float)eps;
+	c->optim.weight_decay = (float)wd;
+	snprintf(c->backend, sizeof(c->backend), "%s", backend);
+	snprintf(c->data, sizeof(c->data), "%s", data);
+	snprintf(c->run_dir, sizeof(c->run_dir), "%s", rundir);
+	c->steps = steps;
+	c->seed = (uint64_t)seed;
+	if ((rc = qe_fp8_format_parse(fmt, &c->prec.recipe.format)) || (rc = qe_amax_algo_parse(algo, &c->prec.recipe.algo)) ||
+	    (rc = qe_sched_kind_parse(sched, &c->schedule)) || (rc = qe_sched_backward_parse(bw, &c->backward)) ||
+	    (rc = qe_exec_parse(ex, &c->exec)) || (rc = qe_grad_parse(gr, &c->grad)))
+		rc = qe_fail_ctx(QE_ECORRUPT, "run config");
+out:
+	json_decref(o);
+	return rc;
+}
+
+int qe_train_config_compatible(const qe_train_config *a, const qe_train_config *b, char *why, size_t len)
+{
+#define DIFF(cond, ...)                                  \
+	do {                                             \
+		if (cond) {                              \
+			snprintf(why, len, __VA_ARGS__); \
+			return QE_EMISMATCH;             \
+		}                                        \
+	} while (0)
+	DIFF(strcmp(a->model.preset, b->model.preset) || a->model.hidden != b->model.hidden ||
+		     a->model.vocab != b->model.vocab || a->model.ffn != b->model.ffn ||
+		     a->model.heads != b->model.heads || a->model.seq != b->model.seq ||
+		     a->model.layers != b->model.layers,
+	     "model: checkpoint has '%s' (hidden %d, layers %d), asked for '%s' (hidden %d, layers %d)",
+	     a->model.preset, a->model.hidden, a->model.layers, b->model.preset, b->model.hidden, b->model.layers);
+	DIFF(a->prec.fp8 != b->prec.fp8, "precision: checkpoint has fp8 %s, asked for fp8 %s", a->prec.fp8 ? "on" : "off",
+	     b->prec.fp8 ? "on" : "off");
+	DIFF(a->prec.head_current != b->prec.head_current, "precision: output-head scaling differs (checkpoint %s)",
+	     a->prec.head_current ? "current" : "delayed");
+	DIFF(a->prec.recipe.history_len != b->prec.recipe.history_len,
+	     "recipe: checkpoint has amax history %d, asked for %d", a->prec.recipe.history_len,
+	     b->prec.recipe.history_len);
+	DIFF(a->prec.recipe.margin != b->prec.recipe.margin, "recipe: checkpoint has margin %d, asked for %d",
+	     a->prec.recipe.margin, b->prec.recipe.margin);
+	DIFF(a->prec.recipe.format != b->prec.recipe.format || a->prec.recipe.algo != b->prec.recipe.algo,
+	     "recipe: format/amax algo differ (checkpoint %s/%s)", qe_fp8_format_name(a->prec.recipe.format),
+	     qe_amax_algo_name(a->prec.recipe.algo));
+	DIFF(a->micro != b->micro, "microbatches: checkpoint has %d, asked for %d", a->micro, b->micro);
+	DIFF(a->seed != b->seed, "seed: checkpoint has %llu, asked for %llu", (unsigned long long)a->seed,
+	     (unsigned long long)b->seed);
+#undef DIFF
+	return QE_OK;
+}

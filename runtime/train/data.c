@@ -1,0 +1,194 @@
+/*
+ * data.c - loading JSONL text (bytes as tokens) or llm.c token shards, and
+ * the deterministic sampler.
+ */
+#include "data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "runtime/core/rng.h"
+#include "runtime/core/status.h"
+
+static const char builtin_text[] =
+	"The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
+	"All that glitters is not gold. Where there is a will there is a way. "
+	"Actions speak louder than words. The early bird catches the worm. "
+	"Practice makes perfect. Knowledge is power. Time is money. ";
+
+typedef struct tokbuf {
+	int32_t *v;
+	int64_t n, cap;
+} tokbuf;
+
+static int tb_push(tokbuf *b, const unsigned char *s, size_t n)
+{
+	if (b->n + (int64_t)n + 1 > b->cap) {
+		int64_t cap = b->cap ? b->cap : 1 << 16;
+		while (cap < b->n + (int64_t)n + 1)
+			cap *= 2;
+		int32_t *v = realloc(b->v, (size_t)cap * sizeof(int32_t));
+		if (!v)
+			return qe_fail(QE_ENOMEM, "data: out of memory for %lld tokens", (long long)cap);
+		b->v = v;
+		b->cap = cap;
+	}
+	for (size_t i = 0; i < n; i++)
+		b->v[b->n++] = s[i];
+	b->v[b->n++] = '\n'; /* record separator */
+	return QE_OK;
+}
+
+static int load_jsonl(const char *path, FILE *f, qe_data *d)
+{
+	tokbuf tr = { 0 }, ho = { 0 };
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	int64_t lineno = 0;
+	int rc = QE_OK;
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		lineno++;
+		if (len <= 1)
+			continue;
+		json_error_t jerr;
+		json_t *obj = json_loadb(line, (size_t)len, 0, &jerr);
+		if (!obj) {
+			rc = qe_fail(QE_ECORRUPT, "data '%s' line %lld: not JSON: %s", path, (long long)lineno, jerr.text);
+			break;
+		}
+		json_t *text = json_object_get(obj, "text");
+		if (!json_is_string(text)) {
+			json_decref(obj);
+			rc = qe_fail(QE_ECORRUPT, "data '%s' line %lld: no string field \"text\"", path, (long long)lineno);
+			break;
+		}
+		tokbuf *dst = (d->records % 5 == 4) ? &ho : &tr;
+		rc = tb_push(dst, (const unsigned char *)json_string_value(text), json_string_length(text));
+		json_decref(obj);
+		if (rc)
+			break;
+		d->records++;
+	}
+	free(line);
+	if (!rc && ferror(f))
+		rc = qe_fail(QE_EIO, "data '%s': read error: %s", path, strerror(errno));
+	if (!rc && (d->records < 2 || ho.n == 0))
+		rc = qe_fail(QE_ECORRUPT, "data '%s': needs at least 5 records (has %lld)", path, (long long)d->records);
+	if (rc) {
+		free(tr.v);
+		free(ho.v);
+		return rc;
+	}
+	d->train = tr.v;
+	d->ntrain = tr.n;
+	d->heldout = ho.v;
+	d->nheldout = ho.n;
+	d->vocab = 256;
+	return QE_OK;
+}
+
+/* llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens. */
+static int load_shard(const char *path, FILE *f, qe_data *d)
+{
+	int32_t hdr[256];
+	if (fread(hdr, sizeof(hdr), 1, f) != 1)
+		return qe_fail(QE_ECORRUPT, "data '%s': shorter than the 1024-byte llm.c header", path);
+	if (hdr[0] != 20240520)
+		return qe_fail(QE_ECORRUPT, "data '%s': bad magic %d (want 20240520)", path, hdr[0]);
+	int64_t n = hdr[2];
+	if (n < 10)
+		return qe_fail(QE_ECORRUPT, "data '%s': only %lld tokens", path, (long long)n);
+	uint16_t *raw = malloc((size_t)n * 2);
+	if (!raw)
+		return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
+	if (fread(raw, 2, (size_t)n, f) != (size_t)n) {
+		free(raw);
+		return qe_fail(QE_ECORRUPT, "data '%s': truncated: header says %lld tokens", path, (long long)n);
+	}
+	int64_t nho = n / 5, ntr = n - nho;
+	d->train = malloc((size_t)ntr * 4);
+	d->heldout = malloc((size_t)nho * 4);
+	if (!d->train || !d->heldout) {
+		free(raw);
+		qe_data_free(d);
+		return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
+	}
+	int maxtok = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (raw[i] > maxtok)
+			maxtok = raw[i];
+		if (i < ntr)
+			d->train[i] = raw[i];
+		else
+			d->heldout[i - ntr] = raw[i];
+	}
+	free(raw);
+	d->ntrain = ntr;
+	d->nheldout = nho;
+	d->records = 1;
+	d->vocab = maxtok + 1;
+	return QE_OK;
+}
+
+int qe_data_load(const char *path, qe_data *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!path || !path[0]) {
+		tokbuf tr = { 0 }, ho = { 0 };
+		int rc = 0;
+		for (int i = 0; i < 40 && !rc; i++)
+			rc = tb_push(i % 5 == 4 ? &ho : &tr, (const unsigned char *)builtin_text, sizeof(builtin_text) - 1);
+		if (rc) {
+			free(tr.v);
+			free(ho.v);
+			return rc;
+		}
+		out->train = tr.v;
+		out->ntrain = tr.n;
+		out->heldout = ho.v;
+		out->nheldout = ho.n;
+		out->records = 40;
+		out->vocab = 256;
+		snprintf(out->path, sizeof(out->path), "(built-in text)");
+		return QE_OK;
+	}
+	snprintf(out->path, sizeof(out->path), "%s", path);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return qe_fail(QE_EIO, "data '%s': cannot open: %s", path, strerror(errno));
+	size_t plen = strlen(path);
+	int rc = plen > 4 && strcmp(path + plen - 4, ".bin") == 0 ? load_shard(path, f, out) : load_jsonl(path, f, out);
+	fclose(f);
+	return rc;
+}
+
+void qe_data_free(qe_data *d)
+{
+	free(d->train);
+	free(d->heldout);
+	d->train = d->heldout = NULL;
+	d->ntrain = d->nheldout = 0;
+}
+
+int qe_data_sample(const qe_data *d, int heldout, uint64_t seed, int64_t step, int replica, int m, int T,
+		   int32_t *tokens, int32_t *targets)
+{
+	const int32_t *src = heldout ? d->heldout : d->train;
+	int64_t n = heldout ? d->nheldout : d->ntrain;
+	if (n < T + 2)
+		return qe_fail(QE_EINVAL, "data '%s': %s split has %lld tokens, fewer than sequence length %d + 2",
+			       d->path, heldout ? "held-out" : "train", (long long)n, T);
+	uint64_t stream = ((uint64_t)step << 24) ^ ((uint64_t)replica << 12) ^ (uint64_t)m ^ (heldout ? 1ULL << 63 : 0);
+	qe_rng r = qe_rng_derive(seed, stream);
+	int64_t off = (int64_t)qe_rng_below(&r, (uint64_t)(n - T - 1));
+	for (int t = 0; t < T; t++) {
+		tokens[t] = src[off + t];
+		targets[t] = src[off + t + 1];
+	}
+	return QE_OK;
+}

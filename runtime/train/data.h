@@ -1,0 +1,38 @@
+/*
+ * data.h - training text: JSONL records with a "text" field tokenized to
+ * bytes, or llm.c token shards (magic 20240520, uint16 tokens).
+ *
+ * Records are split 80/20 into train and held-out by record index (every
+ * fifth record is held out), each split concatenated into one token stream.
+ * The sampler is a pure function of (seed, step, replica, microbatch): the
+ * data position of a run is just its step, so resuming needs no file offset.
+ */
+#ifndef QE_DATA_H
+#define QE_DATA_H
+
+#include <stdint.h>
+
+typedef struct qe_data {
+	int32_t *train, *heldout; /* token streams, owned */
+	int64_t ntrain, nheldout;
+	int64_t records;
+	int vocab;                /* smallest vocabulary that holds every token */
+	char path[512];
+} qe_data;
+
+/*
+ * Load path (a .jsonl file, or an llm.c .bin shard).  path NULL or "" uses a
+ * small built-in text.  Fails with QE_EIO / QE_ECORRUPT naming the file and
+ * line.  Free with qe_data_free.
+ */
+int qe_data_load(const char *path, qe_data *out);
+void qe_data_free(qe_data *d);
+
+/*
+ * Fill tokens[T] and targets[T] (the next tokens) of microbatch m of replica
+ * r at step k from the train (heldout 0) or held-out stream.
+ */
+int qe_data_sample(const qe_data *d, int heldout, uint64_t seed, int64_t step, int replica, int m, int T,
+		   int32_t *tokens, int32_t *targets);
+
+#endif
