@@ -355,10 +355,10 @@ void qe_arena_get_stats(const qe_arena *arena, qe_arena_stats *out);
  * exception aborts the reference); the executor usually then aborts the step
  * with qe_tape_pool_purge_epoch().
  */
-typedef enum qe_action_kind { QE_ACT_NONE = 0, QE_ACT_F, QE_ACT_DI, QE_ACT_DW, QE_ACT_B } qe_action_kind;
+typedef enum qe_stage_action_kind { QE_SACT_NONE = 0, QE_SACT_F, QE_SACT_DI, QE_SACT_DW, QE_SACT_B } qe_stage_action_kind;
 
 /* "F", "dI", "dW", "B" or "-". Static string. */
-const char *qe_action_name(qe_action_kind k);
+const char *qe_action_name(qe_stage_action_kind k);
 
 typedef struct qe_stage_contract {
 	int32_t s;               /* global stage */
@@ -371,13 +371,13 @@ typedef struct qe_stage_contract {
 	qe_arena *arena;         /* not owned; NULL when the stage has no matrix params */
 	int p_begin, p_end;      /* arena params [p_begin, p_end) belong to this stage */
 	int slot_base, slot_count; /* F(m) takes pool slot slot_base + m % slot_count */
-	qe_action_kind in_flight;
+	qe_stage_action_kind in_flight;
 	qe_tape_ref in_flight_ref;
 } qe_stage_contract;
 
 /* The result of a successful *_begin, consumed by qe_action_end()/_fail(). */
 typedef struct qe_action_ticket {
-	qe_action_kind kind;
+	qe_stage_action_kind kind;
 	int32_t s, m;
 	uint64_t token;      /* the token presented (F, dI, B) */
 	qe_tape_ref ref;     /* F: the new tape; dI/dW/B: the tape consumed */
