@@ -30,5 +30,7 @@ const char *cli_shared_dir(void);
 int cli_fp8_main(int argc, char **argv);
 int cli_schedule_main(int argc, char **argv);
 int cli_selftest_main(int argc, char **argv);
+int cli_train_main(int argc, char **argv);
+int cli_compare_main(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@
 static const cli_command commands[] = {
 	{ "fp8", cli_fp8_main, "FP8 conversions as the hardware does them (fp8 cast VALUE...)" },
 	{ "schedule", cli_schedule_main, "Each pipeline rank's actions, validated (schedule --pp 2 --micro 4 --schedule zbv)" },
+	{ "train", cli_train_main, "Train with a pipeline schedule on rank processes (train --pp 2 --micro 4 --steps 20)" },
+	{ "compare", cli_compare_main, "Compare two runs' per-step fingerprints (compare RUN_A RUN_B)" },
 	{ "selftest", cli_selftest_main, "Inject contract violations and check each is rejected (selftest inject)" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -114,6 +114,11 @@ int64_t qe_stage_nonmatrix_floats(const qe_stage *st);
  */
 int qe_stage_forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache);
 /*
+ * Evaluation forward: re-casts the weight cache from the current weights and
+ * runs F, recording no amax and updating no scaling state (held-out loss).
+ */
+int qe_stage_forward_eval(qe_stage *st, qe_stream *s, int slot);
+/*
  * dI: input gradient and non-matrix gradients of microbatch m (written to
  * its non-matrix buffer), quantizing each dY exactly once and retaining the
  * transposed FP8 copies dW needs in the slot.  Updates the backward role.

@@ -30,7 +30,7 @@ qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c)
  * Cast the input of linear `lin` (x, [T, in]) with the input role, keep the
  * transposed copy in the tape, and run the forward GEMM into y [T, out].
  */
-static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *x, float *y)
+static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *x, float *y, int record)
 {
 	const qe_backend_ops *o = st->b->ops;
 	lin_info *L = &st->lin[lin];
@@ -44,7 +44,7 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 	ca.row.scale_inv = lt->x_sinv;
 	ca.col = lt->xq_col;
 	ca.scale = L->current ? NULL : role + hist;
-	ca.amax = L->current ? NULL : role;
+	ca.amax = L->current || !record ? NULL : role;
 	ca.scale_inv = lt->x_sinv;
 	ca.current = L->current;
 	ca.margin = st->prec.recipe.margin;
@@ -55,7 +55,7 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 }
 
 /* Re-cast every matrix into the weight cache with the weight role's scale. */
-static int refresh_weight_cache(qe_stage *st, qe_stream *s)
+static int refresh_weight_cache(qe_stage *st, qe_stream *s, int record)
 {
 	int hist = st->prec.recipe.history_len;
 	for (int l = 0; l < st->nlin; l++) {
@@ -66,7 +66,7 @@ static int refresh_weight_cache(qe_stage *st, qe_stream *s)
 		ca.row = L->wq_row;
 		ca.col = L->wq_col;
 		ca.scale = L->current ? NULL : role + hist;
-		ca.amax = L->current ? NULL : role;
+		ca.amax = L->current || !record ? NULL : role;
 		ca.scale_inv = L->w_sinv;
 		ca.current = L->current;
 		ca.margin = st->prec.recipe.margin;
@@ -94,7 +94,8 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
 	return QE_OK;
 }
 
-int qe_stage_forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache)
+/* record == 0: evaluation - nothing is recorded into amax histories and no role is updated. */
+static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int record)
 {
 	if (slot < 0 || slot >= st->nslots)
 		return qe_fail(QE_EINVAL, "stage %d: F on slot %d of %d", st->stage, slot, st->nslots);
@@ -106,29 +107,39 @@ int qe_stage_forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache)
 	const qe_param_info *pi = st->params;
 
 	if (refresh_cache)
-		TRY(refresh_weight_cache(st, s));
+		TRY(refresh_weight_cache(st, s, record));
 	if (st->first)
 		TRY(o->embed_fwd(s, t->x_in, t->tokens, P + pi[st->p_wte].offset, P + pi[st->p_wpe].offset, T, H));
 	/* attention half */
 	TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean1, t->rstd1, t->x_in, P + pi[st->p_ln1w].offset,
 			     P + pi[st->p_ln1b].offset, T, H));
-	TRY(linear_forward(st, s, t, QE_LIN_QKV, st->ws_h[0], t->qkv));
+	TRY(linear_forward(st, s, t, QE_LIN_QKV, st->ws_h[0], t->qkv, record));
 	TRY(o->attn_fwd(s, st->ws_h[1], t->probs, t->qkv, T, H, c->heads));
-	TRY(linear_forward(st, s, t, QE_LIN_PROJ, st->ws_h[1], st->ws_h[2]));
+	TRY(linear_forward(st, s, t, QE_LIN_PROJ, st->ws_h[1], st->ws_h[2], record));
 	TRY(o->add(s, t->x_mid, t->x_in, st->ws_h[2], T * H));
 	/* MLP half */
 	TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean2, t->rstd2, t->x_mid, P + pi[st->p_ln2w].offset,
 			     P + pi[st->p_ln2b].offset, T, H));
-	TRY(linear_forward(st, s, t, QE_LIN_FC1, st->ws_h[0], t->fc1_out));
+	TRY(linear_forward(st, s, t, QE_LIN_FC1, st->ws_h[0], t->fc1_out, record));
 	TRY(o->gelu_fwd(s, st->ws_big[0], t->fc1_out, T * c->ffn));
-	TRY(linear_forward(st, s, t, QE_LIN_FC2, st->ws_big[0], st->ws_h[2]));
+	TRY(linear_forward(st, s, t, QE_LIN_FC2, st->ws_big[0], st->ws_h[2], record));
 	TRY(o->add(s, t->x_out, t->x_mid, st->ws_h[2], T * H));
 	if (st->last) {
 		TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, t->x_out, P + pi[st->p_lnfw].offset,
 				     P + pi[st->p_lnfb].offset, T, H));
-		TRY(linear_forward(st, s, t, QE_LIN_HEAD, st->ws_h[0], t->logits));
+		TRY(linear_forward(st, s, t, QE_LIN_HEAD, st->ws_h[0], t->logits, record));
 		/* The step's loss is the mean over microbatches, hence 1/nmicro. */
 		TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, T, c->vocab, 1.0f / (float)st->nmicro));
 	}
-	return qe__stage_update_roles(st, s, QE_ROLE_INPUT, QE_ROLE_WEIGHT);
+	return record ? qe__stage_update_roles(st, s, QE_ROLE_INPUT, QE_ROLE_WEIGHT) : QE_OK;
+}
+
+int qe_stage_forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache)
+{
+	return forward(st, s, slot, refresh_cache, 1);
+}
+
+int qe_stage_forward_eval(qe_stage *st, qe_stream *s, int slot)
+{
+	return forward(st, s, slot, 1, 0);
 }

@@ -673,10 +673,11 @@ static int cpu_alloc(qe_backend *b, size_t bytes, void **out)
 	if (ncap > 0)
 		return qe_fail(QE_ECAPTURE, "alloc of %zu bytes while %d cpu stream(s) capture: allocate before capture_begin",
 			       bytes, ncap);
-	size_t sz = bytes ? (bytes + 63) & ~(size_t)63 : 64;
+	/* 256-byte alignment, as cudaMalloc gives, so arena views line up the same on both backends */
+	size_t sz = bytes ? (bytes + 255) & ~(size_t)255 : 256;
 	if (sz < bytes)
 		return qe_fail(QE_ENOMEM, "alloc: %zu bytes", bytes);
-	void *p = aligned_alloc(64, sz);
+	void *p = aligned_alloc(256, sz);
 	if (!p)
 		return qe_fail(QE_ENOMEM, "alloc: %zu bytes", bytes);
 	memset(p, 0, sz);

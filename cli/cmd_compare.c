@@ -1,0 +1,189 @@
+/*
+ * cmd_compare.c - `qeffect compare RUN_A RUN_B`: over the steps both runs
+ * traced, count fingerprint mismatches per category and stage.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "run.h"
+#include "runtime/core/status.h"
+#include "runtime/train/trace.h"
+
+static void help(FILE *f)
+{
+	fprintf(f, "usage: qeffect compare RUN_A RUN_B [--json] [--steps FROM:TO]\n\n"
+		   "Compare the per-step fingerprints of two runs: for every step both recorded (optionally\n"
+		   "limited to FROM..TO), every stage and category.  Categories that legitimately depend on\n"
+		   "the configuration (resource counts under split vs full backward, other schedules) are\n"
+		   "compared only when both runs have the same schedule, backward mode, pp and micro; compare\n"
+		   "lists what it skipped and why.  Exit status: 0 all compared fingerprints equal, 1 any\n"
+		   "mismatch or nothing to compare, 2 bad usage.\n");
+}
+
+typedef struct run_traces {
+	qe_train_config cfg;
+	cat_trace_rows rows;
+	char run_id[64];
+} run_traces;
+
+static int load(const char *dir, run_traces *t)
+{
+	cat *c;
+	int rc = cli_run_open(dir, &c, t->run_id, &t->cfg);
+	if (rc)
+		return rc;
+	rc = cat_trace_get(c, t->run_id, &t->rows);
+	cat_close(c);
+	return rc;
+}
+
+static int cmp_row(const cat_trace *a, const cat_trace *b)
+{
+	if (a->step != b->step)
+		return a->step < b->step ? -1 : 1;
+	if (a->stage != b->stage)
+		return a->stage < b->stage ? -1 : 1;
+	return strcmp(a->category, b->category);
+}
+
+int cli_compare_main(int argc, char **argv)
+{
+	int json = 0;
+	long lo = 0, hi = -1;
+	static const struct option opts[] = { { "json", 0, 0, 'j' }, { "steps", 1, 0, 's' }, { "help", 0, 0, 'h' },
+					       { 0, 0, 0, 0 } };
+	int c;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			help(stdout);
+			return 0;
+		} else if (c == 'j') {
+			json = 1;
+		} else if (c == 's') {
+			if (sscanf(optarg, "%ld:%ld", &lo, &hi) != 2 || lo < 0 || hi < lo) {
+				fprintf(stderr, "qeffect compare: --steps takes FROM:TO, got '%s'\n", optarg);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "qeffect compare: unknown flag '%s' (see --help)\n", argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (argc - optind != 2) {
+		fprintf(stderr, "qeffect compare: needs two run directories (see --help)\n");
+		return 2;
+	}
+	run_traces A = { 0 }, B = { 0 };
+	int rc = load(argv[optind], &A);
+	if (rc)
+		return cli_report("compare", rc, argv[optind]);
+	if ((rc = load(argv[optind + 1], &B))) {
+		cat_trace_rows_free(&A.rows);
+		return cli_report("compare", rc, argv[optind + 1]);
+	}
+	int same_cfg = A.cfg.schedule == B.cfg.schedule && A.cfg.backward == B.cfg.backward && A.cfg.pp == B.cfg.pp &&
+		       A.cfg.micro == B.cfg.micro && A.cfg.dp == B.cfg.dp;
+	int ncat;
+	const qe_trace_category *cats = qe_trace_categories(&ncat);
+	long mism[64] = { 0 }, compared[64] = { 0 };
+	long total_cmp = 0, total_mis = 0, only_a = 0, only_b = 0;
+	int64_t first_step = -1, last_step = -1, first_bad_step = -1;
+	char first_bad[160] = "";
+	/* Rows come sorted by step, stage, category: a merge walk. */
+	size_t i = 0, j = 0;
+	while (i < A.rows.n || j < B.rows.n) {
+		int d = i >= A.rows.n ? 1 : j >= B.rows.n ? -1 : cmp_row(&A.rows.rows[i], &B.rows.rows[j]);
+		if (d < 0) {
+			only_a++;
+			i++;
+			continue;
+		}
+		if (d > 0) {
+			only_b++;
+			j++;
+			continue;
+		}
+		const cat_trace *ra = &A.rows.rows[i++], *rb = &B.rows.rows[j++];
+		if (ra->step < lo || (hi >= 0 && ra->step > hi))
+			continue;
+		int k = 0;
+		while (k < ncat && strcmp(cats[k].name, ra->category))
+			k++;
+		if (k == ncat || (cats[k].config_dependent && !same_cfg))
+			continue;
+		if (first_step < 0 || ra->step < first_step)
+			first_step = ra->step;
+		if (ra->step > last_step)
+			last_step = ra->step;
+		compared[k]++;
+		total_cmp++;
+		if (ra->fingerprint != rb->fingerprint) {
+			mism[k]++;
+			total_mis++;
+			if (first_bad_step < 0) {
+				first_bad_step = ra->step;
+				snprintf(first_bad, sizeof(first_bad), "step %lld stage %d %s", (long long)ra->step, ra->stage,
+					 ra->category);
+			}
+		}
+	}
+	if (json) {
+		json_t *o = json_object(), *cj = json_array(), *sk = json_array();
+		for (int k = 0; k < ncat; k++) {
+			if (cats[k].config_dependent && !same_cfg) {
+				json_array_append_new(sk, json_pack("{s:s,s:s}", "category", cats[k].name, "why",
+								    "depends on the configuration, and the runs differ"));
+				continue;
+			}
+			json_array_append_new(cj, json_pack("{s:s,s:I,s:I}", "category", cats[k].name, "compared",
+							    (json_int_t)compared[k], "mismatches", (json_int_t)mism[k]));
+		}
+		json_object_set_new(o, "run_a", json_string(argv[optind]));
+		json_object_set_new(o, "run_b", json_string(argv[optind + 1]));
+		json_object_set_new(o, "first_step", json_integer(first_step));
+		json_object_set_new(o, "last_step", json_integer(last_step));
+		json_object_set_new(o, "compared", json_integer(total_cmp));
+		json_object_set_new(o, "mismatches", json_integer(total_mis));
+		json_object_set_new(o, "first_mismatch", json_string(first_bad));
+		json_object_set_new(o, "categories", cj);
+		json_object_set_new(o, "skipped", sk);
+		char *s = json_dumps(o, JSON_INDENT(2));
+		puts(s);
+		free(s);
+		json_decref(o);
+	} else {
+		printf("compare %s (%s/%s) vs %s (%s/%s)\n", argv[optind], qe_sched_kind_name(A.cfg.schedule),
+		       qe_sched_backward_name(A.cfg.backward), argv[optind + 1], qe_sched_kind_name(B.cfg.schedule),
+		       qe_sched_backward_name(B.cfg.backward));
+		if (total_cmp)
+			printf("steps compared: %lld..%lld, %ld fingerprints\n", (long long)first_step, (long long)last_step,
+			       total_cmp);
+		printf("%-16s %10s %10s\n", "category", "compared", "mismatch");
+		for (int k = 0; k < ncat; k++) {
+			if (cats[k].config_dependent && !same_cfg)
+				printf("%-16s %10s %10s   skipped: depends on the configuration, and the runs differ\n",
+				       cats[k].name, "-", "-");
+			else
+				printf("%-16s %10ld %10ld\n", cats[k].name, compared[k], mism[k]);
+		}
+		if (only_a || only_b)
+			printf("rows only in A: %ld, only in B: %ld (steps or stages the other run did not record)\n", only_a,
+			       only_b);
+		if (total_mis)
+			printf("MISMATCH: %ld fingerprints differ; first at %s\n", total_mis, first_bad);
+		else if (total_cmp)
+			printf("identical: all %ld fingerprints equal\n", total_cmp);
+		else
+			printf("nothing compared: the runs share no traced steps\n");
+	}
+	cat_trace_rows_free(&A.rows);
+	cat_trace_rows_free(&B.rows);
+	return total_mis || !total_cmp ? 1 : 0;
+}

@@ -1,0 +1,209 @@
+/*
+ * run.c - run directories and the rank process body shared by train and resume.
+ */
+#include "run.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "runtime/comm/comm.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+#include "runtime/exec/rank.h"
+
+static int catalog_path(const char *dir, char *buf, size_t len)
+{
+	if ((size_t)snprintf(buf, len, "%s/catalog.db", dir) >= len)
+		return qe_fail(QE_EINVAL, "run directory path too long: '%s'", dir);
+	return QE_OK;
+}
+
+int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
+{
+	char path[1100];
+	int rc;
+	if ((rc = catalog_path(dir, path, sizeof(path))))
+		return rc;
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+	if (access(path, F_OK) == 0)
+		return qe_fail(QE_EEXIST,
+			       "run directory '%s' already holds a run (%s): continue it with 'qeffect resume --run-dir "
+			       "%s' or choose another directory",
+			       dir, path, dir);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(run_id, 64, "run-%08lx-%05x", (unsigned long)ts.tv_sec, (unsigned)(getpid() ^ ts.tv_nsec) & 0xfffff);
+	char *json = qe_train_config_to_json(cfg);
+	if (!json)
+		return qe_fail(QE_ENOMEM, "run config: out of memory");
+	cat *c = NULL;
+	rc = cat_open(path, 1, &c);
+	if (!rc)
+		rc = cat_run_create(c, run_id, json);
+	cat_close(c);
+	free(json);
+	return rc;
+}
+
+int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
+{
+	char path[1100];
+	int rc;
+	struct stat sb;
+	*out = NULL;
+	if ((rc = catalog_path(dir, path, sizeof(path))))
+		return rc;
+	if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
+	if (access(path, F_OK))
+		return qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", dir, path);
+	cat *c;
+	if ((rc = cat_open(path, 0, &c)))
+		return rc;
+	char *id = NULL;
+	cat_run run = { 0 };
+	if ((rc = cat_meta_get(c, "run_id", &id)) || (rc = cat_run_get(c, id, &run)) ||
+	    (cfg && (rc = qe_train_config_from_json(run.config_json, cfg)))) {
+		rc = qe_fail_ctx(rc, "catalog '%s'", path);
+		free(id);
+		cat_run_release(&run);
+		cat_close(c);
+		return rc;
+	}
+	snprintf(run_id, 64, "%s", id);
+	free(id);
+	cat_run_release(&run);
+	*out = c;
+	return QE_OK;
+}
+
+/* ---- the rank process ------------------------------------------------------ */
+
+typedef struct rank_ctx {
+	cli_rank_job *job;
+	cat *cat;
+	ckpt_session *ck;
+} rank_ctx;
+
+static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
+{
+	rank_ctx *ctx = vctx;
+	int rc;
+	if (ctx->cat) {
+		cat_trace *rows = calloc((size_t)rep->nrows + 1, sizeof(cat_trace));
+		if (!rows)
+			return qe_fail(QE_ENOMEM, "trace: out of memory");
+		for (int i = 0; i < rep->nrows; i++) {
+			rows[i].step = rep->rows[i].step;
+			rows[i].stage = rep->rows[i].stage;
+			rows[i].category = rep->rows[i].category;
+			rows[i].fingerprint = rep->rows[i].fp;
+		}
+		rc = cat_trace_put(ctx->cat, ctx->job->run_id, rows, (size_t)rep->nrows);
+		free(rows);
+		if (rc)
+			return qe_fail_ctx(rc, "writing the trace of step %lld", (long long)rep->step);
+		if (qe_rank_index(r) == 0) {
+			cat_loss l = { rep->step, rep->loss, rep->eval_loss, rep->tokens_per_s, rep->ms };
+			if ((rc = cat_loss_put(ctx->cat, ctx->job->run_id, &l, 1)))
+				return rc;
+		}
+	}
+	const qe_train_config *cfg = &ctx->job->cfg;
+	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0) {
+		ckpt_result res;
+		if ((rc = ckpt_save(ctx->ck, r, &res)))
+			return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
+		if (qe_rank_index(r) == 0 && !ctx->job->quiet)
+			printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
+			       (long long)rep->step, (unsigned long long)res.bytes,
+			       (unsigned long long)res.runtime_state_bytes, res.ms);
+	}
+	return QE_OK;
+}
+
+int cli_rank_main(void *vjob)
+{
+	cli_rank_job *job = vjob;
+	qe_train_config *cfg = &job->cfg;
+	qe_dist_env env;
+	qe_comm *comm = NULL;
+	qe_backend *b = NULL;
+	qe_rank *r = NULL;
+	qe_data data = { 0 };
+	rank_ctx ctx = { job, NULL, NULL };
+	int rc = qe_dist_env_from_environ(&env);
+	if (!rc && env.world_size > 1)
+		rc = qe_comm_open(&env, 0, &comm);
+	if (!rc) {
+		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
+		rc = qe_backend_open(cfg->backend, &b);
+	}
+	if (!rc)
+		rc = qe_data_load(cfg->data, &data);
+	if (!rc)
+		rc = qe_rank_create(cfg, b, comm, &r);
+	if (!rc && cfg->run_dir[0]) {
+		char path[1100];
+		snprintf(path, sizeof(path), "%s/catalog.db", cfg->run_dir);
+		rc = cat_open(path, 0, &ctx.cat);
+		if (!rc)
+			rc = ckpt_session_open(cfg->run_dir, job->run_id, ctx.cat, &ctx.ck);
+	}
+	if (!rc && job->resume) {
+		ckpt_result res;
+		rc = ckpt_restore(ctx.ck, r, job->from_step, &res);
+		if (!rc && env.rank == 0 && !job->quiet)
+			printf("resumed from checkpoint step %lld (%llu bytes) in %.1f ms\n", (long long)res.step,
+			       (unsigned long long)res.bytes, res.ms);
+	}
+	if (!rc) {
+		qe_train_hooks hooks = { &ctx, on_step };
+		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
+	}
+	if (rc)
+		fprintf(stderr, "qeffect: rank %d: %s (%s)\n", env.rank, qe_last_error()[0] ? qe_last_error() : qe_strerror(rc),
+			qe_errname(rc));
+	ckpt_session_close(ctx.ck);
+	cat_close(ctx.cat);
+	qe_rank_free(r);
+	qe_data_free(&data);
+	if (b)
+		qe_backend_close(b);
+	qe_comm_close(comm);
+	fflush(stdout);
+	return rc ? 1 : 0;
+}
+
+int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
+{
+	int world = job->cfg.pp * job->cfg.dp;
+	if (nproc <= 0)
+		nproc = world;
+	if (getenv("RANK") && getenv("WORLD_SIZE"))
+		return cli_rank_main(job); /* started by an external launcher */
+	if (nproc != world) {
+		fprintf(stderr, "qeffect %s: --nproc %d does not match --pp %d x --dp %d = %d ranks\n", cmd, nproc,
+			job->cfg.pp, job->cfg.dp, world);
+		return 2;
+	}
+	if (nproc == 1)
+		return cli_rank_main(job);
+	fflush(stdout);
+	fflush(stderr);
+	qe_launch_result res;
+	int rc = qe_launch_local(nproc, cli_rank_main, job, NULL, 0, &res);
+	if (rc) {
+		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
+		return 1;
+	}
+	return 0;
+}

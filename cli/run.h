@@ -1,0 +1,46 @@
+/*
+ * run.h - a run directory as the commands see it: RUN/catalog.db (the
+ * catalog, which holds the run's configuration, checkpoints, traces and
+ * losses) and RUN/store/ (the LMDB chunk store), and the per-rank glue that
+ * runs the training loop with traces and checkpoints going there.
+ */
+#ifndef CLI_RUN_H
+#define CLI_RUN_H
+
+#include "catalog/catalog.h"
+#include "runtime/train/config.h"
+#include "runtime/train/train.h"
+
+/*
+ * Create RUN (must not hold a catalog yet), its catalog, and the run row with
+ * cfg as JSON.  OUT: run_id (len >= 64).  Returns 0 or a QE_E* code with a message.
+ */
+int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id);
+/* Open RUN's catalog read-write; OUT: the handle, run_id and the run's config. */
+int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg);
+
+/* What a rank process needs to run training. */
+typedef struct cli_rank_job {
+	qe_train_config cfg;
+	char run_id[64];
+	int quiet;
+	int resume;         /* 1: restore from a checkpoint before the first step */
+	int64_t from_step;  /* -1: the latest committed */
+	int64_t until;      /* train until this many steps are done */
+} cli_rank_job;
+
+/*
+ * The body of one rank process: communicator, backend, data, rank, optional
+ * restore, training loop with traces/losses into the catalog and checkpoints
+ * every cfg.ckpt_every steps.  Returns a process exit status (0 ok).
+ */
+int cli_rank_main(void *job);
+
+/*
+ * Launch the job: in this process when the world is one rank or an external
+ * launcher set RANK/WORLD_SIZE, else nproc forked local ranks.  Returns a
+ * process exit status.
+ */
+int cli_run_job(const char *cmd, cli_rank_job *job, int nproc);
+
+#endif

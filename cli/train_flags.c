@@ -1,0 +1,234 @@
+/*
+ * train_flags.c - flag parsing for train and resume.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "runtime/core/status.h"
+#include "train_flags.h"
+
+void cli_train_flags_help(FILE *f, int for_resume)
+{
+	if (!for_resume)
+		fprintf(f,
+			"model and precision:\n"
+			"  --preset NAME          tiny | small | h2048 | h4096 (default tiny)\n"
+			"  --fp8 on|off           FP8 matrix GEMMs with delayed scaling, or f32 GEMMs (default on)\n"
+			"  --head-scaling delayed|current   output head scaling (default delayed)\n"
+			"  --fp8-format hybrid|e4m3   (default hybrid: E4M3 forward, E5M2 backward)\n"
+			"  --amax-history L       amax history length (default 1024)\n"
+			"  --amax-margin N        scale margin (default 0)\n"
+			"  --amax-algo max|most_recent   (default max)\n"
+			"  --seed N               initialization and data seed (default 1)\n"
+			"  --lr X                 AdamW learning rate (default 1e-3)\n"
+			"  --micro M              microbatches per step (default 4)\n");
+	fprintf(f,
+		"parallelism and execution:\n"
+		"  --pp P                 pipeline ranks (default 1)\n"
+		"  --dp D                 data-parallel replicas (default 1); ranks = P x D\n"
+		"  --chunks V             local chunks per rank (default layers/P; zbv: 2)\n"
+		"  --schedule interleaved|zbv      (default interleaved)\n"
+		"  --backward split|full  dI and dW as separate actions, or one B (default split)\n"
+		"  --exec eager|graph     run actions directly or replay captured graphs (default eager)\n"
+		"  --grad direct|copy     dW writes the arena view, or scratch then a copy (default direct)\n"
+		"  --backend cpu|cuda     (default cpu)\n"
+		"  --nproc N              local rank processes (default P x D); an external launcher may set\n"
+		"                         RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT instead\n"
+		"run:\n"
+		"  --steps N              train until N steps are done (default 20)\n"
+		"  --data FILE            JSONL with a \"text\" field, or an llm.c .bin token shard\n"
+		"                         (default: the Brown corpus in the shared data folder)\n"
+		"  --run-dir DIR          where the catalog, store and traces go\n"
+		"  --eval-every K         held-out loss every K steps (default 0: never)\n"
+		"  --eval-micro N         held-out microbatches per evaluation (default 4)\n"
+		"  --ckpt-every K         checkpoint every K steps into --run-dir (default 0: never)\n"
+		"  --log-every K          progress line every K steps (default 1)\n"
+		"  --quiet                no progress lines\n"
+		"  --json                 print a JSON summary at the end\n");
+	if (for_resume)
+		fprintf(f, "  --from STEP            resume from this committed checkpoint (default: the latest)\n");
+}
+
+static int bad(const char *cmd, const char *flag, const char *val)
+{
+	fprintf(stderr, "qeffect %s: bad value '%s' for %s: %s\n", cmd, val, flag, qe_last_error());
+	return 2;
+}
+
+int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args *a, int for_resume)
+{
+	enum {
+		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
+		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
+		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_HELP
+	};
+	static const struct option opts[] = {
+		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
+		{ "micro", 1, 0, O_MICRO },	  { "chunks", 1, 0, O_CHUNKS },	  { "schedule", 1, 0, O_SCHEDULE },
+		{ "backward", 1, 0, O_BACKWARD }, { "exec", 1, 0, O_EXEC },	  { "grad", 1, 0, O_GRAD },
+		{ "steps", 1, 0, O_STEPS },	  { "seed", 1, 0, O_SEED },	  { "lr", 1, 0, O_LR },
+		{ "amax-history", 1, 0, O_HISTORY }, { "amax-margin", 1, 0, O_MARGIN }, { "amax-algo", 1, 0, O_ALGO },
+		{ "fp8-format", 1, 0, O_FORMAT }, { "fp8", 1, 0, O_FP8 },	  { "head-scaling", 1, 0, O_HEAD },
+		{ "data", 1, 0, O_DATA },	  { "run-dir", 1, 0, O_RUNDIR },  { "eval-every", 1, 0, O_EVAL },
+		{ "eval-micro", 1, 0, O_EVALM },  { "ckpt-every", 1, 0, O_CKPT }, { "backend", 1, 0, O_BACKEND },
+		{ "nproc", 1, 0, O_NPROC },	  { "log-every", 1, 0, O_LOG },	  { "quiet", 0, 0, O_QUIET },
+		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
+		{ 0, 0, 0, 0 }
+	};
+	memset(a, 0, sizeof(*a));
+	qe_train_config_default(&a->cfg);
+	a->from_step = -1;
+	char path[480];
+	snprintf(path, sizeof(path), "%s/data/brown.jsonl", cli_shared_dir());
+	FILE *probe = fopen(path, "r");
+	if (probe) {
+		fclose(probe);
+		snprintf(a->cfg.data, sizeof(a->cfg.data), "%s", path);
+	}
+	optind = 1;
+	opterr = 0;
+	int c;
+	long v;
+	double d;
+	qe_train_config *cfg = &a->cfg;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		const char *flag = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+		switch (c) {
+		case 'h':
+		case O_HELP:
+			return -1;
+		case O_PRESET:
+			if (qe_model_preset(optarg, &cfg->model))
+				return bad(cmd, "--preset", optarg);
+			a->given |= CLI_F_PRESET;
+			break;
+#define INTFLAG(O, F, field, lo, hi, name)                                                    \
+	case O:                                                                              \
+		if (cli_parse_long(cmd, name, optarg, &v))                                   \
+			return 2;                                                            \
+		if (v < lo || v > hi) {                                                      \
+			fprintf(stderr, "qeffect %s: %s must be in %ld..%ld, got %ld\n", cmd, name, \
+				(long)(lo), (long)(hi), v);                                  \
+			return 2;                                                            \
+		}                                                                            \
+		field = v;                                                                   \
+		a->given |= F;                                                               \
+		break;
+			INTFLAG(O_PP, CLI_F_PP, cfg->pp, 1, 64, "--pp")
+			INTFLAG(O_DP, CLI_F_DP, cfg->dp, 1, 64, "--dp")
+			INTFLAG(O_MICRO, CLI_F_MICRO, cfg->micro, 1, 256, "--micro")
+			INTFLAG(O_CHUNKS, CLI_F_CHUNKS, cfg->chunks, 1, 8, "--chunks")
+			INTFLAG(O_STEPS, CLI_F_STEPS, cfg->steps, 0, 100000000, "--steps")
+			INTFLAG(O_SEED, CLI_F_SEED, cfg->seed, 0, 0x7fffffffffffffffL, "--seed")
+			INTFLAG(O_HISTORY, CLI_F_HISTORY, cfg->prec.recipe.history_len, 1, 65536, "--amax-history")
+			INTFLAG(O_MARGIN, CLI_F_MARGIN, cfg->prec.recipe.margin, 0, 127, "--amax-margin")
+			INTFLAG(O_EVAL, CLI_F_EVAL, cfg->eval_every, 0, 100000000, "--eval-every")
+			INTFLAG(O_EVALM, CLI_F_EVAL_MICRO, cfg->eval_micro, 1, 4096, "--eval-micro")
+			INTFLAG(O_CKPT, CLI_F_CKPT, cfg->ckpt_every, 0, 100000000, "--ckpt-every")
+			INTFLAG(O_NPROC, CLI_F_NPROC, a->nproc, 1, 256, "--nproc")
+			INTFLAG(O_LOG, CLI_F_LOG, cfg->log_every, 1, 100000000, "--log-every")
+			INTFLAG(O_FROM, CLI_F_FROM, a->from_step, 0, 0x7fffffffffffffffL, "--from")
+#undef INTFLAG
+		case O_LR:
+			if (cli_parse_double(cmd, "--lr", optarg, &d))
+				return 2;
+			if (!(d > 0 && d < 10)) {
+				fprintf(stderr, "qeffect %s: --lr must be in (0, 10), got %s\n", cmd, optarg);
+				return 2;
+			}
+			cfg->optim.lr = (float)d;
+			a->given |= CLI_F_LR;
+			break;
+		case O_SCHEDULE:
+			if (qe_sched_kind_parse(optarg, &cfg->schedule))
+				return bad(cmd, "--schedule", optarg);
+			a->given |= CLI_F_SCHEDULE;
+			break;
+		case O_BACKWARD:
+			if (qe_sched_backward_parse(optarg, &cfg->backward))
+				return bad(cmd, "--backward", optarg);
+			a->given |= CLI_F_BACKWARD;
+			break;
+		case O_EXEC:
+			if (qe_exec_parse(optarg, &cfg->exec))
+				return bad(cmd, "--exec", optarg);
+			a->given |= CLI_F_EXEC;
+			break;
+		case O_GRAD:
+			if (qe_grad_parse(optarg, &cfg->grad))
+				return bad(cmd, "--grad", optarg);
+			a->given |= CLI_F_GRAD;
+			break;
+		case O_ALGO:
+			if (qe_amax_algo_parse(optarg, &cfg->prec.recipe.algo))
+				return bad(cmd, "--amax-algo", optarg);
+			a->given |= CLI_F_ALGO;
+			break;
+		case O_FORMAT:
+			if (qe_fp8_format_parse(optarg, &cfg->prec.recipe.format))
+				return bad(cmd, "--fp8-format", optarg);
+			a->given |= CLI_F_FORMAT;
+			break;
+		case O_FP8:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "qeffect %s: --fp8 takes on or off, got '%s'\n", cmd, optarg);
+				return 2;
+			}
+			cfg->prec.fp8 = strcmp(optarg, "on") == 0;
+			a->given |= CLI_F_FP8;
+			break;
+		case O_HEAD:
+			if (strcmp(optarg, "delayed") && strcmp(optarg, "current")) {
+				fprintf(stderr, "qeffect %s: --head-scaling takes delayed or current, got '%s'\n", cmd, optarg);
+				return 2;
+			}
+			cfg->prec.head_current = strcmp(optarg, "current") == 0;
+			a->given |= CLI_F_HEAD;
+			break;
+		case O_DATA:
+			snprintf(cfg->data, sizeof(cfg->data), "%s", optarg);
+			a->given |= CLI_F_DATA;
+			break;
+		case O_RUNDIR:
+			snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s", optarg);
+			a->given |= CLI_F_RUNDIR;
+			break;
+		case O_BACKEND:
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "qeffect %s: --backend takes cpu or cuda, got '%s'\n", cmd, optarg);
+				return 2;
+			}
+			snprintf(cfg->backend, sizeof(cfg->backend), "%s", optarg);
+			a->given |= CLI_F_BACKEND;
+			break;
+		case O_QUIET:
+			a->quiet = 1;
+			break;
+		case O_JSON:
+			a->json = 1;
+			break;
+		case '?':
+		default:
+			fprintf(stderr, "qeffect %s: unknown or incomplete flag '%s' (see --help)\n", cmd, flag);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "qeffect %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);
+		return 2;
+	}
+	if (!for_resume && (a->given & CLI_F_FROM)) {
+		fprintf(stderr, "qeffect %s: --from belongs to resume\n", cmd);
+		return 2;
+	}
+	return 0;
+}
+
+void cli_train_config_finish(qe_train_config *cfg, unsigned given)
+{
+	if (!(given & CLI_F_CHUNKS) || cfg->chunks <= 0)
+		cfg->chunks = cfg->schedule == QE_SCHED_ZBV ? 2 : (cfg->pp > 0 ? cfg->model.layers / cfg->pp : 1);
+}

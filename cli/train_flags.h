@@ -1,0 +1,40 @@
+/*
+ * train_flags.h - the flags of `qeffect train` (and the subset `resume`
+ * accepts), parsed into a qe_train_config with a record of which were given,
+ * so resume can refuse a model or recipe flag that conflicts with the run.
+ */
+#ifndef CLI_TRAIN_FLAGS_H
+#define CLI_TRAIN_FLAGS_H
+
+#include "runtime/train/config.h"
+
+enum {
+	CLI_F_PRESET = 1 << 0, CLI_F_PP = 1 << 1, CLI_F_DP = 1 << 2, CLI_F_MICRO = 1 << 3, CLI_F_CHUNKS = 1 << 4,
+	CLI_F_SCHEDULE = 1 << 5, CLI_F_BACKWARD = 1 << 6, CLI_F_EXEC = 1 << 7, CLI_F_GRAD = 1 << 8,
+	CLI_F_STEPS = 1 << 9, CLI_F_SEED = 1 << 10, CLI_F_LR = 1 << 11, CLI_F_HISTORY = 1 << 12,
+	CLI_F_MARGIN = 1 << 13, CLI_F_ALGO = 1 << 14, CLI_F_FORMAT = 1 << 15, CLI_F_FP8 = 1 << 16,
+	CLI_F_HEAD = 1 << 17, CLI_F_DATA = 1 << 18, CLI_F_RUNDIR = 1 << 19, CLI_F_EVAL = 1 << 20,
+	CLI_F_CKPT = 1 << 21, CLI_F_BACKEND = 1 << 22, CLI_F_NPROC = 1 << 23, CLI_F_LOG = 1 << 24,
+	CLI_F_EVAL_MICRO = 1 << 25, CLI_F_FROM = 1 << 26,
+};
+
+typedef struct cli_train_args {
+	qe_train_config cfg;
+	unsigned given;   /* CLI_F_* of the flags on the command line */
+	int nproc;        /* 0: pp * dp */
+	int quiet;
+	int json;
+	long from_step;   /* resume --from; -1: latest committed */
+} cli_train_args;
+
+/* Print the flag reference (shared by train and resume). */
+void cli_train_flags_help(FILE *f, int for_resume);
+/*
+ * Parse argv (argv[0] is the command name).  Returns 0, or 2 after printing
+ * an error naming the flag (bad usage), or -1 when --help was printed.
+ */
+int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args *out, int for_resume);
+/* Fill derived fields (chunks from the schedule and pp). */
+void cli_train_config_finish(qe_train_config *cfg, unsigned given);
+
+#endif

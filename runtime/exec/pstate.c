@@ -1,0 +1,87 @@
+/*
+ * pstate.c - the rank's persistent items.  Run-wide records live in a small
+ * host struct of the rank that the checkpoint fills on restore; they are
+ * applied by qe_rank_pstate_loaded.
+ */
+#include "pstate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rank_int.h"
+#include "runtime/core/status.h"
+
+const char *qe_pstate_kind_name(qe_pstate_kind k)
+{
+	static const char *n[] = { "param", "adam_m", "adam_v", "fp8_meta", "runtime" };
+	return (unsigned)k < 5 ? n[k] : "?";
+}
+
+static qe_pstate_item *add(qe_pstate_item *items, int *n, const char *name, int stage, qe_pstate_kind kind,
+			   qe_dtype dt, void *data, size_t bytes, int on_device)
+{
+	qe_pstate_item *it = &items[(*n)++];
+	memset(it, 0, sizeof(*it));
+	snprintf(it->name, sizeof(it->name), "%s", name);
+	it->stage = stage;
+	it->kind = kind;
+	it->dtype = dt;
+	it->ndim = 1;
+	it->shape[0] = (int64_t)(bytes / qe_dtype_size(dt));
+	it->bytes = bytes;
+	it->data = data;
+	it->on_device = on_device;
+	return it;
+}
+
+int qe_rank_pstate(qe_rank *r, qe_pstate_item **out, int *nout)
+{
+	qe_pstate_item *items = calloc((size_t)r->V * 5 + 8, sizeof(qe_pstate_item));
+	int n = 0, dev = r->b->ops->device != QE_DEV_CPU;
+	if (!items)
+		return qe_fail(QE_ENOMEM, "pstate: out of memory");
+	for (int c = 0; c < r->V; c++) {
+		rank_chunk *ch = &r->chunks[c];
+		size_t pbytes = qe_stage_param_floats(ch->st) * 4;
+		add(items, &n, "params", ch->stage, QE_PSTATE_PARAM, QE_F32, qe_stage_params(ch->st), pbytes, dev);
+		add(items, &n, "adam_m", ch->stage, QE_PSTATE_ADAM_M, QE_F32, ch->opt->m, pbytes, dev);
+		add(items, &n, "adam_v", ch->stage, QE_PSTATE_ADAM_V, QE_F32, ch->opt->v, pbytes, dev);
+		qe_pstate_item *meta = add(items, &n, "fp8_meta", ch->stage, QE_PSTATE_FP8_META, QE_F32,
+					   qe_stage_fp8_meta(ch->st), qe_stage_fp8_meta_floats(ch->st) * 4, dev);
+		/* [linear, role, history + scale + scale_inv] */
+		meta->ndim = 3;
+		meta->shape[0] = qe_stage_nlinear(ch->st);
+		meta->shape[1] = QE_ROLE_COUNT;
+		meta->shape[2] = qe_fp8_role_floats(r->cfg.prec.recipe.history_len);
+		add(items, &n, "adam_step", ch->stage, QE_PSTATE_RUNTIME, QE_U8, &ch->opt->step, sizeof(ch->opt->step), 0);
+	}
+	if (r->rank == 0) {
+		/* Run-wide records: the rank's live values are saved; a restore writes into the same fields. */
+		add(items, &n, "steps_done", -1, QE_PSTATE_RUNTIME, QE_U8, &r->steps, sizeof(r->steps), 0);
+		add(items, &n, "e_W", -1, QE_PSTATE_RUNTIME, QE_U8, &r->ep.e_W, sizeof(r->ep.e_W), 0);
+		/* The sampler is counter-based: its whole state is (seed, data position). */
+		r->rng_record[0] = r->cfg.seed;
+		r->rng_record[1] = (uint64_t)r->steps;
+		add(items, &n, "rng", -1, QE_PSTATE_RUNTIME, QE_U8, r->rng_record, sizeof(r->rng_record), 0);
+		/* Cache semantics: the FP8 weight cache is never persisted; restore invalidates it. */
+		r->cache_record = 0;
+		add(items, &n, "cache_valid_on_restore", -1, QE_PSTATE_RUNTIME, QE_U8, &r->cache_record,
+		    sizeof(r->cache_record), 0);
+	}
+	*out = items;
+	*nout = n;
+	return QE_OK;
+}
+
+int qe_rank_pstate_loaded(qe_rank *r)
+{
+	/* Non-zero ranks did not load the run-wide records: take them from rank 0. */
+	int64_t rec[2] = { r->steps, r->ep.e_W };
+	if (r->comm && r->world > 1) {
+		int rc = qe_comm_bcast(r->comm, 0, rec, sizeof(rec));
+		if (rc)
+			return qe_fail_ctx(rc, "restore: sharing the step and epoch of rank 0");
+	}
+	return qe_rank_restart(r, rec[0], rec[1]);
+}

@@ -1,0 +1,60 @@
+/*
+ * pstate.h - the persistent state of a rank, as one small interface the
+ * checkpoint service uses without reaching into runtime internals
+ * (DESIGN.md section 2 and 8).
+ *
+ * A rank enumerates named items, each a typed array (parameters, AdamW
+ * moments, FP8 meta) or a small record (AdamW step, e_W, data position, RNG,
+ * cache semantics).  Items are keyed by *global stage* (or -1 for run-wide
+ * records written by rank 0), never by rank, so a checkpoint taken under one
+ * pipeline mapping restores under another.  Everything else - graphs,
+ * streams, events, tape generations, arena addresses, effect tokens, FP8
+ * cache contents - is rebuilt, never persisted.
+ */
+#ifndef QE_PSTATE_H
+#define QE_PSTATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/core/tensor.h"
+#include "runtime/exec/rank.h"
+
+typedef enum qe_pstate_kind {
+	QE_PSTATE_PARAM = 0,  /* fp32 master parameters */
+	QE_PSTATE_ADAM_M,
+	QE_PSTATE_ADAM_V,
+	QE_PSTATE_FP8_META,   /* amax histories, scales, scale_inv of every role */
+	QE_PSTATE_RUNTIME,    /* small records: step counts, epochs, data position, rng */
+} qe_pstate_kind;
+
+const char *qe_pstate_kind_name(qe_pstate_kind k);
+
+typedef struct qe_pstate_item {
+	char name[48];       /* unique within a stage: "params", "adam_m", "fp8_meta", "adam_step", "e_W", ... */
+	int stage;           /* global stage; -1 for run-wide records */
+	qe_pstate_kind kind;
+	qe_dtype dtype;
+	int ndim;
+	int64_t shape[QE_MAX_DIMS];
+	size_t bytes;
+	void *data;          /* not owned; backend memory when on_device, else host memory of the rank */
+	int on_device;
+} qe_pstate_item;
+
+/*
+ * The rank's items: for each local stage its parameters, moments, FP8 meta
+ * and AdamW step; on global rank 0 also the run-wide records.  OUT: *items
+ * (malloc'ed array, caller frees with free()), *n.  The data pointers stay
+ * valid while the rank lives.
+ */
+int qe_rank_pstate(qe_rank *r, qe_pstate_item **items, int *n);
+
+/*
+ * After every item was loaded into its data pointer: apply the run-wide
+ * records (steps done, e_W) and rebuild the process-local objects
+ * (qe_rank_restart: tokens 0, caches invalid, graphs dropped).
+ */
+int qe_rank_pstate_loaded(qe_rank *r);
+
+#endif

@@ -1,0 +1,314 @@
+/*
+ * rank.c - building a rank (schedule, local stages, optimizer state, tape
+ * pools, stage contracts, gradient arena, streams), the checkpoint gate,
+ * restart bookkeeping, and the message helpers the executor uses.
+ */
+#include "rank_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+static int host_mem(const qe_rank *r)
+{
+	return r->b->ops->device == QE_DEV_CPU;
+}
+
+rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s)
+{
+	for (int c = 0; c < r->V; c++)
+		if (r->chunks[c].stage == s)
+			return &r->chunks[c];
+	return NULL;
+}
+
+static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, int *np)
+{
+	rank_chunk *ch = &r->chunks[c];
+	int rc;
+	ch->chunk = c;
+	ch->stage = qe_sched_stage_of(r->sched, r->pr, c);
+	if ((rc = qe_stage_create(r->b, &r->cfg.model, &r->cfg.prec, ch->stage, r->S, r->M, r->M, &ch->st)))
+		return qe_fail_ctx(rc, "rank %d: creating stage %d", r->rank, ch->stage);
+	if ((rc = qe_stage_init_params(ch->st, r->cfg.seed)) || (rc = qe_adamw_create(r->b, ch->st, &ch->opt)))
+		return rc;
+	if ((rc = qe_tape_pool_create(r->M, NULL, &ch->pool)))
+		return qe_fail_ctx(rc, "rank %d stage %d: tape pool", r->rank, ch->stage);
+	ch->p_begin = *np;
+	ch->nmat = qe_stage_nmatrices(ch->st);
+	for (int j = 0; j < ch->nmat; j++) {
+		const qe_param_info *pi = qe_stage_param(ch->st, qe_stage_matrix_param(ch->st, j));
+		static _Thread_local char names[64][40];
+		snprintf(names[*np % 64], sizeof(names[0]), "stage%d.%s", ch->stage, pi->name);
+		qe_arena_param *ap = &aparams[(*np)++];
+		ap->name = names[(*np - 1) % 64];
+		ap->rows = pi->rows;
+		ap->cols = pi->cols;
+		ap->dtype = QE_F32;
+		ap->device = r->b->ops->device;
+	}
+	return QE_OK;
+}
+
+int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_rank **out)
+{
+	int rc;
+	*out = NULL;
+	if ((rc = qe_train_config_check(cfg)))
+		return rc;
+	qe_rank *r = calloc(1, sizeof(*r));
+	if (!r)
+		return qe_fail(QE_ENOMEM, "rank: out of host memory");
+	r->cfg = *cfg;
+	r->b = b;
+	r->comm = comm;
+	r->rank = comm ? qe_comm_rank(comm) : 0;
+	r->world = comm ? qe_comm_world_size(comm) : 1;
+	r->P = cfg->pp;
+	r->D = cfg->dp;
+	r->V = cfg->chunks;
+	r->M = cfg->micro;
+	r->S = r->P * r->V;
+	if (r->world != r->P * r->D) {
+		rc = qe_fail(QE_EINVAL, "rank %d: world size %d is not --pp %d x --dp %d", r->rank, r->world, r->P, r->D);
+		free(r);
+		return rc;
+	}
+	if (r->V > QE_RANK_MAX_CHUNKS || r->M > QE_RANK_MAX_MICRO) {
+		free(r);
+		return qe_fail(QE_EINVAL, "rank: at most %d chunks and %d microbatches", QE_RANK_MAX_CHUNKS,
+			       QE_RANK_MAX_MICRO);
+	}
+	r->pr = r->rank % r->P;
+	r->dr = r->rank / r->P;
+	qe_sched_config sc = { cfg->schedule, r->P, r->M, r->V, cfg->backward };
+	qe_arena_param aparams[64];
+	int np = 0;
+	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)))
+		goto fail_rc;
+	const qe_backend_ops *o = b->ops;
+	if ((rc = o->stream_create(b, &r->caller)) || (rc = o->stream_create(b, &r->gstream)) ||
+	    (rc = o->event_create(b, &r->ev_in)) || (rc = o->event_create(b, &r->ev_tail)))
+		goto fail_rc;
+	for (int c = 0; c < r->V; c++)
+		if ((rc = setup_chunk(r, c, aparams, &np)))
+			goto fail_rc;
+	size_t abytes = qe_arena_bytes(aparams, np, r->M);
+	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
+	    (rc = qe_arena_create(aparams, np, r->M, cfg->grad == QE_GRAD_COPY ? QE_ARENA_COPY : QE_ARENA_DIRECT,
+				  r->arena_mem, abytes, o->device, &r->arena)))
+		goto fail_rc;
+	qe_epoch_init(&r->ep, 0);
+	size_t max_param = 0, act = 0;
+	for (int c = 0; c < r->V; c++) {
+		rank_chunk *ch = &r->chunks[c];
+		if ((rc = qe_stage_contract_init(&ch->sc, ch->stage, r->M, &r->ep, ch->pool, r->arena, ch->p_begin,
+						 ch->p_begin + ch->nmat)))
+			goto fail_rc;
+		ch->views = calloc((size_t)r->M * ch->nmat, sizeof(qe_tensor));
+		ch->scratch = calloc((size_t)ch->nmat, sizeof(qe_tensor));
+		if (!ch->views || !ch->scratch) {
+			rc = qe_fail(QE_ENOMEM, "rank: out of host memory");
+			goto fail_rc;
+		}
+		size_t sbytes = 0;
+		for (int j = 0; j < ch->nmat; j++) {
+			for (int m = 0; m < r->M; m++)
+				if ((rc = qe_arena_view(r->arena, ch->p_begin + j, m, &ch->views[m * ch->nmat + j])))
+					goto fail_rc;
+			qe_tensor sh = qe_stage_matrix_grad_shape(ch->st, j);
+			sbytes += (qe_tensor_nbytes(&sh) + 255) / 256 * 256;
+		}
+		for (int i = 0; i < qe_stage_nparams(ch->st); i++) {
+			const qe_param_info *pi = qe_stage_param(ch->st, i);
+			if ((size_t)(pi->rows * pi->cols) > max_param)
+				max_param = (size_t)(pi->rows * pi->cols);
+		}
+		if (cfg->grad == QE_GRAD_COPY) {
+			if ((rc = o->alloc(b, sbytes, &ch->scratch_mem)))
+				goto fail_rc;
+			char *p = ch->scratch_mem;
+			for (int j = 0; j < ch->nmat; j++) {
+				ch->scratch[j] = qe_stage_matrix_grad_shape(ch->st, j);
+				ch->scratch[j].data = p;
+				p += (qe_tensor_nbytes(&ch->scratch[j]) + 255) / 256 * 256;
+			}
+		}
+		act = qe_stage_act_bytes(ch->st);
+	}
+	if (r->D > 1 && (rc = o->alloc(b, max_param * 4, (void **)&r->reduce_buf)))
+		goto fail_rc;
+	r->host_bytes = act > max_param * 4 ? act : max_param * 4;
+	if (!host_mem(r)) {
+		r->host_buf = malloc(r->host_bytes);
+		if (!r->host_buf) {
+			rc = qe_fail(QE_ENOMEM, "rank: out of host memory for staging");
+			goto fail_rc;
+		}
+	}
+	qe_arena_stats as;
+	qe_arena_get_stats(r->arena, &as);
+	r->ctr.arena_bytes = as.capacity_bytes;
+	*out = r;
+	return QE_OK;
+fail_rc:
+	qe_rank_free(r);
+	return rc;
+}
+
+void qe__rank_drop_graphs(qe_rank *r)
+{
+	for (int c = 0; c < r->V; c++)
+		for (int k = 0; k < GRAPH_KINDS; k++)
+			for (int m = 0; m < QE_RANK_MAX_MICRO; m++)
+				if (r->chunks[c].graphs[k][m]) {
+					r->b->ops->graph_destroy(r->chunks[c].graphs[k][m]);
+					r->chunks[c].graphs[k][m] = NULL;
+				}
+	r->graphs_ready = 0;
+	r->ctr.graphs = 0;
+}
+
+void qe_rank_free(qe_rank *r)
+{
+	if (!r)
+		return;
+	const qe_backend_ops *o = r->b->ops;
+	qe__rank_drop_graphs(r);
+	for (int c = 0; c < r->V; c++) {
+		rank_chunk *ch = &r->chunks[c];
+		qe_tape_pool_free(ch->pool);
+		qe_adamw_free(ch->opt);
+		qe_stage_free(ch->st);
+		if (ch->scratch_mem)
+			o->free(r->b, ch->scratch_mem);
+		free(ch->views);
+		free(ch->scratch);
+	}
+	qe_arena_free(r->arena);
+	if (r->arena_mem)
+		o->free(r->b, r->arena_mem);
+	if (r->reduce_buf)
+		o->free(r->b, r->reduce_buf);
+	free(r->host_buf);
+	if (r->ev_in)
+		o->event_destroy(r->ev_in);
+	if (r->ev_tail)
+		o->event_destroy(r->ev_tail);
+	if (r->caller)
+		o->stream_destroy(r->caller);
+	if (r->gstream)
+		o->stream_destroy(r->gstream);
+	qe_sched_free(r->sched);
+	free(r);
+}
+
+int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes)
+{
+	int rc;
+	if (!r->comm)
+		return qe_fail(QE_ECOMM, "rank %d: send to rank %d without a communicator", r->rank, peer);
+	if (!host_mem(r)) {
+		if ((rc = r->b->ops->copy(r->caller, r->host_buf, src, bytes, QE_COPY_D2H)) ||
+		    (rc = r->b->ops->stream_sync(r->caller)))
+			return rc;
+		src = r->host_buf;
+	}
+	return qe_comm_send(r->comm, peer, tag, src, bytes);
+}
+
+int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes)
+{
+	int rc;
+	if (!r->comm)
+		return qe_fail(QE_ECOMM, "rank %d: receive from rank %d without a communicator", r->rank, peer);
+	if (host_mem(r))
+		return qe_comm_recv(r->comm, peer, tag, dst, bytes);
+	if ((rc = qe_comm_recv(r->comm, peer, tag, r->host_buf, bytes)))
+		return rc;
+	return r->b->ops->copy(r->caller, dst, r->host_buf, bytes, QE_COPY_H2D);
+}
+
+int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size)
+{
+	int rc;
+	if (!r->comm || (group_size == 1 && group) || r->world == 1)
+		return QE_OK;
+	if (host_mem(r))
+		return qe_comm_allreduce_sum_f32(r->comm, buf, n, group, group_size);
+	if ((rc = r->b->ops->copy(r->caller, r->host_buf, buf, n * 4, QE_COPY_D2H)) ||
+	    (rc = r->b->ops->stream_sync(r->caller)) ||
+	    (rc = qe_comm_allreduce_sum_f32(r->comm, r->host_buf, n, group, group_size)))
+		return rc;
+	return r->b->ops->copy(r->caller, buf, r->host_buf, n * 4, QE_COPY_H2D);
+}
+
+int qe_rank_quiescent(qe_rank *r)
+{
+	int rc = r->b->ops->stream_sync(r->caller);
+	if (rc)
+		return qe_fail_ctx(rc, "checkpoint gate: device work did not complete");
+	if ((rc = r->b->ops->stream_sync(r->gstream)))
+		return qe_fail_ctx(rc, "checkpoint gate: graph stream work did not complete");
+	for (int c = 0; c < r->V; c++) {
+		rc = qe_quiescence_check(&r->ep, r->chunks[c].pool, r->arena, 0, 0);
+		if (rc)
+			return qe_fail_ctx(rc, "rank %d stage %d", r->rank, r->chunks[c].stage);
+	}
+	return QE_OK;
+}
+
+int qe_rank_restart(qe_rank *r, int64_t step, int64_t e_W)
+{
+	qe__rank_drop_graphs(r);
+	r->steps = step;
+	r->steps_here = 0;
+	qe_epoch_restart(&r->ep, e_W);
+	for (int c = 0; c < r->V; c++) {
+		qe_stage_contract_restart(&r->chunks[c].sc);
+		r->chunks[c].token = 0;
+	}
+	return QE_OK;
+}
+
+const qe_train_config *qe_rank_config(const qe_rank *r) { return &r->cfg; }
+const qe_sched *qe_rank_sched(const qe_rank *r) { return r->sched; }
+int qe_rank_index(const qe_rank *r) { return r->rank; }
+int qe_rank_pipeline_rank(const qe_rank *r) { return r->pr; }
+int qe_rank_replica(const qe_rank *r) { return r->dr; }
+int qe_rank_nchunks(const qe_rank *r) { return r->V; }
+qe_stage *qe_rank_stage(qe_rank *r, int chunk) { return r->chunks[chunk].st; }
+qe_adamw *qe_rank_optimizer(qe_rank *r, int chunk) { return r->chunks[chunk].opt; }
+qe_backend *qe_rank_backend(qe_rank *r) { return r->b; }
+qe_comm *qe_rank_comm(qe_rank *r) { return r->comm; }
+int64_t qe_rank_steps_done(const qe_rank *r) { return r->steps; }
+const qe_epoch_state *qe_rank_epochs(const qe_rank *r) { return &r->ep; }
+
+void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out)
+{
+	*out = r->ctr;
+	out->steps = r->steps;
+	out->live_tapes = 0;
+	for (int c = 0; c < r->V; c++)
+		out->live_tapes += qe_tape_pool_live_refs(r->chunks[c].pool, QE_EPOCH_ANY, NULL, 0);
+}
+
+qe_tensor qe_rank_arena_view(const qe_rank *r, int chunk, int j, int m)
+{
+	const rank_chunk *ch = &r->chunks[chunk];
+	return ch->views[m * ch->nmat + j];
+}
+
+void qe_rank_chunk_get_stats(const qe_rank *r, int chunk, qe_rank_chunk_stats *out)
+{
+	*out = r->chunks[chunk].last;
+}
+
+int64_t qe_rank_chunk_cache_epoch(const qe_rank *r, int chunk)
+{
+	const qe_stage_contract *sc = &r->chunks[chunk].sc;
+	return sc->cache_valid ? sc->e_C : -1;
+}

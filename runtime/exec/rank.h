@@ -1,0 +1,111 @@
+/*
+ * rank.h - one rank process of a pipeline: its local stages, their contracts,
+ * the gradient arena, the schedule it runs, and the graph manager.
+ *
+ * A rank is pipeline rank pr = RANK % P of data-parallel replica
+ * dr = RANK / P.  It holds V local chunks (virtual stages placed by the
+ * schedule), each a qe_stage with its optimizer state, tape pool (one slot
+ * per microbatch, the slot's storage is the stage's fixed tape storage) and
+ * stage contract.  qe_rank_step runs the rank's action list for one
+ * optimizer step - eagerly, or by replaying one captured graph per (action,
+ * microbatch slot, local chunk) with the two-way stream handoff - then
+ * commits the optimizer under the epoch relation.
+ *
+ * Every physical action is bracketed by its contract: the check first
+ * (nothing runs when it fails), the commit after the action succeeded.
+ */
+#ifndef QE_RANK_H
+#define QE_RANK_H
+
+#include <stdint.h>
+
+#include "runtime/backend/backend.h"
+#include "runtime/comm/comm.h"
+#include "runtime/contract/contract.h"
+#include "runtime/model/model.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/sched/sched.h"
+#include "runtime/train/config.h"
+#include "runtime/train/data.h"
+
+typedef struct qe_rank qe_rank;
+
+/* Counters for traces and benchmarks (cumulative unless noted). */
+typedef struct qe_rank_counters {
+	int64_t steps;            /* optimizer steps committed by this process */
+	int live_tapes;           /* now, over local stages */
+	int peak_live_tapes;      /* max over the last step, summed over local stages' peaks */
+	uint64_t delayed_dw;      /* over the last step */
+	uint64_t arena_writes;    /* over the last step */
+	size_t arena_bytes;       /* capacity */
+	int graphs;               /* captured graphs (3 * M * V in graph mode) */
+	uint64_t replays;         /* graph launches */
+	uint64_t handoffs;        /* two-way handoffs (one per replay) */
+	double capture_ms;        /* host time spent capturing */
+	size_t device_bytes;      /* bytes allocated from the backend at setup */
+} qe_rank_counters;
+
+/*
+ * Build the rank: `pr`/`dr` from comm's rank, stages from the schedule.
+ * Parameters are initialized from cfg->seed (a restore may overwrite them
+ * before the first step).  comm may be NULL for a single-process world.
+ * *out is freed with qe_rank_free.
+ */
+int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_rank **out);
+void qe_rank_free(qe_rank *r);
+
+/*
+ * One optimizer step (step index = steps done so far, the data position):
+ * every action of the rank's list, then the optimizer commit.  On success
+ * *loss is the step's mean training loss (the same on every rank).
+ */
+int qe_rank_step(qe_rank *r, const qe_data *data, float *loss);
+/* Held-out loss over cfg->eval_micro microbatches (forward only, no state change). */
+int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss);
+
+const qe_train_config *qe_rank_config(const qe_rank *r);
+const qe_sched *qe_rank_sched(const qe_rank *r);
+int qe_rank_index(const qe_rank *r);       /* global rank */
+int qe_rank_pipeline_rank(const qe_rank *r);
+int qe_rank_replica(const qe_rank *r);
+int qe_rank_nchunks(const qe_rank *r);
+qe_stage *qe_rank_stage(qe_rank *r, int chunk);
+qe_adamw *qe_rank_optimizer(qe_rank *r, int chunk);
+qe_backend *qe_rank_backend(qe_rank *r);
+qe_comm *qe_rank_comm(qe_rank *r);
+int64_t qe_rank_steps_done(const qe_rank *r);
+const qe_epoch_state *qe_rank_epochs(const qe_rank *r);
+void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out);
+
+/* Per-stage resource counts of the last step (for traces). */
+typedef struct qe_rank_chunk_stats {
+	int live_tapes;      /* at the end of the step (0 when complete) */
+	int peak_live_tapes; /* most live at once during the step */
+	uint64_t delayed_dw; /* dW not right after its own dI */
+	int arena_writes;    /* views of this stage written in the step */
+} qe_rank_chunk_stats;
+void qe_rank_chunk_get_stats(const qe_rank *r, int chunk, qe_rank_chunk_stats *out);
+/* e_C of local chunk c's weight cache, -1 when invalid. */
+int64_t qe_rank_chunk_cache_epoch(const qe_rank *r, int chunk);
+
+/* The arena views of local chunk c's matrix j for microbatch m (f32 tensor). */
+qe_tensor qe_rank_arena_view(const qe_rank *r, int chunk, int j, int m);
+
+/*
+ * The checkpoint gate: QE_OK at a quiescent optimizer boundary, else
+ * QE_EPREMATURE naming what is pending (live tapes, arena writes,
+ * reductions, device work).
+ */
+int qe_rank_quiescent(qe_rank *r);
+
+/*
+ * Restart bookkeeping after a restore: steps done = step, e_W = e_W, every
+ * weight cache invalid, tokens back to 0, graphs dropped (rebuilt after the
+ * next warmup step) - process-local objects get new identities.
+ */
+int qe_rank_restart(qe_rank *r, int64_t step, int64_t e_W);
+
+/* Test hooks for fault injection in the gate tests: run only the forward half of a step. */
+int qe_rank_forward_only_for_test(qe_rank *r, const qe_data *data);
+
+#endif

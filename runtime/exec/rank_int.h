@@ -1,0 +1,72 @@
+/*
+ * rank_int.h - the inside of a qe_rank, shared by rank.c (setup),
+ * rank_step.c (actions, graphs, optimizer) and rank_eval.c.
+ */
+#ifndef QE_RANK_INT_H
+#define QE_RANK_INT_H
+
+#include "rank.h"
+
+#define QE_RANK_MAX_CHUNKS 8
+#define QE_RANK_MAX_MICRO 256
+
+enum { GRAPH_F = 0, GRAPH_DI = 1, GRAPH_DW = 2, GRAPH_KINDS = 3 };
+
+typedef struct rank_chunk {
+	int chunk, stage;
+	qe_stage *st;
+	qe_adamw *opt;
+	qe_tape_pool *pool;
+	qe_stage_contract sc;
+	uint64_t token;                      /* the effect token the next stateful action presents */
+	qe_tape_ref refs[QE_RANK_MAX_MICRO]; /* the live tape of each microbatch */
+	int p_begin, nmat;                   /* arena params of this chunk */
+	qe_tensor *views;                    /* [m * nmat + j]: arena views (the bound destinations) */
+	qe_tensor *scratch;                  /* [j]: copy mode's dW destinations */
+	void *scratch_mem;
+	qe_graph *graphs[GRAPH_KINDS][QE_RANK_MAX_MICRO];
+	qe_rank_chunk_stats last;            /* resource counts of the last step */
+	uint64_t delayed_at_start;
+} rank_chunk;
+
+struct qe_rank {
+	qe_train_config cfg;
+	qe_backend *b;
+	qe_comm *comm;
+	qe_sched *sched;
+	int rank, world, pr, dr, P, D, V, M, S;
+	qe_stream *caller, *gstream;
+	qe_event *ev_in, *ev_tail;
+	rank_chunk chunks[QE_RANK_MAX_CHUNKS];
+	qe_epoch_state ep;
+	qe_arena *arena;
+	void *arena_mem;
+	float *reduce_buf;   /* DP: one parameter's gradient, backend memory */
+	float *host_buf;     /* staging for messages and reductions when the backend is not host memory */
+	size_t host_bytes;
+	int64_t steps;       /* steps done (the data position) */
+	int64_t steps_here;  /* steps run by this process (graph warmup) */
+	int graphs_ready;
+	qe_rank_counters ctr;
+	int peak_live_step;
+	uint64_t rng_record[2]; /* persisted: sampler seed and position */
+	uint8_t cache_record;   /* persisted: cache validity on restore (always 0) */
+};
+
+/* Message tags: kind, producing stage, microbatch. */
+enum { TAG_ACT = 1, TAG_GRAD = 2, TAG_EVAL = 3, TAG_LOSS = 4 };
+static inline uint32_t rank_tag(int kind, int stage, int mb)
+{
+	return ((uint32_t)kind << 24) | ((uint32_t)(stage & 0xff) << 16) | (uint32_t)(mb & 0xffff);
+}
+
+/* Local chunk holding global stage s, or NULL. */
+rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s);
+/* Send/receive device (or host) memory to/from global rank peer. */
+int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes);
+int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
+/* Sum a float vector over a group of ranks in place (backend memory). */
+int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
+void qe__rank_drop_graphs(qe_rank *r);
+
+#endif

@@ -1,0 +1,394 @@
+/*
+ * rank_step.c - the stage executor: runs a rank's action list for one step,
+ * each compute action bracketed by its contract (check, physical action,
+ * commit), in eager mode or by replaying captured graphs with the two-way
+ * stream handoff; then the optimizer commit under the epoch relation.
+ */
+#include "rank_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+#define TRY(expr)                      \
+	do {                           \
+		int rc_ = (expr);      \
+		if (rc_)               \
+			return rc_;    \
+	} while (0)
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- physical actions ----------------------------------------------------- */
+
+/* dW of chunk ch for slot m on stream s, to the arena (direct) or scratch + copies (copy). */
+static int physical_dw(qe_rank *r, rank_chunk *ch, qe_stream *s, int m)
+{
+	if (r->cfg.grad == QE_GRAD_DIRECT)
+		return qe_stage_backward_weight(ch->st, s, m, &ch->views[m * ch->nmat]);
+	TRY(qe_stage_backward_weight(ch->st, s, m, ch->scratch));
+	for (int j = 0; j < ch->nmat; j++)
+		TRY(r->b->ops->copy(s, ch->views[m * ch->nmat + j].data, ch->scratch[j].data,
+				    qe_tensor_nbytes(&ch->scratch[j]), QE_COPY_D2D));
+	return QE_OK;
+}
+
+static int physical_eager(qe_rank *r, rank_chunk *ch, int kind, int m, int refresh)
+{
+	switch (kind) {
+	case GRAPH_F:
+		return qe_stage_forward(ch->st, r->caller, m, refresh);
+	case GRAPH_DI:
+		return qe_stage_backward_input(ch->st, r->caller, m, m);
+	default:
+		return physical_dw(r, ch, r->caller, m);
+	}
+}
+
+/*
+ * Capture one graph per (action, microbatch slot, local chunk) on the
+ * manager-owned graph stream.  F of slot 0 includes the weight-cache refresh
+ * (the first F of every step).  Nothing runs while capturing.
+ */
+static int capture_graphs(qe_rank *r)
+{
+	const qe_backend_ops *o = r->b->ops;
+	double t0 = now_ms();
+	TRY(o->stream_sync(r->caller));
+	for (int c = 0; c < r->V; c++) {
+		rank_chunk *ch = &r->chunks[c];
+		for (int k = 0; k < GRAPH_KINDS; k++) {
+			for (int m = 0; m < r->M; m++) {
+				int rc = o->capture_begin(r->gstream);
+				if (!rc) {
+					if (k == GRAPH_F)
+						rc = qe_stage_forward(ch->st, r->gstream, m, m == 0);
+					else if (k == GRAPH_DI)
+						rc = qe_stage_backward_input(ch->st, r->gstream, m, m);
+					else
+						rc = physical_dw(r, ch, r->gstream, m);
+					qe_graph *g = NULL;
+					int rc2 = o->capture_end(r->gstream, &g);
+					if (!rc)
+						rc = rc2;
+					ch->graphs[k][m] = g;
+				}
+				if (rc)
+					return qe_fail_ctx(rc, "rank %d: capturing %s graph of stage %d slot %d", r->rank,
+							   k == GRAPH_F ? "F" : k == GRAPH_DI ? "dI" : "dW", ch->stage, m);
+				r->ctr.graphs++;
+			}
+		}
+	}
+	r->ctr.capture_ms += now_ms() - t0;
+	r->graphs_ready = 1;
+	return QE_OK;
+}
+
+/*
+ * Two-way handoff around one replay: the graph stream waits for everything
+ * the caller enqueued (inputs in the slot's static buffers), and the caller
+ * waits for the graph's tail before it consumes anything the graph wrote.
+ */
+static int replay(qe_rank *r, qe_graph *g)
+{
+	const qe_backend_ops *o = r->b->ops;
+	TRY(o->event_record(r->ev_in, r->caller));
+	TRY(o->stream_wait(r->gstream, r->ev_in));
+	TRY(o->graph_launch(g, r->gstream));
+	TRY(o->event_record(r->ev_tail, r->gstream));
+	TRY(o->stream_wait(r->caller, r->ev_tail));
+	r->ctr.replays++;
+	r->ctr.handoffs++;
+	return QE_OK;
+}
+
+static int physical(qe_rank *r, rank_chunk *ch, int kind, int m, int refresh)
+{
+	if (r->cfg.exec == QE_EXEC_GRAPH && r->graphs_ready) {
+		/* The F graph of slot 0 refreshes the cache; the contract agrees only then. */
+		if (kind == GRAPH_F && refresh != (m == 0))
+			return qe_fail(QE_ESTALE_CACHE, "stage %d: captured F of slot %d %s the weight cache, the contract "
+				       "says it must%s", ch->stage, m, m == 0 ? "refreshes" : "does not refresh",
+				       refresh ? "" : " not");
+		return replay(r, ch->graphs[kind][m]);
+	}
+	return physical_eager(r, ch, kind, m, refresh);
+}
+
+/* ---- compute actions under their contracts -------------------------------- */
+
+static void note_live(qe_rank *r)
+{
+	int live = 0;
+	for (int c = 0; c < r->V; c++) {
+		int l = qe_tape_pool_live_refs(r->chunks[c].pool, QE_EPOCH_ANY, NULL, 0);
+		if (l > r->chunks[c].last.peak_live_tapes)
+			r->chunks[c].last.peak_live_tapes = l;
+		live += l;
+	}
+	if (live > r->peak_live_step)
+		r->peak_live_step = live;
+}
+
+static int finish(qe_rank *r, rank_chunk *ch, qe_action_ticket *t, int rc, uint64_t *token)
+{
+	if (rc) {
+		char buf[256];
+		snprintf(buf, sizeof(buf), "%s", qe_last_error());
+		qe_action_fail(&ch->sc, t);
+		return qe_fail(rc, "rank %d: %s(stage %d, mb %d) failed: %s", r->rank, qe_action_name(t->kind), ch->stage,
+			       t->m, buf);
+	}
+	rc = qe_action_end(&ch->sc, t, token);
+	note_live(r);
+	return rc;
+}
+
+static int feed_data(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
+{
+	int first = qe_stage_is_first(ch->st), last = qe_stage_is_last(ch->st);
+	if (!first && !last)
+		return QE_OK;
+	int T = r->cfg.model.seq;
+	int32_t tok[4096], tgt[4096];
+	if (T > 4096)
+		return qe_fail(QE_EINVAL, "sequence length %d above 4096", T);
+	TRY(qe_data_sample(data, 0, r->cfg.seed, r->steps, r->dr, m, T, tok, tgt));
+	for (int t = 0; t < T; t++)
+		if (tok[t] >= r->cfg.model.vocab || tgt[t] >= r->cfg.model.vocab)
+			return qe_fail(QE_EINVAL, "data '%s': token %d does not fit vocabulary %d of model '%s'", data->path,
+				       tok[t] > tgt[t] ? tok[t] : tgt[t], r->cfg.model.vocab, r->cfg.model.preset);
+	if (first)
+		TRY(r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, m), tok, T * 4, QE_COPY_H2D));
+	if (last)
+		TRY(r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, m), tgt, T * 4, QE_COPY_H2D));
+	return QE_OK;
+}
+
+static int act_f(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
+{
+	qe_action_ticket t;
+	TRY(qe_action_f_begin(&ch->sc, ch->token, m, &t));
+	int rc = feed_data(r, ch, data, m);
+	if (!rc)
+		rc = physical(r, ch, GRAPH_F, m, t.refresh_cache);
+	TRY(finish(r, ch, &t, rc, &ch->token));
+	ch->refs[m] = t.ref;
+	/* hand the activation to the next stage when it lives here */
+	rank_chunk *next = qe__rank_chunk_of_stage(r, ch->stage + 1);
+	if (next)
+		TRY(r->b->ops->copy(r->caller, qe_stage_slot_input(next->st, m), qe_stage_slot_output(ch->st, m),
+				    qe_stage_act_bytes(ch->st), QE_COPY_D2D));
+	return QE_OK;
+}
+
+static int handoff_grad(qe_rank *r, rank_chunk *ch, int m)
+{
+	rank_chunk *prev = qe__rank_chunk_of_stage(r, ch->stage - 1);
+	if (prev)
+		TRY(r->b->ops->copy(r->caller, qe_stage_slot_dout(prev->st, m), qe_stage_slot_dinput(ch->st, m),
+				    qe_stage_act_bytes(ch->st), QE_COPY_D2D));
+	return QE_OK;
+}
+
+static int act_di(qe_rank *r, rank_chunk *ch, int m)
+{
+	qe_action_ticket t;
+	TRY(qe_action_di_begin(&ch->sc, ch->token, &ch->refs[m], &t));
+	TRY(finish(r, ch, &t, physical(r, ch, GRAPH_DI, m, 0), &ch->token));
+	return handoff_grad(r, ch, m);
+}
+
+static int act_dw(qe_rank *r, rank_chunk *ch, int m)
+{
+	qe_action_ticket t;
+	TRY(qe_action_dw_begin(&ch->sc, &ch->refs[m], m, &ch->views[m * ch->nmat], &t));
+	return finish(r, ch, &t, physical(r, ch, GRAPH_DW, m, 0), NULL);
+}
+
+static int act_b(qe_rank *r, rank_chunk *ch, int m)
+{
+	qe_action_ticket t;
+	TRY(qe_action_b_begin(&ch->sc, ch->token, &ch->refs[m], &ch->views[m * ch->nmat], &t));
+	int rc = physical(r, ch, GRAPH_DI, m, 0);
+	if (!rc)
+		rc = physical(r, ch, GRAPH_DW, m, 0);
+	TRY(finish(r, ch, &t, rc, &ch->token));
+	return handoff_grad(r, ch, m);
+}
+
+static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
+{
+	rank_chunk *ch = &r->chunks[a->chunk];
+	int peer = a->peer >= 0 ? r->dr * r->P + a->peer : -1;
+	size_t act = qe_stage_act_bytes(ch->st);
+	switch (a->kind) {
+	case QE_ACT_F:
+		return act_f(r, ch, data, a->mb);
+	case QE_ACT_DI:
+		return act_di(r, ch, a->mb);
+	case QE_ACT_DW:
+		return act_dw(r, ch, a->mb);
+	case QE_ACT_B:
+		return act_b(r, ch, a->mb);
+	case QE_ACT_SEND_ACT:
+		return qe__rank_send(r, peer, rank_tag(TAG_ACT, a->stage, a->mb), qe_stage_slot_output(ch->st, a->mb), act);
+	case QE_ACT_RECV_ACT:
+		return qe__rank_recv(r, peer, rank_tag(TAG_ACT, a->stage, a->mb), qe_stage_slot_input(ch->st, a->mb), act);
+	case QE_ACT_SEND_GRAD:
+		return qe__rank_send(r, peer, rank_tag(TAG_GRAD, a->stage, a->mb), qe_stage_slot_dinput(ch->st, a->mb),
+				     act);
+	case QE_ACT_RECV_GRAD:
+		return qe__rank_recv(r, peer, rank_tag(TAG_GRAD, a->stage, a->mb), qe_stage_slot_dout(ch->st, a->mb),
+				     act);
+	default:
+		return qe_fail(QE_ESCHEDULE, "rank %d: unknown action kind %d", r->rank, a->kind);
+	}
+}
+
+/* ---- optimizer commit --------------------------------------------------- */
+
+static int optimizer_commit(qe_rank *r)
+{
+	const qe_backend_ops *o = r->b->ops;
+	const float *views[QE_RANK_MAX_MICRO * 8];
+	for (int c = 0; c < r->V; c++)
+		TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
+	for (int c = 0; c < r->V; c++) {
+		rank_chunk *ch = &r->chunks[c];
+		if (ch->nmat > 8)
+			return qe_fail(QE_EINVAL, "stage %d: more than 8 matrices", ch->stage);
+		for (int j = 0; j < ch->nmat; j++)
+			TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * r->M]));
+		if (r->D == 1) {
+			TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, r->M, &r->cfg.optim, 1.0f));
+			continue;
+		}
+		/* Data parallel: reduce the microbatch views in order, all-reduce over the replicas of
+		 * this pipeline rank in replica order, then one view per parameter. */
+		int group[64];
+		for (int d = 0; d < r->D && d < 64; d++)
+			group[d] = d * r->P + r->pr;
+		ch->opt->step++;
+		for (int i = 0; i < qe_stage_nparams(ch->st); i++) {
+			const qe_param_info *pi = qe_stage_param(ch->st, i);
+			const float *pv[QE_RANK_MAX_MICRO];
+			int64_t n = pi->rows * pi->cols;
+			for (int m = 0; m < r->M; m++)
+				pv[m] = pi->is_matrix ? views[pi->matrix_index * r->M + m]
+						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
+			TRY(o->sum_views(r->caller, r->reduce_buf, pv, r->M, n));
+			TRY(o->stream_sync(r->caller));
+			TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
+			const float *one[1] = { r->reduce_buf };
+			qe_adamw_args args = { 0 };
+			args.param = qe_stage_params(ch->st) + pi->offset;
+			args.m = ch->opt->m + pi->offset;
+			args.v = ch->opt->v + pi->offset;
+			args.grads = one;
+			args.nviews = 1;
+			args.n = n;
+			args.lr = r->cfg.optim.lr;
+			args.beta1 = r->cfg.optim.beta1;
+			args.beta2 = r->cfg.optim.beta2;
+			args.eps = r->cfg.optim.eps;
+			args.weight_decay = pi->decay ? r->cfg.optim.weight_decay : 0.0f;
+			args.step = ch->opt->step;
+			args.grad_scale = 1.0f / (float)r->D;
+			TRY(o->adamw(r->caller, &args));
+		}
+	}
+	TRY(o->stream_sync(r->caller));
+	qe_arena_stats as;
+	qe_arena_get_stats(r->arena, &as);
+	r->ctr.arena_writes = as.writes_this_step;
+	qe_epoch_commit_optimizer(&r->ep);
+	qe_arena_step_reset(r->arena);
+	return QE_OK;
+}
+
+/* The step's loss: mean over microbatches on the last stage, mean over replicas, known to every rank. */
+static int step_loss(qe_rank *r, float *loss)
+{
+	float v = 0;
+	rank_chunk *last = qe__rank_chunk_of_stage(r, r->S - 1);
+	if (last) {
+		float sum = 0, l;
+		for (int m = 0; m < r->M; m++) {
+			TRY(r->b->ops->copy(r->caller, &l, qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
+			TRY(r->b->ops->stream_sync(r->caller));
+			sum += l;
+		}
+		v = sum / (float)r->M / (float)r->D;
+	}
+	if (r->comm && r->world > 1)
+		TRY(qe_comm_allreduce_sum_f32(r->comm, &v, 1, NULL, r->world));
+	*loss = v;
+	return QE_OK;
+}
+
+int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
+{
+	const qe_sched_rank *list = &r->sched->ranks[r->pr];
+	if (r->cfg.exec == QE_EXEC_GRAPH && !r->graphs_ready && r->steps_here >= 1)
+		TRY(capture_graphs(r));
+	uint64_t delayed0 = 0;
+	for (int c = 0; c < r->V; c++) {
+		qe_tape_pool_stats ps;
+		qe_tape_pool_get_stats(r->chunks[c].pool, &ps);
+		delayed0 += ps.delayed_dw;
+		memset(&r->chunks[c].last, 0, sizeof(r->chunks[c].last));
+		r->chunks[c].delayed_at_start = ps.delayed_dw;
+	}
+	r->peak_live_step = 0;
+	for (int i = 0; i < list->n; i++) {
+		int rc = run_action(r, &list->actions[i], data);
+		if (rc) {
+			char what[96];
+			qe_sched_action_describe(&list->actions[i], what, sizeof(what));
+			/* abort the step: every outstanding tape of this epoch is purged */
+			for (int c = 0; c < r->V; c++)
+				qe_tape_pool_purge_epoch(r->chunks[c].pool, r->ep.e_W);
+			return qe_fail_ctx(rc, "step %lld, rank %d action %d %s", (long long)r->steps, r->rank, i, what);
+		}
+	}
+	uint64_t delayed1 = 0;
+	for (int c = 0; c < r->V; c++) {
+		qe_tape_pool_stats ps;
+		qe_tape_pool_get_stats(r->chunks[c].pool, &ps);
+		delayed1 += ps.delayed_dw;
+		r->chunks[c].last.delayed_dw = ps.delayed_dw - r->chunks[c].delayed_at_start;
+		r->chunks[c].last.live_tapes = ps.live;
+		for (int j = 0; j < r->chunks[c].nmat; j++)
+			for (int m = 0; m < r->M; m++)
+				r->chunks[c].last.arena_writes +=
+					qe_arena_is_written(r->arena, r->chunks[c].p_begin + j, m) == 1;
+	}
+	r->ctr.delayed_dw = delayed1 - delayed0;
+	r->ctr.peak_live_tapes = r->peak_live_step;
+	TRY(step_loss(r, loss));
+	int rc = optimizer_commit(r);
+	if (rc)
+		return qe_fail_ctx(rc, "step %lld, rank %d: optimizer commit", (long long)r->steps, r->rank);
+	r->steps++;
+	r->steps_here++;
+	return QE_OK;
+}
+
+int qe_rank_forward_only_for_test(qe_rank *r, const qe_data *data)
+{
+	for (int c = 0; c < r->V; c++)
+		if (qe_sched_stage_of(r->sched, r->pr, c) == 0)
+			return act_f(r, &r->chunks[c], data, 0);
+	return qe_fail(QE_EINVAL, "rank %d holds no first stage", r->rank);
+}

@@ -1,0 +1,60 @@
+/*
+ * train.c - the per-rank training loop.
+ */
+#include "train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "runtime/core/status.h"
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks, int progress)
+{
+	const qe_train_config *cfg = qe_rank_config(r);
+	double tokens = (double)cfg->micro * cfg->dp * cfg->model.seq;
+	while (qe_rank_steps_done(r) < until) {
+		qe_step_report rep = { 0 };
+		double t0 = now_ms();
+		int rc = qe_rank_step(r, data, &rep.loss);
+		if (rc)
+			return rc;
+		rep.ms = now_ms() - t0;
+		rep.tokens_per_s = rep.ms > 0 ? tokens / (rep.ms / 1e3) : 0;
+		rep.step = qe_rank_steps_done(r);
+		rep.eval_loss = NAN;
+		if (cfg->eval_every > 0 && (rep.step % cfg->eval_every == 0 || rep.step == until))
+			if ((rc = qe_rank_eval(r, data, &rep.eval_loss)))
+				return qe_fail_ctx(rc, "evaluation after step %lld", (long long)rep.step);
+		if (!isfinite(rep.loss))
+			return qe_fail(QE_ENUMERIC, "step %lld: training loss is %g", (long long)rep.step, (double)rep.loss);
+		qe_trace_row *rows = NULL;
+		if ((rc = qe_trace_rank(r, rep.step, rep.loss, &rows, &rep.nrows)))
+			return rc;
+		rep.rows = rows;
+		if (progress && qe_rank_index(r) == 0 &&
+		    (cfg->log_every <= 1 || rep.step % cfg->log_every == 0 || rep.step == until)) {
+			if (isnan(rep.eval_loss))
+				printf("step %5lld/%lld  loss %.4f  %9.0f tok/s  %8.2f ms/step\n", (long long)rep.step,
+				       (long long)until, rep.loss, rep.tokens_per_s, rep.ms);
+			else
+				printf("step %5lld/%lld  loss %.4f  held-out %.4f  %9.0f tok/s  %8.2f ms/step\n",
+				       (long long)rep.step, (long long)until, rep.loss, rep.eval_loss, rep.tokens_per_s,
+				       rep.ms);
+			fflush(stdout);
+		}
+		rc = hooks && hooks->on_step ? hooks->on_step(hooks->ctx, r, &rep) : QE_OK;
+		free(rows);
+		if (rc)
+			return rc;
+	}
+	return QE_OK;
+}

@@ -1,0 +1,38 @@
+/*
+ * train.h - the training loop of one rank: steps until a target step count,
+ * held-out evaluation, progress lines, traces, and a hook after every step
+ * where the caller persists traces and takes checkpoints.
+ *
+ * The loop itself knows nothing of the catalog or the store: the hook (the
+ * CLI wires it to catalog/ and ckpt/) decides what to keep.
+ */
+#ifndef QE_TRAIN_H
+#define QE_TRAIN_H
+
+#include "runtime/exec/rank.h"
+#include "runtime/train/trace.h"
+
+typedef struct qe_step_report {
+	int64_t step;        /* steps done after this one (1-based) */
+	float loss;          /* mean training loss of the step */
+	float eval_loss;     /* held-out loss when evaluated at this step, else NaN */
+	double ms;           /* wall time of the step on this rank */
+	double tokens_per_s;
+	const qe_trace_row *rows; /* this rank's fingerprints of the step */
+	int nrows;
+} qe_step_report;
+
+typedef struct qe_train_hooks {
+	void *ctx;
+	/* Called on every rank after every step; a non-zero return stops the loop with that status. */
+	int (*on_step)(void *ctx, qe_rank *r, const qe_step_report *rep);
+} qe_train_hooks;
+
+/*
+ * Run steps until qe_rank_steps_done(r) == until.  Rank 0 prints a progress
+ * line every cfg.log_every steps (step, loss, held-out loss, tokens/s, ms/step)
+ * to stdout when `progress` is set.
+ */
+int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks, int progress);
+
+#endif
