@@ -44,6 +44,7 @@ int cli_train_main(int argc, char **argv)
 	memset(&job, 0, sizeof(job));
 	job.cfg = a.cfg;
 	job.quiet = a.quiet;
+	job.json = a.json;
 	job.until = a.cfg.steps;
 	job.from_step = -1;
 	/* Under an external launcher only rank 0 creates the run directory. */

@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "ckpt/ckpt.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
@@ -91,13 +93,16 @@ typedef struct rank_ctx {
 	cli_rank_job *job;
 	cat *cat;
 	ckpt_session *ck;
+	float last_loss;
 } rank_ctx;
 
 static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 {
 	rank_ctx *ctx = vctx;
 	int rc;
-	if (ctx->cat) {
+	ctx->last_loss = rep->loss;
+	/* Data-parallel replicas hold identical state: replica 0 speaks for them. */
+	if (ctx->cat && qe_rank_replica(r) == 0) {
 		cat_trace *rows = calloc((size_t)rep->nrows + 1, sizeof(cat_trace));
 		if (!rows)
 			return qe_fail(QE_ENOMEM, "trace: out of memory");
@@ -130,6 +135,35 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	return QE_OK;
 }
 
+/* One JSON line per rank: what it ran and the resources it provisioned. */
+static void print_counters(qe_rank *r, const rank_ctx *ctx)
+{
+	qe_rank_counters k;
+	qe_rank_get_counters(r, &k);
+	int peak = k.peak_live_tapes;
+	uint64_t delayed = k.delayed_dw;
+	/* A fingerprint of the parameters: replicas of one pipeline rank must agree. */
+	XXH3_state_t *h = XXH3_createState();
+	XXH3_64bits_reset(h);
+	for (int c = 0; c < qe_rank_nchunks(r); c++) {
+		qe_stage *st = qe_rank_stage(r, c);
+		size_t n = qe_stage_param_floats(st) * 4;
+		void *buf = malloc(n);
+		if (buf && !qe_rank_backend(r)->ops->copy(NULL, buf, qe_stage_params(st), n, QE_COPY_D2H))
+			XXH3_64bits_update(h, buf, n);
+		free(buf);
+	}
+	unsigned long long pfp = (unsigned long long)XXH3_64bits_digest(h);
+	XXH3_freeState(h);
+	printf("{\"rank\":%d,\"params_fp\":\"%016llx\",\"pipeline_rank\":%d,\"replica\":%d,\"chunks\":%d,\"steps\":%lld,\"last_loss\":%.6f,"
+	       "\"graphs\":%d,\"replays\":%llu,\"handoffs\":%llu,\"capture_ms\":%.3f,\"arena_bytes\":%zu,"
+	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d}\n",
+	       qe_rank_index(r), pfp, qe_rank_pipeline_rank(r), qe_rank_replica(r), qe_rank_nchunks(r), (long long)k.steps,
+	       ctx->last_loss, k.graphs, (unsigned long long)k.replays, (unsigned long long)k.handoffs, k.capture_ms,
+	       k.arena_bytes, peak, (unsigned long long)delayed, (unsigned long long)k.arena_writes, k.live_tapes);
+	fflush(stdout);
+}
+
 int cli_rank_main(void *vjob)
 {
 	cli_rank_job *job = vjob;
@@ -139,7 +173,7 @@ int cli_rank_main(void *vjob)
 	qe_backend *b = NULL;
 	qe_rank *r = NULL;
 	qe_data data = { 0 };
-	rank_ctx ctx = { job, NULL, NULL };
+	rank_ctx ctx = { job, NULL, NULL, 0 };
 	int rc = qe_dist_env_from_environ(&env);
 	if (!rc && env.world_size > 1)
 		rc = qe_comm_open(&env, 0, &comm);
@@ -169,6 +203,8 @@ int cli_rank_main(void *vjob)
 		qe_train_hooks hooks = { &ctx, on_step };
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
 	}
+	if (!rc && job->json)
+		print_counters(r, &ctx);
 	if (rc)
 		fprintf(stderr, "qeffect: rank %d: %s (%s)\n", env.rank, qe_last_error()[0] ? qe_last_error() : qe_strerror(rc),
 			qe_errname(rc));

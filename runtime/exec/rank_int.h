@@ -26,7 +26,6 @@ typedef struct rank_chunk {
 	void *scratch_mem;
 	qe_graph *graphs[GRAPH_KINDS][QE_RANK_MAX_MICRO];
 	qe_rank_chunk_stats last;            /* resource counts of the last step */
-	uint64_t delayed_at_start;
 } rank_chunk;
 
 struct qe_rank {
@@ -49,6 +48,7 @@ struct qe_rank {
 	int graphs_ready;
 	qe_rank_counters ctr;
 	int peak_live_step;
+	int last_kind, last_chunk, last_mb; /* the previous compute action (delayed-dW rule) */
 	uint64_t rng_record[2]; /* persisted: sampler seed and position */
 	uint8_t cache_record;   /* persisted: cache validity on restore (always 0) */
 };

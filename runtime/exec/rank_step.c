@@ -227,11 +227,27 @@ static int act_b(qe_rank *r, rank_chunk *ch, int m)
 	return handoff_grad(r, ch, m);
 }
 
+/*
+ * The schedule's rule for a delayed dW (runtime/sched stats): a DW whose
+ * previous compute action on this rank is not its own DI.
+ */
+static void note_compute(qe_rank *r, const qe_sched_action *a)
+{
+	if (a->kind == QE_ACT_DW &&
+	    !(r->last_kind == QE_ACT_DI && r->last_chunk == a->chunk && r->last_mb == a->mb))
+		r->chunks[a->chunk].last.delayed_dw++;
+	r->last_kind = a->kind;
+	r->last_chunk = a->chunk;
+	r->last_mb = a->mb;
+}
+
 static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
 {
 	rank_chunk *ch = &r->chunks[a->chunk];
 	int peer = a->peer >= 0 ? r->dr * r->P + a->peer : -1;
 	size_t act = qe_stage_act_bytes(ch->st);
+	if (a->kind <= QE_ACT_B)
+		note_compute(r, a);
 	switch (a->kind) {
 	case QE_ACT_F:
 		return act_f(r, ch, data, a->mb);
@@ -342,15 +358,10 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 	const qe_sched_rank *list = &r->sched->ranks[r->pr];
 	if (r->cfg.exec == QE_EXEC_GRAPH && !r->graphs_ready && r->steps_here >= 1)
 		TRY(capture_graphs(r));
-	uint64_t delayed0 = 0;
-	for (int c = 0; c < r->V; c++) {
-		qe_tape_pool_stats ps;
-		qe_tape_pool_get_stats(r->chunks[c].pool, &ps);
-		delayed0 += ps.delayed_dw;
+	for (int c = 0; c < r->V; c++)
 		memset(&r->chunks[c].last, 0, sizeof(r->chunks[c].last));
-		r->chunks[c].delayed_at_start = ps.delayed_dw;
-	}
 	r->peak_live_step = 0;
+	r->last_kind = -1;
 	for (int i = 0; i < list->n; i++) {
 		int rc = run_action(r, &list->actions[i], data);
 		if (rc) {
@@ -362,19 +373,18 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 			return qe_fail_ctx(rc, "step %lld, rank %d action %d %s", (long long)r->steps, r->rank, i, what);
 		}
 	}
-	uint64_t delayed1 = 0;
 	for (int c = 0; c < r->V; c++) {
 		qe_tape_pool_stats ps;
 		qe_tape_pool_get_stats(r->chunks[c].pool, &ps);
-		delayed1 += ps.delayed_dw;
-		r->chunks[c].last.delayed_dw = ps.delayed_dw - r->chunks[c].delayed_at_start;
 		r->chunks[c].last.live_tapes = ps.live;
 		for (int j = 0; j < r->chunks[c].nmat; j++)
 			for (int m = 0; m < r->M; m++)
 				r->chunks[c].last.arena_writes +=
 					qe_arena_is_written(r->arena, r->chunks[c].p_begin + j, m) == 1;
 	}
-	r->ctr.delayed_dw = delayed1 - delayed0;
+	r->ctr.delayed_dw = 0;
+	for (int c = 0; c < r->V; c++)
+		r->ctr.delayed_dw += r->chunks[c].last.delayed_dw;
 	r->ctr.peak_live_tapes = r->peak_live_step;
 	TRY(step_loss(r, loss));
 	int rc = optimizer_commit(r);
