@@ -44,19 +44,19 @@ static inline int mu_pipe_open(mu_pipe *p, const qe_model_config *cfg, const qe_
 		p->st[s] = st;
 		if ((rc = qe_stage_init_params(st, seed)) || (rc = qe_adamw_create(p->b, st, &p->opt[s])))
 			return rc;
-		int nm = qe_stage_nmatrices(st);
+		size_t nm = (size_t)qe_stage_nmatrices(st);
 		size_t total = 0;
-		for (int j = 0; j < nm; j++) {
-			qe_tensor sh = qe_stage_matrix_grad_shape(st, j);
+		for (size_t j = 0; j < nm; j++) {
+			qe_tensor sh = qe_stage_matrix_grad_shape(st, (int)j);
 			total += (size_t)qe_tensor_numel(&sh);
 		}
-		p->grads[s] = calloc(total * M, sizeof(float));
-		p->dests[s] = calloc((size_t)nm * M, sizeof(qe_tensor));
-		p->views[s] = calloc((size_t)nm * M, sizeof(float *));
+		p->grads[s] = calloc(total * (size_t)M, sizeof(float));
+		p->dests[s] = calloc(nm * (size_t)M, sizeof(qe_tensor));
+		p->views[s] = calloc(nm * (size_t)M, sizeof(float *));
 		float *cur = p->grads[s];
 		for (int m = 0; m < M; m++) {
-			for (int j = 0; j < nm; j++) {
-				qe_tensor sh = qe_stage_matrix_grad_shape(st, j);
+			for (size_t j = 0; j < nm; j++) {
+				qe_tensor sh = qe_stage_matrix_grad_shape(st, (int)j);
 				sh.data = cur;
 				p->dests[s][m * nm + j] = sh;
 				p->views[s][j * M + m] = cur;
