@@ -35,6 +35,8 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --exec eager|graph     run actions directly or replay captured graphs (default eager)\n"
 		"  --grad direct|copy     dW writes the arena view, or scratch then a copy (default direct)\n"
 		"  --backend cpu|cuda     (default cpu)\n"
+		"  --check-replicas on|off   with --dp > 1, compare the replicas' parameters after every\n"
+		"                         step and fail on any difference (default on)\n"
 		"  --nproc N              local rank processes (default P x D); an external launcher may set\n"
 		"                         RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT instead\n"
 		"run:\n"
@@ -63,7 +65,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	enum {
 		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
-		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_HELP
+		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_HELP
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -75,6 +77,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "data", 1, 0, O_DATA },	  { "run-dir", 1, 0, O_RUNDIR },  { "eval-every", 1, 0, O_EVAL },
 		{ "eval-micro", 1, 0, O_EVALM },  { "ckpt-every", 1, 0, O_CKPT }, { "backend", 1, 0, O_BACKEND },
 		{ "nproc", 1, 0, O_NPROC },	  { "log-every", 1, 0, O_LOG },	  { "quiet", 0, 0, O_QUIET },
+		{ "check-replicas", 1, 0, O_CHECKREP },
 		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
 		{ 0, 0, 0, 0 }
 	};
@@ -206,6 +209,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			break;
 		case O_QUIET:
 			a->quiet = 1;
+			break;
+		case O_CHECKREP:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "qeffect %s: --check-replicas takes on or off, got '%s'\n", cmd, optarg);
+				return 2;
+			}
+			cfg->check_replicas = strcmp(optarg, "on") == 0;
 			break;
 		case O_JSON:
 			a->json = 1;

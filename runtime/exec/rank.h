@@ -105,6 +105,13 @@ int qe_rank_quiescent(qe_rank *r);
  */
 int qe_rank_restart(qe_rank *r, int64_t step, int64_t e_W);
 
+/*
+ * Data parallelism: every replica of each pipeline rank holds byte-identical
+ * parameters (collective; QE_EMISMATCH naming the stage and replica when not).
+ * qe_rank_step runs it after every commit when cfg->check_replicas is set.
+ */
+int qe_rank_check_replicas(qe_rank *r);
+
 /* Test hooks for fault injection in the gate tests: run only the forward half of a step. */
 int qe_rank_forward_only_for_test(qe_rank *r, const qe_data *data);
 

@@ -392,6 +392,8 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 		return qe_fail_ctx(rc, "step %lld, rank %d: optimizer commit", (long long)r->steps, r->rank);
 	r->steps++;
 	r->steps_here++;
+	if (r->cfg.check_replicas && (rc = qe_rank_check_replicas(r)))
+		return rc;
 	return QE_OK;
 }
 

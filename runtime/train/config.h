@@ -35,6 +35,7 @@ typedef struct qe_train_config {
 	int eval_micro;          /* held-out microbatches per evaluation */
 	int ckpt_every;          /* 0 = never */
 	int log_every;           /* progress line every N steps */
+	int check_replicas;      /* DP > 1: compare replicas' parameters after every step */
 } qe_train_config;
 
 void qe_train_config_default(qe_train_config *c);
