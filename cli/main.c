@@ -15,6 +15,11 @@ static const cli_command commands[] = {
 	{ "schedule", cli_schedule_main, "Each pipeline rank's actions, validated (schedule --pp 2 --micro 4 --schedule zbv)" },
 	{ "train", cli_train_main, "Train with a pipeline schedule on rank processes (train --pp 2 --micro 4 --steps 20)" },
 	{ "compare", cli_compare_main, "Compare two runs' per-step fingerprints (compare RUN_A RUN_B)" },
+	{ "list", cli_list_main, "The checkpoints of a run: step, e_W, status, bytes (list --run-dir DIR)" },
+	{ "inspect", cli_inspect_main, "What a checkpoint holds: config, epochs, FP8 scales, tensors (inspect --run-dir DIR)" },
+	{ "verify", cli_verify_main, "Re-hash every chunk of every committed checkpoint (verify --run-dir DIR)" },
+	{ "gc", cli_gc_main, "Drop old checkpoints, then unreferenced chunks (gc --run-dir DIR --keep-last 2)" },
+	{ "plot", cli_plot_main, "Training and held-out loss curves with gnuplot (plot --run-dir DIR -o loss.png)" },
 	{ "selftest", cli_selftest_main, "Inject contract violations and check each is rejected (selftest inject)" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

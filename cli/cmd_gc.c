@@ -1,0 +1,183 @@
+/*
+ * cmd_gc.c - `qeffect gc --run-dir DIR --keep-last N`: drop old checkpoints
+ * (catalog rows first), then the chunks nothing references any more.  The
+ * policy and the crash-safe order are in ckpt/ckpt_query_gc.c; this file
+ * parses flags and prints what was kept, what went and why.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "ckpt/ckpt_query.h"
+#include "runtime/core/status.h"
+
+#define MAX_PINS 256
+#define DEFAULT_GRACE 600
+
+static void help(FILE *f)
+{
+	fprintf(f, "usage: qeffect gc --run-dir DIR --keep-last N [--keep-every K] [--pin STEP]...\n"
+		   "                 [--grace SECONDS] [--dry-run] [--json]\n\n"
+		   "Drop the checkpoints of a run that are not kept, then delete the store chunks that no\n"
+		   "remaining checkpoint lists.  Kept: the N latest committed (N >= 1), committed steps\n"
+		   "that are multiples of K, every --pin'ned step, and pending checkpoints that may still\n"
+		   "be in progress.  Dropped: other committed checkpoints, aborted ones (never loadable),\n"
+		   "pending ones below the newest committed step and older than the grace period.\n"
+		   "--grace SECONDS (default %d) also protects store chunks put that recently: a\n"
+		   "checkpoint being written stores its chunks before the catalog lists them.  Use\n"
+		   "--grace 0 only when no training writes to this run.\n"
+		   "Catalog rows go first (one transaction, flushed), chunks after, so a crash never\n"
+		   "leaves a committed checkpoint with missing chunks.  The store file does not shrink:\n"
+		   "LMDB reuses the freed pages.  --dry-run decides and counts, changing nothing.\n"
+		   "Exit status: 0 done, 1 failure, 2 bad usage.\n",
+		DEFAULT_GRACE);
+}
+
+int cli_gc_main(int argc, char **argv)
+{
+	const char *dir = NULL;
+	long keep_last = -1, keep_every = 0, grace = DEFAULT_GRACE, v;
+	int64_t pins[MAX_PINS];
+	size_t npins = 0;
+	int json = 0, dry = 0, rc;
+	static const struct option opts[] = { { "run-dir", 1, 0, 'r' },	{ "keep-last", 1, 0, 'n' },
+					       { "keep-every", 1, 0, 'k' }, { "pin", 1, 0, 'p' },
+					       { "grace", 1, 0, 'g' },	{ "dry-run", 0, 0, 'd' },
+					       { "json", 0, 0, 'j' },	{ "help", 0, 0, 'h' },
+					       { 0, 0, 0, 0 } };
+	int c;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			help(stdout);
+			return 0;
+		case 'r':
+			dir = optarg;
+			break;
+		case 'n':
+			if ((rc = cli_parse_long("gc", "--keep-last", optarg, &keep_last)))
+				return rc;
+			if (keep_last < 1) {
+				fprintf(stderr, "qeffect gc: --keep-last must be at least 1, got %ld (gc never drops the "
+						"latest committed checkpoint)\n",
+					keep_last);
+				return 2;
+			}
+			break;
+		case 'k':
+			if ((rc = cli_parse_long("gc", "--keep-every", optarg, &keep_every)))
+				return rc;
+			if (keep_every < 0) {
+				fprintf(stderr, "qeffect gc: --keep-every must be >= 0, got %ld\n", keep_every);
+				return 2;
+			}
+			break;
+		case 'p':
+			if ((rc = cli_parse_long("gc", "--pin", optarg, &v)))
+				return rc;
+			if (v < 0 || npins == MAX_PINS) {
+				fprintf(stderr, "qeffect gc: --pin takes a step >= 0 (at most %d pins), got '%s'\n", MAX_PINS,
+					optarg);
+				return 2;
+			}
+			pins[npins++] = v;
+			break;
+		case 'g':
+			if ((rc = cli_parse_long("gc", "--grace", optarg, &grace)))
+				return rc;
+			if (grace < 0) {
+				fprintf(stderr, "qeffect gc: --grace must be >= 0 seconds, got %ld\n", grace);
+				return 2;
+			}
+			break;
+		case 'd':
+			dry = 1;
+			break;
+		case 'j':
+			json = 1;
+			break;
+		default:
+			fprintf(stderr, "qeffect gc: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "qeffect gc: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return 2;
+	}
+	if (!dir || keep_last < 0) {
+		fprintf(stderr, "qeffect gc: --run-dir DIR and --keep-last N are required (see --help)\n");
+		return 2;
+	}
+	ckpt_run *r;
+	if ((rc = ckpt_run_open(dir, CKPT_RUN_STORE | (dry ? 0 : CKPT_RUN_WRITE), &r)))
+		return cli_report("gc", rc, dir);
+	ckpt_gc_policy p = { .keep_last = (int)keep_last,
+			     .keep_every = keep_every,
+			     .pins = pins,
+			     .n_pins = npins,
+			     .grace_s = (uint64_t)grace,
+			     .dry_run = dry };
+	ckpt_gc_report g;
+	rc = ckpt_q_gc(r, &p, &g);
+	int status = 0;
+	if (rc)
+		status = cli_report("gc", rc, dir);
+	if (!rc && json) {
+		json_t *o = json_object(), *a = json_array(), *mp = json_array();
+		for (size_t i = 0; i < g.n; i++)
+			json_array_append_new(a, json_pack("{s:I,s:I,s:s,s:I,s:b,s:s}", "id", (json_int_t)g.items[i].id,
+							   "step", (json_int_t)g.items[i].step, "status",
+							   cat_status_name(g.items[i].status), "bytes",
+							   (json_int_t)g.items[i].bytes, "dropped", g.items[i].drop, "why",
+							   g.items[i].why));
+		for (size_t i = 0; i < g.n_missing_pins; i++)
+			json_array_append_new(mp, json_integer(g.missing_pins[i]));
+		json_object_set_new(o, "run_dir", json_string(dir));
+		json_object_set_new(o, "dry_run", json_boolean(dry));
+		json_object_set_new(o, "checkpoints", a);
+		json_object_set_new(o, "dropped", json_integer((json_int_t)g.dropped));
+		json_object_set_new(o, "dropped_bytes", json_integer((json_int_t)g.dropped_bytes));
+		json_object_set_new(o, "kept", json_integer((json_int_t)g.kept));
+		json_object_set_new(o, "missing_pins", mp);
+		json_object_set_new(o, "keep_chunks", json_integer((json_int_t)g.keep_chunks));
+		json_object_set_new(o, "chunks_examined", json_integer((json_int_t)g.store.examined));
+		json_object_set_new(o, "chunks_deleted", json_integer((json_int_t)g.store.deleted));
+		json_object_set_new(o, "chunks_young", json_integer((json_int_t)g.store.young));
+		json_object_set_new(o, "bytes_reclaimed", json_integer((json_int_t)g.store.bytes_reclaimed));
+		json_object_set_new(o, "grace_s", json_integer(grace));
+		char *s = json_dumps(o, JSON_INDENT(2));
+		if (s)
+			puts(s);
+		free(s);
+		json_decref(o);
+	} else if (!rc) {
+		const char *would = dry ? "would drop" : "dropped";
+		for (size_t i = 0; i < g.n; i++)
+			printf("%-11s step %6lld  %-9s  %12llu bytes  %s\n", g.items[i].drop ? would : "kept",
+			       (long long)g.items[i].step, cat_status_name(g.items[i].status),
+			       (unsigned long long)g.items[i].bytes, g.items[i].why);
+		for (size_t i = 0; i < g.n_missing_pins; i++)
+			printf("note: pinned step %lld has no checkpoint\n", (long long)g.missing_pins[i]);
+		printf("%s%s %llu checkpoints (%llu logical bytes), kept %llu; chunks: %llu examined, %llu still "
+		       "referenced, %llu %s, %llu bytes %s\n",
+		       dry ? "dry run: " : "", would, (unsigned long long)g.dropped, (unsigned long long)g.dropped_bytes,
+		       (unsigned long long)g.kept, (unsigned long long)g.store.examined,
+		       (unsigned long long)g.keep_chunks, (unsigned long long)g.store.deleted,
+		       dry ? "would be deleted" : "deleted", (unsigned long long)g.store.bytes_reclaimed,
+		       dry ? "would be reclaimed" : "reclaimed");
+		if (g.store.young)
+			printf("%llu unreferenced chunks were put within the last %ld s and were left for a later gc "
+			       "(--grace)\n",
+			       (unsigned long long)g.store.young, grace);
+	}
+	ckpt_gc_report_free(&g);
+	ckpt_run_close(r);
+	return status;
+}
