@@ -1,0 +1,1041 @@
+/*
+ * cuda_backend.cu - the cuda op table: memory, streams, events, CUDA graphs,
+ * the default stream, and the argument checks of every op (the same checks
+ * and messages as the cpu backend, so both refuse the same calls).
+ *
+ * Every op goes one way: resolve the stream (NULL -> the process-wide
+ * default stream, under a lock), fail fast if the stream failed earlier,
+ * check the arguments, call the launcher, and on any error mark the stream
+ * failed (STYLE.md 4): every later call on it returns the first error until
+ * it is destroyed.  The default stream is the exception, as on cpu: an op on
+ * NULL runs at once (enqueue, then synchronize) and leaves no sticky state.
+ *
+ * Capture uses cudaStreamCaptureModeThreadLocal: the capturing thread is
+ * stopped from calling unsafe APIs (allocation, synchronization) - the bug
+ * class graph mode must catch - while other threads of the rank (NCCL's
+ * proxy, a checkpoint writer) keep working.  What global mode would add for
+ * our own code the backend enforces itself, exactly as the cpu backend does:
+ * alloc is refused while any stream of the backend captures, and NULL-stream
+ * ops while any stream of the process captures.  A free requested during a
+ * capture is deferred until the backend's last capture ends.
+ *
+ * Kernels that find bad data (token or target ids out of range) cannot
+ * return a status; they set a bit in the stream's device error word, which
+ * stream_sync reads, failing the stream with the op's name.
+ */
+#include "cuda_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_int.h"
+
+cublasLtHandle_t qe__cuda_lt;
+
+/* Process-wide: the default stream and the refcount of open backends. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static qe_stream *g_dflt;
+static int g_backends;
+static int g_capturing; /* streams capturing in this process (atomic) */
+
+static const qe_backend_ops *cuda_table(void);
+
+/* ---- errors ------------------------------------------------------------------ */
+
+int qe__cuda_err(cudaError_t e, const char *op, const char *call)
+{
+	return qe_fail(QE_ECUDA, "%s: %s: %s (%s)", op, call, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int qe__blas_err(cublasStatus_t st, const char *op, const char *call)
+{
+	return qe_fail(QE_ECUDA, "%s: %s: %s (status %d)", op, call, cublasGetStatusString(st), (int)st);
+}
+
+int qe__cuda_launched(const char *op, const char *kernel)
+{
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? QE_OK : qe__cuda_err(e, op, kernel);
+}
+
+static int stream_fail(qe_stream *s, int rc)
+{
+	if (s && !s->failed && !s->is_default) {
+		s->failed = rc;
+		snprintf(s->failmsg, sizeof(s->failmsg), "%s", qe_last_error());
+	}
+	return rc;
+}
+
+/* ---- streams: creation and the op path ---------------------------------------- */
+
+static void stream_release(qe_stream *s)
+{
+	if (s->cs)
+		cudaStreamSynchronize(s->cs); /* pending work may still use ws/scratch */
+	if (s->blas)
+		cublasDestroy(s->blas);
+	cudaFree(s->ws);
+	cudaFree(s->scratch);
+	cudaFree(s->words);
+	if (s->cs)
+		cudaStreamDestroy(s->cs);
+	free(s);
+}
+
+static int stream_new(qe_cuda_backend *be, qe_stream **out)
+{
+	const char *op = "stream_create";
+	qe_stream *s = (qe_stream *)calloc(1, sizeof(*s));
+	cudaError_t e;
+	cublasStatus_t st;
+	int rc;
+	*out = NULL;
+	if (!s)
+		return qe_fail(QE_ENOMEM, "stream_create");
+	s->be = be;
+	if ((e = cudaStreamCreateWithFlags(&s->cs, cudaStreamNonBlocking)) != cudaSuccess) {
+		s->cs = NULL;
+		rc = qe__cuda_err(e, op, "cudaStreamCreateWithFlags");
+		goto fail;
+	}
+	if ((e = cudaMalloc(&s->ws, QE_CUDA_WORKSPACE_BYTES)) != cudaSuccess) {
+		s->ws = NULL;
+		rc = qe__cuda_err(e, op, "cudaMalloc(workspace)");
+		goto fail;
+	}
+	if ((e = cudaMalloc(&s->scratch, QE_CUDA_SCRATCH_BYTES)) != cudaSuccess) {
+		s->scratch = NULL;
+		rc = qe__cuda_err(e, op, "cudaMalloc(scratch)");
+		goto fail;
+	}
+	s->scratch_bytes = QE_CUDA_SCRATCH_BYTES;
+	if ((e = cudaMalloc((void **)&s->words, 256)) != cudaSuccess) {
+		s->words = NULL;
+		rc = qe__cuda_err(e, op, "cudaMalloc(words)");
+		goto fail;
+	}
+	if ((e = cudaMemsetAsync(s->words, 0, 256, s->cs)) != cudaSuccess ||
+	    (e = cudaStreamSynchronize(s->cs)) != cudaSuccess) {
+		rc = qe__cuda_err(e, op, "clearing the error word");
+		goto fail;
+	}
+	if ((st = cublasCreate(&s->blas)) != CUBLAS_STATUS_SUCCESS) {
+		s->blas = NULL;
+		rc = qe__blas_err(st, op, "cublasCreate");
+		goto fail;
+	}
+	/* A workspace we own: cuBLAS then never allocates, which capture forbids. */
+	if ((st = cublasSetStream(s->blas, s->cs)) != CUBLAS_STATUS_SUCCESS ||
+	    (st = cublasSetWorkspace(s->blas, s->ws, QE_CUDA_WORKSPACE_BYTES)) != CUBLAS_STATUS_SUCCESS ||
+	    (st = cublasSetMathMode(s->blas, CUBLAS_PEDANTIC_MATH)) != CUBLAS_STATUS_SUCCESS) {
+		rc = qe__blas_err(st, op, "binding the cuBLAS handle");
+		goto fail;
+	}
+	*out = s;
+	return QE_OK;
+fail:
+	stream_release(s);
+	return rc;
+}
+
+/*
+ * Resolve and check the stream of an op.  NULL becomes the default stream,
+ * locked until op_end; refused while any stream of the process captures.
+ */
+static int op_begin(qe_stream **ps, const char *what)
+{
+	qe_stream *s = *ps;
+	if (!s) {
+		int n = __atomic_load_n(&g_capturing, __ATOMIC_SEQ_CST);
+		if (n > 0)
+			return qe_fail(QE_ECAPTURE, "%s on the default (NULL) stream while %d cuda stream(s) capture",
+				       what, n);
+		pthread_mutex_lock(&g_lock);
+		if (!g_dflt) {
+			pthread_mutex_unlock(&g_lock);
+			return qe_fail(QE_EINVAL, "%s on the default (NULL) stream: no cuda backend is open", what);
+		}
+		g_dflt->failed = 0;
+		*ps = g_dflt;
+		return QE_OK;
+	}
+	if (s->failed)
+		return qe_fail(s->failed, "%s: cuda stream failed earlier (%s): %s", what, qe_errname(s->failed),
+			       s->failmsg);
+	return QE_OK;
+}
+
+/* Read (and report) the stream's device error word; the stream must be idle. */
+static int check_error_word(qe_stream *s, const char *what)
+{
+	unsigned w = 0;
+	cudaError_t e = cudaMemcpyAsync(&w, s->words + 1, sizeof(w), cudaMemcpyDeviceToHost, s->cs);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, what, "reading the device error word");
+	if (w & QE_CUDA_ERR_TOKEN)
+		return qe_fail(QE_EINVAL, "%s: embed_bwd met a token outside the vocabulary (found on the device)", what);
+	if (w & QE_CUDA_ERR_TARGET)
+		return qe_fail(QE_EINVAL, "%s: xent met a target outside the vocabulary (found on the device)", what);
+	return QE_OK;
+}
+
+/* Finish an op: the default stream runs it to completion and unlocks; others stay failed on error. */
+static int op_end(qe_stream *s, int rc, const char *what)
+{
+	if (s->is_default) {
+		if (!rc) {
+			cudaError_t e = cudaStreamSynchronize(s->cs);
+			rc = e != cudaSuccess ? qe__cuda_err(e, what, "cudaStreamSynchronize(default stream)")
+					      : check_error_word(s, what);
+			if (rc)
+				cudaMemsetAsync(s->words, 0, 256, s->cs); /* the default stream keeps no failure */
+		}
+		pthread_mutex_unlock(&g_lock);
+		return rc;
+	}
+	return rc ? stream_fail(s, rc) : QE_OK;
+}
+
+int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out)
+{
+	if (bytes <= s->scratch_bytes) {
+		*out = s->scratch;
+		return QE_OK;
+	}
+	if (s->capturing)
+		return qe_fail(QE_ECAPTURE,
+			       "%s needs %zu bytes of stream scratch (have %zu) while capturing: run it once on this "
+			       "stream before capture_begin",
+			       op, bytes, s->scratch_bytes);
+	size_t nb = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+	cudaError_t e = cudaStreamSynchronize(s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaStreamSynchronize before growing the scratch");
+	void *p = NULL;
+	if ((e = cudaMalloc(&p, nb)) != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaMalloc(scratch)");
+	cudaFree(s->scratch);
+	s->scratch = p;
+	s->scratch_bytes = nb;
+	*out = p;
+	return QE_OK;
+}
+
+/* ---- checks (the cpu backend's, for device tensors) ---------------------------------- */
+
+static int need(const void *p, int64_t count, const char *op, const char *name)
+{
+	if (count > 0 && !p)
+		return qe_fail(QE_EINVAL, "%s: '%s' is NULL", op, name);
+	return QE_OK;
+}
+
+static int need_size(int64_t v, const char *op, const char *name)
+{
+	if (v < 0)
+		return qe_fail(QE_EINVAL, "%s: negative %s (%lld)", op, name, (long long)v);
+	return QE_OK;
+}
+
+static int check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c)
+{
+	char da[96], db[96], dc[96];
+	qe_tensor_describe(a, da, sizeof(da));
+	qe_tensor_describe(b, db, sizeof(db));
+	qe_tensor_describe(c, dc, sizeof(dc));
+	if (a->ndim != 2 || b->ndim != 2 || c->ndim != 2 || a->shape[1] != b->shape[1] ||
+	    c->shape[0] != a->shape[0] || c->shape[1] != b->shape[0] || a->shape[0] < 0 || a->shape[1] < 0 ||
+	    b->shape[0] < 0)
+		return qe_fail(QE_ESHAPE, "gemm: A %s . B %s^T -> C %s: need A [m,k], B [n,k], C [m,n]", da, db, dc);
+	if (a->device != QE_DEV_CUDA || b->device != QE_DEV_CUDA || c->device != QE_DEV_CUDA)
+		return qe_fail(QE_ESHAPE, "gemm: A %s, B %s, C %s: every operand must be on cuda", da, db, dc);
+	if (c->dtype != QE_F32)
+		return qe_fail(QE_ESHAPE, "gemm: C %s must be f32", dc);
+	const qe_tensor *ops[2] = { a, b };
+	const char *nm[2] = { "A", "B" };
+	for (int i = 0; i < 2; i++) {
+		qe_dtype dt = ops[i]->dtype;
+		if (dt != QE_F32 && dt != QE_E4M3 && dt != QE_E5M2)
+			return qe_fail(QE_ESHAPE, "gemm: %s is %s; operands must be f32, e4m3 or e5m2", nm[i],
+				       qe_dtype_name(dt));
+		if (qe_dtype_is_fp8(dt) && !ops[i]->scale_inv)
+			return qe_fail(QE_EINVAL, "gemm: FP8 operand %s %s has no scale_inv", nm[i], i ? db : da);
+	}
+	int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
+	if (need(a->data, m * k, "gemm", "A.data") || need(b->data, n * k, "gemm", "B.data") ||
+	    need(c->data, m * n, "gemm", "C.data"))
+		return QE_EINVAL;
+	const char *cb = (const char *)c->data, *ce = cb + qe_tensor_nbytes(c);
+	for (int i = 0; i < 2; i++) {
+		const char *ob = (const char *)ops[i]->data, *oe = ob + qe_tensor_nbytes(ops[i]);
+		if (m * n > 0 && qe_tensor_nbytes(ops[i]) > 0 && ob < ce && cb < oe)
+			return qe_fail(QE_EINVAL, "gemm: C %s overlaps operand %s %s", dc, nm[i], i ? db : da);
+	}
+	return QE_OK;
+}
+
+static int check_cast(const qe_cast_args *a)
+{
+	char dx[96], dr[96], dcl[96];
+	qe_tensor_describe(&a->x, dx, sizeof(dx));
+	qe_tensor_describe(&a->row, dr, sizeof(dr));
+	qe_tensor_describe(&a->col, dcl, sizeof(dcl));
+	if (a->x.ndim != 2 || a->x.dtype != QE_F32 || a->x.device != QE_DEV_CUDA || a->x.shape[0] < 0 ||
+	    a->x.shape[1] < 0)
+		return qe_fail(QE_ESHAPE, "cast: input x %s must be f32 [rows,cols] on cuda", dx);
+	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
+	if (need(a->x.data, rows * cols, "cast", "x.data"))
+		return QE_EINVAL;
+	qe_dtype out = QE_DTYPE_COUNT;
+	if (a->row.data) {
+		if (a->row.ndim != 2 || a->row.shape[0] != rows || a->row.shape[1] != cols ||
+		    a->row.device != QE_DEV_CUDA)
+			return qe_fail(QE_ESHAPE, "cast: row output %s must be [%lld,%lld] on cuda like x %s", dr,
+				       (long long)rows, (long long)cols, dx);
+		out = a->row.dtype;
+	}
+	if (a->col.data) {
+		if (a->col.ndim != 2 || a->col.shape[0] != cols || a->col.shape[1] != rows ||
+		    a->col.device != QE_DEV_CUDA)
+			return qe_fail(QE_ESHAPE, "cast: col output %s must be [%lld,%lld] (x %s transposed) on cuda",
+				       dcl, (long long)cols, (long long)rows, dx);
+		if (out != QE_DTYPE_COUNT && out != a->col.dtype)
+			return qe_fail(QE_ESHAPE, "cast: row %s and col %s outputs differ in dtype", dr, dcl);
+		out = a->col.dtype;
+	}
+	if (out != QE_DTYPE_COUNT && out != QE_F32 && !qe_dtype_is_fp8(out))
+		return qe_fail(QE_ESHAPE, "cast: output dtype %s; must be f32, e4m3 or e5m2", qe_dtype_name(out));
+	if (out != QE_DTYPE_COUNT && qe_dtype_is_fp8(out) && !a->current && !a->scale)
+		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
+	if (a->row.data && a->col.data && a->row.data == a->col.data)
+		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
+	/* the cpu scales with the row/col dtype even when no output is written */
+	if (out == QE_DTYPE_COUNT && (qe_dtype_is_fp8(a->row.dtype) || qe_dtype_is_fp8(a->col.dtype)) && !a->current &&
+	    !a->scale)
+		return qe_fail(QE_EINVAL, "cast: delayed scaling needs a scale pointer");
+	return QE_OK;
+}
+
+static int check_views(const float *const *views, int nviews, int64_t n, const char *op)
+{
+	if (nviews < 1)
+		return qe_fail(QE_EINVAL, "%s: %d views; need at least 1", op, nviews);
+	if (nviews > QE_CUDA_MAX_VIEWS)
+		return qe_fail(QE_EINVAL, "%s: %d views; the cuda backend passes at most %d by value", op, nviews,
+			       QE_CUDA_MAX_VIEWS);
+	if (!views)
+		return qe_fail(QE_EINVAL, "%s: view pointer array is NULL", op);
+	for (int i = 0; i < nviews; i++)
+		if (n > 0 && !views[i])
+			return qe_fail(QE_EINVAL, "%s: view %d of %d is NULL", op, i, nviews);
+	return QE_OK;
+}
+
+static int check_attn(const char *nm, int64_t T, int64_t H, int nh)
+{
+	int rc = need_size(T, nm, "T");
+	if (!rc)
+		rc = need_size(H, nm, "H");
+	if (!rc && (nh < 1 || H % nh != 0))
+		rc = qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
+	if (!rc && (T > INT32_MAX || H > INT32_MAX / 3))
+		rc = qe_fail(QE_EUNSUPPORTED, "%s: T=%lld, H=%lld exceed cuBLAS's int dimensions", nm, (long long)T,
+			     (long long)H);
+	return rc;
+}
+
+/* ---- memory ------------------------------------------------------------------ */
+
+static int cu_alloc(qe_backend *b, size_t bytes, void **out)
+{
+	qe_cuda_backend *be = (qe_cuda_backend *)b;
+	if (!out)
+		return qe_fail(QE_EINVAL, "alloc: NULL out pointer");
+	*out = NULL;
+	int ncap = __atomic_load_n(&be->capturing, __ATOMIC_SEQ_CST);
+	if (ncap > 0)
+		return qe_fail(QE_ECAPTURE, "alloc of %zu bytes while %d cuda stream(s) capture: allocate before capture_begin",
+			       bytes, ncap);
+	size_t sz = bytes ? (bytes + 255) & ~(size_t)255 : 256;
+	if (sz < bytes)
+		return qe_fail(QE_ENOMEM, "alloc: %zu bytes", bytes);
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, sz);
+	if (e != cudaSuccess) {
+		cudaGetLastError(); /* an out-of-memory is not sticky: clear it */
+		return qe_fail(e == cudaErrorMemoryAllocation ? QE_ENOMEM : QE_ECUDA, "alloc: cudaMalloc(%zu): %s", sz,
+			       cudaGetErrorString(e));
+	}
+	qe_stream *s = NULL;
+	int rc = op_begin(&s, "alloc");
+	if (rc) {
+		cudaFree(p);
+		return rc;
+	}
+	e = cudaMemsetAsync(p, 0, sz, s->cs);
+	rc = e != cudaSuccess ? qe__cuda_err(e, "alloc", "cudaMemsetAsync(zero fill)") : QE_OK;
+	rc = op_end(s, rc, "alloc");
+	if (rc) {
+		cudaFree(p);
+		return rc;
+	}
+	__atomic_fetch_add(&be->live_allocs, 1, __ATOMIC_SEQ_CST);
+	*out = p;
+	return QE_OK;
+}
+
+static void flush_deferred(qe_cuda_backend *be)
+{
+	pthread_mutex_lock(&be->lock);
+	if (__atomic_load_n(&be->capturing, __ATOMIC_SEQ_CST) == 0) {
+		for (int i = 0; i < be->ndeferred; i++)
+			cudaFree(be->deferred[i]);
+		be->ndeferred = 0;
+	}
+	pthread_mutex_unlock(&be->lock);
+}
+
+static void cu_free(qe_backend *b, void *p)
+{
+	qe_cuda_backend *be = (qe_cuda_backend *)b;
+	if (!p)
+		return;
+	__atomic_fetch_sub(&be->live_allocs, 1, __ATOMIC_SEQ_CST);
+	pthread_mutex_lock(&be->lock);
+	if (__atomic_load_n(&be->capturing, __ATOMIC_SEQ_CST) > 0) {
+		/* cudaFree synchronizes, which would invalidate the capture: do it when the capture ends */
+		qe_log(QE_LOG_WARN, "cuda backend: free while capturing (deferred); a captured op may still point at %p", p);
+		if (be->ndeferred == be->capdeferred) {
+			int nc = be->capdeferred ? 2 * be->capdeferred : 16;
+			void **q = (void **)realloc(be->deferred, (size_t)nc * sizeof(*q));
+			if (!q) {
+				pthread_mutex_unlock(&be->lock);
+				qe_log(QE_LOG_WARN, "cuda backend: out of host memory deferring a free; leaking %p", p);
+				return;
+			}
+			be->deferred = q;
+			be->capdeferred = nc;
+		}
+		be->deferred[be->ndeferred++] = p;
+		pthread_mutex_unlock(&be->lock);
+		return;
+	}
+	pthread_mutex_unlock(&be->lock);
+	cudaFree(p);
+}
+
+static int cu_copy(qe_stream *s, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
+{
+	int rc = op_begin(&s, "copy");
+	if (rc)
+		return rc;
+	static const cudaMemcpyKind kinds[3] = { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+						 cudaMemcpyDeviceToDevice };
+	if ((unsigned)kind > QE_COPY_D2D)
+		rc = qe_fail(QE_EINVAL, "copy: unknown kind %d", (int)kind);
+	else if (bytes && (!dst || !src))
+		rc = qe_fail(QE_EINVAL, "copy: NULL %s for %zu bytes", dst ? "src" : "dst", bytes);
+	else if (bytes) {
+		cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[kind], s->cs);
+		if (e != cudaSuccess)
+			rc = qe__cuda_err(e, "copy", "cudaMemcpyAsync");
+	}
+	return op_end(s, rc, "copy");
+}
+
+static int cu_fill(qe_stream *s, void *dst, uint8_t byte, size_t bytes)
+{
+	int rc = op_begin(&s, "fill");
+	if (rc)
+		return rc;
+	rc = need(dst, (int64_t)bytes, "fill", "dst");
+	if (!rc && bytes) {
+		cudaError_t e = cudaMemsetAsync(dst, byte, bytes, s->cs);
+		if (e != cudaSuccess)
+			rc = qe__cuda_err(e, "fill", "cudaMemsetAsync");
+	}
+	return op_end(s, rc, "fill");
+}
+
+/* ---- streams, events, graphs ------------------------------------------------ */
+
+static int cu_stream_create(qe_backend *b, qe_stream **out)
+{
+	if (!out)
+		return qe_fail(QE_EINVAL, "stream_create: NULL out pointer");
+	qe_cuda_backend *be = (qe_cuda_backend *)b;
+	int rc = stream_new(be, out);
+	if (!rc)
+		__atomic_fetch_add(&be->live_streams, 1, __ATOMIC_SEQ_CST);
+	return rc;
+}
+
+static void end_capture_state(qe_stream *s)
+{
+	s->capturing = 0;
+	__atomic_fetch_sub(&s->be->capturing, 1, __ATOMIC_SEQ_CST);
+	__atomic_fetch_sub(&g_capturing, 1, __ATOMIC_SEQ_CST);
+	flush_deferred(s->be);
+}
+
+static void cu_stream_destroy(qe_stream *s)
+{
+	if (!s || s->is_default)
+		return;
+	if (s->capturing) {
+		cudaGraph_t g = NULL;
+		if (cudaStreamEndCapture(s->cs, &g) == cudaSuccess && g)
+			cudaGraphDestroy(g);
+		cudaGetLastError();
+		end_capture_state(s);
+	}
+	qe_cuda_backend *be = s->be;
+	stream_release(s);
+	__atomic_fetch_sub(&be->live_streams, 1, __ATOMIC_SEQ_CST);
+}
+
+static int cu_stream_sync(qe_stream *s)
+{
+	int rc = op_begin(&s, "stream_sync");
+	if (rc)
+		return rc;
+	if (s->capturing) {
+		/* CUDA would invalidate the capture; we fail the stream so the bug shows at once */
+		rc = qe_fail(QE_ECAPTURE, "stream_sync on a capturing stream invalidates the capture");
+	} else {
+		cudaError_t e = cudaStreamSynchronize(s->cs);
+		rc = e != cudaSuccess ? qe__cuda_err(e, "stream_sync", "cudaStreamSynchronize")
+				      : check_error_word(s, "stream_sync");
+	}
+	return op_end(s, rc, "stream_sync");
+}
+
+static int cu_event_create(qe_backend *b, qe_event **out)
+{
+	if (!out)
+		return qe_fail(QE_EINVAL, "event_create: NULL out pointer");
+	*out = NULL;
+	qe_event *e = (qe_event *)calloc(1, sizeof(*e));
+	if (!e)
+		return qe_fail(QE_ENOMEM, "event_create");
+	cudaError_t ce = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming);
+	if (ce != cudaSuccess) {
+		free(e);
+		return qe__cuda_err(ce, "event_create", "cudaEventCreateWithFlags");
+	}
+	e->be = (qe_cuda_backend *)b;
+	__atomic_fetch_add(&e->be->live_events, 1, __ATOMIC_SEQ_CST);
+	*out = e;
+	return QE_OK;
+}
+
+static void cu_event_destroy(qe_event *e)
+{
+	if (!e)
+		return;
+	cudaEventDestroy(e->ev);
+	__atomic_fetch_sub(&e->be->live_events, 1, __ATOMIC_SEQ_CST);
+	free(e);
+}
+
+static int cu_event_record(qe_event *ev, qe_stream *s)
+{
+	int rc = op_begin(&s, "event_record");
+	if (rc)
+		return rc;
+	if (!ev)
+		rc = qe_fail(QE_EINVAL, "event_record: NULL event");
+	else if (!s->is_default && ev->be != s->be)
+		rc = qe_fail(QE_EINVAL, "event_record: event and stream belong to different backends");
+	else {
+		cudaError_t e = cudaEventRecord(ev->ev, s->cs);
+		if (e != cudaSuccess)
+			rc = qe__cuda_err(e, "event_record", "cudaEventRecord");
+	}
+	return op_end(s, rc, "event_record");
+}
+
+/* Waiting on an event never recorded is a no-op (CUDA's rule, and the cpu's). */
+static int cu_stream_wait(qe_stream *s, qe_event *ev)
+{
+	int rc = op_begin(&s, "stream_wait");
+	if (rc)
+		return rc;
+	if (!ev)
+		rc = qe_fail(QE_EINVAL, "stream_wait: NULL event");
+	else if (!s->is_default && ev->be != s->be)
+		rc = qe_fail(QE_EINVAL, "stream_wait: event and stream belong to different backends");
+	else {
+		cudaError_t e = cudaStreamWaitEvent(s->cs, ev->ev, 0);
+		if (e != cudaSuccess)
+			rc = qe__cuda_err(e, "stream_wait", "cudaStreamWaitEvent");
+	}
+	return op_end(s, rc, "stream_wait");
+}
+
+static int cu_capture_begin(qe_stream *s)
+{
+	if (!s)
+		return qe_fail(QE_EINVAL, "capture_begin: the default (NULL) stream cannot capture");
+	int rc = op_begin(&s, "capture_begin");
+	if (rc)
+		return rc;
+	if (s->capturing)
+		return stream_fail(s, qe_fail(QE_ECAPTURE, "capture_begin: the stream is already capturing"));
+	cudaError_t e = cudaStreamBeginCapture(s->cs, cudaStreamCaptureModeThreadLocal);
+	if (e != cudaSuccess)
+		return stream_fail(s, qe__cuda_err(e, "capture_begin", "cudaStreamBeginCapture"));
+	s->capturing = 1;
+	__atomic_fetch_add(&s->be->capturing, 1, __ATOMIC_SEQ_CST);
+	__atomic_fetch_add(&g_capturing, 1, __ATOMIC_SEQ_CST);
+	return QE_OK;
+}
+
+static int cu_capture_end(qe_stream *s, qe_graph **out)
+{
+	if (!s || !out)
+		return qe_fail(QE_EINVAL, "capture_end: NULL %s", s ? "out pointer" : "stream");
+	*out = NULL;
+	if (s->is_default)
+		return qe_fail(QE_EINVAL, "capture_end: the default (NULL) stream cannot capture");
+	if (!s->capturing) {
+		int rc = op_begin(&s, "capture_end");
+		return rc ? rc : stream_fail(s, qe_fail(QE_EINVAL, "capture_end: the stream is not capturing"));
+	}
+	cudaGraph_t g = NULL;
+	cudaError_t e = cudaStreamEndCapture(s->cs, &g);
+	end_capture_state(s);
+	if (s->failed) {
+		if (g)
+			cudaGraphDestroy(g);
+		cudaGetLastError();
+		return qe_fail(s->failed, "capture_end: capture invalidated by an earlier failure (%s): %s",
+			       qe_errname(s->failed), s->failmsg);
+	}
+	if (e != cudaSuccess) {
+		if (g)
+			cudaGraphDestroy(g);
+		return stream_fail(s, qe__cuda_err(e, "capture_end", "cudaStreamEndCapture"));
+	}
+	qe_graph *gr = (qe_graph *)calloc(1, sizeof(*gr));
+	if (!gr) {
+		cudaGraphDestroy(g);
+		return qe_fail(QE_ENOMEM, "capture_end");
+	}
+	size_t nodes = 0;
+	if ((e = cudaGraphGetNodes(g, NULL, &nodes)) != cudaSuccess ||
+	    (e = cudaGraphInstantiate(&gr->exec, g, 0)) != cudaSuccess) {
+		cudaGraphDestroy(g);
+		free(gr);
+		return stream_fail(s, qe__cuda_err(e, "capture_end", "cudaGraphInstantiate"));
+	}
+	gr->be = s->be;
+	gr->graph = g;
+	gr->nodes = (int)nodes;
+	__atomic_fetch_add(&s->be->live_graphs, 1, __ATOMIC_SEQ_CST);
+	*out = gr;
+	return QE_OK;
+}
+
+static int cu_graph_launch(qe_graph *g, qe_stream *s)
+{
+	int rc = op_begin(&s, "graph_launch");
+	if (rc)
+		return rc;
+	if (!g)
+		rc = qe_fail(QE_EINVAL, "graph_launch: NULL graph");
+	else if (!s->is_default && g->be != s->be)
+		rc = qe_fail(QE_EINVAL, "graph_launch: graph and stream belong to different backends");
+	else {
+		cudaError_t e = cudaGraphLaunch(g->exec, s->cs);
+		if (e != cudaSuccess)
+			rc = qe__cuda_err(e, "graph_launch", "cudaGraphLaunch");
+	}
+	return op_end(s, rc, "graph_launch");
+}
+
+static void cu_graph_destroy(qe_graph *g)
+{
+	if (!g)
+		return;
+	cudaGraphExecDestroy(g->exec);
+	cudaGraphDestroy(g->graph);
+	__atomic_fetch_sub(&g->be->live_graphs, 1, __ATOMIC_SEQ_CST);
+	free(g);
+}
+
+static int cu_graph_op_count(const qe_graph *g)
+{
+	return g ? g->nodes : 0;
+}
+
+/* ---- compute ops ------------------------------------------------------------ */
+
+static int cu_cast(qe_stream *s, const qe_cast_args *a)
+{
+	int rc = op_begin(&s, "cast");
+	if (rc)
+		return rc;
+	rc = a ? check_cast(a) : qe_fail(QE_EINVAL, "cast: NULL arguments");
+	if (!rc)
+		rc = qe__cuda_cast(s, a);
+	return op_end(s, rc, "cast");
+}
+
+static int cu_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype fmt, qe_fp8_recipe recipe)
+{
+	int rc = op_begin(&s, "fp8_update");
+	if (rc)
+		return rc;
+	if (!block)
+		rc = qe_fail(QE_EINVAL, "fp8_update: NULL role block");
+	else if (history_len < 1)
+		rc = qe_fail(QE_EINVAL, "fp8_update: history length %d < 1", history_len);
+	else if (!qe_dtype_is_fp8(fmt))
+		rc = qe_fail(QE_EINVAL, "fp8_update: format %s is not FP8", qe_dtype_name(fmt));
+	else if ((rc = qe_fp8_recipe_check(&recipe)))
+		rc = qe_fail_ctx(rc, "fp8_update");
+	if (!rc)
+		rc = qe__cuda_fp8_update(s, block, history_len, fmt, &recipe);
+	return op_end(s, rc, "fp8_update");
+}
+
+static int cu_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
+		   int accumulate)
+{
+	int rc = op_begin(&s, "gemm");
+	if (rc)
+		return rc;
+	rc = (a && b && c) ? check_gemm(a, b, c) : qe_fail(QE_EINVAL, "gemm: NULL tensor descriptor");
+	if (!rc)
+		rc = qe__cuda_gemm(s, a, b, c, bias, accumulate);
+	return op_end(s, rc, "gemm");
+}
+
+static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n)
+{
+	int rc = op_begin(&s, "add");
+	if (rc)
+		return rc;
+	if (!(rc = need_size(n, "add", "n")) && !(rc = need(y, n, "add", "y")) && !(rc = need(a, n, "add", "a")) &&
+	    !(rc = need(b, n, "add", "b")))
+		rc = qe__cuda_add(s, y, a, b, n);
+	return op_end(s, rc, "add");
+}
+
+static int cu_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)
+{
+	int rc = op_begin(&s, "add_inplace");
+	if (rc)
+		return rc;
+	if (!(rc = need_size(n, "add_inplace", "n")) && !(rc = need(y, n, "add_inplace", "y")) &&
+	    !(rc = need(a, n, "add_inplace", "a")))
+		rc = qe__cuda_add_inplace(s, y, a, n);
+	return op_end(s, rc, "add_inplace");
+}
+
+static int cu_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols)
+{
+	const char *nm = "bias_grad";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = need_size(rows, nm, "rows")) && !(rc = need_size(cols, nm, "cols")) &&
+	    !(rc = need(db, cols, nm, "db")) && !(rc = need(dy, rows * cols, nm, "dy")))
+		rc = qe__cuda_bias_grad(s, db, dy, rows, cols);
+	return op_end(s, rc, nm);
+}
+
+static int cu_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
+{
+	int rc = op_begin(&s, "gelu_fwd");
+	if (rc)
+		return rc;
+	if (!(rc = need_size(n, "gelu_fwd", "n")) && !(rc = need(y, n, "gelu_fwd", "y")) &&
+	    !(rc = need(x, n, "gelu_fwd", "x")))
+		rc = qe__cuda_gelu_fwd(s, y, x, n);
+	return op_end(s, rc, "gelu_fwd");
+}
+
+static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
+{
+	int rc = op_begin(&s, "gelu_bwd");
+	if (rc)
+		return rc;
+	if (!(rc = need_size(n, "gelu_bwd", "n")) && !(rc = need(dx, n, "gelu_bwd", "dx")) &&
+	    !(rc = need(x, n, "gelu_bwd", "x")) && !(rc = need(dy, n, "gelu_bwd", "dy")))
+		rc = qe__cuda_gelu_bwd(s, dx, x, dy, n);
+	return op_end(s, rc, "gelu_bwd");
+}
+
+static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+			    const float *b, int64_t rows, int64_t cols)
+{
+	const char *nm = "layernorm_fwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = need_size(rows, nm, "rows")) && !(rc = need_size(cols, nm, "cols"))) {
+		if (rows > 0 && cols == 0)
+			rc = qe_fail(QE_EINVAL, "layernorm_fwd: %lld rows of 0 columns", (long long)rows);
+		else if (!(rc = need(y, rows * cols, nm, "y")) && !(rc = need(x, rows * cols, nm, "x")) &&
+			 !(rc = need(w, rows * cols, nm, "w")) && !(rc = need(b, rows * cols, nm, "b")))
+			rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
+	}
+	return op_end(s, rc, nm);
+}
+
+static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+			    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
+{
+	const char *nm = "layernorm_bwd";
+	int64_t rc_n = rows * cols;
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = need_size(rows, nm, "rows")) && !(rc = need_size(cols, nm, "cols")) &&
+	    !(rc = need(dx, rc_n, nm, "dx")) && !(rc = need(dy, rc_n, nm, "dy")) && !(rc = need(x, rc_n, nm, "x")) &&
+	    !(rc = need(mean, rows, nm, "mean")) && !(rc = need(rstd, rows, nm, "rstd")) &&
+	    !(rc = need(w, rc_n, nm, "w")))
+		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols);
+	return op_end(s, rc, nm);
+}
+
+static int cu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
+			int64_t H)
+{
+	const char *nm = "embed_fwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = need_size(T, nm, "T")) && !(rc = need_size(H, nm, "H")) && !(rc = need(out, T * H, nm, "out")) &&
+	    !(rc = need(tok, T, nm, "tok")) && !(rc = need(wte, T * H, nm, "wte")))
+		rc = qe__cuda_embed_fwd(s, out, tok, wte, wpe, T, H);
+	return op_end(s, rc, nm);
+}
+
+static int cu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
+			int64_t H, int64_t V)
+{
+	const char *nm = "embed_bwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = need_size(T, nm, "T")) && !(rc = need_size(H, nm, "H")) && !(rc = need_size(V, nm, "V")) &&
+	    !(rc = need(dwte, V * H, nm, "dwte")) && !(rc = need(tok, T, nm, "tok")) &&
+	    !(rc = need(dout, T * H, nm, "dout")))
+		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, T, H, V);
+	return op_end(s, rc, nm);
+}
+
+static int cu_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh)
+{
+	const char *nm = "attn_fwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = need(out, T * H, nm, "out")) &&
+	    !(rc = need(probs, T * H, nm, "probs")) && !(rc = need(qkv, T * H, nm, "qkv")))
+		rc = qe__cuda_attn_fwd(s, out, probs, qkv, T, H, nh);
+	return op_end(s, rc, nm);
+}
+
+static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
+		       int64_t H, int nh)
+{
+	const char *nm = "attn_bwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = need(dqkv, T * H, nm, "dqkv")) &&
+	    !(rc = need(dout, T * H, nm, "dout")) && !(rc = need(qkv, T * H, nm, "qkv")) &&
+	    !(rc = need(probs, T * H, nm, "probs")))
+		rc = qe__cuda_attn_bwd(s, dqkv, dout, qkv, probs, T, H, nh);
+	return op_end(s, rc, nm);
+}
+
+static int cu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
+		   int64_t V, float grad_scale)
+{
+	const char *nm = "xent";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (T < 1 || V < 1)
+		rc = qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T, (long long)V);
+	else if (!(rc = need(logits, 1, nm, "logits")) && !(rc = need(tgt, 1, nm, "tgt")))
+		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, grad_scale);
+	return op_end(s, rc, nm);
+}
+
+static int cu_adamw(qe_stream *s, const qe_adamw_args *a)
+{
+	const char *nm = "adamw";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!a)
+		rc = qe_fail(QE_EINVAL, "adamw: NULL arguments");
+	else if (!(rc = need_size(a->n, nm, "n")) && !(rc = need(a->param, a->n, nm, "param")) &&
+		 !(rc = need(a->m, a->n, nm, "m")) && !(rc = need(a->v, a->n, nm, "v")) &&
+		 !(rc = check_views(a->grads, a->nviews, a->n, nm))) {
+		if (a->step < 1)
+			rc = qe_fail(QE_EINVAL, "adamw: step %lld; steps are 1-based", (long long)a->step);
+		else
+			rc = qe__cuda_adamw(s, a);
+	}
+	return op_end(s, rc, nm);
+}
+
+static int cu_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)
+{
+	const char *nm = "sum_views";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = need_size(n, nm, "n")) && !(rc = need(out, n, nm, "out")) &&
+	    !(rc = check_views(views, nviews, n, nm)))
+		rc = qe__cuda_sum_views(s, out, views, nviews, n);
+	return op_end(s, rc, nm);
+}
+
+/* ---- the table and the backend ---------------------------------------------- */
+
+static qe_backend_ops g_ops;
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+
+/* Filled at run time: C++17 (nvcc's default) has no designated initializers. */
+static void fill_table(void)
+{
+	qe_backend_ops *o = &g_ops;
+	o->name = "cuda";
+	o->device = QE_DEV_CUDA;
+	o->alloc = cu_alloc;
+	o->free = cu_free;
+	o->copy = cu_copy;
+	o->fill = cu_fill;
+	o->stream_create = cu_stream_create;
+	o->stream_destroy = cu_stream_destroy;
+	o->stream_sync = cu_stream_sync;
+	o->event_create = cu_event_create;
+	o->event_destroy = cu_event_destroy;
+	o->event_record = cu_event_record;
+	o->stream_wait = cu_stream_wait;
+	o->capture_begin = cu_capture_begin;
+	o->capture_end = cu_capture_end;
+	o->graph_launch = cu_graph_launch;
+	o->graph_destroy = cu_graph_destroy;
+	o->graph_op_count = cu_graph_op_count;
+	o->cast = cu_cast;
+	o->fp8_update = cu_fp8_update;
+	o->gemm = cu_gemm;
+	o->add = cu_add;
+	o->add_inplace = cu_add_inplace;
+	o->bias_grad = cu_bias_grad;
+	o->gelu_fwd = cu_gelu_fwd;
+	o->gelu_bwd = cu_gelu_bwd;
+	o->layernorm_fwd = cu_layernorm_fwd;
+	o->layernorm_bwd = cu_layernorm_bwd;
+	o->embed_fwd = cu_embed_fwd;
+	o->embed_bwd = cu_embed_bwd;
+	o->attn_fwd = cu_attn_fwd;
+	o->attn_bwd = cu_attn_bwd;
+	o->xent = cu_xent;
+	o->adamw = cu_adamw;
+	o->sum_views = cu_sum_views;
+}
+
+static const qe_backend_ops *cuda_table(void)
+{
+	pthread_once(&g_ops_once, fill_table);
+	return &g_ops;
+}
+
+int qe_cuda_device_count(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
+int qe_cuda_backend_create(qe_backend **out)
+{
+	if (!out)
+		return qe_fail(QE_EINVAL, "cuda backend: NULL out pointer");
+	*out = NULL;
+	int n = 0, dev = 0, rc;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return qe__cuda_err(e, "cuda backend", "cudaGetDeviceCount");
+	}
+	if (n < 1)
+		return qe_fail(QE_ECUDA, "cuda backend: no CUDA device");
+	if ((e = cudaGetDevice(&dev)) != cudaSuccess)
+		return qe__cuda_err(e, "cuda backend", "cudaGetDevice");
+	qe_cuda_backend *be = (qe_cuda_backend *)calloc(1, sizeof(*be));
+	if (!be)
+		return qe_fail(QE_ENOMEM, "cuda backend");
+	be->pub.ops = cuda_table();
+	be->pub.impl = be;
+	be->device = dev;
+	pthread_mutex_init(&be->lock, NULL);
+
+	pthread_mutex_lock(&g_lock);
+	if (g_backends == 0) {
+		cublasStatus_t st = cublasLtCreate(&qe__cuda_lt);
+		if (st != CUBLAS_STATUS_SUCCESS) {
+			pthread_mutex_unlock(&g_lock);
+			pthread_mutex_destroy(&be->lock);
+			free(be);
+			return qe__blas_err(st, "cuda backend", "cublasLtCreate");
+		}
+		if ((rc = stream_new(NULL, &g_dflt))) {
+			cublasLtDestroy(qe__cuda_lt);
+			qe__cuda_lt = NULL;
+			pthread_mutex_unlock(&g_lock);
+			pthread_mutex_destroy(&be->lock);
+			free(be);
+			return qe_fail_ctx(rc, "cuda backend: default stream");
+		}
+		g_dflt->is_default = 1;
+	}
+	g_backends++;
+	pthread_mutex_unlock(&g_lock);
+	*out = &be->pub;
+	return QE_OK;
+}
+
+void qe_cuda_backend_destroy(qe_backend *b)
+{
+	if (!b)
+		return;
+	qe_cuda_backend *be = (qe_cuda_backend *)b;
+	long a = be->live_allocs, s = be->live_streams, e = be->live_events, g = be->live_graphs;
+	if (a || s || e || g)
+		qe_log(QE_LOG_WARN,
+		       "cuda backend closed with %ld allocation(s), %ld stream(s), %ld event(s), %ld graph(s) alive", a,
+		       s, e, g);
+	for (int i = 0; i < be->ndeferred; i++)
+		cudaFree(be->deferred[i]);
+	free(be->deferred);
+	pthread_mutex_destroy(&be->lock);
+	free(be);
+
+	pthread_mutex_lock(&g_lock);
+	if (--g_backends == 0) {
+		stream_release(g_dflt);
+		g_dflt = NULL;
+		qe__cuda_gemm_cache_clear();
+		cublasLtDestroy(qe__cuda_lt);
+		qe__cuda_lt = NULL;
+	}
+	pthread_mutex_unlock(&g_lock);
+}

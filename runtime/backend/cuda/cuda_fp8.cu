@@ -1,0 +1,265 @@
+/*
+ * cuda_fp8.cu - the FP8 cast (row-wise and transposed copies in one pass,
+ * amax recorded) and the delayed-scaling role update, bit for bit as the cpu
+ * reference (cpu_kernels.c qe_cpu_cast, fp8_recipe.c qe_fp8_role_update).
+ *
+ * Codes: __nv_cvt_float_to_fp8(x * scale, SATFINITE) is the hardware
+ * conversion the cpu encoder was checked against (tests/fp8), so both give
+ * the same byte for every float.  amax: max|x| is order-independent, and for
+ * non-negative floats (NaN included, with its sign cleared) the float order
+ * is the unsigned order of the bits, so an atomicMax on the bits gives the
+ * same value whatever the block order, with a NaN sticking as on cpu.  A
+ * delayed-scaled cast max-es straight into the history row; a current-scaled
+ * one first reduces into the stream's amax word, then quantizes with the
+ * scale derived from it (qe_fp8_scale_for_amax with fallback 1).
+ */
+#include <cuda_fp8.h>
+#include <float.h>
+
+#include "cuda_int.h"
+
+#define TILE 32
+#define TROWS 8 /* threads in y; each handles TILE / TROWS rows of the tile */
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+__device__ __forceinline__ float scale_for_amax(float amax, float fp8_max, int margin, float fallback)
+{
+	if (!isfinite(amax) || !(amax > 0.0f))
+		return fallback;
+	float s = (fp8_max / amax) / ldexpf(1.0f, margin);
+	if (isinf(s))
+		s = FLT_MAX;
+	return s;
+}
+
+/*
+ * |x| as bits with the sign cleared, exactly what the cpu's fabsf does: the
+ * hardware abs may return a canonical NaN, which would change the payload
+ * recorded as amax.
+ */
+__device__ __forceinline__ unsigned abs_bits(float x)
+{
+	return __float_as_uint(x) & 0x7FFFFFFFu;
+}
+
+/* Max of bits over the block; one atomicMax from thread 0.  All threads must call it. */
+__device__ void block_amax(unsigned m, unsigned *target)
+{
+	__shared__ unsigned wmax[32];
+	int lane = (threadIdx.y * blockDim.x + threadIdx.x) & 31, warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
+	int nwarps = (blockDim.x * blockDim.y + 31) >> 5;
+	m = __reduce_max_sync(0xffffffffu, m);
+	if (lane == 0)
+		wmax[warp] = m;
+	__syncthreads();
+	if (warp == 0) {
+		unsigned v = lane < nwarps ? wmax[lane] : 0u;
+		v = __reduce_max_sync(0xffffffffu, v);
+		if (lane == 0 && v > 0u)
+			atomicMax(target, v);
+	}
+}
+
+/* amax of a whole tensor into *target (current scaling's first pass). */
+__global__ void amax_kernel(const float *__restrict__ x, int64_t n, unsigned *target)
+{
+	unsigned m = 0;
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		m = max(m, abs_bits(x[i]));
+	block_amax(m, target);
+}
+
+/*
+ * One 32x32 tile of x: quantized (or copied) into row[r, c] and col[c, r].
+ * The scale is *scale (delayed), or derived from *cur_amax (current), or 1 for
+ * f32 outputs.  amax_dst (delayed) receives max|x| of the tile.  Block (0,0)
+ * writes the scalars: scale_inv, and for current scaling scale and amax.
+ */
+template <typename T>
+__global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+			    int64_t cols, int fmt_e5m2, const float *scale, const unsigned *cur_amax, float fp8_max,
+			    int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+{
+	__shared__ T tile[TILE][TILE + 1];
+	constexpr bool is_fp8 = sizeof(T) == 1;
+	float s = 1.0f;
+	if constexpr (is_fp8)
+		s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
+	int64_t r0 = (int64_t)blockIdx.y * TILE, c0 = (int64_t)blockIdx.x * TILE;
+	unsigned m = 0;
+	for (int j = threadIdx.y; j < TILE; j += TROWS) {
+		int64_t r = r0 + j, c = c0 + threadIdx.x;
+		if (r < rows && c < cols) {
+			float v = x[r * cols + c];
+			m = max(m, abs_bits(v));
+			T q;
+			if constexpr (is_fp8)
+				q = (T)__nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, fmt_e5m2 ? __NV_E5M2 : __NV_E4M3);
+			else
+				q = v;
+			if (row)
+				row[r * cols + c] = q;
+			tile[j][threadIdx.x] = q;
+		}
+	}
+	if (amax_dst)
+		block_amax(m, amax_dst); /* contains the __syncthreads the transpose needs */
+	else
+		__syncthreads();
+	if (col) {
+		for (int j = threadIdx.y; j < TILE; j += TROWS) {
+			int64_t c = c0 + j, r = r0 + threadIdx.x;
+			if (r < rows && c < cols)
+				col[c * rows + r] = tile[threadIdx.x][j];
+		}
+	}
+	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+		if (scale_inv_out)
+			*scale_inv_out = is_fp8 ? 1.0f / s : 1.0f;
+		if (is_fp8 && cur_amax && scale_out)
+			*scale_out = s;
+	}
+}
+
+/* A current-scaled cast also max-es its amax into the role's history row when asked. */
+__global__ void fold_amax_kernel(const unsigned *src, unsigned *dst)
+{
+	if (*src > 0u)
+		atomicMax(dst, *src);
+}
+
+/*
+ * qe_fp8_role_update on one block (one CUDA block): NaN-aware max over the
+ * history (exact, so the reduction order does not matter), the scale from it,
+ * then the roll done chunk by chunk in place: each chunk reads its sources
+ * (one index up, not yet overwritten) before any thread writes.
+ */
+__global__ void fp8_update_kernel(float *block, int L, float fp8_max, int algo_max, int margin)
+{
+	__shared__ float red[32];
+	float *hist = block;
+	float first = hist[0];
+	if (first == 0.0f)
+		return; /* nothing cast since the last update: no update, no roll */
+	const float qnan = __uint_as_float(0x7FC00000u);
+	float amax = first;
+	if (algo_max) {
+		float m = first;
+		for (int i = threadIdx.x; i < L; i += blockDim.x) {
+			float h = hist[i];
+			m = (isnan(h) || isnan(m)) ? qnan : fmaxf(m, h);
+		}
+		for (int off = 16; off > 0; off >>= 1) {
+			float o = __shfl_xor_sync(0xffffffffu, m, off);
+			m = (isnan(o) || isnan(m)) ? qnan : fmaxf(m, o);
+		}
+		int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+		if (lane == 0)
+			red[warp] = m;
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			float v = red[0];
+			for (int w = 1; w < nw; w++)
+				v = (isnan(red[w]) || isnan(v)) ? qnan : fmaxf(v, red[w]);
+			red[0] = v;
+		}
+		__syncthreads();
+		amax = red[0];
+	}
+	if (threadIdx.x == 0 && isfinite(amax) && amax > 0.0f) {
+		float scale = scale_for_amax(amax, fp8_max, margin, block[L]);
+		block[L] = scale;
+		block[L + 1] = 1.0f / scale;
+	}
+	for (int base = 0; base < L; base += blockDim.x) {
+		int i = base + threadIdx.x;
+		float v = 0.0f;
+		if (i < L)
+			v = i == 0 ? 0.0f : (i + 1 < L ? hist[i + 1] : first);
+		__syncthreads();
+		if (i < L)
+			hist[i] = v;
+		__syncthreads();
+	}
+}
+
+/* ---- launchers ------------------------------------------------------------------ */
+
+/* The format the cast scales into: that of the written outputs, else of the described ones (cpu rule). */
+static qe_dtype cast_out_dtype(const qe_cast_args *a)
+{
+	if (a->row.data)
+		return a->row.dtype;
+	if (a->col.data)
+		return a->col.dtype;
+	if (qe_dtype_is_fp8(a->row.dtype))
+		return a->row.dtype;
+	if (qe_dtype_is_fp8(a->col.dtype))
+		return a->col.dtype;
+	return QE_F32;
+}
+
+extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
+{
+	const char *op = "cast";
+	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
+	qe_dtype fmt = cast_out_dtype(a);
+	const float *x = (const float *)a->x.data;
+	int64_t gx = (cols + TILE - 1) / TILE, gy = (rows + TILE - 1) / TILE;
+	if (gx < 1)
+		gx = 1;
+	if (gy < 1)
+		gy = 1;
+	if (gy > 65535 || gx > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "cast: x [%lld,%lld] needs more than 65535 row tiles", (long long)rows,
+			       (long long)cols);
+	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
+	unsigned *amax_dst = (unsigned *)a->amax;
+
+	if (!qe_dtype_is_fp8(fmt)) {
+		cast_kernel<float><<<grid, block, 0, s->cs>>>(x, (float *)a->row.data, (float *)a->col.data, rows, cols,
+							       0, NULL, NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
+		return qe__cuda_launched(op, "cast_kernel<f32>");
+	}
+	int e5m2 = fmt == QE_E5M2;
+	float fmax = qe_fp8_max(fmt);
+	if (!a->current) {
+		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
+								 cols, e5m2, a->scale, NULL, fmax, a->margin, amax_dst,
+								 NULL, a->scale_inv);
+		return qe__cuda_launched(op, "cast_kernel<fp8>");
+	}
+	/* current scaling: amax of this tensor first, then quantize with the scale it gives */
+	unsigned *cur = s->words;
+	cudaError_t e = cudaMemsetAsync(cur, 0, sizeof(unsigned), s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaMemsetAsync(amax word)");
+	int64_t n = rows * cols;
+	int64_t nb = (n + 255) / 256;
+	if (nb > 1024)
+		nb = 1024;
+	if (nb < 1)
+		nb = 1;
+	amax_kernel<<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cur);
+	int rc = qe__cuda_launched(op, "amax_kernel");
+	if (rc)
+		return rc;
+	cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
+							 e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
+	if ((rc = qe__cuda_launched(op, "cast_kernel<fp8, current>")))
+		return rc;
+	if (amax_dst) {
+		fold_amax_kernel<<<1, 1, 0, s->cs>>>(cur, amax_dst);
+		rc = qe__cuda_launched(op, "fold_amax_kernel");
+	}
+	return rc;
+}
+
+extern "C" int qe__cuda_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r)
+{
+	int threads = history_len >= 256 ? 256 : ((history_len + 31) / 32) * 32;
+	fp8_update_kernel<<<1, threads, 0, s->cs>>>(block, history_len, qe_fp8_max(fmt), r->algo == QE_AMAX_MAX,
+						     r->margin);
+	return qe__cuda_launched("fp8_update", "fp8_update_kernel");
+}

@@ -1,0 +1,313 @@
+/*
+ * cuda_gemm.cu - the "TN" GEMM of backend.h on cuBLASLt:
+ *   C[m,n] = A[m,k] . B[n,k]^T * sa * sb (+ bias[n]) (+ C)
+ *
+ * Row-major C is column-major C^T [n,m] = B_cm^T . A_cm, so cuBLASLt's first
+ * operand is our B (k x n column-major, ld k, transposed) and its second our
+ * A (k x m, ld k, not transposed), D is n x m with ld n: the "TN" layout
+ * Hopper's FP8 kernels require.  FP8 operands pass their scale_inv device
+ * pointers as cuBLASLt's A/B scale pointers (swapped with the operands), so
+ * a graph replay reads the scale of the cast that produced the operand.
+ *
+ * Repeatability: the algorithm of a shape is fixed by the first heuristic
+ * answer (cached per m, n, k, dtypes, accumulate, process-wide), split-K
+ * reduction schemes are excluded, and each stream has its own workspace, so
+ * the same inputs give the same bytes.  The accumulation order differs from
+ * the cpu's, so results agree with it within a tolerance, not bitwise.
+ *
+ * Bias: cuBLASLt's bias epilogue wants a bf16 bias for FP8 inputs with f32
+ * output, which would round our f32 bias; a small kernel adds it instead,
+ * exactly as the cpu does (v + bias[j] in f32).
+ *
+ * Supported: FP8 x FP8 (E4M3/E5M2 combinations but E5M2 x E5M2, cuBLASLt's
+ * rule) with m, n, k multiples of 16, and f32 x f32 (CUBLAS_COMPUTE_32F, no
+ * TF32).  Mixed f32/FP8 operands are QE_EUNSUPPORTED: the model never uses
+ * them.  A, B and C must be 16-byte aligned (the cached algorithms are
+ * chosen for that alignment); scale pointers need not be (see stage_scale).
+ *
+ * Accuracy: FP8 products are exact, but Hopper's FP8 tensor cores add them
+ * in reduced precision before cuBLASLt promotes to fp32 (fast accumulation
+ * stays off): 7e-5 (k = 32) to 3e-4 (k = 256) of max|C| from the cpu's exact
+ * sums was seen on the H200, and it grows with k.  f32 GEMMs: 1.7e-7.
+ */
+#include <stdlib.h>
+
+#include "cuda_int.h"
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+__global__ void add_bias_kernel(float *__restrict__ c, const float *__restrict__ bias, int64_t m, int64_t n)
+{
+	int64_t total = m * n;
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+		c[i] = c[i] + bias[i % n];
+}
+
+/* ---- the algorithm cache ---------------------------------------------------------- */
+
+typedef struct algo_entry {
+	int64_t m, n, k;
+	int adt, bdt, accumulate;
+	cublasLtMatmulAlgo_t algo;
+} algo_entry;
+
+static pthread_mutex_t g_algo_lock = PTHREAD_MUTEX_INITIALIZER;
+static algo_entry *g_algos;
+static int g_nalgos, g_capalgos;
+
+extern "C" void qe__cuda_gemm_cache_clear(void)
+{
+	pthread_mutex_lock(&g_algo_lock);
+	free(g_algos);
+	g_algos = NULL;
+	g_nalgos = g_capalgos = 0;
+	pthread_mutex_unlock(&g_algo_lock);
+}
+
+/* ---- launcher ------------------------------------------------------------------- */
+
+static cudaDataType_t cuda_type(qe_dtype dt)
+{
+	return dt == QE_E4M3 ? CUDA_R_8F_E4M3 : dt == QE_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_32F;
+}
+
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15u) == 0;
+}
+
+#define HEUR_RESULTS 8
+
+/*
+ * Ask the heuristic (with split-K reductions masked out when mask_splitk)
+ * and take its first answer that does not split k: *found is 0 when none.
+ */
+static cublasStatus_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublasLtMatrixLayout_t bl,
+				cublasLtMatrixLayout_t cl, int mask_splitk, cublasLtMatmulAlgo_t *out, int *found)
+{
+	cublasLtMatmulPreference_t pref = NULL;
+	cublasLtMatmulHeuristicResult_t res[HEUR_RESULTS];
+	int n = 0;
+	uint64_t wsb = QE_CUDA_WORKSPACE_BYTES;
+	uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE, align = 16;
+	const cublasLtMatmulPreferenceAttributes_t aligns[4] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+	};
+	*found = 0;
+	cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+	if (st == CUBLAS_STATUS_SUCCESS && mask_splitk)
+		st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
+							  sizeof(scheme));
+	for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+		st = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &align, sizeof(align));
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatmulAlgoGetHeuristic(qe__cuda_lt, desc, al, bl, cl, cl, pref, HEUR_RESULTS, res, &n);
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (st != CUBLAS_STATUS_SUCCESS)
+		return st;
+	for (int i = 0; i < n; i++) {
+		int32_t splitk = 1;
+		size_t written = 0;
+		if (res[i].state != CUBLAS_STATUS_SUCCESS)
+			continue;
+		if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+							 sizeof(splitk), &written) != CUBLAS_STATUS_SUCCESS)
+			splitk = 1;
+		if (splitk <= 1) {
+			*out = res[i].algo;
+			*found = 1;
+			break;
+		}
+	}
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+/* The cached algorithm of this problem, asking the heuristic the first time. */
+static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublasLtMatrixLayout_t bl,
+		    cublasLtMatrixLayout_t cl, int64_t m, int64_t n, int64_t k, qe_dtype adt, qe_dtype bdt,
+		    int accumulate, cublasLtMatmulAlgo_t *out)
+{
+	int rc = QE_OK, found = 0;
+	pthread_mutex_lock(&g_algo_lock);
+	for (int i = 0; i < g_nalgos; i++) {
+		algo_entry *e = &g_algos[i];
+		if (e->m == m && e->n == n && e->k == k && e->adt == (int)adt && e->bdt == (int)bdt &&
+		    e->accumulate == accumulate) {
+			*out = e->algo;
+			pthread_mutex_unlock(&g_algo_lock);
+			return QE_OK;
+		}
+	}
+	cublasLtMatmulAlgo_t algo;
+	cublasStatus_t st = heuristic(desc, al, bl, cl, 1, &algo, &found);
+	if (st == CUBLAS_STATUS_SUCCESS && !found) /* the mask filtered everything: filter ourselves */
+		st = heuristic(desc, al, bl, cl, 0, &algo, &found);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		rc = qe__blas_err(st, "gemm", "cublasLtMatmulAlgoGetHeuristic");
+	} else if (!found) {
+		rc = qe_fail(QE_EUNSUPPORTED,
+			     "gemm: cuBLASLt has no algorithm without split-K for %s x %s, m=%lld n=%lld k=%lld",
+			     qe_dtype_name(adt), qe_dtype_name(bdt), (long long)m, (long long)n, (long long)k);
+	} else {
+		if (g_nalgos == g_capalgos) {
+			int nc = g_capalgos ? 2 * g_capalgos : 32;
+			algo_entry *p = (algo_entry *)realloc(g_algos, (size_t)nc * sizeof(*p));
+			if (p) {
+				g_algos = p;
+				g_capalgos = nc;
+			}
+		}
+		if (g_nalgos < g_capalgos) {
+			algo_entry *e = &g_algos[g_nalgos++];
+			e->m = m;
+			e->n = n;
+			e->k = k;
+			e->adt = (int)adt;
+			e->bdt = (int)bdt;
+			e->accumulate = accumulate;
+			e->algo = algo;
+		} else {
+			rc = qe_fail(QE_ENOMEM, "gemm: caching the algorithm of m=%lld n=%lld k=%lld", (long long)m,
+				     (long long)n, (long long)k);
+		}
+		*out = algo;
+	}
+	pthread_mutex_unlock(&g_algo_lock);
+	return rc;
+}
+
+static int add_bias(qe_stream *s, float *c, const float *bias, int64_t m, int64_t n)
+{
+	int64_t blocks = (m * n + 255) / 256;
+	if (blocks > 4096)
+		blocks = 4096;
+	add_bias_kernel<<<(unsigned)blocks, 256, 0, s->cs>>>(c, bias, m, n);
+	return qe__cuda_launched("gemm", "add_bias_kernel");
+}
+
+/*
+ * On the H200 cuBLASLt answered CUBLAS_STATUS_NOT_SUPPORTED for a scale
+ * pointer 4 bytes past a 16-byte boundary and worked with aligned ones.  A
+ * scale_inv inside a packed role block may be unaligned, so it is then
+ * copied into an aligned word of the stream first
+ * (a memcpy node under capture, so a replay still reads the scale of the
+ * cast that produced the operand).
+ */
+static int stage_scale(qe_stream *s, const float **p, int word)
+{
+	if (aligned16(*p))
+		return QE_OK;
+	float *dst = (float *)(s->words + word);
+	cudaError_t e = cudaMemcpyAsync(dst, *p, sizeof(float), cudaMemcpyDeviceToDevice, s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, "gemm", "cudaMemcpyAsync(scale_inv to an aligned word)");
+	*p = dst;
+	return QE_OK;
+}
+
+extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
+			     int accumulate)
+{
+	const char *op = "gemm";
+	int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
+	qe_dtype adt = a->dtype, bdt = b->dtype;
+	int fp8 = qe_dtype_is_fp8(adt);
+	float *cd = (float *)c->data;
+	char da[96], db[96];
+	qe_tensor_describe(a, da, sizeof(da));
+	qe_tensor_describe(b, db, sizeof(db));
+	accumulate = accumulate ? 1 : 0;
+
+	if (fp8 != qe_dtype_is_fp8(bdt))
+		return qe_fail(QE_EUNSUPPORTED,
+			       "gemm: mixed f32/FP8 operands A %s, B %s: the cuda backend multiplies FP8 x FP8 or f32 x f32",
+			       da, db);
+	if (adt == QE_E5M2 && bdt == QE_E5M2)
+		return qe_fail(QE_EUNSUPPORTED, "gemm: A %s x B %s: E5M2 x E5M2 is not supported by cuBLASLt", da, db);
+	if (m == 0 || n == 0)
+		return QE_OK;
+	if (fp8 && (m % 16 || n % 16 || k % 16))
+		return qe_fail(QE_EINVAL, "gemm: FP8 A %s . B %s^T: m=%lld, n=%lld, k=%lld must be multiples of 16", da,
+			       db, (long long)m, (long long)n, (long long)k);
+	if (!aligned16(a->data) || !aligned16(b->data) || !aligned16(cd))
+		return qe_fail(QE_EINVAL, "gemm: A %s (%p), B %s (%p), C (%p) must be 16-byte aligned", da, a->data, db,
+			       b->data, (void *)cd);
+	if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "gemm: m=%lld n=%lld k=%lld exceed cuBLASLt's dimensions", (long long)m,
+			       (long long)n, (long long)k);
+	if (k == 0) {
+		/* an empty sum: C = 0 (+C), then the bias, as the cpu's acc = 0 */
+		if (!accumulate) {
+			cudaError_t e = cudaMemsetAsync(cd, 0, (size_t)(m * n) * sizeof(float), s->cs);
+			if (e != cudaSuccess)
+				return qe__cuda_err(e, op, "cudaMemsetAsync(C)");
+		}
+		return bias ? add_bias(s, cd, bias, m, n) : QE_OK;
+	}
+
+	cublasLtMatmulDesc_t desc = NULL;
+	cublasLtMatrixLayout_t al = NULL, bl = NULL, cl = NULL;
+	cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+	cublasLtMatmulAlgo_t algo;
+	int rc = QE_OK;
+	const char *call = "cublasLtMatmulDescCreate";
+	cublasStatus_t st = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+	if (st == CUBLAS_STATUS_SUCCESS) {
+		call = "cublasLtMatmulDescSetAttribute";
+		st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
+	}
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
+	if (st == CUBLAS_STATUS_SUCCESS && fp8) {
+		/* cuBLASLt's A is our B and its B our A: the scales swap with them */
+		const float *sa_lt = b->scale_inv, *sb_lt = a->scale_inv;
+		if ((rc = stage_scale(s, &sa_lt, 4)) || (rc = stage_scale(s, &sb_lt, 8)))
+			goto out;
+		st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa_lt, sizeof(sa_lt));
+		if (st == CUBLAS_STATUS_SUCCESS)
+			st = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb_lt,
+							    sizeof(sb_lt));
+	}
+	if (st == CUBLAS_STATUS_SUCCESS) {
+		call = "cublasLtMatrixLayoutCreate";
+		st = cublasLtMatrixLayoutCreate(&al, cuda_type(bdt), (uint64_t)k, (uint64_t)n, k);
+	}
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatrixLayoutCreate(&bl, cuda_type(adt), (uint64_t)k, (uint64_t)m, k);
+	if (st == CUBLAS_STATUS_SUCCESS)
+		st = cublasLtMatrixLayoutCreate(&cl, CUDA_R_32F, (uint64_t)n, (uint64_t)m, n);
+	if (st != CUBLAS_STATUS_SUCCESS) {
+		rc = qe__blas_err(st, op, call);
+		goto out;
+	}
+	if ((rc = get_algo(desc, al, bl, cl, m, n, k, adt, bdt, accumulate, &algo)))
+		goto out;
+	{
+		float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+		st = cublasLtMatmul(qe__cuda_lt, desc, &alpha, b->data, al, a->data, bl, &beta, cd, cl, cd, cl, &algo,
+				    s->ws, QE_CUDA_WORKSPACE_BYTES, s->cs);
+		if (st != CUBLAS_STATUS_SUCCESS) {
+			char dc[96];
+			qe_tensor_describe(c, dc, sizeof(dc));
+			rc = qe_fail(QE_ECUDA, "gemm: cublasLtMatmul A %s . B %s^T -> C %s: %s (status %d)", da, db, dc,
+				     cublasGetStatusString(st), (int)st);
+			goto out;
+		}
+	}
+	if (bias)
+		rc = add_bias(s, cd, bias, m, n);
+out:
+	if (cl)
+		cublasLtMatrixLayoutDestroy(cl);
+	if (bl)
+		cublasLtMatrixLayoutDestroy(bl);
+	if (al)
+		cublasLtMatrixLayoutDestroy(al);
+	if (desc)
+		cublasLtMatmulDescDestroy(desc);
+	return rc;
+}

@@ -1,0 +1,138 @@
+/*
+ * cuda_int.h - private interface between the cuda backend's op machinery
+ * (cuda_backend.cu: streams, events, graphs, argument checks, the default
+ * stream) and its launchers (cuda_fp8.cu, cuda_gemm.cu, cuda_attn.cu,
+ * cuda_kernels.cu).
+ *
+ * A launcher receives arguments already checked for shape, dtype and NULLs
+ * and a live, non-failed stream; it checks what depends on the device
+ * (alignment, cuBLASLt limits), sizes the grid, enqueues, checks the launch
+ * and returns a status with the message set.  Marking the stream failed is
+ * the caller's job, so that one place owns the sticky-failure rule.
+ *
+ * Per-stream resources (cuBLAS handle, GEMM workspace, scratch, a small
+ * word area) are allocated when the stream is created, so nothing is
+ * allocated while a stream captures.  Graphs captured on a stream bake in
+ * the addresses of that stream's workspace and scratch: two such graphs must
+ * not run at the same time on different streams.
+ */
+#ifndef QE_CUDA_INT_H
+#define QE_CUDA_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The runtime's headers are plain C without linkage guards. */
+#include "../../core/log.h"
+#include "../../core/status.h"
+#include "../backend.h"
+
+#define QE_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt / cuBLAS workspace per stream */
+#define QE_CUDA_SCRATCH_BYTES ((size_t)16 << 20)   /* initial per-stream scratch (attention, xent) */
+#define QE_CUDA_MAX_VIEWS 256                      /* view pointers passed by value to adamw / sum_views */
+
+/* Bits of the per-stream device error word, set by kernels that find bad data. */
+#define QE_CUDA_ERR_TOKEN 1u  /* embed_bwd: a token outside [0, V) */
+#define QE_CUDA_ERR_TARGET 2u /* xent: a target outside [0, V) */
+
+/*
+ * Process-wide state shared by every cuda backend of the process (created
+ * with the first, released with the last, in cuda_backend.cu): the
+ * cuBLASLt handle and the default stream behind NULL.  The GEMM algorithm
+ * cache (cuda_gemm.cu) is process-wide too, so a shape gets one algorithm
+ * whichever backend or stream runs it.
+ */
+extern cublasLtHandle_t qe__cuda_lt;
+
+typedef struct qe_cuda_backend {
+	qe_backend pub; /* first: a qe_backend * is a qe_cuda_backend * */
+	int device;
+	int capturing; /* streams of this backend now capturing (atomic) */
+	long live_allocs, live_streams, live_events, live_graphs; /* atomic */
+	pthread_mutex_t lock; /* deferred frees */
+	void **deferred; /* frees requested while capturing, done when the last capture ends */
+	int ndeferred, capdeferred;
+} qe_cuda_backend;
+
+struct qe_stream {
+	qe_cuda_backend *be; /* NULL for the default stream */
+	cudaStream_t cs;
+	cublasHandle_t blas; /* attention GEMMs; bound to cs and ws */
+	void *ws;            /* QE_CUDA_WORKSPACE_BYTES */
+	void *scratch;       /* grow-only, outside capture */
+	size_t scratch_bytes;
+	unsigned *words; /* device, 256 B: [0] amax of a current-scaled cast, [1] error bits, [4] [8] GEMM scales */
+	int capturing;
+	int is_default; /* the process-wide stream behind NULL */
+	int failed;     /* first error, sticky */
+	char failmsg[512];
+};
+
+struct qe_event {
+	qe_cuda_backend *be;
+	cudaEvent_t ev;
+};
+
+struct qe_graph {
+	qe_cuda_backend *be;
+	cudaGraph_t graph;
+	cudaGraphExec_t exec;
+	int nodes;
+};
+
+/* qe_fail with QE_ECUDA naming the op, the call and CUDA's text. Returns QE_ECUDA. */
+int qe__cuda_err(cudaError_t e, const char *op, const char *call);
+/* The same for cuBLAS / cuBLASLt statuses. */
+int qe__blas_err(cublasStatus_t st, const char *op, const char *call);
+/* Check the last kernel launch. */
+int qe__cuda_launched(const char *op, const char *kernel);
+/*
+ * A scratch buffer of at least bytes on stream s, grown (after a stream
+ * sync) when too small; growing while the stream captures is refused with
+ * QE_ECAPTURE.  Valid until the next call on the same stream.
+ */
+int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out);
+
+/* ---- launchers (arguments checked by cuda_backend.cu) ---- */
+int qe__cuda_cast(qe_stream *s, const qe_cast_args *a);
+int qe__cuda_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r);
+int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
+		  int accumulate);
+int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
+int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
+int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
+int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
+int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
+int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+			   const float *b, int64_t rows, int64_t cols);
+int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+			   const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols);
+int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
+		       int64_t H);
+int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
+		       int64_t H, int64_t V);
+int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
+int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
+		      int64_t H, int nh);
+int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
+		  int64_t V, float grad_scale);
+int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
+int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
+
+/* Forget every cached GEMM algorithm (when the last backend closes). */
+void qe__cuda_gemm_cache_clear(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,485 @@
+/*
+ * cuda_kernels.cu - every non-GEMM, non-attention op of the table:
+ * elementwise add, bias gradient, GELU, layernorm, embedding, softmax
+ * cross-entropy, AdamW and the view sum.
+ *
+ * Same formulas as the cpu reference (cpu_kernels.c), written operation for
+ * operation in the same order; this folder is compiled with -fmad=false
+ * (CMakeLists.txt), so no multiply-add is fused and an op whose cpu version
+ * has no reduction gives the same bits (add, bias_grad, embedding, AdamW,
+ * view sums, the layernorm weight/bias gradients).  Row reductions
+ * (layernorm statistics, softmax sums) are fixed-shape trees rather than the
+ * cpu's left-to-right sums: repeatable to the bit, within rounding of the
+ * cpu.  No atomics where order matters: column sums run one thread per
+ * column over the rows in order; the embedding gradient sums each token's
+ * rows in t order in one thread.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cuda_int.h"
+
+#define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
+#define THREADS 256
+
+typedef struct views_arg {
+	const float *p[QE_CUDA_MAX_VIEWS];
+} views_arg;
+
+/* ---- kernels ------------------------------------------------------------------ */
+
+#define GRID_STRIDE(i, n) \
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void add_kernel(float *y, const float *a, const float *b, int64_t n)
+{
+	GRID_STRIDE(i, n)
+	y[i] = a[i] + b[i];
+}
+
+__global__ void add_inplace_kernel(float *y, const float *a, int64_t n)
+{
+	GRID_STRIDE(i, n)
+	y[i] += a[i];
+}
+
+/* db[j] = ((0 + dy[0,j]) + dy[1,j]) + ...: the cpu's row order. */
+__global__ void bias_grad_kernel(float *__restrict__ db, const float *__restrict__ dy, int64_t rows, int64_t cols)
+{
+	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= cols)
+		return;
+	float acc = 0.0f;
+#pragma unroll 8
+	for (int64_t r = 0; r < rows; r++)
+		acc += dy[r * cols + j];
+	db[j] = acc;
+}
+
+__global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n)
+{
+	GRID_STRIDE(i, n)
+	{
+		float v = x[i];
+		float cube = 0.044715f * v * v * v;
+		y[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
+	}
+}
+
+__global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, int64_t n)
+{
+	GRID_STRIDE(i, n)
+	{
+		float v = x[i];
+		float cube = 0.044715f * v * v * v;
+		float arg = GELU_SCALING_FACTOR * (v + cube);
+		float th = tanhf(arg);
+		float ch = coshf(arg);
+		float sech = 1.0f / (ch * ch);
+		float local = 0.5f * (1.0f + th) +
+			      v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
+		dx[i] = local * dy[i];
+	}
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v = v + __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+	return v;
+}
+
+/* Sum over the block in a fixed tree; every thread gets the same value. blockDim.x % 32 == 0. */
+__device__ float block_sum(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_sum(v);
+	__syncthreads(); /* sh may still be read by an earlier call */
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	return warp_sum(lane < nw ? sh[lane] : 0.0f);
+}
+
+__device__ float block_max(float v, float *sh)
+{
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	v = warp_max(v);
+	__syncthreads();
+	if (lane == 0)
+		sh[w] = v;
+	__syncthreads();
+	return warp_max(lane < nw ? sh[lane] : -INFINITY);
+}
+
+/* One block per row (eps 1e-5, llm.c). */
+__global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const float *x, const float *w,
+				     const float *b, int64_t cols)
+{
+	__shared__ float sh[32];
+	int64_t r = blockIdx.x;
+	const float *xr = x + r * cols;
+	float *yr = y + r * cols;
+	float part = 0.0f;
+	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
+		part += xr[i];
+	float m = block_sum(part, sh) / (float)cols;
+	part = 0.0f;
+	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+		float d = xr[i] - m;
+		part += d * d;
+	}
+	float v = block_sum(part, sh) / (float)cols;
+	float s = 1.0f / sqrtf(v + 1e-5f);
+	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+		float nrm = s * (xr[i] - m);
+		yr[i] = nrm * w[i] + b[i];
+	}
+	if (threadIdx.x == 0) {
+		if (mean)
+			mean[r] = m;
+		if (rstd)
+			rstd[r] = s;
+	}
+}
+
+/* dx of one row per block. */
+__global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float *x, const float *mean,
+					const float *rstd, const float *w, int64_t cols)
+{
+	__shared__ float sh[32];
+	int64_t r = blockIdx.x;
+	const float *dyr = dy + r * cols, *xr = x + r * cols;
+	float *dxr = dx + r * cols;
+	float m = mean[r], s = rstd[r];
+	float p1 = 0.0f, p2 = 0.0f;
+	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+		float nrm = (xr[i] - m) * s;
+		float dn = w[i] * dyr[i];
+		p1 += dn;
+		p2 += dn * nrm;
+	}
+	float dnorm_mean = block_sum(p1, sh) / (float)cols;
+	float dnorm_norm_mean = block_sum(p2, sh) / (float)cols;
+	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+		float nrm = (xr[i] - m) * s;
+		float dn = w[i] * dyr[i];
+		float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
+		dxr[i] = dval * s;
+	}
+}
+
+/* dw, db: one thread per column, rows in order from 0 - the cpu's sums exactly. */
+__global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const float *dy, const float *x, const float *mean,
+					  const float *rstd, int64_t rows, int64_t cols)
+{
+	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j >= cols)
+		return;
+	float aw = 0.0f, ab = 0.0f;
+#pragma unroll 4
+	for (int64_t r = 0; r < rows; r++) {
+		float g = dy[r * cols + j];
+		float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
+		ab += g;
+		aw += nrm * g;
+	}
+	if (dw)
+		dw[j] = aw;
+	if (db)
+		db[j] = ab;
+}
+
+__global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
+				 int64_t H)
+{
+	GRID_STRIDE(i, T * H)
+	{
+		int64_t t = i / H, c = i - t * H;
+		float e = wte[(int64_t)tok[t] * H + c];
+		out[i] = wpe ? e + wpe[i] : e;
+	}
+}
+
+/*
+ * Element (t, c): the position gradient, and - when t is the first
+ * occurrence of its token - that token's row, summed over its occurrences
+ * in t order from 0 (the cpu's scatter order), so no two threads write one
+ * element and no atomics are needed.
+ */
+__global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
+				 int64_t H, int64_t V, unsigned *err)
+{
+	GRID_STRIDE(i, T * H)
+	{
+		int64_t t = i / H, c = i - t * H;
+		if (dwpe)
+			dwpe[i] = 0.0f + dout[i];
+		int32_t tk = tok[t];
+		if (tk < 0 || tk >= V) {
+			if (c == 0)
+				atomicOr(err, QE_CUDA_ERR_TOKEN);
+			continue;
+		}
+		bool first = true;
+		for (int64_t u = 0; u < t && first; u++)
+			first = tok[u] != tk;
+		if (!first)
+			continue;
+		float acc = 0.0f;
+		for (int64_t u = t; u < T; u++)
+			if (tok[u] == tk)
+				acc += dout[u * H + c];
+		dwte[(int64_t)tk * H + c] = acc;
+	}
+}
+
+/*
+ * One block per row t: max, sum of exp, the row's -log p into rowloss[t],
+ * and dlogits (which may alias logits: each element is read before it is
+ * written, by the same thread, after the row's reductions finished).
+ */
+__global__ void xent_row_kernel(float *rowloss, float *dlogits, const float *logits, const int32_t *tgt, int64_t V,
+				float g, unsigned *err)
+{
+	__shared__ float sh[32];
+	int64_t t = blockIdx.x;
+	const float *l = logits + t * V;
+	int32_t tg = tgt[t];
+	bool valid = tg >= 0 && tg < V;
+	float lt = valid ? l[tg] : 0.0f; /* read before any thread may overwrite it */
+	float mx = -INFINITY;
+	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+		mx = fmaxf(mx, l[v]);
+	float maxv = block_max(mx, sh);
+	float part = 0.0f;
+	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+		part += expf(l[v] - maxv);
+	float sum = block_sum(part, sh);
+	if (threadIdx.x == 0) {
+		if (!valid)
+			atomicOr(err, QE_CUDA_ERR_TARGET);
+		if (rowloss)
+			rowloss[t] = valid ? logf(sum) - (lt - maxv) : __uint_as_float(0x7FC00000u);
+	}
+	if (dlogits) {
+		float inv = 1.0f / sum;
+		float *d = dlogits + t * V;
+		for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+			float p = expf(l[v] - maxv) * inv;
+			d[v] = (p - (v == tg ? 1.0f : 0.0f)) * g;
+		}
+	}
+}
+
+/* The mean over rows, in double and in row order (the cpu's). */
+__global__ void xent_loss_kernel(float *loss, const float *rowloss, int64_t T)
+{
+	double total = 0.0;
+	for (int64_t t = 0; t < T; t++)
+		total += (double)rowloss[t];
+	*loss = (float)(total / (double)T);
+}
+
+__global__ void adamw_kernel(float *param, float *mom, float *var, views_arg g, int nviews, int64_t n, float lr,
+			     float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
+{
+	GRID_STRIDE(i, n)
+	{
+		float grad = g.p[0][i];
+		for (int vi = 1; vi < nviews; vi++)
+			grad += g.p[vi][i];
+		grad = grad * grad_scale;
+		float p = param[i];
+		float m = beta1 * mom[i] + (1.0f - beta1) * grad;
+		float v = beta2 * var[i] + (1.0f - beta2) * grad * grad;
+		float mhat = m / b1c;
+		float vhat = v / b2c;
+		mom[i] = m;
+		var[i] = v;
+		param[i] = p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+	}
+}
+
+/* out may alias view 0: each element is read from every view before it is written. */
+__global__ void sum_views_kernel(float *out, views_arg g, int nviews, int64_t n)
+{
+	GRID_STRIDE(i, n)
+	{
+		float s = g.p[0][i];
+		for (int vi = 1; vi < nviews; vi++)
+			s += g.p[vi][i];
+		out[i] = s;
+	}
+}
+
+/* ---- launchers ------------------------------------------------------------------- */
+
+static unsigned grid_for(int64_t n)
+{
+	int64_t b = (n + THREADS - 1) / THREADS;
+	if (b > 65536)
+		b = 65536; /* grid-stride loops cover the rest */
+	return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* One block per row: a power of two up to 256, at least a warp. */
+static unsigned row_threads(int64_t cols)
+{
+	unsigned t = 32;
+	while (t < THREADS && (int64_t)t < cols)
+		t <<= 1;
+	return t;
+}
+
+extern "C" int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n)
+{
+	if (n == 0)
+		return QE_OK;
+	add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, n);
+	return qe__cuda_launched("add", "add_kernel");
+}
+
+extern "C" int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)
+{
+	if (n == 0)
+		return QE_OK;
+	add_inplace_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, n);
+	return qe__cuda_launched("add_inplace", "add_inplace_kernel");
+}
+
+extern "C" int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols)
+{
+	if (cols == 0)
+		return QE_OK;
+	bias_grad_kernel<<<(unsigned)((cols + THREADS - 1) / THREADS), THREADS, 0, s->cs>>>(db, dy, rows, cols);
+	return qe__cuda_launched("bias_grad", "bias_grad_kernel");
+}
+
+extern "C" int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
+{
+	if (n == 0)
+		return QE_OK;
+	gelu_fwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, x, n);
+	return qe__cuda_launched("gelu_fwd", "gelu_fwd_kernel");
+}
+
+extern "C" int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
+{
+	if (n == 0)
+		return QE_OK;
+	gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, n);
+	return qe__cuda_launched("gelu_bwd", "gelu_bwd_kernel");
+}
+
+extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
+				      const float *b, int64_t rows, int64_t cols)
+{
+	if (rows == 0)
+		return QE_OK;
+	if (rows > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "layernorm_fwd: %lld rows", (long long)rows);
+	layernorm_fwd_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(y, mean, rstd, x, w, b, cols);
+	return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_kernel");
+}
+
+extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
+				      const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
+{
+	const char *op = "layernorm_bwd";
+	int rc;
+	if (rows > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "layernorm_bwd: %lld rows", (long long)rows);
+	if (rows > 0 && cols > 0) {
+		layernorm_bwd_dx_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd, w, cols);
+		if ((rc = qe__cuda_launched(op, "layernorm_bwd_dx_kernel")))
+			return rc;
+	}
+	if (cols > 0 && (dw || db)) {
+		layernorm_bwd_dwdb_kernel<<<(unsigned)((cols + THREADS - 1) / THREADS), THREADS, 0, s->cs>>>(
+			dw, db, dy, x, mean, rstd, rows, cols);
+		return qe__cuda_launched(op, "layernorm_bwd_dwdb_kernel");
+	}
+	return QE_OK;
+}
+
+extern "C" int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
+				  int64_t T, int64_t H)
+{
+	if (T * H == 0)
+		return QE_OK;
+	embed_fwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(out, tok, wte, wpe, T, H);
+	return qe__cuda_launched("embed_fwd", "embed_fwd_kernel");
+}
+
+extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
+				  int64_t T, int64_t H, int64_t V)
+{
+	const char *op = "embed_bwd";
+	if (V * H > 0) {
+		cudaError_t e = cudaMemsetAsync(dwte, 0, (size_t)(V * H) * sizeof(float), s->cs);
+		if (e != cudaSuccess)
+			return qe__cuda_err(e, op, "cudaMemsetAsync(dwte)");
+	}
+	if (T * H == 0)
+		return QE_OK;
+	embed_bwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, dwpe, tok, dout, T, H, V, s->words + 1);
+	return qe__cuda_launched(op, "embed_bwd_kernel");
+}
+
+extern "C" int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
+			     int64_t T, int64_t V, float grad_scale)
+{
+	const char *op = "xent";
+	float *rowloss = NULL;
+	int rc;
+	if (T > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "xent: %lld rows", (long long)T);
+	if (loss && (rc = qe__cuda_scratch(s, (size_t)T * sizeof(float), op, (void **)&rowloss)))
+		return rc;
+	float g = grad_scale / (float)T;
+	xent_row_kernel<<<(unsigned)T, row_threads(V), 0, s->cs>>>(rowloss, dlogits, logits, tgt, V, g, s->words + 1);
+	if ((rc = qe__cuda_launched(op, "xent_row_kernel")))
+		return rc;
+	if (loss) {
+		xent_loss_kernel<<<1, 1, 0, s->cs>>>(loss, rowloss, T);
+		rc = qe__cuda_launched(op, "xent_loss_kernel");
+	}
+	return rc;
+}
+
+extern "C" int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a)
+{
+	if (a->n == 0)
+		return QE_OK;
+	views_arg g;
+	memset(&g, 0, sizeof(g));
+	for (int i = 0; i < a->nviews; i++)
+		g.p[i] = a->grads[i];
+	/* bias corrections on the host with the cpu's powf, so both use the same bits */
+	float b1c = 1.0f - powf(a->beta1, (float)a->step);
+	float b2c = 1.0f - powf(a->beta2, (float)a->step);
+	adamw_kernel<<<grid_for(a->n), THREADS, 0, s->cs>>>(a->param, a->m, a->v, g, a->nviews, a->n, a->lr, a->beta1,
+							    a->beta2, a->eps, a->weight_decay, b1c, b2c,
+							    a->grad_scale);
+	return qe__cuda_launched("adamw", "adamw_kernel");
+}
+
+extern "C" int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)
+{
+	if (n == 0)
+		return QE_OK;
+	views_arg g;
+	memset(&g, 0, sizeof(g));
+	for (int i = 0; i < nviews; i++)
+		g.p[i] = views[i];
+	sum_views_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(out, g, nviews, n);
+	return qe__cuda_launched("sum_views", "sum_views_kernel");
+}
