@@ -20,6 +20,8 @@ static const cli_command commands[] = {
 	{ "verify", cli_verify_main, "Re-hash every chunk of every committed checkpoint (verify --run-dir DIR)" },
 	{ "gc", cli_gc_main, "Drop old checkpoints, then unreferenced chunks (gc --run-dir DIR --keep-last 2)" },
 	{ "plot", cli_plot_main, "Training and held-out loss curves with gnuplot (plot --run-dir DIR -o loss.png)" },
+	{ "push", cli_push_main, "Copy committed checkpoints to S3-compatible storage (push --run-dir DIR --remote s3://B/P)" },
+	{ "pull", cli_pull_main, "Fetch a pushed checkpoint into a run directory (pull --run-dir DIR --remote s3://B/P)" },
 	{ "selftest", cli_selftest_main, "Inject contract violations and check each is rejected (selftest inject)" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -1,0 +1,216 @@
+/*
+ * remote_ops.c - the object operations of the S3 client: put (single or
+ * multipart), get into memory or a file, head, delete, list (ListObjectsV2
+ * with continuation), plus the bucket check and creation.  Each is one or a
+ * few remote__do() calls; retries and error texts live there.
+ */
+#include "store/remote_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/core/status.h"
+
+int store_remote_check(store_remote *r)
+{
+	char pfx[1100], enc[3400], query[3600];
+	snprintf(pfx, sizeof(pfx), "%s%s", r->prefix, r->prefix[0] ? "/" : "");
+	int rc = remote__encode(pfx, 0, enc, sizeof(enc));
+	if (rc)
+		return rc;
+	snprintf(query, sizeof(query), "list-type=2&max-keys=1&prefix=%s", enc);
+	remote_req q = { .method = "GET", .key = NULL, .query = query, .max_size = (size_t)16 << 20 };
+	remote_resp p;
+	rc = remote__do(r, &q, &p);
+	remote__resp_free(&p);
+	if (rc)
+		qe_fail_ctx(rc, "checking %s", r->url);
+	return rc;
+}
+
+int store_remote_create_bucket(store_remote *r)
+{
+	remote_req q = { .method = "PUT", .key = NULL, .has_body = 1, .max_size = (size_t)1 << 20 };
+	remote_resp p;
+	int rc = remote__do(r, &q, &p);
+	if (rc && (strcmp(p.code, "BucketAlreadyOwnedByYou") == 0 || strcmp(p.code, "BucketAlreadyExists") == 0))
+		rc = QE_OK;
+	remote__resp_free(&p);
+	return rc;
+}
+
+int store_remote_put(store_remote *r, const char *key, const void *data, size_t size)
+{
+	if (!key || !key[0] || (size && !data))
+		return qe_fail(QE_EINVAL, "s3: put needs a key and data");
+	if (size > r->multipart_bytes)
+		return remote__put_multipart(r, key, data, size);
+	remote_req q = { .method = "PUT", .key = key, .body = data, .body_len = size, .has_body = 1,
+			 .max_size = (size_t)1 << 20 };
+	remote_resp p;
+	int rc = remote__do(r, &q, &p);
+	remote__resp_free(&p);
+	return rc;
+}
+
+int store_remote_get(store_remote *r, const char *key, size_t max_size, void **data, size_t *size)
+{
+	*data = NULL;
+	*size = 0;
+	if (!key || !key[0])
+		return qe_fail(QE_EINVAL, "s3: get needs a key");
+	remote_req q = { .method = "GET", .key = key, .max_size = max_size };
+	remote_resp p;
+	int rc = remote__do(r, &q, &p);
+	if (rc) {
+		remote__resp_free(&p);
+		return rc;
+	}
+	if (p.has_length && p.length != p.body.n) {
+		remote__resp_free(&p);
+		return qe_fail(QE_EIO, "s3: s3://%s/%s%s%s: got %zu bytes of %llu", r->bucket, r->prefix,
+			       r->prefix[0] ? "/" : "", key, p.body.n, (unsigned long long)p.length);
+	}
+	if (!p.body.p) {
+		/* An empty object: still hand out a NUL-terminated buffer. */
+		p.body.p = calloc(1, 1);
+		if (!p.body.p)
+			return qe_fail(QE_ENOMEM, "s3: out of memory");
+	}
+	*data = p.body.p;
+	*size = p.body.n;
+	return QE_OK;
+}
+
+int store_remote_get_file(store_remote *r, const char *key, const char *path, uint64_t *size)
+{
+	char tmp[4200];
+	if (size)
+		*size = 0;
+	if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
+		return qe_fail(QE_EINVAL, "s3: download path too long: '%s'", path);
+	FILE *f = fopen(tmp, "w+b");
+	if (!f)
+		return qe_fail(QE_EIO, "s3: cannot create '%s': %s", tmp, strerror(errno));
+	remote_req q = { .method = "GET", .key = key, .sink = f };
+	remote_resp p;
+	int rc = remote__do(r, &q, &p);
+	int has_length = p.has_length;
+	uint64_t length = p.length;
+	remote__resp_free(&p);
+	long got = -1;
+	if (!rc) {
+		if (fflush(f) || fsync(fileno(f)) || (got = ftell(f)) < 0)
+			rc = qe_fail(QE_EIO, "s3: cannot write '%s': %s", tmp, strerror(errno));
+		else if (has_length && (uint64_t)got != length)
+			rc = qe_fail(QE_EIO, "s3: '%s': got %ld bytes of %llu", key, got, (unsigned long long)length);
+	}
+	if (fclose(f) && !rc)
+		rc = qe_fail(QE_EIO, "s3: cannot close '%s': %s", tmp, strerror(errno));
+	if (!rc && rename(tmp, path))
+		rc = qe_fail(QE_EIO, "s3: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+	if (rc) {
+		unlink(tmp);
+		return rc;
+	}
+	if (size)
+		*size = (uint64_t)got;
+	return QE_OK;
+}
+
+int store_remote_head(store_remote *r, const char *key, int *exists, uint64_t *size)
+{
+	*exists = 0;
+	if (size)
+		*size = 0;
+	remote_req q = { .method = "HEAD", .key = key };
+	remote_resp p;
+	int rc = remote__do(r, &q, &p);
+	if (rc == QE_ENOTFOUND && p.status == 404) {
+		/* A HEAD answer has no body, so a missing bucket looks like a missing key
+		 * here; store_remote_check() tells them apart. */
+		qe_clear_error();
+		rc = QE_OK;
+	} else if (!rc) {
+		*exists = 1;
+		if (size)
+			*size = p.has_length ? p.length : 0;
+	}
+	remote__resp_free(&p);
+	return rc;
+}
+
+int store_remote_delete(store_remote *r, const char *key)
+{
+	remote_req q = { .method = "DELETE", .key = key, .max_size = (size_t)1 << 20 };
+	remote_resp p;
+	int rc = remote__do(r, &q, &p);
+	if (rc == QE_ENOTFOUND && p.status == 404 && strcmp(p.code, "NoSuchBucket")) {
+		qe_clear_error();
+		rc = QE_OK;
+	}
+	remote__resp_free(&p);
+	return rc;
+}
+
+int store_remote_list(store_remote *r, const char *sub, store_remote_list_cb cb, void *ctx)
+{
+	char pfx[2200], enc[6600], tok[2048], etok[6200], query[13000];
+	size_t skip = r->prefix[0] ? strlen(r->prefix) + 1 : 0;
+	if ((size_t)snprintf(pfx, sizeof(pfx), "%s%s%s", r->prefix, r->prefix[0] ? "/" : "", sub ? sub : "") >=
+	    sizeof(pfx))
+		return qe_fail(QE_EINVAL, "s3: list prefix too long");
+	int rc = remote__encode(pfx, 0, enc, sizeof(enc));
+	if (rc)
+		return rc;
+	tok[0] = 0;
+	for (;;) {
+		/* Parameters in byte order: the canonical query of the signature. */
+		if (tok[0]) {
+			if ((rc = remote__encode(tok, 0, etok, sizeof(etok))))
+				return rc;
+			snprintf(query, sizeof(query), "continuation-token=%s&list-type=2&max-keys=%d&prefix=%s", etok,
+				 r->list_page, enc);
+		} else {
+			snprintf(query, sizeof(query), "list-type=2&max-keys=%d&prefix=%s", r->list_page, enc);
+		}
+		remote_req q = { .method = "GET", .key = NULL, .query = query, .max_size = (size_t)64 << 20 };
+		remote_resp p;
+		if ((rc = remote__do(r, &q, &p))) {
+			remote__resp_free(&p);
+			return qe_fail_ctx(rc, "listing s3://%s/%s", r->bucket, pfx);
+		}
+		const char *x = p.body.p ? p.body.p : "";
+		size_t n = p.body.n, pos = 0, b, e;
+		int nkeys = 0;
+		while (!rc && remote__xml_span(x, n, "Contents", &pos, &b, &e)) {
+			char key[2200], num[32];
+			if (remote__xml_text(x + b, e - b, "Key", NULL, key, sizeof(key)) != 1 ||
+			    remote__xml_text(x + b, e - b, "Size", NULL, num, sizeof(num)) != 1) {
+				rc = qe_fail(QE_ESTORE, "s3: listing s3://%s/%s: an entry without Key or Size", r->bucket,
+					     pfx);
+				break;
+			}
+			nkeys++;
+			if (strlen(key) < skip || strncmp(key, pfx, strlen(pfx)))
+				continue; /* not ours: a server that ignored the prefix */
+			rc = cb(ctx, key + skip, strtoull(num, NULL, 10));
+		}
+		char trunc[16] = "";
+		remote__xml_text(x, n, "IsTruncated", NULL, trunc, sizeof(trunc));
+		int more = strcmp(trunc, "true") == 0;
+		int got_tok = more ? remote__xml_text(x, n, "NextContinuationToken", NULL, tok, sizeof(tok)) : 0;
+		remote__resp_free(&p);
+		if (rc)
+			return rc;
+		if (!more)
+			return QE_OK;
+		if (got_tok != 1 || !tok[0] || !nkeys)
+			return qe_fail(QE_ESTORE, "s3: listing s3://%s/%s: truncated answer without a usable "
+						  "continuation token",
+				       r->bucket, pfx);
+	}
+}
