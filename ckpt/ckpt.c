@@ -1,34 +1,385 @@
 /*
- * ckpt.c - placeholder so the tree links while the checkpoint service is
- * being written; replaced by the real implementation.
+ * ckpt.c - the checkpoint session of one rank process: where the run's store
+ * is, the chunk size, which run owns the store, the crash-test kill hook, and
+ * the small fixed-size words ranks exchange so that every rank returns the
+ * same outcome.  Saving lives in ckpt_save.c, restoring in ckpt_restore.c.
+ *
+ * Store ownership: the first save writes RUN/store/run_id (written to a temp
+ * file, fsynced, renamed).  A catalog copied in from another run directory
+ * names another run, and is refused instead of reading or writing chunks of
+ * the wrong run.
  */
-#include "ckpt.h"
+#include "ckpt_int.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "runtime/comm/comm.h"
+#include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-struct ckpt_session {
-	int unused;
-};
+double ckpt__now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- session -------------------------------------------------------------- */
+
+static int parse_kills(ckpt_session *s, const char *spec)
+{
+	static const char *phases[] = { "gate", "begin", "chunk", "sync", "synced", "row",
+					"rows", "commit", "committed", "read" };
+	char buf[512];
+	if (strlen(spec) >= sizeof(buf))
+		return qe_fail(QE_EINVAL, "QE_CKPT_KILL is too long");
+	snprintf(buf, sizeof(buf), "%s", spec);
+	char *save = NULL;
+	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char phase[16], rank[16];
+		int count, nch = 0;
+		if (s->nkill == CKPT_MAX_KILLS)
+			return qe_fail(QE_EINVAL, "QE_CKPT_KILL: more than %d kill points", CKPT_MAX_KILLS);
+		if (sscanf(tok, "%15[a-z]:%15[-*0-9]:%d%n", phase, rank, &count, &nch) != 3 || tok[nch] || count < 1)
+			return qe_fail(QE_EINVAL, "QE_CKPT_KILL: '%s' is not PHASE:RANK:COUNT (COUNT >= 1)", tok);
+		int known = 0;
+		for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
+			known |= strcmp(phase, phases[i]) == 0;
+		if (!known)
+			return qe_fail(QE_EINVAL,
+				       "QE_CKPT_KILL: unknown phase '%s' (gate, begin, chunk, sync, synced, row, rows, "
+				       "commit, committed, read)",
+				       phase);
+		ckpt_kill *k = &s->kills[s->nkill++];
+		snprintf(k->phase, sizeof(k->phase), "%s", phase);
+		k->rank = strcmp(rank, "*") == 0 ? -1 : atoi(rank);
+		k->count = count;
+		k->seen = 0;
+	}
+	return QE_OK;
+}
 
 int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckpt_session **out)
 {
-	*out = calloc(1, sizeof(ckpt_session));
-	return *out ? QE_OK : QE_ENOMEM;
+	*out = NULL;
+	if (!run_dir || !run_dir[0] || !run_id || !catalog)
+		return qe_fail(QE_EINVAL, "checkpoint session: needs a run directory, a run id and a catalog");
+	ckpt_session *s = calloc(1, sizeof(*s));
+	if (!s)
+		return qe_fail(QE_ENOMEM, "checkpoint session: out of memory");
+	if ((size_t)snprintf(s->run_dir, sizeof(s->run_dir), "%s", run_dir) >= sizeof(s->run_dir) ||
+	    (size_t)snprintf(s->run_id, sizeof(s->run_id), "%s", run_id) >= sizeof(s->run_id)) {
+		free(s);
+		return qe_fail(QE_EINVAL, "checkpoint session: run directory or id too long: '%s'", run_dir);
+	}
+	snprintf(s->store_dir, sizeof(s->store_dir), "%s/store", s->run_dir);
+	s->cat = catalog;
+	s->pid = getpid();
+	s->chunk_bytes = STORE_DEFAULT_CHUNK;
+	const char *cb = getenv("QE_CKPT_CHUNK_BYTES");
+	if (cb && cb[0]) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(cb, &end, 10);
+		if (errno || *end || v < 64 || v > STORE_MAX_CHUNK) {
+			free(s);
+			return qe_fail(QE_EINVAL, "QE_CKPT_CHUNK_BYTES='%s' is not a byte count in 64..%zu", cb,
+				       (size_t)STORE_MAX_CHUNK);
+		}
+		s->chunk_bytes = (size_t)v;
+	}
+	const char *kill = getenv("QE_CKPT_KILL");
+	if (kill && kill[0]) {
+		int rc = parse_kills(s, kill);
+		if (rc) {
+			free(s);
+			return rc;
+		}
+		qe_log(QE_LOG_INFO, "checkpoint: fault injection armed: QE_CKPT_KILL=%s", kill);
+	}
+	*out = s;
+	return QE_OK;
 }
 
 void ckpt_session_close(ckpt_session *s)
 {
+	if (!s)
+		return;
+	if (s->st && s->pid == getpid())
+		store_close(s->st);
 	free(s);
 }
 
-int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
+void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank)
 {
-	return qe_fail(QE_EUNSUPPORTED, "checkpoints are not implemented yet");
+	for (int i = 0; i < s->nkill; i++) {
+		ckpt_kill *k = &s->kills[i];
+		if (strcmp(k->phase, phase) || (k->rank >= 0 && k->rank != rank))
+			continue;
+		if (++k->seen == k->count) {
+			qe_log(QE_LOG_WARN, "checkpoint: QE_CKPT_KILL: rank %d dies at %s #%d", rank, phase, k->count);
+			raise(SIGKILL);
+		}
+	}
 }
 
-int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
+/* ---- store and its owner -------------------------------------------------- */
+
+static int owner_path(const ckpt_session *s, char *buf, size_t len)
 {
-	return qe_fail(QE_EUNSUPPORTED, "checkpoints are not implemented yet");
+	if ((size_t)snprintf(buf, len, "%s/run_id", s->store_dir) >= len)
+		return qe_fail(QE_EINVAL, "store path too long: '%s'", s->store_dir);
+	return QE_OK;
+}
+
+/* OUT owner: the run id recorded in store_dir, "" when there is none. */
+static int read_owner(const char *store_dir, char *owner, size_t len)
+{
+	char path[1200];
+	owner[0] = 0;
+	snprintf(path, sizeof(path), "%s/run_id", store_dir);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return errno == ENOENT ? QE_OK : qe_fail(QE_EIO, "cannot read '%s': %s", path, strerror(errno));
+	if (!fgets(owner, (int)len, f))
+		owner[0] = 0;
+	fclose(f);
+	owner[strcspn(owner, "\r\n")] = 0;
+	return QE_OK;
+}
+
+static int check_owner(const char *store_dir, const char *run_id, const char *catalog_path)
+{
+	char owner[128];
+	int rc = read_owner(store_dir, owner, sizeof(owner));
+	if (rc)
+		return rc;
+	if (owner[0] && strcmp(owner, run_id))
+		return qe_fail(QE_EMISMATCH,
+			       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
+			       "copied from another run directory?)",
+			       store_dir, owner, catalog_path, run_id);
+	return QE_OK;
+}
+
+static int write_owner(const ckpt_session *s)
+{
+	char path[1200], tmp[1300];
+	int rc = owner_path(s, path, sizeof(path));
+	if (rc)
+		return rc;
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return qe_fail(QE_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+	char line[80];
+	int n = snprintf(line, sizeof(line), "%s\n", s->run_id);
+	if (write(fd, line, (size_t)n) != n || fsync(fd)) {
+		rc = qe_fail(QE_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+		close(fd);
+		unlink(tmp);
+		return rc;
+	}
+	close(fd);
+	if (rename(tmp, path)) {
+		rc = qe_fail(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+		unlink(tmp);
+		return rc;
+	}
+	int dfd = open(s->store_dir, O_RDONLY | O_DIRECTORY);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	return QE_OK;
+}
+
+int ckpt__store(ckpt_session *s, int create)
+{
+	if (s->pid != getpid())
+		return qe_fail(QE_EINVAL, "checkpoint session of process %d used in process %d (open it after fork)",
+			       (int)s->pid, (int)getpid());
+	if (s->st)
+		return QE_OK;
+	store_opts o = { 0 };
+	o.create = create;
+	int rc = store_open(s->store_dir, &o, &s->st);
+	if (rc)
+		return qe_fail_ctx(rc, "run '%s'", s->run_id);
+	if ((rc = check_owner(s->store_dir, s->run_id, cat_path(s->cat))))
+		goto fail;
+	if (create) {
+		char owner[128];
+		if ((rc = read_owner(s->store_dir, owner, sizeof(owner))))
+			goto fail;
+		if (!owner[0] && (rc = write_owner(s)))
+			goto fail;
+	}
+	return QE_OK;
+fail:
+	store_close(s->st);
+	s->st = NULL;
+	return rc;
+}
+
+/* ---- finding a checkpoint ------------------------------------------------- */
+
+int ckpt_find(const char *run_dir, cat *c, const char *run_id, int64_t step, cat_ckpt *out)
+{
+	char store_dir[1100];
+	memset(out, 0, sizeof(*out));
+	snprintf(store_dir, sizeof(store_dir), "%s/store", run_dir);
+	int rc = check_owner(store_dir, run_id, cat_path(c));
+	if (rc)
+		return rc;
+	rc = step < 0 ? cat_ckpt_latest_committed(c, run_id, out) : cat_ckpt_get(c, run_id, step, out);
+	if (rc != QE_ENOTFOUND)
+		return rc;
+	/* Say what there is instead. */
+	cat_ckpt_rows all = { 0 };
+	char list[600] = "";
+	size_t len = 0;
+	int ncommitted = 0, nother = 0;
+	if (cat_ckpt_list(c, run_id, &all) == QE_OK) {
+		for (size_t i = 0; i < all.n; i++) {
+			if (all.rows[i].status != CAT_COMMITTED) {
+				nother++;
+				continue;
+			}
+			if (len < sizeof(list) - 24)
+				len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%lld", ncommitted ? ", " : "",
+							(long long)all.rows[i].step);
+			ncommitted++;
+		}
+		cat_ckpt_rows_free(&all);
+	}
+	char other[96] = "";
+	if (nother)
+		snprintf(other, sizeof(other), "; %d pending or aborted attempt%s", nother, nother == 1 ? "" : "s");
+	if (step < 0)
+		return qe_fail(QE_ENOTFOUND, "run '%s' in '%s' has no committed checkpoint%s", run_id, run_dir, other);
+	if (!ncommitted)
+		return qe_fail(QE_ENOTFOUND, "run '%s' in '%s' has no committed checkpoint at step %lld: it has none at all%s",
+			       run_id, run_dir, (long long)step, other);
+	return qe_fail(QE_ENOTFOUND, "run '%s' in '%s' has no committed checkpoint at step %lld (committed steps: %s)",
+		       run_id, run_dir, (long long)step, list);
+}
+
+/* ---- words between ranks --------------------------------------------------- */
+
+void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...)
+{
+	w->rc = rc;
+	w->msg[0] = 0;
+	if (!rc)
+		return;
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(w->msg, sizeof(w->msg), fmt, ap);
+		va_end(ap);
+	} else {
+		const char *e = qe_last_error();
+		snprintf(w->msg, sizeof(w->msg), "%s", e && e[0] ? e : qe_strerror(rc));
+	}
+}
+
+static int world_of(qe_rank *r)
+{
+	qe_comm *c = qe_rank_comm(r);
+	return c ? qe_comm_world_size(c) : 1;
+}
+
+int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all)
+{
+	int world = world_of(r);
+	if (world == 1) {
+		*all = *mine;
+		return QE_OK;
+	}
+	qe_comm_blob *blobs = NULL;
+	int rc = qe_comm_gather_blobs(qe_rank_comm(r), mine, sizeof(*mine), &blobs);
+	if (rc)
+		return qe_fail_ctx(rc, "checkpoint: gathering every rank's answer");
+	if (qe_rank_index(r) != 0)
+		return QE_OK;
+	memset(all, 0, sizeof(*all));
+	all->id = mine->id;
+	all->step = mine->step;
+	all->e_w = mine->e_w;
+	size_t len = 0;
+	for (int i = 0; i < world; i++) {
+		ckpt_word w;
+		if (blobs[i].size != sizeof(w)) {
+			qe_comm_blobs_free(blobs, world);
+			return qe_fail(QE_ECOMM, "checkpoint: rank %d answered %zu bytes, expected %zu", i, blobs[i].size,
+				       sizeof(w));
+		}
+		memcpy(&w, blobs[i].data, sizeof(w));
+		w.msg[sizeof(w.msg) - 1] = 0;
+		all->bytes += w.bytes;
+		all->rt_bytes += w.rt_bytes;
+		if (!w.rc)
+			continue;
+		if (!all->rc)
+			all->rc = w.rc;
+		/* Name the rank unless its message already starts with it. */
+		char who[32];
+		int n = snprintf(who, sizeof(who), "rank %d ", i);
+		if (strncmp(w.msg, who, (size_t)n) == 0)
+			who[0] = 0;
+		else
+			snprintf(who, sizeof(who), "rank %d: ", i);
+		if (len < sizeof(all->msg) - 1)
+			len += (size_t)snprintf(all->msg + len, sizeof(all->msg) - len, "%s%s%s", len ? "; " : "", who,
+						w.msg);
+	}
+	qe_comm_blobs_free(blobs, world);
+	return QE_OK;
+}
+
+int ckpt__bcast(qe_rank *r, ckpt_word *w)
+{
+	if (world_of(r) == 1)
+		return QE_OK;
+	int rc = qe_comm_bcast(qe_rank_comm(r), 0, w, sizeof(*w));
+	if (rc)
+		return qe_fail_ctx(rc, "checkpoint: hearing rank 0's decision");
+	w->msg[sizeof(w->msg) - 1] = 0;
+	return QE_OK;
+}
+
+/* ---- item keys ------------------------------------------------------------- */
+
+void ckpt__shape_text(const qe_pstate_item *it, char *buf, size_t len)
+{
+	size_t n = (size_t)snprintf(buf, len, "[");
+	for (int d = 0; d < it->ndim && n < len; d++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? "," : "", (long long)it->shape[d]);
+	if (n < len)
+		snprintf(buf + n, len - n, "]");
+}
+
+int ckpt__shared_by_replicas(const qe_pstate_item *it)
+{
+	return it->kind == QE_PSTATE_PARAM || it->kind == QE_PSTATE_ADAM_M || it->kind == QE_PSTATE_ADAM_V;
+}
+
+void ckpt__catalog_key(const qe_pstate_item *it, int replica, int *stage, char *name, size_t len)
+{
+	*stage = it->stage < 0 ? 0 : it->stage;
+	if (it->stage < 0)
+		snprintf(name, len, "run/%s", it->name);
+	else if (replica > 0 && !ckpt__shared_by_replicas(it))
+		snprintf(name, len, "dp%d/%s", replica, it->name);
+	else
+		snprintf(name, len, "%s", it->name);
 }

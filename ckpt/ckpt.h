@@ -13,6 +13,33 @@
  *
  * Every call here is collective over the rank's communicator when the world
  * has more than one rank.  Nothing here exits the process.
+ *
+ * Layout in the catalog: one tensor row per persistent item, keyed by
+ * (global stage, item name), kind = qe_pstate_kind_name, dtype =
+ * qe_dtype_name, shape "[a,b,...]".  Run-wide records (pstate stage -1, held
+ * by global rank 0) are stored at stage 0 under the name "run/NAME", because
+ * the catalog's stage column is non-negative.  Data-parallel replicas hold
+ * bitwise identical parameters and moments, so only replica 0 writes those
+ * and every replica restores them from the same rows; FP8 meta (amax
+ * histories of inputs and gradients are per replica) and the small records
+ * are written by every replica, replica R > 0 under "dpR/NAME" (identical
+ * chunks are stored once).  A replica with no "dpR/" row of its own (the
+ * checkpoint had fewer replicas) starts from replica 0's.
+ *
+ * Environment:
+ *  - QE_CKPT_CHUNK_BYTES: store chunk size in bytes (default 64 MiB; 64 ..
+ *    STORE_MAX_CHUNK).  Identical chunks are stored once, so the size only
+ *    changes how tensors are cut, never what is restored.
+ *  - QE_CKPT_KILL=PHASE:RANK:COUNT[,...]: an explicit fault-injection hook for
+ *    the crash tests.  The process raises SIGKILL the COUNT-th time (1-based,
+ *    counted over the process's life) global rank RANK ('*' or -1: any rank)
+ *    reaches PHASE.  Save phases, in order: gate (after the quiescence check),
+ *    begin (rank 0, after the pending row), chunk (after each tensor's chunks
+ *    were put), sync (before the store flush), synced (after it), row (after
+ *    each tensor row, inside the rank's open catalog transaction), rows (after
+ *    that transaction committed), commit (rank 0, just before the commit
+ *    point), committed (rank 0, just after it, before telling the others).
+ *    Restore phase: read (after each tensor was read and checked).
  */
 #ifndef QE_CKPT_H
 #define QE_CKPT_H
@@ -25,9 +52,11 @@
 typedef struct ckpt_session ckpt_session;
 
 /*
- * Per-process checkpoint context: opens RUN/store (after fork - never share
- * it across processes).  catalog is the process's open catalog of the run
- * (not owned).  *out is closed with ckpt_session_close.
+ * Per-process checkpoint context: opens RUN/store on first use (so after
+ * fork - never share a session across processes).  catalog is the process's
+ * open catalog of the run (not owned; must outlive the session).  Reads
+ * QE_CKPT_CHUNK_BYTES and QE_CKPT_KILL (QE_EINVAL naming a malformed one).
+ * *out is closed with ckpt_session_close (NULL is a no-op).
  */
 int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckpt_session **out);
 void ckpt_session_close(ckpt_session *s);
@@ -43,17 +72,41 @@ typedef struct ckpt_result {
 
 /*
  * Take a checkpoint of the rank's current state (after step qe_rank_steps_done).
- * Refused with QE_EPREMATURE naming what is pending when a rank is not
- * quiescent; nothing is committed then.
+ * Refused with QE_EPREMATURE naming what is pending on which rank when a rank
+ * is not quiescent; nothing is written then.  Protocol: every rank checks the
+ * gate and rank 0 gathers the answers; rank 0 adds a 'pending' row and sends
+ * its id; every writing rank puts its items' chunks, syncs the store, then
+ * adds its tensor rows in one catalog transaction and reports; rank 0 commits
+ * (the single commit point) when every rank succeeded, else marks the
+ * checkpoint aborted; every rank returns the same outcome.  A re-save at the
+ * same step supersedes the earlier committed one (cat_ckpt_commit).
+ * OUT *out (may be NULL): id, step, e_W, sizes (all ranks' totals) and this
+ * rank's wall time.
  */
 int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out);
 
 /*
  * Restore the committed checkpoint at `step` (-1: the latest committed) into
- * the rank, then rebuild process-local state (qe_rank_pstate_loaded).
- * Fails with a clear error (missing checkpoint, corrupt chunk naming the
- * tensor, model mismatch) before changing the rank's state when it can.
+ * the rank, then rebuild process-local state (qe_rank_pstate_loaded).  Every
+ * rank reads and checks all of its items into host memory first (dtype,
+ * shape and size against the rank's own: QE_EMISMATCH naming the tensor and
+ * both shapes; every chunk re-hashed: QE_ECORRUPT naming tensor, stage and
+ * chunk); only when every rank succeeded does any rank copy into its state,
+ * so a failed restore leaves every rank as it was.  After a successful
+ * restore rank 0 marks attempts left 'pending' by a crashed writer aborted.
+ * OUT *out (may be NULL): the checkpoint restored.
  */
 int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out);
+
+/*
+ * Find the committed checkpoint of run_id a restore would load: the one at
+ * `step`, or the latest committed when step < 0.  Not collective (the resume
+ * command checks before it starts ranks; restore calls it on rank 0).
+ * Fails with QE_ENOTFOUND listing the committed steps when there is none at
+ * `step`, and QE_EMISMATCH when run_dir's store was written by another run
+ * (a catalog copied from elsewhere).  Nothing is written.
+ * OUT *out: released with cat_ckpt_release().
+ */
+int ckpt_find(const char *run_dir, cat *catalog, const char *run_id, int64_t step, cat_ckpt *out);
 
 #endif

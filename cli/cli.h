@@ -37,6 +37,7 @@ int cli_inspect_main(int argc, char **argv);
 int cli_verify_main(int argc, char **argv);
 int cli_gc_main(int argc, char **argv);
 int cli_plot_main(int argc, char **argv);
+int cli_resume_main(int argc, char **argv);
 int cli_push_main(int argc, char **argv);
 int cli_pull_main(int argc, char **argv);
 

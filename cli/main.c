@@ -14,6 +14,7 @@ static const cli_command commands[] = {
 	{ "fp8", cli_fp8_main, "FP8 conversions as the hardware does them (fp8 cast VALUE...)" },
 	{ "schedule", cli_schedule_main, "Each pipeline rank's actions, validated (schedule --pp 2 --micro 4 --schedule zbv)" },
 	{ "train", cli_train_main, "Train with a pipeline schedule on rank processes (train --pp 2 --micro 4 --steps 20)" },
+	{ "resume", cli_resume_main, "Continue a run from a committed checkpoint in fresh processes (resume --run-dir DIR --steps 40)" },
 	{ "compare", cli_compare_main, "Compare two runs' per-step fingerprints (compare RUN_A RUN_B)" },
 	{ "list", cli_list_main, "The checkpoints of a run: step, e_W, status, bytes (list --run-dir DIR)" },
 	{ "inspect", cli_inspect_main, "What a checkpoint holds: config, epochs, FP8 scales, tensors (inspect --run-dir DIR)" },

@@ -1,0 +1,221 @@
+/*
+ * cmd_resume.c - `qeffect resume`: continue a run from a committed checkpoint
+ * in fresh rank processes.
+ *
+ * The run's configuration comes from its catalog.  Only mapping and
+ * execution flags may change (pp, dp, chunks, schedule, backward, exec, grad,
+ * backend, cadences): checkpoints are keyed by global stage, so any mapping
+ * of the same stages restores.  A model, recipe, seed, microbatch, learning
+ * rate or data flag that differs from the run would silently make another
+ * run, so it is refused before anything starts or is written.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt.h"
+#include "cli.h"
+#include "run.h"
+#include "runtime/core/status.h"
+#include "train_flags.h"
+
+static void help(FILE *f)
+{
+	fprintf(f, "usage: qeffect resume --run-dir DIR [--from STEP] [--steps N] [FLAGS]\n\n"
+		   "Continue the run in DIR from its latest committed checkpoint (or --from STEP) in fresh\n"
+		   "rank processes: its configuration is read from DIR/catalog.db, the numerical state is\n"
+		   "restored before any graph is built, and traces, losses and checkpoints continue into the\n"
+		   "same catalog (rows of recomputed steps are replaced).  --steps N trains until N steps are\n"
+		   "done (default: the run's --steps); N equal to the checkpoint's step only restores.\n\n"
+		   "The mapping may change (a --pp 2 checkpoint resumes under --pp 1 or --pp 4).  Model,\n"
+		   "recipe, seed, microbatch, learning-rate and data flags are accepted only when they equal\n"
+		   "the run's values; a conflicting one is refused with exit status 2 and nothing is written.\n\n");
+	cli_train_flags_help(f, 1);
+	fprintf(f, "\nexit status: 0 done, 1 the run cannot be resumed (no run, no committed checkpoint, corrupt\n"
+		   "or mismatched checkpoint, training failed), 2 bad usage or a conflicting flag.\n"
+		   "\nexample:\n  qeffect resume --run-dir runs/a --steps 40 --pp 4 --schedule interleaved --chunks 1\n");
+}
+
+static int conflict(const char *flag, const char *given, const char *saved)
+{
+	fprintf(stderr,
+		"qeffect resume: %s %s conflicts with the run, which was trained with %s; a run keeps its model, "
+		"recipe, seed, microbatches, learning rate and data (start a new run with 'qeffect train')\n",
+		flag, given, saved);
+	return 2;
+}
+
+static int same_file(const char *a, const char *b)
+{
+	if (strcmp(a, b) == 0)
+		return 1;
+	char ra[PATH_MAX], rb[PATH_MAX];
+	return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
+}
+
+/* The first model/recipe/run flag on the command line whose value differs from the run's: exit status 2. */
+static int check_conflicts(const cli_train_args *a, const qe_train_config *s)
+{
+	const qe_train_config *g = &a->cfg;
+	unsigned f = a->given;
+	char x[160], y[160];
+	if (f & CLI_F_PRESET) {
+		const qe_model_config *gm = &g->model, *sm = &s->model;
+		if (strcmp(gm->preset, sm->preset) || gm->hidden != sm->hidden || gm->layers != sm->layers ||
+		    gm->vocab != sm->vocab || gm->ffn != sm->ffn || gm->heads != sm->heads || gm->seq != sm->seq) {
+			snprintf(x, sizeof(x), "%s (hidden %d, layers %d)", gm->preset, gm->hidden, gm->layers);
+			snprintf(y, sizeof(y), "model '%s' (hidden %d, layers %d)", sm->preset, sm->hidden, sm->layers);
+			return conflict("--preset", x, y);
+		}
+	}
+	if ((f & CLI_F_FP8) && g->prec.fp8 != s->prec.fp8)
+		return conflict("--fp8", g->prec.fp8 ? "on" : "off", s->prec.fp8 ? "fp8 on" : "fp8 off");
+	if ((f & CLI_F_HEAD) && g->prec.head_current != s->prec.head_current)
+		return conflict("--head-scaling", g->prec.head_current ? "current" : "delayed",
+				s->prec.head_current ? "head scaling current" : "head scaling delayed");
+	if ((f & CLI_F_FORMAT) && g->prec.recipe.format != s->prec.recipe.format) {
+		snprintf(y, sizeof(y), "fp8 format %s", qe_fp8_format_name(s->prec.recipe.format));
+		return conflict("--fp8-format", qe_fp8_format_name(g->prec.recipe.format), y);
+	}
+	if ((f & CLI_F_HISTORY) && g->prec.recipe.history_len != s->prec.recipe.history_len) {
+		snprintf(x, sizeof(x), "%d", g->prec.recipe.history_len);
+		snprintf(y, sizeof(y), "amax history %d", s->prec.recipe.history_len);
+		return conflict("--amax-history", x, y);
+	}
+	if ((f & CLI_F_MARGIN) && g->prec.recipe.margin != s->prec.recipe.margin) {
+		snprintf(x, sizeof(x), "%d", g->prec.recipe.margin);
+		snprintf(y, sizeof(y), "amax margin %d", s->prec.recipe.margin);
+		return conflict("--amax-margin", x, y);
+	}
+	if ((f & CLI_F_ALGO) && g->prec.recipe.algo != s->prec.recipe.algo) {
+		snprintf(y, sizeof(y), "amax algo %s", qe_amax_algo_name(s->prec.recipe.algo));
+		return conflict("--amax-algo", qe_amax_algo_name(g->prec.recipe.algo), y);
+	}
+	if ((f & CLI_F_SEED) && g->seed != s->seed) {
+		snprintf(x, sizeof(x), "%llu", (unsigned long long)g->seed);
+		snprintf(y, sizeof(y), "seed %llu", (unsigned long long)s->seed);
+		return conflict("--seed", x, y);
+	}
+	if ((f & CLI_F_MICRO) && g->micro != s->micro) {
+		snprintf(x, sizeof(x), "%d", g->micro);
+		snprintf(y, sizeof(y), "%d microbatches", s->micro);
+		return conflict("--micro", x, y);
+	}
+	if ((f & CLI_F_LR) && g->optim.lr != s->optim.lr) {
+		snprintf(x, sizeof(x), "%g", (double)g->optim.lr);
+		snprintf(y, sizeof(y), "learning rate %g", (double)s->optim.lr);
+		return conflict("--lr", x, y);
+	}
+	if ((f & CLI_F_DATA) && !same_file(g->data, s->data)) {
+		snprintf(y, sizeof(y), "data '%.140s'", s->data);
+		return conflict("--data", g->data, y);
+	}
+	return 0;
+}
+
+/* The run's config with the mapping and execution flags of the command line. */
+static void apply_mapping(const cli_train_args *a, qe_train_config *m)
+{
+	const qe_train_config *g = &a->cfg;
+	unsigned f = a->given;
+	if (f & CLI_F_PP)
+		m->pp = g->pp;
+	if (f & CLI_F_DP)
+		m->dp = g->dp;
+	if (f & CLI_F_SCHEDULE)
+		m->schedule = g->schedule;
+	if (f & CLI_F_BACKWARD)
+		m->backward = g->backward;
+	if (f & CLI_F_EXEC)
+		m->exec = g->exec;
+	if (f & CLI_F_GRAD)
+		m->grad = g->grad;
+	if (f & CLI_F_BACKEND)
+		snprintf(m->backend, sizeof(m->backend), "%s", g->backend);
+	if (f & CLI_F_EVAL)
+		m->eval_every = g->eval_every;
+	if (f & CLI_F_EVAL_MICRO)
+		m->eval_micro = g->eval_micro;
+	if (f & CLI_F_CKPT)
+		m->ckpt_every = g->ckpt_every;
+	if (f & CLI_F_LOG)
+		m->log_every = g->log_every;
+	if (f & CLI_F_STEPS)
+		m->steps = g->steps;
+	if (f & CLI_F_CHUNKS)
+		m->chunks = g->chunks;
+	else if (f & (CLI_F_PP | CLI_F_SCHEDULE))
+		cli_train_config_finish(m, 0); /* the default chunks of the new mapping */
+	snprintf(m->run_dir, sizeof(m->run_dir), "%s", g->run_dir);
+}
+
+int cli_resume_main(int argc, char **argv)
+{
+	cli_train_args a;
+	int rc = cli_train_flags_parse("resume", argc, argv, &a, 1);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
+	}
+	if (rc)
+		return rc;
+	if (!(a.given & CLI_F_RUNDIR) || !a.cfg.run_dir[0]) {
+		fprintf(stderr, "qeffect resume: --run-dir DIR is required (the run to continue)\n");
+		return 2;
+	}
+	const char *dir = a.cfg.run_dir;
+	cat *c = NULL;
+	char run_id[64];
+	qe_train_config saved;
+	if ((rc = cli_run_open(dir, &c, run_id, &saved)))
+		return cli_report("resume", rc, "cannot open the run");
+
+	int status = check_conflicts(&a, &saved);
+	qe_train_config merged = saved;
+	char why[256];
+	if (!status) {
+		apply_mapping(&a, &merged);
+		if (qe_train_config_check(&merged)) {
+			fprintf(stderr, "qeffect resume: %s\n", qe_last_error());
+			status = 2;
+		} else if (qe_train_config_compatible(&saved, &merged, why, sizeof(why))) {
+			fprintf(stderr, "qeffect resume: the run's checkpoints do not fit: %s\n", why);
+			status = 2;
+		}
+	}
+	cat_ckpt ck = { 0 };
+	if (!status && (rc = ckpt_find(dir, c, run_id, a.from_step, &ck)))
+		status = cli_report("resume", rc, "nothing to resume from");
+	if (!status && merged.steps < ck.step) {
+		fprintf(stderr, "qeffect resume: --steps %lld is before the checkpoint's step %lld: nothing to train\n",
+			(long long)merged.steps, (long long)ck.step);
+		status = 2;
+	}
+	/* The rank processes open the catalog themselves, after fork. */
+	cat_close(c);
+	if (status) {
+		cat_ckpt_release(&ck);
+		return status;
+	}
+
+	cli_rank_job job;
+	memset(&job, 0, sizeof(job));
+	job.cfg = merged;
+	snprintf(job.run_id, sizeof(job.run_id), "%s", run_id);
+	job.quiet = a.quiet;
+	job.json = a.json;
+	job.resume = 1;
+	job.from_step = ck.step; /* exactly the checkpoint checked here */
+	job.until = merged.steps;
+	if (!a.quiet) {
+		printf("resuming %s (%s) from checkpoint step %lld (saved under %s, %s): pp %d, dp %d, %s/%s, exec %s, "
+		       "grad %s, until step %lld\n",
+		       run_id, dir, (long long)ck.step, ck.topology, ck.schedule, merged.pp, merged.dp,
+		       qe_sched_kind_name(merged.schedule), qe_sched_backward_name(merged.backward),
+		       qe_exec_name(merged.exec), qe_grad_name(merged.grad), (long long)merged.steps);
+		fflush(stdout);
+	}
+	cat_ckpt_release(&ck);
+	return cli_run_job("resume", &job, a.nproc);
+}
