@@ -978,6 +978,13 @@ int qe_cuda_backend_create(qe_backend **out)
 	}
 	if (n < 1)
 		return qe_fail(QE_ECUDA, "cuda backend: no CUDA device");
+	/* One process per GPU: a rank uses device LOCAL_RANK (modulo the devices present). */
+	const char *lr = getenv("LOCAL_RANK");
+	if (lr && *lr) {
+		int want = atoi(lr) % n;
+		if ((e = cudaSetDevice(want)) != cudaSuccess)
+			return qe__cuda_err(e, "cuda backend", "cudaSetDevice(LOCAL_RANK)");
+	}
 	if ((e = cudaGetDevice(&dev)) != cudaSuccess)
 		return qe__cuda_err(e, "cuda backend", "cudaGetDevice");
 	qe_cuda_backend *be = (qe_cuda_backend *)calloc(1, sizeof(*be));

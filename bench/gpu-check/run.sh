@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# GPU checks for the CUDA backend (one device call; builds nothing).
+#   bash bench/gpu-check/run.sh BUILD_DIR DATA_DIR OUT_DIR
+# BUILD_DIR: a build made here with `make gpu-build` (carried to the GPU machine)
+# DATA_DIR : folder holding brown.jsonl
+# Runs: CUDA ops vs the cpu reference, whole-model cuda vs cpu, determinism (two runs
+# byte-identical), schedule equivalence against matched references over 20 steps
+# (--amax-history 4), checkpoint at step 3 resumed in fresh processes to step 8, and
+# h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
+# last and writes results.json into OUT_DIR.
+set -u
+B=${1:-build-gpu}; DATA=${2:-gpu-data}; OUT=${3:-${OUT:-/tmp/gpu-out}}
+Q=$B/qeffect
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+W=$(mktemp -d)
+declare -A R
+note() { R[$1]=$2; printf '%-44s %s\n' "$1" "$2"; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+
+# 1. ops and whole model against the cpu reference
+if "$B/backend_test_cuda_ops" >"$OUT/cuda_ops.log" 2>&1; then note cuda_ops "pass ($(tail -1 "$OUT/cuda_ops.log"))"; else note cuda_ops "FAIL (see cuda_ops.log)"; fi
+if "$B/backend_test_cuda_model" >"$OUT/cuda_model.log" 2>&1; then note cuda_model "pass ($(tail -1 "$OUT/cuda_model.log"))"; else note cuda_model "FAIL (see cuda_model.log)"; fi
+
+C="--backend cuda --preset tiny --pp 2 --micro 4 --amax-history 4 --quiet --data $DATA/brown.jsonl"
+run() { local name=$1; shift; "$Q" train $C "$@" --run-dir "$W/$name" >>"$OUT/runs.log" 2>&1; }
+cmp_runs() { "$Q" compare "$W/$1" "$W/$2" "${@:3}" >"$OUT/compare-$1-$2.txt" 2>&1; local rc=$?; tail -1 "$OUT/compare-$1-$2.txt"; return $rc; }
+
+# 2. determinism: two identical runs, byte-identical fingerprints
+run det1 --steps 10 && run det2 --steps 10
+if r=$(cmp_runs det1 det2); then note determinism "pass: $r"; else note determinism "FAIL: $r"; fi
+
+# 3. schedules against their matched references, 20 steps
+run iref --schedule interleaved --backward full --exec eager --steps 20
+run isplit --schedule interleaved --exec eager --steps 20
+if r=$(cmp_runs iref isplit); then note interleaved_vs_reference "pass: $r"; else note interleaved_vs_reference "FAIL: $r"; fi
+run zref --schedule zbv --backward full --exec eager --steps 20
+run zsplit --schedule zbv --exec eager --steps 20
+if r=$(cmp_runs zref zsplit); then note zbv_vs_reference "pass: $r"; else note zbv_vs_reference "FAIL: $r"; fi
+for g in copy direct; do
+  run icap-$g --schedule interleaved --exec graph --grad $g --steps 20
+  if r=$(cmp_runs iref icap-$g); then note "interleaved_graph_${g}_vs_reference" "pass: $r"; else note "interleaved_graph_${g}_vs_reference" "FAIL: $r"; fi
+  run zcap-$g --schedule zbv --exec graph --grad $g --steps 20
+  if r=$(cmp_runs zref zcap-$g); then note "zbv_graph_${g}_vs_reference" "pass: $r"; else note "zbv_graph_${g}_vs_reference" "FAIL: $r"; fi
+done
+
+# 4. checkpoint at 3, resume in fresh processes to 8, against uninterrupted
+for ex in eager graph; do
+  run full-$ex --steps 8 --exec $ex
+  run part-$ex --steps 3 --ckpt-every 3 --exec $ex
+  "$Q" resume --run-dir "$W/part-$ex" --steps 8 --quiet >>"$OUT/runs.log" 2>&1
+  if r=$(cmp_runs full-$ex part-$ex --steps 4:8); then note "resume_3_to_8_$ex" "pass: $r"; else note "resume_3_to_8_$ex" "FAIL: $r"; fi
+done
+
+# 5. the big presets: 100 steps, loss must fall and stay finite; median step time
+for cfg in "h2048 4" "h4096 8"; do
+  set -- $cfg
+  log="$OUT/train-$1.log"
+  "$Q" train --backend cuda --preset $1 --pp 2 --micro $2 --steps 100 --log-every 1 --lr 3e-4 \
+      --data "$DATA/brown.jsonl" --run-dir "$W/big-$1" >"$log" 2>&1
+  rc=$?
+  stats=$(python3 - "$log" <<'PY'
+import re, statistics, sys
+l=[(float(a),float(b)) for a,b in re.findall(r'loss ([0-9.naif-]+) .* ([0-9.]+) ms/step', open(sys.argv[1]).read())]
+if not l: print("no steps"); sys.exit(1)
+loss=[a for a,_ in l]; ms=[b for _,b in l[5:]] or [b for _,b in l]
+first=sum(loss[:10])/min(10,len(loss)); last=sum(loss[-10:])/min(10,len(loss))
+ok = all(x==x and abs(x)!=float('inf') for x in loss) and last < first
+print(f"{'pass' if ok else 'FAIL'}: steps {len(l)}, loss {first:.3f} -> {last:.3f}, median {statistics.median(ms):.2f} ms/step")
+PY
+)
+  [ $rc -ne 0 ] && stats="FAIL (exit $rc): $(tail -2 "$log" | tr '\n' ' ')"
+  note "train_100_$1_pp2" "$stats"
+done
+
+python3 - "$OUT/results.json" <<PY
+import json, sys
+r = {$(for k in "${!R[@]}"; do printf '"%s": %s,' "$k" "$(python3 -c 'import json,sys; print(json.dumps(sys.argv[1]))' "${R[$k]}")"; done)}
+json.dump(r, open(sys.argv[1], "w"), indent=2)
+PY
+echo
+echo "== gpu-check summary"
+for k in $(printf '%s\n' "${!R[@]}" | sort); do printf '%-44s %s\n' "$k" "${R[$k]}"; done
