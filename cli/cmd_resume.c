@@ -16,6 +16,7 @@
 
 #include "ckpt/ckpt.h"
 #include "cli.h"
+#include "resume_remote.h"
 #include "run.h"
 #include "runtime/core/status.h"
 #include "train_flags.h"
@@ -32,6 +33,7 @@ static void help(FILE *f)
 		   "recipe, seed, microbatch, learning-rate and data flags are accepted only when they equal\n"
 		   "the run's values; a conflicting one is refused with exit status 2 and nothing is written.\n\n");
 	cli_train_flags_help(f, 1);
+	cli_resume_remote_help(f);
 	fprintf(f, "\nexit status: 0 done, 1 the run cannot be resumed (no run, no committed checkpoint, corrupt\n"
 		   "or mismatched checkpoint, training failed), 2 bad usage or a conflicting flag.\n"
 		   "\nexample:\n  qeffect resume --run-dir runs/a --steps 40 --pp 4 --schedule interleaved --chunks 1\n");
@@ -152,8 +154,12 @@ static void apply_mapping(const cli_train_args *a, qe_train_config *m)
 
 int cli_resume_main(int argc, char **argv)
 {
+	/* --remote: pull the checkpoint into --run-dir first (resume_remote.c). */
+	int rc = cli_resume_remote_prepare(&argc, argv);
+	if (rc)
+		return rc;
 	cli_train_args a;
-	int rc = cli_train_flags_parse("resume", argc, argv, &a, 1);
+	rc = cli_train_flags_parse("resume", argc, argv, &a, 1);
 	if (rc < 0) {
 		help(stdout);
 		return 0;
