@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "async_flag.h"
 #include "cli.h"
 #include "resume_remote.h"
 #include "run.h"
@@ -33,6 +34,7 @@ static void help(FILE *f)
 		   "recipe, seed, microbatch, learning-rate and data flags are accepted only when they equal\n"
 		   "the run's values; a conflicting one is refused with exit status 2 and nothing is written.\n\n");
 	cli_train_flags_help(f, 1);
+	cli_async_flag_help(f);
 	cli_resume_remote_help(f);
 	fprintf(f, "\nexit status: 0 done, 1 the run cannot be resumed (no run, no committed checkpoint, corrupt\n"
 		   "or mismatched checkpoint, training failed), 2 bad usage or a conflicting flag.\n"
@@ -158,6 +160,9 @@ int cli_resume_main(int argc, char **argv)
 	int rc = cli_resume_remote_prepare(&argc, argv);
 	if (rc)
 		return rc;
+	int async = 0;
+	if ((rc = cli_async_flag_extract("resume", &argc, argv, &async)))
+		return rc;
 	cli_train_args a;
 	rc = cli_train_flags_parse("resume", argc, argv, &a, 1);
 	if (rc < 0) {
@@ -212,6 +217,7 @@ int cli_resume_main(int argc, char **argv)
 	job.quiet = a.quiet;
 	job.json = a.json;
 	job.resume = 1;
+	job.ckpt_async = async;
 	job.from_step = ck.step; /* exactly the checkpoint checked here */
 	job.until = merged.steps;
 	if (!a.quiet) {

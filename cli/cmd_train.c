@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async_flag.h"
 #include "cli.h"
 #include "run.h"
 #include "runtime/core/status.h"
@@ -18,13 +19,18 @@ static void help(FILE *f)
 		   "processes (P x D of them); with --run-dir, per-step fingerprints, losses and checkpoints\n"
 		   "go into RUN/catalog.db and RUN/store/.\n\n");
 	cli_train_flags_help(f, 0);
+	cli_async_flag_help(f);
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
 }
 
 int cli_train_main(int argc, char **argv)
 {
+	int async = 0;
+	int rc = cli_async_flag_extract("train", &argc, argv, &async);
+	if (rc)
+		return rc;
 	cli_train_args a;
-	int rc = cli_train_flags_parse("train", argc, argv, &a, 0);
+	rc = cli_train_flags_parse("train", argc, argv, &a, 0);
 	if (rc < 0) {
 		help(stdout);
 		return 0;
@@ -47,6 +53,7 @@ int cli_train_main(int argc, char **argv)
 	job.json = a.json;
 	job.until = a.cfg.steps;
 	job.from_step = -1;
+	job.ckpt_async = async;
 	/* Under an external launcher only rank 0 creates the run directory. */
 	const char *rank_env = getenv("RANK");
 	if (a.cfg.run_dir[0] && (!rank_env || strcmp(rank_env, "0") == 0)) {

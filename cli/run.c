@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/ckpt_async.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -93,8 +94,36 @@ typedef struct rank_ctx {
 	cli_rank_job *job;
 	cat *cat;
 	ckpt_session *ck;
+	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
 	float last_loss;
 } rank_ctx;
+
+static void print_async_done(const rank_ctx *ctx, const qe_rank *r, int64_t step, double ms)
+{
+	if (step >= 0 && qe_rank_index(r) == 0 && !ctx->job->quiet)
+		printf("checkpoint step %lld committed in the background after %.1f ms\n", (long long)step, ms);
+	fflush(stdout);
+}
+
+static int async_checkpoint(rank_ctx *ctx, qe_rank *r, int64_t step)
+{
+	ckpt_async_result res;
+	int rc = ckpt_async_save(ctx->async, r, &res);
+	if (rc)
+		return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)step);
+	print_async_done(ctx, r, res.done_step, res.done_ms);
+	if (qe_rank_index(r) == 0 && !ctx->job->quiet) {
+		if (res.skipped)
+			printf("checkpoint step %lld skipped: the previous one is still being written (stall %.2f ms)\n",
+			       (long long)step, res.stall_ms);
+		else
+			printf("checkpoint step %lld: %llu bytes snapshot in %.2f ms, training stalled %.2f ms (%.2f ms "
+			       "waiting for the previous write); writing in the background\n",
+			       (long long)step, (unsigned long long)res.bytes, res.snapshot_ms, res.stall_ms, res.wait_ms);
+		fflush(stdout);
+	}
+	return QE_OK;
+}
 
 static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 {
@@ -124,6 +153,8 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	}
 	const qe_train_config *cfg = &ctx->job->cfg;
 	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0) {
+		if (ctx->async)
+			return async_checkpoint(ctx, r, rep->step);
 		ckpt_result res;
 		if ((rc = ckpt_save(ctx->ck, r, &res)))
 			return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
@@ -173,7 +204,7 @@ int cli_rank_main(void *vjob)
 	qe_backend *b = NULL;
 	qe_rank *r = NULL;
 	qe_data data = { 0 };
-	rank_ctx ctx = { job, NULL, NULL, 0 };
+	rank_ctx ctx = { job, NULL, NULL, NULL, 0 };
 	int rc = qe_dist_env_from_environ(&env);
 	if (!rc && env.world_size > 1)
 		rc = qe_comm_open(&env, 0, &comm);
@@ -191,6 +222,8 @@ int cli_rank_main(void *vjob)
 		rc = cat_open(path, 0, &ctx.cat);
 		if (!rc)
 			rc = ckpt_session_open(cfg->run_dir, job->run_id, ctx.cat, &ctx.ck);
+		if (!rc && job->ckpt_async)
+			rc = ckpt_async_open(ctx.ck, path, (ckpt_async_mode)job->ckpt_async, &ctx.async);
 	}
 	if (!rc && job->resume) {
 		ckpt_result res;
@@ -203,11 +236,21 @@ int cli_rank_main(void *vjob)
 		qe_train_hooks hooks = { &ctx, on_step };
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
 	}
+	if (ctx.async) {
+		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit. */
+		ckpt_async_result done;
+		int drc = ckpt_async_drain(ctx.async, &done);
+		if (!drc)
+			print_async_done(&ctx, r, done.done_step, done.done_ms);
+		else if (!rc)
+			rc = drc;
+	}
 	if (!rc && job->json)
 		print_counters(r, &ctx);
 	if (rc)
 		fprintf(stderr, "qeffect: rank %d: %s (%s)\n", env.rank, qe_last_error()[0] ? qe_last_error() : qe_strerror(rc),
 			qe_errname(rc));
+	ckpt_async_close(ctx.async);
 	ckpt_session_close(ctx.ck);
 	cat_close(ctx.cat);
 	qe_rank_free(r);

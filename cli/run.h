@@ -28,6 +28,7 @@ typedef struct cli_rank_job {
 	int resume;         /* 1: restore from a checkpoint before the first step */
 	int64_t from_step;  /* -1: the latest committed */
 	int64_t until;      /* train until this many steps are done */
+	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/ckpt_async.h) */
 } cli_rank_job;
 
 /*

@@ -1,0 +1,557 @@
+/*
+ * ckpt_async.c - asynchronous checkpoints: a collective host snapshot at the
+ * quiescent boundary, then store writes, catalog rows and the commit in a
+ * background thread (see ckpt_async.h for the protocol and its guarantees).
+ *
+ * Why the commit needs no communicator: every writing rank adds its tensor
+ * rows to the shared catalog; rank 0 learned at the snapshot how many rows
+ * all ranks together will add, so its background thread commits once the
+ * catalog holds that many, or gives up when a rank marked the attempt aborted
+ * (or after QE_CKPT_ASYNC_TIMEOUT_S).  The training thread keeps the
+ * communicator to itself.
+ *
+ * The row writing mirrors ckpt_save.c's write_shard, from host copies taken
+ * at the boundary instead of the live state.
+ */
+#include "ckpt_async.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt_int.h"
+#include "runtime/comm/comm.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+/* What one rank tells rank 0 at each collective step of an async save. */
+typedef struct async_word {
+	int64_t rc;
+	int64_t busy;  /* a previous write still in flight (skip mode) */
+	int64_t items; /* tensor rows this rank will add */
+	uint64_t bytes;
+	uint64_t rt_bytes;
+	char msg[CKPT_MSG];
+} async_word;
+
+struct ckpt_async {
+	ckpt_session *s;
+	char cat_path[1100];
+	ckpt_async_mode mode;
+	int rank;
+	/* the write in flight */
+	pthread_t th;
+	int running; /* a thread was started and not joined */
+	pthread_mutex_t mu;
+	int finished; /* set by the thread under mu */
+	int64_t id, step, e_w;
+	int replica;
+	qe_pstate_item *items;
+	void **copies;
+	int n;
+	int64_t expect_rows; /* rank 0: every rank's rows together */
+	uint64_t total_bytes, total_rt_bytes;
+	char topo[64], sched[96], recipe[160];
+	double t_start;
+	/* its outcome */
+	int rc;
+	char msg[CKPT_MSG];
+	double ms;
+	cat *bg_cat; /* the thread's own catalog handle */
+};
+
+const char *ckpt_async_mode_name(ckpt_async_mode m)
+{
+	return m == CKPT_ASYNC_WAIT ? "wait" : m == CKPT_ASYNC_SKIP ? "skip" : "off";
+}
+
+static int is_runtime_state(qe_pstate_kind k)
+{
+	return k != QE_PSTATE_PARAM && k != QE_PSTATE_ADAM_M && k != QE_PSTATE_ADAM_V;
+}
+
+static void free_copies(ckpt_async *a)
+{
+	for (int i = 0; i < a->n && a->copies; i++)
+		free(a->copies[i]);
+	free(a->copies);
+	free(a->items);
+	a->copies = NULL;
+	a->items = NULL;
+	a->n = 0;
+}
+
+int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode mode, ckpt_async **out)
+{
+	*out = NULL;
+	if (!s || !catalog_path || mode == CKPT_ASYNC_OFF)
+		return qe_fail(QE_EINVAL, "async checkpoints: needs a session, the catalog path and a mode");
+	ckpt_async *a = calloc(1, sizeof(*a));
+	if (!a)
+		return qe_fail(QE_ENOMEM, "async checkpoints: out of memory");
+	if ((size_t)snprintf(a->cat_path, sizeof(a->cat_path), "%s", catalog_path) >= sizeof(a->cat_path)) {
+		free(a);
+		return qe_fail(QE_EINVAL, "catalog path too long: '%s'", catalog_path);
+	}
+	a->s = s;
+	a->mode = mode;
+	pthread_mutex_init(&a->mu, NULL);
+	*out = a;
+	return QE_OK;
+}
+
+/* ---- the background write ---------------------------------------------------- */
+
+static double env_timeout_s(void)
+{
+	const char *v = getenv("QE_CKPT_ASYNC_TIMEOUT_S");
+	double t = v && v[0] ? atof(v) : 900;
+	return t > 0 ? t : 900;
+}
+
+/* Rank 0: wait until the catalog holds every rank's rows, then commit. */
+static int commit_when_complete(ckpt_async *a)
+{
+	double t0 = ckpt__now_ms(), limit = env_timeout_s() * 1e3;
+	int rc;
+	for (;;) {
+		cat_ckpt ck = { 0 };
+		if ((rc = cat_ckpt_get_id(a->bg_cat, a->id, &ck)))
+			return rc;
+		cat_status st = ck.status;
+		char note[256];
+		snprintf(note, sizeof(note), "%s", ck.note ? ck.note : "");
+		cat_ckpt_release(&ck);
+		if (st == CAT_ABORTED)
+			return qe_fail(QE_EIO, "checkpoint at step %lld: another rank's background write failed: %s",
+				       (long long)a->step, note);
+		cat_tensor_rows rows = { 0 };
+		if ((rc = cat_ckpt_tensors(a->bg_cat, a->id, &rows)))
+			return rc;
+		int64_t have = (int64_t)rows.n;
+		cat_tensor_rows_free(&rows);
+		if (have == a->expect_rows)
+			break;
+		if (have > a->expect_rows)
+			return qe_fail(QE_ECORRUPT, "checkpoint at step %lld: %lld tensor rows, expected %lld",
+				       (long long)a->step, (long long)have, (long long)a->expect_rows);
+		if (ckpt__now_ms() - t0 > limit)
+			return qe_fail(QE_EBUSY,
+				       "checkpoint at step %lld: after %.0f s only %lld of %lld tensor rows are in the catalog "
+				       "(a rank died or is stuck; QE_CKPT_ASYNC_TIMEOUT_S)",
+				       (long long)a->step, limit / 1e3, (long long)have, (long long)a->expect_rows);
+		usleep(5000);
+	}
+	ckpt__maybe_kill(a->s, "commit", 0);
+	if ((rc = cat_ckpt_set_sizes(a->bg_cat, a->id, a->total_bytes, a->total_rt_bytes)) ||
+	    (rc = cat_ckpt_commit(a->bg_cat, a->id)))
+		return rc;
+	ckpt__maybe_kill(a->s, "committed", 0);
+	return QE_OK;
+}
+
+static int write_rows(ckpt_async *a, store_chunk_list *lists)
+{
+	int rc = cat_begin(a->bg_cat);
+	if (rc)
+		return rc;
+	for (int i = 0; i < a->n && !rc; i++) {
+		qe_pstate_item *it = &a->items[i];
+		char name[64], shape[96];
+		int stage;
+		ckpt__catalog_key(it, a->replica, &stage, name, sizeof(name));
+		ckpt__shape_text(it, shape, sizeof(shape));
+		cat_chunk *ch = calloc(lists[i].n + 1, sizeof(*ch));
+		if (!ch) {
+			rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
+			break;
+		}
+		for (size_t k = 0; k < lists[i].n; k++) {
+			memcpy(ch[k].hash, lists[i].chunks[k].hash.b, sizeof(ch[k].hash));
+			ch[k].size = lists[i].chunks[k].size;
+		}
+		rc = cat_ckpt_add_tensor(a->bg_cat, a->id, stage, name, qe_dtype_name(it->dtype), shape, it->bytes,
+					 qe_pstate_kind_name(it->kind), ch, lists[i].n);
+		free(ch);
+		if (rc)
+			qe_fail_ctx(rc, "checkpoint: recording '%s' of stage %d", name, stage);
+		else
+			ckpt__maybe_kill(a->s, "row", a->rank);
+	}
+	/* One shard row per pipeline stage, by the replica 0 rank that holds it. */
+	for (int i = 0; i < a->n && a->replica == 0 && !rc; i++) {
+		if (a->items[i].stage < 0 || (i > 0 && a->items[i - 1].stage == a->items[i].stage))
+			continue;
+		uint64_t sb = 0;
+		for (int j = 0; j < a->n; j++)
+			if (a->items[j].stage == a->items[i].stage)
+				sb += a->items[j].bytes;
+		rc = cat_ckpt_add_shard(a->bg_cat, a->id, a->items[i].stage, a->rank, sb);
+	}
+	if (rc) {
+		cat_rollback(a->bg_cat);
+		return rc;
+	}
+	if ((rc = cat_commit(a->bg_cat)))
+		return rc;
+	ckpt__maybe_kill(a->s, "rows", a->rank);
+	return QE_OK;
+}
+
+/* QE_CKPT_ASYNC_TEST_DELAY_MS: the tests' way to keep a write in flight. */
+static void test_delay(void)
+{
+	const char *v = getenv("QE_CKPT_ASYNC_TEST_DELAY_MS");
+	long ms = v && v[0] ? atol(v) : 0;
+	if (ms > 0)
+		usleep((useconds_t)(ms * 1000));
+}
+
+static void *bg_main(void *arg)
+{
+	ckpt_async *a = arg;
+	ckpt_session *s = a->s;
+	store_chunk_list *lists = calloc((size_t)a->n + 1, sizeof(*lists));
+	int rc = lists ? QE_OK : qe_fail(QE_ENOMEM, "checkpoint: out of memory");
+	if (!rc && !a->bg_cat)
+		rc = cat_open(a->cat_path, 0, &a->bg_cat);
+	for (int i = 0; i < a->n && !rc; i++) {
+		qe_pstate_item *it = &a->items[i];
+		rc = store_put_tensor(s->st, a->copies[i], it->bytes, s->chunk_bytes, &lists[i]);
+		if (rc)
+			qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
+		else
+			ckpt__maybe_kill(s, "chunk", a->rank);
+	}
+	if (!rc) {
+		ckpt__maybe_kill(s, "sync", a->rank);
+		if ((rc = store_sync(s->st)))
+			qe_fail_ctx(rc, "checkpoint: flushing the store");
+		else
+			ckpt__maybe_kill(s, "synced", a->rank);
+	}
+	if (!rc)
+		test_delay();
+	if (!rc)
+		rc = write_rows(a, lists);
+	if (!rc && a->rank == 0)
+		rc = commit_when_complete(a);
+	char msg[CKPT_MSG];
+	snprintf(msg, sizeof(msg), "%s", rc ? qe_last_error() : "");
+	if (rc && a->bg_cat) {
+		/* Tell rank 0 (and any reader) that this attempt is dead. */
+		char reason[CKPT_MSG + 64];
+		snprintf(reason, sizeof(reason), "background save failed on rank %d: %s", a->rank, msg);
+		if (cat_ckpt_abort(a->bg_cat, a->id, reason))
+			qe_log(QE_LOG_WARN, "checkpoint %lld: could not mark it aborted (%s)", (long long)a->id,
+			       qe_last_error());
+	}
+	for (int i = 0; lists && i < a->n; i++)
+		store_chunk_list_free(&lists[i]);
+	free(lists);
+	free_copies(a);
+	pthread_mutex_lock(&a->mu);
+	a->rc = rc;
+	snprintf(a->msg, sizeof(a->msg), "%s", msg);
+	a->ms = ckpt__now_ms() - a->t_start;
+	a->finished = 1;
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+/* Join the thread (if any).  Returns its outcome, which done_step and done_ms describe. */
+static int join(ckpt_async *a, int64_t *done_step, double *done_ms)
+{
+	if (!a->running)
+		return QE_OK;
+	pthread_join(a->th, NULL);
+	a->running = 0;
+	if (done_step)
+		*done_step = a->step;
+	if (done_ms)
+		*done_ms = a->ms;
+	if (a->rc)
+		return qe_fail(a->rc, "background write of the checkpoint at step %lld failed: %s", (long long)a->step,
+			       a->msg);
+	return QE_OK;
+}
+
+static int finished(ckpt_async *a)
+{
+	pthread_mutex_lock(&a->mu);
+	int f = a->finished;
+	pthread_mutex_unlock(&a->mu);
+	return f;
+}
+
+/* ---- the collective part ------------------------------------------------------- */
+
+static int world_of(qe_rank *r)
+{
+	qe_comm *c = qe_rank_comm(r);
+	return c ? qe_comm_world_size(c) : 1;
+}
+
+/*
+ * Every rank hands its word; rank 0 combines (first failure's code, every
+ * failing rank's message, busy if any is busy, sums) and every rank gets the
+ * combination back.
+ */
+static int agree(qe_rank *r, const async_word *mine, async_word *all)
+{
+	int world = world_of(r);
+	if (world == 1) {
+		*all = *mine;
+		return QE_OK;
+	}
+	qe_comm_blob *blobs = NULL;
+	int rc = qe_comm_gather_blobs(qe_rank_comm(r), mine, sizeof(*mine), &blobs);
+	if (rc)
+		return qe_fail_ctx(rc, "async checkpoint: gathering every rank's answer");
+	memset(all, 0, sizeof(*all));
+	if (qe_rank_index(r) == 0) {
+		size_t len = 0;
+		for (int i = 0; i < world; i++) {
+			async_word w;
+			if (blobs[i].size != sizeof(w)) {
+				all->rc = QE_ECOMM;
+				snprintf(all->msg, sizeof(all->msg), "rank %d answered %zu bytes", i, blobs[i].size);
+				break;
+			}
+			memcpy(&w, blobs[i].data, sizeof(w));
+			w.msg[sizeof(w.msg) - 1] = 0;
+			all->busy |= w.busy;
+			all->items += w.items;
+			all->bytes += w.bytes;
+			all->rt_bytes += w.rt_bytes;
+			if (!w.rc)
+				continue;
+			if (!all->rc)
+				all->rc = w.rc;
+			if (len < sizeof(all->msg) - 1)
+				len += (size_t)snprintf(all->msg + len, sizeof(all->msg) - len, "%srank %d: %s",
+							len ? "; " : "", i, w.msg);
+		}
+		qe_comm_blobs_free(blobs, world);
+	}
+	if ((rc = qe_comm_bcast(qe_rank_comm(r), 0, all, sizeof(*all))))
+		return qe_fail_ctx(rc, "async checkpoint: hearing rank 0's decision");
+	all->msg[sizeof(all->msg) - 1] = 0;
+	return QE_OK;
+}
+
+static void word_fail(async_word *w, int rc)
+{
+	w->rc = rc;
+	const char *e = qe_last_error();
+	snprintf(w->msg, sizeof(w->msg), "%s", rc ? (e && e[0] ? e : qe_strerror(rc)) : "");
+}
+
+static void describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
+{
+	const qe_train_config *c = qe_rank_config(r);
+	snprintf(topo, tl, "pp=%d dp=%d chunks=%d", c->pp, c->dp, c->chunks);
+	snprintf(sched, sl, "%s/%s %s %s", qe_sched_kind_name(c->schedule), qe_sched_backward_name(c->backward),
+		 qe_exec_name(c->exec), qe_grad_name(c->grad));
+	if (c->prec.fp8)
+		snprintf(recipe, rl, "model=%s fp8=%s history=%d margin=%d algo=%s head=%s", c->model.preset,
+			 qe_fp8_format_name(c->prec.recipe.format), c->prec.recipe.history_len, c->prec.recipe.margin,
+			 qe_amax_algo_name(c->prec.recipe.algo), c->prec.head_current ? "current" : "delayed");
+	else
+		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
+}
+
+/* Copy this rank's items into host memory. */
+static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_bytes)
+{
+	qe_pstate_item *items = NULL;
+	int n = 0, rc;
+	*bytes = *rt_bytes = 0;
+	if ((rc = qe_rank_pstate(r, &items, &n)))
+		return rc;
+	int keep = 0;
+	for (int i = 0; i < n; i++)
+		if (a->replica == 0 || !ckpt__shared_by_replicas(&items[i]))
+			items[keep++] = items[i];
+	a->items = items;
+	a->n = keep;
+	if (!(a->copies = calloc((size_t)keep + 1, sizeof(void *))))
+		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
+	qe_backend *b = qe_rank_backend(r);
+	for (int i = 0; i < keep; i++) {
+		qe_pstate_item *it = &items[i];
+		if (!(a->copies[i] = malloc(it->bytes ? it->bytes : 1)))
+			return qe_fail(QE_ENOMEM, "async checkpoint: no host memory for '%s' of stage %d (%zu bytes)",
+				       it->name, it->stage, it->bytes);
+		if (it->on_device && it->bytes) {
+			if ((rc = b->ops->copy(NULL, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
+				return qe_fail_ctx(rc, "async checkpoint: copying '%s' of stage %d to the host", it->name,
+						   it->stage);
+		} else if (it->bytes) {
+			memcpy(a->copies[i], it->data, it->bytes);
+		}
+		*bytes += it->bytes;
+		if (is_runtime_state(it->kind))
+			*rt_bytes += it->bytes;
+	}
+	return QE_OK;
+}
+
+int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
+{
+	double t0 = ckpt__now_ms();
+	ckpt_async_result res;
+	memset(&res, 0, sizeof(res));
+	res.id = -1;
+	res.done_step = -1;
+	res.step = qe_rank_steps_done(r);
+	res.e_w = qe_rank_epochs(r)->e_W;
+	if (out)
+		*out = res;
+	ckpt_session *s = a->s;
+	if (s->pid != getpid())
+		return qe_fail(QE_EINVAL, "checkpoint session of process %d used in process %d", (int)s->pid, (int)getpid());
+	a->rank = qe_rank_index(r);
+	int rank = a->rank, rc;
+
+	/* 1. The write in flight: wait for it, or see whether it is done. */
+	async_word mine, all;
+	memset(&mine, 0, sizeof(mine));
+	if (a->running && (a->mode == CKPT_ASYNC_WAIT || finished(a))) {
+		double tw = ckpt__now_ms();
+		rc = join(a, &res.done_step, &res.done_ms);
+		res.wait_ms = ckpt__now_ms() - tw;
+		if (rc)
+			word_fail(&mine, rc);
+	}
+	mine.busy = a->running;
+	/* 2. The gate, on every rank. */
+	if (!mine.rc && !mine.busy) {
+		rc = qe_rank_quiescent(r);
+		if (rc)
+			word_fail(&mine, rc);
+		ckpt__maybe_kill(s, "gate", rank);
+	}
+	if ((rc = agree(r, &mine, &all)))
+		return rc;
+	if (all.rc) {
+		if (out)
+			*out = res;
+		return qe_fail((int)all.rc, "checkpoint at step %lld refused, nothing written: %s", (long long)res.step,
+			       all.msg);
+	}
+	if (all.busy) {
+		res.skipped = 1;
+		res.stall_ms = ckpt__now_ms() - t0;
+		if (out)
+			*out = res;
+		return QE_OK;
+	}
+
+	/* 3. Rank 0 opens the attempt. */
+	ckpt_word w;
+	memset(&w, 0, sizeof(w));
+	if (rank == 0) {
+		describe(r, a->topo, sizeof(a->topo), a->sched, sizeof(a->sched), a->recipe, sizeof(a->recipe));
+		rc = ckpt__store(s, 1);
+		if (!rc)
+			rc = cat_ckpt_begin(s->cat, s->run_id, res.step, res.e_w, a->topo, a->sched, a->recipe, &w.id);
+		ckpt__word_set(&w, rc, NULL);
+		if (!rc)
+			ckpt__maybe_kill(s, "begin", rank);
+	}
+	if ((rc = ckpt__bcast(r, &w))) {
+		if (rank == 0 && w.id > 0)
+			cat_ckpt_abort(s->cat, w.id, "async save failed: a rank did not hear the checkpoint id");
+		return rc;
+	}
+	if (w.rc)
+		return qe_fail((int)w.rc, "checkpoint at step %lld: rank 0 could not start it: %s", (long long)res.step,
+			       w.msg);
+	a->id = res.id = w.id;
+	a->step = res.step;
+	a->e_w = res.e_w;
+	a->replica = qe_rank_replica(r);
+
+	/* 4. Every rank: the host snapshot. */
+	double ts = ckpt__now_ms();
+	memset(&mine, 0, sizeof(mine));
+	rc = ckpt__store(s, 0);
+	if (!rc)
+		rc = snapshot(a, r, &mine.bytes, &mine.rt_bytes);
+	if (rc)
+		word_fail(&mine, rc);
+	mine.items = a->n;
+	res.snapshot_ms = ckpt__now_ms() - ts;
+	if ((rc = agree(r, &mine, &all))) {
+		free_copies(a);
+		return rc;
+	}
+	if (all.rc) {
+		free_copies(a);
+		if (rank == 0) {
+			char reason[CKPT_MSG + 32];
+			snprintf(reason, sizeof(reason), "async save failed: %s", all.msg);
+			cat_ckpt_abort(s->cat, a->id, reason);
+		}
+		return qe_fail((int)all.rc, "checkpoint at step %lld (id %lld) aborted: %s", (long long)res.step,
+			       (long long)a->id, all.msg);
+	}
+	a->expect_rows = all.items;
+	a->total_bytes = all.bytes;
+	a->total_rt_bytes = all.rt_bytes;
+	res.bytes = all.bytes;
+
+	/* 5. The rest in the background. */
+	a->finished = 0;
+	a->rc = 0;
+	a->msg[0] = 0;
+	a->t_start = ts;
+	if ((rc = pthread_create(&a->th, NULL, bg_main, a))) {
+		free_copies(a);
+		/* The other ranks' threads run; this rank's rows never come, so rank 0 times out or this abort stops it. */
+		char reason[128];
+		snprintf(reason, sizeof(reason), "async save failed on rank %d: cannot start a thread", rank);
+		cat_ckpt_abort(s->cat, a->id, reason);
+		return qe_fail(QE_ENOMEM, "async checkpoint: cannot start the background thread: %s", strerror(rc));
+	}
+	a->running = 1;
+	res.stall_ms = ckpt__now_ms() - t0;
+	if (out)
+		*out = res;
+	return QE_OK;
+}
+
+int ckpt_async_drain(ckpt_async *a, ckpt_async_result *out)
+{
+	if (out) {
+		memset(out, 0, sizeof(*out));
+		out->id = -1;
+		out->done_step = -1;
+	}
+	if (!a)
+		return QE_OK;
+	int64_t step = -1;
+	double ms = 0;
+	int rc = join(a, &step, &ms);
+	if (out) {
+		out->done_step = step;
+		out->done_ms = ms;
+	}
+	return rc;
+}
+
+void ckpt_async_close(ckpt_async *a)
+{
+	if (!a)
+		return;
+	if (ckpt_async_drain(a, NULL))
+		qe_log(QE_LOG_WARN, "%s", qe_last_error());
+	cat_close(a->bg_cat);
+	pthread_mutex_destroy(&a->mu);
+	free(a);
+}
