@@ -40,7 +40,7 @@ cmd_install() {
       tail -5 "$prefix/npm.log" >&2
       die3 "npm install s3rver@$S3RVER_VERSION into $prefix failed (is the npm registry reachable?)"
     fi
-  ) 9>"$prefix/.lock"
+  ) 9>"$prefix/.lock" || exit 3
   [ -f "$js" ] || die3 "s3rver's launcher $js is missing after the install"
   echo "$js"
 }
@@ -49,7 +49,7 @@ cmd_start() {
   local data=${1:?usage: s3-test-env.sh start DATADIR [PORT] [BUCKET...]}
   local port=${2:-0}
   shift $(( $# >= 2 ? 2 : 1 ))
-  local js; js=$(cmd_install "${QE_S3RVER_PREFIX:-}")
+  local js; js=$(cmd_install "${QE_S3RVER_PREFIX:-}") || exit 3
   mkdir -p "$data"
   local log="$data.log"
   local args=(-d "$data" -a 127.0.0.1 -p "$port")
