@@ -60,7 +60,8 @@ const qe_trace_category *qe_trace_category_find(const char *name)
 typedef struct hasher {
 	qe_backend *b;
 	XXH3_state_t *st;
-	unsigned char buf[1 << 16];
+	unsigned char *buf; /* staging for device memory */
+	size_t buflen;
 	int rc;
 } hasher;
 
@@ -81,8 +82,8 @@ static void h_dev(hasher *h, const void *p, size_t n)
 		h_host(h, p, n);
 		return;
 	}
-	for (size_t off = 0; off < n && !h->rc; off += sizeof(h->buf)) {
-		size_t k = n - off < sizeof(h->buf) ? n - off : sizeof(h->buf);
+	for (size_t off = 0; off < n && !h->rc; off += h->buflen) {
+		size_t k = n - off < h->buflen ? n - off : h->buflen;
 		h->rc = h->b->ops->copy(NULL, h->buf, (const char *)p + off, k, QE_COPY_D2H);
 		if (!h->rc)
 			h_host(h, h->buf, k);
@@ -124,6 +125,14 @@ int qe_trace_rank(qe_rank *r, int64_t step, float loss, qe_trace_row **out, int 
 	}
 	h->b = qe_rank_backend(r);
 	h->rc = QE_OK;
+	h->buflen = 8u << 20;
+	h->buf = h->b->ops->device == QE_DEV_CPU ? NULL : malloc(h->buflen);
+	if (h->b->ops->device != QE_DEV_CPU && !h->buf) {
+		XXH3_freeState(h->st);
+		free(h);
+		free(rows);
+		return qe_fail(QE_ENOMEM, "trace: out of memory");
+	}
 	int n = 0;
 	static const char *role_cat[3][3] = { { "amax_input", "scale_input", "sinv_input" },
 					      { "amax_weight", "scale_weight", "sinv_weight" },
@@ -203,6 +212,7 @@ int qe_trace_rank(qe_rank *r, int64_t step, float loss, qe_trace_row **out, int 
 	}
 	int rc = h->rc;
 	XXH3_freeState(h->st);
+	free(h->buf);
 	free(h);
 	if (rc) {
 		free(rows);

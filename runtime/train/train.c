@@ -37,7 +37,7 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 		if (!isfinite(rep.loss))
 			return qe_fail(QE_ENUMERIC, "step %lld: training loss is %g", (long long)rep.step, (double)rep.loss);
 		qe_trace_row *rows = NULL;
-		if ((rc = qe_trace_rank(r, rep.step, rep.loss, &rows, &rep.nrows)))
+		if (hooks && hooks->want_trace && (rc = qe_trace_rank(r, rep.step, rep.loss, &rows, &rep.nrows)))
 			return rc;
 		rep.rows = rows;
 		if (progress && qe_rank_index(r) == 0 &&

@@ -26,6 +26,8 @@ typedef struct qe_train_hooks {
 	void *ctx;
 	/* Called on every rank after every step; a non-zero return stops the loop with that status. */
 	int (*on_step)(void *ctx, qe_rank *r, const qe_step_report *rep);
+	/* 1: fingerprint the state after every step (costs a pass over all state; off without a consumer) */
+	int want_trace;
 } qe_train_hooks;
 
 /*

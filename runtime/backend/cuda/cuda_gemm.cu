@@ -109,18 +109,31 @@ static cublasStatus_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_
 		cublasLtMatmulPreferenceDestroy(pref);
 	if (st != CUBLAS_STATUS_SUCCESS)
 		return st;
-	for (int i = 0; i < n; i++) {
-		int32_t splitk = 1;
-		size_t written = 0;
-		if (res[i].state != CUBLAS_STATUS_SUCCESS)
-			continue;
-		if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
-							 sizeof(splitk), &written) != CUBLAS_STATUS_SUCCESS)
-			splitk = 1;
-		if (splitk <= 1) {
-			*out = res[i].algo;
-			*found = 1;
-			break;
+	for (int pass = 0; pass < 2 && !*found; pass++) {
+		for (int i = 0; i < n; i++) {
+			int32_t splitk = 1;
+			uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
+			size_t written = 0;
+			if (res[i].state != CUBLAS_STATUS_SUCCESS)
+				continue;
+			if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+								 sizeof(splitk), &written) != CUBLAS_STATUS_SUCCESS)
+				splitk = 1;
+			if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red,
+								 sizeof(red), &written) != CUBLAS_STATUS_SUCCESS)
+				red = CUBLASLT_REDUCTION_SCHEME_INPLACE;
+			/*
+			 * Pass 0: no split of k.  Pass 1 (some long-k, small-output shapes such as
+			 * the head's dgrad have nothing else): a split whose partial sums are reduced
+			 * by a separate kernel in a fixed order - never INPLACE, whose accumulation
+			 * into the output is order-dependent.
+			 */
+			if (splitk <= 1 || (pass == 1 && red != CUBLASLT_REDUCTION_SCHEME_INPLACE &&
+					    red != CUBLASLT_REDUCTION_SCHEME_NONE)) {
+				*out = res[i].algo;
+				*found = 1;
+				break;
+			}
 		}
 	}
 	return CUBLAS_STATUS_SUCCESS;
@@ -144,7 +157,8 @@ static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublas
 	}
 	cublasLtMatmulAlgo_t algo;
 	cublasStatus_t st = heuristic(desc, al, bl, cl, 1, &algo, &found);
-	if (st == CUBLAS_STATUS_SUCCESS && !found) /* the mask filtered everything: filter ourselves */
+	/* The mask filtered everything (cuBLASLt may say NOT_SUPPORTED then): filter ourselves. */
+	if ((st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED) && !found)
 		st = heuristic(desc, al, bl, cl, 0, &algo, &found);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		rc = qe__blas_err(st, "gemm", "cublasLtMatmulAlgoGetHeuristic");
