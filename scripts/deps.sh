@@ -13,6 +13,7 @@ done
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v aws >/dev/null 2>&1 || missing+=(awscli)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
