@@ -216,6 +216,7 @@ int cli_resume_main(int argc, char **argv)
 	snprintf(job.run_id, sizeof(job.run_id), "%s", run_id);
 	job.quiet = a.quiet;
 	job.json = a.json;
+	job.no_trace = a.no_trace;
 	job.resume = 1;
 	job.ckpt_async = async;
 	job.from_step = ck.step; /* exactly the checkpoint checked here */

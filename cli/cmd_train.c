@@ -51,6 +51,7 @@ int cli_train_main(int argc, char **argv)
 	job.cfg = a.cfg;
 	job.quiet = a.quiet;
 	job.json = a.json;
+	job.no_trace = a.no_trace;
 	job.until = a.cfg.steps;
 	job.from_step = -1;
 	job.ckpt_async = async;

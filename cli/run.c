@@ -233,7 +233,7 @@ int cli_rank_main(void *vjob)
 			       (unsigned long long)res.bytes, res.ms);
 	}
 	if (!rc) {
-		qe_train_hooks hooks = { &ctx, on_step, ctx.cat != NULL };
+		qe_train_hooks hooks = { &ctx, on_step, ctx.cat != NULL && !job->no_trace };
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
 	}
 	if (ctx.async) {

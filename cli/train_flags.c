@@ -48,6 +48,8 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --eval-micro N         held-out microbatches per evaluation (default 4)\n"
 		"  --ckpt-every K         checkpoint every K steps into --run-dir (default 0: never)\n"
 		"  --log-every K          progress line every K steps (default 1)\n"
+		"  --trace on|off         per-step fingerprints into the run's catalog (default on; they\n"
+		"                         read all state every step: turn off for big models)\n"
 		"  --quiet                no progress lines\n"
 		"  --json                 print a JSON summary at the end\n");
 	if (for_resume)
@@ -65,7 +67,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	enum {
 		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
-		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_HELP
+		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_HELP
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -78,6 +80,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "eval-micro", 1, 0, O_EVALM },  { "ckpt-every", 1, 0, O_CKPT }, { "backend", 1, 0, O_BACKEND },
 		{ "nproc", 1, 0, O_NPROC },	  { "log-every", 1, 0, O_LOG },	  { "quiet", 0, 0, O_QUIET },
 		{ "check-replicas", 1, 0, O_CHECKREP },
+		{ "trace", 1, 0, O_TRACE },
 		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
 		{ 0, 0, 0, 0 }
 	};
@@ -209,6 +212,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			break;
 		case O_QUIET:
 			a->quiet = 1;
+			break;
+		case O_TRACE:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "qeffect %s: --trace takes on or off, got '%s'\n", cmd, optarg);
+				return 2;
+			}
+			a->no_trace = strcmp(optarg, "off") == 0;
 			break;
 		case O_CHECKREP:
 			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {

@@ -24,6 +24,7 @@ typedef struct cli_train_args {
 	int nproc;        /* 0: pp * dp */
 	int quiet;
 	int json;
+	int no_trace;     /* --trace off: no per-step fingerprints (big models on a GPU) */
 	long from_step;   /* resume --from; -1: latest committed */
 } cli_train_args;
 
