@@ -273,6 +273,8 @@ typedef struct cat_remote_rows {
 int cat_remote_add(cat *c, int64_t id, const char *url, const char *manifest_hash);
 /* OUT *out: the remote copies of checkpoint id by url; free with cat_remote_rows_free(). */
 int cat_remote_list(cat *c, int64_t id, cat_remote_rows *out);
+/* Forget the copy of checkpoint id at url (remote gc deleted it).  OUT *deleted (may be NULL): rows removed, 0 or 1. */
+int cat_remote_delete(cat *c, int64_t id, const char *url, int *deleted);
 void cat_remote_rows_free(cat_remote_rows *l);
 
 #endif

@@ -949,6 +949,32 @@ int cat_remote_list(cat *c, int64_t id, cat_remote_rows *out)
 	return rc;
 }
 
+int cat_remote_delete(cat *c, int64_t id, const char *url, int *deleted)
+{
+	if (deleted)
+		*deleted = 0;
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	if (!url || !*url)
+		return qe_fail(QE_EINVAL, "catalog '%s': remote of checkpoint %lld: empty url", c->path, (long long)id);
+	if ((rc = cat_tx_begin(c)))
+		return rc;
+	sqlite3_stmt *st;
+	if (!(rc = cat_prepare(c, "DELETE FROM remotes WHERE checkpoint_id = ? AND url = ?", &st,
+			       "forget a remote copy"))) {
+		sqlite3_bind_int64(st, 1, id);
+		cat_bind_text(st, 2, url);
+		int src = sqlite3_step(st);
+		if (src != SQLITE_DONE)
+			rc = cat_sql_fail(c, src, "forget a remote copy");
+		else if (deleted)
+			*deleted = sqlite3_changes(c->db);
+		sqlite3_finalize(st);
+	}
+	return cat_tx_end(c, rc);
+}
+
 void cat_remote_rows_free(cat_remote_rows *l)
 {
 	if (!l)

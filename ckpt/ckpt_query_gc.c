@@ -58,8 +58,8 @@ static int pinned(const ckpt_gc_policy *p, int64_t step)
 	return 0;
 }
 
-/* Decide, per checkpoint, keep or drop and why. */
-static int plan(const cat_ckpt_rows *l, const ckpt_gc_policy *p, ckpt_gc_report *g)
+/* Decide, per checkpoint, keep or drop and why (also remote gc's decision). */
+int ckq_gc_plan(const cat_ckpt_rows *l, const ckpt_gc_policy *p, ckpt_gc_report *g)
 {
 	int64_t now = p->now ? p->now : (int64_t)time(NULL);
 	int64_t newest = -1;
@@ -170,7 +170,7 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 		rc = qe_fail_ctx(rc, "run '%s'", r->dir);
 		goto out;
 	}
-	if ((rc = plan(&l, p, out)))
+	if ((rc = ckq_gc_plan(&l, p, out)))
 		goto out;
 	if (!p->dry_run && out->dropped) {
 		/* 1. catalog rows, all or nothing */

@@ -38,6 +38,16 @@ void ckq_set_free(ckq_set *s);
 /* Add every chunk the catalog lists for any checkpoint (cat_referenced_chunks). */
 int ckq_set_referenced(cat *c, ckq_set *s);
 
+/*
+ * The retention decision of gc, shared by the local (ckpt_query_gc.c) and the
+ * remote (ckpt_remote_gc.c) side so both keep exactly the same checkpoints:
+ * fills g->items (one per row of l, same order: by step then id),
+ * g->dropped/kept/dropped_bytes and g->missing_pins.  Rows must come by step
+ * then id with at most one committed per step; nothing is read or changed.
+ * g starts zeroed; free it with ckpt_gc_report_free().
+ */
+int ckq_gc_plan(const cat_ckpt_rows *l, const ckpt_gc_policy *p, ckpt_gc_report *g);
+
 /* Unix time of an ISO 8601 UTC text "YYYY-MM-DDTHH:MM:SS[.fff]Z"; -1 when unparsable. */
 int64_t ckq_parse_time(const char *iso);
 

@@ -37,6 +37,7 @@
 
 #include <stdint.h>
 
+#include "ckpt/ckpt_query.h"
 #include "store/remote.h"
 
 #define CKPT_MANIFEST_FORMAT "qeffect-checkpoint-manifest"
@@ -105,5 +106,73 @@ typedef struct ckpt_pull_result {
  */
 int ckpt_remote_pull(const char *run_dir, const char *url, const store_remote_opts *ro, const char *run_id,
 		     int64_t step, ckpt_pull_result *out);
+
+/* --- retention on the remote (`qeffect gc --remote`, ckpt_remote_gc.c) --------------- */
+
+typedef struct ckpt_remote_gc_item {
+	char run_id[64];
+	int64_t step;
+	uint64_t bytes;          /* the checkpoint's tensor bytes (from its manifest) */
+	uint64_t manifest_bytes; /* the manifest object's size */
+	int drop;                /* 1: manifest deleted (or would be, for a dry run) */
+	int catalog_rows;        /* rows of the local catalog recording this copy, dropped (or would be) */
+	char why[96];            /* why kept or dropped */
+} ckpt_remote_gc_item;
+
+typedef struct ckpt_remote_gc_report {
+	size_t n;
+	ckpt_remote_gc_item *items;  /* every manifest found, by run id then step */
+	uint64_t runs;               /* distinct runs under the prefix */
+	uint64_t kept, dropped;      /* manifests */
+	uint64_t dropped_bytes;      /* logical bytes of the dropped checkpoints */
+	size_t n_missing_pins;
+	int64_t *missing_pins;       /* pinned steps that no considered run has */
+	uint64_t manifests_late;     /* manifests that appeared while gc ran (a push finished): kept */
+	uint64_t chunks_listed;      /* objects chunks/<32 hex> */
+	uint64_t chunks_referenced;  /* distinct chunks the remaining manifests list */
+	uint64_t chunks_missing;     /* referenced but not listed: that checkpoint cannot be pulled */
+	uint64_t chunks_deleted;     /* unreferenced and older than the grace (or would be) */
+	uint64_t chunk_bytes_deleted;
+	uint64_t chunks_young;       /* unreferenced but younger than the grace: left */
+	uint64_t young_bytes;
+	uint64_t manifest_bytes_deleted;
+	uint64_t bytes_reclaimed;    /* chunk + manifest bytes deleted (or that would be) */
+	uint64_t foreign;            /* other objects under the prefix: never touched */
+	uint64_t catalog_rows;       /* local remote-copy rows dropped (or that would be) */
+	uint64_t requests;           /* HTTP requests sent */
+	double ms;
+} ckpt_remote_gc_report;
+
+/*
+ * Retention on s3://BUCKET/PREFIX with the policy of local gc
+ * (ckpt_gc_policy, decided by the same function): per run under the prefix
+ * (or only run_id when not NULL), keep the keep_last latest manifests, steps
+ * that are multiples of keep_every and pinned steps; delete the other
+ * manifests.  Then delete every chunks/<hash> object that no remaining
+ * manifest (of any run under the prefix) lists and whose LastModified is at
+ * least grace_s seconds old: a push in progress uploads its chunks before its
+ * manifest, and those are young.  p->now (0: time(NULL)) is compared with the
+ * server's LastModified, so clocks must agree to within the grace.
+ *
+ * Order, for crash safety: every manifest is read and checked before anything
+ * is deleted (an unreadable one stops gc: its chunks are unknown); dropped
+ * manifests go first, so no remaining manifest ever points at a deleted
+ * chunk; the keep set is then taken from a fresh listing of the manifests
+ * (one committed by a push meanwhile keeps its chunks); chunks go last.  A
+ * failure or crash part way leaves orphan chunks at worst, which the next gc
+ * collects.  Limitation: a push that only re-uses chunks already on the
+ * remote (no upload, so no young LastModified) racing with a gc that finds
+ * those chunks unreferenced can lose them; do not gc a prefix while pushing
+ * a checkpoint whose chunks a dropped one was the last to list.
+ *
+ * run_dir (may be NULL): a local run directory whose catalog forgets the
+ * remote copies (cat_remote_delete) of the manifests dropped for its run.
+ * p->dry_run: decide and count, delete nothing.  QE_EINVAL for a bad policy;
+ * the client's errors; QE_ECORRUPT naming an unreadable manifest.
+ * OUT *out: freed with ckpt_remote_gc_report_free(); filled as far as it got.
+ */
+int ckpt_remote_gc(const char *url, const store_remote_opts *ro, const char *run_dir, const char *run_id,
+		   const ckpt_gc_policy *p, ckpt_remote_gc_report *out);
+void ckpt_remote_gc_report_free(ckpt_remote_gc_report *g);
 
 #endif

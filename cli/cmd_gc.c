@@ -1,7 +1,9 @@
 /*
  * cmd_gc.c - `qeffect gc --run-dir DIR --keep-last N`: drop old checkpoints
- * (catalog rows first), then the chunks nothing references any more.  The
- * policy and the crash-safe order are in ckpt/ckpt_query_gc.c; this file
+ * (catalog rows first), then the chunks nothing references any more; with
+ * --remote s3://BUCKET/PREFIX the same policy on object storage (manifests
+ * first, then unreferenced chunk objects).  The policy and the crash-safe
+ * orders are in ckpt/ckpt_query_gc.c and ckpt/ckpt_remote_gc.c; this file
  * parses flags and prints what was kept, what went and why.
  */
 #include <getopt.h>
@@ -13,6 +15,7 @@
 
 #include "cli.h"
 #include "ckpt/ckpt_query.h"
+#include "ckpt/ckpt_remote.h"
 #include "runtime/core/status.h"
 
 #define MAX_PINS 256
@@ -21,7 +24,9 @@
 static void help(FILE *f)
 {
 	fprintf(f, "usage: qeffect gc --run-dir DIR --keep-last N [--keep-every K] [--pin STEP]...\n"
-		   "                 [--grace SECONDS] [--dry-run] [--json]\n\n"
+		   "                 [--grace SECONDS] [--dry-run] [--json]\n"
+		   "       qeffect gc --remote s3://BUCKET/PREFIX [--endpoint URL] [--run-dir DIR] [--run-id ID]\n"
+		   "                 --keep-last N [--keep-every K] [--pin STEP]... [--grace SECONDS] [--dry-run] [--json]\n\n"
 		   "Drop the checkpoints of a run that are not kept, then delete the store chunks that no\n"
 		   "remaining checkpoint lists.  Kept: the N latest committed (N >= 1), committed steps\n"
 		   "that are multiples of K, every --pin'ned step, and pending checkpoints that may still\n"
@@ -33,13 +38,88 @@ static void help(FILE *f)
 		   "Catalog rows go first (one transaction, flushed), chunks after, so a crash never\n"
 		   "leaves a committed checkpoint with missing chunks.  The store file does not shrink:\n"
 		   "LMDB reuses the freed pages.  --dry-run decides and counts, changing nothing.\n"
+		   "\n"
+		   "With --remote, the same policy applies to the manifests under PREFIX/checkpoints/, per run\n"
+		   "(or only run ID with --run-id): dropped manifests are deleted first, then every object\n"
+		   "PREFIX/chunks/<hash> that no remaining manifest of any run lists and whose LastModified is\n"
+		   "older than --grace (a push uploads its chunks before its manifest; the server's clock is\n"
+		   "compared with ours).  Every manifest is read before anything is deleted: an unreadable one\n"
+		   "stops gc.  --run-dir DIR (optional here) also forgets the dropped copies in DIR's catalog.\n"
+		   "Do not gc a prefix while a push re-uses chunks that only a dropped manifest lists.\n"
+		   "  --endpoint URL  the server (http://host:port); default AWS_ENDPOINT_URL, else AWS\n"
+		   "  credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION\n"
 		   "Exit status: 0 done, 1 failure, 2 bad usage.\n",
 		DEFAULT_GRACE);
 }
 
+static void remote_print(const char *url, const ckpt_remote_gc_report *g, int dry, int json, long grace)
+{
+	if (json) {
+		json_t *o = json_object(), *a = json_array(), *mp = json_array();
+		for (size_t i = 0; i < g->n; i++)
+			json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:b,s:i,s:s}", "run_id", g->items[i].run_id,
+							   "step", (json_int_t)g->items[i].step, "bytes",
+							   (json_int_t)g->items[i].bytes, "manifest_bytes",
+							   (json_int_t)g->items[i].manifest_bytes, "dropped", g->items[i].drop,
+							   "catalog_rows", g->items[i].catalog_rows, "why", g->items[i].why));
+		for (size_t i = 0; i < g->n_missing_pins; i++)
+			json_array_append_new(mp, json_integer(g->missing_pins[i]));
+		json_object_set_new(o, "remote", json_string(url));
+		json_object_set_new(o, "dry_run", json_boolean(dry));
+		json_object_set_new(o, "checkpoints", a);
+		json_object_set_new(o, "runs", json_integer((json_int_t)g->runs));
+		json_object_set_new(o, "dropped", json_integer((json_int_t)g->dropped));
+		json_object_set_new(o, "dropped_bytes", json_integer((json_int_t)g->dropped_bytes));
+		json_object_set_new(o, "kept", json_integer((json_int_t)g->kept));
+		json_object_set_new(o, "missing_pins", mp);
+		json_object_set_new(o, "manifests_late", json_integer((json_int_t)g->manifests_late));
+		json_object_set_new(o, "chunks_listed", json_integer((json_int_t)g->chunks_listed));
+		json_object_set_new(o, "chunks_referenced", json_integer((json_int_t)g->chunks_referenced));
+		json_object_set_new(o, "chunks_missing", json_integer((json_int_t)g->chunks_missing));
+		json_object_set_new(o, "chunks_deleted", json_integer((json_int_t)g->chunks_deleted));
+		json_object_set_new(o, "chunk_bytes_deleted", json_integer((json_int_t)g->chunk_bytes_deleted));
+		json_object_set_new(o, "chunks_young", json_integer((json_int_t)g->chunks_young));
+		json_object_set_new(o, "young_bytes", json_integer((json_int_t)g->young_bytes));
+		json_object_set_new(o, "manifest_bytes_deleted", json_integer((json_int_t)g->manifest_bytes_deleted));
+		json_object_set_new(o, "bytes_reclaimed", json_integer((json_int_t)g->bytes_reclaimed));
+		json_object_set_new(o, "foreign_objects", json_integer((json_int_t)g->foreign));
+		json_object_set_new(o, "catalog_rows", json_integer((json_int_t)g->catalog_rows));
+		json_object_set_new(o, "requests", json_integer((json_int_t)g->requests));
+		json_object_set_new(o, "grace_s", json_integer(grace));
+		json_object_set_new(o, "ms", json_real(g->ms));
+		char *s = json_dumps(o, JSON_INDENT(2));
+		if (s)
+			puts(s);
+		free(s);
+		json_decref(o);
+		return;
+	}
+	const char *would = dry ? "would drop" : "dropped";
+	for (size_t i = 0; i < g->n; i++)
+		printf("%-11s %s step %6lld  %12llu bytes  %s\n", g->items[i].drop ? would : "kept", g->items[i].run_id,
+		       (long long)g->items[i].step, (unsigned long long)g->items[i].bytes, g->items[i].why);
+	for (size_t i = 0; i < g->n_missing_pins; i++)
+		printf("note: pinned step %lld has no manifest\n", (long long)g->missing_pins[i]);
+	printf("%s%s: %s %llu manifests, kept %llu; chunks: %llu listed, %llu referenced, %llu %s; %llu bytes %s\n",
+	       dry ? "dry run: " : "", url, would, (unsigned long long)g->dropped, (unsigned long long)g->kept,
+	       (unsigned long long)g->chunks_listed, (unsigned long long)g->chunks_referenced,
+	       (unsigned long long)g->chunks_deleted, dry ? "would be deleted" : "deleted",
+	       (unsigned long long)g->bytes_reclaimed, dry ? "would be reclaimed" : "reclaimed");
+	if (g->catalog_rows)
+		printf("%llu remote-copy rows %s from the local catalog\n", (unsigned long long)g->catalog_rows,
+		       dry ? "would be dropped" : "dropped");
+	if (g->chunks_young)
+		printf("%llu unreferenced chunks (%llu bytes) are younger than %ld s and were left for a later gc "
+		       "(--grace)\n",
+		       (unsigned long long)g->chunks_young, (unsigned long long)g->young_bytes, grace);
+	if (g->chunks_missing)
+		printf("warning: %llu chunks listed by remaining manifests are missing on the remote\n",
+		       (unsigned long long)g->chunks_missing);
+}
+
 int cli_gc_main(int argc, char **argv)
 {
-	const char *dir = NULL;
+	const char *dir = NULL, *remote = NULL, *endpoint = NULL, *run_id = NULL;
 	long keep_last = -1, keep_every = 0, grace = DEFAULT_GRACE, v;
 	int64_t pins[MAX_PINS];
 	size_t npins = 0;
@@ -48,7 +128,8 @@ int cli_gc_main(int argc, char **argv)
 					       { "keep-every", 1, 0, 'k' }, { "pin", 1, 0, 'p' },
 					       { "grace", 1, 0, 'g' },	{ "dry-run", 0, 0, 'd' },
 					       { "json", 0, 0, 'j' },	{ "help", 0, 0, 'h' },
-					       { 0, 0, 0, 0 } };
+					       { "remote", 1, 0, 'R' },	{ "endpoint", 1, 0, 'E' },
+					       { "run-id", 1, 0, 'I' },	{ 0, 0, 0, 0 } };
 	int c;
 	optind = 1;
 	opterr = 0;
@@ -102,6 +183,15 @@ int cli_gc_main(int argc, char **argv)
 		case 'j':
 			json = 1;
 			break;
+		case 'R':
+			remote = optarg;
+			break;
+		case 'E':
+			endpoint = optarg;
+			break;
+		case 'I':
+			run_id = optarg;
+			break;
 		default:
 			fprintf(stderr, "qeffect gc: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
 			return 2;
@@ -111,9 +201,36 @@ int cli_gc_main(int argc, char **argv)
 		fprintf(stderr, "qeffect gc: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
-	if (!dir || keep_last < 0) {
-		fprintf(stderr, "qeffect gc: --run-dir DIR and --keep-last N are required (see --help)\n");
+	if ((!dir && !remote) || keep_last < 0) {
+		fprintf(stderr, "qeffect gc: --run-dir DIR (or --remote URL) and --keep-last N are required (see --help)\n");
 		return 2;
+	}
+	if (!remote && (endpoint || run_id)) {
+		fprintf(stderr, "qeffect gc: --endpoint and --run-id go with --remote\n");
+		return 2;
+	}
+	if (remote) {
+		store_remote_opts ro = { 0 };
+		ro.retries = -1;
+		ro.endpoint = endpoint;
+		ckpt_gc_policy rp = { .keep_last = (int)keep_last,
+				      .keep_every = keep_every,
+				      .pins = pins,
+				      .n_pins = npins,
+				      .grace_s = (uint64_t)grace,
+				      .dry_run = dry };
+		ckpt_remote_gc_report rg;
+		rc = ckpt_remote_gc(remote, &ro, dir, run_id, &rp, &rg);
+		int st = 0;
+		if (rc) {
+			char what[1200];
+			snprintf(what, sizeof(what), "remote gc of %s", remote);
+			st = cli_report("gc", rc, what);
+		} else {
+			remote_print(remote, &rg, dry, json, grace);
+		}
+		ckpt_remote_gc_report_free(&rg);
+		return st;
 	}
 	ckpt_run *r;
 	if ((rc = ckpt_run_open(dir, CKPT_RUN_STORE | (dry ? 0 : CKPT_RUN_WRITE), &r)))

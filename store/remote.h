@@ -132,6 +132,20 @@ int store_remote_delete(store_remote *r, const char *key);
 typedef int (*store_remote_list_cb)(void *ctx, const char *key, uint64_t size);
 int store_remote_list(store_remote *r, const char *sub, store_remote_list_cb cb, void *ctx);
 
+/* One listed object; key is valid only during the callback. */
+typedef struct store_remote_obj {
+	const char *key; /* relative to the handle's prefix */
+	uint64_t size;
+	int64_t mtime;   /* LastModified as unix seconds (the server's clock); -1 when absent or unreadable */
+} store_remote_obj;
+
+/*
+ * store_remote_list with each object's LastModified too (remote gc needs the
+ * age of a chunk to spare one a push in progress has just written).
+ */
+typedef int (*store_remote_list_obj_cb)(void *ctx, const store_remote_obj *obj);
+int store_remote_list_objs(store_remote *r, const char *sub, store_remote_list_obj_cb cb, void *ctx);
+
 /* SHA-256 of data as 64 lowercase hex digits and a NUL. */
 void store_remote_sha256_hex(const void *data, size_t size, char out[65]);
 

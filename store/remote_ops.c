@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/core/status.h"
@@ -156,7 +157,42 @@ int store_remote_delete(store_remote *r, const char *key)
 	return rc;
 }
 
+/* "2024-05-01T12:34:56.000Z" (ISO 8601 UTC, as S3 writes LastModified) to unix seconds; -1 when not that. */
+static int64_t parse_last_modified(const char *s)
+{
+	struct tm tm;
+	memset(&tm, 0, sizeof(tm));
+	int n = 0;
+	if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+		   &tm.tm_sec, &n) != 6 || n == 0)
+		return -1;
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	if (tm.tm_mon < 0 || tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31)
+		return -1;
+	time_t t = timegm(&tm);
+	return t == (time_t)-1 ? -1 : (int64_t)t;
+}
+
+/* Adapts the older key-and-size callback to store_remote_list_objs. */
+typedef struct list_shim {
+	store_remote_list_cb cb;
+	void *ctx;
+} list_shim;
+
+static int list_shim_cb(void *ctx, const store_remote_obj *o)
+{
+	list_shim *s = ctx;
+	return s->cb(s->ctx, o->key, o->size);
+}
+
 int store_remote_list(store_remote *r, const char *sub, store_remote_list_cb cb, void *ctx)
+{
+	list_shim s = { cb, ctx };
+	return store_remote_list_objs(r, sub, list_shim_cb, &s);
+}
+
+int store_remote_list_objs(store_remote *r, const char *sub, store_remote_list_obj_cb cb, void *ctx)
 {
 	char pfx[2200], enc[6600], tok[2048], etok[6200], query[13000];
 	size_t skip = r->prefix[0] ? strlen(r->prefix) + 1 : 0;
@@ -197,7 +233,11 @@ int store_remote_list(store_remote *r, const char *sub, store_remote_list_cb cb,
 			nkeys++;
 			if (strlen(key) < skip || strncmp(key, pfx, strlen(pfx)))
 				continue; /* not ours: a server that ignored the prefix */
-			rc = cb(ctx, key + skip, strtoull(num, NULL, 10));
+			char lm[64];
+			store_remote_obj o = { key + skip, strtoull(num, NULL, 10), -1 };
+			if (remote__xml_text(x + b, e - b, "LastModified", NULL, lm, sizeof(lm)) == 1)
+				o.mtime = parse_last_modified(lm);
+			rc = cb(ctx, &o);
 		}
 		char trunc[16] = "";
 		remote__xml_text(x, n, "IsTruncated", NULL, trunc, sizeof(trunc));
