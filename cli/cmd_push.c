@@ -2,13 +2,13 @@
  * cmd_push.c - `qeffect push`: replicate committed checkpoints of a run to
  * S3-compatible object storage (ckpt/ckpt_remote.h).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_remote.h"
 #include "cli.h"
+#include "remote_flags.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)
@@ -65,76 +65,26 @@ static int on_pushed(void *ctx, const ckpt_push_result *r)
 
 int cli_push_main(int argc, char **argv)
 {
-	const char *run_dir = NULL, *remote = NULL, *endpoint = NULL;
-	long step = CKPT_PUSH_LATEST;
-	int all = 0, have_step = 0;
-	push_out o = { 0, 0, 0 };
-	enum { O_RUNDIR = 1, O_REMOTE, O_ENDPOINT, O_STEP, O_ALL, O_JSON, O_QUIET, O_HELP };
-	static const struct option opts[] = { { "run-dir", 1, 0, O_RUNDIR }, { "remote", 1, 0, O_REMOTE },
-					       { "endpoint", 1, 0, O_ENDPOINT }, { "step", 1, 0, O_STEP },
-					       { "all", 0, 0, O_ALL },		   { "json", 0, 0, O_JSON },
-					       { "quiet", 0, 0, O_QUIET },	   { "help", 0, 0, O_HELP },
-					       { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-		case O_HELP:
-			help(stdout);
-			return 0;
-		case O_RUNDIR:
-			run_dir = optarg;
-			break;
-		case O_REMOTE:
-			remote = optarg;
-			break;
-		case O_ENDPOINT:
-			endpoint = optarg;
-			break;
-		case O_STEP:
-			if (cli_parse_long("push", "--step", optarg, &step))
-				return 2;
-			if (step < 0) {
-				fprintf(stderr, "qeffect push: --step needs a step >= 0\n");
-				return 2;
-			}
-			have_step = 1;
-			break;
-		case O_ALL:
-			all = 1;
-			break;
-		case O_JSON:
-			o.json = 1;
-			break;
-		case O_QUIET:
-			o.quiet = 1;
-			break;
-		default:
-			fprintf(stderr, "qeffect push: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
+	cli_remote_args a;
+	int rc = cli_remote_flags_parse("push", argc, argv, CLI_REMOTE_ALL, &a);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect push: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
-	if (!run_dir || !remote) {
-		fprintf(stderr, "qeffect push: --run-dir DIR and --remote s3://BUCKET/PREFIX are required (see --help)\n");
-		return 2;
-	}
-	if (all && have_step) {
+	if (rc)
+		return rc;
+	if (a.all && a.step >= 0) {
 		fprintf(stderr, "qeffect push: --step and --all exclude each other\n");
 		return 2;
 	}
-	store_remote_opts ro = { 0 };
-	ro.retries = -1;
-	ro.endpoint = endpoint;
-	int rc = ckpt_remote_push(run_dir, remote, &ro, all ? CKPT_PUSH_ALL : step, on_pushed, &o);
+	push_out o = { a.json, a.quiet, 0 };
+	store_remote_opts ro;
+	cli_remote_store_opts(&a, &ro);
+	rc = ckpt_remote_push(a.run_dir, a.remote, &ro, a.all ? CKPT_PUSH_ALL : (a.step >= 0 ? a.step : CKPT_PUSH_LATEST),
+			      on_pushed, &o);
 	if (rc) {
 		char what[160];
-		snprintf(what, sizeof(what), "push to %s failed%s", remote,
+		snprintf(what, sizeof(what), "push to %s failed%s", a.remote,
 			 o.n ? " (the checkpoints reported above were pushed)" : "; nothing was committed remotely");
 		return cli_report("push", rc, what);
 	}
