@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "ckpt/ckpt_query.h"
+#include "run_args.h"
 #include "runtime/core/status.h"
 #include "runtime/train/config.h"
 
@@ -129,19 +130,11 @@ int cli_inspect_main(int argc, char **argv)
 		} else if (c == 'j') {
 			json = 1;
 		} else {
-			fprintf(stderr, "qeffect inspect: unknown flag or missing value '%s' (see --help)\n",
-				argv[optind - 1]);
-			return 2;
+			return cli_run_args_unknown("inspect", argv);
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect inspect: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
-	if (!dir) {
-		fprintf(stderr, "qeffect inspect: --run-dir DIR is required (see --help)\n");
-		return 2;
-	}
+	if ((rc = cli_run_args_check("inspect", argc, argv, dir)))
+		return rc;
 
 	ckpt_run *r = NULL;
 	cat_ckpt ck = { 0 };

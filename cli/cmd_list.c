@@ -3,7 +3,6 @@
  * every status, so a user sees what a resume would load (the latest committed)
  * and what gc would find (pending and aborted attempts).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 
 #include "cli.h"
 #include "ckpt/ckpt_query.h"
+#include "run_args.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)
@@ -31,37 +31,17 @@ static const char *nz(const char *s)
 
 int cli_list_main(int argc, char **argv)
 {
-	const char *dir = NULL;
-	int json = 0;
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "json", 0, 0, 'j' },
-					       { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'r') {
-			dir = optarg;
-		} else if (c == 'j') {
-			json = 1;
-		} else {
-			fprintf(stderr, "qeffect list: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
+	const char *dir;
+	int json;
+	int rc = cli_run_args_parse("list", argc, argv, &dir, &json);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect list: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
-	if (!dir) {
-		fprintf(stderr, "qeffect list: --run-dir DIR is required (see --help)\n");
-		return 2;
-	}
-	ckpt_run *r;
-	int rc = ckpt_run_open(dir, 0, &r);
 	if (rc)
+		return rc;
+	ckpt_run *r;
+	if ((rc = ckpt_run_open(dir, 0, &r)))
 		return cli_report("list", rc, dir);
 	cat_ckpt_rows l = { 0 };
 	if ((rc = ckpt_q_list(r, &l))) {

@@ -4,7 +4,6 @@
  * damaged tensor; the exit status says whether the run's checkpoints can be
  * trusted.  The work is ckpt_q_verify (ckpt/ckpt_query_verify.c).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 
 #include "cli.h"
 #include "ckpt/ckpt_query.h"
+#include "run_args.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)
@@ -29,38 +29,17 @@ static void help(FILE *f)
 
 int cli_verify_main(int argc, char **argv)
 {
-	const char *dir = NULL;
-	int json = 0;
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "json", 0, 0, 'j' },
-					       { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'r') {
-			dir = optarg;
-		} else if (c == 'j') {
-			json = 1;
-		} else {
-			fprintf(stderr, "qeffect verify: unknown flag or missing value '%s' (see --help)\n",
-				argv[optind - 1]);
-			return 2;
-		}
+	const char *dir;
+	int json;
+	int rc = cli_run_args_parse("verify", argc, argv, &dir, &json);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect verify: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
-	if (!dir) {
-		fprintf(stderr, "qeffect verify: --run-dir DIR is required (see --help)\n");
-		return 2;
-	}
-	ckpt_run *r;
-	int rc = ckpt_run_open(dir, CKPT_RUN_STORE, &r);
 	if (rc)
+		return rc;
+	ckpt_run *r;
+	if ((rc = ckpt_run_open(dir, CKPT_RUN_STORE, &r)))
 		return cli_report("verify", rc, dir);
 	ckpt_verify_report v;
 	if ((rc = ckpt_q_verify(r, &v))) {
