@@ -10,8 +10,9 @@
  * (or after QE_CKPT_ASYNC_TIMEOUT_S).  The training thread keeps the
  * communicator to itself.
  *
- * The row writing mirrors ckpt_save.c's write_shard, from host copies taken
- * at the boundary instead of the live state.
+ * The rows are written by ckpt_save.c's ckpt__write_rows, as a synchronous
+ * save writes them; only the chunks come from host copies taken at the
+ * boundary instead of the live state.
  */
 #include "ckpt_async.h"
 
@@ -67,11 +68,6 @@ struct ckpt_async {
 const char *ckpt_async_mode_name(ckpt_async_mode m)
 {
 	return m == CKPT_ASYNC_WAIT ? "wait" : m == CKPT_ASYNC_SKIP ? "skip" : "off";
-}
-
-static int is_runtime_state(qe_pstate_kind k)
-{
-	return k != QE_PSTATE_PARAM && k != QE_PSTATE_ADAM_M && k != QE_PSTATE_ADAM_V;
 }
 
 static void free_copies(ckpt_async *a)
@@ -154,54 +150,6 @@ static int commit_when_complete(ckpt_async *a)
 	return QE_OK;
 }
 
-static int write_rows(ckpt_async *a, store_chunk_list *lists)
-{
-	int rc = cat_begin(a->bg_cat);
-	if (rc)
-		return rc;
-	for (int i = 0; i < a->n && !rc; i++) {
-		qe_pstate_item *it = &a->items[i];
-		char name[64], shape[96];
-		int stage;
-		ckpt__catalog_key(it, a->replica, &stage, name, sizeof(name));
-		ckpt__shape_text(it, shape, sizeof(shape));
-		cat_chunk *ch = calloc(lists[i].n + 1, sizeof(*ch));
-		if (!ch) {
-			rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
-			break;
-		}
-		for (size_t k = 0; k < lists[i].n; k++) {
-			memcpy(ch[k].hash, lists[i].chunks[k].hash.b, sizeof(ch[k].hash));
-			ch[k].size = lists[i].chunks[k].size;
-		}
-		rc = cat_ckpt_add_tensor(a->bg_cat, a->id, stage, name, qe_dtype_name(it->dtype), shape, it->bytes,
-					 qe_pstate_kind_name(it->kind), ch, lists[i].n);
-		free(ch);
-		if (rc)
-			qe_fail_ctx(rc, "checkpoint: recording '%s' of stage %d", name, stage);
-		else
-			ckpt__maybe_kill(a->s, "row", a->rank);
-	}
-	/* One shard row per pipeline stage, by the replica 0 rank that holds it. */
-	for (int i = 0; i < a->n && a->replica == 0 && !rc; i++) {
-		if (a->items[i].stage < 0 || (i > 0 && a->items[i - 1].stage == a->items[i].stage))
-			continue;
-		uint64_t sb = 0;
-		for (int j = 0; j < a->n; j++)
-			if (a->items[j].stage == a->items[i].stage)
-				sb += a->items[j].bytes;
-		rc = cat_ckpt_add_shard(a->bg_cat, a->id, a->items[i].stage, a->rank, sb);
-	}
-	if (rc) {
-		cat_rollback(a->bg_cat);
-		return rc;
-	}
-	if ((rc = cat_commit(a->bg_cat)))
-		return rc;
-	ckpt__maybe_kill(a->s, "rows", a->rank);
-	return QE_OK;
-}
-
 /* QE_CKPT_ASYNC_TEST_DELAY_MS: the tests' way to keep a write in flight. */
 static void test_delay(void)
 {
@@ -237,7 +185,7 @@ static void *bg_main(void *arg)
 	if (!rc)
 		test_delay();
 	if (!rc)
-		rc = write_rows(a, lists);
+		rc = ckpt__write_rows(s, a->bg_cat, a->id, a->rank, a->replica, a->items, a->n, lists);
 	if (!rc && a->rank == 0)
 		rc = commit_when_complete(a);
 	char msg[CKPT_MSG];
@@ -351,20 +299,6 @@ static void word_fail(async_word *w, int rc)
 	snprintf(w->msg, sizeof(w->msg), "%s", rc ? (e && e[0] ? e : qe_strerror(rc)) : "");
 }
 
-static void describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
-{
-	const qe_train_config *c = qe_rank_config(r);
-	snprintf(topo, tl, "pp=%d dp=%d chunks=%d", c->pp, c->dp, c->chunks);
-	snprintf(sched, sl, "%s/%s %s %s", qe_sched_kind_name(c->schedule), qe_sched_backward_name(c->backward),
-		 qe_exec_name(c->exec), qe_grad_name(c->grad));
-	if (c->prec.fp8)
-		snprintf(recipe, rl, "model=%s fp8=%s history=%d margin=%d algo=%s head=%s", c->model.preset,
-			 qe_fp8_format_name(c->prec.recipe.format), c->prec.recipe.history_len, c->prec.recipe.margin,
-			 qe_amax_algo_name(c->prec.recipe.algo), c->prec.head_current ? "current" : "delayed");
-	else
-		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
-}
-
 /* Copy this rank's items into host memory. */
 static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_bytes)
 {
@@ -395,7 +329,7 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 			memcpy(a->copies[i], it->data, it->bytes);
 		}
 		*bytes += it->bytes;
-		if (is_runtime_state(it->kind))
+		if (ckpt__is_runtime_state(it->kind))
 			*rt_bytes += it->bytes;
 	}
 	return QE_OK;
@@ -456,7 +390,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	ckpt_word w;
 	memset(&w, 0, sizeof(w));
 	if (rank == 0) {
-		describe(r, a->topo, sizeof(a->topo), a->sched, sizeof(a->sched), a->recipe, sizeof(a->recipe));
+		ckpt__describe(r, a->topo, sizeof(a->topo), a->sched, sizeof(a->sched), a->recipe, sizeof(a->recipe));
 		rc = ckpt__store(s, 1);
 		if (!rc)
 			rc = cat_ckpt_begin(s->cat, s->run_id, res.step, res.e_w, a->topo, a->sched, a->recipe, &w.id);

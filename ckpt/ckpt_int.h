@@ -1,7 +1,8 @@
 /*
  * ckpt_int.h - the inside of a checkpoint session, shared by ckpt.c (session,
  * store ownership, the test kill hook, the rank-to-rank agreement helpers),
- * ckpt_save.c and ckpt_restore.c.
+ * ckpt_save.c (also the row writing that ckpt_async.c shares) and
+ * ckpt_restore.c.
  */
 #ifndef QE_CKPT_INT_H
 #define QE_CKPT_INT_H
@@ -84,5 +85,19 @@ void ckpt__catalog_key(const qe_pstate_item *it, int replica, int *stage, char *
 int ckpt__shared_by_replicas(const qe_pstate_item *it);
 
 double ckpt__now_ms(void);
+
+/* Persistent state other than parameters and AdamW moments (counted as runtime_state_bytes). */
+int ckpt__is_runtime_state(qe_pstate_kind k);
+/* The checkpoint row's topology, schedule and recipe texts for the rank's configuration. */
+void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
+/*
+ * One rank's rows of checkpoint id, in one transaction of catalog c: a tensor
+ * row per item naming its chunks lists[i] (already durable in the store), then,
+ * on replica 0, one shard row per pipeline stage.  Kill points "row" (after each
+ * tensor row) and "rows" (after the commit).  On failure the transaction is
+ * rolled back and the message names the item.  Returns 0 or a QE_E* code.
+ */
+int ckpt__write_rows(ckpt_session *s, cat *c, int64_t id, int rank, int replica, const qe_pstate_item *items, int n,
+		     const store_chunk_list *lists);
 
 #endif

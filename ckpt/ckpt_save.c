@@ -8,6 +8,8 @@
  * anywhere before the commit leaves a 'pending' (or 'aborted') row that no
  * restore reads; dying after it leaves a complete committed checkpoint.
  * Chunks written by a failed attempt stay in the store until gc.
+ * ckpt_async.c writes its rows and describes its row through the same
+ * functions (ckpt__write_rows, ckpt__describe), so both saves record alike.
  */
 #include "ckpt_int.h"
 
@@ -19,12 +21,12 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-static int is_runtime_state(qe_pstate_kind k)
+int ckpt__is_runtime_state(qe_pstate_kind k)
 {
 	return k != QE_PSTATE_PARAM && k != QE_PSTATE_ADAM_M && k != QE_PSTATE_ADAM_V;
 }
 
-static void describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
+void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
 {
 	const qe_train_config *c = qe_rank_config(r);
 	snprintf(topo, tl, "pp=%d dp=%d chunks=%d", c->pp, c->dp, c->chunks);
@@ -38,6 +40,55 @@ static void describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_
 		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
 }
 
+int ckpt__write_rows(ckpt_session *s, cat *c, int64_t id, int rank, int replica, const qe_pstate_item *items, int n,
+		     const store_chunk_list *lists)
+{
+	int rc = cat_begin(c);
+	if (rc)
+		return rc;
+	for (int i = 0; i < n && !rc; i++) {
+		const qe_pstate_item *it = &items[i];
+		char name[64], shape[96];
+		int stage;
+		ckpt__catalog_key(it, replica, &stage, name, sizeof(name));
+		ckpt__shape_text(it, shape, sizeof(shape));
+		cat_chunk *ch = calloc(lists[i].n + 1, sizeof(*ch));
+		if (!ch) {
+			rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
+			break;
+		}
+		for (size_t k = 0; k < lists[i].n; k++) {
+			memcpy(ch[k].hash, lists[i].chunks[k].hash.b, sizeof(ch[k].hash));
+			ch[k].size = lists[i].chunks[k].size;
+		}
+		rc = cat_ckpt_add_tensor(c, id, stage, name, qe_dtype_name(it->dtype), shape, it->bytes,
+					 qe_pstate_kind_name(it->kind), ch, lists[i].n);
+		free(ch);
+		if (rc)
+			rc = qe_fail_ctx(rc, "checkpoint: recording '%s' of stage %d", name, stage);
+		else
+			ckpt__maybe_kill(s, "row", rank);
+	}
+	/* One shard row per pipeline stage, by the replica 0 rank that holds it. */
+	for (int i = 0; i < n && replica == 0 && !rc; i++) {
+		if (items[i].stage < 0 || (i > 0 && items[i - 1].stage == items[i].stage))
+			continue;
+		uint64_t sb = 0;
+		for (int j = 0; j < n; j++)
+			if (items[j].stage == items[i].stage)
+				sb += items[j].bytes;
+		rc = cat_ckpt_add_shard(c, id, items[i].stage, rank, sb);
+	}
+	if (rc) {
+		cat_rollback(c);
+		return rc;
+	}
+	if ((rc = cat_commit(c)))
+		return rc;
+	ckpt__maybe_kill(s, "rows", rank);
+	return QE_OK;
+}
+
 /*
  * This rank's part: every item's chunks into the store, one flush, then every
  * item's row in one catalog transaction.  OUT *bytes, *rt_bytes: what it wrote.
@@ -47,7 +98,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, uint64_t *bytes,
 	int rank = qe_rank_index(r), replica = qe_rank_replica(r);
 	qe_pstate_item *items = NULL;
 	store_chunk_list *lists = NULL;
-	int n = 0, rc, in_txn = 0;
+	int n = 0, rc;
 	*bytes = *rt_bytes = 0;
 	if ((rc = qe_rank_pstate(r, &items, &n)))
 		return rc;
@@ -88,7 +139,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, uint64_t *bytes,
 			goto out;
 		}
 		*bytes += it->bytes;
-		if (is_runtime_state(it->kind))
+		if (ckpt__is_runtime_state(it->kind))
 			*rt_bytes += it->bytes;
 		ckpt__maybe_kill(s, "chunk", rank);
 	}
@@ -99,51 +150,8 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, uint64_t *bytes,
 	}
 	ckpt__maybe_kill(s, "synced", rank);
 
-	if ((rc = cat_begin(s->cat)))
-		goto out;
-	in_txn = 1;
-	for (int i = 0; i < n; i++) {
-		qe_pstate_item *it = &items[i];
-		char name[64], shape[96];
-		int stage;
-		ckpt__catalog_key(it, replica, &stage, name, sizeof(name));
-		ckpt__shape_text(it, shape, sizeof(shape));
-		cat_chunk *ch = calloc(lists[i].n + 1, sizeof(*ch));
-		if (!ch) {
-			rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
-			goto out;
-		}
-		for (size_t k = 0; k < lists[i].n; k++) {
-			memcpy(ch[k].hash, lists[i].chunks[k].hash.b, sizeof(ch[k].hash));
-			ch[k].size = lists[i].chunks[k].size;
-		}
-		rc = cat_ckpt_add_tensor(s->cat, id, stage, name, qe_dtype_name(it->dtype), shape, it->bytes,
-					 qe_pstate_kind_name(it->kind), ch, lists[i].n);
-		free(ch);
-		if (rc) {
-			rc = qe_fail_ctx(rc, "checkpoint: recording '%s' of stage %d", name, stage);
-			goto out;
-		}
-		ckpt__maybe_kill(s, "row", rank);
-	}
-	/* One shard row per pipeline stage, by the replica 0 rank that holds it. */
-	for (int i = 0; i < n && replica == 0; i++) {
-		if (items[i].stage < 0 || (i > 0 && items[i - 1].stage == items[i].stage))
-			continue;
-		uint64_t sb = 0;
-		for (int j = 0; j < n; j++)
-			if (items[j].stage == items[i].stage)
-				sb += items[j].bytes;
-		if ((rc = cat_ckpt_add_shard(s->cat, id, items[i].stage, rank, sb)))
-			goto out;
-	}
-	rc = cat_commit(s->cat);
-	in_txn = 0;
-	if (!rc)
-		ckpt__maybe_kill(s, "rows", rank);
+	rc = ckpt__write_rows(s, s->cat, id, rank, replica, items, n, lists);
 out:
-	if (in_txn)
-		cat_rollback(s->cat);
 	if (lists)
 		for (int i = 0; i < n; i++)
 			store_chunk_list_free(&lists[i]);
@@ -207,7 +215,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	memset(&w, 0, sizeof(w));
 	if (rank == 0) {
 		char topo[64], sched[96], recipe[160];
-		describe(r, topo, sizeof(topo), sched, sizeof(sched), recipe, sizeof(recipe));
+		ckpt__describe(r, topo, sizeof(topo), sched, sizeof(sched), recipe, sizeof(recipe));
 		rc = ckpt__store(s, 1);
 		if (!rc)
 			rc = cat_ckpt_begin(s->cat, s->run_id, step, e_w, topo, sched, recipe, &w.id);
