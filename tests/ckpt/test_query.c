@@ -212,8 +212,8 @@ static void test_verify(const char *dir)
 	CHECK_OK(store_put_chunk(s, junk, sizeof(junk), NULL));
 	store_close(s);
 
-	CHECK(qt_raw_flip(sdir, &h1, 16 + 77) == 0, "raw flip of %s", hex1);
-	CHECK(qt_raw_flip(sdir, &h2, 16) == 0, "raw flip of %s", hex2);
+	CHECK(tu_raw_flip(sdir, &h1, 16 + 77, 0) == 0, "raw flip of %s", hex1);
+	CHECK(tu_raw_flip(sdir, &h2, 16, 0) == 0, "raw flip of %s", hex2);
 	CHECK_OK(ckpt_run_open(dir, CKPT_RUN_STORE, &r));
 	CHECK_OK(ckpt_q_verify(r, &v));
 	/* adam_m chunk: step 20 only; cache chunk: steps 10, 20, 30 */
@@ -481,7 +481,7 @@ static void test_bad_dirs(const char *root)
 	fclose(fp);
 	rc = ckpt_run_open(d, CKPT_RUN_STORE | CKPT_RUN_WRITE, &r);
 	size_t n = 0;
-	unsigned char *after = qt_read_file(f, &n);
+	unsigned char *after = tu_read_file(f, &n);
 	CHECK(rc != 0 && !r && strstr(qe_last_error(), f), "garbage catalog: %s: %s", qe_errname(rc), qe_last_error());
 	CHECK(after && n == sizeof(junk) && memcmp(after, junk, n) == 0, "garbage catalog.db was modified");
 	free(after);
@@ -489,7 +489,7 @@ static void test_bad_dirs(const char *root)
 
 int main(void)
 {
-	const char *root = qt_tmpdir("ckpt_query");
+	const char *root = tu_tmpdir("ckpt_query");
 	char d1[512], d2[512];
 	snprintf(d1, sizeof(d1), "%s/run1", root);
 	snprintf(d2, sizeof(d2), "%s/run2", root);

@@ -196,7 +196,7 @@ static void test_verify(const char *dir)
 		memcpy(h.b, t->chunks[2].hash, 16);
 		store_hash_hex(&h, hex);
 		snprintf(sdir, sizeof(sdir), "%s/store", dir);
-		CHECK(qt_raw_flip(sdir, &h, 16 + 1000) == 0, "raw flip");
+		CHECK(tu_raw_flip(sdir, &h, 16 + 1000, 0) == 0, "raw flip");
 	}
 	cat_tensor_rows_free(&tr);
 	cat_ckpt_release(&k);
@@ -278,7 +278,7 @@ static void test_gc(const char *dir)
 	snprintf(args, sizeof(args), "verify --run-dir '%s'", a);
 	expect(args, 1, cat_path);
 	size_t n;
-	unsigned char *after = qt_read_file(cat_path, &n);
+	unsigned char *after = tu_read_file(cat_path, &n);
 	CHECK(after && n == sizeof(junk) && memcmp(after, junk, n) == 0, "a bad catalog.db was modified");
 	free(after);
 }
@@ -286,7 +286,7 @@ static void test_gc(const char *dir)
 static int is_png(const char *path, long *size)
 {
 	size_t n = 0;
-	unsigned char *b = qt_read_file(path, &n);
+	unsigned char *b = tu_read_file(path, &n);
 	int ok = b && n > 100 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0;
 	*size = (long)n;
 	free(b);
@@ -306,7 +306,7 @@ static void test_plot(const char *dir, const char *dir2, const char *root)
 	snprintf(a, sizeof(a), "plot --run-dir '%s' -o '%s'", dir, svg);
 	expect(a, 0, "20 train / 4 held-out points");
 	size_t n = 0;
-	unsigned char *b = qt_read_file(svg, &n);
+	unsigned char *b = tu_read_file(svg, &n);
 	CHECK(b && n > 100 && strstr((char *)b, "<svg"), "plot did not write an SVG (%zu bytes)", n);
 	free(b);
 	/* errors leave no file */
@@ -336,7 +336,7 @@ static void test_plot(const char *dir, const char *dir2, const char *root)
 int main(void)
 {
 	snprintf(Q, sizeof(Q), "%s", getenv("QEFFECT") ? getenv("QEFFECT") : QE_BIN);
-	const char *root = qt_tmpdir("ckpt_query_cli");
+	const char *root = tu_tmpdir("ckpt_query_cli");
 	char d1[512], d2[512];
 	snprintf(d1, sizeof(d1), "%s/run1", root);
 	snprintf(d2, sizeof(d2), "%s/run2", root);

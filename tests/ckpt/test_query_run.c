@@ -91,7 +91,7 @@ static float *read_meta(const char *dir, int64_t id, int stage, int64_t *nlin)
 int main(void)
 {
 	snprintf(Q, sizeof(Q), "%s", getenv("QEFFECT") ? getenv("QEFFECT") : QE_BIN);
-	const char *root = qt_tmpdir("ckpt_query_run");
+	const char *root = tu_tmpdir("ckpt_query_run");
 	char d1[512], d2[512], a[3000];
 	snprintf(d1, sizeof(d1), "%s/a", root);
 	snprintf(d2, sizeof(d2), "%s/b", root);
@@ -195,7 +195,7 @@ int main(void)
 		store_hash h;
 		memcpy(h.b, t->chunks[0].hash, 16);
 		store_hash_hex(&h, hex);
-		CHECK(qt_raw_flip(sdir, &h, 16 + 4 * 100 + 2) == 0, "raw flip");
+		CHECK(tu_raw_flip(sdir, &h, 16 + 4 * 100 + 2, 0) == 0, "raw flip");
 	}
 	cat_tensor_rows_free(&tr);
 	ckpt_run_close(r);
@@ -230,7 +230,7 @@ int main(void)
 	snprintf(a, sizeof(a), "plot --run-dir '%s' --vs '%s' -o '%s'", d1, d2, png);
 	rc = run_text(a, &out);
 	size_t n = 0;
-	unsigned char *b = qt_read_file(png, &n);
+	unsigned char *b = tu_read_file(png, &n);
 	CHECK(rc == 0 && b && n > 1000 && memcmp(b, "\x89PNG", 4) == 0, "plot: exit %d, %zu bytes:\n%s", rc, n,
 	      out ? out : "");
 	free(b);

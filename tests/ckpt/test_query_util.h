@@ -1,15 +1,15 @@
 /*
  * test_query_util.h - helpers for the tests of list/inspect/verify/gc/plot:
- * a scratch folder removed at exit, seeded data, a synthetic run directory
- * built straight through the catalog and store APIs (so the query side is
- * tested without the training runtime), a raw LMDB rewrite that damages one
- * chunk behind the store's back, and running the qeffect binary with its
- * output captured.  Header-only (static functions) so each test stays one file.
+ * seeded data, a synthetic run directory built straight through the catalog
+ * and store APIs (so the query side is tested without the training runtime),
+ * and running the qeffect binary with its output captured.  The scratch
+ * folder, whole-file reads and the raw LMDB rewrite that damages one chunk
+ * behind the store's back come from the store tests' store_testutil.h.
+ * Header-only (static functions) so each test stays one file.
  */
 #ifndef QE_TEST_QUERY_UTIL_H
 #define QE_TEST_QUERY_UTIL_H
 
-#include <lmdb.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,45 +23,14 @@
 #include "runtime/core/status.h"
 #include "store/store.h"
 #include "testlib.h"
-
-static char qt_root[256];
-
-static void qt_cleanup(void)
-{
-	char cmd[320];
-	if (!qt_root[0] || getenv("QE_KEEP_TMP"))
-		return;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", qt_root);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", qt_root);
-}
-
-__attribute__((unused)) static const char *qt_tmpdir(const char *tag)
-{
-	const char *base = getenv("TMPDIR");
-	snprintf(qt_root, sizeof(qt_root), "%s/qe_%s_XXXXXX", base && *base ? base : "/tmp", tag);
-	if (!mkdtemp(qt_root)) {
-		perror("mkdtemp");
-		exit(2);
-	}
-	atexit(qt_cleanup);
-	return qt_root;
-}
-
-static uint64_t qt_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
+#include "../store/store_testutil.h"
 
 /* n floats in [-1, 1), reproducible from seed. */
 __attribute__((unused)) static void qt_floats(float *f, size_t n, uint64_t seed)
 {
 	uint64_t s = seed;
 	for (size_t i = 0; i < n; i++)
-		f[i] = (float)((double)(qt_next(&s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+		f[i] = (float)((double)(tu_next(&s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
 /* --- a synthetic run ------------------------------------------------------------ */
@@ -216,38 +185,6 @@ __attribute__((unused)) static int qt_make_run(const char *dir, const char *conf
 	return rc;
 }
 
-/* Rewrite chunk h's stored value through LMDB directly, flipping byte `at`
- * of the value (16-byte header included). */
-__attribute__((unused)) static int qt_raw_flip(const char *store_dir, const store_hash *h, size_t at)
-{
-	MDB_env *env;
-	MDB_txn *txn;
-	MDB_dbi dbi;
-	int rc = mdb_env_create(&env);
-	if (rc)
-		return rc;
-	mdb_env_set_maxdbs(env, 4);
-	if ((rc = mdb_env_open(env, store_dir, MDB_NOTLS, 0644)) || (rc = mdb_txn_begin(env, NULL, 0, &txn))) {
-		mdb_env_close(env);
-		return rc;
-	}
-	MDB_val k = { STORE_HASH_BYTES, (void *)h->b }, v;
-	if (!(rc = mdb_dbi_open(txn, "chunks", 0, &dbi)) && !(rc = mdb_get(txn, dbi, &k, &v))) {
-		unsigned char *copy = malloc(v.mv_size);
-		memcpy(copy, v.mv_data, v.mv_size);
-		copy[at] ^= 0x10;
-		MDB_val nv = { v.mv_size, copy };
-		rc = mdb_put(txn, dbi, &k, &nv, 0);
-		free(copy);
-	}
-	if (rc)
-		mdb_txn_abort(txn);
-	else
-		rc = mdb_txn_commit(txn);
-	mdb_env_close(env);
-	return rc;
-}
-
 /* Run a shell command line; OUT *out: its stdout (malloc'd).  Returns the exit status (-1: not run). */
 __attribute__((unused)) static int qt_run(const char *cmdline, char **out)
 {
@@ -273,25 +210,6 @@ __attribute__((unused)) static int qt_run(const char *cmdline, char **out)
 	int st = pclose(p);
 	*out = buf;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* Whole file into a malloc'd buffer; NULL when unreadable. */
-__attribute__((unused)) static unsigned char *qt_read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	unsigned char *buf = malloc(n > 0 ? (size_t)n : 1);
-	if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-		free(buf);
-		buf = NULL;
-	}
-	fclose(f);
-	*len = n > 0 ? (size_t)n : 0;
-	return buf;
 }
 
 #endif

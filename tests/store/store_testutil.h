@@ -13,6 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <lmdb.h>
+
+#include "store/store.h"
+
 static char tu_root[256];
 
 static void tu_cleanup(void)
@@ -84,6 +88,42 @@ __attribute__((unused)) static int tu_write_file(const char *path, const void *b
 		return -1;
 	size_t w = fwrite(buf, 1, len, f);
 	return (fclose(f) == 0 && w == len) ? 0 : -1;
+}
+
+/* Rewrite the value of chunk h through LMDB directly: flip byte `at` of the
+ * stored value (16-byte header included).  mapsize: set on the environment
+ * before opening it; 0 leaves the size the environment records.  Returns 0 or
+ * an MDB_* code. */
+__attribute__((unused)) static int tu_raw_flip(const char *dir, const store_hash *h, size_t at, size_t mapsize)
+{
+	MDB_env *env;
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	int rc = mdb_env_create(&env);
+	if (rc)
+		return rc;
+	mdb_env_set_maxdbs(env, 4);
+	if (mapsize)
+		mdb_env_set_mapsize(env, mapsize);
+	if ((rc = mdb_env_open(env, dir, MDB_NOTLS, 0644)) || (rc = mdb_txn_begin(env, NULL, 0, &txn))) {
+		mdb_env_close(env);
+		return rc;
+	}
+	MDB_val k = { STORE_HASH_BYTES, (void *)h->b }, v;
+	if (!(rc = mdb_dbi_open(txn, "chunks", 0, &dbi)) && !(rc = mdb_get(txn, dbi, &k, &v))) {
+		unsigned char *copy = malloc(v.mv_size);
+		memcpy(copy, v.mv_data, v.mv_size);
+		copy[at] ^= 0x10;
+		MDB_val nv = { v.mv_size, copy };
+		rc = mdb_put(txn, dbi, &k, &nv, 0);
+		free(copy);
+	}
+	if (rc)
+		mdb_txn_abort(txn);
+	else
+		rc = mdb_txn_commit(txn);
+	mdb_env_close(env);
+	return rc;
 }
 
 #endif

@@ -23,39 +23,6 @@
 #define CHUNK 1024
 #define NCH 8
 
-/* Rewrite the value of chunk h through LMDB directly: flip byte `at` of the
- * stored value (header included). */
-static int raw_flip(const char *dir, const store_hash *h, size_t at)
-{
-	MDB_env *env;
-	MDB_txn *txn;
-	MDB_dbi dbi;
-	int rc = mdb_env_create(&env);
-	if (rc)
-		return rc;
-	mdb_env_set_maxdbs(env, 4);
-	mdb_env_set_mapsize(env, 64 << 20);
-	if ((rc = mdb_env_open(env, dir, MDB_NOTLS, 0644)) || (rc = mdb_txn_begin(env, NULL, 0, &txn))) {
-		mdb_env_close(env);
-		return rc;
-	}
-	MDB_val k = { STORE_HASH_BYTES, (void *)h->b }, v;
-	if (!(rc = mdb_dbi_open(txn, "chunks", 0, &dbi)) && !(rc = mdb_get(txn, dbi, &k, &v))) {
-		unsigned char *copy = malloc(v.mv_size);
-		memcpy(copy, v.mv_data, v.mv_size);
-		copy[at] ^= 0x10;
-		MDB_val nv = { v.mv_size, copy };
-		rc = mdb_put(txn, dbi, &k, &nv, 0);
-		free(copy);
-	}
-	if (rc)
-		mdb_txn_abort(txn);
-	else
-		rc = mdb_txn_commit(txn);
-	mdb_env_close(env);
-	return rc;
-}
-
 static store *open_store(const char *dir, int create)
 {
 	store_opts o = { .create = create, .sync_mode = STORE_SYNC_NONE };
@@ -149,7 +116,7 @@ int main(void)
 	put_tensor(d1, data, &l, SEED);
 	CHECK(l.n == NCH, "put gave %zu chunks", l.n);
 	if (l.n == NCH) {
-		CHECK(raw_flip(d1, &l.chunks[3].hash, 16 + 100) == 0, "raw LMDB rewrite failed");
+		CHECK(tu_raw_flip(d1, &l.chunks[3].hash, 16 + 100, 64 << 20) == 0, "raw LMDB rewrite failed");
 		expect_corrupt(d1, &l, 3, "raw value write");
 
 		/* repair: delete the damaged chunk and put the tensor again */
@@ -165,7 +132,7 @@ int main(void)
 			store_chunk_list_free(&l2);
 			store_close(s);
 		}
-		CHECK(raw_flip(d1, &l.chunks[5].hash, 1) == 0, "raw LMDB rewrite of the header failed");
+		CHECK(tu_raw_flip(d1, &l.chunks[5].hash, 1, 64 << 20) == 0, "raw LMDB rewrite of the header failed");
 		s = open_store(d1, 0);
 		if (s) {
 			int rc = store_get_tensor(s, &l, out, sizeof(out));
