@@ -45,6 +45,30 @@ static int grow(void **rows, size_t *cap, size_t n, size_t elem)
 	return 0;
 }
 
+/*
+ * The start of a query that fills a row array: check c, empty the array
+ * (*rows, *n) and prepare sql; the caller binds its key.  The array is left
+ * as it was when c itself is unusable, else empty.
+ */
+static int rows_begin(cat *c, void **rows, size_t *n, const char *sql, sqlite3_stmt **st, const char *what)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	*n = 0;
+	*rows = NULL;
+	return cat_prepare(c, sql, st, what);
+}
+
+/* Its end: src, the last step's answer, fails the query unless rc already did; st is finalized. */
+static int rows_end(cat *c, sqlite3_stmt *st, int rc, int src, const char *what)
+{
+	if (!rc && src != SQLITE_DONE)
+		rc = cat_sql_fail(c, src, what);
+	sqlite3_finalize(st);
+	return rc;
+}
+
 /* --- runs -------------------------------------------------------------------------- */
 
 int cat_run_create(cat *c, const char *run_id, const char *config_json)
@@ -518,13 +542,10 @@ int cat_ckpt_get_id(cat *c, int64_t id, cat_ckpt *out)
 
 int cat_ckpt_list(cat *c, const char *run_id, cat_ckpt_rows *out)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	out->n = 0;
-	out->rows = NULL;
 	sqlite3_stmt *st;
-	if ((rc = cat_prepare(c, CKPT_COLS "WHERE run_id = ? ORDER BY step, id", &st, "list checkpoints")))
+	int rc = rows_begin(c, (void **)&out->rows, &out->n, CKPT_COLS "WHERE run_id = ? ORDER BY step, id", &st,
+			    "list checkpoints");
+	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
@@ -535,9 +556,7 @@ int cat_ckpt_list(cat *c, const char *run_id, cat_ckpt_rows *out)
 		else if (!(rc = ckpt_from_row(c, st, &out->rows[out->n])))
 			out->n++;
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "list checkpoints");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "list checkpoints");
 	if (rc)
 		cat_ckpt_rows_free(out);
 	return rc;
@@ -556,18 +575,14 @@ void cat_ckpt_rows_free(cat_ckpt_rows *l)
 
 int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	out->n = 0;
-	out->rows = NULL;
 	sqlite3_stmt *st;
 	/* one statement, so tensors and chunks come from one snapshot */
-	if ((rc = cat_prepare(c,
-			      "SELECT t.id, t.stage, t.name, t.dtype, t.shape, t.bytes, t.kind, c.idx, c.hash, c.size"
-			      " FROM tensors t LEFT JOIN tensor_chunks c ON c.tensor_id = t.id"
-			      " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.idx",
-			      &st, "list tensors")))
+	int rc = rows_begin(c, (void **)&out->rows, &out->n,
+			    "SELECT t.id, t.stage, t.name, t.dtype, t.shape, t.bytes, t.kind, c.idx, c.hash, c.size"
+			    " FROM tensors t LEFT JOIN tensor_chunks c ON c.tensor_id = t.id"
+			    " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.idx",
+			    &st, "list tensors");
+	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
 	size_t cap = 0, ccap = 0;
@@ -609,9 +624,7 @@ int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 		memcpy(ch->hash, sqlite3_column_blob(st, 8), 16);
 		ch->size = (uint64_t)sqlite3_column_int64(st, 9);
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "list tensors");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "list tensors");
 	if (rc)
 		cat_tensor_rows_free(out);
 	return rc;
@@ -636,14 +649,10 @@ void cat_tensor_rows_free(cat_tensor_rows *l)
 
 int cat_ckpt_shards(cat *c, int64_t id, cat_shard_rows *out)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	out->n = 0;
-	out->rows = NULL;
 	sqlite3_stmt *st;
-	if ((rc = cat_prepare(c, "SELECT stage, rank, bytes FROM shards WHERE checkpoint_id = ? ORDER BY stage", &st,
-			      "list shards")))
+	int rc = rows_begin(c, (void **)&out->rows, &out->n,
+			    "SELECT stage, rank, bytes FROM shards WHERE checkpoint_id = ? ORDER BY stage", &st, "list shards");
+	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
 	size_t cap = 0;
@@ -658,9 +667,7 @@ int cat_ckpt_shards(cat *c, int64_t id, cat_shard_rows *out)
 		s->rank = sqlite3_column_int(st, 1);
 		s->bytes = (uint64_t)sqlite3_column_int64(st, 2);
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "list shards");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "list shards");
 	if (rc)
 		cat_shard_rows_free(out);
 	return rc;
@@ -702,9 +709,7 @@ int cat_referenced_chunks(cat *c, cat_chunk_cb cb, void *ctx)
 		all[n].size = (uint64_t)sqlite3_column_int64(st, 1);
 		n++;
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "list referenced chunks");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "list referenced chunks");
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = cb(ctx, all[i].hash, all[i].size);
 	free(all);
@@ -744,16 +749,12 @@ int cat_trace_put(cat *c, const char *run_id, const cat_trace *rows, size_t n)
 
 int cat_trace_get(cat *c, const char *run_id, cat_trace_rows *out)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	out->n = 0;
-	out->rows = NULL;
 	sqlite3_stmt *st;
-	if ((rc = cat_prepare(c,
-			      "SELECT step, stage, category, fingerprint FROM traces WHERE run_id = ?"
-			      " ORDER BY step, stage, category",
-			      &st, "read traces")))
+	int rc = rows_begin(c, (void **)&out->rows, &out->n,
+			    "SELECT step, stage, category, fingerprint FROM traces WHERE run_id = ?"
+			    " ORDER BY step, stage, category",
+			    &st, "read traces");
+	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
@@ -774,9 +775,7 @@ int cat_trace_get(cat *c, const char *run_id, cat_trace_rows *out)
 		}
 		out->n++;
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "read traces");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "read traces");
 	if (rc)
 		cat_trace_rows_free(out);
 	return rc;
@@ -839,16 +838,12 @@ int cat_loss_put(cat *c, const char *run_id, const cat_loss *rows, size_t n)
 
 int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	out->n = 0;
-	out->rows = NULL;
 	sqlite3_stmt *st;
-	if ((rc = cat_prepare(c,
-			      "SELECT step, loss, eval_loss, tokens_per_s, ms_per_step FROM losses WHERE run_id = ?"
-			      " ORDER BY step",
-			      &st, "read losses")))
+	int rc = rows_begin(c, (void **)&out->rows, &out->n,
+			    "SELECT step, loss, eval_loss, tokens_per_s, ms_per_step FROM losses WHERE run_id = ?"
+			    " ORDER BY step",
+			    &st, "read losses");
+	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
@@ -865,9 +860,7 @@ int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 		l->tokens_per_s = col_real(st, 3);
 		l->ms_per_step = col_real(st, 4);
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "read losses");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "read losses");
 	if (rc)
 		cat_loss_rows_free(out);
 	return rc;
@@ -912,16 +905,12 @@ int cat_remote_add(cat *c, int64_t id, const char *url, const char *manifest_has
 
 int cat_remote_list(cat *c, int64_t id, cat_remote_rows *out)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	out->n = 0;
-	out->rows = NULL;
 	sqlite3_stmt *st;
-	if ((rc = cat_prepare(c,
-			      "SELECT checkpoint_id, url, pushed_at, manifest_hash FROM remotes WHERE checkpoint_id = ?"
-			      " ORDER BY url",
-			      &st, "list remote copies")))
+	int rc = rows_begin(c, (void **)&out->rows, &out->n,
+			    "SELECT checkpoint_id, url, pushed_at, manifest_hash FROM remotes WHERE checkpoint_id = ?"
+			    " ORDER BY url",
+			    &st, "list remote copies");
+	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
 	size_t cap = 0;
@@ -941,9 +930,7 @@ int cat_remote_list(cat *c, int64_t id, cat_remote_rows *out)
 			break;
 		}
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "list remote copies");
-	sqlite3_finalize(st);
+	rc = rows_end(c, st, rc, src, "list remote copies");
 	if (rc)
 		cat_remote_rows_free(out);
 	return rc;
