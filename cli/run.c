@@ -280,6 +280,19 @@ int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 	fflush(stderr);
 	qe_launch_result res;
 	int rc = qe_launch_local(nproc, cli_rank_main, job, NULL, 0, &res);
+	/*
+	 * Ranks that close the catalog at the same moment may each leave the WAL to
+	 * the other, so -wal/-shm files can outlive the job.  Closing it once more
+	 * here, as the only connection, checkpoints and removes them: a finished
+	 * job leaves its run directory in one settled state.
+	 */
+	if (job->cfg.run_dir[0]) {
+		char path[1100];
+		cat *c = NULL;
+		snprintf(path, sizeof(path), "%s/catalog.db", job->cfg.run_dir);
+		if (access(path, F_OK) == 0 && cat_open(path, 0, &c) == 0)
+			cat_close(c);
+	}
 	if (rc) {
 		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
 		return 1;
