@@ -42,6 +42,40 @@ static int load(const char *dir, run_traces *t)
 	return rc;
 }
 
+/* The "mapping" rows of a run, in (step, stage) order. */
+typedef struct mapping_rows {
+	const cat_trace **rows;
+	size_t n;
+} mapping_rows;
+
+static int collect_mappings(const cat_trace_rows *t, mapping_rows *out)
+{
+	out->n = 0;
+	out->rows = calloc(t->n + 1, sizeof(*out->rows));
+	if (!out->rows)
+		return -1;
+	for (size_t i = 0; i < t->n; i++)
+		if (strcmp(t->rows[i].category, "mapping") == 0)
+			out->rows[out->n++] = &t->rows[i];
+	return 0;
+}
+
+/* The mapping fingerprint of (step, stage), or 0 with *found = 0. */
+static uint64_t mapping_of(const mapping_rows *m, int64_t step, int stage, int *found)
+{
+	size_t lo = 0, hi = m->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const cat_trace *r = m->rows[mid];
+		if (r->step < step || (r->step == step && r->stage < stage))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = lo < m->n && m->rows[lo]->step == step && m->rows[lo]->stage == stage;
+	return *found ? m->rows[lo]->fingerprint : 0;
+}
+
 static int cmp_row(const cat_trace *a, const cat_trace *b)
 {
 	if (a->step != b->step)
@@ -92,7 +126,12 @@ int cli_compare_main(int argc, char **argv)
 		       A.cfg.micro == B.cfg.micro && A.cfg.dp == B.cfg.dp;
 	int ncat;
 	const qe_trace_category *cats = qe_trace_categories(&ncat);
-	long mism[64] = { 0 }, compared[64] = { 0 };
+	long mism[64] = { 0 }, compared[64] = { 0 }, skipped[64] = { 0 };
+	mapping_rows MA, MB;
+	if (collect_mappings(&A.rows, &MA) || collect_mappings(&B.rows, &MB)) {
+		fprintf(stderr, "qeffect compare: out of memory\n");
+		return 1;
+	}
 	long total_cmp = 0, total_mis = 0, only_a = 0, only_b = 0;
 	int64_t first_step = -1, last_step = -1, first_bad_step = -1;
 	char first_bad[160] = "";
@@ -116,8 +155,20 @@ int cli_compare_main(int argc, char **argv)
 		int k = 0;
 		while (k < ncat && strcmp(cats[k].name, ra->category))
 			k++;
-		if (k == ncat || (cats[k].config_dependent && !same_cfg))
+		if (k == ncat || cats[k].config_dependent == 2)
 			continue;
+		if (cats[k].config_dependent) {
+			/* Per step and stage: comparable when both ran under the same mapping then
+			 * (a resumed run may have changed it); runs without mapping rows fall back
+			 * to their configurations. */
+			int fa, fb;
+			uint64_t ma = mapping_of(&MA, ra->step, ra->stage, &fa), mb = mapping_of(&MB, rb->step, rb->stage, &fb);
+			int same = fa && fb ? ma == mb : same_cfg;
+			if (!same) {
+				skipped[k]++;
+				continue;
+			}
+		}
 		if (first_step < 0 || ra->step < first_step)
 			first_step = ra->step;
 		if (ra->step > last_step)
@@ -137,11 +188,14 @@ int cli_compare_main(int argc, char **argv)
 	if (json) {
 		json_t *o = json_object(), *cj = json_array(), *sk = json_array();
 		for (int k = 0; k < ncat; k++) {
-			if (cats[k].config_dependent && !same_cfg) {
-				json_array_append_new(sk, json_pack("{s:s,s:s}", "category", cats[k].name, "why",
-								    "depends on the configuration, and the runs differ"));
+			if (cats[k].config_dependent == 2)
 				continue;
-			}
+			if (skipped[k])
+				json_array_append_new(sk, json_pack("{s:s,s:I,s:s}", "category", cats[k].name, "rows",
+								    (json_int_t)skipped[k], "why",
+								    "depends on the configuration, and the runs differ there"));
+			if (cats[k].config_dependent && !compared[k] && skipped[k])
+				continue;
 			json_array_append_new(cj, json_pack("{s:s,s:I,s:I}", "category", cats[k].name, "compared",
 							    (json_int_t)compared[k], "mismatches", (json_int_t)mism[k]));
 		}
@@ -167,9 +221,12 @@ int cli_compare_main(int argc, char **argv)
 			       total_cmp);
 		printf("%-16s %10s %10s\n", "category", "compared", "mismatch");
 		for (int k = 0; k < ncat; k++) {
-			if (cats[k].config_dependent && !same_cfg)
-				printf("%-16s %10s %10s   skipped: depends on the configuration, and the runs differ\n",
-				       cats[k].name, "-", "-");
+			if (cats[k].config_dependent == 2)
+				continue;
+			if (skipped[k])
+				printf("%-16s %10ld %10ld   skipped %ld rows: depends on the configuration, and the runs "
+				       "differ there\n",
+				       cats[k].name, compared[k], mism[k], skipped[k]);
 			else
 				printf("%-16s %10ld %10ld\n", cats[k].name, compared[k], mism[k]);
 		}
@@ -183,6 +240,8 @@ int cli_compare_main(int argc, char **argv)
 		else
 			printf("nothing compared: the runs share no traced steps\n");
 	}
+	free(MA.rows);
+	free(MB.rows);
 	cat_trace_rows_free(&A.rows);
 	cat_trace_rows_free(&B.rows);
 	return total_mis || !total_cmp ? 1 : 0;

@@ -40,6 +40,7 @@ static const qe_trace_category categories[] = {
 	{ "arena_writes", 0, "arena views written in the step (M per matrix)" },
 	{ "peak_tapes", 1, "most tapes live at once in the step" },
 	{ "delayed_dw", 1, "dW actions not right after their own dI" },
+	{ "mapping", 2, "the step's schedule, backward mode, pp, dp, micro and chunks" },
 };
 #define NCAT (int)(sizeof(categories) / sizeof(categories[0]))
 
@@ -209,6 +210,11 @@ int qe_trace_rank(qe_rank *r, int64_t step, float loss, qe_trace_row **out, int 
 			h_host(h, &vals[k], sizeof(vals[k]));
 			emit(rows, &n, step, s, names[k], h);
 		}
+		/* The mapping this step ran under: resource counts are comparable only when it agrees. */
+		int32_t map[6] = { (int32_t)cfg->schedule, (int32_t)cfg->backward, cfg->pp, cfg->dp, cfg->micro, cfg->chunks };
+		h_reset(h);
+		h_host(h, map, sizeof(map));
+		emit(rows, &n, step, s, "mapping", h);
 	}
 	int rc = h->rc;
 	XXH3_freeState(h->st);

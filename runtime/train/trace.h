@@ -23,7 +23,12 @@ typedef struct qe_trace_row {
 
 typedef struct qe_trace_category {
 	const char *name;
-	/* 1: legitimately differs between configurations (split vs full backward, schedules) */
+	/*
+	 * 1: legitimately differs between configurations (split vs full backward,
+	 * schedules): compared only at steps whose "mapping" fingerprints agree.
+	 * 2: the "mapping" marker itself (schedule, backward, pp, dp, micro, chunks
+	 * of the step), which describes the configuration and is never a mismatch.
+	 */
 	int config_dependent;
 	const char *what;
 } qe_trace_category;
