@@ -25,7 +25,7 @@ rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s)
 	return NULL;
 }
 
-static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, int *np)
+static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)[40], int *np)
 {
 	rank_chunk *ch = &r->chunks[c];
 	int rc;
@@ -41,10 +41,11 @@ static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, int *np)
 	ch->nmat = qe_stage_nmatrices(ch->st);
 	for (int j = 0; j < ch->nmat; j++) {
 		const qe_param_info *pi = qe_stage_param(ch->st, qe_stage_matrix_param(ch->st, j));
-		static _Thread_local char names[64][40];
-		snprintf(names[*np % 64], sizeof(names[0]), "stage%d.%s", ch->stage, pi->name);
-		qe_arena_param *ap = &aparams[(*np)++];
-		ap->name = names[(*np - 1) % 64];
+		if (*np >= 64)
+			return qe_fail(QE_EINVAL, "rank %d: more than 64 matrix parameters", r->rank);
+		snprintf(names[*np], sizeof(names[0]), "stage%d.%s", ch->stage, pi->name);
+		qe_arena_param *ap = &aparams[*np];
+		ap->name = names[(*np)++];   /* copied by qe_arena_create */
 		ap->rows = pi->rows;
 		ap->cols = pi->cols;
 		ap->dtype = QE_F32;
@@ -86,6 +87,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	r->dr = r->rank / r->P;
 	qe_sched_config sc = { cfg->schedule, r->P, r->M, r->V, cfg->backward };
 	qe_arena_param aparams[64];
+	char anames[64][40];
 	int np = 0;
 	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)))
 		goto fail_rc;
@@ -94,7 +96,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	    (rc = o->event_create(b, &r->ev_in)) || (rc = o->event_create(b, &r->ev_tail)))
 		goto fail_rc;
 	for (int c = 0; c < r->V; c++)
-		if ((rc = setup_chunk(r, c, aparams, &np)))
+		if ((rc = setup_chunk(r, c, aparams, anames, &np)))
 			goto fail_rc;
 	size_t abytes = qe_arena_bytes(aparams, np, r->M);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||

@@ -307,21 +307,7 @@ static int optimizer_commit(qe_rank *r)
 			TRY(o->stream_sync(r->caller));
 			TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
 			const float *one[1] = { r->reduce_buf };
-			qe_adamw_args args = { 0 };
-			args.param = qe_stage_params(ch->st) + pi->offset;
-			args.m = ch->opt->m + pi->offset;
-			args.v = ch->opt->v + pi->offset;
-			args.grads = one;
-			args.nviews = 1;
-			args.n = n;
-			args.lr = r->cfg.optim.lr;
-			args.beta1 = r->cfg.optim.beta1;
-			args.beta2 = r->cfg.optim.beta2;
-			args.eps = r->cfg.optim.eps;
-			args.weight_decay = pi->decay ? r->cfg.optim.weight_decay : 0.0f;
-			args.step = ch->opt->step;
-			args.grad_scale = 1.0f / (float)r->D;
-			TRY(o->adamw(r->caller, &args));
+			TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &r->cfg.optim, 1.0f / (float)r->D));
 		}
 	}
 	TRY(o->stream_sync(r->caller));

@@ -41,6 +41,28 @@ void qe_adamw_free(qe_adamw *a)
 	free(a);
 }
 
+int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *const *views, int nviews,
+			  const qe_adamw_config *cfg, float grad_scale)
+{
+	const qe_param_info *p = qe_stage_param(st, i);
+	qe_adamw_args args = { 0 };
+	args.param = qe_stage_params(st) + p->offset;
+	args.m = a->m + p->offset;
+	args.v = a->v + p->offset;
+	args.grads = views;
+	args.nviews = nviews;
+	args.n = p->rows * p->cols;
+	args.lr = cfg->lr;
+	args.beta1 = cfg->beta1;
+	args.beta2 = cfg->beta2;
+	args.eps = cfg->eps;
+	args.weight_decay = p->decay ? cfg->weight_decay : 0.0f;
+	args.step = a->step;
+	args.grad_scale = grad_scale;
+	int rc = a->b->ops->adamw(s, &args);
+	return rc ? qe_fail_ctx(rc, "adamw: stage %d parameter '%s'", qe_stage_index(st), p->name) : QE_OK;
+}
+
 int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmicro,
 		  const qe_adamw_config *cfg, float grad_scale)
 {
@@ -53,24 +75,10 @@ int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *m
 		for (int m = 0; m < nmicro; m++)
 			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmicro + m]
 						: qe_stage_nonmatrix_grad(st, m) + p->grad_offset;
-		qe_adamw_args args = { 0 };
-		args.param = qe_stage_params(st) + p->offset;
-		args.m = a->m + p->offset;
-		args.v = a->v + p->offset;
-		args.grads = views;
-		args.nviews = nmicro;
-		args.n = p->rows * p->cols;
-		args.lr = cfg->lr;
-		args.beta1 = cfg->beta1;
-		args.beta2 = cfg->beta2;
-		args.eps = cfg->eps;
-		args.weight_decay = p->decay ? cfg->weight_decay : 0.0f;
-		args.step = a->step;
-		args.grad_scale = grad_scale;
-		int rc = a->b->ops->adamw(s, &args);
+		int rc = qe_adamw_update_param(a, s, st, i, views, nmicro, cfg, grad_scale);
 		if (rc) {
 			a->step--;
-			return qe_fail_ctx(rc, "adamw: stage %d parameter '%s'", qe_stage_index(st), p->name);
+			return rc;
 		}
 	}
 	return QE_OK;

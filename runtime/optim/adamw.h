@@ -38,4 +38,12 @@ void qe_adamw_free(qe_adamw *a);
 int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmicro,
 		  const qe_adamw_config *cfg, float grad_scale);
 
+/*
+ * Update one parameter (index i of the stage) from nviews gradient views
+ * summed in order, at optimizer step a->step (the caller advances a->step
+ * once per optimizer step; qe_adamw_step does that itself).
+ */
+int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *const *views, int nviews,
+			  const qe_adamw_config *cfg, float grad_scale);
+
 #endif
