@@ -40,5 +40,6 @@ int cli_plot_main(int argc, char **argv);
 int cli_resume_main(int argc, char **argv);
 int cli_push_main(int argc, char **argv);
 int cli_pull_main(int argc, char **argv);
+int cli_bench_main(int argc, char **argv);
 
 #endif

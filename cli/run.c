@@ -20,6 +20,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
+#include "rank_meter.h"
 
 static int catalog_path(const char *dir, char *buf, size_t len)
 {
@@ -96,7 +97,56 @@ typedef struct rank_ctx {
 	ckpt_session *ck;
 	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
 	float last_loss;
+	/* --json: each step's wall time on this rank and the memory it holds (rank_meter.h) */
+	double *step_ms;
+	int nsteps, capsteps;
+	double first_step_end_unix_ms;
+	size_t alloc_setup, alloc_base, alloc_last;
+	size_t mem_setup, mem_base, mem_last, mem_peak;
+	const char *mem_probe;
 } rank_ctx;
+
+static double unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Sample the memory measures: after setup (rep NULL) or after a step, whose time is kept. */
+static void meter_sample(rank_ctx *ctx, qe_rank *r, const qe_step_report *rep)
+{
+	cli_alloc_stats a;
+	size_t used = 0;
+	cli_rank_meter_get(&a);
+	cli_rank_meter_probe(qe_rank_backend(r), &used, &ctx->mem_probe);
+	if (used > ctx->mem_peak)
+		ctx->mem_peak = used;
+	if (!rep) {
+		ctx->alloc_setup = ctx->alloc_base = ctx->alloc_last = a.live;
+		ctx->mem_setup = ctx->mem_base = ctx->mem_last = used;
+		return;
+	}
+	if (ctx->nsteps == ctx->capsteps) {
+		int cap = ctx->capsteps ? 2 * ctx->capsteps : 64;
+		double *n = realloc(ctx->step_ms, (size_t)cap * sizeof(*n));
+		if (!n)
+			return;
+		ctx->step_ms = n;
+		ctx->capsteps = cap;
+	}
+	ctx->step_ms[ctx->nsteps++] = rep->ms;
+	if (ctx->nsteps == 1)
+		ctx->first_step_end_unix_ms = unix_ms();
+	ctx->alloc_last = a.live;
+	ctx->mem_last = used;
+	/* Growth is measured from the end of this process's second step: in graph mode the one
+	 * that captured the graphs and replayed them first. */
+	if (ctx->nsteps <= 2) {
+		ctx->alloc_base = a.live;
+		ctx->mem_base = used;
+	}
+}
 
 static void print_async_done(const rank_ctx *ctx, const qe_rank *r, int64_t step, double ms)
 {
@@ -130,6 +180,8 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	rank_ctx *ctx = vctx;
 	int rc;
 	ctx->last_loss = rep->loss;
+	if (ctx->job->json)
+		meter_sample(ctx, r, rep);
 	/* Data-parallel replicas hold identical state: replica 0 speaks for them. */
 	if (ctx->cat && qe_rank_replica(r) == 0) {
 		cat_trace *rows = calloc((size_t)rep->nrows + 1, sizeof(cat_trace));
@@ -188,10 +240,22 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 	XXH3_freeState(h);
 	printf("{\"rank\":%d,\"params_fp\":\"%016llx\",\"pipeline_rank\":%d,\"replica\":%d,\"chunks\":%d,\"steps\":%lld,\"last_loss\":%.6f,"
 	       "\"graphs\":%d,\"replays\":%llu,\"handoffs\":%llu,\"capture_ms\":%.3f,\"arena_bytes\":%zu,"
-	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d}\n",
+	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d,",
 	       qe_rank_index(r), pfp, qe_rank_pipeline_rank(r), qe_rank_replica(r), qe_rank_nchunks(r), (long long)k.steps,
 	       ctx->last_loss, k.graphs, (unsigned long long)k.replays, (unsigned long long)k.handoffs, k.capture_ms,
 	       k.arena_bytes, peak, (unsigned long long)delayed, (unsigned long long)k.arena_writes, k.live_tapes);
+	/* Memory (rank_meter.h) and per-step times; growth from the end of this process's second step. */
+	cli_alloc_stats a;
+	cli_rank_meter_get(&a);
+	printf("\"alloc_setup_bytes\":%zu,\"alloc_peak_bytes\":%zu,\"alloc_live_bytes\":%zu,\"alloc_growth_bytes\":%lld,"
+	       "\"mem_probe\":\"%s\",\"mem_setup_bytes\":%zu,\"mem_peak_bytes\":%zu,\"mem_growth_bytes\":%lld,"
+	       "\"first_step_end_unix_ms\":%.3f,\"step_ms\":[",
+	       ctx->alloc_setup, a.peak, a.live, (long long)ctx->alloc_last - (long long)ctx->alloc_base,
+	       ctx->mem_probe ? ctx->mem_probe : "none", ctx->mem_setup, ctx->mem_peak,
+	       (long long)ctx->mem_last - (long long)ctx->mem_base, ctx->first_step_end_unix_ms);
+	for (int i = 0; i < ctx->nsteps; i++)
+		printf("%s%.3f", i ? "," : "", ctx->step_ms[i]);
+	printf("]}\n");
 	fflush(stdout);
 }
 
@@ -204,7 +268,7 @@ int cli_rank_main(void *vjob)
 	qe_backend *b = NULL;
 	qe_rank *r = NULL;
 	qe_data data = { 0 };
-	rank_ctx ctx = { job, NULL, NULL, NULL, 0 };
+	rank_ctx ctx = { .job = job };
 	int rc = qe_dist_env_from_environ(&env);
 	if (!rc && env.world_size > 1)
 		rc = qe_comm_open(&env, 0, &comm);
@@ -212,10 +276,14 @@ int cli_rank_main(void *vjob)
 		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
 		rc = qe_backend_open(cfg->backend, &b);
 	}
+	if (!rc && job->json)
+		rc = cli_rank_meter_attach(b);
 	if (!rc)
 		rc = qe_data_load(cfg->data, &data);
 	if (!rc)
 		rc = qe_rank_create(cfg, b, comm, &r);
+	if (!rc && job->json)
+		meter_sample(&ctx, r, NULL);
 	if (!rc && cfg->run_dir[0]) {
 		char path[1100];
 		snprintf(path, sizeof(path), "%s/catalog.db", cfg->run_dir);
@@ -255,8 +323,11 @@ int cli_rank_main(void *vjob)
 	cat_close(ctx.cat);
 	qe_rank_free(r);
 	qe_data_free(&data);
-	if (b)
+	free(ctx.step_ms);
+	if (b) {
+		cli_rank_meter_detach(b);
 		qe_backend_close(b);
+	}
 	qe_comm_close(comm);
 	fflush(stdout);
 	return rc ? 1 : 0;
