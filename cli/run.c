@@ -272,6 +272,9 @@ int cli_rank_main(void *vjob)
 	int rc = qe_dist_env_from_environ(&env);
 	if (!rc && env.world_size > 1)
 		rc = qe_comm_open(&env, 0, &comm);
+	/* Under an external launcher only rank 0 created the run: everyone takes its run id. */
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, job->run_id, sizeof(job->run_id));
 	if (!rc) {
 		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
 		rc = qe_backend_open(cfg->backend, &b);
