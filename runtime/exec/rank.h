@@ -114,5 +114,11 @@ int qe_rank_check_replicas(qe_rank *r);
 
 /* Test hooks for fault injection in the gate tests: run only the forward half of a step. */
 int qe_rank_forward_only_for_test(qe_rank *r, const qe_data *data);
+/*
+ * Test hook: F then full B of microbatch m through every stage (a
+ * single-process pipeline): its tapes are released, its arena views written,
+ * and the step is left incomplete - what the checkpoint gate must refuse.
+ */
+int qe_rank_microbatch_for_test(qe_rank *r, const qe_data *data, int m);
 
 #endif

@@ -390,3 +390,14 @@ int qe_rank_forward_only_for_test(qe_rank *r, const qe_data *data)
 			return act_f(r, &r->chunks[c], data, 0);
 	return qe_fail(QE_EINVAL, "rank %d holds no first stage", r->rank);
 }
+
+int qe_rank_microbatch_for_test(qe_rank *r, const qe_data *data, int m)
+{
+	if (r->world != 1)
+		return qe_fail(QE_EINVAL, "microbatch test hook: needs every stage in this process");
+	for (int s = 0; s < r->S; s++)
+		TRY(act_f(r, qe__rank_chunk_of_stage(r, s), data, m));
+	for (int s = r->S - 1; s >= 0; s--)
+		TRY(act_b(r, qe__rank_chunk_of_stage(r, s), m));
+	return QE_OK;
+}

@@ -162,6 +162,20 @@ static void test_single(void)
 	CHECK(access(sd, F_OK) != 0, "a refused checkpoint created the store");
 	world_close(&w1);
 
+	/* gate: no live tape, but the arena holds a microbatch the optimizer has not reduced */
+	CHECK_OK(world_open(&w1, &cfg, dir, "solo-run"));
+	CHECK_OK(qe_rank_microbatch_for_test(w1.r, &g_data, 0));
+	rc = ckpt_save(w1.s, w1.r, &res);
+	printf("gate refusal (arena): %s\n", qe_last_error());
+	CHECK(rc == QE_EPREMATURE, "save with a partly written arena: %s, expected QE_EPREMATURE", qe_errname(rc));
+	CHECK(strstr(qe_last_error(), "arena") && !strstr(qe_last_error(), "live tape"),
+	      "refusal does not name the arena writes (and only them): %s", qe_last_error());
+	rows.n = 0;
+	CHECK_OK(cat_ckpt_list(w1.c, "solo-run", &rows));
+	CHECK(rows.n == 0, "a refused checkpoint left %zu rows", rows.n);
+	cat_ckpt_rows_free(&rows);
+	world_close(&w1);
+
 	/* round trip */
 	CHECK_OK(world_open(&w1, &cfg, dir, "solo-run"));
 	float l1, l2;
