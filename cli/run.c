@@ -76,7 +76,8 @@ int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
 	cat_run run = { 0 };
 	if ((rc = cat_meta_get(c, "run_id", &id)) || (rc = cat_run_get(c, id, &run)) ||
 	    (cfg && (rc = qe_train_config_from_json(run.config_json, cfg)))) {
-		rc = qe_fail_ctx(rc, "catalog '%s'", path);
+		if (!strstr(qe_last_error(), path)) /* catalog messages usually name the file already */
+			rc = qe_fail_ctx(rc, "catalog '%s'", path);
 		free(id);
 		cat_run_release(&run);
 		cat_close(c);
