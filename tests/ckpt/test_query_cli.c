@@ -24,33 +24,10 @@
 
 #define CONFIG "{\"note\":\"synthetic\"}"
 
-static char Q[1024];
-
-static json_t *run_json(const char *args, int want_rc)
-{
-	char cmd[4096], *out = NULL;
-	snprintf(cmd, sizeof(cmd), "'%s' %s", Q, args);
-	int rc = qt_run(cmd, &out);
-	CHECK(rc == want_rc, "'%s' exited %d, want %d", args, rc, want_rc);
-	json_error_t err;
-	json_t *j = out ? json_loads(out, 0, &err) : NULL;
-	CHECK(j != NULL, "'%s' printed no JSON: %s", args, out ? out : "(nothing)");
-	free(out);
-	return j;
-}
-
-/* Run; return exit status and the combined output in *out (malloc'd). */
-static int run_text(const char *args, char **out)
-{
-	char cmd[4096];
-	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", Q, args);
-	return qt_run(cmd, out);
-}
-
 static void expect(const char *args, int want_rc, const char *needle)
 {
 	char *out = NULL;
-	int rc = run_text(args, &out);
+	int rc = qt_run_text(args, &out);
 	CHECK(rc == want_rc && (!needle || (out && strstr(out, needle))), "'%s' exited %d (want %d), output lacks '%s':\n%s",
 	      args, rc, want_rc, needle ? needle : "", out ? out : "");
 	free(out);
@@ -60,7 +37,7 @@ static void test_list(const char *dir)
 {
 	char a[700];
 	snprintf(a, sizeof(a), "list --run-dir '%s' --json", dir);
-	json_t *j = run_json(a, 0);
+	json_t *j = qt_run_json(a, 0);
 	json_t *rows = json_object_get(j, "checkpoints");
 	int64_t want_step[] = { 10, 20, 25, 30, 40 };
 	const char *want_st[] = { "committed", "committed", "aborted", "committed", "pending" };
@@ -87,7 +64,7 @@ static void test_list(const char *dir)
 	json_decref(j);
 	snprintf(a, sizeof(a), "list --run-dir '%s'", dir);
 	char *out = NULL;
-	int rc = run_text(a, &out);
+	int rc = qt_run_text(a, &out);
 	CHECK(rc == 0 && out && strstr(out, "5 checkpoints, 3 committed") && strstr(out, "aborted") &&
 		      strstr(out, "pending"),
 	      "list text:\n%s", out ? out : "");
@@ -101,7 +78,7 @@ static void test_inspect(const char *dir)
 {
 	char a[800];
 	snprintf(a, sizeof(a), "inspect --run-dir '%s' --json --tensor params --stage 1", dir);
-	json_t *j = run_json(a, 0);
+	json_t *j = qt_run_json(a, 0);
 	json_t *ck = json_object_get(j, "checkpoint"), *ep = json_object_get(j, "epochs");
 	CHECK(json_integer_value(json_object_get(ck, "step")) == 30 &&
 		      strcmp(json_string_value(json_object_get(ck, "status")), "committed") == 0,
@@ -155,14 +132,14 @@ static void test_inspect(const char *dir)
 	/* text, a pending step, run-wide records */
 	snprintf(a, sizeof(a), "inspect --run-dir '%s' --step 40 --stage -1 --tensor e_W", dir);
 	char *out = NULL;
-	int rc = run_text(a, &out);
+	int rc = qt_run_text(a, &out);
 	CHECK(rc == 0 && out && strstr(out, "checkpoint step 40") && strstr(out, "pending") &&
 		      strstr(out, "epochs: e_W 40") && strstr(out, "run/e_W") && strstr(out, "tensor 'run/e_W' of stage -1 (i64)") &&
 		      !strstr(out, "adam_m"),
 	      "inspect --step 40 --stage -1:\n%s", out ? out : "");
 	free(out);
 	snprintf(a, sizeof(a), "inspect --run-dir '%s'", dir);
-	rc = run_text(a, &out);
+	rc = qt_run_text(a, &out);
 	CHECK(rc == 0 && out && strstr(out, "fp8 scaling state") && strstr(out, "head") && strstr(out, "grad_output") &&
 		      strstr(out, "runtime state"),
 	      "inspect text:\n%s", out ? out : "");
@@ -202,14 +179,14 @@ static void test_verify(const char *dir)
 	cat_ckpt_release(&k);
 	ckpt_run_close(r);
 	char *out = NULL;
-	int rc = run_text(a, &out);
+	int rc = qt_run_text(a, &out);
 	char want[200];
 	snprintf(want, sizeof(want), "BAD step 10 stage 3 tensor 'adam_v' chunk 2 %s: corrupt", hex);
 	CHECK(rc == 1 && out && strstr(out, want) && strstr(out, "FAULTS: 1 in 1 tensors"), "verify after damage (want '%s'):\n%s",
 	      want, out ? out : "");
 	free(out);
 	snprintf(a, sizeof(a), "verify --run-dir '%s' --json", dir);
-	json_t *j = run_json(a, 1);
+	json_t *j = qt_run_json(a, 1);
 	json_t *f = json_array_get(json_object_get(j, "faults"), 0);
 	CHECK(json_is_false(json_object_get(j, "ok")) && json_array_size(json_object_get(j, "faults")) == 1 && f &&
 		      strcmp(json_string_value(json_object_get(f, "tensor")), "adam_v") == 0 &&
@@ -226,26 +203,26 @@ static void test_gc(const char *dir)
 {
 	char a[1024], cat_path[1100];
 	snprintf(a, sizeof(a), "gc --run-dir '%s' --keep-last 1 --keep-every 20 --grace 0 --dry-run --json", dir);
-	json_t *j = run_json(a, 0);
+	json_t *j = qt_run_json(a, 0);
 	CHECK(json_integer_value(json_object_get(j, "dropped")) == 2 &&
 		      json_integer_value(json_object_get(j, "bytes_reclaimed")) > 0,
 	      "gc --dry-run: dropped %lld, reclaim %lld", (long long)json_integer_value(json_object_get(j, "dropped")),
 	      (long long)json_integer_value(json_object_get(j, "bytes_reclaimed")));
 	json_decref(j);
 	snprintf(a, sizeof(a), "list --run-dir '%s' --json", dir);
-	j = run_json(a, 0);
+	j = qt_run_json(a, 0);
 	CHECK(json_array_size(json_object_get(j, "checkpoints")) == 5, "dry run dropped checkpoints");
 	json_decref(j);
 	/* keep the latest (30) and multiples of 20 (20): drop 10 (damaged), 25 (aborted); 40 pending stays */
 	snprintf(a, sizeof(a), "gc --run-dir '%s' --keep-last 1 --keep-every 20 --grace 0 --json", dir);
-	j = run_json(a, 0);
+	j = qt_run_json(a, 0);
 	long long dropped = json_integer_value(json_object_get(j, "dropped"));
 	long long reclaimed = json_integer_value(json_object_get(j, "bytes_reclaimed"));
 	CHECK(dropped == 2 && reclaimed > 0, "gc: dropped %lld, reclaimed %lld", dropped, reclaimed);
 	printf("gc: dropped %lld checkpoints, reclaimed %lld bytes\n", dropped, reclaimed);
 	json_decref(j);
 	snprintf(a, sizeof(a), "list --run-dir '%s' --json", dir);
-	j = run_json(a, 0);
+	j = qt_run_json(a, 0);
 	json_t *rows = json_object_get(j, "checkpoints");
 	CHECK(json_array_size(rows) == 3 && json_integer_value(json_object_get(json_array_get(rows, 0), "step")) == 20 &&
 		      json_integer_value(json_object_get(json_array_get(rows, 1), "step")) == 30 &&
@@ -326,7 +303,7 @@ static void test_plot(const char *dir, const char *dir2, const char *root)
 	expect(a, 1, "has no recorded losses");
 	snprintf(a, sizeof(a), "plot --run-dir '%s' -o '%s'", dir, bad);
 	char cmd[4200], *out = NULL;
-	snprintf(cmd, sizeof(cmd), "PATH=/nonexistent '%s' %s 2>&1", Q, a);
+	snprintf(cmd, sizeof(cmd), "PATH=/nonexistent '%s' %s 2>&1", qt_bin, a);
 	int rc = qt_run(cmd, &out);
 	CHECK(rc == 1 && out && strstr(out, "gnuplot not found"), "plot without gnuplot: %d:\n%s", rc, out ? out : "");
 	free(out);
@@ -335,14 +312,14 @@ static void test_plot(const char *dir, const char *dir2, const char *root)
 
 int main(void)
 {
-	snprintf(Q, sizeof(Q), "%s", getenv("QEFFECT") ? getenv("QEFFECT") : QE_BIN);
+	snprintf(qt_bin, sizeof(qt_bin), "%s", getenv("QEFFECT") ? getenv("QEFFECT") : QE_BIN);
 	const char *root = tu_tmpdir("ckpt_query_cli");
 	char d1[512], d2[512];
 	snprintf(d1, sizeof(d1), "%s/run1", root);
 	snprintf(d2, sizeof(d2), "%s/run2", root);
-	printf("qeffect %s, folder %s\n", Q, root);
-	if (access(Q, X_OK)) {
-		CHECK(0, "no qeffect binary at %s", Q);
+	printf("qeffect %s, folder %s\n", qt_bin, root);
+	if (access(qt_bin, X_OK)) {
+		CHECK(0, "no qeffect binary at %s", qt_bin);
 		return qe_test_done("ckpt_test_query_cli");
 	}
 	int64_t steps[] = { 10, 20, 25, 30, 40 };

@@ -18,35 +18,13 @@
 #include "ckpt/ckpt_query.h"
 #include "test_query_util.h"
 
-static char Q[1024];
-
-static json_t *run_json(const char *args, int want_rc)
-{
-	char cmd[4096], *out = NULL;
-	snprintf(cmd, sizeof(cmd), "'%s' %s", Q, args);
-	int rc = qt_run(cmd, &out);
-	CHECK(rc == want_rc, "'%s' exited %d, want %d", args, rc, want_rc);
-	json_error_t err;
-	json_t *j = out ? json_loads(out, 0, &err) : NULL;
-	CHECK(j != NULL, "'%s' printed no JSON: %s", args, out ? out : "(nothing)");
-	free(out);
-	return j;
-}
-
-static int run_text(const char *args, char **out)
-{
-	char cmd[4096];
-	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", Q, args);
-	return qt_run(cmd, out);
-}
-
 static int train(const char *dir, const char *extra)
 {
 	char a[1200], *out = NULL;
 	snprintf(a, sizeof(a),
 		 "train --preset tiny --pp 2 --micro 4 --amax-history 4 --steps 6 --ckpt-every 3 --run-dir '%s' %s", dir,
 		 extra);
-	int rc = run_text(a, &out);
+	int rc = qt_run_text(a, &out);
 	CHECK(rc == 0, "train %s exited %d:\n%s", extra, rc, out ? out : "");
 	free(out);
 	return rc;
@@ -90,18 +68,18 @@ static float *read_meta(const char *dir, int64_t id, int stage, int64_t *nlin)
 
 int main(void)
 {
-	snprintf(Q, sizeof(Q), "%s", getenv("QEFFECT") ? getenv("QEFFECT") : QE_BIN);
+	snprintf(qt_bin, sizeof(qt_bin), "%s", getenv("QEFFECT") ? getenv("QEFFECT") : QE_BIN);
 	const char *root = tu_tmpdir("ckpt_query_run");
 	char d1[512], d2[512], a[3000];
 	snprintf(d1, sizeof(d1), "%s/a", root);
 	snprintf(d2, sizeof(d2), "%s/b", root);
-	printf("qeffect %s, folder %s\n", Q, root);
+	printf("qeffect %s, folder %s\n", qt_bin, root);
 	if (train(d1, "--schedule interleaved") || train(d2, "--schedule zbv"))
 		return qe_test_done("ckpt_test_query_run");
 
 	/* list */
 	snprintf(a, sizeof(a), "list --run-dir '%s' --json", d1);
-	json_t *j = run_json(a, 0);
+	json_t *j = qt_run_json(a, 0);
 	json_t *rows = json_object_get(j, "checkpoints");
 	CHECK(json_array_size(rows) == 2, "list: %zu checkpoints, want 2", json_array_size(rows));
 	ckpt_run *r = NULL;
@@ -140,7 +118,7 @@ int main(void)
 
 	/* inspect: scales against an independent read */
 	snprintf(a, sizeof(a), "inspect --run-dir '%s' --json", d1);
-	j = run_json(a, 0);
+	j = qt_run_json(a, 0);
 	json_t *ep = json_object_get(j, "epochs"), *fp8 = json_object_get(j, "fp8");
 	CHECK(json_integer_value(json_object_get(ep, "e_W")) == 6 && json_integer_value(json_object_get(ep, "steps_done")) == 6,
 	      "inspect epochs: e_W %lld steps %lld", (long long)json_integer_value(json_object_get(ep, "e_W")),
@@ -181,7 +159,7 @@ int main(void)
 	/* verify, then damage checkpoint 3's stage-1 params */
 	snprintf(a, sizeof(a), "verify --run-dir '%s'", d1);
 	char *out = NULL;
-	int rc = run_text(a, &out);
+	int rc = qt_run_text(a, &out);
 	CHECK(rc == 0 && out && strstr(out, "ok:"), "verify of a fresh run:\n%s", out ? out : "");
 	free(out);
 	CHECK_OK(ckpt_run_open(d1, 0, &r));
@@ -199,7 +177,7 @@ int main(void)
 	}
 	cat_tensor_rows_free(&tr);
 	ckpt_run_close(r);
-	rc = run_text(a, &out);
+	rc = qt_run_text(a, &out);
 	char want[200];
 	snprintf(want, sizeof(want), "BAD step 3 stage 1 tensor 'params' chunk 0 %s: corrupt", hex);
 	CHECK(rc == 1 && out && strstr(out, want), "verify after damage (want '%s'):\n%s", want, out ? out : "");
@@ -207,19 +185,19 @@ int main(void)
 
 	/* gc drops checkpoint 3 (and its damaged chunk) */
 	snprintf(a, sizeof(a), "gc --run-dir '%s' --keep-last 1 --grace 0 --json", d1);
-	j = run_json(a, 0);
+	j = qt_run_json(a, 0);
 	long long reclaimed = json_integer_value(json_object_get(j, "bytes_reclaimed"));
 	CHECK(json_integer_value(json_object_get(j, "dropped")) == 1 && reclaimed > 0, "gc: dropped %lld, reclaimed %lld",
 	      (long long)json_integer_value(json_object_get(j, "dropped")), reclaimed);
 	printf("gc: reclaimed %lld bytes\n", reclaimed);
 	json_decref(j);
 	snprintf(a, sizeof(a), "verify --run-dir '%s'", d1);
-	rc = run_text(a, &out);
+	rc = qt_run_text(a, &out);
 	CHECK(rc == 0 && out && strstr(out, "verified 1 committed") && strstr(out, "0 orphans"), "verify after gc:\n%s",
 	      out ? out : "");
 	free(out);
 	snprintf(a, sizeof(a), "inspect --run-dir '%s' --tensor params --stage 2", d1);
-	rc = run_text(a, &out);
+	rc = qt_run_text(a, &out);
 	CHECK(rc == 0 && out && strstr(out, "checkpoint step 6") && strstr(out, "non-finite 0"), "inspect after gc:\n%s",
 	      out ? out : "");
 	free(out);
@@ -228,7 +206,7 @@ int main(void)
 	char png[600];
 	snprintf(png, sizeof(png), "%s/loss.png", root);
 	snprintf(a, sizeof(a), "plot --run-dir '%s' --vs '%s' -o '%s'", d1, d2, png);
-	rc = run_text(a, &out);
+	rc = qt_run_text(a, &out);
 	size_t n = 0;
 	unsigned char *b = tu_read_file(png, &n);
 	CHECK(rc == 0 && b && n > 1000 && memcmp(b, "\x89PNG", 4) == 0, "plot: exit %d, %zu bytes:\n%s", rc, n,

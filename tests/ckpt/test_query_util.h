@@ -19,6 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "catalog/catalog.h"
 #include "runtime/core/status.h"
 #include "store/store.h"
@@ -210,6 +212,31 @@ __attribute__((unused)) static int qt_run(const char *cmdline, char **out)
 	int st = pclose(p);
 	*out = buf;
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The qeffect binary the command tests run (set by the test's main). */
+static char qt_bin[1024];
+
+/* Run `qeffect ARGS`; check its exit status; return its stdout parsed as JSON (NULL when not JSON). */
+__attribute__((unused)) static json_t *qt_run_json(const char *args, int want_rc)
+{
+	char cmd[4096], *out = NULL;
+	snprintf(cmd, sizeof(cmd), "'%s' %s", qt_bin, args);
+	int rc = qt_run(cmd, &out);
+	CHECK(rc == want_rc, "'%s' exited %d, want %d", args, rc, want_rc);
+	json_error_t err;
+	json_t *j = out ? json_loads(out, 0, &err) : NULL;
+	CHECK(j != NULL, "'%s' printed no JSON: %s", args, out ? out : "(nothing)");
+	free(out);
+	return j;
+}
+
+/* Run `qeffect ARGS`; OUT *out: stdout and stderr together (malloc'd).  Returns the exit status. */
+__attribute__((unused)) static int qt_run_text(const char *args, char **out)
+{
+	char cmd[4096];
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", qt_bin, args);
+	return qt_run(cmd, out);
 }
 
 #endif
