@@ -20,26 +20,12 @@
 set -u
 Q=${1:?usage: s3_gc.sh QEFFECT [SHARED]}
 Q=$(readlink -f "$Q")
-HERE=$(cd "$(dirname "$0")" && pwd)
-ENV_SH="$HERE/../../scripts/s3-test-env.sh"
-T=$(mktemp -d)
-PID=""
-cleanup() { [ -n "$PID" ] && bash "$ENV_SH" stop "$PID"; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-skip() {
-  if [ "${QE_S3_REQUIRED:-0}" = 1 ]; then fail "$* (QE_S3_REQUIRED=1)"; fi
-  echo "SKIP: $*"; exit 0
-}
-export QE_S3RVER_PREFIX=${QE_S3RVER_PREFIX:-$(dirname "$Q")/s3rver}
+. "$(dirname "$0")/../../scripts/s3-test-lib.sh"
 command -v curl >/dev/null || skip "curl is not installed"
 command -v python3 >/dev/null || skip "python3 is not installed"
-out=$(bash "$ENV_SH" start "$T/s3data" 0 qe-test 2>&1) || { echo "$out"; skip "s3rver 3.7.1 could not be installed or started"; }
-read -r PORT PID <<<"$out"
-EP="http://127.0.0.1:$PORT"
+s3_start_server || skip "s3rver 3.7.1 could not be installed or started"
 echo "s3rver on $EP (pid $PID)"
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_DEFAULT_REGION=us-east-1
-unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL
+s3_use_test_credentials
 export QE_CKPT_CHUNK_BYTES=65536 # about 50 chunks a checkpoint
 cd "$T"
 R=s3://qe-test/g1

@@ -18,31 +18,12 @@
 set -u
 Q=${1:?usage: s3_remote.sh QEFFECT [SHARED]}
 Q=$(readlink -f "$Q")
-HERE=$(cd "$(dirname "$0")" && pwd)
-ENV_SH="$HERE/../../scripts/s3-test-env.sh"
-T=$(mktemp -d)
-PID=""
-cleanup() { [ -n "$PID" ] && bash "$ENV_SH" stop "$PID"; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-skip() {
-  if [ "${QE_S3_REQUIRED:-0}" = 1 ]; then fail "$* (QE_S3_REQUIRED=1)"; fi
-  echo "SKIP: $*"; exit 0
-}
-export QE_S3RVER_PREFIX=${QE_S3RVER_PREFIX:-$(dirname "$Q")/s3rver}
-
-start_server() { # [PORT]
-  local out
-  out=$(bash "$ENV_SH" start "$T/s3data" "${1:-0}" qe-test 2>&1) || { echo "$out"; return 1; }
-  read -r PORT PID <<<"$out"
-  EP="http://127.0.0.1:$PORT"
-}
-if ! start_server; then
+. "$(dirname "$0")/../../scripts/s3-test-lib.sh"
+if ! s3_start_server; then
   skip "s3rver 3.7.1 could not be installed or started (see above)"
 fi
 echo "s3rver on $EP (pid $PID)"
-export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_DEFAULT_REGION=us-east-1
-unset AWS_SESSION_TOKEN AWS_ENDPOINT_URL
+s3_use_test_credentials
 # Small store chunks, so a checkpoint has a few hundred and a push can be stopped half way.
 export QE_CKPT_CHUNK_BYTES=16384
 cd "$T"
@@ -108,7 +89,7 @@ grep -q "nothing was committed remotely" kill.err && grep -q "QE_EIO" kill.err &
   || fail "the failed push's message does not say what happened"
 n=$(sqlite3 A/catalog.db "select count(*) from remotes where url like 's3://qe-test/pk/%'")
 [ "$n" = 0 ] || fail "the failed push was recorded in the catalog"
-start_server "$PORT" || fail "restarting s3rver on port $PORT"
+s3_start_server "$PORT" || fail "restarting s3rver on port $PORT"
 echo "s3rver restarted on $EP (pid $PID)"
 "$Q" pull --run-dir E0 --remote s3://qe-test/pk --endpoint "$EP" 2>err.txt && fail "pulled from an unfinished push"
 grep -q "no checkpoint under" err.txt || { cat err.txt; fail "unfinished push: unexpected pull error"; }
