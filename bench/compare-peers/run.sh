@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# bench/compare-peers/run.sh - qeffect side by side with what users would pick instead (issue 9):
+# PyTorch pipelining and PyTorch distributed checkpointing, same model, data and GPUs, one
+# device call, one table.
+#
+#   bash bench/compare-peers/run.sh BUILD_DIR DATA_DIR
+#     BUILD_DIR  holds the qeffect binary (gpu-pkg, carried); DATA_DIR holds brown.jsonl (gpu-data)
+#
+# Parts, in this order, each time-boxed with `timeout` and with time reserved for the parts after
+# it (the whole call stays under TOTAL seconds, default 560 = 9 min 20 s):
+#   qstep  qeffect bench step --backend cuda --presets h4096:8 --configs captured_zbv_direct,
+#          reference_eager --trials 2 --repl 0 --steps 12 --warmup 3 --floor off --budget-s ...
+#   pstep  PyTorch pipelining (bench/peers/run_peers.py step): ScheduleZBVZeroBubble and
+#          ScheduleInterleaved1F1B, bf16 autocast and FP8 (_scaled_mm), same preset and M; trial 1
+#          of every configuration first, then trial 2, as the budget allows
+#   qckpt  qeffect checkpoints of the same preset, --pp 2 zbv captured (the configuration timed):
+#          train --steps 4 --ckpt-every 2 (two synchronous saves), resume to step 4 after dropping
+#          the store from the page cache (restore only), train --ckpt-async (two async saves)
+#   pckpt  PyTorch DCP (bench/peers/run_peers.py ckpt): dcp.save / dcp.load / dcp.async_save of a
+#          state of the same shapes and bytes, on the same disk (CKPT_DIR)
+# then bench/compare-peers/table.py prints the table (system, schedule, precision, step ms,
+# ratio to qeffect captured zbv direct, checkpoint save GB/s, restore GB/s, training stall ms,
+# each with its trial count).  $OUT gets summary.txt, compare.json and compare-peers.tar.gz
+# (every report and log).  Peers are skipped, and say so, where python3 cannot import torch.
+#
+# Knobs (environment): OUT (/tmp/compare-peers-out), BACKEND (cuda; cpu with QE_PRESETS=tiny:2
+# to try the script here), PARTS (qstep,pstep,qckpt,pckpt), QE_PRESETS (h4096:8; add ,h2048:4
+# when time allows), QE_CONFIGS, QE_TRIALS (2), PEER_CONFIGS (zbv:bf16,interleaved:bf16,
+# zbv:fp8,interleaved:fp8), PEER_TRIALS (2), STEPS (12), WARMUP (3), TOTAL (560), budgets per
+# part QE_STEP_BUDGET (130) PEER_BUDGET (170) QE_CKPT_LIMIT (160) DCP_LIMIT (100), minimum time
+# kept for later parts PEER_MIN (100) QCKPT_MIN (90) DCP_MIN (70), RUN_LIMIT (90: one qeffect
+# training run), PEER_RUN_LIMIT (100: one torchrun job), CKPT_DIR (/tmp/compare-peers-ckpt),
+# DCP_REPS (2), DCP_VARIANTS, COLD (1: restores read from disk, not the page cache).
+set -u
+B=${1:-gpu-pkg}; DATA=${2:-gpu-data}
+OUT=${OUT:-/tmp/compare-peers-out}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BACKEND=${BACKEND:-cuda}
+PARTS=${PARTS:-qstep,pstep,qckpt,pckpt}
+QE_PRESETS=${QE_PRESETS:-h4096:8}; QE_PRESETS=${QE_PRESETS// /,}
+QE_CONFIGS=${QE_CONFIGS:-captured_zbv_direct,reference_eager}
+QE_TRIALS=${QE_TRIALS:-2}
+PEER_CONFIGS=${PEER_CONFIGS:-zbv:bf16,interleaved:bf16,zbv:fp8,interleaved:fp8}
+PEER_TRIALS=${PEER_TRIALS:-2}
+STEPS=${STEPS:-12}; WARMUP=${WARMUP:-3}
+TOTAL=${TOTAL:-560}
+QE_STEP_BUDGET=${QE_STEP_BUDGET:-130}; PEER_BUDGET=${PEER_BUDGET:-170}
+QE_CKPT_LIMIT=${QE_CKPT_LIMIT:-160}; DCP_LIMIT=${DCP_LIMIT:-100}
+PEER_MIN=${PEER_MIN:-100}; QCKPT_MIN=${QCKPT_MIN:-90}; DCP_MIN=${DCP_MIN:-70}
+RUN_LIMIT=${RUN_LIMIT:-90}; PEER_RUN_LIMIT=${PEER_RUN_LIMIT:-100}
+CKPT_DIR=${CKPT_DIR:-/tmp/compare-peers-ckpt}
+DCP_REPS=${DCP_REPS:-2}; DCP_VARIANTS=${DCP_VARIANTS:-save,load,async,async_pinned,async_stager,save_t8}
+COLD=${COLD:-1}
+export NCCL_NVLS_ENABLE=0
+
+T0=$(date +%s)
+mkdir -p "$OUT"
+W=$(mktemp -d); R=$W/compare-peers
+mkdir -p "$R/qstep" "$R/qckpt" "$R/peers" "$CKPT_DIR"
+S=$R/summary.txt
+say() { echo "$*" | tee -a "$S"; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+# limit BUDGET RESERVE PARTS_LEFT: the part's seconds: min(BUDGET, what is left minus RESERVE kept
+# for later parts), but never less than an even share of what is left (when TOTAL is small)
+limit() {
+  local left=$(( TOTAL - $(elapsed) )); local l=$1 r=$(( left - $2 )) fair=$(( left / $3 ))
+  [ "$r" -lt "$l" ] && l=$r
+  [ "$l" -lt "$fair" ] && l=$fair
+  [ "$l" -gt "$1" ] && l=$1
+  echo "$l"
+}
+has() { case ",$PARTS," in *,$1,*) return 0;; esac; return 1; }
+first=${QE_PRESETS%%,*}; CK_PRESET=${CK_PRESET:-${first%%:*}}; CK_M=${CK_M:-${first##*:}}
+
+Q=$(readlink -f "$B/qeffect" 2>/dev/null || echo "$B/qeffect")
+DATAF=$(readlink -f "$DATA/brown.jsonl" 2>/dev/null || echo "$DATA/brown.jsonl")
+say "== compare-peers $(date -u +%FT%TZ): parts $PARTS, backend $BACKEND, presets $QE_PRESETS, total budget $TOTAL s"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1 | head -4 | tee -a "$S"
+else
+  say "no nvidia-smi"
+fi
+say "checkpoint disk: $CKPT_DIR ($(df -h "$CKPT_DIR" | awk 'NR==2 {print $4 " free of " $2 " on " $1}'))"
+[ -x "$Q" ] || say "no qeffect binary at $Q: the qeffect parts will fail"
+[ -r "$DATAF" ] || say "no data at $DATAF"
+HAVE_TORCH=0
+if python3 -c 'import torch' 2>/dev/null; then
+  HAVE_TORCH=1
+  say "torch $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1)"
+else
+  say "peers skipped: no torch (python3 -c 'import torch' failed)"
+  echo "peers skipped: no torch (python3 -c 'import torch' failed)" >"$R/peers/skipped.txt"
+fi
+
+# ---- 1. qeffect bench step
+if has qstep; then
+  L=$(limit "$QE_STEP_BUDGET" $((PEER_MIN + QCKPT_MIN + DCP_MIN)) 4)
+  if [ "$L" -lt 20 ]; then say "-- qeffect bench step skipped: ${L} s left for it"; else
+    t=$(date +%s)
+    timeout -k 5 $((L + 25)) "$Q" bench step --backend "$BACKEND" --presets "$QE_PRESETS" --configs "$QE_CONFIGS" \
+      --trials "$QE_TRIALS" --repl 0 --steps "$STEPS" --warmup "$WARMUP" --data "$DATAF" --floor off \
+      --budget-s "$L" --timeout-s "$RUN_LIMIT" --out "$R/qstep" >"$R/qstep.txt" 2>&1
+    rc=$?
+    say "-- qeffect bench step: exit $rc in $(( $(date +%s) - t )) s (budget $L s)$([ $rc -eq 124 ] && echo ', KILLED')"
+    grep -E ' main [0-9]+/[0-9]+:|failed|cut short' "$R/qstep.txt" | tee -a "$S"
+  fi
+fi
+
+# ---- 2. PyTorch pipelining
+if has pstep && [ $HAVE_TORCH = 1 ]; then
+  L=$(limit "$PEER_BUDGET" $((QCKPT_MIN + DCP_MIN)) 3)
+  PD=$(( $(elapsed) + L ))
+  for pm in ${QE_PRESETS//,/ }; do
+    preset=${pm%%:*}; M=${pm##*:}
+    PL=$(( PD - $(elapsed) ))
+    if [ "$PL" -lt 30 ]; then say "-- peers $preset skipped: ${PL} s left for them"; continue; fi
+    t=$(date +%s)
+    timeout -k 5 $((PL + 20)) python3 "$ROOT/bench/peers/run_peers.py" step --preset "$preset" --micro "$M" \
+      --configs "$PEER_CONFIGS" --trials "$PEER_TRIALS" --steps "$STEPS" --warmup "$WARMUP" --data "$DATAF" \
+      --out "$R/peers/$preset" --budget-s "$PL" --timeout-s "$PEER_RUN_LIMIT" >"$R/peers-$preset.txt" 2>&1
+    rc=$?
+    say "-- peers $preset: exit $rc in $(( $(date +%s) - t )) s (budget $PL s)$([ $rc -eq 124 ] && echo ', KILLED')"
+    grep -E '^peer|cut short' "$R/peers-$preset.txt" | tee -a "$S"
+  done
+fi
+
+# ---- 3. qeffect checkpoints (same preset, zbv captured, --pp 2)
+if has qckpt; then
+  L=$(limit "$QE_CKPT_LIMIT" "$DCP_MIN" 2)
+  PD=$(( $(elapsed) + L ))
+  QD=$CKPT_DIR/qe
+  echo "$CK_PRESET" >"$R/qckpt/preset.txt"
+  rm -rf "$QD"; mkdir -p "$QD"
+  common=(--backend "$BACKEND" --preset "$CK_PRESET" --pp 2 --micro "$CK_M" --schedule zbv --exec graph --grad direct
+          --trace off --log-every 1 --data "$DATAF")
+  exe=(--backend "$BACKEND" --pp 2 --schedule zbv --exec graph --grad direct --trace off --log-every 1)
+  qrun() { # NAME ARGS...: one qeffect command under what is left of the part's time
+    local name=$1; shift
+    local lim=$(( PD - $(elapsed) )); [ "$lim" -gt "$RUN_LIMIT" ] && lim=$RUN_LIMIT
+    if [ "$lim" -lt 15 ]; then say "-- qeffect $name skipped: ${lim} s left"; return 1; fi
+    local t=$(date +%s)
+    timeout -k 5 "$lim" "$Q" "$@" >"$R/qckpt/$name.log" 2>&1
+    local rc=$?
+    say "-- qeffect $name: exit $rc in $(( $(date +%s) - t )) s (limit $lim s)$([ $rc -eq 124 ] && echo ', KILLED')"
+    grep -E 'checkpoint step|resumed from|error|refused|failed' "$R/qckpt/$name.log" | head -8 | tee -a "$S"
+    return $rc
+  }
+  say "checkpoint disk before qeffect: $(df -h "$CKPT_DIR" | awk 'NR==2 {print $4}') free"
+  if qrun sync train "${common[@]}" --steps 4 --ckpt-every 2 --run-dir "$QD/sync"; then
+    if [ "$COLD" = 1 ]; then python3 "$HERE/dropcache.py" "$QD/sync" >"$R/qckpt/dropped.txt" 2>&1; cat "$R/qckpt/dropped.txt" | tee -a "$S"; fi
+    qrun resume resume --run-dir "$QD/sync" --steps 4 "${exe[@]}"
+  fi
+  rm -rf "$QD/sync"
+  qrun async train "${common[@]}" --steps 4 --ckpt-every 2 --ckpt-async --run-dir "$QD/async"
+  rm -rf "$QD"
+fi
+
+# ---- 4. PyTorch DCP
+if has pckpt && [ $HAVE_TORCH = 1 ]; then
+  L=$(limit "$DCP_LIMIT" 8 1)
+  if [ "$L" -lt 30 ]; then say "-- DCP skipped: ${L} s left for it"; else
+    say "checkpoint disk before DCP: $(df -h "$CKPT_DIR" | awk 'NR==2 {print $4}') free"
+    DB=$(( L - 40 )); [ "$DB" -lt 10 ] && DB=10
+    t=$(date +%s)
+    timeout -k 5 $((L + 10)) python3 "$ROOT/bench/peers/run_peers.py" ckpt --preset "$CK_PRESET" --dir "$CKPT_DIR/dcp" \
+      --out "$R/peers" --reps "$DCP_REPS" --variants "$DCP_VARIANTS" --cold "$COLD" --budget-s "$DB" \
+      --timeout-s "$L" >"$R/peers-ckpt.txt" 2>&1
+    rc=$?
+    say "-- DCP: exit $rc in $(( $(date +%s) - t )) s (limit $L s, reps started until $DB s)$([ $rc -eq 124 ] && echo ', KILLED')"
+    grep -E '^dcp' "$R/peers-ckpt.txt" | tee -a "$S"
+    rm -rf "$CKPT_DIR/dcp"
+  fi
+fi
+
+say ""
+say "== table"
+python3 "$HERE/table.py" "$R" "$R/compare.json" 2>&1 | tee -a "$S"
+say "== total $(elapsed) s"
+cp "$S" "$OUT/summary.txt"
+cp "$R/compare.json" "$OUT/compare.json" 2>/dev/null
+tar -C "$W" -czf "$OUT/compare-peers.tar.gz" compare-peers && echo "wrote $OUT/compare-peers.tar.gz ($(du -k "$OUT/compare-peers.tar.gz" | cut -f1) KiB)"
+rm -rf "$W"
+rmdir "$CKPT_DIR" 2>/dev/null
+exit 0
