@@ -319,9 +319,11 @@ int cli_rank_main(void *vjob)
 	}
 	if (!rc && job->json)
 		print_counters(r, &ctx);
-	if (rc)
+	if (rc) {
 		fprintf(stderr, "qeffect: rank %d: %s (%s)\n", env.rank, qe_last_error()[0] ? qe_last_error() : qe_strerror(rc),
 			qe_errname(rc));
+		qe_rank_abandon(r);
+	}
 	ckpt_async_close(ctx.async);
 	ckpt_session_close(ctx.ck);
 	cat_close(ctx.cat);

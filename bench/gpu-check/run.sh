@@ -8,7 +8,11 @@
 # (--amax-history 4), checkpoint at step 3 resumed in fresh processes to step 8, and
 # h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
 # last and writes results.json into OUT_DIR.
+# PARTS (environment) picks what runs: ops, det, sched, resume, p2p, big (default: all).
+# p2p: messages over the device links (NCCL) against QE_P2P=host, byte-identical runs.
 set -u
+PARTS=${PARTS:-ops,det,sched,resume,p2p,big}
+has() { case ",$PARTS," in *,$1,*) return 0;; esac; return 1; }
 B=${1:-build-gpu}; DATA=${2:-gpu-data}; OUT=${3:-${OUT:-/tmp/gpu-out}}
 Q=$B/qeffect
 mkdir -p "$OUT"
@@ -20,21 +24,28 @@ note() { R[$1]=$2; printf '%-44s %s\n' "$1" "$2"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
 
 # 1. ops and whole model against the cpu reference
+if has ops; then
 if "$B/backend_test_cuda_ops" >"$OUT/cuda_ops.log" 2>&1; then note cuda_ops "pass ($(tail -1 "$OUT/cuda_ops.log"))"; else note cuda_ops "FAIL (see cuda_ops.log)"; fi
 if "$B/backend_test_cuda_model" >"$OUT/cuda_model.log" 2>&1; then note cuda_model "pass ($(tail -1 "$OUT/cuda_model.log"))"; else note cuda_model "FAIL (see cuda_model.log)"; fi
+fi
 
 C="--backend cuda --preset tiny --pp 2 --micro 4 --amax-history 4 --quiet --data $DATA/brown.jsonl"
 run() { local name=$1; shift; "$Q" train $C "$@" --run-dir "$W/$name" >>"$OUT/runs.log" 2>&1; }
 cmp_runs() { "$Q" compare "$W/$1" "$W/$2" "${@:3}" >"$OUT/compare-$1-$2.txt" 2>&1; local rc=$?; tail -1 "$OUT/compare-$1-$2.txt"; return $rc; }
 
 # 2. determinism: two identical runs, byte-identical fingerprints
+if has det; then
 run det1 --steps 10 && run det2 --steps 10
 if r=$(cmp_runs det1 det2); then note determinism "pass: $r"; else note determinism "FAIL: $r"; fi
+fi
 
 # 3. schedules against their matched references, 20 steps
-run iref --schedule interleaved --backward full --exec eager --steps 20
+if has sched || has resume; then run iref --schedule interleaved --backward full --exec eager --steps 20; fi
+if has sched; then
+run iref2 --schedule interleaved --backward full --exec eager --steps 20
 run isplit --schedule interleaved --exec eager --steps 20
 if r=$(cmp_runs iref isplit); then note interleaved_vs_reference "pass: $r"; else note interleaved_vs_reference "FAIL: $r"; fi
+if r=$(cmp_runs iref iref2); then note reference_repeat "pass: $r"; else note reference_repeat "FAIL: $r"; fi
 run zref --schedule zbv --backward full --exec eager --steps 20
 run zsplit --schedule zbv --exec eager --steps 20
 if r=$(cmp_runs zref zsplit); then note zbv_vs_reference "pass: $r"; else note zbv_vs_reference "FAIL: $r"; fi
@@ -44,17 +55,30 @@ for g in copy direct; do
   run zcap-$g --schedule zbv --exec graph --grad $g --steps 20
   if r=$(cmp_runs zref zcap-$g); then note "zbv_graph_${g}_vs_reference" "pass: $r"; else note "zbv_graph_${g}_vs_reference" "FAIL: $r"; fi
 done
+fi
 
 # 4. checkpoint at 3, resume in fresh processes to 8, against uninterrupted
+if has resume; then
 for ex in eager graph; do
   run full-$ex --steps 8 --exec $ex
   run part-$ex --steps 3 --ckpt-every 3 --exec $ex
   "$Q" resume --run-dir "$W/part-$ex" --steps 8 --quiet >>"$OUT/runs.log" 2>&1
   if r=$(cmp_runs full-$ex part-$ex --steps 4:8); then note "resume_3_to_8_$ex" "pass: $r"; else note "resume_3_to_8_$ex" "FAIL: $r"; fi
 done
+fi
+
+# 4b. device links against the host path: the same bytes must arrive, so the runs are identical
+if has p2p; then
+  for sc in interleaved zbv; do
+    run p2p-nccl-$sc --schedule $sc --exec graph --steps 10
+    QE_P2P=host run p2p-host-$sc --schedule $sc --exec graph --steps 10
+    if r=$(cmp_runs p2p-nccl-$sc p2p-host-$sc); then note "p2p_nccl_vs_host_$sc" "pass: $r"; else note "p2p_nccl_vs_host_$sc" "FAIL: $r"; fi
+  done
+fi
 
 # 5. the big presets: 100 steps, loss must fall and stay finite; median step time
-for cfg in "h2048 4" "h4096 8"; do
+has big && for cfg in ${BIG:-"h2048:4" "h4096:8"}; do
+  cfg=${cfg/:/ }
   set -- $cfg
   log="$OUT/train-$1.log"
   "$Q" train --backend cuda --preset $1 --pp 2 --micro $2 --steps 100 --log-every 1 --lr 3e-4 \

@@ -36,6 +36,10 @@ typedef struct qe_backend qe_backend;
 typedef struct qe_stream qe_stream; /* backend-defined */
 typedef struct qe_event qe_event;   /* backend-defined */
 typedef struct qe_graph qe_graph;   /* backend-defined */
+typedef struct qe_link qe_link;     /* backend-defined: a one-way device channel between two ranks */
+
+/* Size of the opaque id two ranks share to open a link (NCCL's unique id). */
+#define QE_LINK_ID_BYTES 128
 
 typedef enum qe_copy_kind { QE_COPY_H2D = 0, QE_COPY_D2H = 1, QE_COPY_D2D = 2 } qe_copy_kind;
 
@@ -94,6 +98,29 @@ typedef struct qe_backend_ops {
 	int (*graph_launch)(qe_graph *g, qe_stream *s);
 	void (*graph_destroy)(qe_graph *g);
 	int (*graph_op_count)(const qe_graph *g); /* recorded ops (cpu) or nodes (cuda) */
+	/* 0 when everything enqueued on s has completed, 1 while work is pending, else an error. */
+	int (*stream_query)(qe_stream *s);
+
+	/*
+	 * Device links (NULL on backends that have none; callers then move
+	 * messages through host memory).  A link is a one-way channel between two
+	 * ranks: one side opens it as sender, the other as receiver, with the same
+	 * id (made by link_id on one of them and handed to the other).  link_open
+	 * blocks until both sides have called it.  Sends and receives on a link
+	 * pair up in the order they were enqueued; link_send enqueues on s a
+	 * transfer that completes only when the receiver's matching link_recv
+	 * runs, so put sends on a stream of their own.  link_abort makes pending
+	 * and later transfers fail instead of waiting (a peer died); link_close
+	 * frees the link.
+	 */
+	int (*link_id)(qe_backend *b, void *id /* QE_LINK_ID_BYTES */);
+	int (*link_open)(qe_backend *b, const void *id, int is_sender, qe_link **out);
+	int (*link_send)(qe_link *l, qe_stream *s, const void *buf, size_t bytes);
+	int (*link_recv)(qe_link *l, qe_stream *s, void *buf, size_t bytes);
+	/* 0 while healthy; an error with a message when the link failed asynchronously. */
+	int (*link_check)(qe_link *l);
+	void (*link_abort)(qe_link *l);
+	void (*link_close)(qe_link *l);
 
 	/* FP8 */
 	int (*cast)(qe_stream *s, const qe_cast_args *a);

@@ -26,4 +26,12 @@ uint64_t qe_rng_below(qe_rng *r, uint64_t n);
 /* Standard normal (Box-Muller on two draws). */
 float qe_rng_normal(qe_rng *r);
 
+/*
+ * out[k] = scale * qe_rng_normal(r) for k = 0..n-1, in order, leaving r as
+ * that loop would (each normal takes two draws, so draw k is a pure function
+ * of the counter and large fills split across threads with bitwise the same
+ * result).  A thread that cannot be started leaves its slice to the caller.
+ */
+void qe_rng_normal_fill(qe_rng *r, float *out, int64_t n, float scale);
+
 #endif

@@ -84,6 +84,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			       QE_RANK_MAX_MICRO);
 	}
 	r->pr = r->rank % r->P;
+	const char *prof = getenv("QE_PROFILE");
+	r->profile = prof && *prof && strcmp(prof, "0") != 0;
 	r->dr = r->rank / r->P;
 	qe_sched_config sc = { cfg->schedule, r->P, r->M, r->V, cfg->backward };
 	qe_arena_param aparams[64];
@@ -139,7 +141,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 				p += (qe_tensor_nbytes(&ch->scratch[j]) + 255) / 256 * 256;
 			}
 		}
-		act = qe_stage_act_bytes(ch->st);
+		if (qe_stage_act_bytes(ch->st) > act)
+			act = qe_stage_act_bytes(ch->st);
 	}
 	if (r->D > 1 && (rc = o->alloc(b, max_param * 4, (void **)&r->reduce_buf)))
 		goto fail_rc;
@@ -151,6 +154,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			goto fail_rc;
 		}
 	}
+	if ((rc = qe__rank_links_open(r, act)))
+		goto fail_rc;
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
 	r->ctr.arena_bytes = as.capacity_bytes;
@@ -179,6 +184,8 @@ void qe_rank_free(qe_rank *r)
 	if (!r)
 		return;
 	const qe_backend_ops *o = r->b->ops;
+	qe__rank_profile_report(r);
+	qe__rank_links_close(r);
 	qe__rank_drop_graphs(r);
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
@@ -213,6 +220,8 @@ int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t by
 	int rc;
 	if (!r->comm)
 		return qe_fail(QE_ECOMM, "rank %d: send to rank %d without a communicator", r->rank, peer);
+	if (r->links)
+		return qe__rank_link_send(r, peer, src, bytes);
 	if (!host_mem(r)) {
 		if ((rc = r->b->ops->copy(r->caller, r->host_buf, src, bytes, QE_COPY_D2H)) ||
 		    (rc = r->b->ops->stream_sync(r->caller)))
@@ -227,6 +236,8 @@ int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes)
 	int rc;
 	if (!r->comm)
 		return qe_fail(QE_ECOMM, "rank %d: receive from rank %d without a communicator", r->rank, peer);
+	if (r->links)
+		return qe__rank_link_recv(r, peer, dst, bytes);
 	if (host_mem(r))
 		return qe_comm_recv(r->comm, peer, tag, dst, bytes);
 	if ((rc = qe_comm_recv(r->comm, peer, tag, r->host_buf, bytes)))
@@ -242,7 +253,7 @@ int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int g
 	if (host_mem(r))
 		return qe_comm_allreduce_sum_f32(r->comm, buf, n, group, group_size);
 	if ((rc = r->b->ops->copy(r->caller, r->host_buf, buf, n * 4, QE_COPY_D2H)) ||
-	    (rc = r->b->ops->stream_sync(r->caller)) ||
+	    (rc = qe__rank_sync(r, r->caller)) ||
 	    (rc = qe_comm_allreduce_sum_f32(r->comm, r->host_buf, n, group, group_size)))
 		return rc;
 	return r->b->ops->copy(r->caller, buf, r->host_buf, n * 4, QE_COPY_H2D);
@@ -250,10 +261,12 @@ int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int g
 
 int qe_rank_quiescent(qe_rank *r)
 {
-	int rc = r->b->ops->stream_sync(r->caller);
+	int rc = qe__rank_sync(r, r->caller);
 	if (rc)
 		return qe_fail_ctx(rc, "checkpoint gate: device work did not complete");
-	if ((rc = r->b->ops->stream_sync(r->gstream)))
+	if ((rc = qe__rank_links_quiesce(r)))
+		return qe_fail_ctx(rc, "checkpoint gate: messages still in flight");
+	if ((rc = qe__rank_sync(r, r->gstream)))
 		return qe_fail_ctx(rc, "checkpoint gate: graph stream work did not complete");
 	for (int c = 0; c < r->V; c++) {
 		rc = qe_quiescence_check(&r->ep, r->chunks[c].pool, r->arena, 0, 0);

@@ -53,6 +53,12 @@ typedef struct qe_rank_counters {
  */
 int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_rank **out);
 void qe_rank_free(qe_rank *r);
+/*
+ * Call after a failure, before qe_rank_free: aborts the device links, so that
+ * freeing the rank never waits for a peer (closing a healthy link is a
+ * handshake with its other side, which a failed job may never make).
+ */
+void qe_rank_abandon(qe_rank *r);
 
 /*
  * One optimizer step (step index = steps done so far, the data position):

@@ -52,7 +52,7 @@ int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss)
 			if (s == r->S - 1) {
 				float l;
 				TRY(o->copy(r->caller, &l, qe_stage_slot_loss(ch->st, 0), 4, QE_COPY_D2H));
-				TRY(o->stream_sync(r->caller));
+				TRY(qe__rank_sync(r, r->caller));
 				sum += l;
 			}
 		}

@@ -28,6 +28,8 @@ typedef struct rank_chunk {
 	qe_rank_chunk_stats last;            /* resource counts of the last step */
 } rank_chunk;
 
+typedef struct rank_links rank_links; /* links.c */
+
 struct qe_rank {
 	qe_train_config cfg;
 	qe_backend *b;
@@ -46,6 +48,12 @@ struct qe_rank {
 	int64_t steps;       /* steps done (the data position) */
 	int64_t steps_here;  /* steps run by this process (graph warmup) */
 	int graphs_ready;
+	/* QE_PROFILE=1: wall ms per action kind (each action waited for), summed over steps */
+	int profile;
+	double prof_ms[16];
+	int64_t prof_n[16];
+	int64_t prof_steps;  /* steps summed (the first two, warmup and capture, are left out) */
+	rank_links *links;   /* device links to the pipeline peers; NULL: messages go through host memory */
 	qe_rank_counters ctr;
 	int peak_live_step;
 	int last_kind, last_chunk, last_mb; /* the previous compute action (delayed-dW rule) */
@@ -68,5 +76,22 @@ int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
 /* Sum a float vector over a group of ranks in place (backend memory). */
 int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
 void qe__rank_drop_graphs(qe_rank *r);
+
+/*
+ * Device links (links.c).  open: a no-op unless the backend has links, the
+ * job has pipeline peers and QE_P2P is not "host"; collective over all ranks.
+ * send/recv: the device path behind qe__rank_send/recv.  sync: wait for a
+ * stream, failing (and aborting the links) instead of hanging when a peer
+ * dies.  quiesce: every send of this rank completed.
+ */
+/* Log the QE_PROFILE table (rank_step.c); nothing unless profiling. */
+void qe__rank_profile_report(const qe_rank *r);
+
+int qe__rank_links_open(qe_rank *r, size_t max_message);
+void qe__rank_links_close(qe_rank *r);
+int qe__rank_link_send(qe_rank *r, int peer, const void *src, size_t bytes);
+int qe__rank_link_recv(qe_rank *r, int peer, void *dst, size_t bytes);
+int qe__rank_sync(qe_rank *r, qe_stream *s);
+int qe__rank_links_quiesce(qe_rank *r);
 
 #endif

@@ -63,7 +63,7 @@ static int capture_graphs(qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
 	double t0 = now_ms();
-	TRY(o->stream_sync(r->caller));
+	TRY(qe__rank_sync(r, r->caller));
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
 		for (int k = 0; k < GRAPH_KINDS; k++) {
@@ -272,6 +272,42 @@ static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
 	}
 }
 
+/* ---- profile (QE_PROFILE=1) ------------------------------------------------ */
+
+/* Profile rows past the schedule's action kinds. */
+enum { PROF_LOSS = 14, PROF_OPTIM = 15 };
+
+/* Wait for the action's device work and charge the wall time since t0 to its kind. */
+static int profile_note(qe_rank *r, int kind, double t0)
+{
+	TRY(qe__rank_sync(r, r->caller));
+	if (kind < 0 || kind >= 16)
+		kind = 13;
+	r->prof_ms[kind] += now_ms() - t0;
+	r->prof_n[kind]++;
+	return QE_OK;
+}
+
+void qe__rank_profile_report(const qe_rank *r)
+{
+	static const char *names[16] = { [QE_ACT_F] = "F", [QE_ACT_DI] = "dI", [QE_ACT_DW] = "dW", [QE_ACT_B] = "B",
+					 [QE_ACT_SEND_ACT] = "send act", [QE_ACT_RECV_ACT] = "recv act",
+					 [QE_ACT_SEND_GRAD] = "send grad", [QE_ACT_RECV_GRAD] = "recv grad",
+					 [13] = "other", [PROF_LOSS] = "loss", [PROF_OPTIM] = "optimizer" };
+	if (!r->profile || r->prof_steps < 1)
+		return;
+	double total = 0;
+	for (int k = 0; k < 16; k++)
+		total += r->prof_ms[k];
+	qe_log(QE_LOG_INFO, "profile, rank %d, %lld steps, every action waited for (ms per step):", r->rank,
+	       (long long)r->prof_steps);
+	for (int k = 0; k < 16; k++)
+		if (r->prof_n[k])
+			qe_log(QE_LOG_INFO, "  %-10s %9.3f ms/step  %6.1f%%  (%lld calls, %.3f ms each)",
+			       names[k] ? names[k] : "?", r->prof_ms[k] / (double)r->prof_steps,
+			       100.0 * r->prof_ms[k] / total, (long long)r->prof_n[k], r->prof_ms[k] / (double)r->prof_n[k]);
+}
+
 /* ---- optimizer commit --------------------------------------------------- */
 
 static int optimizer_commit(qe_rank *r)
@@ -304,13 +340,13 @@ static int optimizer_commit(qe_rank *r)
 				pv[m] = pi->is_matrix ? views[pi->matrix_index * r->M + m]
 						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
 			TRY(o->sum_views(r->caller, r->reduce_buf, pv, r->M, n));
-			TRY(o->stream_sync(r->caller));
+			TRY(qe__rank_sync(r, r->caller));
 			TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
 			const float *one[1] = { r->reduce_buf };
 			TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &r->cfg.optim, 1.0f / (float)r->D));
 		}
 	}
-	TRY(o->stream_sync(r->caller));
+	TRY(qe__rank_sync(r, r->caller));
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
 	r->ctr.arena_writes = as.writes_this_step;
@@ -328,7 +364,7 @@ static int step_loss(qe_rank *r, float *loss)
 		float sum = 0, l;
 		for (int m = 0; m < r->M; m++) {
 			TRY(r->b->ops->copy(r->caller, &l, qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
-			TRY(r->b->ops->stream_sync(r->caller));
+			TRY(qe__rank_sync(r, r->caller));
 			sum += l;
 		}
 		v = sum / (float)r->M / (float)r->D;
@@ -348,8 +384,16 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 		memset(&r->chunks[c].last, 0, sizeof(r->chunks[c].last));
 	r->peak_live_step = 0;
 	r->last_kind = -1;
+	if (r->profile && r->steps_here == 2) {
+		memset(r->prof_ms, 0, sizeof(r->prof_ms));
+		memset(r->prof_n, 0, sizeof(r->prof_n));
+		r->prof_steps = 0;
+	}
 	for (int i = 0; i < list->n; i++) {
+		double t0 = r->profile ? now_ms() : 0;
 		int rc = run_action(r, &list->actions[i], data);
+		if (!rc && r->profile)
+			rc = profile_note(r, list->actions[i].kind, t0);
 		if (rc) {
 			char what[96];
 			qe_sched_action_describe(&list->actions[i], what, sizeof(what));
@@ -372,12 +416,19 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 	for (int c = 0; c < r->V; c++)
 		r->ctr.delayed_dw += r->chunks[c].last.delayed_dw;
 	r->ctr.peak_live_tapes = r->peak_live_step;
+	double t0 = r->profile ? now_ms() : 0;
 	TRY(step_loss(r, loss));
+	if (r->profile)
+		TRY(profile_note(r, PROF_LOSS, t0));
+	t0 = r->profile ? now_ms() : 0;
 	int rc = optimizer_commit(r);
+	if (!rc && r->profile)
+		rc = profile_note(r, PROF_OPTIM, t0);
 	if (rc)
 		return qe_fail_ctx(rc, "step %lld, rank %d: optimizer commit", (long long)r->steps, r->rank);
 	r->steps++;
 	r->steps_here++;
+	r->prof_steps++;
 	if (r->cfg.check_replicas && (rc = qe_rank_check_replicas(r)))
 		return rc;
 	return QE_OK;

@@ -307,8 +307,7 @@ int qe_stage_init_params(qe_stage *st, uint64_t seed)
 			float stdv = strcmp(p->name, "wpe") == 0 ? 0.01f : 0.02f;
 			if (strcmp(p->name, "proj.w") == 0 || strcmp(p->name, "fc2.w") == 0)
 				stdv *= resid_scale;
-			for (int64_t k = 0; k < n; k++)
-				w[k] = stdv * qe_rng_normal(&r);
+			qe_rng_normal_fill(&r, w, n, stdv);
 		}
 	}
 	int rc = st->b->ops->copy(NULL, st->param_buf, host, st->param_floats * 4, QE_COPY_H2D);

@@ -756,6 +756,12 @@ static int cpu_stream_sync(qe_stream *s)
 	return QE_OK;
 }
 
+/* cpu streams run every op when it is enqueued: nothing is ever pending. */
+static int cpu_stream_query(qe_stream *s)
+{
+	return stream_check(s, "stream_query");
+}
+
 static int cpu_event_create(qe_backend *b, qe_event **out)
 {
 	if (!out)
@@ -1115,6 +1121,7 @@ static const qe_backend_ops cpu_ops = {
 	.graph_launch = cpu_graph_launch,
 	.graph_destroy = cpu_graph_destroy,
 	.graph_op_count = cpu_graph_op_count,
+	.stream_query = cpu_stream_query,
 	.cast = cpu_cast,
 	.fp8_update = cpu_fp8_update,
 	.gemm = cpu_gemm_op,

@@ -514,6 +514,22 @@ static int cu_stream_sync(qe_stream *s)
 	return op_end(s, rc, "stream_sync");
 }
 
+static int cu_stream_query(qe_stream *s)
+{
+	if (!s)
+		return qe_fail(QE_EINVAL, "stream_query: the default stream is always idle between ops");
+	if (s->failed)
+		return qe_fail(s->failed, "stream_query: cuda stream failed earlier (%s): %s", qe_errname(s->failed),
+			       s->failmsg);
+	cudaError_t e = cudaStreamQuery(s->cs);
+	if (e == cudaErrorNotReady)
+		return 1;
+	if (e != cudaSuccess)
+		return stream_fail(s, qe__cuda_err(e, "stream_query", "cudaStreamQuery"));
+	int rc = check_error_word(s, "stream_query");
+	return rc ? stream_fail(s, rc) : QE_OK;
+}
+
 static int cu_event_create(qe_backend *b, qe_event **out)
 {
 	if (!out)
@@ -921,6 +937,7 @@ static void fill_table(void)
 	o->stream_create = cu_stream_create;
 	o->stream_destroy = cu_stream_destroy;
 	o->stream_sync = cu_stream_sync;
+	o->stream_query = cu_stream_query;
 	o->event_create = cu_event_create;
 	o->event_destroy = cu_event_destroy;
 	o->event_record = cu_event_record;
@@ -947,6 +964,7 @@ static void fill_table(void)
 	o->xent = cu_xent;
 	o->adamw = cu_adamw;
 	o->sum_views = cu_sum_views;
+	qe__cuda_link_fill(o);
 }
 
 static const qe_backend_ops *cuda_table(void)

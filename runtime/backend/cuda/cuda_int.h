@@ -128,6 +128,9 @@ int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits
 int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 
+/* Set the link ops of the table (NCCL); left NULL when built without NCCL. */
+void qe__cuda_link_fill(qe_backend_ops *o);
+
 /* Forget every cached GEMM algorithm (when the last backend closes). */
 void qe__cuda_gemm_cache_clear(void);
 

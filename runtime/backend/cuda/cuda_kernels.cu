@@ -21,6 +21,15 @@
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
 #define THREADS 256
+/*
+ * Column sums (bias and layernorm weight gradients) keep the cpu's row order,
+ * one thread per column, so their speed is memory latency: one warp per block
+ * spreads the few thousand columns over every SM, and unrolling lets each
+ * thread have many rows' loads in flight while its adds stay in order.
+ */
+#define COL_THREADS 32
+/* Threads per row for the cross-entropy: a vocabulary row is long. */
+#define XENT_THREADS 1024
 
 typedef struct views_arg {
 	const float *p[QE_CUDA_MAX_VIEWS];
@@ -50,7 +59,7 @@ __global__ void bias_grad_kernel(float *__restrict__ db, const float *__restrict
 	if (j >= cols)
 		return;
 	float acc = 0.0f;
-#pragma unroll 8
+#pragma unroll 16
 	for (int64_t r = 0; r < rows; r++)
 		acc += dy[r * cols + j];
 	db[j] = acc;
@@ -177,14 +186,15 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float 
 }
 
 /* dw, db: one thread per column, rows in order from 0 - the cpu's sums exactly. */
-__global__ void layernorm_bwd_dwdb_kernel(float *dw, float *db, const float *dy, const float *x, const float *mean,
-					  const float *rstd, int64_t rows, int64_t cols)
+__global__ void layernorm_bwd_dwdb_kernel(float *__restrict__ dw, float *__restrict__ db, const float *__restrict__ dy,
+					  const float *__restrict__ x, const float *__restrict__ mean,
+					  const float *__restrict__ rstd, int64_t rows, int64_t cols)
 {
 	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 	if (j >= cols)
 		return;
 	float aw = 0.0f, ab = 0.0f;
-#pragma unroll 4
+#pragma unroll 16
 	for (int64_t r = 0; r < rows; r++) {
 		float g = dy[r * cols + j];
 		float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
@@ -359,7 +369,8 @@ extern "C" int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int6
 {
 	if (cols == 0)
 		return QE_OK;
-	bias_grad_kernel<<<(unsigned)((cols + THREADS - 1) / THREADS), THREADS, 0, s->cs>>>(db, dy, rows, cols);
+	unsigned blocks = (unsigned)((cols + COL_THREADS - 1) / COL_THREADS);
+	bias_grad_kernel<<<blocks, COL_THREADS, 0, s->cs>>>(db, dy, rows, cols);
 	return qe__cuda_launched("bias_grad", "bias_grad_kernel");
 }
 
@@ -403,7 +414,7 @@ extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float 
 			return rc;
 	}
 	if (cols > 0 && (dw || db)) {
-		layernorm_bwd_dwdb_kernel<<<(unsigned)((cols + THREADS - 1) / THREADS), THREADS, 0, s->cs>>>(
+		layernorm_bwd_dwdb_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), COL_THREADS, 0, s->cs>>>(
 			dw, db, dy, x, mean, rstd, rows, cols);
 		return qe__cuda_launched(op, "layernorm_bwd_dwdb_kernel");
 	}
@@ -445,7 +456,10 @@ extern "C" int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const fl
 	if (loss && (rc = qe__cuda_scratch(s, (size_t)T * sizeof(float), op, (void **)&rowloss)))
 		return rc;
 	float g = grad_scale / (float)T;
-	xent_row_kernel<<<(unsigned)T, row_threads(V), 0, s->cs>>>(rowloss, dlogits, logits, tgt, V, g, s->words + 1);
+	unsigned xt = 32;
+	while (xt < XENT_THREADS && (int64_t)xt < V)
+		xt <<= 1;
+	xent_row_kernel<<<(unsigned)T, xt, 0, s->cs>>>(rowloss, dlogits, logits, tgt, V, g, s->words + 1);
 	if ((rc = qe__cuda_launched(op, "xent_row_kernel")))
 		return rc;
 	if (loss) {

@@ -1,0 +1,330 @@
+/*
+ * links.c - the rank's device links: activations and gradients go from GPU
+ * to GPU (NCCL on cuda) instead of through host memory and sockets.
+ *
+ * One link per direction of each pipeline pair the schedule uses, opened in
+ * the same global order on every rank (ids made by the sending side and
+ * broadcast over the host comm), so no two ranks wait for each other's
+ * opens.  A send copies the payload into a per-peer staging ring on the
+ * caller stream (the source buffer may be rewritten at once, as with the host
+ * path) and sends it from the ring on a per-peer send stream, so the caller
+ * stream never waits for a receiver.  Reusing a ring slot makes the caller
+ * stream wait for that slot's previous send; the ring holds a whole step's
+ * messages to that peer, so within a step no send waits on another.  A
+ * receive is enqueued on the caller stream, where the consumer runs next.
+ *
+ * Device work can now wait on a peer, so a dead peer must not leave a stream
+ * waiting forever: qe__rank_sync polls instead of blocking, and when the host
+ * comm has failed, a link reports an error, or the comm timeout passes, it
+ * aborts every link (NCCL returns from the waiting kernels) and fails.
+ *
+ * QE_P2P=host keeps the host path (to compare the two, or where NCCL
+ * misbehaves); the messages are the same bytes either way.
+ */
+#include "rank_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+typedef struct link_out {
+	int peer;          /* global rank */
+	qe_link *link;
+	qe_stream *s;      /* sends to this peer, in order */
+	qe_event *ready;   /* caller -> send stream: the payload is in its slot */
+	char *ring;        /* nslots * slot bytes of backend memory */
+	qe_event **done;   /* [nslots]: the slot's last send completed */
+	unsigned char *used;
+	int nslots, next;
+} link_out;
+
+typedef struct link_in {
+	int peer;
+	qe_link *link;
+} link_in;
+
+struct rank_links {
+	link_out *out;
+	link_in *in;
+	int nout, nin;
+	int *order;        /* [nout + nin]: open order; out link i as i, in link i as -1 - i */
+	int norder;
+	int aborted;
+	size_t slot;       /* largest message */
+	int64_t sends, bytes;
+};
+
+static void abort_links(qe_rank *r);
+
+/* Send counts per (from, to) pipeline rank in one step; 0 where the schedule never sends. */
+static void count_sends(const qe_sched *sc, int *counts)
+{
+	memset(counts, 0, sizeof(int) * (size_t)sc->P * (size_t)sc->P);
+	for (int a = 0; a < sc->P; a++)
+		for (int i = 0; i < sc->ranks[a].n; i++) {
+			const qe_sched_action *x = &sc->ranks[a].actions[i];
+			if ((x->kind == QE_ACT_SEND_ACT || x->kind == QE_ACT_SEND_GRAD) && x->peer >= 0 && x->peer != a)
+				counts[a * sc->P + x->peer]++;
+		}
+}
+
+static int want_links(const qe_rank *r)
+{
+	const qe_backend_ops *o = r->b->ops;
+	if (!r->comm || r->P < 2 || !o->link_open || !o->stream_query)
+		return 0;
+	const char *v = getenv("QE_P2P");
+	return !(v && strcmp(v, "host") == 0);
+}
+
+static int open_out(qe_rank *r, link_out *lo, int peer, const void *id, int count)
+{
+	const qe_backend_ops *o = r->b->ops;
+	int rc;
+	lo->peer = peer;
+	lo->nslots = count + 2;
+	if ((rc = o->link_open(r->b, id, 1, &lo->link)))
+		return qe_fail_ctx(rc, "rank %d: opening the device link to rank %d", r->rank, peer);
+	if ((rc = o->stream_create(r->b, &lo->s)) || (rc = o->event_create(r->b, &lo->ready)) ||
+	    (rc = o->alloc(r->b, (size_t)lo->nslots * r->links->slot, (void **)&lo->ring)))
+		return rc;
+	lo->done = calloc((size_t)lo->nslots, sizeof(*lo->done));
+	lo->used = calloc((size_t)lo->nslots, 1);
+	if (!lo->done || !lo->used)
+		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for the link to rank %d", r->rank, peer);
+	for (int k = 0; k < lo->nslots; k++)
+		if ((rc = o->event_create(r->b, &lo->done[k])))
+			return rc;
+	return QE_OK;
+}
+
+int qe__rank_links_open(qe_rank *r, size_t max_message)
+{
+	if (!want_links(r))
+		return QE_OK;
+	const qe_backend_ops *o = r->b->ops;
+	int P = r->P, rc = QE_OK;
+	int *counts = calloc((size_t)P * (size_t)P, sizeof(int));
+	rank_links *L = calloc(1, sizeof(*L));
+	if (L) {
+		L->out = calloc((size_t)P, sizeof(*L->out));
+		L->in = calloc((size_t)P, sizeof(*L->in));
+		L->order = calloc((size_t)P * 2, sizeof(int));
+	}
+	if (!counts || !L || !L->out || !L->in || !L->order) {
+		free(counts);
+		if (L) {
+			free(L->out);
+			free(L->in);
+			free(L->order);
+			free(L);
+		}
+		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for device links", r->rank);
+	}
+	r->links = L;
+	L->slot = (max_message + 255) / 256 * 256;
+	count_sends(r->sched, counts);
+	/* Every rank walks the same list of (replica, from, to) channels in the same order. */
+	for (int d = 0; d < r->D && !rc; d++)
+		for (int a = 0; a < P && !rc; a++)
+			for (int b = 0; b < P && !rc; b++) {
+				if (!counts[a * P + b])
+					continue;
+				int ga = d * P + a, gb = d * P + b;
+				unsigned char id[QE_LINK_ID_BYTES] = { 0 };
+				if (r->rank == ga && (rc = o->link_id(r->b, id)))
+					break;
+				if ((rc = qe_comm_bcast(r->comm, ga, id, sizeof(id))))
+					break;
+				if (r->rank == ga) {
+					L->order[L->norder++] = L->nout;
+					rc = open_out(r, &L->out[L->nout++], gb, id, counts[a * P + b]);
+				} else if (r->rank == gb) {
+					L->order[L->norder++] = -1 - L->nin;
+					link_in *li = &L->in[L->nin++];
+					li->peer = ga;
+					if ((rc = o->link_open(r->b, id, 0, &li->link)))
+						rc = qe_fail_ctx(rc, "rank %d: opening the device link from rank %d", r->rank, ga);
+				}
+			}
+	free(counts);
+	if (rc) {
+		abort_links(r); /* the other side of a link may never get here: do not wait for it */
+		qe__rank_links_close(r);
+		return qe_fail_ctx(rc, "rank %d: device links (set QE_P2P=host to move messages through host memory)",
+				   r->rank);
+	}
+	qe_log(QE_LOG_DEBUG, "rank %d: %d outgoing and %d incoming device links, %zu-byte slots", r->rank, L->nout,
+	       L->nin, L->slot);
+	return QE_OK;
+}
+
+/*
+ * Closing a link is collective between its two sides (NCCL tears a
+ * communicator down with its peer), so links close in the order they were
+ * opened, which is the same on every rank; closing them in another order
+ * deadlocks two ranks each waiting for the other's link.  After a failure
+ * the links are aborted instead, which waits for nobody.
+ */
+void qe__rank_links_close(qe_rank *r)
+{
+	rank_links *L = r->links;
+	if (!L)
+		return;
+	const qe_backend_ops *o = r->b->ops;
+	for (int i = 0; i < L->nout && !L->aborted; i++)
+		if (L->out[i].s && qe__rank_sync(r, L->out[i].s)) /* a dead peer aborts the links here */
+			qe_log(QE_LOG_WARN, "closing device links: %s", qe_last_error());
+	for (int k = 0; k < L->norder; k++) {
+		int i = L->order[k];
+		qe_link *l = i >= 0 ? L->out[i].link : L->in[-1 - i].link;
+		if (l)
+			o->link_close(l);
+	}
+	for (int i = 0; i < L->nout; i++) {
+		link_out *lo = &L->out[i];
+		for (int k = 0; lo->done && k < lo->nslots; k++)
+			if (lo->done[k])
+				o->event_destroy(lo->done[k]);
+		if (lo->ready)
+			o->event_destroy(lo->ready);
+		if (lo->s)
+			o->stream_destroy(lo->s);
+		if (lo->ring)
+			o->free(r->b, lo->ring);
+		free(lo->done);
+		free(lo->used);
+	}
+	free(L->out);
+	free(L->in);
+	free(L->order);
+	free(L);
+	r->links = NULL;
+}
+
+int qe__rank_link_send(qe_rank *r, int peer, const void *src, size_t bytes)
+{
+	rank_links *L = r->links;
+	const qe_backend_ops *o = r->b->ops;
+	link_out *lo = NULL;
+	for (int i = 0; i < L->nout; i++)
+		if (L->out[i].peer == peer)
+			lo = &L->out[i];
+	if (!lo)
+		return qe_fail(QE_ESCHEDULE, "rank %d: no device link to rank %d (the schedule never sends there)", r->rank,
+			       peer);
+	if (bytes > L->slot)
+		return qe_fail(QE_EINVAL, "rank %d: a %zu-byte message to rank %d is larger than the link slots (%zu)",
+			       r->rank, bytes, peer, L->slot);
+	int k = lo->next;
+	lo->next = (lo->next + 1) % lo->nslots;
+	char *slot = lo->ring + (size_t)k * L->slot;
+	int rc;
+	if (lo->used[k] && (rc = o->stream_wait(r->caller, lo->done[k])))
+		return rc;
+	if ((rc = o->copy(r->caller, slot, src, bytes, QE_COPY_D2D)) || (rc = o->event_record(lo->ready, r->caller)) ||
+	    (rc = o->stream_wait(lo->s, lo->ready)) || (rc = o->link_send(lo->link, lo->s, slot, bytes)) ||
+	    (rc = o->event_record(lo->done[k], lo->s)))
+		return qe_fail_ctx(rc, "rank %d: sending %zu bytes to rank %d", r->rank, bytes, peer);
+	lo->used[k] = 1;
+	L->sends++;
+	L->bytes += (int64_t)bytes;
+	return QE_OK;
+}
+
+int qe__rank_link_recv(qe_rank *r, int peer, void *dst, size_t bytes)
+{
+	rank_links *L = r->links;
+	for (int i = 0; i < L->nin; i++)
+		if (L->in[i].peer == peer) {
+			int rc = r->b->ops->link_recv(L->in[i].link, r->caller, dst, bytes);
+			return rc ? qe_fail_ctx(rc, "rank %d: receiving %zu bytes from rank %d", r->rank, bytes, peer) : QE_OK;
+		}
+	return qe_fail(QE_ESCHEDULE, "rank %d: no device link from rank %d (the schedule never receives from it)",
+		       r->rank, peer);
+}
+
+static void abort_links(qe_rank *r)
+{
+	rank_links *L = r->links;
+	L->aborted = 1;
+	for (int i = 0; i < L->nout; i++)
+		r->b->ops->link_abort(L->out[i].link);
+	for (int i = 0; i < L->nin; i++)
+		r->b->ops->link_abort(L->in[i].link);
+}
+
+void qe_rank_abandon(qe_rank *r)
+{
+	if (r && r->links && !r->links->aborted)
+		abort_links(r);
+}
+
+static double mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* 0 while every link and the host comm are healthy; else the failure, links aborted. */
+static int links_health(qe_rank *r)
+{
+	rank_links *L = r->links;
+	const qe_backend_ops *o = r->b->ops;
+	if (qe_comm_failed(r->comm)) {
+		char why[512];
+		abort_links(r);
+		return qe_fail(QE_ECOMM, "rank %d: a peer failed while device work waited on it: %s", r->rank,
+			       qe_comm_failure(r->comm, why, sizeof(why)));
+	}
+	for (int i = 0; i < L->nout + L->nin; i++) {
+		qe_link *l = i < L->nout ? L->out[i].link : L->in[i - L->nout].link;
+		int rc = o->link_check(l);
+		if (rc) {
+			abort_links(r);
+			return qe_fail_ctx(rc, "rank %d: device link %s rank %d", r->rank, i < L->nout ? "to" : "from",
+					   i < L->nout ? L->out[i].peer : L->in[i - L->nout].peer);
+		}
+	}
+	return QE_OK;
+}
+
+int qe__rank_sync(qe_rank *r, qe_stream *s)
+{
+	const qe_backend_ops *o = r->b->ops;
+	if (!r->links)
+		return o->stream_sync(s);
+	double deadline = mono_ms() + qe_comm_env(r->comm)->timeout_ms;
+	long nap_us = 2;
+	for (;;) {
+		int rc = o->stream_query(s);
+		if (rc <= 0)
+			return rc;
+		if ((rc = links_health(r)))
+			return rc;
+		if (mono_ms() > deadline) {
+			abort_links(r);
+			return qe_fail(QE_ECOMM, "rank %d: device work still waiting on a peer after %d ms", r->rank,
+				       qe_comm_env(r->comm)->timeout_ms);
+		}
+		struct timespec ts = { 0, nap_us * 1000 };
+		nanosleep(&ts, NULL);
+		if (nap_us < 64)
+			nap_us *= 2;
+	}
+}
+
+int qe__rank_links_quiesce(qe_rank *r)
+{
+	rank_links *L = r->links;
+	for (int i = 0; L && i < L->nout; i++) {
+		int rc = qe__rank_sync(r, L->out[i].s);
+		if (rc)
+			return qe_fail_ctx(rc, "rank %d: sends to rank %d did not complete", r->rank, L->out[i].peer);
+	}
+	return QE_OK;
+}
