@@ -52,8 +52,16 @@ struct ckpt_async {
 	int64_t id, step, e_w;
 	int replica;
 	qe_pstate_item *items;
-	void **copies;
+	void **copies;       /* [n]: each item's host copy, carved from pool */
 	int n;
+	/*
+	 * The snapshot's host memory (pinned on cuda), kept from one checkpoint to
+	 * the next: the state has the same size every time, and page-locked
+	 * memory is both what makes the device copies fast and slow to allocate.
+	 */
+	void *pool;
+	size_t pool_bytes;
+	qe_backend *pool_b;
 	int64_t expect_rows; /* rank 0: every rank's rows together */
 	uint64_t total_bytes, total_rt_bytes;
 	char topo[64], sched[96], recipe[160];
@@ -72,9 +80,7 @@ const char *ckpt_async_mode_name(ckpt_async_mode m)
 
 static void free_copies(ckpt_async *a)
 {
-	for (int i = 0; i < a->n && a->copies; i++)
-		free(a->copies[i]);
-	free(a->copies);
+	free(a->copies); /* the copies themselves live in the pool */
 	free(a->items);
 	a->copies = NULL;
 	a->items = NULL;
@@ -299,6 +305,45 @@ static void word_fail(async_word *w, int rc)
 	snprintf(w->msg, sizeof(w->msg), "%s", rc ? (e && e[0] ? e : qe_strerror(rc)) : "");
 }
 
+/* The pool holds at least the snapshot of these items (each 256-byte aligned). */
+static int pool_reserve(ckpt_async *a, qe_backend *b, const qe_pstate_item *items, int n)
+{
+	size_t need = 0;
+	for (int i = 0; i < n; i++)
+		need += (items[i].bytes + 255) / 256 * 256;
+	if (need <= a->pool_bytes && b == a->pool_b)
+		return QE_OK;
+	if (a->pool)
+		a->pool_b->ops->host_free(a->pool_b, a->pool);
+	a->pool = NULL;
+	a->pool_bytes = 0;
+	int rc = b->ops->host_alloc(b, need, &a->pool);
+	if (rc)
+		return qe_fail_ctx(rc, "async checkpoint: no host memory for the snapshot (%zu bytes)", need);
+	a->pool_bytes = need;
+	a->pool_b = b;
+	return QE_OK;
+}
+
+int ckpt_async_prepare(ckpt_async *a, qe_rank *r)
+{
+	qe_pstate_item *items = NULL;
+	int n = 0, rc;
+	if (!a || !r)
+		return qe_fail(QE_EINVAL, "ckpt_async_prepare: NULL argument");
+	if (a->running)
+		return QE_OK; /* the pool is in use; the next snapshot sizes it */
+	if ((rc = qe_rank_pstate(r, &items, &n)))
+		return rc;
+	int keep = 0;
+	for (int i = 0; i < n; i++)
+		if (qe_rank_replica(r) == 0 || !ckpt__shared_by_replicas(&items[i]))
+			items[keep++] = items[i];
+	rc = pool_reserve(a, qe_rank_backend(r), items, keep);
+	free(items);
+	return rc;
+}
+
 /* Copy this rank's items into host memory. */
 static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_bytes)
 {
@@ -316,11 +361,13 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 	if (!(a->copies = calloc((size_t)keep + 1, sizeof(void *))))
 		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
 	qe_backend *b = qe_rank_backend(r);
+	if ((rc = pool_reserve(a, b, items, keep)))
+		return rc;
+	size_t off = 0;
 	for (int i = 0; i < keep; i++) {
 		qe_pstate_item *it = &items[i];
-		if (!(a->copies[i] = malloc(it->bytes ? it->bytes : 1)))
-			return qe_fail(QE_ENOMEM, "async checkpoint: no host memory for '%s' of stage %d (%zu bytes)",
-				       it->name, it->stage, it->bytes);
+		a->copies[i] = (char *)a->pool + off;
+		off += (it->bytes + 255) / 256 * 256;
 		if (it->on_device && it->bytes) {
 			if ((rc = b->ops->copy(NULL, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
 				return qe_fail_ctx(rc, "async checkpoint: copying '%s' of stage %d to the host", it->name,
@@ -485,6 +532,8 @@ void ckpt_async_close(ckpt_async *a)
 		return;
 	if (ckpt_async_drain(a, NULL))
 		qe_log(QE_LOG_WARN, "%s", qe_last_error());
+	if (a->pool)
+		a->pool_b->ops->host_free(a->pool_b, a->pool);
 	cat_close(a->bg_cat);
 	pthread_mutex_destroy(&a->mu);
 	free(a);

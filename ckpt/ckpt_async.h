@@ -79,6 +79,14 @@ int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode m
  * background write failed.  OUT *out (may be NULL).
  */
 int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out);
+
+/*
+ * Allocate the host snapshot memory for r's state now (pinned on cuda, which
+ * takes seconds for large states), so that the first checkpoint's stall is
+ * the copy alone.  Optional: without it the first save allocates.  Returns
+ * 0, QE_ENOMEM, QE_ECUDA; nothing is lost on failure (the save retries).
+ */
+int ckpt_async_prepare(ckpt_async *a, qe_rank *r);
 /* Wait for the write in flight, if any, and return its outcome. OUT *out (may be NULL): done_step, done_ms. */
 int ckpt_async_drain(ckpt_async *a, ckpt_async_result *out);
 /* Drain, then free (NULL is a no-op). */

@@ -296,6 +296,9 @@ int cli_rank_main(void *vjob)
 			rc = ckpt_session_open(cfg->run_dir, job->run_id, ctx.cat, &ctx.ck);
 		if (!rc && job->ckpt_async)
 			rc = ckpt_async_open(ctx.ck, path, (ckpt_async_mode)job->ckpt_async, &ctx.async);
+		if (!rc && ctx.async && ckpt_async_prepare(ctx.async, r))
+			qe_log(QE_LOG_WARN, "async checkpoints: the snapshot memory will be allocated at the first save (%s)",
+			       qe_last_error());
 	}
 	if (!rc && job->resume) {
 		ckpt_result res;

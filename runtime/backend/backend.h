@@ -84,6 +84,13 @@ typedef struct qe_backend_ops {
 	void (*free)(qe_backend *b, void *p);
 	int (*copy)(qe_stream *s, void *dst, const void *src, size_t bytes, qe_copy_kind kind);
 	int (*fill)(qe_stream *s, void *dst, uint8_t byte, size_t bytes);
+	/*
+	 * Host memory that copies to and from the device run fastest through
+	 * (page-locked on cuda; plain on cpu), for staging that is reused, such
+	 * as checkpoint snapshots.  Not zeroed; freed with host_free.
+	 */
+	int (*host_alloc)(qe_backend *b, size_t bytes, void **out);
+	void (*host_free)(qe_backend *b, void *p);
 
 	/* streams, events, graphs */
 	int (*stream_create)(qe_backend *b, qe_stream **out);

@@ -168,6 +168,9 @@ static void test_cast(qe_rng *r)
 		{ 16, 16, QE_E4M3, 0, 0, 1, 0, 0, 0 },	 { 1, 1, QE_E4M3, 1, 1, 0, 1, 0, 0 },
 		{ 40, 40, QE_E4M3, 1, 1, 0, 1, 0, 1 },	 { 40, 40, QE_E5M2, 1, 1, 1, 1, 0, 1 },
 		{ 256, 1024, QE_E4M3, 1, 1, 0, 1, 0, 0 },
+		/* the four-wide kernel: multiples of 4, tiles cut at the edges, NaN, current scaling */
+		{ 68, 132, QE_E4M3, 1, 1, 0, 1, 0, 0 },	 { 132, 68, QE_E5M2, 1, 1, 1, 1, 0, 1 },
+		{ 256, 12288, QE_E4M3, 1, 1, 0, 1, 0, 0 }, { 128, 192, QE_E4M3, 0, 1, 0, 1, 1, 0 },
 	};
 	printf("cast\n");
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {

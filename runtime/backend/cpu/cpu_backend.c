@@ -697,6 +697,21 @@ static void cpu_free(qe_backend *b, void *p)
 	free(p);
 }
 
+static int cpu_host_alloc(qe_backend *b, size_t bytes, void **out)
+{
+	(void)b;
+	if (!out)
+		return qe_fail(QE_EINVAL, "host_alloc: NULL out pointer");
+	*out = malloc(bytes ? bytes : 1);
+	return *out ? QE_OK : qe_fail(QE_ENOMEM, "host_alloc: %zu bytes", bytes);
+}
+
+static void cpu_host_free(qe_backend *b, void *p)
+{
+	(void)b;
+	free(p);
+}
+
 static int cpu_copy(qe_stream *s, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
 {
 	cpu_op op = { .kind = OP_COPY };
@@ -1122,6 +1137,8 @@ static const qe_backend_ops cpu_ops = {
 	.graph_destroy = cpu_graph_destroy,
 	.graph_op_count = cpu_graph_op_count,
 	.stream_query = cpu_stream_query,
+	.host_alloc = cpu_host_alloc,
+	.host_free = cpu_host_free,
 	.cast = cpu_cast,
 	.fp8_update = cpu_fp8_update,
 	.gemm = cpu_gemm_op,

@@ -514,6 +514,29 @@ static int cu_stream_sync(qe_stream *s)
 	return op_end(s, rc, "stream_sync");
 }
 
+static int cu_host_alloc(qe_backend *b, size_t bytes, void **out)
+{
+	(void)b;
+	if (!out)
+		return qe_fail(QE_EINVAL, "host_alloc: NULL out pointer");
+	*out = NULL;
+	cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		*out = NULL;
+		return qe_fail(e == cudaErrorMemoryAllocation ? QE_ENOMEM : QE_ECUDA, "host_alloc: cudaHostAlloc(%zu): %s",
+			       bytes, cudaGetErrorString(e));
+	}
+	return QE_OK;
+}
+
+static void cu_host_free(qe_backend *b, void *p)
+{
+	(void)b;
+	if (p)
+		cudaFreeHost(p);
+}
+
 static int cu_stream_query(qe_stream *s)
 {
 	if (!s)
@@ -938,6 +961,8 @@ static void fill_table(void)
 	o->stream_destroy = cu_stream_destroy;
 	o->stream_sync = cu_stream_sync;
 	o->stream_query = cu_stream_query;
+	o->host_alloc = cu_host_alloc;
+	o->host_free = cu_host_free;
 	o->event_create = cu_event_create;
 	o->event_destroy = cu_event_destroy;
 	o->event_record = cu_event_record;

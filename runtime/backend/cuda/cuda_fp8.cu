@@ -122,6 +122,68 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 	}
 }
 
+/*
+ * The same cast, four elements per thread: float4 loads and 4-byte packed
+ * stores of the codes, over 64x64 tiles.  The byte-wide kernel above spends
+ * most of its time in narrow memory transactions (the per-step weight-cache
+ * refresh casts the whole stage).  Needs rows and cols multiples of 4 and
+ * aligned pointers (the launcher checks); each code is computed exactly as
+ * above, so both kernels give the same bytes.
+ */
+#define VT 64 /* tile edge */
+#define VX 16 /* threads in x, four columns each */
+#define VY 16 /* threads in y */
+
+__device__ __forceinline__ uint32_t fp8x4(float4 v, float s, __nv_fp8_interpretation_t k)
+{
+	uint32_t a = __nv_cvt_float_to_fp8(v.x * s, __NV_SATFINITE, k), b = __nv_cvt_float_to_fp8(v.y * s, __NV_SATFINITE, k);
+	uint32_t c = __nv_cvt_float_to_fp8(v.z * s, __NV_SATFINITE, k), d = __nv_cvt_float_to_fp8(v.w * s, __NV_SATFINITE, k);
+	return a | (b << 8) | (c << 16) | (d << 24);
+}
+
+__global__ void cast4_kernel(const float *__restrict__ x, uint8_t *__restrict__ row, uint8_t *__restrict__ col,
+			     int64_t rows, int64_t cols, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
+			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+{
+	__shared__ __align__(4) uint8_t tile[VT][VT + 4];
+	__nv_fp8_interpretation_t k = fmt_e5m2 ? __NV_E5M2 : __NV_E4M3;
+	float s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
+	int64_t r0 = (int64_t)blockIdx.y * VT, c0 = (int64_t)blockIdx.x * VT;
+	int cx = threadIdx.x * 4;
+	unsigned m = 0;
+	for (int j = threadIdx.y; j < VT; j += VY) {
+		int64_t r = r0 + j, c = c0 + cx;
+		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
+			float4 v = *(const float4 *)(x + r * cols + c);
+			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
+			uint32_t q = fp8x4(v, s, k);
+			if (row)
+				*(uint32_t *)(row + r * cols + c) = q;
+			*(uint32_t *)&tile[j][cx] = q;
+		}
+	}
+	if (amax_dst)
+		block_amax(m, amax_dst); /* contains the __syncthreads the transpose needs */
+	else
+		__syncthreads();
+	if (col) {
+		for (int j = threadIdx.y; j < VT; j += VY) {
+			int64_t c = c0 + j, r = r0 + cx;
+			if (c < cols && r < rows) { /* rows % 4 == 0 */
+				uint32_t q = (uint32_t)tile[cx][j] | ((uint32_t)tile[cx + 1][j] << 8) |
+					     ((uint32_t)tile[cx + 2][j] << 16) | ((uint32_t)tile[cx + 3][j] << 24);
+				*(uint32_t *)(col + c * rows + r) = q;
+			}
+		}
+	}
+	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+		if (scale_inv_out)
+			*scale_inv_out = 1.0f / s;
+		if (cur_amax && scale_out)
+			*scale_out = s;
+	}
+}
+
 /* A current-scaled cast also max-es its amax into the role's history row when asked. */
 __global__ void fold_amax_kernel(const unsigned *src, unsigned *dst)
 {
@@ -224,6 +286,15 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	}
 	int e5m2 = fmt == QE_E5M2;
 	float fmax = qe_fp8_max(fmt);
+	int wide = rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a->row.data % 4 == 0 &&
+		   (uintptr_t)a->col.data % 4 == 0 && (rows + VT - 1) / VT <= 65535;
+	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT)), block4(VX, VY);
+	if (!a->current && wide) {
+		cast4_kernel<<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
+							  e5m2, a->scale, NULL, fmax, a->margin, amax_dst, NULL,
+							  a->scale_inv);
+		return qe__cuda_launched(op, "cast4_kernel");
+	}
 	if (!a->current) {
 		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
 								 cols, e5m2, a->scale, NULL, fmax, a->margin, amax_dst,
@@ -245,9 +316,14 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	int rc = qe__cuda_launched(op, "amax_kernel");
 	if (rc)
 		return rc;
-	cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
-							 e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
-	if ((rc = qe__cuda_launched(op, "cast_kernel<fp8, current>")))
+	if (wide)
+		cast4_kernel<<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
+							  e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
+	else
+		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
+								 cols, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale,
+								 a->scale_inv);
+	if ((rc = qe__cuda_launched(op, wide ? "cast4_kernel<current>" : "cast_kernel<fp8, current>")))
 		return rc;
 	if (amax_dst) {
 		fold_amax_kernel<<<1, 1, 0, s->cs>>>(cur, amax_dst);
