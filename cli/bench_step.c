@@ -367,7 +367,7 @@ static void print_table(const step_args *a, preset_state *ps, int np)
 static void chart(const step_args *a, preset_state *p)
 {
 	char path[4400], name[64];
-	int have[2] = { 0, 0 };
+	int have[2] = { 0, 0 }, nmin[2] = { 1 << 30, 1 << 30 }, nmax[2] = { 0, 0 };
 	snprintf(path, sizeof(path), "%s/step-%.15s.dat", a->out, p->name);
 	FILE *f = fopen(path, "w");
 	if (!f)
@@ -383,6 +383,8 @@ static void chart(const step_args *a, preset_state *p)
 			if (s.n) {
 				fprintf(f, " %.4f", s.step_ms);
 				have[se] = 1;
+				nmin[se] = s.n < nmin[se] ? s.n : nmin[se];
+				nmax[se] = s.n > nmax[se] ? s.n : nmax[se];
 			} else {
 				fprintf(f, " NaN");
 			}
@@ -406,8 +408,14 @@ static void chart(const step_args *a, preset_state *p)
 	for (int se = 0; se < 2; se++) {
 		if (!have[se])
 			continue;
-		fprintf(f, "%s'step-%s.dat' using %d%s title '%s (%d trials)'", n ? ", " : "", p->name, 2 + se,
-			n ? "" : ":xtic(1)", se ? "replication" : "main", se ? a->repl : a->trials);
+		/* the trials that succeeded (a budget or a failure can leave fewer than asked) */
+		char trials[48];
+		if (nmin[se] == nmax[se])
+			snprintf(trials, sizeof(trials), "%d trial%s", nmax[se], nmax[se] == 1 ? "" : "s");
+		else
+			snprintf(trials, sizeof(trials), "%d-%d trials", nmin[se], nmax[se]);
+		fprintf(f, "%s'step-%s.dat' using %d%s title '%s (%s)'", n ? ", " : "", p->name, 2 + se,
+			n ? "" : ":xtic(1)", se ? "replication" : "main", trials);
 		n++;
 	}
 	if (!n)
