@@ -77,6 +77,9 @@ static int want_links(const qe_rank *r)
 	if (!r->comm || r->P < 2 || !o->link_open || !o->stream_query)
 		return 0;
 	const char *v = getenv("QE_P2P");
+	/* cpu links are local sockets like the host path; the reference keeps the host path unless asked. */
+	if (o->device == QE_DEV_CPU)
+		return v && strcmp(v, "device") == 0;
 	return !(v && strcmp(v, "host") == 0);
 }
 

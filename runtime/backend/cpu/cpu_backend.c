@@ -20,6 +20,9 @@
  * throw-away stream state, with no sticky failure.  Like CUDA's legacy stream
  * under global capture mode, it is refused while any cpu stream in the
  * process captures.
+ *
+ * Device links (one local socket each, so the executor's device-link path
+ * runs without a GPU) live in cpu_link.c.
  */
 #include "cpu_backend.h"
 
@@ -31,6 +34,7 @@
 #include "../../core/log.h"
 #include "../../core/status.h"
 #include "cpu_int.h"
+#include "cpu_link.h"
 
 typedef enum cpu_op_kind {
 	OP_COPY,
@@ -208,6 +212,24 @@ static int stream_check(qe_stream *s, const char *what)
 		return qe_fail(s->failed, "%s: cpu stream failed earlier (%s): %s", what, qe_errname(s->failed),
 			       s->failmsg);
 	return QE_OK;
+}
+
+/* Links (cpu_link.c) run outside the op list but keep the streams' rules. */
+int qe__cpu_stream_enter(qe_stream *s, const char *op)
+{
+	if (!s)
+		return qe_fail(QE_EINVAL, "%s on the default (NULL) stream: it would block every other op", op);
+	int rc = stream_check(s, op);
+	if (rc)
+		return rc;
+	if (s->capture)
+		return qe_fail(QE_ECAPTURE, "%s while the stream captures: links run outside graphs", op);
+	return QE_OK;
+}
+
+int qe__cpu_stream_fail(qe_stream *s, int rc)
+{
+	return stream_fail(s, rc);
 }
 
 /* ---- graphs ------------------------------------------------------------------ */
@@ -1137,6 +1159,13 @@ static const qe_backend_ops cpu_ops = {
 	.graph_destroy = cpu_graph_destroy,
 	.graph_op_count = cpu_graph_op_count,
 	.stream_query = cpu_stream_query,
+	.link_id = qe__cpu_link_id,
+	.link_open = qe__cpu_link_open,
+	.link_send = qe__cpu_link_send,
+	.link_recv = qe__cpu_link_recv,
+	.link_check = qe__cpu_link_check,
+	.link_abort = qe__cpu_link_abort,
+	.link_close = qe__cpu_link_close,
 	.host_alloc = cpu_host_alloc,
 	.host_free = cpu_host_free,
 	.cast = cpu_cast,
@@ -1182,6 +1211,7 @@ void qe_cpu_backend_destroy(qe_backend *b)
 	if (!b)
 		return;
 	cpu_backend *be = (cpu_backend *)b;
+	qe__cpu_link_forget(b);
 	long a = atomic_load(&be->live_allocs), s = atomic_load(&be->live_streams);
 	long e = atomic_load(&be->live_events), g = atomic_load(&be->live_graphs);
 	if (a || s || e || g)

@@ -1,0 +1,702 @@
+/*
+ * cpu_link.c - device links for the cpu backend: one local stream socket per
+ * link, so the executor's device-link path (runtime/exec/links.c, NCCL on
+ * cuda) runs, and is tested, on machines without a GPU.
+ *
+ * The sending rank's link_id opens a listening Unix socket under a random
+ * name in Linux's abstract namespace (nothing on disk to clean up, gone with
+ * the process) and puts the name, nothing secret, in the id; its link_open
+ * accepts the one receiver and takes the listener out of a process-wide
+ * table.  Both ranks must therefore share a host; QE_P2P=host is the path
+ * for everything else.
+ *
+ * cpu ops run when enqueued, yet a send must not wait for its receiver (on
+ * cuda it runs on a stream of its own; the schedules rely on that).  So
+ * link_send copies the payload into a queue that a per-link writer thread
+ * drains into the socket, like a pipe with an unbounded buffer, and
+ * link_recv blocks the caller until its whole message is in.  Messages are
+ * framed (magic, sequence number, length) so a receive of the wrong size or
+ * out of order is an error instead of a silent misread.  Every wait has a
+ * deadline (QE_COMM_TIMEOUT_MS, default 600 s) and watches for link_abort,
+ * which shuts the socket down so nothing stays blocked; sends never raise
+ * SIGPIPE.  A failed link stays failed (STYLE.md 4): link_check reports it.
+ *
+ * Unlike NCCL, closing is not collective: either side may close first.  The
+ * sender's close waits (bounded) for its queue to drain.
+ */
+#define _GNU_SOURCE
+#include "cpu_link.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../core/log.h"
+#include "../../core/status.h"
+
+#define ID_MAGIC "QECPULK1"
+#define NAME_MAX_LEN 96
+#define MSG_MAGIC 0x4b4c4551u   /* "QELK": a message */
+#define HELLO_MAGIC 0x484c4551u /* "QELH": the receiver introduces itself */
+#define ACK_MAGIC 0x414c4551u   /* "QELA": the sender accepted it */
+#define HDR_BYTES 16            /* u32 magic, u32 sequence, u64 length (host order: one host) */
+#define DEFAULT_TIMEOUT_MS 600000
+/* A receiver that finds no listener retries this long: the sender made it before handing out the id. */
+#define CONNECT_RETRY_MS 5000
+/* How long a sender's close waits for its queue to drain before dropping it. */
+#define CLOSE_FLUSH_MS 10000
+/* Longest sleep between looks at the abort flag while waiting on a socket. */
+#define SLICE_MS 100
+
+typedef struct link_msg {
+	struct link_msg *next;
+	size_t len; /* header + payload */
+	unsigned char data[];
+} link_msg;
+
+struct qe_link {
+	qe_backend *b;
+	int fd;
+	int is_sender;
+	int timeout_ms;
+	char name[NAME_MAX_LEN + 1];
+	atomic_int aborted;
+	pthread_mutex_t mu; /* guards everything below */
+	pthread_cond_t cv;  /* the queue changed or the writer made progress */
+	link_msg *head, *tail;
+	int busy;           /* the writer holds a message it has not finished writing */
+	int stop;           /* close: the writer exits once the queue is empty */
+	int err;            /* first failure, sticky */
+	char errmsg[480];
+	uint64_t nsent;     /* messages enqueued (sender) */
+	uint64_t nrecv;     /* messages received (receiver) */
+	pthread_t writer;
+	int has_writer;
+};
+
+/* Listening sockets of ids made here and not yet taken by the sender's link_open. */
+typedef struct listener {
+	struct listener *next;
+	qe_backend *b;
+	int fd;
+	char name[NAME_MAX_LEN + 1];
+} listener;
+
+static pthread_mutex_t g_listen_mu = PTHREAD_MUTEX_INITIALIZER;
+static listener *g_listeners;
+static atomic_uint g_link_seq;
+
+enum { IO_OK = 0, IO_TIMEOUT, IO_EOF, IO_ABORT, IO_ERR };
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void nap_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+static int env_timeout_ms(void)
+{
+	const char *v = getenv("QE_COMM_TIMEOUT_MS");
+	if (v && *v) {
+		char *end;
+		errno = 0;
+		long t = strtol(v, &end, 10);
+		if (!errno && !*end && t > 0 && t <= INT_MAX)
+			return (int)t;
+	}
+	return DEFAULT_TIMEOUT_MS;
+}
+
+static socklen_t abstract_addr(const char *name, struct sockaddr_un *sa)
+{
+	size_t n = strlen(name);
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	memcpy(sa->sun_path + 1, name, n); /* sun_path[0] = 0: the abstract namespace */
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+static int is_aborted(qe_link *l)
+{
+	return l && atomic_load(&l->aborted);
+}
+
+/* 1 when fd is ready (or in error: the next I/O call says which), 0 past the deadline, -1 aborted. */
+static int wait_fd(qe_link *l, int fd, short events, double deadline)
+{
+	for (;;) {
+		if (is_aborted(l))
+			return -1;
+		int slice = SLICE_MS;
+		if (deadline >= 0) {
+			double left = deadline - now_ms();
+			if (left <= 0)
+				return 0;
+			if (left < slice)
+				slice = (int)left + 1;
+		}
+		struct pollfd p = { .fd = fd, .events = events };
+		int n = poll(&p, 1, slice);
+		if (n > 0 || (n < 0 && errno != EINTR))
+			return 1;
+	}
+}
+
+/* Read exactly n bytes before deadline (< 0: none); *err gets errno on IO_ERR. */
+static int read_full(qe_link *l, int fd, void *buf, size_t n, double deadline, int *err)
+{
+	char *p = buf;
+	size_t done = 0;
+	while (done < n) {
+		ssize_t k = recv(fd, p + done, n - done, MSG_DONTWAIT);
+		if (k > 0) {
+			done += (size_t)k;
+			continue;
+		}
+		if (k == 0)
+			return is_aborted(l) ? IO_ABORT : IO_EOF;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			*err = errno;
+			return is_aborted(l) ? IO_ABORT : IO_ERR;
+		}
+		int w = wait_fd(l, fd, POLLIN, deadline);
+		if (w < 0)
+			return IO_ABORT;
+		if (w == 0)
+			return IO_TIMEOUT;
+	}
+	return IO_OK;
+}
+
+static int write_full(qe_link *l, int fd, const void *buf, size_t n, double deadline, int *err)
+{
+	const char *p = buf;
+	size_t done = 0;
+	while (done < n) {
+		ssize_t k = send(fd, p + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k >= 0) {
+			done += (size_t)k;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK) {
+			*err = errno;
+			return is_aborted(l) ? IO_ABORT : IO_ERR;
+		}
+		int w = wait_fd(l, fd, POLLOUT, deadline);
+		if (w < 0)
+			return IO_ABORT;
+		if (w == 0)
+			return IO_TIMEOUT;
+	}
+	return IO_OK;
+}
+
+static void put_hdr(unsigned char *h, uint32_t magic, uint32_t seq, uint64_t len)
+{
+	memcpy(h, &magic, 4);
+	memcpy(h + 4, &seq, 4);
+	memcpy(h + 8, &len, 8);
+}
+
+static void get_hdr(const unsigned char *h, uint32_t *magic, uint32_t *seq, uint64_t *len)
+{
+	memcpy(magic, h, 4);
+	memcpy(seq, h + 4, 4);
+	memcpy(len, h + 8, 8);
+}
+
+/* Record the first failure of l (message already formatted); returns rc. */
+static int set_err_locked(qe_link *l, int rc, const char *msg)
+{
+	if (!l->err) {
+		l->err = rc;
+		snprintf(l->errmsg, sizeof(l->errmsg), "%s", msg);
+	}
+	pthread_cond_broadcast(&l->cv);
+	return rc;
+}
+
+static int set_err(qe_link *l, int rc)
+{
+	pthread_mutex_lock(&l->mu);
+	set_err_locked(l, rc, qe_last_error());
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
+/* ---- ids and opening ------------------------------------------------------- */
+
+static int id_name(const void *id, char *name, const char *op)
+{
+	const unsigned char *p = id;
+	size_t n = p[8];
+	if (memcmp(p, ID_MAGIC, 8) != 0 || n == 0 || n > NAME_MAX_LEN || memchr(p + 9, 0, n))
+		return qe_fail(QE_EINVAL, "%s: the id was not made by the cpu backend's link_id", op);
+	memcpy(name, p + 9, n);
+	name[n] = 0;
+	return QE_OK;
+}
+
+int qe__cpu_link_id(qe_backend *b, void *id)
+{
+	if (!b || !id)
+		return qe_fail(QE_EINVAL, "link_id: NULL backend or id");
+	listener *ls = calloc(1, sizeof(*ls));
+	if (!ls)
+		return qe_fail(QE_ENOMEM, "link_id: out of host memory");
+	uint64_t rnd = 0;
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		rnd = (uint64_t)(now_ms() * 1e3) ^ (uint64_t)(uintptr_t)ls;
+	snprintf(ls->name, sizeof(ls->name), "qeffect-link.%d.%u.%016llx", (int)getpid(),
+		 atomic_fetch_add(&g_link_seq, 1), (unsigned long long)rnd);
+	struct sockaddr_un sa;
+	socklen_t alen = abstract_addr(ls->name, &sa);
+	ls->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (ls->fd < 0 || bind(ls->fd, (struct sockaddr *)&sa, alen) != 0 || listen(ls->fd, 4) != 0) {
+		int e = errno;
+		if (ls->fd >= 0)
+			close(ls->fd);
+		free(ls);
+		return qe_fail(QE_ECOMM, "link_id: listening on a local socket for a new link: %s", strerror(e));
+	}
+	ls->b = b;
+	unsigned char *p = id;
+	memset(p, 0, QE_LINK_ID_BYTES);
+	memcpy(p, ID_MAGIC, 8);
+	p[8] = (unsigned char)strlen(ls->name);
+	memcpy(p + 9, ls->name, p[8]);
+	pthread_mutex_lock(&g_listen_mu);
+	ls->next = g_listeners;
+	g_listeners = ls;
+	pthread_mutex_unlock(&g_listen_mu);
+	return QE_OK;
+}
+
+void qe__cpu_link_forget(qe_backend *b)
+{
+	pthread_mutex_lock(&g_listen_mu);
+	for (listener **pp = &g_listeners; *pp;) {
+		listener *ls = *pp;
+		if (ls->b == b) {
+			*pp = ls->next;
+			close(ls->fd);
+			free(ls);
+		} else {
+			pp = &ls->next;
+		}
+	}
+	pthread_mutex_unlock(&g_listen_mu);
+}
+
+static listener *take_listener(const char *name)
+{
+	listener *found = NULL;
+	pthread_mutex_lock(&g_listen_mu);
+	for (listener **pp = &g_listeners; *pp; pp = &(*pp)->next)
+		if (strcmp((*pp)->name, name) == 0) {
+			found = *pp;
+			*pp = found->next;
+			break;
+		}
+	pthread_mutex_unlock(&g_listen_mu);
+	return found;
+}
+
+static const char *io_what(int io, int err)
+{
+	switch (io) {
+	case IO_TIMEOUT:
+		return "timed out (QE_COMM_TIMEOUT_MS)";
+	case IO_EOF:
+		return "the other side closed the connection";
+	case IO_ABORT:
+		return "aborted";
+	default:
+		return strerror(err);
+	}
+}
+
+/* Sender: take the receiver's connection off the listener made by link_id, then check its hello. */
+static int accept_receiver(qe_link *l)
+{
+	listener *ls = take_listener(l->name);
+	if (!ls)
+		return qe_fail(QE_EINVAL,
+			       "link_open: no listening socket for link '%s' in this process (the sending rank makes "
+			       "the id with link_id and opens it as sender)",
+			       l->name);
+	double deadline = now_ms() + l->timeout_ms;
+	int w = wait_fd(NULL, ls->fd, POLLIN, deadline), e = 0;
+	l->fd = w > 0 ? accept4(ls->fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+	e = errno;
+	close(ls->fd);
+	free(ls);
+	if (w == 0)
+		return qe_fail(QE_ECOMM, "link_open: no receiving rank connected to link '%s' within %d ms (QE_COMM_TIMEOUT_MS)",
+			       l->name, l->timeout_ms);
+	if (l->fd < 0)
+		return qe_fail(QE_ECOMM, "link_open: accepting the receiver of link '%s': %s", l->name, strerror(e));
+	unsigned char h[HDR_BYTES];
+	char got[NAME_MAX_LEN + 1] = { 0 };
+	uint32_t magic, seq;
+	uint64_t len;
+	int io = read_full(NULL, l->fd, h, sizeof(h), deadline, &e);
+	if (!io) {
+		get_hdr(h, &magic, &seq, &len);
+		if (magic != HELLO_MAGIC || len != strlen(l->name))
+			return qe_fail(QE_ECOMM, "link_open: a connection to link '%s' did not introduce itself as its receiver",
+				       l->name);
+		io = read_full(NULL, l->fd, got, (size_t)len, deadline, &e);
+	}
+	if (io)
+		return qe_fail(QE_ECOMM, "link_open: reading the receiver's hello on link '%s': %s", l->name, io_what(io, e));
+	if (strcmp(got, l->name) != 0)
+		return qe_fail(QE_ECOMM, "link_open: the receiver of link '%s' named link '%s'", l->name, got);
+	put_hdr(h, ACK_MAGIC, 0, 0);
+	io = write_full(NULL, l->fd, h, sizeof(h), deadline, &e);
+	if (io)
+		return qe_fail(QE_ECOMM, "link_open: answering the receiver of link '%s': %s", l->name, io_what(io, e));
+	return QE_OK;
+}
+
+/* Receiver: connect to the sender's listener (it exists before the id is handed out), hello, ack. */
+static int connect_sender(qe_link *l)
+{
+	struct sockaddr_un sa;
+	socklen_t alen = abstract_addr(l->name, &sa);
+	int retry = l->timeout_ms < CONNECT_RETRY_MS ? l->timeout_ms : CONNECT_RETRY_MS;
+	double until = now_ms() + retry, deadline = now_ms() + l->timeout_ms;
+	int e = 0;
+	for (;;) {
+		l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (l->fd < 0)
+			return qe_fail(QE_ECOMM, "link_open: socket for link '%s': %s", l->name, strerror(errno));
+		if (connect(l->fd, (struct sockaddr *)&sa, alen) == 0)
+			break;
+		e = errno;
+		close(l->fd);
+		l->fd = -1;
+		if ((e != ECONNREFUSED && e != ENOENT && e != EAGAIN && e != EINTR) || now_ms() > until)
+			return qe_fail(QE_ECOMM,
+				       "link_open: connecting to link '%s': %s (cpu device links are local sockets: the "
+				       "sending rank must run on this host and be alive)",
+				       l->name, strerror(e));
+		nap_ms(10);
+	}
+	size_t n = strlen(l->name);
+	unsigned char h[HDR_BYTES + NAME_MAX_LEN];
+	put_hdr(h, HELLO_MAGIC, 0, n);
+	memcpy(h + HDR_BYTES, l->name, n);
+	int io = write_full(NULL, l->fd, h, HDR_BYTES + n, deadline, &e);
+	if (!io)
+		io = read_full(NULL, l->fd, h, HDR_BYTES, deadline, &e);
+	if (io)
+		return qe_fail(QE_ECOMM, "link_open: handshake with the sender of link '%s': %s", l->name, io_what(io, e));
+	uint32_t magic, seq;
+	uint64_t len;
+	get_hdr(h, &magic, &seq, &len);
+	if (magic != ACK_MAGIC)
+		return qe_fail(QE_ECOMM, "link_open: the sender of link '%s' answered with a bad handshake", l->name);
+	return QE_OK;
+}
+
+static void *writer_main(void *arg);
+
+static void link_free(qe_link *l)
+{
+	for (link_msg *m = l->head, *nx; m; m = nx) {
+		nx = m->next;
+		free(m);
+	}
+	if (l->fd >= 0)
+		close(l->fd);
+	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->mu);
+	free(l);
+}
+
+int qe__cpu_link_open(qe_backend *b, const void *id, int is_sender, qe_link **out)
+{
+	if (!b || !id || !out)
+		return qe_fail(QE_EINVAL, "link_open: NULL argument");
+	*out = NULL;
+	qe_link *l = calloc(1, sizeof(*l));
+	if (!l)
+		return qe_fail(QE_ENOMEM, "link_open: out of host memory");
+	l->b = b;
+	l->fd = -1;
+	l->is_sender = is_sender != 0;
+	l->timeout_ms = env_timeout_ms();
+	atomic_init(&l->aborted, 0);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = id_name(id, l->name, "link_open");
+	if (!rc)
+		rc = l->is_sender ? accept_receiver(l) : connect_sender(l);
+	if (!rc && l->is_sender) {
+		int e = pthread_create(&l->writer, NULL, writer_main, l);
+		if (e)
+			rc = qe_fail(QE_ENOMEM, "link_open: starting the writer thread of link '%s': %s", l->name, strerror(e));
+		else
+			l->has_writer = 1;
+	}
+	if (rc) {
+		link_free(l);
+		return rc;
+	}
+	*out = l;
+	return QE_OK;
+}
+
+/* ---- transfers ------------------------------------------------------------- */
+
+/* Drains the queue into the socket in order; the first failure fails the link and ends the thread. */
+static void *writer_main(void *arg)
+{
+	qe_link *l = arg;
+	pthread_mutex_lock(&l->mu);
+	for (;;) {
+		while (!l->head && !l->stop && !l->err && !is_aborted(l))
+			pthread_cond_wait(&l->cv, &l->mu);
+		if (l->err || is_aborted(l) || !l->head)
+			break;
+		link_msg *m = l->head;
+		l->head = m->next;
+		if (!l->head)
+			l->tail = NULL;
+		l->busy = 1;
+		pthread_mutex_unlock(&l->mu);
+		int e = 0, io = write_full(l, l->fd, m->data, m->len, -1, &e);
+		uint32_t magic, seq;
+		uint64_t len;
+		get_hdr(m->data, &magic, &seq, &len);
+		free(m);
+		pthread_mutex_lock(&l->mu);
+		l->busy = 0;
+		if (io) {
+			char msg[400];
+			if (io == IO_ABORT)
+				snprintf(msg, sizeof(msg), "link_send: link '%s' was aborted while message %u (%llu bytes) was sent",
+					 l->name, seq, (unsigned long long)len);
+			else if (e == EPIPE || e == ECONNRESET)
+				snprintf(msg, sizeof(msg),
+					 "link_send: link '%s': the receiving rank closed the link or died before message %u "
+					 "(%llu bytes) was delivered",
+					 l->name, seq, (unsigned long long)len);
+			else
+				snprintf(msg, sizeof(msg), "link_send: link '%s': writing message %u (%llu bytes): %s", l->name,
+					 seq, (unsigned long long)len, strerror(e));
+			set_err_locked(l, QE_ECOMM, msg);
+			break;
+		}
+		pthread_cond_broadcast(&l->cv);
+	}
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+/* Shared checks of send and receive: a live link, the right side, a stream that may run it. */
+static int link_ready(qe_link *l, qe_stream *s, const void *buf, size_t bytes, int sending, const char *op)
+{
+	if (!l)
+		return qe_fail(QE_EINVAL, "%s: NULL link", op);
+	int rc = qe__cpu_stream_enter(s, op);
+	if (rc)
+		return rc;
+	if (!buf && bytes)
+		return qe_fail(QE_EINVAL, "%s: NULL buffer for %zu bytes on link '%s'", op, bytes, l->name);
+	if (l->is_sender != sending)
+		return qe_fail(QE_EINVAL, "%s on the %s side of one-way link '%s'", op, l->is_sender ? "sending" : "receiving",
+			       l->name);
+	if (is_aborted(l))
+		return qe_fail(QE_ECOMM, "%s: link '%s' was aborted (a peer failed)", op, l->name);
+	pthread_mutex_lock(&l->mu);
+	if (l->err)
+		rc = qe_fail(l->err, "%s: link '%s' failed earlier: %s", op, l->name, l->errmsg);
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
+int qe__cpu_link_send(qe_link *l, qe_stream *s, const void *buf, size_t bytes)
+{
+	int rc = link_ready(l, s, buf, bytes, 1, "link_send");
+	if (rc)
+		return qe__cpu_stream_fail(s, rc);
+	if (bytes > SIZE_MAX - sizeof(link_msg) - HDR_BYTES)
+		return qe__cpu_stream_fail(s, qe_fail(QE_EINVAL, "link_send: %zu bytes on link '%s'", bytes, l->name));
+	link_msg *m = malloc(sizeof(*m) + HDR_BYTES + bytes);
+	if (!m)
+		return qe__cpu_stream_fail(
+			s, qe_fail(QE_ENOMEM, "link_send: out of host memory queueing %zu bytes on link '%s'", bytes, l->name));
+	m->next = NULL;
+	m->len = HDR_BYTES + bytes;
+	if (bytes)
+		memcpy(m->data + HDR_BYTES, buf, bytes);
+	pthread_mutex_lock(&l->mu);
+	if (l->err) {
+		rc = qe_fail(l->err, "link_send: link '%s' failed earlier: %s", l->name, l->errmsg);
+		pthread_mutex_unlock(&l->mu);
+		free(m);
+		return qe__cpu_stream_fail(s, rc);
+	}
+	put_hdr(m->data, MSG_MAGIC, (uint32_t)l->nsent, bytes);
+	l->nsent++;
+	if (l->tail)
+		l->tail->next = m;
+	else
+		l->head = m;
+	l->tail = m;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	return QE_OK;
+}
+
+/* The failure of a receive: the link loses its framing, so it fails for good, and so does s. */
+static int recv_fail(qe_link *l, qe_stream *s, int io, int e, size_t bytes)
+{
+	int rc;
+	unsigned long long k = (unsigned long long)l->nrecv;
+	switch (io) {
+	case IO_EOF:
+		rc = qe_fail(QE_ECOMM,
+			     "link_recv: link '%s' was closed by the sending rank (it closed the link or died) while "
+			     "message %llu (%zu bytes) was awaited",
+			     l->name, k, bytes);
+		break;
+	case IO_TIMEOUT:
+		rc = qe_fail(QE_ECOMM, "link_recv: link '%s': message %llu (%zu bytes) did not arrive within %d ms (QE_COMM_TIMEOUT_MS)",
+			     l->name, k, bytes, l->timeout_ms);
+		break;
+	case IO_ABORT:
+		rc = qe_fail(QE_ECOMM, "link_recv: link '%s' was aborted (a peer failed) while message %llu (%zu bytes) was awaited",
+			     l->name, k, bytes);
+		break;
+	default:
+		rc = qe_fail(QE_ECOMM, "link_recv: link '%s': reading message %llu (%zu bytes): %s", l->name, k, bytes,
+			     strerror(e));
+		break;
+	}
+	set_err(l, rc);
+	return qe__cpu_stream_fail(s, rc);
+}
+
+int qe__cpu_link_recv(qe_link *l, qe_stream *s, void *buf, size_t bytes)
+{
+	int rc = link_ready(l, s, buf, bytes, 0, "link_recv");
+	if (rc)
+		return qe__cpu_stream_fail(s, rc);
+	double deadline = now_ms() + l->timeout_ms;
+	unsigned char h[HDR_BYTES];
+	int e = 0, io = read_full(l, l->fd, h, sizeof(h), deadline, &e);
+	if (io)
+		return recv_fail(l, s, io, e, bytes);
+	uint32_t magic, seq;
+	uint64_t len;
+	get_hdr(h, &magic, &seq, &len);
+	if (magic != MSG_MAGIC || seq != (uint32_t)l->nrecv)
+		rc = qe_fail(QE_ECOMM, "link_recv: link '%s': expected message %llu, got a header with magic 0x%08x, number %u",
+			     l->name, (unsigned long long)l->nrecv, magic, seq);
+	else if (len != bytes)
+		rc = qe_fail(QE_ECOMM, "link_recv: link '%s': message %llu has %llu bytes, the receive expects %zu", l->name,
+			     (unsigned long long)l->nrecv, (unsigned long long)len, bytes);
+	if (rc) {
+		set_err(l, rc);
+		return qe__cpu_stream_fail(s, rc);
+	}
+	io = read_full(l, l->fd, buf, bytes, deadline, &e);
+	if (io)
+		return recv_fail(l, s, io, e, bytes);
+	l->nrecv++;
+	return QE_OK;
+}
+
+/* ---- health, abort, close ------------------------------------------------- */
+
+int qe__cpu_link_check(qe_link *l)
+{
+	if (!l)
+		return qe_fail(QE_EINVAL, "link_check: NULL link");
+	if (is_aborted(l))
+		return qe_fail(QE_ECOMM, "link_check: link '%s' was aborted (a peer failed)", l->name);
+	int rc = QE_OK;
+	pthread_mutex_lock(&l->mu);
+	if (l->err)
+		rc = qe_fail(l->err, "link_check: %s", l->errmsg);
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
+void qe__cpu_link_abort(qe_link *l)
+{
+	if (!l || atomic_exchange(&l->aborted, 1))
+		return;
+	if (l->fd >= 0)
+		shutdown(l->fd, SHUT_RDWR); /* wakes a blocked read or write here, and the peer's */
+	pthread_mutex_lock(&l->mu);
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+}
+
+void qe__cpu_link_close(qe_link *l)
+{
+	if (!l)
+		return;
+	if (l->has_writer) {
+		int flush = l->timeout_ms < CLOSE_FLUSH_MS ? l->timeout_ms : CLOSE_FLUSH_MS;
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_sec += flush / 1000;
+		until.tv_nsec += (long)(flush % 1000) * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&l->mu);
+		l->stop = 1;
+		pthread_cond_broadcast(&l->cv);
+		int timed_out = 0;
+		while ((l->head || l->busy) && !l->err && !is_aborted(l) && !timed_out)
+			timed_out = pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT;
+		int unsent = 0;
+		for (link_msg *m = l->head; m; m = m->next)
+			unsent++;
+		unsent += l->busy;
+		int failed = l->err || is_aborted(l);
+		pthread_mutex_unlock(&l->mu);
+		if (unsent && !failed)
+			qe_log(QE_LOG_WARN, "closing link '%s': %d message(s) still unsent after %d ms are dropped", l->name,
+			       unsent, flush);
+		if (unsent)
+			qe__cpu_link_abort(l); /* the writer may be waiting on a receiver that stopped reading */
+		pthread_join(l->writer, NULL);
+	}
+	link_free(l);
+}
