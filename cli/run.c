@@ -241,10 +241,12 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 	XXH3_freeState(h);
 	printf("{\"rank\":%d,\"params_fp\":\"%016llx\",\"pipeline_rank\":%d,\"replica\":%d,\"chunks\":%d,\"steps\":%lld,\"last_loss\":%.6f,"
 	       "\"graphs\":%d,\"replays\":%llu,\"handoffs\":%llu,\"capture_ms\":%.3f,\"arena_bytes\":%zu,"
-	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d,",
+	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d,"
+	       "\"p2p\":\"%s\",\"link_sends\":%lld,\"link_bytes\":%lld,",
 	       qe_rank_index(r), pfp, qe_rank_pipeline_rank(r), qe_rank_replica(r), qe_rank_nchunks(r), (long long)k.steps,
 	       ctx->last_loss, k.graphs, (unsigned long long)k.replays, (unsigned long long)k.handoffs, k.capture_ms,
-	       k.arena_bytes, peak, (unsigned long long)delayed, (unsigned long long)k.arena_writes, k.live_tapes);
+	       k.arena_bytes, peak, (unsigned long long)delayed, (unsigned long long)k.arena_writes, k.live_tapes,
+	       k.device_links ? "device" : "host", (long long)k.link_sends, (long long)k.link_bytes);
 	/* Memory (rank_meter.h) and per-step times; growth from the end of this process's second step. */
 	cli_alloc_stats a;
 	cli_rank_meter_get(&a);

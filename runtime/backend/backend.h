@@ -171,7 +171,10 @@ typedef struct qe_backend_ops {
 		    int64_t V, float grad_scale);
 	/* Sum the views in index order, scale, and apply AdamW (decoupled decay). */
 	int (*adamw)(qe_stream *s, const qe_adamw_args *a);
-	/* out = sum of views in index order (for DP all-reduce and tests) */
+	/*
+	 * out = sum of views in index order: ((v0 + v1) + v2) + ..., element by
+	 * element (for the replica sum and tests).  out may be one of the views.
+	 */
 	int (*sum_views)(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 } qe_backend_ops;
 

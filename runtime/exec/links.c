@@ -54,6 +54,8 @@ struct rank_links {
 	int norder;
 	int aborted;
 	size_t slot;       /* largest message */
+	float *gather;     /* data parallel: (D - 1) * gather_floats, the other replicas' buffers */
+	size_t gather_floats;
 	int64_t sends, bytes;
 };
 
@@ -74,7 +76,7 @@ static void count_sends(const qe_sched *sc, int *counts)
 static int want_links(const qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
-	if (!r->comm || r->P < 2 || !o->link_open || !o->stream_query)
+	if (!r->comm || (r->P < 2 && r->D < 2) || !o->link_open || !o->stream_query)
 		return 0;
 	const char *v = getenv("QE_P2P");
 	/* cpu links are local sockets like the host path; the reference keeps the host path unless asked. */
@@ -83,42 +85,85 @@ static int want_links(const qe_rank *r)
 	return !(v && strcmp(v, "host") == 0);
 }
 
-static int open_out(qe_rank *r, link_out *lo, int peer, const void *id, int count)
+/* One direction of one rank pair: pipeline messages (staged, nslots > 0) or replica sums (direct). */
+typedef struct channel {
+	int from, to, nslots;
+} channel;
+
+static int open_out(qe_rank *r, link_out *lo, int peer, const void *id, int nslots)
 {
 	const qe_backend_ops *o = r->b->ops;
 	int rc;
 	lo->peer = peer;
-	lo->nslots = count + 2;
+	lo->nslots = nslots;
 	if ((rc = o->link_open(r->b, id, 1, &lo->link)))
 		return qe_fail_ctx(rc, "rank %d: opening the device link to rank %d", r->rank, peer);
-	if ((rc = o->stream_create(r->b, &lo->s)) || (rc = o->event_create(r->b, &lo->ready)) ||
-	    (rc = o->alloc(r->b, (size_t)lo->nslots * r->links->slot, (void **)&lo->ring)))
+	if ((rc = o->stream_create(r->b, &lo->s)) || (rc = o->event_create(r->b, &lo->ready)))
 		return rc;
-	lo->done = calloc((size_t)lo->nslots, sizeof(*lo->done));
-	lo->used = calloc((size_t)lo->nslots, 1);
+	if (nslots && (rc = o->alloc(r->b, (size_t)nslots * r->links->slot, (void **)&lo->ring)))
+		return rc;
+	/* a direct link (no ring) has one completion event, for the send in flight */
+	int nev = nslots ? nslots : 1;
+	lo->done = calloc((size_t)nev, sizeof(*lo->done));
+	lo->used = calloc((size_t)nev, 1);
 	if (!lo->done || !lo->used)
 		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for the link to rank %d", r->rank, peer);
-	for (int k = 0; k < lo->nslots; k++)
+	for (int k = 0; k < nev; k++)
 		if ((rc = o->event_create(r->b, &lo->done[k])))
 			return rc;
 	return QE_OK;
 }
 
-int qe__rank_links_open(qe_rank *r, size_t max_message)
+/*
+ * The channels every rank opens, in one order: each replica's pipeline pairs
+ * the schedule sends over (ring of a step's messages + 2), then, with data
+ * parallelism, each pipeline rank's replica pairs (direct: the replica sum
+ * sends its gradient buffer and waits for the send before reusing it).
+ */
+static int list_channels(const qe_rank *r, channel **out, int *n)
+{
+	int P = r->P, D = r->D, k = 0;
+	int *counts = calloc((size_t)P * (size_t)P, sizeof(int));
+	channel *ch = calloc((size_t)D * P * P + (size_t)P * D * D + 1, sizeof(*ch));
+	if (!counts || !ch) {
+		free(counts);
+		free(ch);
+		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for device links", r->rank);
+	}
+	count_sends(r->sched, counts);
+	for (int d = 0; d < D; d++)
+		for (int a = 0; a < P; a++)
+			for (int b = 0; b < P; b++)
+				if (counts[a * P + b])
+					ch[k++] = (channel){ d * P + a, d * P + b, counts[a * P + b] + 2 };
+	for (int p = 0; D > 1 && p < P; p++)
+		for (int d = 0; d < D; d++)
+			for (int e = 0; e < D; e++)
+				if (d != e)
+					ch[k++] = (channel){ d * P + p, e * P + p, 0 };
+	free(counts);
+	*out = ch;
+	*n = k;
+	return QE_OK;
+}
+
+int qe__rank_links_open(qe_rank *r, size_t max_message, size_t max_reduce_floats)
 {
 	if (!want_links(r))
 		return QE_OK;
 	const qe_backend_ops *o = r->b->ops;
-	int P = r->P, rc = QE_OK;
-	int *counts = calloc((size_t)P * (size_t)P, sizeof(int));
+	int P = r->P, D = r->D, rc = QE_OK, nch = 0;
+	channel *ch = NULL;
+	if ((rc = list_channels(r, &ch, &nch)))
+		return rc;
 	rank_links *L = calloc(1, sizeof(*L));
 	if (L) {
-		L->out = calloc((size_t)P, sizeof(*L->out));
-		L->in = calloc((size_t)P, sizeof(*L->in));
-		L->order = calloc((size_t)P * 2, sizeof(int));
+		L->out = calloc((size_t)(P + D), sizeof(*L->out));
+		L->in = calloc((size_t)(P + D), sizeof(*L->in));
+		L->order = calloc((size_t)(P + D) * 2, sizeof(int));
 	}
-	if (!counts || !L || !L->out || !L->in || !L->order) {
-		free(counts);
+	if (!L || !L->out || !L->in || !L->order) {
+		free(ch);
 		if (L) {
 			free(L->out);
 			free(L->in);
@@ -129,31 +174,47 @@ int qe__rank_links_open(qe_rank *r, size_t max_message)
 	}
 	r->links = L;
 	L->slot = (max_message + 255) / 256 * 256;
-	count_sends(r->sched, counts);
-	/* Every rank walks the same list of (replica, from, to) channels in the same order. */
-	for (int d = 0; d < r->D && !rc; d++)
-		for (int a = 0; a < P && !rc; a++)
-			for (int b = 0; b < P && !rc; b++) {
-				if (!counts[a * P + b])
-					continue;
-				int ga = d * P + a, gb = d * P + b;
-				unsigned char id[QE_LINK_ID_BYTES] = { 0 };
-				if (r->rank == ga && (rc = o->link_id(r->b, id)))
-					break;
-				if ((rc = qe_comm_bcast(r->comm, ga, id, sizeof(id))))
-					break;
-				if (r->rank == ga) {
-					L->order[L->norder++] = L->nout;
-					rc = open_out(r, &L->out[L->nout++], gb, id, counts[a * P + b]);
-				} else if (r->rank == gb) {
-					L->order[L->norder++] = -1 - L->nin;
-					link_in *li = &L->in[L->nin++];
-					li->peer = ga;
-					if ((rc = o->link_open(r->b, id, 0, &li->link)))
-						rc = qe_fail_ctx(rc, "rank %d: opening the device link from rank %d", r->rank, ga);
-				}
-			}
-	free(counts);
+	if (D > 1) {
+		L->gather_floats = (max_reduce_floats + 63) / 64 * 64;
+		rc = o->alloc(r->b, (size_t)(D - 1) * L->gather_floats * sizeof(float), (void **)&L->gather);
+	}
+	/*
+	 * The sending side makes each id and every rank hears it, in the same
+	 * order everywhere.  The last byte says whether the id is good, so a
+	 * sender that cannot make one fails its peer at once instead of leaving
+	 * it in the broadcast.
+	 */
+	for (int i = 0; i < nch && !rc; i++) {
+		int ga = ch[i].from, gb = ch[i].to;
+		unsigned char id[QE_LINK_ID_BYTES + 1] = { 0 };
+		int idrc = QE_OK;
+		if (r->rank == ga) {
+			idrc = o->link_id(r->b, id);
+			id[QE_LINK_ID_BYTES] = idrc == QE_OK;
+		}
+		if ((rc = qe_comm_bcast(r->comm, ga, id, sizeof(id))))
+			break;
+		if (idrc) {
+			rc = idrc;
+			break;
+		}
+		if (!id[QE_LINK_ID_BYTES]) {
+			rc = qe_fail(QE_ECOMM, "rank %d: rank %d could not make the id of its device link to rank %d", r->rank,
+				     ga, gb);
+			break;
+		}
+		if (r->rank == ga) {
+			L->order[L->norder++] = L->nout;
+			rc = open_out(r, &L->out[L->nout++], gb, id, ch[i].nslots);
+		} else if (r->rank == gb) {
+			L->order[L->norder++] = -1 - L->nin;
+			link_in *li = &L->in[L->nin++];
+			li->peer = ga;
+			if ((rc = o->link_open(r->b, id, 0, &li->link)))
+				rc = qe_fail_ctx(rc, "rank %d: opening the device link from rank %d", r->rank, ga);
+		}
+	}
+	free(ch);
 	if (rc) {
 		abort_links(r); /* the other side of a link may never get here: do not wait for it */
 		qe__rank_links_close(r);
@@ -189,7 +250,7 @@ void qe__rank_links_close(qe_rank *r)
 	}
 	for (int i = 0; i < L->nout; i++) {
 		link_out *lo = &L->out[i];
-		for (int k = 0; lo->done && k < lo->nslots; k++)
+		for (int k = 0; lo->done && k < (lo->nslots ? lo->nslots : 1); k++)
 			if (lo->done[k])
 				o->event_destroy(lo->done[k]);
 		if (lo->ready)
@@ -201,6 +262,8 @@ void qe__rank_links_close(qe_rank *r)
 		free(lo->done);
 		free(lo->used);
 	}
+	if (L->gather)
+		o->free(r->b, L->gather);
 	free(L->out);
 	free(L->in);
 	free(L->order);
@@ -208,15 +271,28 @@ void qe__rank_links_close(qe_rank *r)
 	r->links = NULL;
 }
 
+static link_out *out_link(rank_links *L, int peer)
+{
+	for (int i = 0; i < L->nout; i++)
+		if (L->out[i].peer == peer)
+			return &L->out[i];
+	return NULL;
+}
+
+static link_in *in_link(rank_links *L, int peer)
+{
+	for (int i = 0; i < L->nin; i++)
+		if (L->in[i].peer == peer)
+			return &L->in[i];
+	return NULL;
+}
+
 int qe__rank_link_send(qe_rank *r, int peer, const void *src, size_t bytes)
 {
 	rank_links *L = r->links;
 	const qe_backend_ops *o = r->b->ops;
-	link_out *lo = NULL;
-	for (int i = 0; i < L->nout; i++)
-		if (L->out[i].peer == peer)
-			lo = &L->out[i];
-	if (!lo)
+	link_out *lo = out_link(L, peer);
+	if (!lo || !lo->nslots)
 		return qe_fail(QE_ESCHEDULE, "rank %d: no device link to rank %d (the schedule never sends there)", r->rank,
 			       peer);
 	if (bytes > L->slot)
@@ -240,14 +316,83 @@ int qe__rank_link_send(qe_rank *r, int peer, const void *src, size_t bytes)
 
 int qe__rank_link_recv(qe_rank *r, int peer, void *dst, size_t bytes)
 {
+	link_in *li = in_link(r->links, peer);
+	if (!li)
+		return qe_fail(QE_ESCHEDULE, "rank %d: no device link from rank %d (the schedule never receives from it)",
+			       r->rank, peer);
+	int rc = r->b->ops->link_recv(li->link, r->caller, dst, bytes);
+	return rc ? qe_fail_ctx(rc, "rank %d: receiving %zu bytes from rank %d", r->rank, bytes, peer) : QE_OK;
+}
+
+int qe__rank_links_reduce_ready(const qe_rank *r)
+{
+	return r->links && r->links->gather;
+}
+
+/*
+ * The replica sum over device links, bitwise the host path's: every member
+ * sends its buffer to every other member and receives theirs, then sums all
+ * of them in group order on its own device (sum_views starts from the first
+ * view and adds the rest in order, as the host all-reduce does on the
+ * group's first rank), so every replica computes the same bytes.  Sends go
+ * on the per-peer streams and receives on the caller stream, so no member
+ * waits for another's receive before posting its own; the caller stream then
+ * waits for this member's sends before anything may overwrite buf.
+ */
+int qe__rank_link_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int gsize)
+{
 	rank_links *L = r->links;
-	for (int i = 0; i < L->nin; i++)
-		if (L->in[i].peer == peer) {
-			int rc = r->b->ops->link_recv(L->in[i].link, r->caller, dst, bytes);
-			return rc ? qe_fail_ctx(rc, "rank %d: receiving %zu bytes from rank %d", r->rank, bytes, peer) : QE_OK;
+	const qe_backend_ops *o = r->b->ops;
+	const float *views[64];
+	int me = -1, rc;
+	if (gsize > 64 || n > L->gather_floats)
+		return qe_fail(QE_EINVAL, "rank %d: replica sum of %zu floats over %d ranks exceeds the links' buffers",
+			       r->rank, n, gsize);
+	for (int j = 0; j < gsize; j++)
+		if (group[j] == r->rank)
+			me = j;
+	if (me < 0)
+		return qe_fail(QE_EINVAL, "rank %d: replica sum over a group without this rank", r->rank);
+	size_t bytes = n * sizeof(float);
+	for (int j = 0; j < gsize; j++) {
+		if (j == me)
+			continue;
+		link_out *lo = out_link(L, group[j]);
+		if (!lo || lo->nslots)
+			return qe_fail(QE_ESCHEDULE, "rank %d: no replica link to rank %d", r->rank, group[j]);
+		if ((rc = o->event_record(lo->ready, r->caller)) || (rc = o->stream_wait(lo->s, lo->ready)) ||
+		    (rc = o->link_send(lo->link, lo->s, buf, bytes)) || (rc = o->event_record(lo->done[0], lo->s)))
+			return qe_fail_ctx(rc, "rank %d: sending a %zu-byte gradient to replica rank %d", r->rank, bytes,
+					   group[j]);
+		L->sends++;
+		L->bytes += (int64_t)bytes;
+	}
+	for (int j = 0, slot = 0; j < gsize; j++) {
+		if (j == me) {
+			views[j] = buf;
+			continue;
 		}
-	return qe_fail(QE_ESCHEDULE, "rank %d: no device link from rank %d (the schedule never receives from it)",
-		       r->rank, peer);
+		float *dst = L->gather + (size_t)slot++ * L->gather_floats;
+		link_in *li = in_link(L, group[j]);
+		if (!li)
+			return qe_fail(QE_ESCHEDULE, "rank %d: no replica link from rank %d", r->rank, group[j]);
+		if ((rc = o->link_recv(li->link, r->caller, dst, bytes)))
+			return qe_fail_ctx(rc, "rank %d: receiving a %zu-byte gradient from replica rank %d", r->rank,
+					   bytes, group[j]);
+		views[j] = dst;
+	}
+	for (int j = 0; j < gsize; j++)
+		if (j != me && (rc = o->stream_wait(r->caller, out_link(L, group[j])->done[0])))
+			return rc;
+	/* out may be one of the views: both backends read an element of every view before writing it */
+	return o->sum_views(r->caller, buf, views, gsize, (int64_t)n);
+}
+
+void qe__rank_links_counters(const qe_rank *r, int *on, int64_t *sends, int64_t *bytes)
+{
+	*on = r->links != NULL;
+	*sends = r->links ? r->links->sends : 0;
+	*bytes = r->links ? r->links->bytes : 0;
 }
 
 static void abort_links(qe_rank *r)

@@ -154,7 +154,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			goto fail_rc;
 		}
 	}
-	if ((rc = qe__rank_links_open(r, act)))
+	if ((rc = qe__rank_links_open(r, act, r->D > 1 ? max_param : 0)))
 		goto fail_rc;
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
@@ -250,6 +250,8 @@ int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int g
 	int rc;
 	if (!r->comm || (group_size == 1 && group) || r->world == 1)
 		return QE_OK;
+	if (qe__rank_links_reduce_ready(r) && group)
+		return qe__rank_link_allreduce(r, buf, n, group, group_size);
 	if (host_mem(r))
 		return qe_comm_allreduce_sum_f32(r->comm, buf, n, group, group_size);
 	if ((rc = r->b->ops->copy(r->caller, r->host_buf, buf, n * 4, QE_COPY_D2H)) ||
@@ -306,6 +308,7 @@ void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out)
 {
 	*out = r->ctr;
 	out->steps = r->steps;
+	qe__rank_links_counters(r, &out->device_links, &out->link_sends, &out->link_bytes);
 	out->live_tapes = 0;
 	for (int c = 0; c < r->V; c++)
 		out->live_tapes += qe_tape_pool_live_refs(r->chunks[c].pool, QE_EPOCH_ANY, NULL, 0);

@@ -43,6 +43,9 @@ typedef struct qe_rank_counters {
 	uint64_t handoffs;        /* two-way handoffs (one per replay) */
 	double capture_ms;        /* host time spent capturing */
 	size_t device_bytes;      /* bytes allocated from the backend at setup */
+	int device_links;         /* 1: messages and replica sums go over device links (links.c) */
+	int64_t link_sends;       /* messages sent over them */
+	int64_t link_bytes;       /* bytes sent over them */
 } qe_rank_counters;
 
 /*

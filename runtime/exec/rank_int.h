@@ -77,17 +77,24 @@ int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
 int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
 void qe__rank_drop_graphs(qe_rank *r);
 
-/*
- * Device links (links.c).  open: a no-op unless the backend has links, the
- * job has pipeline peers and QE_P2P is not "host"; collective over all ranks.
- * send/recv: the device path behind qe__rank_send/recv.  sync: wait for a
- * stream, failing (and aborting the links) instead of hanging when a peer
- * dies.  quiesce: every send of this rank completed.
- */
 /* Log the QE_PROFILE table (rank_step.c); nothing unless profiling. */
 void qe__rank_profile_report(const qe_rank *r);
 
-int qe__rank_links_open(qe_rank *r, size_t max_message);
+/*
+ * Device links (links.c).  open: a no-op unless the backend has links, the
+ * job has pipeline peers or replicas, and QE_P2P allows it (cuda: unless
+ * "host"; cpu: only "device"); collective over all ranks.  max_message: the
+ * largest pipeline message; max_reduce_floats: the largest replica sum.
+ * send/recv: the device path behind qe__rank_send/recv.  allreduce: the
+ * replica sum, bitwise the host path's (reduce_ready says whether the links
+ * carry it).  sync: wait for a stream, failing (and aborting the links)
+ * instead of hanging when a peer dies.  quiesce: every send of this rank
+ * completed.  counters: whether links are in use, messages and bytes sent.
+ */
+int qe__rank_links_open(qe_rank *r, size_t max_message, size_t max_reduce_floats);
+int qe__rank_links_reduce_ready(const qe_rank *r);
+int qe__rank_link_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int gsize);
+void qe__rank_links_counters(const qe_rank *r, int *on, int64_t *sends, int64_t *bytes);
 void qe__rank_links_close(qe_rank *r);
 int qe__rank_link_send(qe_rank *r, int peer, const void *src, size_t bytes);
 int qe__rank_link_recv(qe_rank *r, int peer, void *dst, size_t bytes);

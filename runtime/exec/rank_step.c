@@ -340,7 +340,7 @@ static int optimizer_commit(qe_rank *r)
 				pv[m] = pi->is_matrix ? views[pi->matrix_index * r->M + m]
 						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
 			TRY(o->sum_views(r->caller, r->reduce_buf, pv, r->M, n));
-			TRY(qe__rank_sync(r, r->caller));
+			/* the host path waits for the device itself; the link path stays on the streams */
 			TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
 			const float *one[1] = { r->reduce_buf };
 			TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &r->cfg.optim, 1.0f / (float)r->D));

@@ -33,6 +33,30 @@ for variant in "interleaved eager" "zbv graph"; do
   fi
 done
 
+# 1b. replica sums over the links (data parallel): bitwise the host all-reduce in group order,
+#     replicas byte-identical after every step (--check-replicas), and the run says which path
+#     it took (--json: "p2p":"device" with messages counted, "host" by default)
+for shape in "2 2" "1 3"; do
+  set -- $shape
+  D="--preset tiny --pp $1 --dp $2 --micro 2 --steps 5 --seed 7 --quiet --check-replicas on --json"
+  "$Q" train $D --run-dir "$T/dph-$1-$2" >"$T/dph-$1-$2.json" || { echo "FAIL: host run pp $1 dp $2"; fail=1; continue; }
+  QE_P2P=device "$Q" train $D --run-dir "$T/dpd-$1-$2" >"$T/dpd-$1-$2.json" \
+    || { echo "FAIL: QE_P2P=device run pp $1 dp $2"; fail=1; continue; }
+  out=$("$Q" compare "$T/dph-$1-$2" "$T/dpd-$1-$2")
+  if [ $? -ne 0 ] || ! grep -q "^identical" <<<"$out"; then
+    echo "FAIL: pp $1 dp $2: the replica sum over links differs from the host path:"; echo "$out"; fail=1
+  else
+    echo "ok: pp $1 dp $2: replica sums over links == host path ($(grep -o 'all [0-9]* fingerprints' <<<"$out"))"
+  fi
+  ranks=$(( $1 * $2 ))
+  ndev=$(grep -c '"p2p":"device","link_sends":[1-9]' "$T/dpd-$1-$2.json")
+  nhost=$(grep -c '"p2p":"host","link_sends":0' "$T/dph-$1-$2.json")
+  if [ "$ndev" -ne "$ranks" ] || [ "$nhost" -ne "$ranks" ]; then
+    echo "FAIL: pp $1 dp $2: --json reports device links on $ndev of $ranks ranks (want all) and the host path on $nhost of $ranks (want all)"
+    fail=1
+  fi
+done
+
 # The rank processes of a forked job (children of the launcher), once both exist.
 kids_of() {
   local kids=""
