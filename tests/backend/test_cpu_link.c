@@ -132,17 +132,34 @@ static int same_bytes(const uint8_t *a, const uint8_t *b, size_t n, const char *
 	return 1;
 }
 
+/* Case setup: a sending and a receiving stream and a linked pair; 0 (checks failed) when any is missing. */
+static int pair_up(bk *k, qe_link **tx, qe_link **rx, qe_stream **ss, qe_stream **rs)
+{
+	*tx = *rx = NULL;
+	*ss = *rs = NULL;
+	CHECK_OK(k->o->stream_create(k->b, ss));
+	CHECK_OK(k->o->stream_create(k->b, rs));
+	CHECK_OK(open_pair(k->b, tx, rx));
+	return *tx && *rx && *ss && *rs;
+}
+
+/* Case ends: close the sending side, then the receiving one, then both streams. */
+static void pair_down(bk *k, qe_link *tx, qe_link *rx, qe_stream *ss, qe_stream *rs)
+{
+	k->o->link_close(tx);
+	k->o->link_close(rx);
+	k->o->stream_destroy(ss);
+	k->o->stream_destroy(rs);
+}
+
 /* Every send enqueued before any receive, then the receives: order and bytes. */
 static void case_order(bk *k)
 {
 	static const size_t sizes[] = { 0, 1, 7, 4096, (3u << 20) + 5, 8u << 20, 100, 0, 65536 };
 	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
 	qe_link *tx, *rx;
-	qe_stream *ss = NULL, *rs = NULL;
-	CHECK_OK(k->o->stream_create(k->b, &ss));
-	CHECK_OK(k->o->stream_create(k->b, &rs));
-	CHECK_OK(open_pair(k->b, &tx, &rx));
-	if (!tx || !rx)
+	qe_stream *ss, *rs;
+	if (!pair_up(k, &tx, &rx, &ss, &rs))
 		return;
 	uint8_t *src[NS], *dst = malloc(8u << 20);
 	double t0 = now_ms();
@@ -205,11 +222,8 @@ static void case_order(bk *k)
 static void case_size_mismatch(bk *k)
 {
 	qe_link *tx, *rx;
-	qe_stream *ss = NULL, *rs = NULL;
-	CHECK_OK(k->o->stream_create(k->b, &ss));
-	CHECK_OK(k->o->stream_create(k->b, &rs));
-	CHECK_OK(open_pair(k->b, &tx, &rx));
-	if (!tx || !rx)
+	qe_stream *ss, *rs;
+	if (!pair_up(k, &tx, &rx, &ss, &rs))
 		return;
 	uint8_t buf[128] = { 1, 2, 3 };
 	CHECK_OK(k->o->link_send(tx, ss, buf, 100));
@@ -223,20 +237,14 @@ static void case_size_mismatch(bk *k)
 	CHECK(rc != 0, "a receive on the failed stream and link succeeded");
 	rc = k->o->fill(rs, buf, 0, 4);
 	CHECK(rc != 0, "the receive stream is not failed after the mismatch");
-	k->o->link_close(tx);
-	k->o->link_close(rx);
-	k->o->stream_destroy(ss);
-	k->o->stream_destroy(rs);
+	pair_down(k, tx, rx, ss, rs);
 }
 
 static void case_abort(bk *k)
 {
 	qe_link *tx, *rx;
-	qe_stream *ss = NULL, *rs = NULL;
-	CHECK_OK(k->o->stream_create(k->b, &ss));
-	CHECK_OK(k->o->stream_create(k->b, &rs));
-	CHECK_OK(open_pair(k->b, &tx, &rx));
-	if (!tx || !rx)
+	qe_stream *ss, *rs;
+	if (!pair_up(k, &tx, &rx, &ss, &rs))
 		return;
 	uint8_t buf[256];
 	receiver r = { k->o, rx, rs, buf, sizeof(buf), 0, 0, "" };
@@ -257,10 +265,7 @@ static void case_abort(bk *k)
 	int rc = k->o->link_send(tx, ss, buf, 16);
 	CHECK(rc == QE_ECOMM, "link_send on an aborted link: %s", qe_errname(rc));
 	CHECK(k->o->link_check(tx) != 0, "link_check is 0 on an aborted sending link");
-	k->o->link_close(tx);
-	k->o->link_close(rx);
-	k->o->stream_destroy(ss);
-	k->o->stream_destroy(rs);
+	pair_down(k, tx, rx, ss, rs);
 }
 
 static void case_peer_closes(bk *k)
