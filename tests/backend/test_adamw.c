@@ -67,6 +67,11 @@ static void test_view_order(bk *k)
 	CHECK(*out == 1.0f, "sum in index order (1e8,-1e8,1) = %g, want 1", *out);
 	CHECK_OK(k->o->sum_views(k->s, out, v2, 3, 1));
 	CHECK(*out == 0.0f, "sum in index order (1,1e8,-1e8) = %g, want 0", *out);
+	/* out may be one of the views (the replica sum over device links relies on it): summing into
+	 * view 1 must read it before writing it, else the sum would be (1e8 + 1e8) + 1 */
+	CHECK_OK(k->o->sum_views(k->s, b, v1, 3, 1));
+	CHECK(*b == 1.0f, "sum into its own view 1 (1e8,-1e8,1) = %g, want 1", *b);
+	*b = -1e8f;
 	/* AdamW sums the same way: a zero-sum gradient leaves m at 0 */
 	float *p = bk_f32(k, 1), *m = bk_f32(k, 1), *v = bk_f32(k, 1);
 	qe_adamw_args aw = { .param = p, .m = m, .v = v, .grads = v2, .nviews = 3, .n = 1, .lr = 0.1f, .beta1 = 0.9f,
