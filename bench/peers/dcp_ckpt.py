@@ -127,11 +127,7 @@ def run(a, doc):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
+    rank, world, local, dev = pm.torchrun_rank()
     # async_save needs a CPU backend in the group; NCCL for the GPU tensors
     dist.init_process_group("cpu:gloo,cuda:nccl", timeout=datetime.timedelta(seconds=300))
     doc["torch"] = torch.__version__

@@ -42,6 +42,19 @@ AMAX_HISTORY = 1024  # qeffect's default --amax-history: the size of its FP8 met
 LN_EPS = 1e-5
 
 
+def torchrun_rank():
+    """(rank, world, local rank, device) of this torchrun process; selects its GPU."""
+    import os
+
+    import torch
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    return rank, world, local, torch.device("cuda", local)
+
+
 def preset(name):
     if name not in PRESETS:
         raise ValueError("unknown preset '%s' (known: %s)" % (name, ", ".join(PRESETS)))

@@ -68,11 +68,7 @@ def run(a, doc):
     import torch.distributed as dist
     from torch.distributed import pipelining as ppl
 
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
+    rank, world, local, dev = pm.torchrun_rank()
     t_start = time.perf_counter()
     dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=a.nccl_timeout_s))
     doc["torch"] = torch.__version__
