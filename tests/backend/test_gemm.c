@@ -339,6 +339,11 @@ static void test_cast(bk *k)
 	a.scale = NULL;
 	CHECK(k->o->cast(s2, &a) == QE_EINVAL, "cast without scale must be QE_EINVAL");
 	k->o->stream_destroy(s2);
+	/* ... also when no output is written: the described FP8 dtype still sets the scaling */
+	CHECK_OK(k->o->stream_create(k->b, &s2));
+	a.row.data = NULL;
+	CHECK(k->o->cast(s2, &a) == QE_EINVAL, "cast into no output without scale must be QE_EINVAL");
+	k->o->stream_destroy(s2);
 
 	float *fb[] = { x, meta, f, ft };
 	for (size_t i = 0; i < sizeof(fb) / sizeof(fb[0]); i++)

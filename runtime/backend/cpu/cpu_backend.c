@@ -35,6 +35,7 @@
 #include "../../core/status.h"
 #include "cpu_int.h"
 #include "cpu_link.h"
+#include "../backend_check.h"
 
 typedef enum cpu_op_kind {
 	OP_COPY,
@@ -282,109 +283,6 @@ static void graph_free(qe_graph *g)
 
 /* ---- checks ------------------------------------------------------------------ */
 
-static int need(const void *p, int64_t count, const char *op, const char *name)
-{
-	if (count > 0 && !p)
-		return qe_fail(QE_EINVAL, "%s: '%s' is NULL", op, name);
-	return QE_OK;
-}
-
-static int need_size(int64_t v, const char *op, const char *name)
-{
-	if (v < 0)
-		return qe_fail(QE_EINVAL, "%s: negative %s (%lld)", op, name, (long long)v);
-	return QE_OK;
-}
-
-static int check_gemm(const cpu_op *op)
-{
-	const qe_tensor *a = &op->u.gemm.a, *b = &op->u.gemm.b, *c = &op->u.gemm.c;
-	char da[96], db[96], dc[96];
-	qe_tensor_describe(a, da, sizeof(da));
-	qe_tensor_describe(b, db, sizeof(db));
-	qe_tensor_describe(c, dc, sizeof(dc));
-	if (a->ndim != 2 || b->ndim != 2 || c->ndim != 2 || a->shape[1] != b->shape[1] ||
-	    c->shape[0] != a->shape[0] || c->shape[1] != b->shape[0] || a->shape[0] < 0 || a->shape[1] < 0 ||
-	    b->shape[0] < 0)
-		return qe_fail(QE_ESHAPE, "gemm: A %s . B %s^T -> C %s: need A [m,k], B [n,k], C [m,n]", da, db, dc);
-	if (a->device != QE_DEV_CPU || b->device != QE_DEV_CPU || c->device != QE_DEV_CPU)
-		return qe_fail(QE_ESHAPE, "gemm: A %s, B %s, C %s: every operand must be on cpu", da, db, dc);
-	if (c->dtype != QE_F32)
-		return qe_fail(QE_ESHAPE, "gemm: C %s must be f32", dc);
-	const qe_tensor *ops[2] = { a, b };
-	const char *nm[2] = { "A", "B" };
-	for (int i = 0; i < 2; i++) {
-		qe_dtype dt = ops[i]->dtype;
-		if (dt != QE_F32 && dt != QE_E4M3 && dt != QE_E5M2)
-			return qe_fail(QE_ESHAPE, "gemm: %s is %s; operands must be f32, e4m3 or e5m2", nm[i],
-				       qe_dtype_name(dt));
-		if (qe_dtype_is_fp8(dt) && !ops[i]->scale_inv)
-			return qe_fail(QE_EINVAL, "gemm: FP8 operand %s %s has no scale_inv", nm[i], i ? db : da);
-	}
-	int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
-	if (need(a->data, m * k, "gemm", "A.data") || need(b->data, n * k, "gemm", "B.data") ||
-	    need(c->data, m * n, "gemm", "C.data"))
-		return QE_EINVAL;
-	/* C must not overlap an operand: the result is written while they are read. */
-	const char *cb = c->data, *ce = cb + qe_tensor_nbytes(c);
-	for (int i = 0; i < 2; i++) {
-		const char *ob = ops[i]->data, *oe = ob + qe_tensor_nbytes(ops[i]);
-		if (m * n > 0 && qe_tensor_nbytes(ops[i]) > 0 && ob < ce && cb < oe)
-			return qe_fail(QE_EINVAL, "gemm: C %s overlaps operand %s %s", dc, nm[i], i ? db : da);
-	}
-	return QE_OK;
-}
-
-static int check_cast(const qe_cast_args *a)
-{
-	char dx[96], dr[96], dcl[96];
-	qe_tensor_describe(&a->x, dx, sizeof(dx));
-	qe_tensor_describe(&a->row, dr, sizeof(dr));
-	qe_tensor_describe(&a->col, dcl, sizeof(dcl));
-	if (a->x.ndim != 2 || a->x.dtype != QE_F32 || a->x.device != QE_DEV_CPU || a->x.shape[0] < 0 ||
-	    a->x.shape[1] < 0)
-		return qe_fail(QE_ESHAPE, "cast: input x %s must be f32 [rows,cols] on cpu", dx);
-	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
-	if (need(a->x.data, rows * cols, "cast", "x.data"))
-		return QE_EINVAL;
-	qe_dtype out = QE_DTYPE_COUNT;
-	if (a->row.data) {
-		if (a->row.ndim != 2 || a->row.shape[0] != rows || a->row.shape[1] != cols ||
-		    a->row.device != QE_DEV_CPU)
-			return qe_fail(QE_ESHAPE, "cast: row output %s must be [%lld,%lld] on cpu like x %s", dr,
-				       (long long)rows, (long long)cols, dx);
-		out = a->row.dtype;
-	}
-	if (a->col.data) {
-		if (a->col.ndim != 2 || a->col.shape[0] != cols || a->col.shape[1] != rows ||
-		    a->col.device != QE_DEV_CPU)
-			return qe_fail(QE_ESHAPE, "cast: col output %s must be [%lld,%lld] (x %s transposed) on cpu",
-				       dcl, (long long)cols, (long long)rows, dx);
-		if (out != QE_DTYPE_COUNT && out != a->col.dtype)
-			return qe_fail(QE_ESHAPE, "cast: row %s and col %s outputs differ in dtype", dr, dcl);
-		out = a->col.dtype;
-	}
-	if (out != QE_DTYPE_COUNT && out != QE_F32 && !qe_dtype_is_fp8(out))
-		return qe_fail(QE_ESHAPE, "cast: output dtype %s; must be f32, e4m3 or e5m2", qe_dtype_name(out));
-	if (out != QE_DTYPE_COUNT && qe_dtype_is_fp8(out) && !a->current && !a->scale)
-		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
-	if (a->row.data && a->col.data && a->row.data == a->col.data)
-		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
-	return QE_OK;
-}
-
-static int check_views(const float *const *views, int nviews, int64_t n, const char *op)
-{
-	if (nviews < 1)
-		return qe_fail(QE_EINVAL, "%s: %d views; need at least 1", op, nviews);
-	if (!views)
-		return qe_fail(QE_EINVAL, "%s: view pointer array is NULL", op);
-	for (int i = 0; i < nviews; i++)
-		if (n > 0 && !views[i])
-			return qe_fail(QE_EINVAL, "%s: view %d of %d is NULL", op, i, nviews);
-	return QE_OK;
-}
-
 /* Everything that can be checked without reading the data; run at enqueue time. */
 static int check_op(const cpu_op *op)
 {
@@ -398,12 +296,12 @@ static int check_op(const cpu_op *op)
 				       op->u.copy.bytes);
 		return QE_OK;
 	case OP_FILL:
-		return need(op->u.fill.dst, (int64_t)op->u.fill.bytes, nm, "dst");
+		return qe__check_need(op->u.fill.dst, (int64_t)op->u.fill.bytes, nm, "dst");
 	case OP_EVENT_RECORD:
 	case OP_STREAM_WAIT:
 		return QE_OK;
 	case OP_CAST:
-		return check_cast(&op->u.cast);
+		return qe__check_cast(&op->u.cast, QE_DEV_CPU);
 	case OP_FP8_UPDATE: {
 		if (!op->u.upd.block)
 			return qe_fail(QE_EINVAL, "fp8_update: NULL role block");
@@ -415,93 +313,93 @@ static int check_op(const cpu_op *op)
 		return rc ? qe_fail_ctx(rc, "fp8_update") : QE_OK;
 	}
 	case OP_GEMM:
-		return check_gemm(op);
+		return qe__check_gemm(&op->u.gemm.a, &op->u.gemm.b, &op->u.gemm.c, QE_DEV_CPU);
 	case OP_ADD:
 	case OP_ADD_INPLACE:
 	case OP_GELU_FWD:
 	case OP_GELU_BWD: {
 		int64_t n = op->u.ew.n;
-		int rc = need_size(n, nm, "n");
+		int rc = qe__check_size(n, nm, "n");
 		if (!rc)
-			rc = need(op->u.ew.y, n, nm, op->kind == OP_GELU_BWD ? "dx" : "y");
+			rc = qe__check_need(op->u.ew.y, n, nm, op->kind == OP_GELU_BWD ? "dx" : "y");
 		if (!rc)
-			rc = need(op->u.ew.a, n, nm, op->kind == OP_GELU_BWD || op->kind == OP_GELU_FWD ? "x" : "a");
+			rc = qe__check_need(op->u.ew.a, n, nm, op->kind == OP_GELU_BWD || op->kind == OP_GELU_FWD ? "x" : "a");
 		if (!rc && (op->kind == OP_ADD || op->kind == OP_GELU_BWD))
-			rc = need(op->u.ew.b, n, nm, op->kind == OP_GELU_BWD ? "dy" : "b");
+			rc = qe__check_need(op->u.ew.b, n, nm, op->kind == OP_GELU_BWD ? "dy" : "b");
 		return rc;
 	}
 	case OP_BIAS_GRAD: {
-		int rc = need_size(op->u.bg.rows, nm, "rows");
+		int rc = qe__check_size(op->u.bg.rows, nm, "rows");
 		if (!rc)
-			rc = need_size(op->u.bg.cols, nm, "cols");
+			rc = qe__check_size(op->u.bg.cols, nm, "cols");
 		if (!rc)
-			rc = need(op->u.bg.db, op->u.bg.cols, nm, "db");
+			rc = qe__check_need(op->u.bg.db, op->u.bg.cols, nm, "db");
 		if (!rc)
-			rc = need(op->u.bg.dy, op->u.bg.rows * op->u.bg.cols, nm, "dy");
+			rc = qe__check_need(op->u.bg.dy, op->u.bg.rows * op->u.bg.cols, nm, "dy");
 		return rc;
 	}
 	case OP_LN_FWD: {
 		int64_t r = op->u.lnf.rows, c = op->u.lnf.cols;
-		int rc = need_size(r, nm, "rows");
+		int rc = qe__check_size(r, nm, "rows");
 		if (!rc)
-			rc = need_size(c, nm, "cols");
+			rc = qe__check_size(c, nm, "cols");
 		if (!rc && r > 0 && c == 0)
 			rc = qe_fail(QE_EINVAL, "layernorm_fwd: %lld rows of 0 columns", (long long)r);
 		if (!rc)
-			rc = need(op->u.lnf.y, r * c, nm, "y");
+			rc = qe__check_need(op->u.lnf.y, r * c, nm, "y");
 		if (!rc)
-			rc = need(op->u.lnf.x, r * c, nm, "x");
+			rc = qe__check_need(op->u.lnf.x, r * c, nm, "x");
 		if (!rc)
-			rc = need(op->u.lnf.w, r * c, nm, "w");
+			rc = qe__check_need(op->u.lnf.w, r * c, nm, "w");
 		if (!rc)
-			rc = need(op->u.lnf.b, r * c, nm, "b");
+			rc = qe__check_need(op->u.lnf.b, r * c, nm, "b");
 		return rc;
 	}
 	case OP_LN_BWD: {
 		int64_t r = op->u.lnb.rows, c = op->u.lnb.cols;
-		int rc = need_size(r, nm, "rows");
+		int rc = qe__check_size(r, nm, "rows");
 		if (!rc)
-			rc = need_size(c, nm, "cols");
+			rc = qe__check_size(c, nm, "cols");
 		if (!rc)
-			rc = need(op->u.lnb.dx, r * c, nm, "dx");
+			rc = qe__check_need(op->u.lnb.dx, r * c, nm, "dx");
 		if (!rc)
-			rc = need(op->u.lnb.dy, r * c, nm, "dy");
+			rc = qe__check_need(op->u.lnb.dy, r * c, nm, "dy");
 		if (!rc)
-			rc = need(op->u.lnb.x, r * c, nm, "x");
+			rc = qe__check_need(op->u.lnb.x, r * c, nm, "x");
 		if (!rc)
-			rc = need(op->u.lnb.mean, r, nm, "mean");
+			rc = qe__check_need(op->u.lnb.mean, r, nm, "mean");
 		if (!rc)
-			rc = need(op->u.lnb.rstd, r, nm, "rstd");
+			rc = qe__check_need(op->u.lnb.rstd, r, nm, "rstd");
 		if (!rc)
-			rc = need(op->u.lnb.w, r * c, nm, "w");
+			rc = qe__check_need(op->u.lnb.w, r * c, nm, "w");
 		return rc;
 	}
 	case OP_EMBED_FWD: {
 		int64_t T = op->u.ef.T, H = op->u.ef.H;
-		int rc = need_size(T, nm, "T");
+		int rc = qe__check_size(T, nm, "T");
 		if (!rc)
-			rc = need_size(H, nm, "H");
+			rc = qe__check_size(H, nm, "H");
 		if (!rc)
-			rc = need(op->u.ef.out, T * H, nm, "out");
+			rc = qe__check_need(op->u.ef.out, T * H, nm, "out");
 		if (!rc)
-			rc = need(op->u.ef.tok, T, nm, "tok");
+			rc = qe__check_need(op->u.ef.tok, T, nm, "tok");
 		if (!rc)
-			rc = need(op->u.ef.wte, T * H, nm, "wte");
+			rc = qe__check_need(op->u.ef.wte, T * H, nm, "wte");
 		return rc;
 	}
 	case OP_EMBED_BWD: {
 		int64_t T = op->u.eb.T, H = op->u.eb.H, V = op->u.eb.V;
-		int rc = need_size(T, nm, "T");
+		int rc = qe__check_size(T, nm, "T");
 		if (!rc)
-			rc = need_size(H, nm, "H");
+			rc = qe__check_size(H, nm, "H");
 		if (!rc)
-			rc = need_size(V, nm, "V");
+			rc = qe__check_size(V, nm, "V");
 		if (!rc)
-			rc = need(op->u.eb.dwte, V * H, nm, "dwte");
+			rc = qe__check_need(op->u.eb.dwte, V * H, nm, "dwte");
 		if (!rc)
-			rc = need(op->u.eb.tok, T, nm, "tok");
+			rc = qe__check_need(op->u.eb.tok, T, nm, "tok");
 		if (!rc)
-			rc = need(op->u.eb.dout, T * H, nm, "dout");
+			rc = qe__check_need(op->u.eb.dout, T * H, nm, "dout");
 		return rc;
 	}
 	case OP_ATTN_FWD:
@@ -509,25 +407,25 @@ static int check_op(const cpu_op *op)
 		int fwd = op->kind == OP_ATTN_FWD;
 		int64_t T = fwd ? op->u.af.T : op->u.ab.T, H = fwd ? op->u.af.H : op->u.ab.H;
 		int nh = fwd ? op->u.af.nh : op->u.ab.nh;
-		int rc = need_size(T, nm, "T");
+		int rc = qe__check_size(T, nm, "T");
 		if (!rc)
-			rc = need_size(H, nm, "H");
+			rc = qe__check_size(H, nm, "H");
 		if (!rc && (nh < 1 || H % nh != 0))
 			rc = qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
 		if (!rc && fwd) {
-			rc = need(op->u.af.out, T * H, nm, "out");
+			rc = qe__check_need(op->u.af.out, T * H, nm, "out");
 			if (!rc)
-				rc = need(op->u.af.probs, T * H, nm, "probs");
+				rc = qe__check_need(op->u.af.probs, T * H, nm, "probs");
 			if (!rc)
-				rc = need(op->u.af.qkv, T * H, nm, "qkv");
+				rc = qe__check_need(op->u.af.qkv, T * H, nm, "qkv");
 		} else if (!rc) {
-			rc = need(op->u.ab.dqkv, T * H, nm, "dqkv");
+			rc = qe__check_need(op->u.ab.dqkv, T * H, nm, "dqkv");
 			if (!rc)
-				rc = need(op->u.ab.dout, T * H, nm, "dout");
+				rc = qe__check_need(op->u.ab.dout, T * H, nm, "dout");
 			if (!rc)
-				rc = need(op->u.ab.qkv, T * H, nm, "qkv");
+				rc = qe__check_need(op->u.ab.qkv, T * H, nm, "qkv");
 			if (!rc)
-				rc = need(op->u.ab.probs, T * H, nm, "probs");
+				rc = qe__check_need(op->u.ab.probs, T * H, nm, "probs");
 		}
 		return rc;
 	}
@@ -536,32 +434,32 @@ static int check_op(const cpu_op *op)
 		if (T < 1 || V < 1)
 			return qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T,
 				       (long long)V);
-		int rc = need(op->u.xe.logits, 1, nm, "logits");
+		int rc = qe__check_need(op->u.xe.logits, 1, nm, "logits");
 		if (!rc)
-			rc = need(op->u.xe.tgt, 1, nm, "tgt");
+			rc = qe__check_need(op->u.xe.tgt, 1, nm, "tgt");
 		return rc;
 	}
 	case OP_ADAMW: {
 		const qe_adamw_args *a = &op->u.adamw;
-		int rc = need_size(a->n, nm, "n");
+		int rc = qe__check_size(a->n, nm, "n");
 		if (!rc)
-			rc = need(a->param, a->n, nm, "param");
+			rc = qe__check_need(a->param, a->n, nm, "param");
 		if (!rc)
-			rc = need(a->m, a->n, nm, "m");
+			rc = qe__check_need(a->m, a->n, nm, "m");
 		if (!rc)
-			rc = need(a->v, a->n, nm, "v");
+			rc = qe__check_need(a->v, a->n, nm, "v");
 		if (!rc)
-			rc = check_views(a->grads, a->nviews, a->n, nm);
+			rc = qe__check_views(a->grads, a->nviews, a->n, nm, 0);
 		if (!rc && a->step < 1)
 			rc = qe_fail(QE_EINVAL, "adamw: step %lld; steps are 1-based", (long long)a->step);
 		return rc;
 	}
 	case OP_SUM_VIEWS: {
-		int rc = need_size(op->u.sv.n, nm, "n");
+		int rc = qe__check_size(op->u.sv.n, nm, "n");
 		if (!rc)
-			rc = need(op->u.sv.out, op->u.sv.n, nm, "out");
+			rc = qe__check_need(op->u.sv.out, op->u.sv.n, nm, "out");
 		if (!rc)
-			rc = check_views(op->u.sv.views, op->u.sv.nviews, op->u.sv.n, nm);
+			rc = qe__check_views(op->u.sv.views, op->u.sv.nviews, op->u.sv.n, nm, 0);
 		return rc;
 	}
 	case OP_KIND_COUNT:

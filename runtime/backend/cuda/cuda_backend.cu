@@ -225,121 +225,13 @@ int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out)
 	return QE_OK;
 }
 
-/* ---- checks (the cpu backend's, for device tensors) ---------------------------------- */
-
-static int need(const void *p, int64_t count, const char *op, const char *name)
-{
-	if (count > 0 && !p)
-		return qe_fail(QE_EINVAL, "%s: '%s' is NULL", op, name);
-	return QE_OK;
-}
-
-static int need_size(int64_t v, const char *op, const char *name)
-{
-	if (v < 0)
-		return qe_fail(QE_EINVAL, "%s: negative %s (%lld)", op, name, (long long)v);
-	return QE_OK;
-}
-
-static int check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c)
-{
-	char da[96], db[96], dc[96];
-	qe_tensor_describe(a, da, sizeof(da));
-	qe_tensor_describe(b, db, sizeof(db));
-	qe_tensor_describe(c, dc, sizeof(dc));
-	if (a->ndim != 2 || b->ndim != 2 || c->ndim != 2 || a->shape[1] != b->shape[1] ||
-	    c->shape[0] != a->shape[0] || c->shape[1] != b->shape[0] || a->shape[0] < 0 || a->shape[1] < 0 ||
-	    b->shape[0] < 0)
-		return qe_fail(QE_ESHAPE, "gemm: A %s . B %s^T -> C %s: need A [m,k], B [n,k], C [m,n]", da, db, dc);
-	if (a->device != QE_DEV_CUDA || b->device != QE_DEV_CUDA || c->device != QE_DEV_CUDA)
-		return qe_fail(QE_ESHAPE, "gemm: A %s, B %s, C %s: every operand must be on cuda", da, db, dc);
-	if (c->dtype != QE_F32)
-		return qe_fail(QE_ESHAPE, "gemm: C %s must be f32", dc);
-	const qe_tensor *ops[2] = { a, b };
-	const char *nm[2] = { "A", "B" };
-	for (int i = 0; i < 2; i++) {
-		qe_dtype dt = ops[i]->dtype;
-		if (dt != QE_F32 && dt != QE_E4M3 && dt != QE_E5M2)
-			return qe_fail(QE_ESHAPE, "gemm: %s is %s; operands must be f32, e4m3 or e5m2", nm[i],
-				       qe_dtype_name(dt));
-		if (qe_dtype_is_fp8(dt) && !ops[i]->scale_inv)
-			return qe_fail(QE_EINVAL, "gemm: FP8 operand %s %s has no scale_inv", nm[i], i ? db : da);
-	}
-	int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
-	if (need(a->data, m * k, "gemm", "A.data") || need(b->data, n * k, "gemm", "B.data") ||
-	    need(c->data, m * n, "gemm", "C.data"))
-		return QE_EINVAL;
-	const char *cb = (const char *)c->data, *ce = cb + qe_tensor_nbytes(c);
-	for (int i = 0; i < 2; i++) {
-		const char *ob = (const char *)ops[i]->data, *oe = ob + qe_tensor_nbytes(ops[i]);
-		if (m * n > 0 && qe_tensor_nbytes(ops[i]) > 0 && ob < ce && cb < oe)
-			return qe_fail(QE_EINVAL, "gemm: C %s overlaps operand %s %s", dc, nm[i], i ? db : da);
-	}
-	return QE_OK;
-}
-
-static int check_cast(const qe_cast_args *a)
-{
-	char dx[96], dr[96], dcl[96];
-	qe_tensor_describe(&a->x, dx, sizeof(dx));
-	qe_tensor_describe(&a->row, dr, sizeof(dr));
-	qe_tensor_describe(&a->col, dcl, sizeof(dcl));
-	if (a->x.ndim != 2 || a->x.dtype != QE_F32 || a->x.device != QE_DEV_CUDA || a->x.shape[0] < 0 ||
-	    a->x.shape[1] < 0)
-		return qe_fail(QE_ESHAPE, "cast: input x %s must be f32 [rows,cols] on cuda", dx);
-	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
-	if (need(a->x.data, rows * cols, "cast", "x.data"))
-		return QE_EINVAL;
-	qe_dtype out = QE_DTYPE_COUNT;
-	if (a->row.data) {
-		if (a->row.ndim != 2 || a->row.shape[0] != rows || a->row.shape[1] != cols ||
-		    a->row.device != QE_DEV_CUDA)
-			return qe_fail(QE_ESHAPE, "cast: row output %s must be [%lld,%lld] on cuda like x %s", dr,
-				       (long long)rows, (long long)cols, dx);
-		out = a->row.dtype;
-	}
-	if (a->col.data) {
-		if (a->col.ndim != 2 || a->col.shape[0] != cols || a->col.shape[1] != rows ||
-		    a->col.device != QE_DEV_CUDA)
-			return qe_fail(QE_ESHAPE, "cast: col output %s must be [%lld,%lld] (x %s transposed) on cuda",
-				       dcl, (long long)cols, (long long)rows, dx);
-		if (out != QE_DTYPE_COUNT && out != a->col.dtype)
-			return qe_fail(QE_ESHAPE, "cast: row %s and col %s outputs differ in dtype", dr, dcl);
-		out = a->col.dtype;
-	}
-	if (out != QE_DTYPE_COUNT && out != QE_F32 && !qe_dtype_is_fp8(out))
-		return qe_fail(QE_ESHAPE, "cast: output dtype %s; must be f32, e4m3 or e5m2", qe_dtype_name(out));
-	if (out != QE_DTYPE_COUNT && qe_dtype_is_fp8(out) && !a->current && !a->scale)
-		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
-	if (a->row.data && a->col.data && a->row.data == a->col.data)
-		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
-	/* the cpu scales with the row/col dtype even when no output is written */
-	if (out == QE_DTYPE_COUNT && (qe_dtype_is_fp8(a->row.dtype) || qe_dtype_is_fp8(a->col.dtype)) && !a->current &&
-	    !a->scale)
-		return qe_fail(QE_EINVAL, "cast: delayed scaling needs a scale pointer");
-	return QE_OK;
-}
-
-static int check_views(const float *const *views, int nviews, int64_t n, const char *op)
-{
-	if (nviews < 1)
-		return qe_fail(QE_EINVAL, "%s: %d views; need at least 1", op, nviews);
-	if (nviews > QE_CUDA_MAX_VIEWS)
-		return qe_fail(QE_EINVAL, "%s: %d views; the cuda backend passes at most %d by value", op, nviews,
-			       QE_CUDA_MAX_VIEWS);
-	if (!views)
-		return qe_fail(QE_EINVAL, "%s: view pointer array is NULL", op);
-	for (int i = 0; i < nviews; i++)
-		if (n > 0 && !views[i])
-			return qe_fail(QE_EINVAL, "%s: view %d of %d is NULL", op, i, nviews);
-	return QE_OK;
-}
+/* ---- checks (backend_check.c has those shared with the cpu backend) ------------------- */
 
 static int check_attn(const char *nm, int64_t T, int64_t H, int nh)
 {
-	int rc = need_size(T, nm, "T");
+	int rc = qe__check_size(T, nm, "T");
 	if (!rc)
-		rc = need_size(H, nm, "H");
+		rc = qe__check_size(H, nm, "H");
 	if (!rc && (nh < 1 || H % nh != 0))
 		rc = qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
 	if (!rc && (T > INT32_MAX || H > INT32_MAX / 3))
@@ -452,7 +344,7 @@ static int cu_fill(qe_stream *s, void *dst, uint8_t byte, size_t bytes)
 	int rc = op_begin(&s, "fill");
 	if (rc)
 		return rc;
-	rc = need(dst, (int64_t)bytes, "fill", "dst");
+	rc = qe__check_need(dst, (int64_t)bytes, "fill", "dst");
 	if (!rc && bytes) {
 		cudaError_t e = cudaMemsetAsync(dst, byte, bytes, s->cs);
 		if (e != cudaSuccess)
@@ -719,7 +611,7 @@ static int cu_cast(qe_stream *s, const qe_cast_args *a)
 	int rc = op_begin(&s, "cast");
 	if (rc)
 		return rc;
-	rc = a ? check_cast(a) : qe_fail(QE_EINVAL, "cast: NULL arguments");
+	rc = a ? qe__check_cast(a, QE_DEV_CUDA) : qe_fail(QE_EINVAL, "cast: NULL arguments");
 	if (!rc)
 		rc = qe__cuda_cast(s, a);
 	return op_end(s, rc, "cast");
@@ -749,7 +641,8 @@ static int cu_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tens
 	int rc = op_begin(&s, "gemm");
 	if (rc)
 		return rc;
-	rc = (a && b && c) ? check_gemm(a, b, c) : qe_fail(QE_EINVAL, "gemm: NULL tensor descriptor");
+	rc = (a && b && c) ? qe__check_gemm(a, b, c, QE_DEV_CUDA)
+			   : qe_fail(QE_EINVAL, "gemm: NULL tensor descriptor");
 	if (!rc)
 		rc = qe__cuda_gemm(s, a, b, c, bias, accumulate);
 	return op_end(s, rc, "gemm");
@@ -760,8 +653,8 @@ static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_
 	int rc = op_begin(&s, "add");
 	if (rc)
 		return rc;
-	if (!(rc = need_size(n, "add", "n")) && !(rc = need(y, n, "add", "y")) && !(rc = need(a, n, "add", "a")) &&
-	    !(rc = need(b, n, "add", "b")))
+	if (!(rc = qe__check_size(n, "add", "n")) && !(rc = qe__check_need(y, n, "add", "y")) && !(rc = qe__check_need(a, n, "add", "a")) &&
+	    !(rc = qe__check_need(b, n, "add", "b")))
 		rc = qe__cuda_add(s, y, a, b, n);
 	return op_end(s, rc, "add");
 }
@@ -771,8 +664,8 @@ static int cu_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)
 	int rc = op_begin(&s, "add_inplace");
 	if (rc)
 		return rc;
-	if (!(rc = need_size(n, "add_inplace", "n")) && !(rc = need(y, n, "add_inplace", "y")) &&
-	    !(rc = need(a, n, "add_inplace", "a")))
+	if (!(rc = qe__check_size(n, "add_inplace", "n")) && !(rc = qe__check_need(y, n, "add_inplace", "y")) &&
+	    !(rc = qe__check_need(a, n, "add_inplace", "a")))
 		rc = qe__cuda_add_inplace(s, y, a, n);
 	return op_end(s, rc, "add_inplace");
 }
@@ -783,8 +676,8 @@ static int cu_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, 
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = need_size(rows, nm, "rows")) && !(rc = need_size(cols, nm, "cols")) &&
-	    !(rc = need(db, cols, nm, "db")) && !(rc = need(dy, rows * cols, nm, "dy")))
+	if (!(rc = qe__check_size(rows, nm, "rows")) && !(rc = qe__check_size(cols, nm, "cols")) &&
+	    !(rc = qe__check_need(db, cols, nm, "db")) && !(rc = qe__check_need(dy, rows * cols, nm, "dy")))
 		rc = qe__cuda_bias_grad(s, db, dy, rows, cols);
 	return op_end(s, rc, nm);
 }
@@ -794,8 +687,8 @@ static int cu_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
 	int rc = op_begin(&s, "gelu_fwd");
 	if (rc)
 		return rc;
-	if (!(rc = need_size(n, "gelu_fwd", "n")) && !(rc = need(y, n, "gelu_fwd", "y")) &&
-	    !(rc = need(x, n, "gelu_fwd", "x")))
+	if (!(rc = qe__check_size(n, "gelu_fwd", "n")) && !(rc = qe__check_need(y, n, "gelu_fwd", "y")) &&
+	    !(rc = qe__check_need(x, n, "gelu_fwd", "x")))
 		rc = qe__cuda_gelu_fwd(s, y, x, n);
 	return op_end(s, rc, "gelu_fwd");
 }
@@ -805,8 +698,8 @@ static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy,
 	int rc = op_begin(&s, "gelu_bwd");
 	if (rc)
 		return rc;
-	if (!(rc = need_size(n, "gelu_bwd", "n")) && !(rc = need(dx, n, "gelu_bwd", "dx")) &&
-	    !(rc = need(x, n, "gelu_bwd", "x")) && !(rc = need(dy, n, "gelu_bwd", "dy")))
+	if (!(rc = qe__check_size(n, "gelu_bwd", "n")) && !(rc = qe__check_need(dx, n, "gelu_bwd", "dx")) &&
+	    !(rc = qe__check_need(x, n, "gelu_bwd", "x")) && !(rc = qe__check_need(dy, n, "gelu_bwd", "dy")))
 		rc = qe__cuda_gelu_bwd(s, dx, x, dy, n);
 	return op_end(s, rc, "gelu_bwd");
 }
@@ -818,11 +711,11 @@ static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, co
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = need_size(rows, nm, "rows")) && !(rc = need_size(cols, nm, "cols"))) {
+	if (!(rc = qe__check_size(rows, nm, "rows")) && !(rc = qe__check_size(cols, nm, "cols"))) {
 		if (rows > 0 && cols == 0)
 			rc = qe_fail(QE_EINVAL, "layernorm_fwd: %lld rows of 0 columns", (long long)rows);
-		else if (!(rc = need(y, rows * cols, nm, "y")) && !(rc = need(x, rows * cols, nm, "x")) &&
-			 !(rc = need(w, rows * cols, nm, "w")) && !(rc = need(b, rows * cols, nm, "b")))
+		else if (!(rc = qe__check_need(y, rows * cols, nm, "y")) && !(rc = qe__check_need(x, rows * cols, nm, "x")) &&
+			 !(rc = qe__check_need(w, rows * cols, nm, "w")) && !(rc = qe__check_need(b, rows * cols, nm, "b")))
 			rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
 	}
 	return op_end(s, rc, nm);
@@ -836,10 +729,10 @@ static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = need_size(rows, nm, "rows")) && !(rc = need_size(cols, nm, "cols")) &&
-	    !(rc = need(dx, rc_n, nm, "dx")) && !(rc = need(dy, rc_n, nm, "dy")) && !(rc = need(x, rc_n, nm, "x")) &&
-	    !(rc = need(mean, rows, nm, "mean")) && !(rc = need(rstd, rows, nm, "rstd")) &&
-	    !(rc = need(w, rc_n, nm, "w")))
+	if (!(rc = qe__check_size(rows, nm, "rows")) && !(rc = qe__check_size(cols, nm, "cols")) &&
+	    !(rc = qe__check_need(dx, rc_n, nm, "dx")) && !(rc = qe__check_need(dy, rc_n, nm, "dy")) && !(rc = qe__check_need(x, rc_n, nm, "x")) &&
+	    !(rc = qe__check_need(mean, rows, nm, "mean")) && !(rc = qe__check_need(rstd, rows, nm, "rstd")) &&
+	    !(rc = qe__check_need(w, rc_n, nm, "w")))
 		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols);
 	return op_end(s, rc, nm);
 }
@@ -851,8 +744,8 @@ static int cu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const floa
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = need_size(T, nm, "T")) && !(rc = need_size(H, nm, "H")) && !(rc = need(out, T * H, nm, "out")) &&
-	    !(rc = need(tok, T, nm, "tok")) && !(rc = need(wte, T * H, nm, "wte")))
+	if (!(rc = qe__check_size(T, nm, "T")) && !(rc = qe__check_size(H, nm, "H")) && !(rc = qe__check_need(out, T * H, nm, "out")) &&
+	    !(rc = qe__check_need(tok, T, nm, "tok")) && !(rc = qe__check_need(wte, T * H, nm, "wte")))
 		rc = qe__cuda_embed_fwd(s, out, tok, wte, wpe, T, H);
 	return op_end(s, rc, nm);
 }
@@ -864,9 +757,9 @@ static int cu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *t
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = need_size(T, nm, "T")) && !(rc = need_size(H, nm, "H")) && !(rc = need_size(V, nm, "V")) &&
-	    !(rc = need(dwte, V * H, nm, "dwte")) && !(rc = need(tok, T, nm, "tok")) &&
-	    !(rc = need(dout, T * H, nm, "dout")))
+	if (!(rc = qe__check_size(T, nm, "T")) && !(rc = qe__check_size(H, nm, "H")) && !(rc = qe__check_size(V, nm, "V")) &&
+	    !(rc = qe__check_need(dwte, V * H, nm, "dwte")) && !(rc = qe__check_need(tok, T, nm, "tok")) &&
+	    !(rc = qe__check_need(dout, T * H, nm, "dout")))
 		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, T, H, V);
 	return op_end(s, rc, nm);
 }
@@ -877,8 +770,8 @@ static int cu_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv,
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = need(out, T * H, nm, "out")) &&
-	    !(rc = need(probs, T * H, nm, "probs")) && !(rc = need(qkv, T * H, nm, "qkv")))
+	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = qe__check_need(out, T * H, nm, "out")) &&
+	    !(rc = qe__check_need(probs, T * H, nm, "probs")) && !(rc = qe__check_need(qkv, T * H, nm, "qkv")))
 		rc = qe__cuda_attn_fwd(s, out, probs, qkv, T, H, nh);
 	return op_end(s, rc, nm);
 }
@@ -890,9 +783,9 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = need(dqkv, T * H, nm, "dqkv")) &&
-	    !(rc = need(dout, T * H, nm, "dout")) && !(rc = need(qkv, T * H, nm, "qkv")) &&
-	    !(rc = need(probs, T * H, nm, "probs")))
+	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = qe__check_need(dqkv, T * H, nm, "dqkv")) &&
+	    !(rc = qe__check_need(dout, T * H, nm, "dout")) && !(rc = qe__check_need(qkv, T * H, nm, "qkv")) &&
+	    !(rc = qe__check_need(probs, T * H, nm, "probs")))
 		rc = qe__cuda_attn_bwd(s, dqkv, dout, qkv, probs, T, H, nh);
 	return op_end(s, rc, nm);
 }
@@ -906,7 +799,7 @@ static int cu_xent(qe_stream *s, float *loss, float *dlogits, const float *logit
 		return rc;
 	if (T < 1 || V < 1)
 		rc = qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T, (long long)V);
-	else if (!(rc = need(logits, 1, nm, "logits")) && !(rc = need(tgt, 1, nm, "tgt")))
+	else if (!(rc = qe__check_need(logits, 1, nm, "logits")) && !(rc = qe__check_need(tgt, 1, nm, "tgt")))
 		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, grad_scale);
 	return op_end(s, rc, nm);
 }
@@ -919,9 +812,9 @@ static int cu_adamw(qe_stream *s, const qe_adamw_args *a)
 		return rc;
 	if (!a)
 		rc = qe_fail(QE_EINVAL, "adamw: NULL arguments");
-	else if (!(rc = need_size(a->n, nm, "n")) && !(rc = need(a->param, a->n, nm, "param")) &&
-		 !(rc = need(a->m, a->n, nm, "m")) && !(rc = need(a->v, a->n, nm, "v")) &&
-		 !(rc = check_views(a->grads, a->nviews, a->n, nm))) {
+	else if (!(rc = qe__check_size(a->n, nm, "n")) && !(rc = qe__check_need(a->param, a->n, nm, "param")) &&
+		 !(rc = qe__check_need(a->m, a->n, nm, "m")) && !(rc = qe__check_need(a->v, a->n, nm, "v")) &&
+		 !(rc = qe__check_views(a->grads, a->nviews, a->n, nm, QE_CUDA_MAX_VIEWS))) {
 		if (a->step < 1)
 			rc = qe_fail(QE_EINVAL, "adamw: step %lld; steps are 1-based", (long long)a->step);
 		else
@@ -936,8 +829,8 @@ static int cu_sum_views(qe_stream *s, float *out, const float *const *views, int
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = need_size(n, nm, "n")) && !(rc = need(out, n, nm, "out")) &&
-	    !(rc = check_views(views, nviews, n, nm)))
+	if (!(rc = qe__check_size(n, nm, "n")) && !(rc = qe__check_need(out, n, nm, "out")) &&
+	    !(rc = qe__check_views(views, nviews, n, nm, QE_CUDA_MAX_VIEWS)))
 		rc = qe__cuda_sum_views(s, out, views, nviews, n);
 	return op_end(s, rc, nm);
 }

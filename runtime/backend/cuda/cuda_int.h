@@ -35,6 +35,7 @@ extern "C" {
 #include "../../core/log.h"
 #include "../../core/status.h"
 #include "../backend.h"
+#include "../backend_check.h"
 
 #define QE_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt / cuBLAS workspace per stream */
 #define QE_CUDA_SCRATCH_BYTES ((size_t)16 << 20)   /* initial per-stream scratch (attention, xent) */

@@ -1,0 +1,119 @@
+/*
+ * backend_check.c - the op argument checks shared by the backends (see
+ * backend_check.h).
+ */
+#include "backend_check.h"
+
+#include "../core/status.h"
+
+static const char *dev_name(qe_device d)
+{
+	return d == QE_DEV_CUDA ? "cuda" : "cpu";
+}
+
+int qe__check_need(const void *p, int64_t count, const char *op, const char *name)
+{
+	if (count > 0 && !p)
+		return qe_fail(QE_EINVAL, "%s: '%s' is NULL", op, name);
+	return QE_OK;
+}
+
+int qe__check_size(int64_t v, const char *op, const char *name)
+{
+	if (v < 0)
+		return qe_fail(QE_EINVAL, "%s: negative %s (%lld)", op, name, (long long)v);
+	return QE_OK;
+}
+
+int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev)
+{
+	char da[96], db[96], dc[96];
+	qe_tensor_describe(a, da, sizeof(da));
+	qe_tensor_describe(b, db, sizeof(db));
+	qe_tensor_describe(c, dc, sizeof(dc));
+	if (a->ndim != 2 || b->ndim != 2 || c->ndim != 2 || a->shape[1] != b->shape[1] ||
+	    c->shape[0] != a->shape[0] || c->shape[1] != b->shape[0] || a->shape[0] < 0 || a->shape[1] < 0 ||
+	    b->shape[0] < 0)
+		return qe_fail(QE_ESHAPE, "gemm: A %s . B %s^T -> C %s: need A [m,k], B [n,k], C [m,n]", da, db, dc);
+	if (a->device != dev || b->device != dev || c->device != dev)
+		return qe_fail(QE_ESHAPE, "gemm: A %s, B %s, C %s: every operand must be on %s", da, db, dc,
+			       dev_name(dev));
+	if (c->dtype != QE_F32)
+		return qe_fail(QE_ESHAPE, "gemm: C %s must be f32", dc);
+	const qe_tensor *ops[2] = { a, b };
+	const char *nm[2] = { "A", "B" };
+	for (int i = 0; i < 2; i++) {
+		qe_dtype dt = ops[i]->dtype;
+		if (dt != QE_F32 && dt != QE_E4M3 && dt != QE_E5M2)
+			return qe_fail(QE_ESHAPE, "gemm: %s is %s; operands must be f32, e4m3 or e5m2", nm[i],
+				       qe_dtype_name(dt));
+		if (qe_dtype_is_fp8(dt) && !ops[i]->scale_inv)
+			return qe_fail(QE_EINVAL, "gemm: FP8 operand %s %s has no scale_inv", nm[i], i ? db : da);
+	}
+	int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
+	if (qe__check_need(a->data, m * k, "gemm", "A.data") || qe__check_need(b->data, n * k, "gemm", "B.data") ||
+	    qe__check_need(c->data, m * n, "gemm", "C.data"))
+		return QE_EINVAL;
+	/* C must not overlap an operand: the result is written while they are read. */
+	const char *cb = (const char *)c->data, *ce = cb + qe_tensor_nbytes(c);
+	for (int i = 0; i < 2; i++) {
+		const char *ob = (const char *)ops[i]->data, *oe = ob + qe_tensor_nbytes(ops[i]);
+		if (m * n > 0 && qe_tensor_nbytes(ops[i]) > 0 && ob < ce && cb < oe)
+			return qe_fail(QE_EINVAL, "gemm: C %s overlaps operand %s %s", dc, nm[i], i ? db : da);
+	}
+	return QE_OK;
+}
+
+int qe__check_cast(const qe_cast_args *a, qe_device dev)
+{
+	const char *on = dev_name(dev);
+	char dx[96], dr[96], dcl[96];
+	qe_tensor_describe(&a->x, dx, sizeof(dx));
+	qe_tensor_describe(&a->row, dr, sizeof(dr));
+	qe_tensor_describe(&a->col, dcl, sizeof(dcl));
+	if (a->x.ndim != 2 || a->x.dtype != QE_F32 || a->x.device != dev || a->x.shape[0] < 0 || a->x.shape[1] < 0)
+		return qe_fail(QE_ESHAPE, "cast: input x %s must be f32 [rows,cols] on %s", dx, on);
+	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
+	if (qe__check_need(a->x.data, rows * cols, "cast", "x.data"))
+		return QE_EINVAL;
+	qe_dtype out = QE_DTYPE_COUNT;
+	if (a->row.data) {
+		if (a->row.ndim != 2 || a->row.shape[0] != rows || a->row.shape[1] != cols || a->row.device != dev)
+			return qe_fail(QE_ESHAPE, "cast: row output %s must be [%lld,%lld] on %s like x %s", dr,
+				       (long long)rows, (long long)cols, on, dx);
+		out = a->row.dtype;
+	}
+	if (a->col.data) {
+		if (a->col.ndim != 2 || a->col.shape[0] != cols || a->col.shape[1] != rows || a->col.device != dev)
+			return qe_fail(QE_ESHAPE, "cast: col output %s must be [%lld,%lld] (x %s transposed) on %s",
+				       dcl, (long long)cols, (long long)rows, dx, on);
+		if (out != QE_DTYPE_COUNT && out != a->col.dtype)
+			return qe_fail(QE_ESHAPE, "cast: row %s and col %s outputs differ in dtype", dr, dcl);
+		out = a->col.dtype;
+	}
+	if (out != QE_DTYPE_COUNT && out != QE_F32 && !qe_dtype_is_fp8(out))
+		return qe_fail(QE_ESHAPE, "cast: output dtype %s; must be f32, e4m3 or e5m2", qe_dtype_name(out));
+	if (out != QE_DTYPE_COUNT && qe_dtype_is_fp8(out) && !a->current && !a->scale)
+		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
+	if (a->row.data && a->col.data && a->row.data == a->col.data)
+		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
+	/* with no output written, the cast still scales by the described FP8 dtype (and records amax) */
+	if (out == QE_DTYPE_COUNT && (qe_dtype_is_fp8(a->row.dtype) || qe_dtype_is_fp8(a->col.dtype)) && !a->current &&
+	    !a->scale)
+		return qe_fail(QE_EINVAL, "cast: delayed scaling needs a scale pointer");
+	return QE_OK;
+}
+
+int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views)
+{
+	if (nviews < 1)
+		return qe_fail(QE_EINVAL, "%s: %d views; need at least 1", op, nviews);
+	if (max_views > 0 && nviews > max_views)
+		return qe_fail(QE_EINVAL, "%s: %d views; this backend passes at most %d", op, nviews, max_views);
+	if (!views)
+		return qe_fail(QE_EINVAL, "%s: view pointer array is NULL", op);
+	for (int i = 0; i < nviews; i++)
+		if (n > 0 && !views[i])
+			return qe_fail(QE_EINVAL, "%s: view %d of %d is NULL", op, i, nviews);
+	return QE_OK;
+}

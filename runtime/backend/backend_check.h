@@ -1,0 +1,27 @@
+/*
+ * backend_check.h - the argument checks every backend runs before an op
+ * (private to runtime/backend).  One copy, so that the cpu reference and the
+ * cuda backend refuse the same calls with the same messages; only the device
+ * the tensors must live on differs.  Each returns QE_OK or a status with the
+ * message set (QE_EINVAL for missing pointers and bad counts, QE_ESHAPE for
+ * shapes, dtypes and devices).
+ */
+#ifndef QE_BACKEND_CHECK_H
+#define QE_BACKEND_CHECK_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+/* p may be NULL only when count is 0; name says which argument. */
+int qe__check_need(const void *p, int64_t count, const char *op, const char *name);
+/* A size argument must not be negative. */
+int qe__check_size(int64_t v, const char *op, const char *name);
+/* The TN GEMM's operands: shapes, dtypes, scales, device dev, and C overlapping neither. */
+int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev);
+/* The cast's input, outputs and scale pointers, on device dev. */
+int qe__check_cast(const qe_cast_args *a, qe_device dev);
+/* nviews in 1..max_views (0: no upper bound) non-NULL views of n floats. */
+int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views);
+
+#endif
