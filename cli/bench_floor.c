@@ -32,13 +32,6 @@
 #include "runtime/model/model.h"
 #include "runtime/sched/sched.h"
 
-#define TRY(expr)                      \
-	do {                           \
-		int rc_ = (expr);      \
-		if (rc_)               \
-			return rc_;    \
-	} while (0)
-
 /* The linears of one stage: out x in weights. */
 typedef struct linear {
 	const char *name;
@@ -73,13 +66,13 @@ static int64_t stage_nonmatrix(const qe_model_config *c, int stage, int nstages)
 int bench_floor_model(const char *preset, int P, int M, int zbv, bench_floor_rank *ranks)
 {
 	qe_model_config c;
-	TRY(qe_model_preset(preset, &c));
+	QE_TRY(qe_model_preset(preset, &c));
 	int S = 2 * P;
 	if (c.layers != S)
 		return qe_fail(QE_EINVAL, "floor: preset '%s' has %d layers, --pp %d with two chunks needs %d", preset,
 			       c.layers, P, S);
 	qe_sched *s = NULL;
-	TRY(qe_sched_create(zbv ? QE_PLACE_VSHAPE : QE_PLACE_INTERLEAVED, P, 2, M, QE_BACKWARD_SPLIT, &s));
+	QE_TRY(qe_sched_create(zbv ? QE_PLACE_VSHAPE : QE_PLACE_INTERLEAVED, P, 2, M, QE_BACKWARD_SPLIT, &s));
 	for (int r = 0; r < P; r++) {
 		bench_floor_rank *fr = &ranks[r];
 		memset(fr, 0, sizeof(*fr));
@@ -111,11 +104,11 @@ int bench_floor_model(const char *preset, int P, int M, int zbv, bench_floor_ran
 static int check_model(qe_backend *b, const char *preset, char *msg, size_t len)
 {
 	qe_model_config c;
-	TRY(qe_model_preset(preset, &c));
+	QE_TRY(qe_model_preset(preset, &c));
 	qe_precision prec = { 1, 0, qe_fp8_recipe_default() };
 	for (int st = 0; st < c.layers; st++) {
 		qe_stage *s = NULL;
-		TRY(qe_stage_create(b, &c, &prec, st, c.layers, 1, 1, &s));
+		QE_TRY(qe_stage_create(b, &c, &prec, st, c.layers, 1, 1, &s));
 		linear lin[QE_LIN_MAX];
 		int nl = stage_linears(&c, st, c.layers, lin);
 		double want_mat = 0, got_mat = 0;

@@ -68,4 +68,12 @@ const char *qe_last_error(void);
 /* Forget the calling thread's last message. */
 void qe_clear_error(void);
 
+/* Evaluate a call returning a status; return that status from the caller when it is not QE_OK. */
+#define QE_TRY(expr)                   \
+	do {                           \
+		int qe_try_rc_ = (expr); \
+		if (qe_try_rc_)        \
+			return qe_try_rc_; \
+	} while (0)
+
 #endif

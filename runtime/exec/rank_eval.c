@@ -8,13 +8,6 @@
 
 #include "runtime/core/status.h"
 
-#define TRY(expr)                      \
-	do {                           \
-		int rc_ = (expr);      \
-		if (rc_)               \
-			return rc_;    \
-	} while (0)
-
 int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss)
 {
 	const qe_backend_ops *o = r->b->ops;
@@ -23,7 +16,7 @@ int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss)
 	float sum = 0;
 	if (T > 4096)
 		return qe_fail(QE_EINVAL, "sequence length %d above 4096", T);
-	TRY(qe_rank_quiescent(r));
+	QE_TRY(qe_rank_quiescent(r));
 	for (int e = 0; e < E; e++) {
 		/* Every rank walks the stages in the same order, so messages pair up in FIFO order. */
 		for (int s = 0; s < r->S; s++) {
@@ -31,35 +24,35 @@ int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss)
 			if (!ch)
 				continue;
 			size_t act = qe_stage_act_bytes(ch->st);
-			TRY(qe_data_sample(data, 1, r->cfg.seed, 0, r->dr, e, T, tok, tgt));
+			QE_TRY(qe_data_sample(data, 1, r->cfg.seed, 0, r->dr, e, T, tok, tgt));
 			if (s == 0)
-				TRY(o->copy(r->caller, qe_stage_slot_tokens(ch->st, 0), tok, T * 4, QE_COPY_H2D));
+				QE_TRY(o->copy(r->caller, qe_stage_slot_tokens(ch->st, 0), tok, T * 4, QE_COPY_H2D));
 			if (s == r->S - 1)
-				TRY(o->copy(r->caller, qe_stage_slot_targets(ch->st, 0), tgt, T * 4, QE_COPY_H2D));
+				QE_TRY(o->copy(r->caller, qe_stage_slot_targets(ch->st, 0), tgt, T * 4, QE_COPY_H2D));
 			if (s > 0) {
 				rank_chunk *prev = qe__rank_chunk_of_stage(r, s - 1);
 				if (prev)
-					TRY(o->copy(r->caller, qe_stage_slot_input(ch->st, 0), qe_stage_slot_output(prev->st, 0),
+					QE_TRY(o->copy(r->caller, qe_stage_slot_input(ch->st, 0), qe_stage_slot_output(prev->st, 0),
 						    act, QE_COPY_D2D));
 				else
-					TRY(qe__rank_recv(r, r->dr * r->P + qe_sched_rank_of(r->sched, s - 1),
+					QE_TRY(qe__rank_recv(r, r->dr * r->P + qe_sched_rank_of(r->sched, s - 1),
 							  rank_tag(TAG_EVAL, s - 1, e), qe_stage_slot_input(ch->st, 0), act));
 			}
-			TRY(qe_stage_forward_eval(ch->st, r->caller, 0));
+			QE_TRY(qe_stage_forward_eval(ch->st, r->caller, 0));
 			if (s < r->S - 1 && !qe__rank_chunk_of_stage(r, s + 1))
-				TRY(qe__rank_send(r, r->dr * r->P + qe_sched_rank_of(r->sched, s + 1), rank_tag(TAG_EVAL, s, e),
+				QE_TRY(qe__rank_send(r, r->dr * r->P + qe_sched_rank_of(r->sched, s + 1), rank_tag(TAG_EVAL, s, e),
 						  qe_stage_slot_output(ch->st, 0), act));
 			if (s == r->S - 1) {
 				float l;
-				TRY(o->copy(r->caller, &l, qe_stage_slot_loss(ch->st, 0), 4, QE_COPY_D2H));
-				TRY(qe__rank_sync(r, r->caller));
+				QE_TRY(o->copy(r->caller, &l, qe_stage_slot_loss(ch->st, 0), 4, QE_COPY_D2H));
+				QE_TRY(qe__rank_sync(r, r->caller));
 				sum += l;
 			}
 		}
 	}
 	float v = qe__rank_chunk_of_stage(r, r->S - 1) ? sum / (float)E / (float)r->D : 0.0f;
 	if (r->comm && r->world > 1)
-		TRY(qe_comm_allreduce_sum_f32(r->comm, &v, 1, NULL, r->world));
+		QE_TRY(qe_comm_allreduce_sum_f32(r->comm, &v, 1, NULL, r->world));
 	*loss = v;
 	return QE_OK;
 }

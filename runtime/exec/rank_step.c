@@ -14,13 +14,6 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-#define TRY(expr)                      \
-	do {                           \
-		int rc_ = (expr);      \
-		if (rc_)               \
-			return rc_;    \
-	} while (0)
-
 static double now_ms(void)
 {
 	struct timespec ts;
@@ -35,9 +28,9 @@ static int physical_dw(qe_rank *r, rank_chunk *ch, qe_stream *s, int m)
 {
 	if (r->cfg.grad == QE_GRAD_DIRECT)
 		return qe_stage_backward_weight(ch->st, s, m, &ch->views[m * ch->nmat]);
-	TRY(qe_stage_backward_weight(ch->st, s, m, ch->scratch));
+	QE_TRY(qe_stage_backward_weight(ch->st, s, m, ch->scratch));
 	for (int j = 0; j < ch->nmat; j++)
-		TRY(r->b->ops->copy(s, ch->views[m * ch->nmat + j].data, ch->scratch[j].data,
+		QE_TRY(r->b->ops->copy(s, ch->views[m * ch->nmat + j].data, ch->scratch[j].data,
 				    qe_tensor_nbytes(&ch->scratch[j]), QE_COPY_D2D));
 	return QE_OK;
 }
@@ -63,7 +56,7 @@ static int capture_graphs(qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
 	double t0 = now_ms();
-	TRY(qe__rank_sync(r, r->caller));
+	QE_TRY(qe__rank_sync(r, r->caller));
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
 		for (int k = 0; k < GRAPH_KINDS; k++) {
@@ -102,11 +95,11 @@ static int capture_graphs(qe_rank *r)
 static int replay(qe_rank *r, qe_graph *g)
 {
 	const qe_backend_ops *o = r->b->ops;
-	TRY(o->event_record(r->ev_in, r->caller));
-	TRY(o->stream_wait(r->gstream, r->ev_in));
-	TRY(o->graph_launch(g, r->gstream));
-	TRY(o->event_record(r->ev_tail, r->gstream));
-	TRY(o->stream_wait(r->caller, r->ev_tail));
+	QE_TRY(o->event_record(r->ev_in, r->caller));
+	QE_TRY(o->stream_wait(r->gstream, r->ev_in));
+	QE_TRY(o->graph_launch(g, r->gstream));
+	QE_TRY(o->event_record(r->ev_tail, r->gstream));
+	QE_TRY(o->stream_wait(r->caller, r->ev_tail));
 	r->ctr.replays++;
 	r->ctr.handoffs++;
 	return QE_OK;
@@ -163,31 +156,31 @@ static int feed_data(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
 	int32_t tok[4096], tgt[4096];
 	if (T > 4096)
 		return qe_fail(QE_EINVAL, "sequence length %d above 4096", T);
-	TRY(qe_data_sample(data, 0, r->cfg.seed, r->steps, r->dr, m, T, tok, tgt));
+	QE_TRY(qe_data_sample(data, 0, r->cfg.seed, r->steps, r->dr, m, T, tok, tgt));
 	for (int t = 0; t < T; t++)
 		if (tok[t] >= r->cfg.model.vocab || tgt[t] >= r->cfg.model.vocab)
 			return qe_fail(QE_EINVAL, "data '%s': token %d does not fit vocabulary %d of model '%s'", data->path,
 				       tok[t] > tgt[t] ? tok[t] : tgt[t], r->cfg.model.vocab, r->cfg.model.preset);
 	if (first)
-		TRY(r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, m), tok, T * 4, QE_COPY_H2D));
+		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, m), tok, T * 4, QE_COPY_H2D));
 	if (last)
-		TRY(r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, m), tgt, T * 4, QE_COPY_H2D));
+		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, m), tgt, T * 4, QE_COPY_H2D));
 	return QE_OK;
 }
 
 static int act_f(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
 {
 	qe_action_ticket t;
-	TRY(qe_action_f_begin(&ch->sc, ch->token, m, &t));
+	QE_TRY(qe_action_f_begin(&ch->sc, ch->token, m, &t));
 	int rc = feed_data(r, ch, data, m);
 	if (!rc)
 		rc = physical(r, ch, GRAPH_F, m, t.refresh_cache);
-	TRY(finish(r, ch, &t, rc, &ch->token));
+	QE_TRY(finish(r, ch, &t, rc, &ch->token));
 	ch->refs[m] = t.ref;
 	/* hand the activation to the next stage when it lives here */
 	rank_chunk *next = qe__rank_chunk_of_stage(r, ch->stage + 1);
 	if (next)
-		TRY(r->b->ops->copy(r->caller, qe_stage_slot_input(next->st, m), qe_stage_slot_output(ch->st, m),
+		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_input(next->st, m), qe_stage_slot_output(ch->st, m),
 				    qe_stage_act_bytes(ch->st), QE_COPY_D2D));
 	return QE_OK;
 }
@@ -196,7 +189,7 @@ static int handoff_grad(qe_rank *r, rank_chunk *ch, int m)
 {
 	rank_chunk *prev = qe__rank_chunk_of_stage(r, ch->stage - 1);
 	if (prev)
-		TRY(r->b->ops->copy(r->caller, qe_stage_slot_dout(prev->st, m), qe_stage_slot_dinput(ch->st, m),
+		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_dout(prev->st, m), qe_stage_slot_dinput(ch->st, m),
 				    qe_stage_act_bytes(ch->st), QE_COPY_D2D));
 	return QE_OK;
 }
@@ -204,26 +197,26 @@ static int handoff_grad(qe_rank *r, rank_chunk *ch, int m)
 static int act_di(qe_rank *r, rank_chunk *ch, int m)
 {
 	qe_action_ticket t;
-	TRY(qe_action_di_begin(&ch->sc, ch->token, &ch->refs[m], &t));
-	TRY(finish(r, ch, &t, physical(r, ch, GRAPH_DI, m, 0), &ch->token));
+	QE_TRY(qe_action_di_begin(&ch->sc, ch->token, &ch->refs[m], &t));
+	QE_TRY(finish(r, ch, &t, physical(r, ch, GRAPH_DI, m, 0), &ch->token));
 	return handoff_grad(r, ch, m);
 }
 
 static int act_dw(qe_rank *r, rank_chunk *ch, int m)
 {
 	qe_action_ticket t;
-	TRY(qe_action_dw_begin(&ch->sc, &ch->refs[m], m, &ch->views[m * ch->nmat], &t));
+	QE_TRY(qe_action_dw_begin(&ch->sc, &ch->refs[m], m, &ch->views[m * ch->nmat], &t));
 	return finish(r, ch, &t, physical(r, ch, GRAPH_DW, m, 0), NULL);
 }
 
 static int act_b(qe_rank *r, rank_chunk *ch, int m)
 {
 	qe_action_ticket t;
-	TRY(qe_action_b_begin(&ch->sc, ch->token, &ch->refs[m], &ch->views[m * ch->nmat], &t));
+	QE_TRY(qe_action_b_begin(&ch->sc, ch->token, &ch->refs[m], &ch->views[m * ch->nmat], &t));
 	int rc = physical(r, ch, GRAPH_DI, m, 0);
 	if (!rc)
 		rc = physical(r, ch, GRAPH_DW, m, 0);
-	TRY(finish(r, ch, &t, rc, &ch->token));
+	QE_TRY(finish(r, ch, &t, rc, &ch->token));
 	return handoff_grad(r, ch, m);
 }
 
@@ -280,7 +273,7 @@ enum { PROF_LOSS = 14, PROF_OPTIM = 15 };
 /* Wait for the action's device work and charge the wall time since t0 to its kind. */
 static int profile_note(qe_rank *r, int kind, double t0)
 {
-	TRY(qe__rank_sync(r, r->caller));
+	QE_TRY(qe__rank_sync(r, r->caller));
 	if (kind < 0 || kind >= 16)
 		kind = 13;
 	r->prof_ms[kind] += now_ms() - t0;
@@ -315,15 +308,15 @@ static int optimizer_commit(qe_rank *r)
 	const qe_backend_ops *o = r->b->ops;
 	const float *views[QE_RANK_MAX_MICRO * 8];
 	for (int c = 0; c < r->V; c++)
-		TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
+		QE_TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
 		if (ch->nmat > 8)
 			return qe_fail(QE_EINVAL, "stage %d: more than 8 matrices", ch->stage);
 		for (int j = 0; j < ch->nmat; j++)
-			TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * r->M]));
+			QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * r->M]));
 		if (r->D == 1) {
-			TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, r->M, &r->cfg.optim, 1.0f));
+			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, r->M, &r->cfg.optim, 1.0f));
 			continue;
 		}
 		/* Data parallel: reduce the microbatch views in order, all-reduce over the replicas of
@@ -339,14 +332,14 @@ static int optimizer_commit(qe_rank *r)
 			for (int m = 0; m < r->M; m++)
 				pv[m] = pi->is_matrix ? views[pi->matrix_index * r->M + m]
 						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
-			TRY(o->sum_views(r->caller, r->reduce_buf, pv, r->M, n));
+			QE_TRY(o->sum_views(r->caller, r->reduce_buf, pv, r->M, n));
 			/* the host path waits for the device itself; the link path stays on the streams */
-			TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
+			QE_TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
 			const float *one[1] = { r->reduce_buf };
-			TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &r->cfg.optim, 1.0f / (float)r->D));
+			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &r->cfg.optim, 1.0f / (float)r->D));
 		}
 	}
-	TRY(qe__rank_sync(r, r->caller));
+	QE_TRY(qe__rank_sync(r, r->caller));
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
 	r->ctr.arena_writes = as.writes_this_step;
@@ -363,14 +356,14 @@ static int step_loss(qe_rank *r, float *loss)
 	if (last) {
 		float sum = 0, l;
 		for (int m = 0; m < r->M; m++) {
-			TRY(r->b->ops->copy(r->caller, &l, qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
-			TRY(qe__rank_sync(r, r->caller));
+			QE_TRY(r->b->ops->copy(r->caller, &l, qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
+			QE_TRY(qe__rank_sync(r, r->caller));
 			sum += l;
 		}
 		v = sum / (float)r->M / (float)r->D;
 	}
 	if (r->comm && r->world > 1)
-		TRY(qe_comm_allreduce_sum_f32(r->comm, &v, 1, NULL, r->world));
+		QE_TRY(qe_comm_allreduce_sum_f32(r->comm, &v, 1, NULL, r->world));
 	*loss = v;
 	return QE_OK;
 }
@@ -379,7 +372,7 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 {
 	const qe_sched_rank *list = &r->sched->ranks[r->pr];
 	if (r->cfg.exec == QE_EXEC_GRAPH && !r->graphs_ready && r->steps_here >= 1)
-		TRY(capture_graphs(r));
+		QE_TRY(capture_graphs(r));
 	for (int c = 0; c < r->V; c++)
 		memset(&r->chunks[c].last, 0, sizeof(r->chunks[c].last));
 	r->peak_live_step = 0;
@@ -417,9 +410,9 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 		r->ctr.delayed_dw += r->chunks[c].last.delayed_dw;
 	r->ctr.peak_live_tapes = r->peak_live_step;
 	double t0 = r->profile ? now_ms() : 0;
-	TRY(step_loss(r, loss));
+	QE_TRY(step_loss(r, loss));
 	if (r->profile)
-		TRY(profile_note(r, PROF_LOSS, t0));
+		QE_TRY(profile_note(r, PROF_LOSS, t0));
 	t0 = r->profile ? now_ms() : 0;
 	int rc = optimizer_commit(r);
 	if (!rc && r->profile)
@@ -447,8 +440,8 @@ int qe_rank_microbatch_for_test(qe_rank *r, const qe_data *data, int m)
 	if (r->world != 1)
 		return qe_fail(QE_EINVAL, "microbatch test hook: needs every stage in this process");
 	for (int s = 0; s < r->S; s++)
-		TRY(act_f(r, qe__rank_chunk_of_stage(r, s), data, m));
+		QE_TRY(act_f(r, qe__rank_chunk_of_stage(r, s), data, m));
 	for (int s = r->S - 1; s >= 0; s--)
-		TRY(act_b(r, qe__rank_chunk_of_stage(r, s), m));
+		QE_TRY(act_b(r, qe__rank_chunk_of_stage(r, s), m));
 	return QE_OK;
 }

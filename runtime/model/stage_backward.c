@@ -9,13 +9,6 @@
 
 #include "runtime/core/status.h"
 
-#define TRY(expr)                      \
-	do {                           \
-		int rc_ = (expr);      \
-		if (rc_)               \
-			return rc_;    \
-	} while (0)
-
 qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c);
 int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1);
 
@@ -37,7 +30,7 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 	int64_t T = st->cfg.seq;
 	int hist = st->prec.recipe.history_len;
 	if (L->bias >= 0)
-		TRY(o->bias_grad(s, grad + st->params[L->bias].grad_offset, dy, T, L->out));
+		QE_TRY(o->bias_grad(s, grad + st->params[L->bias].grad_offset, dy, T, L->out));
 	float *role = qe_stage_fp8_role(st, lin, QE_ROLE_GRAD_OUTPUT);
 	qe_cast_args ca = { 0 };
 	ca.x = f32_2d(st, dy, T, L->out);
@@ -49,7 +42,7 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 	ca.scale_inv = lt->dy_sinv;
 	ca.current = L->current;
 	ca.margin = st->prec.recipe.margin;
-	TRY(o->cast(s, &ca));
+	QE_TRY(o->cast(s, &ca));
 	qe_tensor out = f32_2d(st, dx, T, L->in);
 	return o->gemm(s, &ca.row, &L->wq_col, &out, NULL, 0);
 }
@@ -70,32 +63,32 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 
 	if (st->last) {
 		/* dlogits were written over the logits by the loss in F */
-		TRY(linear_backward_input(st, s, t, QE_LIN_HEAD, t->logits, st->ws_g[0], grad));
-		TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
+		QE_TRY(linear_backward_input(st, s, t, QE_LIN_HEAD, t->logits, st->ws_g[0], grad));
+		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
 				     st->ws_g[0], t->x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset, T, H));
 		dx_out = st->ws_g[1];
 	} else {
 		dx_out = t->dout;
 	}
 	/* MLP half */
-	TRY(linear_backward_input(st, s, t, QE_LIN_FC2, dx_out, st->ws_big[0], grad));
-	TRY(o->gelu_bwd(s, st->ws_big[1], t->fc1_out, st->ws_big[0], T * c->ffn));
-	TRY(linear_backward_input(st, s, t, QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
-	TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[st->p_ln2w].grad_offset, grad + pi[st->p_ln2b].grad_offset,
+	QE_TRY(linear_backward_input(st, s, t, QE_LIN_FC2, dx_out, st->ws_big[0], grad));
+	QE_TRY(o->gelu_bwd(s, st->ws_big[1], t->fc1_out, st->ws_big[0], T * c->ffn));
+	QE_TRY(linear_backward_input(st, s, t, QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[st->p_ln2w].grad_offset, grad + pi[st->p_ln2b].grad_offset,
 			     st->ws_h[0], t->x_mid, t->mean2, t->rstd2, P + pi[st->p_ln2w].offset, T, H));
-	TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], T * H)); /* d x_mid */
+	QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], T * H)); /* d x_mid */
 	/* attention half */
-	TRY(linear_backward_input(st, s, t, QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
-	TRY(o->attn_bwd(s, st->ws_big[0], st->ws_h[0], t->qkv, t->probs, T, H, c->heads));
-	TRY(linear_backward_input(st, s, t, QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
-	TRY(o->layernorm_bwd(s, st->ws_h[0], grad + pi[st->p_ln1w].grad_offset, grad + pi[st->p_ln1b].grad_offset,
+	QE_TRY(linear_backward_input(st, s, t, QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
+	QE_TRY(o->attn_bwd(s, st->ws_big[0], st->ws_h[0], t->qkv, t->probs, T, H, c->heads));
+	QE_TRY(linear_backward_input(st, s, t, QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[0], grad + pi[st->p_ln1w].grad_offset, grad + pi[st->p_ln1b].grad_offset,
 			     st->ws_h[1], t->x_in, t->mean1, t->rstd1, P + pi[st->p_ln1w].offset, T, H));
 	if (st->first) {
-		TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], T * H));
-		TRY(o->embed_bwd(s, grad + pi[st->p_wte].grad_offset, grad + pi[st->p_wpe].grad_offset, t->tokens,
+		QE_TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], T * H));
+		QE_TRY(o->embed_bwd(s, grad + pi[st->p_wte].grad_offset, grad + pi[st->p_wpe].grad_offset, t->tokens,
 				 st->ws_h[1], T, H, c->vocab));
 	} else {
-		TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], T * H));
+		QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], T * H));
 	}
 	return qe__stage_update_roles(st, s, QE_ROLE_GRAD_OUTPUT, QE_ROLE_GRAD_OUTPUT);
 }
@@ -111,16 +104,16 @@ int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tens
 		qe_tensor want = qe_stage_matrix_grad_shape(st, j);
 		char what[64];
 		snprintf(what, sizeof(what), "stage %d dW destination of %s", st->stage, p->name);
-		TRY(qe_tensor_check_same(&want, &dests[j], what));
+		QE_TRY(qe_tensor_check_same(&want, &dests[j], what));
 		qe_tensor d = dests[j];
 		/* dW[out, in] = dYT[out, T] . XT[in, T]^T */
-		TRY(st->b->ops->gemm(s, &lt->dyq_col, &lt->xq_col, &d, NULL, 0));
+		QE_TRY(st->b->ops->gemm(s, &lt->dyq_col, &lt->xq_col, &d, NULL, 0));
 	}
 	return QE_OK;
 }
 
 int qe_stage_backward_full(qe_stage *st, qe_stream *s, int slot, int m, const qe_tensor *dests)
 {
-	TRY(qe_stage_backward_input(st, s, slot, m));
+	QE_TRY(qe_stage_backward_input(st, s, slot, m));
 	return qe_stage_backward_weight(st, s, slot, dests);
 }

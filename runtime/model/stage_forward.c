@@ -7,13 +7,6 @@
 
 #include "runtime/core/status.h"
 
-#define TRY(expr)                      \
-	do {                           \
-		int rc_ = (expr);      \
-		if (rc_)               \
-			return rc_;    \
-	} while (0)
-
 static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
 {
 	return qe_tensor_2d(p, QE_F32, st->b->ops->device, r, c);
@@ -48,7 +41,7 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 	ca.scale_inv = lt->x_sinv;
 	ca.current = L->current;
 	ca.margin = st->prec.recipe.margin;
-	TRY(o->cast(s, &ca));
+	QE_TRY(o->cast(s, &ca));
 	qe_tensor out = f32_2d(st, y, T, L->out);
 	const float *bias = L->bias >= 0 ? st->param_buf + st->params[L->bias].offset : NULL;
 	return o->gemm(s, &ca.row, &L->wq_row, &out, bias, 0);
@@ -70,7 +63,7 @@ static int refresh_weight_cache(qe_stage *st, qe_stream *s, int record)
 		ca.scale_inv = L->w_sinv;
 		ca.current = L->current;
 		ca.margin = st->prec.recipe.margin;
-		TRY(st->b->ops->cast(s, &ca));
+		QE_TRY(st->b->ops->cast(s, &ca));
 	}
 	return QE_OK;
 }
@@ -87,7 +80,7 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
 			continue;
 		for (int r = r0; r <= (int)r1; r++) {
 			qe_dtype fmt = qe_fp8_role_dtype(&st->prec.recipe, (qe_fp8_role)r);
-			TRY(st->b->ops->fp8_update(s, qe_stage_fp8_role(st, l, (qe_fp8_role)r), hist, fmt,
+			QE_TRY(st->b->ops->fp8_update(s, qe_stage_fp8_role(st, l, (qe_fp8_role)r), hist, fmt,
 						   st->prec.recipe));
 		}
 	}
@@ -107,29 +100,29 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 	const qe_param_info *pi = st->params;
 
 	if (refresh_cache)
-		TRY(refresh_weight_cache(st, s, record));
+		QE_TRY(refresh_weight_cache(st, s, record));
 	if (st->first)
-		TRY(o->embed_fwd(s, t->x_in, t->tokens, P + pi[st->p_wte].offset, P + pi[st->p_wpe].offset, T, H));
+		QE_TRY(o->embed_fwd(s, t->x_in, t->tokens, P + pi[st->p_wte].offset, P + pi[st->p_wpe].offset, T, H));
 	/* attention half */
-	TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean1, t->rstd1, t->x_in, P + pi[st->p_ln1w].offset,
+	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean1, t->rstd1, t->x_in, P + pi[st->p_ln1w].offset,
 			     P + pi[st->p_ln1b].offset, T, H));
-	TRY(linear_forward(st, s, t, QE_LIN_QKV, st->ws_h[0], t->qkv, record));
-	TRY(o->attn_fwd(s, st->ws_h[1], t->probs, t->qkv, T, H, c->heads));
-	TRY(linear_forward(st, s, t, QE_LIN_PROJ, st->ws_h[1], st->ws_h[2], record));
-	TRY(o->add(s, t->x_mid, t->x_in, st->ws_h[2], T * H));
+	QE_TRY(linear_forward(st, s, t, QE_LIN_QKV, st->ws_h[0], t->qkv, record));
+	QE_TRY(o->attn_fwd(s, st->ws_h[1], t->probs, t->qkv, T, H, c->heads));
+	QE_TRY(linear_forward(st, s, t, QE_LIN_PROJ, st->ws_h[1], st->ws_h[2], record));
+	QE_TRY(o->add(s, t->x_mid, t->x_in, st->ws_h[2], T * H));
 	/* MLP half */
-	TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean2, t->rstd2, t->x_mid, P + pi[st->p_ln2w].offset,
+	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean2, t->rstd2, t->x_mid, P + pi[st->p_ln2w].offset,
 			     P + pi[st->p_ln2b].offset, T, H));
-	TRY(linear_forward(st, s, t, QE_LIN_FC1, st->ws_h[0], t->fc1_out, record));
-	TRY(o->gelu_fwd(s, st->ws_big[0], t->fc1_out, T * c->ffn));
-	TRY(linear_forward(st, s, t, QE_LIN_FC2, st->ws_big[0], st->ws_h[2], record));
-	TRY(o->add(s, t->x_out, t->x_mid, st->ws_h[2], T * H));
+	QE_TRY(linear_forward(st, s, t, QE_LIN_FC1, st->ws_h[0], t->fc1_out, record));
+	QE_TRY(o->gelu_fwd(s, st->ws_big[0], t->fc1_out, T * c->ffn));
+	QE_TRY(linear_forward(st, s, t, QE_LIN_FC2, st->ws_big[0], st->ws_h[2], record));
+	QE_TRY(o->add(s, t->x_out, t->x_mid, st->ws_h[2], T * H));
 	if (st->last) {
-		TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, t->x_out, P + pi[st->p_lnfw].offset,
+		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, t->x_out, P + pi[st->p_lnfw].offset,
 				     P + pi[st->p_lnfb].offset, T, H));
-		TRY(linear_forward(st, s, t, QE_LIN_HEAD, st->ws_h[0], t->logits, record));
+		QE_TRY(linear_forward(st, s, t, QE_LIN_HEAD, st->ws_h[0], t->logits, record));
 		/* The step's loss is the mean over microbatches, hence 1/nmicro. */
-		TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, T, c->vocab, 1.0f / (float)st->nmicro));
+		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, T, c->vocab, 1.0f / (float)st->nmicro));
 	}
 	return record ? qe__stage_update_roles(st, s, QE_ROLE_INPUT, QE_ROLE_WEIGHT) : QE_OK;
 }
