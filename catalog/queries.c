@@ -718,33 +718,53 @@ int cat_referenced_chunks(cat *c, cat_chunk_cb cb, void *ctx)
 
 /* --- traces and losses --------------------------------------------------------------- */
 
-int cat_trace_put(cat *c, const char *run_id, const cat_trace *rows, size_t n)
+/* Binds row i of a multi-row put to st (the run id is parameter 1, bound by put_rows). */
+typedef void (*bind_row_fn)(sqlite3_stmt *st, const void *rows, size_t i);
+
+/*
+ * Insert n rows of a run in one transaction with one prepared statement:
+ * run_id is bound as parameter 1, bind the rest of row i.  what names the
+ * operation in errors ("write traces").
+ */
+static int put_rows(cat *c, const char *run_id, const void *rows, size_t n, const char *sql, bind_row_fn bind,
+		    const char *what)
 {
 	int rc = cat_check(c);
 	if (rc)
 		return rc;
 	if (n && !rows)
-		return qe_fail(QE_EINVAL, "catalog '%s': trace put: NULL rows", c->path);
+		return qe_fail(QE_EINVAL, "catalog '%s': %s: NULL rows", c->path, what);
 	if (!n)
 		return 0;
 	if ((rc = cat_tx_begin(c)))
 		return rc;
 	sqlite3_stmt *st;
-	if (!(rc = cat_prepare(c,
-			       "INSERT OR REPLACE INTO traces(run_id, step, stage, category, fingerprint) VALUES (?, ?, ?, ?, ?)",
-			       &st, "write traces"))) {
+	if (!(rc = cat_prepare(c, sql, &st, what))) {
 		for (size_t i = 0; !rc && i < n; i++) {
 			cat_bind_text(st, 1, run_id);
-			sqlite3_bind_int64(st, 2, rows[i].step);
-			sqlite3_bind_int(st, 3, rows[i].stage);
-			cat_bind_text(st, 4, rows[i].category);
-			sqlite3_bind_int64(st, 5, (int64_t)rows[i].fingerprint);
-			rc = step_done(c, st, "write traces");
+			bind(st, rows, i);
+			rc = step_done(c, st, what);
 			sqlite3_reset(st);
 		}
 		sqlite3_finalize(st);
 	}
 	return cat_tx_end(c, rc);
+}
+
+static void bind_trace(sqlite3_stmt *st, const void *rows, size_t i)
+{
+	const cat_trace *t = (const cat_trace *)rows + i;
+	sqlite3_bind_int64(st, 2, t->step);
+	sqlite3_bind_int(st, 3, t->stage);
+	cat_bind_text(st, 4, t->category);
+	sqlite3_bind_int64(st, 5, (int64_t)t->fingerprint);
+}
+
+int cat_trace_put(cat *c, const char *run_id, const cat_trace *rows, size_t n)
+{
+	return put_rows(c, run_id, rows, n,
+			"INSERT OR REPLACE INTO traces(run_id, step, stage, category, fingerprint) VALUES (?, ?, ?, ?, ?)",
+			bind_trace, "write traces");
 }
 
 int cat_trace_get(cat *c, const char *run_id, cat_trace_rows *out)
@@ -805,35 +825,22 @@ static double col_real(sqlite3_stmt *st, int col)
 	return sqlite3_column_type(st, col) == SQLITE_NULL ? NAN : sqlite3_column_double(st, col);
 }
 
+static void bind_loss(sqlite3_stmt *st, const void *rows, size_t i)
+{
+	const cat_loss *l = (const cat_loss *)rows + i;
+	sqlite3_bind_int64(st, 2, l->step);
+	bind_real(st, 3, l->loss);
+	bind_real(st, 4, l->eval_loss);
+	bind_real(st, 5, l->tokens_per_s);
+	bind_real(st, 6, l->ms_per_step);
+}
+
 int cat_loss_put(cat *c, const char *run_id, const cat_loss *rows, size_t n)
 {
-	int rc = cat_check(c);
-	if (rc)
-		return rc;
-	if (n && !rows)
-		return qe_fail(QE_EINVAL, "catalog '%s': loss put: NULL rows", c->path);
-	if (!n)
-		return 0;
-	if ((rc = cat_tx_begin(c)))
-		return rc;
-	sqlite3_stmt *st;
-	if (!(rc = cat_prepare(c,
-			       "INSERT OR REPLACE INTO losses(run_id, step, loss, eval_loss, tokens_per_s, ms_per_step)"
-			       " VALUES (?, ?, ?, ?, ?, ?)",
-			       &st, "write losses"))) {
-		for (size_t i = 0; !rc && i < n; i++) {
-			cat_bind_text(st, 1, run_id);
-			sqlite3_bind_int64(st, 2, rows[i].step);
-			bind_real(st, 3, rows[i].loss);
-			bind_real(st, 4, rows[i].eval_loss);
-			bind_real(st, 5, rows[i].tokens_per_s);
-			bind_real(st, 6, rows[i].ms_per_step);
-			rc = step_done(c, st, "write losses");
-			sqlite3_reset(st);
-		}
-		sqlite3_finalize(st);
-	}
-	return cat_tx_end(c, rc);
+	return put_rows(c, run_id, rows, n,
+			"INSERT OR REPLACE INTO losses(run_id, step, loss, eval_loss, tokens_per_s, ms_per_step)"
+			" VALUES (?, ?, ?, ?, ?, ?)",
+			bind_loss, "write losses");
 }
 
 int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
