@@ -45,20 +45,6 @@ static const char fp8_usage[] =
 	"Example (prints columns 2-5 of the vector file):\n"
 	"  grep -Ev '^(#|d )' fp8-vectors.txt | cut -d' ' -f1 | qeffect fp8 cast --bits\n";
 
-static uint32_t f2u(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, sizeof u);
-	return u;
-}
-
-static float u2f(uint32_t u)
-{
-	float x;
-	memcpy(&x, &u, sizeof x);
-	return x;
-}
-
 /* The four codes of x in the vector file's column order. */
 static void four_codes(float x, uint8_t c[4])
 {
@@ -117,7 +103,7 @@ static int cast_json(int n, char **vals, const float *xs)
 		uint8_t c[4];
 		char bits[9];
 		four_codes(xs[i], c);
-		snprintf(bits, sizeof bits, "%08x", f2u(xs[i]));
+		snprintf(bits, sizeof bits, "%08x", qe_f32_bits(xs[i]));
 		json_t *e = json_pack("{s:s, s:s, s:o, s:{s:o, s:o}, s:{s:o, s:o}}", "input", vals[i], "f32_bits", bits,
 				      "value", json_value(xs[i]), "e4m3", "sat", json_code(c[0], QE_E4M3), "nosat",
 				      json_code(c[2], QE_E4M3), "e5m2", "sat", json_code(c[1], QE_E5M2), "nosat",
@@ -153,7 +139,7 @@ static void cast_table(int n, char **vals, const float *xs)
 		char v[32];
 		four_codes(xs[i], c);
 		fmt_value(v, sizeof v, xs[i]);
-		printf("%-16s %-15s %08x", vals[i], v, f2u(xs[i]));
+		printf("%-16s %-15s %08x", vals[i], v, qe_f32_bits(xs[i]));
 		for (int k = 0; k < 4; k++) {
 			char cell[40];
 			fmt_value(v, sizeof v, qe_fp8_decode(c[k], fmts[k]));
@@ -212,7 +198,7 @@ static int cast_bits(void)
 		if (blank)
 			continue;
 		uint8_t c[4];
-		four_codes(u2f(bits), c);
+		four_codes(qe_f32_from_bits(bits), c);
 		printf("%02x %02x %02x %02x\n", c[0], c[1], c[2], c[3]);
 	}
 	if (ferror(stdin)) {

@@ -49,27 +49,13 @@ static const fp8_fmt *fmt_of(qe_dtype fmt)
 	return NULL;
 }
 
-static uint32_t f2u(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, sizeof u);
-	return u;
-}
-
-static float u2f(uint32_t u)
-{
-	float x;
-	memcpy(&x, &u, sizeof x);
-	return x;
-}
-
 uint8_t qe_fp8_encode(float x, qe_dtype fmt, int saturate)
 {
 	const fp8_fmt *f = fmt_of(fmt);
 	if (!f)
 		return FP8_NAN; /* not an FP8 format: a value nobody mistakes for data */
 
-	uint32_t bits = f2u(x);
+	uint32_t bits = qe_f32_bits(x);
 	uint8_t sign = (uint8_t)((bits >> 24) & 0x80);
 	uint32_t a = bits & 0x7FFFFFFFu;
 
@@ -134,7 +120,7 @@ float qe_fp8_decode(uint8_t code, qe_dtype fmt)
 {
 	const fp8_fmt *f = fmt_of(fmt);
 	if (!f)
-		return u2f(0x7FFFFFFFu);
+		return qe_f32_from_bits(0x7FFFFFFFu);
 
 	int neg = code & 0x80;
 	int mag = code & 0x7F;
@@ -144,9 +130,9 @@ float qe_fp8_decode(uint8_t code, qe_dtype fmt)
 
 	if (f->has_inf) {
 		if (ef == eall)
-			return mf ? u2f(0x7FFFFFFFu) : u2f(neg ? 0xFF800000u : 0x7F800000u);
+			return mf ? qe_f32_from_bits(0x7FFFFFFFu) : qe_f32_from_bits(neg ? 0xFF800000u : 0x7F800000u);
 	} else if (mag == 0x7F) {
-		return u2f(0x7FFFFFFFu);
+		return qe_f32_from_bits(0x7FFFFFFFu);
 	}
 	float v;
 	if (ef == 0)
@@ -162,5 +148,5 @@ float qe_fp8_max(qe_dtype fmt)
 		return 448.0f;
 	if (fmt == QE_E5M2)
 		return 57344.0f;
-	return u2f(0x7FFFFFFFu);
+	return qe_f32_from_bits(0x7FFFFFFFu);
 }

@@ -15,8 +15,24 @@
 #define QE_FP8_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "../core/tensor.h"
+
+/* The bits of a float32, and the float32 of some bits (codes are worked out on the bits). */
+static inline uint32_t qe_f32_bits(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	return u;
+}
+
+static inline float qe_f32_from_bits(uint32_t u)
+{
+	float x;
+	memcpy(&x, &u, sizeof x);
+	return x;
+}
 
 /* Encode x into the FP8 format fmt (QE_E4M3 or QE_E5M2). */
 uint8_t qe_fp8_encode(float x, qe_dtype fmt, int saturate);

@@ -19,27 +19,13 @@
 #define L 4
 #define NB (L + 2)
 
-static uint32_t f2u(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, sizeof u);
-	return u;
-}
-
-static float u2f(uint32_t u)
-{
-	float x;
-	memcpy(&x, &u, sizeof x);
-	return x;
-}
-
 /* scale_inv values, worked out as the float nearest the exact quotient */
-#define INV_224 u2f(0x3b924925u)   /* 1/224 = 0.0044642859... */
-#define INV_112 u2f(0x3c124925u)   /* 1/112 */
-#define INV_448 u2f(0x3b124925u)   /* 1/448 */
-#define S_448_3 u2f(0x43155555u)   /* 448/3 = 149.33333 rounds to 149.333328 */
-#define INV_S_448_3 u2f(0x3bdb6db7u) /* 1/149.333328 = 0.0066964288 */
-#define INV_FLT_MAX u2f(0x00200000u) /* 1/FLT_MAX = 2^-128 (subnormal; the 2^-152 excess rounds away) */
+#define INV_224 qe_f32_from_bits(0x3b924925u)   /* 1/224 = 0.0044642859... */
+#define INV_112 qe_f32_from_bits(0x3c124925u)   /* 1/112 */
+#define INV_448 qe_f32_from_bits(0x3b124925u)   /* 1/448 */
+#define S_448_3 qe_f32_from_bits(0x43155555u)   /* 448/3 = 149.33333 rounds to 149.333328 */
+#define INV_S_448_3 qe_f32_from_bits(0x3bdb6db7u) /* 1/149.333328 = 0.0066964288 */
+#define INV_FLT_MAX qe_f32_from_bits(0x00200000u) /* 1/FLT_MAX = 2^-128 (subnormal; the 2^-152 excess rounds away) */
 
 static qe_fp8_recipe recipe(qe_amax_algo algo, int margin)
 {
@@ -55,9 +41,9 @@ static void step(const char *what, float *block, qe_dtype fmt, const qe_fp8_reci
 {
 	qe_fp8_role_update(block, L, fmt, r);
 	for (int i = 0; i < NB; i++) {
-		int same = f2u(block[i]) == f2u(want[i]);
-		CHECK(same, "%s: block[%d] = %.9g (%08x), want %.9g (%08x)", what, i, (double)block[i], f2u(block[i]),
-		      (double)want[i], f2u(want[i]));
+		int same = qe_f32_bits(block[i]) == qe_f32_bits(want[i]);
+		CHECK(same, "%s: block[%d] = %.9g (%08x), want %.9g (%08x)", what, i, (double)block[i], qe_f32_bits(block[i]),
+		      (double)want[i], qe_f32_bits(want[i]));
 	}
 }
 
@@ -170,8 +156,8 @@ static void test_non_finite(void)
 	qe_fp8_role_update(n, L, QE_E4M3, &rx);
 	CHECK(n[0] == 0 && n[1] == 0 && n[2] == 0 && isnan(n[3]), "NaN amax: history rolled to [0 0 0 NaN], got [%g %g %g %g]",
 	      (double)n[0], (double)n[1], (double)n[2], (double)n[3]);
-	CHECK(n[L] == 112 && f2u(n[L + 1]) == f2u(INV_112), "NaN amax keeps scale 112, got %g / %g", (double)n[L],
-	      (double)n[L + 1]);
+	CHECK(n[L] == 112 && qe_f32_bits(n[L + 1]) == qe_f32_bits(INV_112), "NaN amax keeps scale 112, got %g / %g",
+	      (double)n[L], (double)n[L + 1]);
 	/* [8 0 0 NaN]: a NaN in the window makes max NaN -> keep 112 (8 alone would give 56) */
 	n[0] = 8;
 	qe_fp8_role_update(n, L, QE_E4M3, &rx);
@@ -180,7 +166,8 @@ static void test_non_finite(void)
 	/* most_recent ignores the NaN further back: [8 0 NaN 8] -> amax 8 -> 56 */
 	n[0] = 8;
 	qe_fp8_role_update(n, L, QE_E4M3, &rm);
-	CHECK(n[L] == 56 && f2u(n[L + 1]) == f2u(1.0f / 56.0f), "most_recent past a NaN: scale 56, got %g", (double)n[L]);
+	CHECK(n[L] == 56 && qe_f32_bits(n[L + 1]) == qe_f32_bits(1.0f / 56.0f), "most_recent past a NaN: scale 56, got %g",
+	      (double)n[L]);
 	/* NaN in row 0 with most_recent: keep */
 	float m[NB] = { NAN, 0, 0, 0, 3, 1.0f / 3.0f };
 	qe_fp8_role_update(m, L, QE_E4M3, &rm);
@@ -192,8 +179,8 @@ static void test_flt_max(void)
 {
 	qe_fp8_recipe r = recipe(QE_AMAX_MAX, 0);
 	/* amax = 2^-149 (smallest denormal): 448 * 2^149 ~ 3.2e47 > FLT_MAX -> FLT_MAX, inv 2^-128 */
-	float b[NB] = { u2f(0x00000001u), 0, 0, 0, 1, 1 };
-	step("denormal amax", b, QE_E4M3, &r, (float[NB]){ 0, 0, 0, u2f(0x00000001u), FLT_MAX, INV_FLT_MAX });
+	float b[NB] = { qe_f32_from_bits(0x00000001u), 0, 0, 0, 1, 1 };
+	step("denormal amax", b, QE_E4M3, &r, (float[NB]){ 0, 0, 0, qe_f32_from_bits(0x00000001u), FLT_MAX, INV_FLT_MAX });
 	/* amax = 2^-120 (normal): 448 * 2^120 = 1.75 * 2^128 overflows too */
 	float c[NB] = { 0x1p-120f, 0, 0, 0, 1, 1 };
 	step("tiny normal amax", c, QE_E4M3, &r, (float[NB]){ 0, 0, 0, 0x1p-120f, FLT_MAX, INV_FLT_MAX });

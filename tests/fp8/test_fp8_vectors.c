@@ -19,20 +19,6 @@
 #include "runtime/fp8/fp8.h"
 #include "testlib.h"
 
-static uint32_t f2u(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, sizeof u);
-	return u;
-}
-
-static float u2f(uint32_t u)
-{
-	float x;
-	memcpy(&x, &u, sizeof x);
-	return x;
-}
-
 /* Report at most this many mismatches per kind; the count still covers all. */
 #define MAX_REPORT 20
 
@@ -58,8 +44,8 @@ static int check_file(const char *path)
 				continue;
 			dec_lines++;
 			seen_code[code] = 1;
-			uint32_t g4 = f2u(qe_fp8_decode((uint8_t)code, QE_E4M3));
-			uint32_t g5 = f2u(qe_fp8_decode((uint8_t)code, QE_E5M2));
+			uint32_t g4 = qe_f32_bits(qe_fp8_decode((uint8_t)code, QE_E4M3));
+			uint32_t g5 = qe_f32_bits(qe_fp8_decode((uint8_t)code, QE_E5M2));
 			if (g4 != b4 || g5 != b5) {
 				if (bad++ < MAX_REPORT)
 					fprintf(stderr, "%s:%ld: decode %02x: e4m3 %08" PRIx32 " (want %08x), e5m2 %08" PRIx32
@@ -75,7 +61,7 @@ static int check_file(const char *path)
 		if (n != 5)
 			continue;
 		conv_lines++;
-		float x = u2f(bits);
+		float x = qe_f32_from_bits(bits);
 		unsigned g[4] = {
 			qe_fp8_encode(x, QE_E4M3, 1),
 			qe_fp8_encode(x, QE_E5M2, 1),
@@ -111,7 +97,7 @@ static void spot(float x, unsigned e4s, unsigned e5s, unsigned e4n, unsigned e5n
 		qe_fp8_encode(x, QE_E5M2, 0),
 	};
 	CHECK(g[0] == e4s && g[1] == e5s && g[2] == e4n && g[3] == e5n,
-	      "encode %.9g (%08x): got %02x %02x %02x %02x, want %02x %02x %02x %02x", (double)x, f2u(x), g[0], g[1],
+	      "encode %.9g (%08x): got %02x %02x %02x %02x, want %02x %02x %02x %02x", (double)x, qe_f32_bits(x), g[0], g[1],
 	      g[2], g[3], e4s, e5s, e4n, e5n);
 }
 
@@ -128,11 +114,11 @@ static void spot_checks(void)
 	/* 464 is the tie between 448 (mantissa 110, even) and 480: even wins, no overflow. */
 	spot(464.0f, 0x7e, 0x5f, 0x7e, 0x5f);
 	/* One ulp above the tie rounds to 480, which E4M3 lacks: max with sat, NaN without. */
-	spot(u2f(0x43e80001u), 0x7e, 0x5f, 0x7f, 0x5f);
+	spot(qe_f32_from_bits(0x43e80001u), 0x7e, 0x5f, 0x7f, 0x5f);
 	spot(-480.0f, 0xfe, 0xe0, 0xff, 0xe0);
 	/* E5M2 max; 61440 is the tie between 57344 (odd mantissa 11) and 65536: rounds up, overflows. */
 	spot(57344.0f, 0x7e, 0x7b, 0x7f, 0x7b);
-	spot(u2f(0x476fffffu), 0x7e, 0x7b, 0x7f, 0x7b);
+	spot(qe_f32_from_bits(0x476fffffu), 0x7e, 0x7b, 0x7f, 0x7b);
 	spot(61440.0f, 0x7e, 0x7b, 0x7f, 0x7c);
 	spot(1e9f, 0x7e, 0x7b, 0x7f, 0x7c);
 	spot(-1e9f, 0xfe, 0xfb, 0xff, 0xfc);
@@ -141,31 +127,31 @@ static void spot_checks(void)
 	spot(-INFINITY, 0xfe, 0xfb, 0xff, 0xfc);
 	/* Any NaN, either sign, becomes the positive canonical 0x7f. */
 	spot(NAN, 0x7f, 0x7f, 0x7f, 0x7f);
-	spot(u2f(0xffc00000u), 0x7f, 0x7f, 0x7f, 0x7f);
-	spot(u2f(0x7f800001u), 0x7f, 0x7f, 0x7f, 0x7f);
+	spot(qe_f32_from_bits(0xffc00000u), 0x7f, 0x7f, 0x7f, 0x7f);
+	spot(qe_f32_from_bits(0x7f800001u), 0x7f, 0x7f, 0x7f, 0x7f);
 	/* Smallest subnormals: E4M3 2^-9, E5M2 2^-16; half of them is a tie to even zero. */
 	spot(ldexpf(1.0f, -9), 0x01, 0x18, 0x01, 0x18); /* E5M2: normal, exponent field 6 */
 	spot(ldexpf(1.0f, -10), 0x00, 0x14, 0x00, 0x14);
-	spot(u2f(0x3a800001u), 0x01, 0x14, 0x01, 0x14); /* 2^-10 plus 1 ulp rounds up */
+	spot(qe_f32_from_bits(0x3a800001u), 0x01, 0x14, 0x01, 0x14); /* 2^-10 plus 1 ulp rounds up */
 	spot(ldexpf(1.0f, -16), 0x00, 0x01, 0x00, 0x01);
 	spot(ldexpf(1.0f, -17), 0x00, 0x00, 0x00, 0x00);
 	spot(ldexpf(3.0f, -17), 0x00, 0x02, 0x00, 0x02); /* 1.5 subnormal quanta: tie to even 2 */
 	spot(-ldexpf(1.0f, -9), 0x81, 0x98, 0x81, 0x98);
 	/* Float subnormals are far below any FP8 value. */
-	spot(u2f(0x00000001u), 0x00, 0x00, 0x00, 0x00);
+	spot(qe_f32_from_bits(0x00000001u), 0x00, 0x00, 0x00, 0x00);
 
 	/* Decode: max values, subnormal min, signed zero, inf and the NaN bits. */
-	CHECK(f2u(qe_fp8_decode(0x7e, QE_E4M3)) == f2u(448.0f), "decode e4m3 7e");
-	CHECK(f2u(qe_fp8_decode(0x7b, QE_E5M2)) == f2u(57344.0f), "decode e5m2 7b");
-	CHECK(f2u(qe_fp8_decode(0x01, QE_E4M3)) == f2u(ldexpf(1.0f, -9)), "decode e4m3 01");
-	CHECK(f2u(qe_fp8_decode(0x01, QE_E5M2)) == f2u(ldexpf(1.0f, -16)), "decode e5m2 01");
-	CHECK(f2u(qe_fp8_decode(0x80, QE_E4M3)) == 0x80000000u, "decode e4m3 80 is -0");
-	CHECK(f2u(qe_fp8_decode(0x80, QE_E5M2)) == 0x80000000u, "decode e5m2 80 is -0");
-	CHECK(f2u(qe_fp8_decode(0x7c, QE_E5M2)) == 0x7f800000u, "decode e5m2 7c is +inf");
-	CHECK(f2u(qe_fp8_decode(0xfc, QE_E5M2)) == 0xff800000u, "decode e5m2 fc is -inf");
-	CHECK(f2u(qe_fp8_decode(0x7f, QE_E4M3)) == 0x7fffffffu, "decode e4m3 7f is NaN 7fffffff");
-	CHECK(f2u(qe_fp8_decode(0xff, QE_E4M3)) == 0x7fffffffu, "decode e4m3 ff is NaN 7fffffff");
-	CHECK(f2u(qe_fp8_decode(0xfd, QE_E5M2)) == 0x7fffffffu, "decode e5m2 fd is NaN 7fffffff");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x7e, QE_E4M3)) == qe_f32_bits(448.0f), "decode e4m3 7e");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x7b, QE_E5M2)) == qe_f32_bits(57344.0f), "decode e5m2 7b");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x01, QE_E4M3)) == qe_f32_bits(ldexpf(1.0f, -9)), "decode e4m3 01");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x01, QE_E5M2)) == qe_f32_bits(ldexpf(1.0f, -16)), "decode e5m2 01");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x80, QE_E4M3)) == 0x80000000u, "decode e4m3 80 is -0");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x80, QE_E5M2)) == 0x80000000u, "decode e5m2 80 is -0");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x7c, QE_E5M2)) == 0x7f800000u, "decode e5m2 7c is +inf");
+	CHECK(qe_f32_bits(qe_fp8_decode(0xfc, QE_E5M2)) == 0xff800000u, "decode e5m2 fc is -inf");
+	CHECK(qe_f32_bits(qe_fp8_decode(0x7f, QE_E4M3)) == 0x7fffffffu, "decode e4m3 7f is NaN 7fffffff");
+	CHECK(qe_f32_bits(qe_fp8_decode(0xff, QE_E4M3)) == 0x7fffffffu, "decode e4m3 ff is NaN 7fffffff");
+	CHECK(qe_f32_bits(qe_fp8_decode(0xfd, QE_E5M2)) == 0x7fffffffu, "decode e5m2 fd is NaN 7fffffff");
 	CHECK(qe_fp8_max(QE_E4M3) == 448.0f && qe_fp8_max(QE_E5M2) == 57344.0f, "fp8 max values");
 
 	/* Every non-NaN code survives decode -> encode (with and without saturation). */
