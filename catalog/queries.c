@@ -192,8 +192,8 @@ static int ckpt_state(cat *c, int64_t id, cat_status *status, int64_t *step)
 /* QE_EINVAL unless checkpoint id exists and is pending. */
 static int require_pending(cat *c, int64_t id, const char *what)
 {
-	cat_status s;
-	int64_t step;
+	cat_status s = CAT_PENDING;
+	int64_t step = 0;
 	int rc = ckpt_state(c, id, &s, &step);
 	if (rc)
 		return rc;

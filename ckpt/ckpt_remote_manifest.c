@@ -206,7 +206,7 @@ static int get_int(json_t *o, const char *key, int64_t lo, int64_t *out, const c
 static int parse_tensor(json_t *o, size_t i, const char *where, cat_tensor *t)
 {
 	char ctx[64];
-	int64_t v;
+	int64_t v = 0;
 	int rc;
 	snprintf(ctx, sizeof(ctx), "tensor %zu", i);
 	if (!json_is_object(o))
@@ -253,7 +253,7 @@ int ckpt__manifest_parse(const char *text, size_t len, const char *where, ckpt_m
 	if (!m)
 		return qe_fail(QE_ECORRUPT, "manifest %s is not JSON: %s (line %d)", where, jerr.text, jerr.line);
 	int rc = QE_OK;
-	int64_t v;
+	int64_t v = 0;
 	json_t *fmt = json_object_get(m, "format");
 	if (!json_is_object(m) || !json_is_string(fmt) || strcmp(json_string_value(fmt), CKPT_MANIFEST_FORMAT)) {
 		rc = qe_fail(QE_ECORRUPT, "%s is not a qeffect checkpoint manifest (format is not '%s')", where,
