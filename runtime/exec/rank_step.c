@@ -354,12 +354,13 @@ static int step_loss(qe_rank *r, float *loss)
 	float v = 0;
 	rank_chunk *last = qe__rank_chunk_of_stage(r, r->S - 1);
 	if (last) {
-		float sum = 0, l;
-		for (int m = 0; m < r->M; m++) {
-			QE_TRY(r->b->ops->copy(r->caller, &l, qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
-			QE_TRY(qe__rank_sync(r, r->caller));
-			sum += l;
-		}
+		float sum = 0, l[QE_RANK_MAX_MICRO];
+		/* every microbatch's loss comes back, then one wait for all of them */
+		for (int m = 0; m < r->M; m++)
+			QE_TRY(r->b->ops->copy(r->caller, &l[m], qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
+		QE_TRY(qe__rank_sync(r, r->caller));
+		for (int m = 0; m < r->M; m++)
+			sum += l[m];
 		v = sum / (float)r->M / (float)r->D;
 	}
 	if (r->comm && r->world > 1)
