@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "bk_util.h"
+#include "runtime/backend/colsum.h"
 
 #define SEED 7771u
 #define RTOL 1e-2
@@ -283,19 +284,56 @@ static void test_xent(void)
 	K.o->free(K.b, c.tgt);
 }
 
+/* Column j of dy summed in colsum.h's order: row groups from 0, the groups' partials from 0. */
+static float colsum_ref(const float *dy, int64_t R, int64_t C, int64_t j)
+{
+	float s = 0.0f;
+	for (int g = 0; g < QE_COLSUM_GROUPS; g++) {
+		float part = 0.0f;
+		for (int64_t r = qe_colsum_group_start(R, g); r < qe_colsum_group_start(R, g + 1); r++)
+			part += dy[r * C + j];
+		s += part;
+	}
+	return s;
+}
+
 /* ---- bias_grad and add: exact fixed-order sums ---- */
 static void test_small_ops(void)
 {
-	int64_t R = 9, C = 13;
+	int64_t R = 37, C = 13; /* 37 rows: groups of 2 and 3 rows */
 	float *dy = bk_f32(&K, R * C), *db = bk_f32(&K, C), *y = bk_f32(&K, R * C);
 	fill_normal(dy, R * C, &rng, 1.0f);
 	CHECK_OK(K.o->bias_grad(K.s, db, dy, R, C));
+	int rowwise_differs = 0;
 	for (int64_t j = 0; j < C; j++) {
-		float s = 0.0f;
+		float s = colsum_ref(dy, R, C, j), plain = 0.0f;
+		CHECK(memcmp(&s, &db[j], 4) == 0, "bias_grad[%lld] not the grouped sum of colsum.h", (long long)j);
 		for (int64_t r = 0; r < R; r++)
-			s += dy[r * C + j];
-		CHECK(memcmp(&s, &db[j], 4) == 0, "bias_grad[%lld] not the row-ordered sum", (long long)j);
+			plain += dy[r * C + j];
+		rowwise_differs += memcmp(&plain, &db[j], 4) != 0;
 	}
+	/* the order matters: some column's plain row-order sum rounds differently */
+	CHECK(rowwise_differs > 0, "bias_grad: grouped and row-order sums agree on all %lld columns", (long long)C);
+	/* the layernorm weight and bias gradients are column sums in the same order */
+	float *x = bk_f32(&K, R * C), *mean = bk_f32(&K, R), *rstd = bk_f32(&K, R), *w = bk_f32(&K, C);
+	float *dx = bk_f32(&K, R * C), *dw = bk_f32(&K, C), *db2 = bk_f32(&K, C), *term = bk_f32(&K, R * C);
+	fill_normal(x, R * C, &rng, 2.0f);
+	fill_normal(w, C, &rng, 1.0f);
+	for (int64_t r = 0; r < R; r++) {
+		mean[r] = 0.1f * qe_rng_normal(&rng);
+		rstd[r] = 1.0f + 0.2f * qe_rng_normal(&rng);
+		for (int64_t j = 0; j < C; j++)
+			term[r * C + j] = ((x[r * C + j] - mean[r]) * rstd[r]) * dy[r * C + j];
+	}
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, x, mean, rstd, w, R, C));
+	for (int64_t j = 0; j < C; j++) {
+		float sw = colsum_ref(term, R, C, j), sb = colsum_ref(dy, R, C, j);
+		CHECK(memcmp(&sw, &dw[j], 4) == 0, "layernorm dw[%lld] not the grouped sum of colsum.h", (long long)j);
+		CHECK(memcmp(&sb, &db2[j], 4) == 0, "layernorm db[%lld] not the grouped sum of colsum.h", (long long)j);
+	}
+	float *lbufs[] = { x, mean, rstd, w, dx, dw, db2, term };
+	for (size_t i = 0; i < sizeof(lbufs) / sizeof(*lbufs); i++)
+		K.o->free(K.b, lbufs[i]);
 	CHECK_OK(K.o->add(K.s, y, dy, dy, R * C));
 	CHECK_OK(K.o->add_inplace(K.s, y, dy, R * C));
 	int bad = 0;

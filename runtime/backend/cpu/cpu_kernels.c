@@ -7,7 +7,8 @@
  * numbers are usually checked against), in fp32, every reduction in one fixed
  * index order, so two runs give the same bytes.  Where the order is a
  * contract other modules rely on (gradient views summed in view order,
- * embedding scatter in t order, bias_grad in row order) the comment says so.
+ * embedding scatter in t order, the column sums in the grouped row order of
+ * colsum.h, which the cuda backend follows too) the comment says so.
  * Arguments were checked by cpu_backend.c; only data-dependent checks
  * (token ids) remain here.
  */
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "../../core/status.h"
+#include "../colsum.h"
 
 float *qe_cpu_scratch_get(qe_cpu_scratch *sc, int which, size_t n)
 {
@@ -144,16 +146,50 @@ void qe_cpu_add_inplace(float *y, const float *a, int64_t n)
 		y[i] += a[i];
 }
 
-/* db[j] = ((dy[0,j] + dy[1,j]) + dy[2,j]) ...: rows in order, starting from 0. */
+#define COLSUM_TILE 512 /* columns per pass: the partials stay on the stack */
+
+/*
+ * out[j] = the column sum of colsum.h over rows of dy[r,j] (x == NULL) or of
+ * the layernorm weight gradient's nrm * dy[r,j], nrm = (x[r,j] - mean[r]) *
+ * rstd[r]: per group a partial from 0 with its rows in order, then the
+ * partials in group order from 0.
+ */
+static void colsum(float *out, const float *dy, const float *x, const float *mean, const float *rstd, int64_t rows,
+		   int64_t cols)
+{
+	float part[COLSUM_TILE];
+	for (int64_t j0 = 0; j0 < cols; j0 += COLSUM_TILE) {
+		int64_t nj = cols - j0 < COLSUM_TILE ? cols - j0 : COLSUM_TILE;
+		float *o = out + j0;
+		for (int64_t j = 0; j < nj; j++)
+			o[j] = 0.0f;
+		for (int g = 0; g < QE_COLSUM_GROUPS; g++) {
+			for (int64_t j = 0; j < nj; j++)
+				part[j] = 0.0f;
+			int64_t r1 = qe_colsum_group_start(rows, g + 1);
+			for (int64_t r = qe_colsum_group_start(rows, g); r < r1; r++) {
+				const float *gr = dy + r * cols + j0;
+				if (!x) {
+					for (int64_t j = 0; j < nj; j++)
+						part[j] += gr[j];
+					continue;
+				}
+				const float *xr = x + r * cols + j0;
+				float m = mean[r], s = rstd[r];
+				for (int64_t j = 0; j < nj; j++) {
+					float nrm = (xr[j] - m) * s;
+					part[j] += nrm * gr[j];
+				}
+			}
+			for (int64_t j = 0; j < nj; j++)
+				o[j] += part[j];
+		}
+	}
+}
+
 void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols)
 {
-	for (int64_t j = 0; j < cols; j++)
-		db[j] = 0.0f;
-	for (int64_t r = 0; r < rows; r++) {
-		const float *row = dy + r * cols;
-		for (int64_t j = 0; j < cols; j++)
-			db[j] += row[j];
-	}
+	colsum(db, dy, NULL, NULL, NULL, rows, cols);
 }
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
@@ -215,9 +251,9 @@ void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, cons
 			  const float *rstd, const float *w, int64_t rows, int64_t cols)
 {
 	if (dw)
-		memset(dw, 0, (size_t)cols * sizeof(float));
+		colsum(dw, dy, x, mean, rstd, rows, cols);
 	if (db)
-		memset(db, 0, (size_t)cols * sizeof(float));
+		colsum(db, dy, NULL, NULL, NULL, rows, cols);
 	for (int64_t r = 0; r < rows; r++) {
 		const float *dyr = dy + r * cols, *xr = x + r * cols;
 		float *dxr = dx + r * cols;
@@ -233,12 +269,7 @@ void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, cons
 		dnorm_norm_mean = dnorm_norm_mean / (float)cols;
 		for (int64_t i = 0; i < cols; i++) {
 			float nrm = (xr[i] - m) * s;
-			float g = dyr[i];
-			float dn = w[i] * g;
-			if (db)
-				db[i] += g;
-			if (dw)
-				dw[i] += nrm * g;
+			float dn = w[i] * dyr[i];
 			float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
 			dxr[i] = dval * s;
 		}

@@ -36,11 +36,25 @@
 
 /* ---- kernels ------------------------------------------------------------------ */
 
-__global__ void add_bias_kernel(float *__restrict__ c, const float *__restrict__ bias, int64_t m, int64_t n)
+/*
+ * c[r, j] = c[r, j] + bias[j]: blockIdx.y walks the rows, so no thread
+ * divides to find its column; with vec, c's rows and bias are 16-byte
+ * aligned and n a multiple of 4, and a thread adds a float4.
+ */
+__global__ void add_bias_kernel(float *__restrict__ c, const float *__restrict__ bias, int64_t m, int64_t n, bool vec)
 {
-	int64_t total = m * n;
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-		c[i] = c[i] + bias[i % n];
+	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	for (int64_t r = blockIdx.y; r < m; r += gridDim.y) {
+		if (vec) {
+			if (j >= n / 4)
+				return;
+			float4 *row = (float4 *)(c + r * n);
+			float4 v = row[j], b = ((const float4 *)bias)[j];
+			row[j] = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+		} else if (j < n) {
+			c[r * n + j] = c[r * n + j] + bias[j];
+		}
+	}
 }
 
 /* ---- the algorithm cache ---------------------------------------------------------- */
@@ -196,10 +210,14 @@ static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublas
 
 static int add_bias(qe_stream *s, float *c, const float *bias, int64_t m, int64_t n)
 {
-	int64_t blocks = (m * n + 255) / 256;
-	if (blocks > 4096)
-		blocks = 4096;
-	add_bias_kernel<<<(unsigned)blocks, 256, 0, s->cs>>>(c, bias, m, n);
+	bool vec = n % 4 == 0 && ((uintptr_t)c | (uintptr_t)bias) % 16 == 0;
+	int64_t cols = vec ? n / 4 : n;
+	int64_t bx = (cols + 255) / 256, by = m < 65535 ? m : 65535;
+	if (m == 0 || n == 0)
+		return QE_OK;
+	if (bx > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "gemm: bias over %lld columns", (long long)n);
+	add_bias_kernel<<<dim3((unsigned)bx, (unsigned)by), 256, 0, s->cs>>>(c, bias, m, n, vec);
 	return qe__cuda_launched("gemm", "add_bias_kernel");
 }
 

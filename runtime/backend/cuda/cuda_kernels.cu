@@ -18,16 +18,14 @@
 #include <string.h>
 
 #include "cuda_int.h"
+#include "../colsum.h"
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
 #define THREADS 256
-/*
- * Column sums (bias and layernorm weight gradients) keep the cpu's row order,
- * one thread per column, so their speed is memory latency: one warp per block
- * spreads the few thousand columns over every SM, and unrolling lets each
- * thread have many rows' loads in flight while its adds stay in order.
- */
+/* Column sums: a block covers 32 columns, one thread per (column, row group of colsum.h). */
 #define COL_THREADS 32
+/* Layernorm keeps a row in registers: up to this many float4s per thread, 256 threads a row. */
+#define LN_VEC_MAX 8
 /* Threads per row for the cross-entropy: a vocabulary row is long. */
 #define XENT_THREADS 1024
 
@@ -52,17 +50,47 @@ __global__ void add_inplace_kernel(float *y, const float *a, int64_t n)
 	y[i] += a[i];
 }
 
-/* db[j] = ((0 + dy[0,j]) + dy[1,j]) + ...: the cpu's row order. */
-__global__ void bias_grad_kernel(float *__restrict__ db, const float *__restrict__ dy, int64_t rows, int64_t cols)
+/*
+ * Column sums in colsum.h's order.  Thread (x, g) sums row group g of
+ * column blockIdx.x * 32 + x (a warp reads 32 neighbouring floats of a row);
+ * thread (x, 0) then adds the groups' partials in group order.  db gets the
+ * sum of dy; dw, when asked for, the sum of the layernorm weight gradient's
+ * nrm * dy with nrm = (x - mean) * rstd - the cpu's expressions.
+ */
+__global__ void colsum_kernel(float *__restrict__ dw, float *__restrict__ db, const float *__restrict__ dy,
+			      const float *__restrict__ x, const float *__restrict__ mean,
+			      const float *__restrict__ rstd, int64_t rows, int64_t cols)
 {
-	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (j >= cols)
+	__shared__ float pw[QE_COLSUM_GROUPS][COL_THREADS + 1], pb[QE_COLSUM_GROUPS][COL_THREADS + 1];
+	int64_t j = (int64_t)blockIdx.x * COL_THREADS + threadIdx.x;
+	int g = threadIdx.y;
+	float aw = 0.0f, ab = 0.0f;
+	if (j < cols) {
+		int64_t r1 = qe_colsum_group_start(rows, g + 1);
+#pragma unroll 4
+		for (int64_t r = qe_colsum_group_start(rows, g); r < r1; r++) {
+			float v = dy[r * cols + j];
+			ab += v;
+			if (dw) {
+				float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
+				aw += nrm * v;
+			}
+		}
+	}
+	pw[g][threadIdx.x] = aw;
+	pb[g][threadIdx.x] = ab;
+	__syncthreads();
+	if (g != 0 || j >= cols)
 		return;
-	float acc = 0.0f;
-#pragma unroll 16
-	for (int64_t r = 0; r < rows; r++)
-		acc += dy[r * cols + j];
-	db[j] = acc;
+	float sw = 0.0f, sb = 0.0f;
+	for (int k = 0; k < QE_COLSUM_GROUPS; k++) {
+		sw += pw[k][threadIdx.x];
+		sb += pb[k][threadIdx.x];
+	}
+	if (dw)
+		dw[j] = sw;
+	if (db)
+		db[j] = sb;
 }
 
 __global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n)
@@ -183,28 +211,6 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float 
 		float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
 		dxr[i] = dval * s;
 	}
-}
-
-/* dw, db: one thread per column, rows in order from 0 - the cpu's sums exactly. */
-__global__ void layernorm_bwd_dwdb_kernel(float *__restrict__ dw, float *__restrict__ db, const float *__restrict__ dy,
-					  const float *__restrict__ x, const float *__restrict__ mean,
-					  const float *__restrict__ rstd, int64_t rows, int64_t cols)
-{
-	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (j >= cols)
-		return;
-	float aw = 0.0f, ab = 0.0f;
-#pragma unroll 16
-	for (int64_t r = 0; r < rows; r++) {
-		float g = dy[r * cols + j];
-		float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
-		ab += g;
-		aw += nrm * g;
-	}
-	if (dw)
-		dw[j] = aw;
-	if (db)
-		db[j] = ab;
 }
 
 __global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
@@ -330,6 +336,211 @@ __global__ void sum_views_kernel(float *out, views_arg g, int nviews, int64_t n)
 	}
 }
 
+/* ---- float4 versions (16-byte aligned pointers, lengths in float4s) ---------------- */
+
+__global__ void add4_kernel(float4 *y, const float4 *a, const float4 *b, int64_t n4)
+{
+	GRID_STRIDE(i, n4)
+	{
+		float4 u = a[i], v = b[i];
+		y[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+	}
+}
+
+__device__ __forceinline__ float gelu_fwd1(float v)
+{
+	float cube = 0.044715f * v * v * v;
+	return 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
+}
+
+__device__ __forceinline__ float gelu_bwd1(float v, float d)
+{
+	float cube = 0.044715f * v * v * v;
+	float arg = GELU_SCALING_FACTOR * (v + cube);
+	float th = tanhf(arg);
+	float ch = coshf(arg);
+	float sech = 1.0f / (ch * ch);
+	float local = 0.5f * (1.0f + th) + v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
+	return local * d;
+}
+
+__global__ void gelu_fwd4_kernel(float4 *y, const float4 *x, int64_t n4)
+{
+	GRID_STRIDE(i, n4)
+	{
+		float4 v = x[i];
+		y[i] = make_float4(gelu_fwd1(v.x), gelu_fwd1(v.y), gelu_fwd1(v.z), gelu_fwd1(v.w));
+	}
+}
+
+__global__ void gelu_bwd4_kernel(float4 *dx, const float4 *x, const float4 *dy, int64_t n4)
+{
+	GRID_STRIDE(i, n4)
+	{
+		float4 v = x[i], d = dy[i];
+		dx[i] = make_float4(gelu_bwd1(v.x, d.x), gelu_bwd1(v.y, d.y), gelu_bwd1(v.z, d.z), gelu_bwd1(v.w, d.w));
+	}
+}
+
+/* Left to right over the four lanes, as a scalar loop adds them. */
+__device__ __forceinline__ float sum4(float acc, float4 v)
+{
+	return (((acc + v.x) + v.y) + v.z) + v.w;
+}
+
+/* Float4 i of p: one 16-byte load when p is aligned, four loads otherwise (same values). */
+__device__ __forceinline__ float4 ld4(const float *p, int64_t i, bool al)
+{
+	if (al)
+		return ((const float4 *)p)[i];
+	return make_float4(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]);
+}
+
+__device__ __forceinline__ void st4(float *p, int64_t i, float4 v, bool al)
+{
+	if (al) {
+		((float4 *)p)[i] = v;
+		return;
+	}
+	p[4 * i] = v.x;
+	p[4 * i + 1] = v.y;
+	p[4 * i + 2] = v.z;
+	p[4 * i + 3] = v.w;
+}
+
+/*
+ * Layernorm over rows of c4 * 4 columns, one block per row, the row held in
+ * registers (thread t has float4s t, t + blockDim, ... - at most LN_VEC_MAX),
+ * so x is read once.  Which thread adds which element depends only on the
+ * shape, never on alignment (al picks the load width alone), so a tensor
+ * gives the same bits wherever it lives.
+ */
+__global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, const float *x, const float *w,
+					 const float *b, int64_t c4, bool al)
+{
+	__shared__ float sh[32];
+	int64_t r = blockIdx.x;
+	const float *xr = x + r * c4 * 4;
+	float *yr = y + r * c4 * 4;
+	float cols = (float)(c4 * 4);
+	float4 xv[LN_VEC_MAX];
+	float part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < LN_VEC_MAX; k++) {
+		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+		if (i < c4) {
+			xv[k] = ld4(xr, i, al);
+			part = sum4(part, xv[k]);
+		}
+	}
+	float m = block_sum(part, sh) / cols;
+	part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < LN_VEC_MAX; k++) {
+		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+		if (i < c4) {
+			float4 d = make_float4(xv[k].x - m, xv[k].y - m, xv[k].z - m, xv[k].w - m);
+			part = sum4(part, make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w));
+		}
+	}
+	float v = block_sum(part, sh) / cols;
+	float s = 1.0f / sqrtf(v + 1e-5f);
+#pragma unroll
+	for (int k = 0; k < LN_VEC_MAX; k++) {
+		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+		if (i < c4) {
+			float4 wv = ld4(w, i, al), bv = ld4(b, i, al), o;
+			o.x = (s * (xv[k].x - m)) * wv.x + bv.x;
+			o.y = (s * (xv[k].y - m)) * wv.y + bv.y;
+			o.z = (s * (xv[k].z - m)) * wv.z + bv.z;
+			o.w = (s * (xv[k].w - m)) * wv.w + bv.w;
+			st4(yr, i, o, al);
+		}
+	}
+	if (threadIdx.x == 0) {
+		if (mean)
+			mean[r] = m;
+		if (rstd)
+			rstd[r] = s;
+	}
+}
+
+/* dx of one row per block, nrm and w * dy held in registers as in the forward. */
+__global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const float *x, const float *mean,
+					    const float *rstd, const float *w, int64_t c4, bool al)
+{
+	__shared__ float sh[32];
+	int64_t r = blockIdx.x;
+	const float *dyr = dy + r * c4 * 4, *xr = x + r * c4 * 4;
+	float *dxr = dx + r * c4 * 4;
+	float m = mean[r], s = rstd[r];
+	float cols = (float)(c4 * 4);
+	float4 nv[LN_VEC_MAX], dv[LN_VEC_MAX];
+	float p1 = 0.0f, p2 = 0.0f;
+#pragma unroll
+	for (int k = 0; k < LN_VEC_MAX; k++) {
+		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+		if (i < c4) {
+			float4 xv = ld4(xr, i, al), g = ld4(dyr, i, al), wv = ld4(w, i, al);
+			nv[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
+			dv[k] = make_float4(wv.x * g.x, wv.y * g.y, wv.z * g.z, wv.w * g.w);
+			p1 = sum4(p1, dv[k]);
+			p2 = sum4(p2, make_float4(dv[k].x * nv[k].x, dv[k].y * nv[k].y, dv[k].z * nv[k].z,
+						  dv[k].w * nv[k].w));
+		}
+	}
+	float dnorm_mean = block_sum(p1, sh) / cols;
+	float dnorm_norm_mean = block_sum(p2, sh) / cols;
+#pragma unroll
+	for (int k = 0; k < LN_VEC_MAX; k++) {
+		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
+		if (i < c4) {
+			float4 o;
+			o.x = (dv[k].x - dnorm_mean - nv[k].x * dnorm_norm_mean) * s;
+			o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
+			o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
+			o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
+			st4(dxr, i, o, al);
+		}
+	}
+}
+
+__device__ __forceinline__ float adamw1(float *pp, float *mp, float *vp, float grad, float lr, float beta1,
+					float beta2, float eps, float wd, float b1c, float b2c)
+{
+	float p = *pp;
+	float m = beta1 * *mp + (1.0f - beta1) * grad;
+	float v = beta2 * *vp + (1.0f - beta2) * grad * grad;
+	float mhat = m / b1c;
+	float vhat = v / b2c;
+	*mp = m;
+	*vp = v;
+	return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+}
+
+/* adamw_kernel on float4s: the views are summed in view order per element, as there. */
+__global__ void adamw4_kernel(float4 *param, float4 *mom, float4 *var, views_arg g, int nviews, int64_t n4, float lr,
+			      float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
+{
+	GRID_STRIDE(i, n4)
+	{
+		float4 gr = ((const float4 *)g.p[0])[i];
+		for (int vi = 1; vi < nviews; vi++) {
+			float4 u = ((const float4 *)g.p[vi])[i];
+			gr = make_float4(gr.x + u.x, gr.y + u.y, gr.z + u.z, gr.w + u.w);
+		}
+		float4 p = param[i], m = mom[i], v = var[i];
+		float4 np;
+		np.x = adamw1(&p.x, &m.x, &v.x, gr.x * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
+		np.y = adamw1(&p.y, &m.y, &v.y, gr.y * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
+		np.z = adamw1(&p.z, &m.z, &v.z, gr.z * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
+		np.w = adamw1(&p.w, &m.w, &v.w, gr.w * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
+		mom[i] = m;
+		var[i] = v;
+		param[i] = np;
+	}
+}
+
 /* ---- launchers ------------------------------------------------------------------- */
 
 static unsigned grid_for(int64_t n)
@@ -338,6 +549,12 @@ static unsigned grid_for(int64_t n)
 	if (b > 65536)
 		b = 65536; /* grid-stride loops cover the rest */
 	return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* True when every pointer is 16-byte aligned and n a multiple of 4: the float4 kernels apply. */
+static bool vec4_ok(int64_t n, const void *a, const void *b, const void *c)
+{
+	return n % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
 }
 
 /* One block per row: a power of two up to 256, at least a warp. */
@@ -349,11 +566,35 @@ static unsigned row_threads(int64_t cols)
 	return t;
 }
 
+/*
+ * The register-resident layernorm applies when a row is whole float4s that
+ * fit LN_VEC_MAX per thread; *threads gets its block size (a warp multiple,
+ * at most THREADS).  A function of cols alone, so a shape always takes the
+ * same kernel.
+ */
+static bool ln_vec_threads(int64_t cols, unsigned *threads)
+{
+	if (cols % 4 != 0 || cols == 0)
+		return false;
+	int64_t c4 = cols / 4;
+	int64_t t = (c4 + 31) / 32 * 32;
+	if (t > THREADS)
+		t = THREADS;
+	if (c4 > t * LN_VEC_MAX)
+		return false;
+	*threads = (unsigned)t;
+	return true;
+}
+
 extern "C" int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n)
 {
 	if (n == 0)
 		return QE_OK;
-	add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, n);
+	if (vec4_ok(n, y, a, b))
+		add4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)y, (const float4 *)a, (const float4 *)b,
+								   n / 4);
+	else
+		add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, n);
 	return qe__cuda_launched("add", "add_kernel");
 }
 
@@ -370,15 +611,19 @@ extern "C" int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int6
 	if (cols == 0)
 		return QE_OK;
 	unsigned blocks = (unsigned)((cols + COL_THREADS - 1) / COL_THREADS);
-	bias_grad_kernel<<<blocks, COL_THREADS, 0, s->cs>>>(db, dy, rows, cols);
-	return qe__cuda_launched("bias_grad", "bias_grad_kernel");
+	colsum_kernel<<<blocks, dim3(COL_THREADS, QE_COLSUM_GROUPS), 0, s->cs>>>(NULL, db, dy, NULL, NULL, NULL, rows,
+										  cols);
+	return qe__cuda_launched("bias_grad", "colsum_kernel");
 }
 
 extern "C" int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
 {
 	if (n == 0)
 		return QE_OK;
-	gelu_fwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, x, n);
+	if (vec4_ok(n, y, x, NULL))
+		gelu_fwd4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)y, (const float4 *)x, n / 4);
+	else
+		gelu_fwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, x, n);
 	return qe__cuda_launched("gelu_fwd", "gelu_fwd_kernel");
 }
 
@@ -386,7 +631,11 @@ extern "C" int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const 
 {
 	if (n == 0)
 		return QE_OK;
-	gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, n);
+	if (vec4_ok(n, dx, x, dy))
+		gelu_bwd4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)dx, (const float4 *)x,
+									 (const float4 *)dy, n / 4);
+	else
+		gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, n);
 	return qe__cuda_launched("gelu_bwd", "gelu_bwd_kernel");
 }
 
@@ -397,6 +646,12 @@ extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float
 		return QE_OK;
 	if (rows > INT32_MAX)
 		return qe_fail(QE_EUNSUPPORTED, "layernorm_fwd: %lld rows", (long long)rows);
+	unsigned lt;
+	if (ln_vec_threads(cols, &lt)) {
+		bool al = vec4_ok(0, y, x, w) && vec4_ok(0, b, NULL, NULL);
+		layernorm_fwd_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(y, mean, rstd, x, w, b, cols / 4, al);
+		return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_vec_kernel");
+	}
 	layernorm_fwd_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(y, mean, rstd, x, w, b, cols);
 	return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_kernel");
 }
@@ -409,14 +664,24 @@ extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float 
 	if (rows > INT32_MAX)
 		return qe_fail(QE_EUNSUPPORTED, "layernorm_bwd: %lld rows", (long long)rows);
 	if (rows > 0 && cols > 0) {
-		layernorm_bwd_dx_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd, w, cols);
-		if ((rc = qe__cuda_launched(op, "layernorm_bwd_dx_kernel")))
+		unsigned lt;
+		if (ln_vec_threads(cols, &lt)) {
+			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, NULL, NULL);
+			layernorm_bwd_dx_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, cols / 4,
+										     al);
+			rc = qe__cuda_launched(op, "layernorm_bwd_dx_vec_kernel");
+		} else {
+			layernorm_bwd_dx_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd, w,
+												  cols);
+			rc = qe__cuda_launched(op, "layernorm_bwd_dx_kernel");
+		}
+		if (rc)
 			return rc;
 	}
 	if (cols > 0 && (dw || db)) {
-		layernorm_bwd_dwdb_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), COL_THREADS, 0, s->cs>>>(
-			dw, db, dy, x, mean, rstd, rows, cols);
-		return qe__cuda_launched(op, "layernorm_bwd_dwdb_kernel");
+		colsum_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), dim3(COL_THREADS, QE_COLSUM_GROUPS), 0,
+				s->cs>>>(dw, db, dy, x, mean, rstd, rows, cols);
+		return qe__cuda_launched(op, "colsum_kernel");
 	}
 	return QE_OK;
 }
@@ -480,9 +745,17 @@ extern "C" int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a)
 	/* bias corrections on the host with the cpu's powf, so both use the same bits */
 	float b1c = 1.0f - powf(a->beta1, (float)a->step);
 	float b2c = 1.0f - powf(a->beta2, (float)a->step);
-	adamw_kernel<<<grid_for(a->n), THREADS, 0, s->cs>>>(a->param, a->m, a->v, g, a->nviews, a->n, a->lr, a->beta1,
-							    a->beta2, a->eps, a->weight_decay, b1c, b2c,
-							    a->grad_scale);
+	bool al = vec4_ok(a->n, a->param, a->m, a->v);
+	for (int i = 0; i < a->nviews && al; i++)
+		al = vec4_ok(0, g.p[i], NULL, NULL);
+	if (al)
+		adamw4_kernel<<<grid_for(a->n / 4), THREADS, 0, s->cs>>>(
+			(float4 *)a->param, (float4 *)a->m, (float4 *)a->v, g, a->nviews, a->n / 4, a->lr, a->beta1,
+			a->beta2, a->eps, a->weight_decay, b1c, b2c, a->grad_scale);
+	else
+		adamw_kernel<<<grid_for(a->n), THREADS, 0, s->cs>>>(a->param, a->m, a->v, g, a->nviews, a->n, a->lr,
+								    a->beta1, a->beta2, a->eps, a->weight_decay,
+								    b1c, b2c, a->grad_scale);
 	return qe__cuda_launched("adamw", "adamw_kernel");
 }
 
