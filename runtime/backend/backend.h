@@ -64,6 +64,16 @@ typedef struct qe_cast_args {
 	int margin;
 } qe_cast_args;
 
+/*
+ * One role block of a batched scaling-state update (fp8_update_many) and the
+ * format its scale targets.  The block is backend memory of
+ * qe_fp8_role_floats(history_len) floats, owned by the caller.
+ */
+typedef struct qe_fp8_update_item {
+	float *block;
+	qe_dtype fmt; /* QE_E4M3 or QE_E5M2 */
+} qe_fp8_update_item;
+
 typedef struct qe_adamw_args {
 	float *param;                /* [n] fp32 master weights, updated */
 	float *m, *v;                /* [n] moments, updated */
@@ -133,6 +143,19 @@ typedef struct qe_backend_ops {
 	int (*cast)(qe_stream *s, const qe_cast_args *a);
 	/* qe_fp8_role_update on a role block living in backend memory. */
 	int (*fp8_update)(qe_stream *s, float *block, int history_len, qe_dtype fmt, qe_fp8_recipe recipe);
+	/*
+	 * fp8_update of items[0..n-1], in index order, as one op: the end of an
+	 * action updates every role at once instead of launching one kernel per
+	 * role (cuda: one launch per 32 items).  The blocks must not overlap -
+	 * that is what makes the order immaterial, so the blocks may run in
+	 * parallel and still give the bytes of n single updates.
+	 * items is read during the call only (a capture keeps its own copy);
+	 * n == 0 does nothing.  QE_EINVAL, with nothing enqueued, for n < 0,
+	 * items NULL with n > 0, history_len < 1, a bad recipe, and naming the
+	 * item: a NULL block, a format that is not FP8, two overlapping blocks.
+	 */
+	int (*fp8_update_many)(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
+			       qe_fp8_recipe recipe);
 
 	/* C = A.B^T * sa * sb (+bias) (+C); see the file comment. c is f32. */
 	int (*gemm)(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,

@@ -104,6 +104,59 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 	return QE_OK;
 }
 
+int qe__check_fp8_update(const float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r)
+{
+	if (!block)
+		return qe_fail(QE_EINVAL, "fp8_update: NULL role block");
+	if (history_len < 1)
+		return qe_fail(QE_EINVAL, "fp8_update: history length %d < 1", history_len);
+	if (!qe_dtype_is_fp8(fmt))
+		return qe_fail(QE_EINVAL, "fp8_update: format %s is not FP8", qe_dtype_name(fmt));
+	int rc = qe_fp8_recipe_check(r);
+	return rc ? qe_fail_ctx(rc, "fp8_update") : QE_OK;
+}
+
+int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int history_len, const qe_fp8_recipe *r)
+{
+	const char *op = "fp8_update_many";
+	if (n < 0)
+		return qe_fail(QE_EINVAL, "%s: %d items; the count must not be negative", op, n);
+	if (n > 0 && !items)
+		return qe_fail(QE_EINVAL, "%s: item array is NULL for %d items", op, n);
+	if (history_len < 1)
+		return qe_fail(QE_EINVAL, "%s: history length %d < 1", op, history_len);
+	int rc = qe_fp8_recipe_check(r);
+	if (rc)
+		return qe_fail_ctx(rc, "%s", op);
+	for (int i = 0; i < n; i++) {
+		if (!items[i].block)
+			return qe_fail(QE_EINVAL, "%s: item %d of %d: NULL role block", op, i, n);
+		if (!qe_dtype_is_fp8(items[i].fmt))
+			return qe_fail(QE_EINVAL, "%s: item %d of %d: format %s is not FP8", op, i, n,
+				       qe_dtype_name(items[i].fmt));
+	}
+	/*
+	 * Overlapping blocks would make the result depend on the order the
+	 * blocks run in, which one launch does not fix.  n is the roles of one
+	 * stage (tens), so the pairwise test costs nothing.
+	 */
+	uintptr_t span = ((uintptr_t)history_len + 2) * sizeof(float); /* qe_fp8_role_floats, without int overflow */
+	for (int i = 0; i < n; i++) {
+		uintptr_t bi = (uintptr_t)items[i].block;
+		for (int j = 0; j < i; j++) {
+			uintptr_t bj = (uintptr_t)items[j].block;
+			if (bi == bj)
+				return qe_fail(QE_EINVAL, "%s: item %d of %d repeats the role block of item %d (%p)", op,
+					       i, n, j, (void *)items[i].block);
+			if (bi < bj + span && bj < bi + span)
+				return qe_fail(QE_EINVAL,
+					       "%s: item %d of %d: role block %p overlaps that of item %d (%p; %zu bytes each)",
+					       op, i, n, (void *)items[i].block, j, (void *)items[j].block, (size_t)span);
+		}
+	}
+	return QE_OK;
+}
+
 int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views)
 {
 	if (nviews < 1)

@@ -21,6 +21,13 @@ int qe__check_size(int64_t v, const char *op, const char *name);
 int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev);
 /* The cast's input, outputs and scale pointers, on device dev. */
 int qe__check_cast(const qe_cast_args *a, qe_device dev);
+/* One fp8_update: a non-NULL role block, history_len >= 1, an FP8 format and a valid recipe. */
+int qe__check_fp8_update(const float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r);
+/*
+ * fp8_update_many: n >= 0, each item as fp8_update (the message names the
+ * item), and no two role blocks overlapping.
+ */
+int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int history_len, const qe_fp8_recipe *r);
 /* nviews in 1..max_views (0: no upper bound) non-NULL views of n floats. */
 int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views);
 

@@ -68,23 +68,30 @@ static int refresh_weight_cache(qe_stage *st, qe_stream *s, int record)
 	return QE_OK;
 }
 
-/* End of an action: update and roll the given role of every delayed-scaled linear. */
+/*
+ * End of an action: update and roll the roles r0..r1 of every delayed-scaled
+ * linear, all in one op (one launch on cuda rather than one per role: at
+ * 4.5 us a launch, the per-role updates cost ~1.8 ms a step on h4096).
+ */
 int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1);
 int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1)
 {
 	if (!st->prec.fp8)
 		return QE_OK; /* no quantization, no scaling state to advance */
-	int hist = st->prec.recipe.history_len;
+	qe_fp8_update_item items[QE_LIN_MAX * QE_ROLE_COUNT];
+	int n = 0;
 	for (int l = 0; l < st->nlin; l++) {
 		if (st->lin[l].current)
 			continue;
 		for (int r = r0; r <= (int)r1; r++) {
-			qe_dtype fmt = qe_fp8_role_dtype(&st->prec.recipe, (qe_fp8_role)r);
-			QE_TRY(st->b->ops->fp8_update(s, qe_stage_fp8_role(st, l, (qe_fp8_role)r), hist, fmt,
-						   st->prec.recipe));
+			items[n].block = qe_stage_fp8_role(st, l, (qe_fp8_role)r);
+			items[n].fmt = qe_fp8_role_dtype(&st->prec.recipe, (qe_fp8_role)r);
+			n++;
 		}
 	}
-	return QE_OK;
+	if (n == 0)
+		return QE_OK;
+	return st->b->ops->fp8_update_many(s, items, n, st->prec.recipe.history_len, st->prec.recipe);
 }
 
 /* record == 0: evaluation - nothing is recorded into amax histories and no role is updated. */

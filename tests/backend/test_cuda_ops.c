@@ -3,7 +3,8 @@
  * on fresh random inputs (the seed is printed; QE_TEST_SEED overrides it).
  *
  * What must be equal, byte for byte: FP8 cast codes (row-wise and
- * transposed), amax, scale and scale_inv; fp8_update; add, add_inplace,
+ * transposed), amax, scale and scale_inv; fp8_update and fp8_update_many
+ * (which must also equal n single fp8_update calls); add, add_inplace,
  * bias_grad, the embedding ops, the layernorm weight/bias gradients, AdamW
  * and the view sum (the same f32 operations in the same order, no FMA).
  * What must agree within a bound, max|cuda - cpu| <= tol * max|cpu|:
@@ -287,6 +288,137 @@ static void test_fp8_update(qe_rng *r)
 		free(h);
 		free(blk);
 	}
+}
+
+/*
+ * fp8_update_many against n single fp8_update calls on cuda (byte for byte),
+ * and against the cpu's fp8_update_many: back-to-back blocks as in a stage,
+ * mixed formats, special histories, n above the 32 items of one launch.  A
+ * capture runs nothing, takes one node per 32 items, and replays from its
+ * own copy of the item list.
+ */
+static void test_fp8_update_many_case(qe_rng *r, int n, int L, qe_amax_algo algo, int margin)
+{
+	int F = qe_fp8_role_floats(L);
+	size_t bytes = (size_t)n * F * sizeof(float);
+	float *h0 = malloc(bytes);
+	for (int i = 0; i < n; i++) {
+		float *b = h0 + (size_t)i * F;
+		for (int j = 0; j < L; j++)
+			b[j] = fabsf(qe_rng_normal(r)) * 10.0f;
+		b[L] = 3.0f;
+		b[L + 1] = 1.0f / 3.0f;
+		if (i % 7 == 1)
+			b[0] = 0.0f;
+		if (i % 7 == 3)
+			b[L / 2] = NAN;
+		if (i % 7 == 4)
+			b[0] = INFINITY;
+		if (i % 7 == 5)
+			for (int j = 0; j < L; j++)
+				b[j] = 1e-44f;
+	}
+	qe_fp8_recipe rec = qe_fp8_recipe_default();
+	rec.history_len = L;
+	rec.algo = algo;
+	rec.margin = margin;
+	void *g1, *g2, *g3;
+	float *c = pair(h0, bytes, &g1);
+	g2 = g_mem(bytes);
+	g3 = g_mem(bytes);
+	up(g2, h0, bytes);
+	up(g3, h0, bytes);
+	qe_fp8_update_item *gi = malloc((size_t)n * sizeof(*gi)), *ci = malloc((size_t)n * sizeof(*ci));
+	for (int i = 0; i < n; i++) {
+		qe_dtype fmt = (i % 3 == 1 || i % 5 == 0) ? QE_E5M2 : QE_E4M3;
+		gi[i] = (qe_fp8_update_item){ (float *)g2 + (size_t)i * F, fmt };
+		ci[i] = (qe_fp8_update_item){ c + (size_t)i * F, fmt };
+	}
+	for (int rep = 0; rep < 3; rep++) {
+		for (int i = 0; i < n; i++)
+			CHECK_OK(K.go->fp8_update(K.gs, (float *)g1 + (size_t)i * F, L, gi[i].fmt, rec));
+		CHECK_OK(K.go->fp8_update_many(K.gs, gi, n, L, rec));
+		CHECK_OK(K.co->fp8_update_many(K.cs, ci, n, L, rec));
+	}
+	float *h1 = fetch(g1, bytes), *h2 = fetch(g2, bytes);
+	char what[96];
+	snprintf(what, sizeof(what), "many vs singles n=%d L=%d (x3)", n, L);
+	same_bytes(what, h1, h2, bytes);
+	snprintf(what, sizeof(what), "many cuda vs cpu n=%d L=%d (x3)", n, L);
+	same_bytes(what, c, h2, bytes);
+	CHECK(bytes_diff(h0, h2, bytes) >= 0, "fp8_update_many n=%d L=%d changed no block", n, L);
+
+	qe_graph *g = NULL;
+	for (int i = 0; i < n; i++)
+		gi[i].block = (float *)g3 + (size_t)i * F;
+	CHECK_OK(K.go->capture_begin(K.gs));
+	CHECK_OK(K.go->fp8_update_many(K.gs, gi, n, L, rec));
+	CHECK_OK(K.go->capture_end(K.gs, &g));
+	memset(gi, 0, (size_t)n * sizeof(*gi));
+	int nodes = g ? K.go->graph_op_count(g) : -1;
+	CHECK(nodes == (n + 31) / 32, "fp8_update_many of %d items captured as %d nodes, want %d", n, nodes,
+	      (n + 31) / 32);
+	float *h3 = fetch(g3, bytes);
+	snprintf(what, sizeof(what), "after capture n=%d (nothing ran)", n);
+	same_bytes(what, h0, h3, bytes);
+	free(h3);
+	for (int rep = 0; rep < 3 && g; rep++)
+		CHECK_OK(K.go->graph_launch(g, K.gs));
+	h3 = fetch(g3, bytes);
+	snprintf(what, sizeof(what), "graph replay x3 vs singles n=%d", n);
+	same_bytes(what, h1, h3, bytes);
+	if (g)
+		K.go->graph_destroy(g);
+	free(h0);
+	free(h1);
+	free(h2);
+	free(h3);
+	free(gi);
+	free(ci);
+}
+
+/* Refusals on cuda: the shared checks, and nothing enqueued. */
+static void test_fp8_update_many_refused(void)
+{
+	const int L = 4, F = qe_fp8_role_floats(L);
+	float h[3 * 6];
+	for (int i = 0; i < 3 * F; i++)
+		h[i] = 1.0f + (float)i;
+	void *g = g_mem(sizeof(h));
+	up(g, h, sizeof(h));
+	qe_fp8_recipe rec = qe_fp8_recipe_default();
+	rec.history_len = L;
+	float *b = g;
+	qe_fp8_update_item dup[3] = { { b, QE_E4M3 }, { b + F, QE_E5M2 }, { b + F, QE_E4M3 } };
+	qe_fp8_update_item nul[2] = { { b, QE_E4M3 }, { NULL, QE_E4M3 } };
+	qe_fp8_update_item f32[2] = { { b, QE_E4M3 }, { b + F, QE_F32 } };
+	struct {
+		const char *what;
+		const qe_fp8_update_item *it;
+		int n;
+	} bad[] = { { "repeated block", dup, 3 }, { "NULL block", nul, 2 }, { "f32 format", f32, 2 }, { "n < 0", dup, -1 } };
+	for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+		fresh_stream();
+		int rc = K.go->fp8_update_many(K.gs, bad[k].it, bad[k].n, L, rec);
+		CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "fp8_update_many"), "cuda %s: %s (%s)", bad[k].what,
+		      qe_errname(rc), qe_last_error());
+		printf("  refused: %-18s %s\n", bad[k].what, qe_last_error());
+	}
+	fresh_stream();
+	float *back = fetch(g, sizeof(h));
+	same_bytes("blocks after the refusals", h, back, sizeof(h));
+	free(back);
+}
+
+static void test_fp8_update_many(qe_rng *r)
+{
+	printf("fp8_update_many\n");
+	fresh_stream();
+	test_fp8_update_many_case(r, 10, 4, QE_AMAX_MAX, 0);
+	test_fp8_update_many_case(r, 32, 1, QE_AMAX_MAX, 0);
+	test_fp8_update_many_case(r, 75, 37, QE_AMAX_MOST_RECENT, 1);
+	test_fp8_update_many_case(r, 70, 1024, QE_AMAX_MAX, 2);
+	test_fp8_update_many_refused();
 }
 
 /* ---- GEMM --------------------------------------------------------------------- */
@@ -966,6 +1098,7 @@ int main(void)
 
 	test_cast(&r);
 	test_fp8_update(&r);
+	test_fp8_update_many(&r);
 	test_gemm(&r);
 	test_elementwise(&r);
 	printf("layernorm\n");

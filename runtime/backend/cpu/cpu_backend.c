@@ -5,8 +5,9 @@
  * Every op goes through one path: pack its arguments into a cpu_op, check
  * them, then either execute it (eager) or append a copy to the stream's
  * capture (graph).  Capture stores pointers, never data, and copies the
- * pointer arrays (AdamW gradient views, summed views) so the caller may reuse
- * its array; replay runs the recorded ops in order on the launching stream.
+ * pointer arrays (AdamW gradient views, summed views, the items of
+ * fp8_update_many) so the caller may reuse its array; replay runs the
+ * recorded ops in order on the launching stream.
  * This is what CUDA stream capture does, and it lets graph-mode code paths be
  * tested without a GPU: an op that reads a buffer before it is written, or
  * memory allocated during capture, misbehaves here as it would on a GPU.
@@ -44,6 +45,7 @@ typedef enum cpu_op_kind {
 	OP_STREAM_WAIT,
 	OP_CAST,
 	OP_FP8_UPDATE,
+	OP_FP8_UPDATE_MANY,
 	OP_GEMM,
 	OP_ADD,
 	OP_ADD_INPLACE,
@@ -63,9 +65,10 @@ typedef enum cpu_op_kind {
 } cpu_op_kind;
 
 static const char *const op_names[OP_KIND_COUNT] = {
-	"copy",	     "fill",	      "event_record", "stream_wait", "cast",	  "fp8_update",	   "gemm",
-	"add",	     "add_inplace",   "bias_grad",    "gelu_fwd",    "gelu_bwd",  "layernorm_fwd", "layernorm_bwd",
-	"embed_fwd", "embed_bwd",     "attn_fwd",     "attn_bwd",    "xent",	  "adamw",	   "sum_views",
+	"copy",		 "fill",      "event_record", "stream_wait", "cast",	  "fp8_update",	   "fp8_update_many",
+	"gemm",		 "add",	      "add_inplace",  "bias_grad",   "gelu_fwd",  "gelu_bwd",	   "layernorm_fwd",
+	"layernorm_bwd", "embed_fwd", "embed_bwd",    "attn_fwd",    "attn_bwd",  "xent",	   "adamw",
+	"sum_views",
 };
 
 /* One op call with its arguments; pointer arrays are owned by the graph once recorded. */
@@ -91,6 +94,12 @@ typedef struct cpu_op {
 			qe_dtype fmt;
 			qe_fp8_recipe recipe;
 		} upd;
+		struct {
+			const qe_fp8_update_item *items;
+			int n;
+			int history_len;
+			qe_fp8_recipe recipe;
+		} updm;
 		struct {
 			qe_tensor a, b, c;
 			const float *bias;
@@ -241,6 +250,8 @@ static void op_release(cpu_op *op)
 		free((void *)op->u.adamw.grads);
 	else if (op->kind == OP_SUM_VIEWS)
 		free((void *)op->u.sv.views);
+	else if (op->kind == OP_FP8_UPDATE_MANY)
+		free((void *)op->u.updm.items);
 }
 
 /* Append a copy of op, duplicating its pointer array so the caller's may change. */
@@ -266,6 +277,17 @@ static int graph_append(qe_graph *g, const cpu_op *op)
 			c.u.adamw.grads = arr;
 		else
 			c.u.sv.views = arr;
+	}
+	if (op->kind == OP_FP8_UPDATE_MANY) {
+		int n = op->u.updm.n;
+		qe_fp8_update_item *arr = NULL;
+		if (n > 0) {
+			arr = malloc((size_t)n * sizeof(*arr));
+			if (!arr)
+				return qe_fail(QE_ENOMEM, "capture: copying %d items of fp8_update_many", n);
+			memcpy(arr, op->u.updm.items, (size_t)n * sizeof(*arr));
+		}
+		c.u.updm.items = arr;
 	}
 	g->ops[g->n++] = c;
 	return QE_OK;
@@ -302,16 +324,11 @@ static int check_op(const cpu_op *op)
 		return QE_OK;
 	case OP_CAST:
 		return qe__check_cast(&op->u.cast, QE_DEV_CPU);
-	case OP_FP8_UPDATE: {
-		if (!op->u.upd.block)
-			return qe_fail(QE_EINVAL, "fp8_update: NULL role block");
-		if (op->u.upd.history_len < 1)
-			return qe_fail(QE_EINVAL, "fp8_update: history length %d < 1", op->u.upd.history_len);
-		if (!qe_dtype_is_fp8(op->u.upd.fmt))
-			return qe_fail(QE_EINVAL, "fp8_update: format %s is not FP8", qe_dtype_name(op->u.upd.fmt));
-		int rc = qe_fp8_recipe_check(&op->u.upd.recipe);
-		return rc ? qe_fail_ctx(rc, "fp8_update") : QE_OK;
-	}
+	case OP_FP8_UPDATE:
+		return qe__check_fp8_update(op->u.upd.block, op->u.upd.history_len, op->u.upd.fmt, &op->u.upd.recipe);
+	case OP_FP8_UPDATE_MANY:
+		return qe__check_fp8_update_many(op->u.updm.items, op->u.updm.n, op->u.updm.history_len,
+						 &op->u.updm.recipe);
 	case OP_GEMM:
 		return qe__check_gemm(&op->u.gemm.a, &op->u.gemm.b, &op->u.gemm.c, QE_DEV_CPU);
 	case OP_ADD:
@@ -495,6 +512,11 @@ static int exec_op(qe_stream *s, const cpu_op *op)
 		break;
 	case OP_FP8_UPDATE:
 		qe_fp8_role_update(op->u.upd.block, op->u.upd.history_len, op->u.upd.fmt, &op->u.upd.recipe);
+		break;
+	case OP_FP8_UPDATE_MANY:
+		for (int i = 0; i < op->u.updm.n; i++)
+			qe_fp8_role_update(op->u.updm.items[i].block, op->u.updm.history_len, op->u.updm.items[i].fmt,
+					   &op->u.updm.recipe);
 		break;
 	case OP_GEMM: {
 		qe_tensor c = op->u.gemm.c;
@@ -859,6 +881,17 @@ static int cpu_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype 
 	return submit(s, &op);
 }
 
+static int cpu_fp8_update_many(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
+			       qe_fp8_recipe recipe)
+{
+	cpu_op op = { .kind = OP_FP8_UPDATE_MANY };
+	op.u.updm.items = items;
+	op.u.updm.n = n;
+	op.u.updm.history_len = history_len;
+	op.u.updm.recipe = recipe;
+	return submit(s, &op);
+}
+
 static int cpu_gemm_op(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
 		       int accumulate)
 {
@@ -1068,6 +1101,7 @@ static const qe_backend_ops cpu_ops = {
 	.host_free = cpu_host_free,
 	.cast = cpu_cast,
 	.fp8_update = cpu_fp8_update,
+	.fp8_update_many = cpu_fp8_update_many,
 	.gemm = cpu_gemm_op,
 	.add = cpu_add,
 	.add_inplace = cpu_add_inplace,

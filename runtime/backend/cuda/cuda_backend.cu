@@ -622,17 +622,22 @@ static int cu_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype f
 	int rc = op_begin(&s, "fp8_update");
 	if (rc)
 		return rc;
-	if (!block)
-		rc = qe_fail(QE_EINVAL, "fp8_update: NULL role block");
-	else if (history_len < 1)
-		rc = qe_fail(QE_EINVAL, "fp8_update: history length %d < 1", history_len);
-	else if (!qe_dtype_is_fp8(fmt))
-		rc = qe_fail(QE_EINVAL, "fp8_update: format %s is not FP8", qe_dtype_name(fmt));
-	else if ((rc = qe_fp8_recipe_check(&recipe)))
-		rc = qe_fail_ctx(rc, "fp8_update");
+	rc = qe__check_fp8_update(block, history_len, fmt, &recipe);
 	if (!rc)
 		rc = qe__cuda_fp8_update(s, block, history_len, fmt, &recipe);
 	return op_end(s, rc, "fp8_update");
+}
+
+static int cu_fp8_update_many(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
+			      qe_fp8_recipe recipe)
+{
+	int rc = op_begin(&s, "fp8_update_many");
+	if (rc)
+		return rc;
+	rc = qe__check_fp8_update_many(items, n, history_len, &recipe);
+	if (!rc)
+		rc = qe__cuda_fp8_update_many(s, items, n, history_len, &recipe);
+	return op_end(s, rc, "fp8_update_many");
 }
 
 static int cu_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
@@ -867,6 +872,7 @@ static void fill_table(void)
 	o->graph_op_count = cu_graph_op_count;
 	o->cast = cu_cast;
 	o->fp8_update = cu_fp8_update;
+	o->fp8_update_many = cu_fp8_update_many;
 	o->gemm = cu_gemm;
 	o->add = cu_add;
 	o->add_inplace = cu_add_inplace;

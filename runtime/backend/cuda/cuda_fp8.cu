@@ -11,7 +11,9 @@
  * same value whatever the block order, with a NaN sticking as on cpu.  A
  * delayed-scaled cast max-es straight into the history row; a current-scaled
  * one first reduces into the stream's amax word, then quantizes with the
- * scale derived from it (qe_fp8_scale_for_amax with fallback 1).
+ * scale derived from it (qe_fp8_scale_for_amax with fallback 1).  The role
+ * update runs one CUDA block per role block, so fp8_update_many updates a
+ * whole action's roles in one launch with the single update's per-block code.
  */
 #include <cuda_fp8.h>
 #include <float.h>
@@ -195,9 +197,11 @@ __global__ void fold_amax_kernel(const unsigned *src, unsigned *dst)
  * qe_fp8_role_update on one block (one CUDA block): NaN-aware max over the
  * history (exact, so the reduction order does not matter), the scale from it,
  * then the roll done chunk by chunk in place: each chunk reads its sources
- * (one index up, not yet overwritten) before any thread writes.
+ * (one index up, not yet overwritten) before any thread writes.  The early
+ * return is taken by every thread of the block or none (all read hist[0]
+ * before the first barrier).
  */
-__global__ void fp8_update_kernel(float *block, int L, float fp8_max, int algo_max, int margin)
+__device__ void fp8_update_role(float *block, int L, float fp8_max, int algo_max, int margin)
 {
 	__shared__ float red[32];
 	float *hist = block;
@@ -244,6 +248,26 @@ __global__ void fp8_update_kernel(float *block, int L, float fp8_max, int algo_m
 			hist[i] = v;
 		__syncthreads();
 	}
+}
+
+__global__ void fp8_update_kernel(float *block, int L, float fp8_max, int algo_max, int margin)
+{
+	fp8_update_role(block, L, fp8_max, algo_max, margin);
+}
+
+/*
+ * The role blocks of one fp8_update_many launch, by value: a captured graph
+ * keeps the kernel's arguments, so replay needs no copy of the item list.
+ */
+struct fp8_update_batch {
+	float *block[QE_CUDA_UPDATE_BATCH];
+	float fp8_max[QE_CUDA_UPDATE_BATCH];
+};
+
+/* One CUDA block per role block; the blocks are disjoint (checked), so they may run in any order. */
+__global__ void fp8_update_many_kernel(fp8_update_batch b, int L, int algo_max, int margin)
+{
+	fp8_update_role(b.block[blockIdx.x], L, b.fp8_max[blockIdx.x], algo_max, margin);
 }
 
 /* ---- launchers ------------------------------------------------------------------ */
@@ -332,10 +356,35 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	return rc;
 }
 
+/* Threads per role block: a warp multiple covering the history, at most 256. */
+static int update_threads(int history_len)
+{
+	return history_len >= 256 ? 256 : ((history_len + 31) / 32) * 32;
+}
+
 extern "C" int qe__cuda_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r)
 {
-	int threads = history_len >= 256 ? 256 : ((history_len + 31) / 32) * 32;
+	int threads = update_threads(history_len);
 	fp8_update_kernel<<<1, threads, 0, s->cs>>>(block, history_len, qe_fp8_max(fmt), r->algo == QE_AMAX_MAX,
 						     r->margin);
 	return qe__cuda_launched("fp8_update", "fp8_update_kernel");
+}
+
+extern "C" int qe__cuda_fp8_update_many(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
+					 const qe_fp8_recipe *r)
+{
+	for (int base = 0; base < n; base += QE_CUDA_UPDATE_BATCH) {
+		int k = n - base < QE_CUDA_UPDATE_BATCH ? n - base : QE_CUDA_UPDATE_BATCH;
+		fp8_update_batch b = {};
+		for (int i = 0; i < k; i++) {
+			b.block[i] = items[base + i].block;
+			b.fp8_max[i] = qe_fp8_max(items[base + i].fmt);
+		}
+		fp8_update_many_kernel<<<k, update_threads(history_len), 0, s->cs>>>(b, history_len,
+										      r->algo == QE_AMAX_MAX, r->margin);
+		int rc = qe__cuda_launched("fp8_update_many", "fp8_update_many_kernel");
+		if (rc)
+			return rc;
+	}
+	return QE_OK;
 }

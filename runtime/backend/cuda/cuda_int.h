@@ -40,6 +40,7 @@ extern "C" {
 #define QE_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt / cuBLAS workspace per stream */
 #define QE_CUDA_SCRATCH_BYTES ((size_t)16 << 20)   /* initial per-stream scratch (attention, xent) */
 #define QE_CUDA_MAX_VIEWS 256                      /* view pointers passed by value to adamw / sum_views */
+#define QE_CUDA_UPDATE_BATCH 32                    /* role blocks passed by value to one fp8_update_many launch */
 
 /* Bits of the per-stream device error word, set by kernels that find bad data. */
 #define QE_CUDA_ERR_TOKEN 1u  /* embed_bwd: a token outside [0, V) */
@@ -106,6 +107,8 @@ int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out);
 /* ---- launchers (arguments checked by cuda_backend.cu) ---- */
 int qe__cuda_cast(qe_stream *s, const qe_cast_args *a);
 int qe__cuda_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r);
+int qe__cuda_fp8_update_many(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
+			     const qe_fp8_recipe *r);
 int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
 		  int accumulate);
 int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
