@@ -14,10 +14,14 @@
  *   - FP8 GEMM, tol 1e-3 (k <= 256): the products of FP8 values are exact,
  *     but Hopper's FP8 tensor cores add them with a narrower accumulator
  *     (about 14 significant bits) before cuBLASLt promotes to fp32;
- *   - gelu, layernorm forward, attention forward, xent loss: tol 1e-5 (tanhf
- *     and expf within 2 ulp, tree vs sequential row sums);
- *   - layernorm dx and attention backward: tol 1e-4 (a difference of nearly
- *     equal sums, which amplifies the rounding of each);
+ *   - gelu, layernorm forward, xent loss: tol 1e-5 (tanhf and expf within
+ *     2 ulp, tree vs sequential row sums);
+ *   - layernorm dx: tol 1e-4 (a difference of nearly equal sums, which
+ *     amplifies the rounding of each);
+ *   - attention, forward tol 4e-3 and backward 8e-3: its GEMMs run in TF32
+ *     (cuda_attn.cu), operands rounded to 11 significant bits (2^-11 = 4.9e-4
+ *     relative each) before fp32 accumulation; the softmax exponentiates the
+ *     scores' error and the backward subtracts nearly equal sums;
  *   - xent dlogits: tol 1e-4: every p of a row inherits the relative error of
  *     the row's sum of exponentials, which for the cpu's left-to-right sum
  *     over V = 32768 terms is about sqrt(V) * 2^-24 (1.7e-5 of max|dlogits|
@@ -703,12 +707,12 @@ static void test_attn_case(qe_rng *r, int T, int H, int nh)
 	char what[96];
 	float *h = fetch(go, no * 4);
 	snprintf(what, sizeof(what), "attn_fwd T=%d H=%d nh=%d out", T, H, nh);
-	close_to(what, co, h, no, 1e-5);
+	close_to(what, co, h, no, 4e-3);
 	free(h);
 	h = fetch(gp, np * 4);
 	float *h2 = fetch(gp2, np * 4);
 	snprintf(what, sizeof(what), "attn_fwd T=%d H=%d nh=%d probs", T, H, nh);
-	close_to(what, cp, h, np, 1e-5);
+	close_to(what, cp, h, np, 4e-3);
 	CHECK(bytes_diff(h, h2, np * 4) < 0, "attn_fwd: two cuda runs differ");
 	int upper_zero = 1;
 	for (int hh = 0; hh < nh; hh++)
@@ -726,7 +730,7 @@ static void test_attn_case(qe_rng *r, int T, int H, int nh)
 	h = fetch(gdq, nq * 4);
 	h2 = fetch(gdq2, nq * 4);
 	snprintf(what, sizeof(what), "attn_bwd T=%d H=%d nh=%d dqkv", T, H, nh);
-	close_to(what, cdq, h, nq, 1e-4);
+	close_to(what, cdq, h, nq, 8e-3);
 	CHECK(bytes_diff(h, h2, nq * 4) < 0, "attn_bwd: two cuda runs differ");
 	free(h);
 	free(h2);

@@ -1,7 +1,12 @@
 /*
- * cuda_attn.cu - causal multi-head attention over qkv[T, 3H] in f32: cuBLAS
- * strided-batched SGEMMs (one batch entry per head) for Q.K^T and P.V and
+ * cuda_attn.cu - causal multi-head attention over qkv[T, 3H]: cuBLAS
+ * strided-batched GEMMs (one batch entry per head) for Q.K^T and P.V and
  * their gradients, and fused causal softmax kernels (forward and backward).
+ *
+ * The GEMMs run on tensor cores in TF32 (operands rounded to a 10-bit
+ * mantissa, products summed in fp32; DESIGN.md 3 allows bf16, which keeps 7
+ * bits): at h4096 plain fp32 SGEMMs took 24 us each and a quarter of a
+ * step's attention-and-elementwise time.  Storage stays fp32.
  * Semantics are the cpu's (cpu_kernels.c, llm.c's attention): probs
  * [nh, T, T] with zeros above the diagonal are saved, outputs are
  * overwritten.  That is enough at sequence length 256 (DESIGN.md 3).
@@ -98,14 +103,15 @@ static int softmax_launch(qe_stream *s, float *probs, int64_t T, int nh)
 	return qe__cuda_launched("attn_fwd", "softmax_causal_kernel");
 }
 
-/* One strided-batched SGEMM over the heads, with our error text. */
+/* One strided-batched fp32-storage GEMM over the heads (TF32 tensor cores), with our error text. */
 static int sgemm(qe_stream *s, const char *op, const char *what, cublasOperation_t ta, cublasOperation_t tb, int m,
 		 int n, int k, float alpha, const float *A, int lda, long long sA, const float *B, int ldb, long long sB,
 		 float *C, int ldc, long long sC, int batch)
 {
 	const float beta = 0.0f;
-	cublasStatus_t st = cublasSgemmStridedBatched(s->blas, ta, tb, m, n, k, &alpha, A, lda, sA, B, ldb, sB, &beta, C,
-						      ldc, sC, batch);
+	cublasStatus_t st = cublasGemmStridedBatchedEx(s->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, sA, B,
+						       CUDA_R_32F, ldb, sB, &beta, C, CUDA_R_32F, ldc, sC, batch,
+						       CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
 	return st == CUBLAS_STATUS_SUCCESS ? QE_OK : qe__blas_err(st, op, what);
 }
 
