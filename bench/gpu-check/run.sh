@@ -8,10 +8,12 @@
 # (--amax-history 4), checkpoint at step 3 resumed in fresh processes to step 8, and
 # h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
 # last and writes results.json into OUT_DIR.
-# PARTS (environment) picks what runs: ops, det, sched, resume, p2p, big (default: all).
+# PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, big (default: all).
 # p2p: messages over the device links (NCCL) against QE_P2P=host, byte-identical runs.
+# dp: two data-parallel replicas (--pp 1 --dp 2, one per GPU, --check-replicas on) whose
+#     gradient sums go over NCCL, against the same run summed through the host comm.
 set -u
-PARTS=${PARTS:-ops,det,sched,resume,p2p,big}
+PARTS=${PARTS:-ops,det,sched,resume,p2p,dp,big}
 has() { case ",$PARTS," in *,$1,*) return 0;; esac; return 1; }
 B=${1:-build-gpu}; DATA=${2:-gpu-data}; OUT=${3:-${OUT:-/tmp/gpu-out}}
 Q=$B/qeffect
@@ -73,6 +75,16 @@ if has p2p; then
     run p2p-nccl-$sc --schedule $sc --exec graph --steps 10
     QE_P2P=host run p2p-host-$sc --schedule $sc --exec graph --steps 10
     if r=$(cmp_runs p2p-nccl-$sc p2p-host-$sc); then note "p2p_nccl_vs_host_$sc" "pass: $r"; else note "p2p_nccl_vs_host_$sc" "FAIL: $r"; fi
+  done
+fi
+
+# 4c. data parallelism over the device links: the replica sums must be the same bytes as the
+# host path's, and --check-replicas (default on) fails a run whose replicas differ
+if has dp; then
+  for ex in eager graph; do
+    run dp-nccl-$ex --pp 1 --dp 2 --exec $ex --steps 10
+    QE_P2P=host run dp-host-$ex --pp 1 --dp 2 --exec $ex --steps 10
+    if r=$(cmp_runs dp-nccl-$ex dp-host-$ex); then note "dp2_nccl_vs_host_$ex" "pass: $r"; else note "dp2_nccl_vs_host_$ex" "FAIL: $r"; fi
   done
 fi
 

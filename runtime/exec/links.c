@@ -335,15 +335,45 @@ int qe__rank_links_reduce_ready(const qe_rank *r)
  * of them in group order on its own device (sum_views starts from the first
  * view and adds the rest in order, as the host all-reduce does on the
  * group's first rank), so every replica computes the same bytes.  Sends go
- * on the per-peer streams and receives on the caller stream, so no member
- * waits for another's receive before posting its own; the caller stream then
- * waits for this member's sends before anything may overwrite buf.
+ * on the per-peer streams and receives on the caller stream; the caller
+ * stream then waits for this member's sends before anything may overwrite
+ * buf.
+ *
+ * The host calls pair up: with each peer in group order, the member earlier
+ * in the group sends first and the later one receives first.  NCCL may block
+ * the host in a send or receive until the peer makes the matching call (it
+ * connects a pair lazily, on its first operation), so two members that both
+ * sent first hung on the GPU machine.  Every send's ready event is recorded
+ * before any receive is enqueued, so no send waits for a receive's kernel.
  */
+static int replica_send(qe_rank *r, link_out *lo, const float *buf, size_t bytes)
+{
+	const qe_backend_ops *o = r->b->ops;
+	int rc;
+	if ((rc = o->stream_wait(lo->s, lo->ready)) || (rc = o->link_send(lo->link, lo->s, buf, bytes)) ||
+	    (rc = o->event_record(lo->done[0], lo->s)))
+		return qe_fail_ctx(rc, "rank %d: sending a %zu-byte gradient to replica rank %d", r->rank, bytes,
+				   lo->peer);
+	r->links->sends++;
+	r->links->bytes += (int64_t)bytes;
+	return QE_OK;
+}
+
+static int replica_recv(qe_rank *r, link_in *li, float *dst, size_t bytes)
+{
+	int rc = r->b->ops->link_recv(li->link, r->caller, dst, bytes);
+	return rc ? qe_fail_ctx(rc, "rank %d: receiving a %zu-byte gradient from replica rank %d", r->rank, bytes,
+				li->peer)
+		  : QE_OK;
+}
+
 int qe__rank_link_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int gsize)
 {
 	rank_links *L = r->links;
 	const qe_backend_ops *o = r->b->ops;
 	const float *views[64];
+	link_out *outs[64];
+	link_in *ins[64];
 	int me = -1, rc;
 	if (gsize > 64 || n > L->gather_floats)
 		return qe_fail(QE_EINVAL, "rank %d: replica sum of %zu floats over %d ranks exceeds the links' buffers",
@@ -354,35 +384,34 @@ int qe__rank_link_allreduce(qe_rank *r, float *buf, size_t n, const int *group, 
 	if (me < 0)
 		return qe_fail(QE_EINVAL, "rank %d: replica sum over a group without this rank", r->rank);
 	size_t bytes = n * sizeof(float);
-	for (int j = 0; j < gsize; j++) {
-		if (j == me)
-			continue;
-		link_out *lo = out_link(L, group[j]);
-		if (!lo || lo->nslots)
-			return qe_fail(QE_ESCHEDULE, "rank %d: no replica link to rank %d", r->rank, group[j]);
-		if ((rc = o->event_record(lo->ready, r->caller)) || (rc = o->stream_wait(lo->s, lo->ready)) ||
-		    (rc = o->link_send(lo->link, lo->s, buf, bytes)) || (rc = o->event_record(lo->done[0], lo->s)))
-			return qe_fail_ctx(rc, "rank %d: sending a %zu-byte gradient to replica rank %d", r->rank, bytes,
-					   group[j]);
-		L->sends++;
-		L->bytes += (int64_t)bytes;
-	}
 	for (int j = 0, slot = 0; j < gsize; j++) {
 		if (j == me) {
 			views[j] = buf;
 			continue;
 		}
-		float *dst = L->gather + (size_t)slot++ * L->gather_floats;
-		link_in *li = in_link(L, group[j]);
-		if (!li)
-			return qe_fail(QE_ESCHEDULE, "rank %d: no replica link from rank %d", r->rank, group[j]);
-		if ((rc = o->link_recv(li->link, r->caller, dst, bytes)))
-			return qe_fail_ctx(rc, "rank %d: receiving a %zu-byte gradient from replica rank %d", r->rank,
-					   bytes, group[j]);
-		views[j] = dst;
+		outs[j] = out_link(L, group[j]);
+		ins[j] = in_link(L, group[j]);
+		if (!outs[j] || outs[j]->nslots || !ins[j])
+			return qe_fail(QE_ESCHEDULE, "rank %d: no replica link pair with rank %d", r->rank, group[j]);
+		if ((rc = o->event_record(outs[j]->ready, r->caller)))
+			return rc;
+		views[j] = L->gather + (size_t)slot++ * L->gather_floats;
+	}
+	for (int j = 0; j < gsize; j++) {
+		if (j == me)
+			continue;
+		float *dst = (float *)views[j];
+		if (me < j)
+			rc = replica_send(r, outs[j], buf, bytes);
+		else
+			rc = replica_recv(r, ins[j], dst, bytes);
+		if (rc)
+			return rc;
+		if ((rc = me < j ? replica_recv(r, ins[j], dst, bytes) : replica_send(r, outs[j], buf, bytes)))
+			return rc;
 	}
 	for (int j = 0; j < gsize; j++)
-		if (j != me && (rc = o->stream_wait(r->caller, out_link(L, group[j])->done[0])))
+		if (j != me && (rc = o->stream_wait(r->caller, outs[j]->done[0])))
 			return rc;
 	/* out may be one of the views: both backends read an element of every view before writing it */
 	return o->sum_views(r->caller, buf, views, gsize, (int64_t)n);
