@@ -93,30 +93,33 @@ __global__ void colsum_kernel(float *__restrict__ dw, float *__restrict__ db, co
 		db[j] = sb;
 }
 
+__device__ __forceinline__ float gelu_fwd1(float v)
+{
+	float cube = 0.044715f * v * v * v;
+	return 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
+}
+
+__device__ __forceinline__ float gelu_bwd1(float v, float d)
+{
+	float cube = 0.044715f * v * v * v;
+	float arg = GELU_SCALING_FACTOR * (v + cube);
+	float th = tanhf(arg);
+	float ch = coshf(arg);
+	float sech = 1.0f / (ch * ch);
+	float local = 0.5f * (1.0f + th) + v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
+	return local * d;
+}
+
 __global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n)
 {
 	GRID_STRIDE(i, n)
-	{
-		float v = x[i];
-		float cube = 0.044715f * v * v * v;
-		y[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
-	}
+	y[i] = gelu_fwd1(x[i]);
 }
 
 __global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, int64_t n)
 {
 	GRID_STRIDE(i, n)
-	{
-		float v = x[i];
-		float cube = 0.044715f * v * v * v;
-		float arg = GELU_SCALING_FACTOR * (v + cube);
-		float th = tanhf(arg);
-		float ch = coshf(arg);
-		float sech = 1.0f / (ch * ch);
-		float local = 0.5f * (1.0f + th) +
-			      v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
-		dx[i] = local * dy[i];
-	}
+	dx[i] = gelu_bwd1(x[i], dy[i]);
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -304,6 +307,19 @@ __global__ void xent_loss_kernel(float *loss, const float *rowloss, int64_t T)
 	*loss = (float)(total / (double)T);
 }
 
+__device__ __forceinline__ float adamw1(float *pp, float *mp, float *vp, float grad, float lr, float beta1,
+					float beta2, float eps, float wd, float b1c, float b2c)
+{
+	float p = *pp;
+	float m = beta1 * *mp + (1.0f - beta1) * grad;
+	float v = beta2 * *vp + (1.0f - beta2) * grad * grad;
+	float mhat = m / b1c;
+	float vhat = v / b2c;
+	*mp = m;
+	*vp = v;
+	return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+}
+
 __global__ void adamw_kernel(float *param, float *mom, float *var, views_arg g, int nviews, int64_t n, float lr,
 			     float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
 {
@@ -312,15 +328,7 @@ __global__ void adamw_kernel(float *param, float *mom, float *var, views_arg g, 
 		float grad = g.p[0][i];
 		for (int vi = 1; vi < nviews; vi++)
 			grad += g.p[vi][i];
-		grad = grad * grad_scale;
-		float p = param[i];
-		float m = beta1 * mom[i] + (1.0f - beta1) * grad;
-		float v = beta2 * var[i] + (1.0f - beta2) * grad * grad;
-		float mhat = m / b1c;
-		float vhat = v / b2c;
-		mom[i] = m;
-		var[i] = v;
-		param[i] = p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+		param[i] = adamw1(&param[i], &mom[i], &var[i], grad * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
 	}
 }
 
@@ -345,23 +353,6 @@ __global__ void add4_kernel(float4 *y, const float4 *a, const float4 *b, int64_t
 		float4 u = a[i], v = b[i];
 		y[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
 	}
-}
-
-__device__ __forceinline__ float gelu_fwd1(float v)
-{
-	float cube = 0.044715f * v * v * v;
-	return 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
-}
-
-__device__ __forceinline__ float gelu_bwd1(float v, float d)
-{
-	float cube = 0.044715f * v * v * v;
-	float arg = GELU_SCALING_FACTOR * (v + cube);
-	float th = tanhf(arg);
-	float ch = coshf(arg);
-	float sech = 1.0f / (ch * ch);
-	float local = 0.5f * (1.0f + th) + v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
-	return local * d;
 }
 
 __global__ void gelu_fwd4_kernel(float4 *y, const float4 *x, int64_t n4)
@@ -503,19 +494,6 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const fl
 			st4(dxr, i, o, al);
 		}
 	}
-}
-
-__device__ __forceinline__ float adamw1(float *pp, float *mp, float *vp, float grad, float lr, float beta1,
-					float beta2, float eps, float wd, float b1c, float b2c)
-{
-	float p = *pp;
-	float m = beta1 * *mp + (1.0f - beta1) * grad;
-	float v = beta2 * *vp + (1.0f - beta2) * grad * grad;
-	float mhat = m / b1c;
-	float vhat = v / b2c;
-	*mp = m;
-	*vp = v;
-	return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
 }
 
 /* adamw_kernel on float4s: the views are summed in view order per element, as there. */
