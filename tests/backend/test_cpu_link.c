@@ -4,10 +4,12 @@
  * QE_P2P=device on cpu.
  *
  * Two threads of one process play the two ranks: the sender makes the id and
- * opens it as sender, the receiver opens it as receiver.  Checked: messages
- * of many sizes (0 bytes to 8 MiB) arrive bit for bit and in order, also
- * when every send is enqueued before any receive (a send must not wait for
- * its receiver); a receive of the wrong size fails naming both sizes and
+ * opens it as sender, the receiver opens it as receiver.  Checked: a link's
+ * first send waits for the receiver's first receive (NCCL's lazy connect)
+ * and fails at QE_COMM_TIMEOUT_MS, naming the cause, when none comes; after
+ * that first exchange, messages of many sizes (0 bytes to 8 MiB) arrive bit
+ * for bit and in order, also when every send is enqueued before any receive
+ * (a send must not wait for its receiver); a receive of the wrong size fails naming both sizes and
  * leaves link and stream failed; link_abort makes a blocked receive return
  * promptly; a sender that closes early makes the receive fail with
  * QE_ECOMM, a receiver that closes early makes the sender's link fail, and
@@ -109,6 +111,24 @@ static void *recv_one(void *arg)
 	return NULL;
 }
 
+/*
+ * The first exchange of a fresh pair, a 0-byte message received on another
+ * thread: a link's first send waits for the receiver's first receive (as
+ * NCCL's lazy connect may), so one thread cannot do both.
+ */
+static int connect_pair(bk *k, qe_link *tx, qe_link *rx, qe_stream *ss, qe_stream *rs)
+{
+	receiver r = { k->o, rx, rs, NULL, 0, 0, 0, "" };
+	pthread_t t;
+	if (pthread_create(&t, NULL, recv_one, &r))
+		return qe_fail(QE_ENOMEM, "test: receiver thread");
+	int rc = k->o->link_send(tx, ss, NULL, 0);
+	pthread_join(t, NULL);
+	if (!rc && r.rc)
+		rc = qe_fail(r.rc, "first receive: %s", r.err);
+	return rc;
+}
+
 /* ---- cases ------------------------------------------------------------------- */
 
 static void fill_rand(uint8_t *p, size_t n, uint64_t seed)
@@ -140,7 +160,10 @@ static int pair_up(bk *k, qe_link **tx, qe_link **rx, qe_stream **ss, qe_stream 
 	CHECK_OK(k->o->stream_create(k->b, ss));
 	CHECK_OK(k->o->stream_create(k->b, rs));
 	CHECK_OK(open_pair(k->b, tx, rx));
-	return *tx && *rx && *ss && *rs;
+	if (!*tx || !*rx || !*ss || !*rs)
+		return 0;
+	CHECK_OK(connect_pair(k, *tx, *rx, *ss, *rs));
+	return 1;
 }
 
 /* Case ends: close the sending side, then the receiving one, then both streams. */
@@ -278,6 +301,7 @@ static void case_peer_closes(bk *k)
 	CHECK_OK(open_pair(k->b, &tx, &rx));
 	if (!tx || !rx)
 		return;
+	CHECK_OK(connect_pair(k, tx, rx, ss, rs));
 	uint8_t a[1000], b2[1000];
 	fill_rand(a, sizeof(a), SEED + 77);
 	CHECK_OK(k->o->link_send(tx, ss, a, sizeof(a)));
@@ -303,6 +327,7 @@ static void case_peer_closes(bk *k)
 	CHECK_OK(open_pair(k->b, &tx, &rx));
 	if (!tx || !rx)
 		return;
+	CHECK_OK(connect_pair(k, tx, rx, ss, rs));
 	k->o->link_close(rx);
 	uint8_t *big = calloc(1, 4u << 20);
 	CHECK_OK(k->o->link_send(tx, ss, big, 4u << 20)); /* enqueued; the writer finds the peer gone */
@@ -354,6 +379,65 @@ static void case_timeout(bk *k)
 	free(big);
 	k->o->stream_destroy(ss);
 	k->o->stream_destroy(rs);
+}
+
+/* A receive made 200 ms late, by another thread. */
+static void *recv_late(void *arg)
+{
+	sleep_ms(200);
+	return recv_one(arg);
+}
+
+/* The first send of a link waits for the receiver's first receive, and fails when none comes. */
+static void case_first_send(bk *k)
+{
+	qe_link *tx, *rx;
+	qe_stream *ss = NULL, *rs = NULL;
+	CHECK_OK(k->o->stream_create(k->b, &ss));
+	CHECK_OK(k->o->stream_create(k->b, &rs));
+	CHECK_OK(open_pair(k->b, &tx, &rx));
+	if (!tx || !rx)
+		return;
+	uint8_t a[64], b2[64];
+	fill_rand(a, sizeof(a), SEED + 5);
+	receiver r = { k->o, rx, rs, b2, sizeof(b2), 0, 0, "" };
+	pthread_t t;
+	pthread_create(&t, NULL, recv_late, &r);
+	double t0 = now_ms();
+	CHECK_OK(k->o->link_send(tx, ss, a, sizeof(a)));
+	double waited = now_ms() - t0;
+	pthread_join(t, NULL);
+	CHECK(r.rc == 0, "the late first receive: %s", r.err);
+	same_bytes(a, b2, sizeof(a), "the first message");
+	CHECK(waited >= 150, "the first send returned after %.0f ms, before the receiver's first receive (200 ms)",
+	      waited);
+	t0 = now_ms();
+	CHECK_OK(k->o->link_send(tx, ss, a, sizeof(a))); /* connected: no wait, no receiver yet */
+	double second = now_ms() - t0;
+	CHECK(second < 100, "the second send waited %.0f ms for its receiver", second);
+	CHECK_OK(k->o->link_recv(rx, rs, b2, sizeof(b2)));
+	printf("first send: waited %.0f ms for the receiver's first receive; the second took %.1f ms\n", waited,
+	       second);
+	pair_down(k, tx, rx, ss, rs);
+
+	/* no receive ever: the first send fails at the deadline and says why */
+	setenv("QE_COMM_TIMEOUT_MS", "300", 1);
+	CHECK_OK(k->o->stream_create(k->b, &ss));
+	CHECK_OK(k->o->stream_create(k->b, &rs));
+	CHECK_OK(open_pair(k->b, &tx, &rx));
+	unsetenv("QE_COMM_TIMEOUT_MS");
+	if (!tx || !rx)
+		return;
+	t0 = now_ms();
+	int rc = k->o->link_send(tx, ss, a, sizeof(a));
+	double ms = now_ms() - t0;
+	CHECK(rc == QE_ECOMM, "a first send with no receive: %s", qe_errname(rc));
+	CHECK(strstr(qe_last_error(), "made no receive") != NULL, "the error names the missing receive: %s",
+	      qe_last_error());
+	CHECK(ms >= 250 && ms < 2000, "the 300 ms deadline took %.0f ms", ms);
+	CHECK(k->o->link_check(tx) != 0, "link_check is 0 after the first send failed");
+	printf("first send: no receive -> failed after %.0f ms: %s\n", ms, qe_last_error());
+	pair_down(k, tx, rx, ss, rs);
 }
 
 static void case_refusals(bk *k)
@@ -421,6 +505,7 @@ int main(void)
 		return qe_test_done("test_cpu_link");
 	}
 	double t0 = now_ms();
+	case_first_send(&k);
 	case_order(&k);
 	case_size_mismatch(&k);
 	case_abort(&k);

@@ -21,6 +21,14 @@
  * which shuts the socket down so nothing stays blocked; sends never raise
  * SIGPIPE.  A failed link stays failed (STYLE.md 4): link_check reports it.
  *
+ * Like NCCL, which connects a pair lazily at its first operation and may
+ * hold the host there until the peer makes the matching call, a link's first
+ * send waits until the receiver has called its first receive (the receiver
+ * says so with a CONNECT frame); later sends never wait.  Code that would
+ * hang on NCCL because both sides of two links send first (the replica sum
+ * did, on the GPU machine) therefore hangs here too, and fails at the
+ * deadline, in CI instead of on the GPU.
+ *
  * Unlike NCCL, closing is not collective: either side may close first.  The
  * sender's close waits (bounded) for its queue to drain.
  */
@@ -51,6 +59,7 @@
 #define MSG_MAGIC 0x4b4c4551u   /* "QELK": a message */
 #define HELLO_MAGIC 0x484c4551u /* "QELH": the receiver introduces itself */
 #define ACK_MAGIC 0x414c4551u   /* "QELA": the sender accepted it */
+#define CONNECT_MAGIC 0x434c4551u /* "QELC": the receiver made its first receive */
 #define HDR_BYTES 16            /* u32 magic, u32 sequence, u64 length (host order: one host) */
 #define DEFAULT_TIMEOUT_MS 600000
 /* A receiver that finds no listener retries this long: the sender made it before handing out the id. */
@@ -82,6 +91,7 @@ struct qe_link {
 	char errmsg[480];
 	uint64_t nsent;     /* messages enqueued (sender) */
 	uint64_t nrecv;     /* messages received (receiver) */
+	int connected;      /* the first send / first receive handshake is done */
 	pthread_t writer;
 	int has_writer;
 };
@@ -545,10 +555,39 @@ static int link_ready(qe_link *l, qe_stream *s, const void *buf, size_t bytes, i
 	return rc;
 }
 
+/* The sender's half of the first-operation handshake: wait for the receiver's CONNECT frame. */
+static int await_connect(qe_link *l)
+{
+	unsigned char h[HDR_BYTES];
+	int e = 0, io = read_full(l, l->fd, h, sizeof(h), now_ms() + l->timeout_ms, &e);
+	uint32_t magic = 0, seq;
+	uint64_t len;
+	if (io == IO_OK)
+		get_hdr(h, &magic, &seq, &len);
+	int rc = QE_OK;
+	if (io == IO_TIMEOUT)
+		rc = qe_fail(QE_ECOMM,
+			     "link_send: link '%s': the receiving rank made no receive within %d ms of the first send "
+			     "(QE_COMM_TIMEOUT_MS); do both ranks send first on a pair of links?",
+			     l->name, l->timeout_ms);
+	else if (io != IO_OK)
+		rc = qe_fail(QE_ECOMM, "link_send: link '%s': %s while waiting for the receiver's first receive", l->name,
+			     io_what(io, e));
+	else if (magic != CONNECT_MAGIC)
+		rc = qe_fail(QE_ECOMM, "link_send: link '%s': expected the receiver's connect frame, got magic 0x%08x",
+			     l->name, magic);
+	if (rc)
+		return set_err(l, rc);
+	l->connected = 1;
+	return QE_OK;
+}
+
 int qe__cpu_link_send(qe_link *l, qe_stream *s, const void *buf, size_t bytes)
 {
 	int rc = link_ready(l, s, buf, bytes, 1, "link_send");
 	if (rc)
+		return qe__cpu_stream_fail(s, rc);
+	if (!l->connected && (rc = await_connect(l)))
 		return qe__cpu_stream_fail(s, rc);
 	if (bytes > SIZE_MAX - sizeof(link_msg) - HDR_BYTES)
 		return qe__cpu_stream_fail(s, qe_fail(QE_EINVAL, "link_send: %zu bytes on link '%s'", bytes, l->name));
@@ -615,7 +654,14 @@ int qe__cpu_link_recv(qe_link *l, qe_stream *s, void *buf, size_t bytes)
 		return qe__cpu_stream_fail(s, rc);
 	double deadline = now_ms() + l->timeout_ms;
 	unsigned char h[HDR_BYTES];
-	int e = 0, io = read_full(l, l->fd, h, sizeof(h), deadline, &e);
+	int e = 0, io;
+	if (!l->connected) {
+		put_hdr(h, CONNECT_MAGIC, 0, 0);
+		if ((io = write_full(l, l->fd, h, sizeof(h), deadline, &e)))
+			return recv_fail(l, s, io, e, bytes);
+		l->connected = 1;
+	}
+	io = read_full(l, l->fd, h, sizeof(h), deadline, &e);
 	if (io)
 		return recv_fail(l, s, io, e, bytes);
 	uint32_t magic, seq;
