@@ -176,9 +176,18 @@ typedef struct qe_backend_ops {
 	/* out[T,H] = wte[tok[t]] + wpe[t] */
 	int (*embed_fwd)(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
 			 int64_t T, int64_t H);
-	/* dwte, dwpe overwritten (dwte zeroed then scattered in t order), [V,H] and [T,H] */
+	/*
+	 * dwte [V,H] and dwpe [T,H] overwritten: dwpe whole, and each row of dwte
+	 * that tok names gets the sum of its occurrences' dout rows in t order;
+	 * every other row of dwte is zero afterwards.  rows_written NULL: all of
+	 * dwte is cleared first.  Otherwise it holds [T] token ids from the
+	 * previous call on this dwte (-1 before the first; ids outside [0, V) are
+	 * skipped): only those rows are cleared, every other row must already be
+	 * zero, and it receives tok for the next call.  (Clearing all of a
+	 * 32768 x 4096 dwte for every microbatch wrote 537 MB per call.)
+	 */
 	int (*embed_bwd)(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			 int64_t H, int64_t V);
+			 int64_t H, int64_t V, int32_t *rows_written);
 	/*
 	 * Causal multi-head attention over qkv[T, 3H] (q | k | v, head h at
 	 * columns h*D..h*D+D-1 of each third), out[T,H]; probs[nh,T,T] saved.

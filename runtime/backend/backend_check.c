@@ -25,6 +25,16 @@ int qe__check_size(int64_t v, const char *op, const char *name)
 	return QE_OK;
 }
 
+int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V)
+{
+	const char *nm = "embed_bwd";
+	int rc;
+	if ((rc = qe__check_size(T, nm, "T")) || (rc = qe__check_size(H, nm, "H")) || (rc = qe__check_size(V, nm, "V")) ||
+	    (rc = qe__check_need(dwte, V * H, nm, "dwte")) || (rc = qe__check_need(tok, T, nm, "tok")))
+		return rc;
+	return qe__check_need(dout, T * H, nm, "dout");
+}
+
 int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev)
 {
 	char da[96], db[96], dc[96];

@@ -50,6 +50,7 @@ struct qe_stage {
 	int matrix_param[QE_LIN_MAX];
 	float *param_buf;    /* param_floats */
 	float *grad_buf;     /* nmicro x nonmatrix_floats */
+	int32_t *tok_written; /* first stage: nmicro x seq token ids whose wte-gradient rows are non-zero */
 
 	int nlin;
 	lin_info lin[QE_LIN_MAX];

@@ -241,7 +241,14 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	    (rc = stage_alloc(st, st->meta_floats * 4, (void **)&st->meta, "fp8 meta")) ||
 	    (rc = stage_alloc(st, st->slot_bytes * nslots, &st->slot_mem, "tape slots")) ||
 	    (rc = stage_alloc(st, cache_bytes, &st->cache_mem, "weight cache")) ||
-	    (rc = stage_alloc(st, ws_bytes, &st->ws_mem, "workspace"))) {
+	    (rc = stage_alloc(st, ws_bytes, &st->ws_mem, "workspace")) ||
+	    (st->first && (rc = stage_alloc(st, (size_t)nmicro * cfg->seq * 4, (void **)&st->tok_written,
+					    "embedding-gradient rows")))) {
+		qe_stage_free(st);
+		return rc;
+	}
+	/* no wte-gradient row written yet (-1); the buffers start zeroed */
+	if (st->tok_written && (rc = b->ops->fill(NULL, st->tok_written, 0xFF, (size_t)nmicro * cfg->seq * 4))) {
 		qe_stage_free(st);
 		return rc;
 	}
@@ -272,7 +279,7 @@ void qe_stage_free(qe_stage *st)
 {
 	if (!st)
 		return;
-	void *bufs[] = { st->param_buf, st->grad_buf, st->meta, st->slot_mem, st->cache_mem, st->ws_mem };
+	void *bufs[] = { st->param_buf, st->grad_buf, st->meta, st->slot_mem, st->cache_mem, st->ws_mem, st->tok_written };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			st->b->ops->free(st->b, bufs[i]);

@@ -85,8 +85,9 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 			     st->ws_h[1], t->x_in, t->mean1, t->rstd1, P + pi[st->p_ln1w].offset, T, H));
 	if (st->first) {
 		QE_TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], T * H));
+		/* microbatch m's wte gradient keeps its rows zero except those its last tokens wrote */
 		QE_TRY(o->embed_bwd(s, grad + pi[st->p_wte].grad_offset, grad + pi[st->p_wpe].grad_offset, t->tokens,
-				 st->ws_h[1], T, H, c->vocab));
+				 st->ws_h[1], T, H, c->vocab, st->tok_written + (int64_t)m * T));
 	} else {
 		QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], T * H));
 	}

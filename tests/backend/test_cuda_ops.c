@@ -662,8 +662,8 @@ static void test_embed(qe_rng *r)
 	h = fetch(gout, (size_t)T * H * 4);
 	same_bytes("embed_fwd (no positions)", cout, h, (size_t)T * H * 4);
 	free(h);
-	CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V));
-	CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V));
+	CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V, NULL));
+	CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V, NULL));
 	h = fetch(gdwte, (size_t)V * H * 4);
 	same_bytes("embed_bwd dwte (repeated tokens)", cdwte, h, (size_t)V * H * 4);
 	free(h);
@@ -671,12 +671,42 @@ static void test_embed(qe_rng *r)
 	same_bytes("embed_bwd dwpe", cdwpe, h, (size_t)T * H * 4);
 	free(h);
 
+	/* rows_written: three calls on fresh zeroed buffers, clearing only the previous call's rows */
+	int32_t rows0[32];
+	for (int t = 0; t < T; t++)
+		rows0[t] = t == 3 ? V + 7 : -1; /* an id outside [0, V) is skipped */
+	void *grows, *gdw2;
+	int32_t *crows = pair(rows0, sizeof(rows0), &grows);
+	float *cdw2 = pair(NULL, (size_t)V * H * 4, &gdw2);
+	for (int k = 0; k < 3; k++) {
+		int32_t tk[32];
+		for (int t = 0; t < T; t++)
+			tk[t] = (int32_t)qe_rng_below(r, 12) * 21;
+		memcpy(ctok, tk, sizeof(tk));
+		up(gtok, tk, sizeof(tk));
+		float *hd2 = rnd(r, T * H, 1.0f);
+		memcpy(cd, hd2, (size_t)T * H * 4);
+		up(gd, hd2, (size_t)T * H * 4);
+		free(hd2);
+		CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, T, H, V, crows));
+		CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, T, H, V, (int32_t *)grows));
+		char what[64];
+		snprintf(what, sizeof(what), "embed_bwd rows_written call %d dwte", k);
+		h = fetch(gdw2, (size_t)V * H * 4);
+		same_bytes(what, cdw2, h, (size_t)V * H * 4);
+		free(h);
+		h = fetch(grows, sizeof(tk));
+		snprintf(what, sizeof(what), "embed_bwd rows_written call %d ids", k);
+		same_bytes(what, tk, h, sizeof(tk));
+		free(h);
+	}
+
 	/* a bad token is found on the device: stream_sync fails, the stream stays failed */
 	qe_stream *s;
 	CHECK_OK(K.go->stream_create(K.gb, &s));
 	tok[5] = V + 3;
 	CHECK_OK(K.go->copy(s, gtok, tok, sizeof(tok), QE_COPY_H2D));
-	CHECK_OK(K.go->embed_bwd(s, gdwte, gdwpe, gtok, gd, T, H, V));
+	CHECK_OK(K.go->embed_bwd(s, gdwte, gdwpe, gtok, gd, T, H, V, NULL));
 	int rc = K.go->stream_sync(s);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "embed_bwd"), "bad token: want QE_EINVAL at sync, got %s: %s",
 	      qe_errname(rc), qe_last_error());

@@ -210,7 +210,7 @@ static void test_embed(void)
 	fill_normal(c.g, c.T * c.H, &rng, 1.0f);
 	for (int64_t i = 0; i < c.V * c.H; i++)
 		dwte[i] = 5.0f; /* zeroed by the op */
-	CHECK_OK(K.o->embed_bwd(K.s, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V));
+	CHECK_OK(K.o->embed_bwd(K.s, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL));
 	fd_check("embed dwte", c.wte, dwte, c.V * c.H, emb_loss, &c);
 	fd_check("embed dwpe", c.wpe, dwpe, c.T * c.H, emb_loss, &c);
 	/* token 3 at t = 0, 2, 5: summed in t order, bit for bit */
@@ -221,11 +221,37 @@ static void test_embed(void)
 		want += c.g[5 * c.H + i];
 		CHECK(memcmp(&want, &dwte[3 * c.H + i], 4) == 0, "dwte[3,%lld] not the t-ordered sum", (long long)i);
 	}
+	/*
+	 * rows_written: clearing only the previous call's rows gives the bytes of
+	 * a full clear, call after call on one buffer, and hands tok on
+	 */
+	float *dw2 = bk_f32(&K, c.V * c.H), *full = bk_f32(&K, c.V * c.H), *g2 = bk_f32(&K, c.T * c.H);
+	int32_t *rows = bk_bytes(&K, (size_t)c.T * sizeof(int32_t));
+	for (int64_t t = 0; t < c.T; t++)
+		rows[t] = -1;
+	rows[1] = (int32_t)c.V + 40; /* ids outside [0, V) are skipped */
+	int32_t seqs[3][7] = { { 3, 0, 3, 8, 1, 3, 0 }, { 2, 2, 7, 0, 4, 4, 6 }, { 5, 5, 5, 5, 5, 5, 5 } };
+	for (int k = 0; k < 3; k++) {
+		memcpy(c.tok, seqs[k], sizeof(seqs[k]));
+		fill_normal(g2, c.T * c.H, &rng, 1.0f);
+		CHECK_OK(K.o->embed_bwd(K.s, dw2, dwpe, c.tok, g2, c.T, c.H, c.V, rows));
+		CHECK_OK(K.o->embed_bwd(K.s, full, dwpe, c.tok, g2, c.T, c.H, c.V, NULL));
+		CHECK_OK(K.o->stream_sync(K.s));
+		CHECK(memcmp(dw2, full, (size_t)(c.V * c.H) * 4) == 0,
+		      "embed_bwd call %d: clearing the previous rows differs from clearing all of dwte", k);
+		CHECK(memcmp(rows, seqs[k], sizeof(seqs[k])) == 0, "embed_bwd call %d: rows_written is not tok", k);
+	}
+	K.o->free(K.b, dw2);
+	K.o->free(K.b, full);
+	K.o->free(K.b, g2);
+	K.o->free(K.b, rows);
+	memcpy(c.tok, toks, sizeof(toks));
+
 	/* an out-of-vocabulary token is an error, on a fresh stream */
 	qe_stream *s2;
 	CHECK_OK(K.o->stream_create(K.b, &s2));
 	c.tok[2] = (int32_t)c.V;
-	CHECK(K.o->embed_bwd(s2, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V) == QE_EINVAL, "token == V must fail");
+	CHECK(K.o->embed_bwd(s2, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL) == QE_EINVAL, "token == V must fail");
 	K.o->stream_destroy(s2);
 	float *bufs[] = { c.wte, c.wpe, c.out, c.g, dwte, dwpe };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)

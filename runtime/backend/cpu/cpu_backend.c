@@ -136,6 +136,7 @@ typedef struct cpu_op {
 			const int32_t *tok;
 			const float *dout;
 			int64_t T, H, V;
+			int32_t *rows_written;
 		} eb;
 		struct {
 			float *out, *probs;
@@ -404,21 +405,8 @@ static int check_op(const cpu_op *op)
 			rc = qe__check_need(op->u.ef.wte, T * H, nm, "wte");
 		return rc;
 	}
-	case OP_EMBED_BWD: {
-		int64_t T = op->u.eb.T, H = op->u.eb.H, V = op->u.eb.V;
-		int rc = qe__check_size(T, nm, "T");
-		if (!rc)
-			rc = qe__check_size(H, nm, "H");
-		if (!rc)
-			rc = qe__check_size(V, nm, "V");
-		if (!rc)
-			rc = qe__check_need(op->u.eb.dwte, V * H, nm, "dwte");
-		if (!rc)
-			rc = qe__check_need(op->u.eb.tok, T, nm, "tok");
-		if (!rc)
-			rc = qe__check_need(op->u.eb.dout, T * H, nm, "dout");
-		return rc;
-	}
+	case OP_EMBED_BWD:
+		return qe__check_embed_bwd(op->u.eb.dwte, op->u.eb.tok, op->u.eb.dout, op->u.eb.T, op->u.eb.H, op->u.eb.V);
 	case OP_ATTN_FWD:
 	case OP_ATTN_BWD: {
 		int fwd = op->kind == OP_ATTN_FWD;
@@ -551,7 +539,7 @@ static int exec_op(qe_stream *s, const cpu_op *op)
 		break;
 	case OP_EMBED_BWD:
 		rc = qe_cpu_embed_bwd(op->u.eb.dwte, op->u.eb.dwpe, op->u.eb.tok, op->u.eb.dout, op->u.eb.T, op->u.eb.H,
-				      op->u.eb.V);
+				      op->u.eb.V, op->u.eb.rows_written);
 		break;
 	case OP_ATTN_FWD:
 		qe_cpu_attn_fwd(op->u.af.out, op->u.af.probs, op->u.af.qkv, op->u.af.T, op->u.af.H, op->u.af.nh);
@@ -994,7 +982,7 @@ static int cpu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const flo
 }
 
 static int cpu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			 int64_t H, int64_t V)
+			 int64_t H, int64_t V, int32_t *rows_written)
 {
 	cpu_op op = { .kind = OP_EMBED_BWD };
 	op.u.eb.dwte = dwte;
@@ -1004,6 +992,7 @@ static int cpu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *
 	op.u.eb.T = T;
 	op.u.eb.H = H;
 	op.u.eb.V = V;
+	op.u.eb.rows_written = rows_written;
 	return submit(s, &op);
 }
 

@@ -293,14 +293,22 @@ void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const fl
 	}
 }
 
+/* The rows of the previous call (rows_written) or all of dwte are cleared; see backend.h. */
 int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
-		     int64_t V)
+		     int64_t V, int32_t *rows_written)
 {
 	for (int64_t t = 0; t < T; t++)
 		if (tok[t] < 0 || tok[t] >= V)
 			return qe_fail(QE_EINVAL, "embed_bwd: token %d at t=%lld outside the vocabulary [0,%lld)",
 				       (int)tok[t], (long long)t, (long long)V);
-	memset(dwte, 0, (size_t)(V * H) * sizeof(float));
+	if (rows_written) {
+		for (int64_t t = 0; t < T; t++)
+			if (rows_written[t] >= 0 && rows_written[t] < V)
+				memset(dwte + (int64_t)rows_written[t] * H, 0, (size_t)H * sizeof(float));
+		memcpy(rows_written, tok, (size_t)T * sizeof(int32_t));
+	} else {
+		memset(dwte, 0, (size_t)(V * H) * sizeof(float));
+	}
 	if (dwpe)
 		memset(dwpe, 0, (size_t)(T * H) * sizeof(float));
 	for (int64_t t = 0; t < T; t++) {

@@ -227,6 +227,18 @@ __global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wt
 	}
 }
 
+/* The rows of dwte the previous embed_bwd on it wrote (ids outside [0, V) skipped) become zero. */
+__global__ void clear_rows_kernel(float *dwte, const int32_t *rows, int64_t T, int64_t H, int64_t V)
+{
+	GRID_STRIDE(i, T * H)
+	{
+		int64_t t = i / H, c = i - t * H;
+		int32_t id = rows[t];
+		if (id >= 0 && id < V)
+			dwte[(int64_t)id * H + c] = 0.0f;
+	}
+}
+
 /*
  * Element (t, c): the position gradient, and - when t is the first
  * occurrence of its token - that token's row, summed over its occurrences
@@ -234,7 +246,7 @@ __global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wt
  * element and no atomics are needed.
  */
 __global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-				 int64_t H, int64_t V, unsigned *err)
+				 int64_t H, int64_t V, unsigned *err, int32_t *rows_written)
 {
 	GRID_STRIDE(i, T * H)
 	{
@@ -242,6 +254,8 @@ __global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, c
 		if (dwpe)
 			dwpe[i] = 0.0f + dout[i];
 		int32_t tk = tok[t];
+		if (rows_written && c == 0)
+			rows_written[t] = tk; /* clear_rows_kernel, which read it, has finished */
 		if (tk < 0 || tk >= V) {
 			if (c == 0)
 				atomicOr(err, QE_CUDA_ERR_TOKEN);
@@ -674,17 +688,25 @@ extern "C" int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, 
 }
 
 extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-				  int64_t T, int64_t H, int64_t V)
+				  int64_t T, int64_t H, int64_t V, int32_t *rows_written)
 {
 	const char *op = "embed_bwd";
-	if (V * H > 0) {
+	if (rows_written) {
+		if (T * H > 0) {
+			clear_rows_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, rows_written, T, H, V);
+			int rc = qe__cuda_launched(op, "clear_rows_kernel");
+			if (rc)
+				return rc;
+		}
+	} else if (V * H > 0) {
 		cudaError_t e = cudaMemsetAsync(dwte, 0, (size_t)(V * H) * sizeof(float), s->cs);
 		if (e != cudaSuccess)
 			return qe__cuda_err(e, op, "cudaMemsetAsync(dwte)");
 	}
 	if (T * H == 0)
 		return QE_OK;
-	embed_bwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, dwpe, tok, dout, T, H, V, s->words + 1);
+	embed_bwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, dwpe, tok, dout, T, H, V, s->words + 1,
+								 rows_written);
 	return qe__cuda_launched(op, "embed_bwd_kernel");
 }
 
