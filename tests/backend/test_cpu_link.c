@@ -152,8 +152,12 @@ static int same_bytes(const uint8_t *a, const uint8_t *b, size_t n, const char *
 	return 1;
 }
 
-/* Case setup: a sending and a receiving stream and a linked pair; 0 (checks failed) when any is missing. */
-static int pair_up(bk *k, qe_link **tx, qe_link **rx, qe_stream **ss, qe_stream **rs)
+/*
+ * Case setup: a sending and a receiving stream and a linked pair, which has
+ * made its first exchange when connect is set; 0 (checks failed) when any is
+ * missing.
+ */
+static int pair_open(bk *k, qe_link **tx, qe_link **rx, qe_stream **ss, qe_stream **rs, int connect)
 {
 	*tx = *rx = NULL;
 	*ss = *rs = NULL;
@@ -162,8 +166,14 @@ static int pair_up(bk *k, qe_link **tx, qe_link **rx, qe_stream **ss, qe_stream 
 	CHECK_OK(open_pair(k->b, tx, rx));
 	if (!*tx || !*rx || !*ss || !*rs)
 		return 0;
-	CHECK_OK(connect_pair(k, *tx, *rx, *ss, *rs));
+	if (connect)
+		CHECK_OK(connect_pair(k, *tx, *rx, *ss, *rs));
 	return 1;
+}
+
+static int pair_up(bk *k, qe_link **tx, qe_link **rx, qe_stream **ss, qe_stream **rs)
+{
+	return pair_open(k, tx, rx, ss, rs, 1);
 }
 
 /* Case ends: close the sending side, then the receiving one, then both streams. */
@@ -294,14 +304,10 @@ static void case_abort(bk *k)
 static void case_peer_closes(bk *k)
 {
 	qe_link *tx, *rx;
-	qe_stream *ss = NULL, *rs = NULL;
-	CHECK_OK(k->o->stream_create(k->b, &ss));
-	CHECK_OK(k->o->stream_create(k->b, &rs));
+	qe_stream *ss, *rs;
 	/* the sender closes after one message: the first receive gets it, the second fails */
-	CHECK_OK(open_pair(k->b, &tx, &rx));
-	if (!tx || !rx)
+	if (!pair_up(k, &tx, &rx, &ss, &rs))
 		return;
-	CHECK_OK(connect_pair(k, tx, rx, ss, rs));
 	uint8_t a[1000], b2[1000];
 	fill_rand(a, sizeof(a), SEED + 77);
 	CHECK_OK(k->o->link_send(tx, ss, a, sizeof(a)));
@@ -392,11 +398,8 @@ static void *recv_late(void *arg)
 static void case_first_send(bk *k)
 {
 	qe_link *tx, *rx;
-	qe_stream *ss = NULL, *rs = NULL;
-	CHECK_OK(k->o->stream_create(k->b, &ss));
-	CHECK_OK(k->o->stream_create(k->b, &rs));
-	CHECK_OK(open_pair(k->b, &tx, &rx));
-	if (!tx || !rx)
+	qe_stream *ss, *rs;
+	if (!pair_open(k, &tx, &rx, &ss, &rs, 0))
 		return;
 	uint8_t a[64], b2[64];
 	fill_rand(a, sizeof(a), SEED + 5);
@@ -422,11 +425,9 @@ static void case_first_send(bk *k)
 
 	/* no receive ever: the first send fails at the deadline and says why */
 	setenv("QE_COMM_TIMEOUT_MS", "300", 1);
-	CHECK_OK(k->o->stream_create(k->b, &ss));
-	CHECK_OK(k->o->stream_create(k->b, &rs));
-	CHECK_OK(open_pair(k->b, &tx, &rx));
+	int ok = pair_open(k, &tx, &rx, &ss, &rs, 0);
 	unsetenv("QE_COMM_TIMEOUT_MS");
-	if (!tx || !rx)
+	if (!ok)
 		return;
 	t0 = now_ms();
 	int rc = k->o->link_send(tx, ss, a, sizeof(a));
