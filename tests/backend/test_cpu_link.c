@@ -439,6 +439,21 @@ static void case_first_send(bk *k)
 	CHECK(k->o->link_check(tx) != 0, "link_check is 0 after the first send failed");
 	printf("first send: no receive -> failed after %.0f ms: %s\n", ms, qe_last_error());
 	pair_down(k, tx, rx, ss, rs);
+
+	/* a sender that closes before its first send, its receiver waiting: the receive says so */
+	if (!pair_open(k, &tx, &rx, &ss, &rs, 0))
+		return;
+	receiver w = { k->o, rx, rs, b2, sizeof(b2), 0, 0, "" };
+	pthread_create(&t, NULL, recv_one, &w);
+	sleep_ms(100); /* the receive has written its connect frame, which the sender never reads */
+	k->o->link_close(tx);
+	pthread_join(t, NULL);
+	CHECK(w.rc == QE_ECOMM && strstr(w.err, "closed"), "a receive from a sender that closed unconnected: %s (%s)",
+	      qe_errname(w.rc), w.err);
+	printf("first send: the sender closed before sending -> %s\n", w.err);
+	k->o->link_close(rx);
+	k->o->stream_destroy(ss);
+	k->o->stream_destroy(rs);
 }
 
 static void case_refusals(bk *k)

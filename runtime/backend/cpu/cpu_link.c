@@ -182,7 +182,8 @@ static int read_full(qe_link *l, int fd, void *buf, size_t n, double deadline, i
 			done += (size_t)k;
 			continue;
 		}
-		if (k == 0)
+		/* a peer that closes with our CONNECT frame unread resets the socket: that is a close too */
+		if (k == 0 || (k < 0 && errno == ECONNRESET))
 			return is_aborted(l) ? IO_ABORT : IO_EOF;
 		if (errno == EINTR)
 			continue;
