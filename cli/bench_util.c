@@ -8,6 +8,7 @@
  * killed by an outer timeout leaves nothing running on the GPUs.
  */
 #include "bench.h"
+#include "gnuplot.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -272,60 +273,19 @@ const char *bench_bytes(double bytes, char *buf, size_t len)
 	return buf;
 }
 
-static int find_gnuplot(char *buf, size_t len)
-{
-	const char *env = getenv("QE_GNUPLOT");
-	if (env && *env) {
-		snprintf(buf, len, "%s", env);
-		return access(buf, X_OK) == 0 ? 0 : -1;
-	}
-	const char *path = getenv("PATH");
-	while (path && *path) {
-		const char *e = strchr(path, ':');
-		size_t n = e ? (size_t)(e - path) : strlen(path);
-		if (n && n + 10 < len) {
-			snprintf(buf, len, "%.*s/gnuplot", (int)n, path);
-			if (access(buf, X_OK) == 0)
-				return 0;
-		}
-		path += n + (e ? 1 : 0);
-	}
-	return -1;
-}
-
 int bench_gnuplot(const char *dir, const char *script_name, char *err, size_t errlen)
 {
 	char exe[4096], errpath[4200];
 	err[0] = 0;
-	if (find_gnuplot(exe, sizeof(exe))) {
+	if (cli_gnuplot_find(exe, sizeof(exe))) {
 		snprintf(err, errlen, "gnuplot not found in PATH (or $QE_GNUPLOT)");
 		return -1;
 	}
 	snprintf(errpath, sizeof(errpath), "%s/gnuplot.err", dir);
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
-	if (pid < 0) {
-		snprintf(err, errlen, "fork: %s", strerror(errno));
-		return 1;
-	}
-	if (pid == 0) {
-		if (chdir(dir) || !freopen("gnuplot.err", "w", stderr))
-			_exit(127);
-		execl(exe, "gnuplot", script_name, (char *)NULL);
-		_exit(127);
-	}
-	int st = 0;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			break;
-	int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-	size_t n = 0;
-	char *msg = read_file(errpath, &n);
-	if (!ok)
-		snprintf(err, errlen, "gnuplot %s %d: %s", WIFEXITED(st) ? "exit status" : "signal",
-			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), msg ? msg : "");
-	free(msg);
+	char why[1200];
+	int rc = cli_gnuplot_run(exe, dir, script_name, errpath, why, sizeof(why));
+	if (rc)
+		snprintf(err, errlen, "gnuplot %s", why);
 	unlink(errpath);
-	return ok ? 0 : 1;
+	return rc ? 1 : 0;
 }

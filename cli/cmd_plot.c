@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "gnuplot.h"
 #include "ckpt/ckpt_query.h"
 #include "runtime/core/status.h"
 
@@ -96,50 +97,6 @@ static void put_quoted(FILE *f, const char *s)
 	fputc('\'', f);
 }
 
-/* The gnuplot executable in PATH (or QE_GNUPLOT), into buf; 0 when found. */
-static int find_gnuplot(char *buf, size_t len)
-{
-	const char *env = getenv("QE_GNUPLOT");
-	if (env && *env) {
-		snprintf(buf, len, "%s", env);
-		return access(buf, X_OK) == 0 ? 0 : -1;
-	}
-	const char *path = getenv("PATH");
-	if (!path)
-		return -1;
-	while (*path) {
-		const char *e = strchr(path, ':');
-		size_t n = e ? (size_t)(e - path) : strlen(path);
-		if (n && n + 10 < len) {
-			snprintf(buf, len, "%.*s/gnuplot", (int)n, path);
-			if (access(buf, X_OK) == 0)
-				return 0;
-		}
-		path += n + (e ? 1 : 0);
-	}
-	return -1;
-}
-
-/* Run gnuplot on script; its stderr goes to errpath.  0 on exit status 0. */
-static int run_gnuplot(const char *exe, const char *script, const char *errpath, int *status)
-{
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		FILE *e = freopen(errpath, "w", stderr);
-		(void)e;
-		execl(exe, "gnuplot", script, (char *)NULL);
-		_exit(127);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	*status = st;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
 static void remove_tmp(const char *tmp)
 {
 	static const char *names[] = { "a_train.dat", "a_eval.dat", "b_train.dat", "b_eval.dat", "plot.gp",
@@ -192,7 +149,7 @@ int cli_plot_main(int argc, char **argv)
 		return 2;
 	}
 	char exe[4096];
-	if (find_gnuplot(exe, sizeof(exe))) {
+	if (cli_gnuplot_find(exe, sizeof(exe))) {
 		fprintf(stderr, "qeffect plot: gnuplot not found in PATH%s (install it: apt-get install gnuplot-nox)\n",
 			getenv("QE_GNUPLOT") ? " or QE_GNUPLOT" : "");
 		return 1;
@@ -263,18 +220,9 @@ int cli_plot_main(int argc, char **argv)
 		goto out;
 	}
 	snprintf(errp, sizeof(errp), "%s/gnuplot.err", tmp);
-	int wst = 0;
-	if (run_gnuplot(exe, script, errp, &wst)) {
-		char msg[1024] = "";
-		FILE *e = fopen(errp, "r");
-		if (e) {
-			size_t n = fread(msg, 1, sizeof(msg) - 1, e);
-			msg[n] = 0;
-			fclose(e);
-		}
-		fprintf(stderr, "qeffect plot: gnuplot (%s) failed (%s %d) writing '%s':\n%s\n", exe,
-			WIFEXITED(wst) ? "exit status" : "signal", WIFEXITED(wst) ? WEXITSTATUS(wst) : WTERMSIG(wst), outp,
-			msg);
+	char why[1200];
+	if (cli_gnuplot_run(exe, NULL, script, errp, why, sizeof(why))) {
+		fprintf(stderr, "qeffect plot: gnuplot (%s) failed (%s) writing '%s'\n", exe, why, outp);
 		goto out;
 	}
 	struct stat sb;
