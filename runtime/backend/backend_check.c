@@ -114,6 +114,19 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 	return QE_OK;
 }
 
+qe_dtype qe__cast_out_dtype(const qe_cast_args *a)
+{
+	if (a->row.data)
+		return a->row.dtype;
+	if (a->col.data)
+		return a->col.dtype;
+	if (qe_dtype_is_fp8(a->row.dtype))
+		return a->row.dtype;
+	if (qe_dtype_is_fp8(a->col.dtype))
+		return a->col.dtype;
+	return QE_F32;
+}
+
 int qe__check_fp8_update(const float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r)
 {
 	if (!block)

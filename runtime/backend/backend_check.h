@@ -21,6 +21,11 @@ int qe__check_size(int64_t v, const char *op, const char *name);
 int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev);
 /* The cast's input, outputs and scale pointers, on device dev. */
 int qe__check_cast(const qe_cast_args *a, qe_device dev);
+/*
+ * The format a (checked) cast scales into: that of the outputs it writes,
+ * else the FP8 dtype the outputs describe, else f32.
+ */
+qe_dtype qe__cast_out_dtype(const qe_cast_args *a);
 /* One fp8_update: a non-NULL role block, history_len >= 1, an FP8 format and a valid recipe. */
 int qe__check_fp8_update(const float *block, int history_len, qe_dtype fmt, const qe_fp8_recipe *r);
 /*

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../../core/status.h"
+#include "../backend_check.h"
 #include "../colsum.h"
 
 float *qe_cpu_scratch_get(qe_cpu_scratch *sc, int which, size_t n)
@@ -49,19 +50,6 @@ void qe_cpu_scratch_release(qe_cpu_scratch *sc)
 }
 
 /* ---- FP8 cast ------------------------------------------------------------ */
-
-static qe_dtype cast_out_dtype(const qe_cast_args *a)
-{
-	if (a->row.data)
-		return a->row.dtype;
-	if (a->col.data)
-		return a->col.dtype;
-	if (qe_dtype_is_fp8(a->row.dtype))
-		return a->row.dtype;
-	if (qe_dtype_is_fp8(a->col.dtype))
-		return a->col.dtype;
-	return QE_F32;
-}
 
 /* Blocked transpose of 1-byte codes: dst[c, r] = src[r, c]. */
 static void transpose_u8(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols)
@@ -96,7 +84,7 @@ int qe_cpu_cast(const qe_cast_args *a)
 	if (a->amax)
 		*a->amax = qe_cpu_nanmax(*a->amax, amax);
 
-	qe_dtype fmt = cast_out_dtype(a);
+	qe_dtype fmt = qe__cast_out_dtype(a);
 	if (!qe_dtype_is_fp8(fmt)) {
 		if (a->row.data)
 			memcpy(a->row.data, x, (size_t)n * sizeof(float));

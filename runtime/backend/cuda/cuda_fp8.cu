@@ -272,25 +272,11 @@ __global__ void fp8_update_many_kernel(fp8_update_batch b, int L, int algo_max, 
 
 /* ---- launchers ------------------------------------------------------------------ */
 
-/* The format the cast scales into: that of the written outputs, else of the described ones (cpu rule). */
-static qe_dtype cast_out_dtype(const qe_cast_args *a)
-{
-	if (a->row.data)
-		return a->row.dtype;
-	if (a->col.data)
-		return a->col.dtype;
-	if (qe_dtype_is_fp8(a->row.dtype))
-		return a->row.dtype;
-	if (qe_dtype_is_fp8(a->col.dtype))
-		return a->col.dtype;
-	return QE_F32;
-}
-
 extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 {
 	const char *op = "cast";
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
-	qe_dtype fmt = cast_out_dtype(a);
+	qe_dtype fmt = qe__cast_out_dtype(a);
 	const float *x = (const float *)a->x.data;
 	int64_t gx = (cols + TILE - 1) / TILE, gy = (rows + TILE - 1) / TILE;
 	if (gx < 1)
