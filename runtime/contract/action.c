@@ -52,8 +52,7 @@ int qe_stage_contract_init(qe_stage_contract *sc, int32_t s, int M, qe_epoch_sta
 	sc->M = M;
 	qe_effect_init(&sc->effect, s);
 	sc->ep = ep;
-	sc->e_C = -1;
-	sc->cache_valid = 0;
+	qe_weight_cache_init(&sc->cache);
 	sc->pool = pool;
 	sc->arena = arena;
 	sc->p_begin = p_begin;
@@ -83,8 +82,7 @@ int qe_stage_contract_set_slots(qe_stage_contract *sc, int slot_base, int slot_c
 void qe_stage_contract_restart(qe_stage_contract *sc)
 {
 	qe_effect_reset(&sc->effect);
-	sc->e_C = -1;
-	sc->cache_valid = 0;
+	qe_weight_cache_init(&sc->cache);
 	sc->in_flight = QE_SACT_NONE;
 	memset(&sc->in_flight_ref, 0, sizeof(sc->in_flight_ref));
 }
@@ -185,9 +183,8 @@ int qe_action_f_begin(qe_stage_contract *sc, uint64_t token, int m, qe_action_ti
 	if (rc)
 		return ctx(sc, QE_SACT_F, m, rc);
 	qe_key k = qe_key_make(sc->ep->e_W, sc->s, m, 0, 0);
-	qe_epoch_state cache = { sc->ep->e_W, sc->e_C, sc->cache_valid };
 	int refresh = 0;
-	rc = qe_epoch_check_forward(&cache, &k, m == 0, &refresh);
+	rc = qe_weight_cache_check(&sc->cache, sc->ep->e_W, &k, m == 0, &refresh);
 	if (rc)
 		return ctx(sc, QE_SACT_F, m, rc);
 	qe_tape_ref ref;
@@ -310,10 +307,8 @@ int qe_action_end(qe_stage_contract *sc, const qe_action_ticket *t, uint64_t *ne
 
 	if (stateful)
 		qe_effect_commit(&sc->effect, t->token, NULL);
-	if (t->kind == QE_SACT_F && t->refresh_cache) {
-		sc->e_C = sc->ep->e_W;
-		sc->cache_valid = 1;
-	}
+	if (t->kind == QE_SACT_F)
+		qe_weight_cache_commit(&sc->cache, sc->ep->e_W, t->refresh_cache);
 	if (writes)
 		commit_writes(sc, t->m);
 	if (t->kind != QE_SACT_F)

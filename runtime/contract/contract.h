@@ -3,7 +3,7 @@
  *
  *   invocation key + tape slot pool   which microbatch owns retained work, and how long
  *   effect token                      when a stateful (FP8 scaling) transition happens
- *   epochs e_W / e_C                  whether the FP8 weight cache is current; when the
+ *   epoch e_W + weight cache e_C      whether the FP8 weight cache is current; when the
  *                                     optimizer may commit and a checkpoint may be taken
  *   gradient arena                    every matrix-gradient view written exactly once
  *
@@ -200,28 +200,42 @@ void qe_effect_reset(qe_effect_state *st);
 /* ================================================================== epochs */
 
 /*
- * e_W counts optimizer commits; e_C is the epoch of the weights the FP8 cache
- * was cast from, meaningful only while cache_valid.  One qe_epoch_state holds
- * a rank's e_W; its e_C/cache_valid describe one weight cache.  A stage
- * contract (below) keeps its own e_C/cache_valid, because each stage has its
- * own FP8 weight cache, and reads e_W from the rank's shared state.
+ * e_W counts optimizer commits.  One qe_epoch_state holds a rank's e_W; it
+ * is shared by the rank's stages and is the only epoch a checkpoint keeps.
  */
 typedef struct qe_epoch_state {
 	int64_t e_W;
-	int64_t e_C;
-	int cache_valid;
 } qe_epoch_state;
 
-/* e_W as given, cache invalid (e_C = -1). */
+/* e_W as given. */
 void qe_epoch_init(qe_epoch_state *ep, int64_t e_W);
+
 /*
- * Check a forward.  first_of_step (microbatch 0 of a chunk) must refresh the
- * cache: *refresh_out = 1.  Any other F needs cache_valid && e_C == e_W
- * (*refresh_out = 0), else QE_ESTALE_CACHE naming e_C, e_W and k (k may be NULL).
+ * One FP8 weight cache (each stage has its own): e_C is the epoch of the
+ * weights it was cast from, meaningful only while valid.  It starts invalid,
+ * and a restart makes it invalid again even when e_C happens to equal the
+ * restored e_W: the first F of a step refreshes it.
  */
-int qe_epoch_check_forward(const qe_epoch_state *ep, const qe_key *k, int first_of_step, int *refresh_out);
+typedef struct qe_weight_cache {
+	int64_t e_C;
+	int valid;
+} qe_weight_cache;
+
+/* Invalid, e_C = -1 (also what a restart does). */
+void qe_weight_cache_init(qe_weight_cache *wc);
+/*
+ * Check a forward under the rank's e_W.  first_of_step (microbatch 0 of a
+ * chunk) must refresh the cache: *refresh_out = 1.  Any other F needs
+ * valid && e_C == e_W (*refresh_out = 0), else QE_ESTALE_CACHE naming e_C,
+ * e_W and k (k may be NULL); *refresh_out is then left as it was.
+ * Changes nothing.
+ */
+int qe_weight_cache_check(const qe_weight_cache *wc, int64_t e_W, const qe_key *k, int first_of_step,
+			  int *refresh_out);
 /* After the forward succeeded: when it refreshed, e_C = e_W and the cache is valid. */
-void qe_epoch_commit_forward(qe_epoch_state *ep, int refreshed);
+void qe_weight_cache_commit(qe_weight_cache *wc, int64_t e_W, int refreshed);
+/* e_C while valid, -1 when invalid (what traces fingerprint). */
+int64_t qe_weight_cache_epoch(const qe_weight_cache *wc);
 
 typedef struct qe_arena qe_arena;
 
@@ -234,9 +248,10 @@ typedef struct qe_arena qe_arena;
  */
 int qe_epoch_check_commit(const qe_epoch_state *ep, const qe_tape_pool *pool, const qe_arena *arena,
 			  int reductions_in_flight);
-/* The optimizer step committed: e_W advances; the cache is now stale (e_C < e_W). */
+/* The optimizer step committed: e_W advances; every weight cache is now stale (e_C < e_W). */
 void qe_epoch_commit_optimizer(qe_epoch_state *ep);
-/* Restart from a checkpoint at epoch e_W: cache invalid, the first F refreshes it. */
+/* Restart from a checkpoint at epoch e_W (the stages' caches are invalidated by
+ * qe_stage_contract_restart(); the first F refreshes each). */
 void qe_epoch_restart(qe_epoch_state *ep, int64_t e_W);
 
 /*
@@ -365,8 +380,7 @@ typedef struct qe_stage_contract {
 	int M;                   /* configured microbatches per step */
 	qe_effect_state effect;  /* this stage's scaling-state order */
 	qe_epoch_state *ep;      /* the rank's e_W (shared by its stages; not owned) */
-	int64_t e_C;             /* this stage's FP8 weight cache epoch */
-	int cache_valid;
+	qe_weight_cache cache;   /* this stage's FP8 weight cache */
 	qe_tape_pool *pool;      /* not owned; may be shared by the rank's stages */
 	qe_arena *arena;         /* not owned; NULL when the stage has no matrix params */
 	int p_begin, p_end;      /* arena params [p_begin, p_end) belong to this stage */

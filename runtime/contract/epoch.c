@@ -1,10 +1,12 @@
 /*
- * epoch.c - optimizer epoch e_W and weight-cache epoch e_C: *is the FP8 weight
- * cache current*, and *may the optimizer commit / may a checkpoint be taken*.
+ * epoch.c - optimizer epoch e_W and the weight cache (its epoch e_C): *is the
+ * FP8 weight cache current*, and *may the optimizer commit / may a checkpoint
+ * be taken*.
  *
  * The FP8 copy of each weight is cast once per step (first F) and reused by
  * the later microbatches; after an optimizer commit it is stale until the next
- * first F refreshes it.  The commit itself is only sound once nothing of the
+ * first F refreshes it.  e_W is one per rank; each stage owns one
+ * qe_weight_cache, which action.c checks and commits around every F.  The commit itself is only sound once nothing of the
  * epoch is still retained (live tapes would later produce gradients of old
  * weights), every gradient view is written, and no reduction is running.  The
  * checkpoint gate asks for the same plus quiescence: nothing retained from any
@@ -20,41 +22,6 @@
 void qe_epoch_init(qe_epoch_state *ep, int64_t e_W)
 {
 	ep->e_W = e_W;
-	ep->e_C = -1;
-	ep->cache_valid = 0;
-}
-
-int qe_epoch_check_forward(const qe_epoch_state *ep, const qe_key *k, int first_of_step, int *refresh_out)
-{
-	char kb[QE_KEY_FMT_LEN] = "F";
-	if (!ep || !refresh_out)
-		return qe_fail(QE_EINVAL, "epoch check: NULL argument");
-	if (first_of_step) {
-		*refresh_out = 1;
-		return QE_OK;
-	}
-	if (k)
-		qe_key_format(k, kb, sizeof(kb));
-	if (!ep->cache_valid)
-		return qe_fail(QE_ESTALE_CACHE,
-			       "stale cache: %s: FP8 weight cache is invalid (not refreshed since restart), e_W=%lld; "
-			       "only the first F of a step (mb 0) may refresh it",
-			       kb, (long long)ep->e_W);
-	if (ep->e_C != ep->e_W)
-		return qe_fail(QE_ESTALE_CACHE,
-			       "stale cache: %s: FP8 weight cache has e_C=%lld but e_W=%lld; "
-			       "only the first F of a step (mb 0) may refresh it",
-			       kb, (long long)ep->e_C, (long long)ep->e_W);
-	*refresh_out = 0;
-	return QE_OK;
-}
-
-void qe_epoch_commit_forward(qe_epoch_state *ep, int refreshed)
-{
-	if (refreshed) {
-		ep->e_C = ep->e_W;
-		ep->cache_valid = 1;
-	}
 }
 
 void qe_epoch_commit_optimizer(qe_epoch_state *ep)
@@ -65,9 +32,56 @@ void qe_epoch_commit_optimizer(qe_epoch_state *ep)
 void qe_epoch_restart(qe_epoch_state *ep, int64_t e_W)
 {
 	ep->e_W = e_W;
-	ep->e_C = -1;
-	ep->cache_valid = 0;
 }
+
+/* ------------------------------------------------------------ weight cache */
+
+void qe_weight_cache_init(qe_weight_cache *wc)
+{
+	wc->e_C = -1;
+	wc->valid = 0;
+}
+
+int qe_weight_cache_check(const qe_weight_cache *wc, int64_t e_W, const qe_key *k, int first_of_step,
+			  int *refresh_out)
+{
+	char kb[QE_KEY_FMT_LEN] = "F";
+	if (!wc || !refresh_out)
+		return qe_fail(QE_EINVAL, "weight cache check: NULL argument");
+	if (first_of_step) {
+		*refresh_out = 1;
+		return QE_OK;
+	}
+	if (k)
+		qe_key_format(k, kb, sizeof(kb));
+	if (!wc->valid)
+		return qe_fail(QE_ESTALE_CACHE,
+			       "stale cache: %s: FP8 weight cache is invalid (not refreshed since restart), e_W=%lld; "
+			       "only the first F of a step (mb 0) may refresh it",
+			       kb, (long long)e_W);
+	if (wc->e_C != e_W)
+		return qe_fail(QE_ESTALE_CACHE,
+			       "stale cache: %s: FP8 weight cache has e_C=%lld but e_W=%lld; "
+			       "only the first F of a step (mb 0) may refresh it",
+			       kb, (long long)wc->e_C, (long long)e_W);
+	*refresh_out = 0;
+	return QE_OK;
+}
+
+void qe_weight_cache_commit(qe_weight_cache *wc, int64_t e_W, int refreshed)
+{
+	if (refreshed) {
+		wc->e_C = e_W;
+		wc->valid = 1;
+	}
+}
+
+int64_t qe_weight_cache_epoch(const qe_weight_cache *wc)
+{
+	return wc->valid ? wc->e_C : -1;
+}
+
+/* ------------------------------------------------------ commit and checkpoint gates */
 
 /* A growing "pending" list in a fixed buffer; overflow is marked, never overrun. */
 struct pending {

@@ -171,8 +171,8 @@ static void take(struct snap *s, const struct env *e)
 	put(s, ps.live), put(s, ps.peak_live), put(s, (int64_t)ps.allocs), put(s, (int64_t)ps.releases);
 	put(s, (int64_t)ps.aborts), put(s, (int64_t)ps.consumes), put(s, (int64_t)ps.delayed_dw);
 	put(s, (int64_t)e->sc.effect.next), put(s, (int64_t)e->sc.effect.transitions), put(s, (int64_t)e->tok);
-	put(s, e->ep.e_W), put(s, e->ep.e_C), put(s, e->ep.cache_valid);
-	put(s, e->sc.e_C), put(s, e->sc.cache_valid), put(s, e->sc.in_flight);
+	put(s, e->ep.e_W);
+	put(s, e->sc.cache.e_C), put(s, e->sc.cache.valid), put(s, e->sc.in_flight);
 	for (int p = 0; p < ENV_NP; p++)
 		for (int m = 0; m < ENV_M; m++)
 			put(s, qe_arena_is_written(e->arena, p, m));

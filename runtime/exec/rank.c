@@ -327,6 +327,5 @@ void qe_rank_chunk_get_stats(const qe_rank *r, int chunk, qe_rank_chunk_stats *o
 
 int64_t qe_rank_chunk_cache_epoch(const qe_rank *r, int chunk)
 {
-	const qe_stage_contract *sc = &r->chunks[chunk].sc;
-	return sc->cache_valid ? sc->e_C : -1;
+	return qe_weight_cache_epoch(&r->chunks[chunk].sc.cache);
 }

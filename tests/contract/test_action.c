@@ -133,11 +133,11 @@ static void take(struct snap *s, const struct rank *r)
 	qe_tape_pool_get_stats(r->pool, &ps);
 	put(s, ps.live), put(s, ps.peak_live), put(s, (int64_t)ps.allocs), put(s, (int64_t)ps.releases);
 	put(s, (int64_t)ps.aborts), put(s, (int64_t)ps.consumes), put(s, (int64_t)ps.delayed_dw);
-	put(s, r->ep.e_W), put(s, r->ep.e_C), put(s, r->ep.cache_valid);
+	put(s, r->ep.e_W);
 	for (int i = 0; i < 2; i++) {
 		const qe_stage_contract *sc = &r->st[i];
 		put(s, sc->s), put(s, sc->M), put(s, (int64_t)sc->effect.next), put(s, (int64_t)sc->effect.transitions);
-		put(s, sc->effect.stage), put(s, sc->e_C), put(s, sc->cache_valid), put(s, sc->p_begin), put(s, sc->p_end);
+		put(s, sc->effect.stage), put(s, sc->cache.e_C), put(s, sc->cache.valid), put(s, sc->p_begin), put(s, sc->p_end);
 		put(s, sc->slot_base), put(s, sc->slot_count), put(s, sc->in_flight), put_ref(s, &sc->in_flight_ref);
 		put(s, (int64_t)r->tok[i]);
 	}
@@ -207,7 +207,7 @@ static void test_counters(void)
 	      "arena bytes %zu / %zu", as.capacity_bytes, as.view_bytes);
 	CHECK(r.tok[0] == 8 && r.st[0].effect.next == 8 && r.tok[1] == 8, "tokens %llu %llu",
 	      (unsigned long long)r.tok[0], (unsigned long long)r.tok[1]);
-	CHECK(r.st[0].cache_valid && r.st[0].e_C == 0 && r.st[1].cache_valid, "caches valid at epoch 0");
+	CHECK(r.st[0].cache.valid && r.st[0].cache.e_C == 0 && r.st[1].cache.valid, "caches valid at epoch 0");
 	/* the optimizer step */
 	CHECK_OK(qe_epoch_check_commit(&r.ep, r.pool, r.arena, 0));
 	CHECK(qe_quiescence_check(&r.ep, r.pool, r.arena, 0, 0) == QE_EPREMATURE, "unreduced arena blocks checkpoint");
@@ -335,7 +335,7 @@ static void test_fail_and_restart(void)
 	CHECK_OK(qe_action_f_begin(&r.st[0], r.tok[0], 0, &t));
 	CHECK(t.refresh_cache == 1, "first F refreshes");
 	CHECK_OK(qe_action_fail(&r.st[0], &t));
-	CHECK(r.st[0].effect.next == 0 && !r.st[0].cache_valid && r.st[0].in_flight == QE_SACT_NONE, "nothing committed");
+	CHECK(r.st[0].effect.next == 0 && !r.st[0].cache.valid && r.st[0].in_flight == QE_SACT_NONE, "nothing committed");
 	CHECK(qe_tape_pool_check(r.pool, &t.ref, 0, NULL) == QE_ESTALE_REF, "tape aborted");
 	/* retry succeeds: same slot, next generation */
 	CHECK_OK(f(&r, 0, 0, &a, NULL));
@@ -360,7 +360,7 @@ static void test_fail_and_restart(void)
 	qe_epoch_restart(&r.ep, 0);
 	qe_stage_contract_restart(&r.st[0]);
 	r.tok[0] = 0;
-	CHECK(r.st[0].effect.next == 0 && !r.st[0].cache_valid, "restart state");
+	CHECK(r.st[0].effect.next == 0 && !r.st[0].cache.valid, "restart state");
 	CHECK(qe_action_f_begin(&r.st[0], 0, 1, &t) == QE_ESTALE_CACHE, "after restart mb 1 may not run first");
 	CHECK(qe_action_f_begin(&r.st[0], 5, 0, &t) == QE_EORDER, "pre-restart token refused");
 	int refresh = 0;

@@ -34,47 +34,51 @@ static void test_effect(void)
 	CHECK(next == 1 && st.transitions == 8, "transitions %llu", (unsigned long long)st.transitions);
 }
 
-static void test_epoch_cache(void)
+static void test_weight_cache(void)
 {
 	qe_epoch_state ep;
+	qe_weight_cache wc;
 	int refresh = -1;
 	qe_key k = qe_key_make(0, 2, 1, 0, 0);
 	qe_epoch_init(&ep, 0);
-	CHECK(!ep.cache_valid && ep.e_W == 0, "init");
+	qe_weight_cache_init(&wc);
+	CHECK(!wc.valid && wc.e_C == -1 && ep.e_W == 0, "init");
+	CHECK(qe_weight_cache_epoch(&wc) == -1, "invalid reads -1");
 	/* a fresh cache: F of mb 1 before any refresh is stale */
-	CHECK(qe_epoch_check_forward(&ep, &k, 0, &refresh) == QE_ESTALE_CACHE && refresh == -1, "invalid cache");
+	CHECK(qe_weight_cache_check(&wc, ep.e_W, &k, 0, &refresh) == QE_ESTALE_CACHE && refresh == -1, "invalid cache");
 	CHECK(strstr(qe_last_error(), "invalid") && strstr(qe_last_error(), "K=(e=0,s=2,m=1,u=0,i=0)"), "msg %s",
 	      qe_last_error());
-	CHECK_OK(qe_epoch_check_forward(&ep, NULL, 1, &refresh));
+	CHECK_OK(qe_weight_cache_check(&wc, ep.e_W, NULL, 1, &refresh));
 	CHECK(refresh == 1, "first F refreshes");
-	qe_epoch_commit_forward(&ep, 1);
-	CHECK(ep.cache_valid && ep.e_C == 0, "refreshed");
-	CHECK_OK(qe_epoch_check_forward(&ep, &k, 0, &refresh));
+	qe_weight_cache_commit(&wc, ep.e_W, 1);
+	CHECK(wc.valid && wc.e_C == 0 && qe_weight_cache_epoch(&wc) == 0, "refreshed");
+	CHECK_OK(qe_weight_cache_check(&wc, ep.e_W, &k, 0, &refresh));
 	CHECK(refresh == 0, "later F reuses");
-	qe_epoch_commit_forward(&ep, 0);
-	CHECK(ep.e_C == 0, "no refresh keeps e_C");
+	qe_weight_cache_commit(&wc, ep.e_W, 0);
+	CHECK(wc.e_C == 0, "no refresh keeps e_C");
 	/* optimizer commit: e_W advances, the cache goes stale */
 	qe_epoch_commit_optimizer(&ep);
-	CHECK(ep.e_W == 1 && ep.e_C == 0, "e_W 1");
+	CHECK(ep.e_W == 1 && wc.e_C == 0, "e_W 1");
 	k.e = 1;
-	CHECK(qe_epoch_check_forward(&ep, &k, 0, &refresh) == QE_ESTALE_CACHE, "stale after commit");
+	CHECK(qe_weight_cache_check(&wc, ep.e_W, &k, 0, &refresh) == QE_ESTALE_CACHE, "stale after commit");
 	CHECK(strstr(qe_last_error(), "stale cache") && strstr(qe_last_error(), "e_C=0") &&
 		      strstr(qe_last_error(), "e_W=1") && strstr(qe_last_error(), "K=(e=1,s=2,m=1,u=0,i=0)"),
 	      "msg %s", qe_last_error());
 	/* the first F of the step refreshes even when the cache looks current */
-	CHECK_OK(qe_epoch_check_forward(&ep, &k, 1, &refresh));
-	qe_epoch_commit_forward(&ep, refresh);
-	CHECK(ep.e_C == 1, "refreshed to 1");
-	CHECK_OK(qe_epoch_check_forward(&ep, &k, 1, &refresh));
+	CHECK_OK(qe_weight_cache_check(&wc, ep.e_W, &k, 1, &refresh));
+	qe_weight_cache_commit(&wc, ep.e_W, refresh);
+	CHECK(wc.e_C == 1, "refreshed to 1");
+	CHECK_OK(qe_weight_cache_check(&wc, ep.e_W, &k, 1, &refresh));
 	CHECK(refresh == 1, "first of step always refreshes");
 	/* restart: cache invalid, even though e_C happens to equal the restored e_W */
 	qe_epoch_restart(&ep, 1);
-	CHECK(ep.e_W == 1 && !ep.cache_valid, "restart invalidates");
-	CHECK(qe_epoch_check_forward(&ep, &k, 0, &refresh) == QE_ESTALE_CACHE, "after restart: mb 1 first refused");
-	CHECK_OK(qe_epoch_check_forward(&ep, &k, 1, &refresh));
-	qe_epoch_commit_forward(&ep, refresh);
-	CHECK_OK(qe_epoch_check_forward(&ep, &k, 0, &refresh));
-	CHECK(qe_epoch_check_forward(NULL, &k, 0, &refresh) == QE_EINVAL, "NULL ep");
+	qe_weight_cache_init(&wc);
+	CHECK(ep.e_W == 1 && !wc.valid, "restart invalidates");
+	CHECK(qe_weight_cache_check(&wc, ep.e_W, &k, 0, &refresh) == QE_ESTALE_CACHE, "after restart: mb 1 first refused");
+	CHECK_OK(qe_weight_cache_check(&wc, ep.e_W, &k, 1, &refresh));
+	qe_weight_cache_commit(&wc, ep.e_W, refresh);
+	CHECK_OK(qe_weight_cache_check(&wc, ep.e_W, &k, 0, &refresh));
+	CHECK(qe_weight_cache_check(NULL, ep.e_W, &k, 0, &refresh) == QE_EINVAL, "NULL cache");
 }
 
 static void test_commit_gates(void)
@@ -165,7 +169,7 @@ static void test_commit_gates(void)
 int main(void)
 {
 	test_effect();
-	test_epoch_cache();
+	test_weight_cache();
 	test_commit_gates();
 	return qe_test_done("test_epoch_effect");
 }
