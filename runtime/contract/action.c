@@ -17,22 +17,6 @@
 
 #include <string.h>
 
-const char *qe_action_name(qe_stage_action_kind k)
-{
-	switch (k) {
-	case QE_SACT_F:
-		return "F";
-	case QE_SACT_DI:
-		return "dI";
-	case QE_SACT_DW:
-		return "dW";
-	case QE_SACT_B:
-		return "B";
-	default:
-		return "-";
-	}
-}
-
 int qe_stage_contract_init(qe_stage_contract *sc, int32_t s, int M, qe_epoch_state *ep, qe_tape_pool *pool,
 			   qe_arena *arena, int p_begin, int p_end)
 {
@@ -61,7 +45,7 @@ int qe_stage_contract_init(qe_stage_contract *sc, int32_t s, int M, qe_epoch_sta
 	qe_tape_pool_get_stats(pool, &ps);
 	sc->slot_base = 0;
 	sc->slot_count = ps.nslots;
-	sc->in_flight = QE_SACT_NONE;
+	sc->in_flight = QE_ACT_NONE;
 	return QE_OK;
 }
 
@@ -83,21 +67,21 @@ void qe_stage_contract_restart(qe_stage_contract *sc)
 {
 	qe_effect_reset(&sc->effect);
 	qe_weight_cache_init(&sc->cache);
-	sc->in_flight = QE_SACT_NONE;
+	sc->in_flight = QE_ACT_NONE;
 	memset(&sc->in_flight_ref, 0, sizeof(sc->in_flight_ref));
 }
 
 /* The prefix every action message carries. */
-static int ctx(const qe_stage_contract *sc, qe_stage_action_kind k, int m, int rc)
+static int ctx(const qe_stage_contract *sc, qe_action_kind k, int m, int rc)
 {
 	return qe_fail_ctx(rc, "stage %d %s(m=%d)", (int)sc->s, qe_action_name(k), m);
 }
 
-static int begin_common(const qe_stage_contract *sc, qe_stage_action_kind k, int m, const void *out)
+static int begin_common(const qe_stage_contract *sc, qe_action_kind k, int m, const void *out)
 {
 	if (!sc || !sc->ep || !sc->pool || !out)
 		return qe_fail(QE_EINVAL, "%s: NULL stage contract or ticket", qe_action_name(k));
-	if (sc->in_flight != QE_SACT_NONE) {
+	if (sc->in_flight != QE_ACT_NONE) {
 		char rb[2 * QE_KEY_FMT_LEN];
 		return qe_fail(QE_EORDER,
 			       "out-of-order state transition: stage %d %s(m=%d) begun while %s of %s is in flight",
@@ -158,7 +142,7 @@ static void commit_writes(qe_stage_contract *sc, int m)
 		qe_arena_write_commit(sc->arena, p, m);
 }
 
-static void start(qe_stage_contract *sc, qe_action_ticket *t, qe_stage_action_kind k, uint64_t token,
+static void start(qe_stage_contract *sc, qe_action_ticket *t, qe_action_kind k, uint64_t token,
 		  const qe_tape_ref *ref, void *payload)
 {
 	memset(t, 0, sizeof(*t));
@@ -174,26 +158,26 @@ static void start(qe_stage_contract *sc, qe_action_ticket *t, qe_stage_action_ki
 
 int qe_action_f_begin(qe_stage_contract *sc, uint64_t token, int m, qe_action_ticket *out)
 {
-	int rc = begin_common(sc, QE_SACT_F, m, out);
+	int rc = begin_common(sc, QE_ACT_F, m, out);
 	if (rc)
 		return rc;
 	if (m < 0 || m >= sc->M)
-		return ctx(sc, QE_SACT_F, m, qe_fail(QE_EINVAL, "microbatch outside 0..%d", sc->M - 1));
+		return ctx(sc, QE_ACT_F, m, qe_fail(QE_EINVAL, "microbatch outside 0..%d", sc->M - 1));
 	rc = qe_effect_check(&sc->effect, token);
 	if (rc)
-		return ctx(sc, QE_SACT_F, m, rc);
+		return ctx(sc, QE_ACT_F, m, rc);
 	qe_key k = qe_key_make(sc->ep->e_W, sc->s, m, 0, 0);
 	int refresh = 0;
 	rc = qe_weight_cache_check(&sc->cache, sc->ep->e_W, &k, m == 0, &refresh);
 	if (rc)
-		return ctx(sc, QE_SACT_F, m, rc);
+		return ctx(sc, QE_ACT_F, m, rc);
 	qe_tape_ref ref;
 	rc = qe_tape_pool_alloc(sc->pool, k, sc->slot_base + m % sc->slot_count, &ref);
 	if (rc)
-		return ctx(sc, QE_SACT_F, m, rc);
+		return ctx(sc, QE_ACT_F, m, rc);
 	void *payload = NULL;
 	qe_tape_pool_check(sc->pool, &ref, 0, &payload);
-	start(sc, out, QE_SACT_F, token, &ref, payload);
+	start(sc, out, QE_ACT_F, token, &ref, payload);
 	out->refresh_cache = refresh;
 	return QE_OK;
 }
@@ -201,19 +185,19 @@ int qe_action_f_begin(qe_stage_contract *sc, uint64_t token, int m, qe_action_ti
 int qe_action_di_begin(qe_stage_contract *sc, uint64_t token, const qe_tape_ref *ref, qe_action_ticket *out)
 {
 	int m = ref ? ref->key.m : -1;
-	int rc = begin_common(sc, QE_SACT_DI, m, out);
+	int rc = begin_common(sc, QE_ACT_DI, m, out);
 	if (rc)
 		return rc;
 	if (!ref)
-		return ctx(sc, QE_SACT_DI, m, qe_fail(QE_EINVAL, "no tape reference"));
+		return ctx(sc, QE_ACT_DI, m, qe_fail(QE_EINVAL, "no tape reference"));
 	rc = qe_effect_check(&sc->effect, token);
 	if (rc)
-		return ctx(sc, QE_SACT_DI, m, rc);
+		return ctx(sc, QE_ACT_DI, m, rc);
 	void *payload = NULL;
 	rc = check_consumed_ref(sc, ref, QE_CONSUMER_DI, &payload);
 	if (rc)
-		return ctx(sc, QE_SACT_DI, m, rc);
-	start(sc, out, QE_SACT_DI, token, ref, payload);
+		return ctx(sc, QE_ACT_DI, m, rc);
+	start(sc, out, QE_ACT_DI, token, ref, payload);
 	return QE_OK;
 }
 
@@ -221,30 +205,30 @@ int qe_action_dw_begin(qe_stage_contract *sc, const qe_tape_ref *ref, int m_expl
 		       qe_action_ticket *out)
 {
 	char rb[2 * QE_KEY_FMT_LEN];
-	int rc = begin_common(sc, QE_SACT_DW, m_explicit, out);
+	int rc = begin_common(sc, QE_ACT_DW, m_explicit, out);
 	if (rc)
 		return rc;
 	if (!ref)
-		return ctx(sc, QE_SACT_DW, m_explicit, qe_fail(QE_EINVAL, "no tape reference"));
+		return ctx(sc, QE_ACT_DW, m_explicit, qe_fail(QE_EINVAL, "no tape reference"));
 	void *payload = NULL;
 	rc = check_consumed_ref(sc, ref, QE_CONSUMER_DW, &payload);
 	if (rc)
-		return ctx(sc, QE_SACT_DW, m_explicit, rc);
+		return ctx(sc, QE_ACT_DW, m_explicit, rc);
 	if (m_explicit != ref->key.m)
-		return ctx(sc, QE_SACT_DW, m_explicit,
+		return ctx(sc, QE_ACT_DW, m_explicit,
 			   qe_fail(QE_EKEY_SLOT,
 				   "key/slot mismatch: the deferred dW task names microbatch %d but its tape is %s",
 				   m_explicit, qe_tape_ref_format(ref, rb, sizeof(rb))));
 	qe_tape_slot_info info;
 	qe_tape_pool_slot_info(sc->pool, ref->slot, &info);
 	if (!(info.mask & QE_CONSUMER_DI))
-		return ctx(sc, QE_SACT_DW, m_explicit,
+		return ctx(sc, QE_ACT_DW, m_explicit,
 			   qe_fail(QE_EORDER, "out-of-order state transition: dW of %s before its dI",
 				   qe_tape_ref_format(ref, rb, sizeof(rb))));
 	rc = check_writes(sc, ref->key.m, dests);
 	if (rc)
-		return ctx(sc, QE_SACT_DW, m_explicit, rc);
-	start(sc, out, QE_SACT_DW, sc->effect.next, ref, payload);
+		return ctx(sc, QE_ACT_DW, m_explicit, rc);
+	start(sc, out, QE_ACT_DW, sc->effect.next, ref, payload);
 	return QE_OK;
 }
 
@@ -252,22 +236,22 @@ int qe_action_b_begin(qe_stage_contract *sc, uint64_t token, const qe_tape_ref *
 		      qe_action_ticket *out)
 {
 	int m = ref ? ref->key.m : -1;
-	int rc = begin_common(sc, QE_SACT_B, m, out);
+	int rc = begin_common(sc, QE_ACT_B, m, out);
 	if (rc)
 		return rc;
 	if (!ref)
-		return ctx(sc, QE_SACT_B, m, qe_fail(QE_EINVAL, "no tape reference"));
+		return ctx(sc, QE_ACT_B, m, qe_fail(QE_EINVAL, "no tape reference"));
 	rc = qe_effect_check(&sc->effect, token);
 	if (rc)
-		return ctx(sc, QE_SACT_B, m, rc);
+		return ctx(sc, QE_ACT_B, m, rc);
 	void *payload = NULL;
 	rc = check_consumed_ref(sc, ref, QE_CONSUMER_FULL, &payload);
 	if (rc)
-		return ctx(sc, QE_SACT_B, m, rc);
+		return ctx(sc, QE_ACT_B, m, rc);
 	rc = check_writes(sc, ref->key.m, dests);
 	if (rc)
-		return ctx(sc, QE_SACT_B, m, rc);
-	start(sc, out, QE_SACT_B, token, ref, payload);
+		return ctx(sc, QE_ACT_B, m, rc);
+	start(sc, out, QE_ACT_B, token, ref, payload);
 	return QE_OK;
 }
 
@@ -276,7 +260,7 @@ static int check_ticket(const qe_stage_contract *sc, const qe_action_ticket *t, 
 {
 	if (!sc || !t)
 		return qe_fail(QE_EINVAL, "action %s: NULL stage contract or ticket", what);
-	if (t->kind == QE_SACT_NONE || sc->in_flight != t->kind || sc->in_flight_ref.slot != t->ref.slot ||
+	if (t->kind == QE_ACT_NONE || sc->in_flight != t->kind || sc->in_flight_ref.slot != t->ref.slot ||
 	    sc->in_flight_ref.gen != t->ref.gen || !qe_key_equal(&sc->in_flight_ref.key, &t->ref.key)) {
 		char rb[2 * QE_KEY_FMT_LEN];
 		return qe_fail(QE_EINVAL, "action %s: stage %d has no %s of %s in flight (in flight: %s)", what,
@@ -286,9 +270,9 @@ static int check_ticket(const qe_stage_contract *sc, const qe_action_ticket *t, 
 	return QE_OK;
 }
 
-static int consumer_of(qe_stage_action_kind k)
+static int consumer_of(qe_action_kind k)
 {
-	return k == QE_SACT_DI ? QE_CONSUMER_DI : k == QE_SACT_DW ? QE_CONSUMER_DW : k == QE_SACT_B ? QE_CONSUMER_FULL : 0;
+	return k == QE_ACT_DI ? QE_CONSUMER_DI : k == QE_ACT_DW ? QE_CONSUMER_DW : k == QE_ACT_B ? QE_CONSUMER_FULL : 0;
 }
 
 int qe_action_end(qe_stage_contract *sc, const qe_action_ticket *t, uint64_t *next_token)
@@ -296,7 +280,7 @@ int qe_action_end(qe_stage_contract *sc, const qe_action_ticket *t, uint64_t *ne
 	int rc = check_ticket(sc, t, "end");
 	if (rc)
 		return rc;
-	int stateful = t->kind != QE_SACT_DW, writes = t->kind == QE_SACT_DW || t->kind == QE_SACT_B;
+	int stateful = t->kind != QE_ACT_DW, writes = t->kind == QE_ACT_DW || t->kind == QE_ACT_B;
 	/* Re-check all, then commit all: a failed end changes nothing either. */
 	if (stateful && (rc = qe_effect_check(&sc->effect, t->token)))
 		return ctx(sc, t->kind, t->m, rc);
@@ -307,13 +291,13 @@ int qe_action_end(qe_stage_contract *sc, const qe_action_ticket *t, uint64_t *ne
 
 	if (stateful)
 		qe_effect_commit(&sc->effect, t->token, NULL);
-	if (t->kind == QE_SACT_F)
+	if (t->kind == QE_ACT_F)
 		qe_weight_cache_commit(&sc->cache, sc->ep->e_W, t->refresh_cache);
 	if (writes)
 		commit_writes(sc, t->m);
-	if (t->kind != QE_SACT_F)
+	if (t->kind != QE_ACT_F)
 		qe_tape_pool_commit(sc->pool, &t->ref, consumer_of(t->kind));
-	sc->in_flight = QE_SACT_NONE;
+	sc->in_flight = QE_ACT_NONE;
 	if (next_token)
 		*next_token = sc->effect.next;
 	return QE_OK;
@@ -324,7 +308,7 @@ int qe_action_fail(qe_stage_contract *sc, const qe_action_ticket *t)
 	int rc = check_ticket(sc, t, "fail");
 	if (rc)
 		return rc;
-	sc->in_flight = QE_SACT_NONE;
+	sc->in_flight = QE_ACT_NONE;
 	rc = qe_tape_pool_abort(sc->pool, &t->ref);
 	return rc ? ctx(sc, t->kind, t->m, rc) : QE_OK;
 }

@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/action.h"
 #include "../core/status.h"
 #include "../core/tensor.h"
 
@@ -156,11 +157,12 @@ typedef struct qe_tape_slot_info {
 int qe_tape_pool_slot_info(const qe_tape_pool *pool, int slot, qe_tape_slot_info *out);
 
 /*
- * Counters.  A *delayed dW* is a dW-only commit that is not the very next
- * consumer commit on this pool after the dI commit of its own tape: any dI,
- * dW or B committed on another tape in between (or no dI before it) makes it
- * delayed.  dI immediately followed by its dW, and a full B, are not delayed.
- * This counts exactly the dW that ZB-V defers into bubbles.
+ * Counters.  A *delayed dW* follows the one rule of runtime/core/action.h
+ * (qe_dw_rule) over this pool's consumer commits: a dW-only commit that is
+ * not the very next consumer commit on this pool after the dI commit of its
+ * own tape: any dI, dW or B committed on another tape in between (or no dI
+ * before it) makes it delayed.  dI immediately followed by its dW, and a full
+ * B, are not delayed.  This counts exactly the dW that ZB-V defers into bubbles.
  */
 typedef struct qe_tape_pool_stats {
 	int nslots;
@@ -370,10 +372,8 @@ void qe_arena_get_stats(const qe_arena *arena, qe_arena_stats *out);
  * exception aborts the reference); the executor usually then aborts the step
  * with qe_tape_pool_purge_epoch().
  */
-typedef enum qe_stage_action_kind { QE_SACT_NONE = 0, QE_SACT_F, QE_SACT_DI, QE_SACT_DW, QE_SACT_B } qe_stage_action_kind;
-
-/* "F", "dI", "dW", "B" or "-". Static string. */
-const char *qe_action_name(qe_stage_action_kind k);
+/* The kinds are qe_action_kind's compute kinds QE_ACT_F, _DI, _DW, _B (runtime/core/action.h);
+ * QE_ACT_NONE: nothing in flight.  qe_action_name() spells them in messages. */
 
 typedef struct qe_stage_contract {
 	int32_t s;               /* global stage */
@@ -385,13 +385,13 @@ typedef struct qe_stage_contract {
 	qe_arena *arena;         /* not owned; NULL when the stage has no matrix params */
 	int p_begin, p_end;      /* arena params [p_begin, p_end) belong to this stage */
 	int slot_base, slot_count; /* F(m) takes pool slot slot_base + m % slot_count */
-	qe_stage_action_kind in_flight;
+	qe_action_kind in_flight;
 	qe_tape_ref in_flight_ref;
 } qe_stage_contract;
 
 /* The result of a successful *_begin, consumed by qe_action_end()/_fail(). */
 typedef struct qe_action_ticket {
-	qe_stage_action_kind kind;
+	qe_action_kind kind;
 	int32_t s, m;
 	uint64_t token;      /* the token presented (F, dI, B) */
 	qe_tape_ref ref;     /* F: the new tape; dI/dW/B: the tape consumed */

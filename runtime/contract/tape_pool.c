@@ -27,14 +27,13 @@ struct tape_slot {
 	uint64_t gen;
 	qe_key key;
 	enum slot_end state;
-	uint64_t di_seq; /* consume sequence number of this tape's dI commit; 0 when none */
 };
 
 struct qe_tape_pool {
 	int nslots;
 	struct tape_slot *slots;
 	void **payloads;
-	uint64_t consume_seq; /* numbers every consumer commit on the pool, from 1 */
+	qe_dw_rule dw;        /* the delayed-dW rule over this pool's consumer commits */
 	qe_tape_pool_stats st;
 };
 
@@ -77,6 +76,7 @@ int qe_tape_pool_create(int nslots, void *const *payloads, qe_tape_pool **out)
 		p->payloads[i] = payloads[i];
 	p->nslots = nslots;
 	p->st.nslots = nslots;
+	qe_dw_rule_reset(&p->dw);
 	*out = p;
 	return QE_OK;
 
@@ -140,7 +140,6 @@ int qe_tape_pool_alloc(qe_tape_pool *pool, qe_key k, int slot_hint, qe_tape_ref 
 	sl->mask = 0;
 	sl->key = k;
 	sl->state = SLOT_LIVE;
-	sl->di_seq = 0;
 	pool->st.allocs++;
 	pool->st.live++;
 	if (pool->st.live > pool->st.peak_live)
@@ -204,12 +203,9 @@ int qe_tape_pool_commit(qe_tape_pool *pool, const qe_tape_ref *r, int consumer)
 	if (rc)
 		return rc;
 	struct tape_slot *sl = &pool->slots[r->slot];
-	uint64_t seq = ++pool->consume_seq;
+	qe_action_kind k = consumer == QE_CONSUMER_DI ? QE_ACT_DI : consumer == QE_CONSUMER_DW ? QE_ACT_DW : QE_ACT_B;
 	pool->st.consumes++;
-	if (consumer == QE_CONSUMER_DI)
-		sl->di_seq = seq;
-	if (consumer == QE_CONSUMER_DW && !(sl->di_seq && sl->di_seq + 1 == seq))
-		pool->st.delayed_dw++;
+	pool->st.delayed_dw += qe_dw_rule_note(&pool->dw, k, r->slot, (int64_t)sl->gen);
 	sl->mask |= consumer;
 	if (sl->mask == QE_CONSUMER_FULL)
 		free_slot(pool, sl, SLOT_RELEASED);

@@ -169,7 +169,7 @@ fail_rc:
 void qe__rank_drop_graphs(qe_rank *r)
 {
 	for (int c = 0; c < r->V; c++)
-		for (int k = 0; k < GRAPH_KINDS; k++)
+		for (int k = 0; k < RANK_GRAPH_KINDS; k++)
 			for (int m = 0; m < QE_RANK_MAX_MICRO; m++)
 				if (r->chunks[c].graphs[k][m]) {
 					r->b->ops->graph_destroy(r->chunks[c].graphs[k][m]);

@@ -10,7 +10,8 @@
 #define QE_RANK_MAX_CHUNKS 8
 #define QE_RANK_MAX_MICRO 256
 
-enum { GRAPH_F = 0, GRAPH_DI = 1, GRAPH_DW = 2, GRAPH_KINDS = 3 };
+/* Graphs are captured for QE_ACT_F, QE_ACT_DI and QE_ACT_DW (B replays DI then DW). */
+#define RANK_GRAPH_KINDS (QE_ACT_DW + 1)
 
 typedef struct rank_chunk {
 	int chunk, stage;
@@ -24,7 +25,7 @@ typedef struct rank_chunk {
 	qe_tensor *views;                    /* [m * nmat + j]: arena views (the bound destinations) */
 	qe_tensor *scratch;                  /* [j]: copy mode's dW destinations */
 	void *scratch_mem;
-	qe_graph *graphs[GRAPH_KINDS][QE_RANK_MAX_MICRO];
+	qe_graph *graphs[RANK_GRAPH_KINDS][QE_RANK_MAX_MICRO];
 	qe_rank_chunk_stats last;            /* resource counts of the last step */
 } rank_chunk;
 
@@ -56,7 +57,7 @@ struct qe_rank {
 	rank_links *links;   /* device links to the pipeline peers; NULL: messages go through host memory */
 	qe_rank_counters ctr;
 	int peak_live_step;
-	int last_kind, last_chunk, last_mb; /* the previous compute action (delayed-dW rule) */
+	qe_dw_rule dw;       /* the delayed-dW rule over this step's compute actions: (chunk, mb) */
 	uint64_t rng_record[2]; /* persisted: sampler seed and position */
 	uint8_t cache_record;   /* persisted: cache validity on restore (always 0) */
 };

@@ -35,12 +35,12 @@ static int physical_dw(qe_rank *r, rank_chunk *ch, qe_stream *s, int m)
 	return QE_OK;
 }
 
-static int physical_eager(qe_rank *r, rank_chunk *ch, int kind, int m, int refresh)
+static int physical_eager(qe_rank *r, rank_chunk *ch, qe_action_kind kind, int m, int refresh)
 {
 	switch (kind) {
-	case GRAPH_F:
+	case QE_ACT_F:
 		return qe_stage_forward(ch->st, r->caller, m, refresh);
-	case GRAPH_DI:
+	case QE_ACT_DI:
 		return qe_stage_backward_input(ch->st, r->caller, m, m);
 	default:
 		return physical_dw(r, ch, r->caller, m);
@@ -59,13 +59,13 @@ static int capture_graphs(qe_rank *r)
 	QE_TRY(qe__rank_sync(r, r->caller));
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
-		for (int k = 0; k < GRAPH_KINDS; k++) {
+		for (qe_action_kind k = QE_ACT_F; k < RANK_GRAPH_KINDS; k++) {
 			for (int m = 0; m < r->M; m++) {
 				int rc = o->capture_begin(r->gstream);
 				if (!rc) {
-					if (k == GRAPH_F)
+					if (k == QE_ACT_F)
 						rc = qe_stage_forward(ch->st, r->gstream, m, m == 0);
-					else if (k == GRAPH_DI)
+					else if (k == QE_ACT_DI)
 						rc = qe_stage_backward_input(ch->st, r->gstream, m, m);
 					else
 						rc = physical_dw(r, ch, r->gstream, m);
@@ -77,7 +77,7 @@ static int capture_graphs(qe_rank *r)
 				}
 				if (rc)
 					return qe_fail_ctx(rc, "rank %d: capturing %s graph of stage %d slot %d", r->rank,
-							   k == GRAPH_F ? "F" : k == GRAPH_DI ? "dI" : "dW", ch->stage, m);
+							   qe_action_name(k), ch->stage, m);
 				r->ctr.graphs++;
 			}
 		}
@@ -105,11 +105,11 @@ static int replay(qe_rank *r, qe_graph *g)
 	return QE_OK;
 }
 
-static int physical(qe_rank *r, rank_chunk *ch, int kind, int m, int refresh)
+static int physical(qe_rank *r, rank_chunk *ch, qe_action_kind kind, int m, int refresh)
 {
 	if (r->cfg.exec == QE_EXEC_GRAPH && r->graphs_ready) {
 		/* The F graph of slot 0 refreshes the cache; the contract agrees only then. */
-		if (kind == GRAPH_F && refresh != (m == 0))
+		if (kind == QE_ACT_F && refresh != (m == 0))
 			return qe_fail(QE_ESTALE_CACHE, "stage %d: captured F of slot %d %s the weight cache, the contract "
 				       "says it must%s", ch->stage, m, m == 0 ? "refreshes" : "does not refresh",
 				       refresh ? "" : " not");
@@ -174,7 +174,7 @@ static int act_f(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
 	QE_TRY(qe_action_f_begin(&ch->sc, ch->token, m, &t));
 	int rc = feed_data(r, ch, data, m);
 	if (!rc)
-		rc = physical(r, ch, GRAPH_F, m, t.refresh_cache);
+		rc = physical(r, ch, QE_ACT_F, m, t.refresh_cache);
 	QE_TRY(finish(r, ch, &t, rc, &ch->token));
 	ch->refs[m] = t.ref;
 	/* hand the activation to the next stage when it lives here */
@@ -198,7 +198,7 @@ static int act_di(qe_rank *r, rank_chunk *ch, int m)
 {
 	qe_action_ticket t;
 	QE_TRY(qe_action_di_begin(&ch->sc, ch->token, &ch->refs[m], &t));
-	QE_TRY(finish(r, ch, &t, physical(r, ch, GRAPH_DI, m, 0), &ch->token));
+	QE_TRY(finish(r, ch, &t, physical(r, ch, QE_ACT_DI, m, 0), &ch->token));
 	return handoff_grad(r, ch, m);
 }
 
@@ -206,32 +206,18 @@ static int act_dw(qe_rank *r, rank_chunk *ch, int m)
 {
 	qe_action_ticket t;
 	QE_TRY(qe_action_dw_begin(&ch->sc, &ch->refs[m], m, &ch->views[m * ch->nmat], &t));
-	return finish(r, ch, &t, physical(r, ch, GRAPH_DW, m, 0), NULL);
+	return finish(r, ch, &t, physical(r, ch, QE_ACT_DW, m, 0), NULL);
 }
 
 static int act_b(qe_rank *r, rank_chunk *ch, int m)
 {
 	qe_action_ticket t;
 	QE_TRY(qe_action_b_begin(&ch->sc, ch->token, &ch->refs[m], &ch->views[m * ch->nmat], &t));
-	int rc = physical(r, ch, GRAPH_DI, m, 0);
+	int rc = physical(r, ch, QE_ACT_DI, m, 0);
 	if (!rc)
-		rc = physical(r, ch, GRAPH_DW, m, 0);
+		rc = physical(r, ch, QE_ACT_DW, m, 0);
 	QE_TRY(finish(r, ch, &t, rc, &ch->token));
 	return handoff_grad(r, ch, m);
-}
-
-/*
- * The schedule's rule for a delayed dW (runtime/sched stats): a DW whose
- * previous compute action on this rank is not its own DI.
- */
-static void note_compute(qe_rank *r, const qe_sched_action *a)
-{
-	if (a->kind == QE_ACT_DW &&
-	    !(r->last_kind == QE_ACT_DI && r->last_chunk == a->chunk && r->last_mb == a->mb))
-		r->chunks[a->chunk].last.delayed_dw++;
-	r->last_kind = a->kind;
-	r->last_chunk = a->chunk;
-	r->last_mb = a->mb;
 }
 
 static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
@@ -239,8 +225,8 @@ static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
 	rank_chunk *ch = &r->chunks[a->chunk];
 	int peer = a->peer >= 0 ? r->dr * r->P + a->peer : -1;
 	size_t act = qe_stage_act_bytes(ch->st);
-	if (a->kind <= QE_ACT_B)
-		note_compute(r, a);
+	if (qe_action_is_compute(a->kind))
+		r->chunks[a->chunk].last.delayed_dw += (uint64_t)qe_dw_rule_note(&r->dw, a->kind, a->chunk, a->mb);
 	switch (a->kind) {
 	case QE_ACT_F:
 		return act_f(r, ch, data, a->mb);
@@ -377,7 +363,7 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 	for (int c = 0; c < r->V; c++)
 		memset(&r->chunks[c].last, 0, sizeof(r->chunks[c].last));
 	r->peak_live_step = 0;
-	r->last_kind = -1;
+	qe_dw_rule_reset(&r->dw);
 	if (r->profile && r->steps_here == 2) {
 		memset(r->prof_ms, 0, sizeof(r->prof_ms));
 		memset(r->prof_n, 0, sizeof(r->prof_n));

@@ -28,17 +28,9 @@
 
 #include <stddef.h>
 
-typedef enum qe_action_kind {
-	QE_ACT_F = 0,       /* forward; retains the tape of (stage, mb) */
-	QE_ACT_DI,          /* input gradient (critical path) */
-	QE_ACT_DW,          /* weight gradient (may be deferred) */
-	QE_ACT_B,           /* full backward = DI + DW, reference only */
-	QE_ACT_SEND_ACT,    /* send F's output of `stage` to `peer` */
-	QE_ACT_RECV_ACT,    /* receive F's output of `stage` from `peer` */
-	QE_ACT_SEND_GRAD,   /* send the input gradient made by DI/B of `stage` to `peer` */
-	QE_ACT_RECV_GRAD,   /* receive the input gradient made by DI/B of `stage` from `peer` */
-	QE_ACT_NKINDS
-} qe_action_kind;
+#include "runtime/core/action.h"
+
+/* qe_action_kind (F, DI, DW, B, SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD) is runtime/core/action.h. */
 
 /*
  * One action.  For compute actions, stage = stage_of(rank, chunk) and peer = -1.

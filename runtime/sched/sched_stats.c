@@ -22,17 +22,13 @@ static long cost(qe_action_kind k)
 	}
 }
 
-static int is_compute(qe_action_kind k)
-{
-	return k == QE_ACT_F || k == QE_ACT_DI || k == QE_ACT_DW || k == QE_ACT_B;
-}
-
 /* Memory-side numbers: one pass over one rank's list. */
 static void rank_counts(const qe_sched *s, int r, qe_sched_rank_stats *st)
 {
 	const qe_sched_rank *l = &s->ranks[r];
 	int live = 0, pending = 0;
-	const qe_sched_action *prev = NULL; /* previous compute action */
+	qe_dw_rule dw;
+	qe_dw_rule_reset(&dw);
 	for (int i = 0; i < l->n; i++) {
 		const qe_sched_action *a = &l->actions[i];
 		st->count[a->kind]++;
@@ -46,8 +42,6 @@ static void rank_counts(const qe_sched *s, int r, qe_sched_rank_stats *st)
 		case QE_ACT_DW:
 			pending--;
 			live--;
-			if (!prev || prev->kind != QE_ACT_DI || prev->stage != a->stage || prev->mb != a->mb)
-				st->delayed_dw++;
 			break;
 		case QE_ACT_B:
 			live--;
@@ -59,8 +53,8 @@ static void rank_counts(const qe_sched *s, int r, qe_sched_rank_stats *st)
 			st->peak_live_tapes = live;
 		if (pending > st->max_pending_dw)
 			st->max_pending_dw = pending;
-		if (is_compute(a->kind))
-			prev = a;
+		if (qe_action_is_compute(a->kind))
+			st->delayed_dw += qe_dw_rule_note(&dw, a->kind, a->stage, a->mb);
 	}
 }
 

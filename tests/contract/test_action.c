@@ -335,7 +335,7 @@ static void test_fail_and_restart(void)
 	CHECK_OK(qe_action_f_begin(&r.st[0], r.tok[0], 0, &t));
 	CHECK(t.refresh_cache == 1, "first F refreshes");
 	CHECK_OK(qe_action_fail(&r.st[0], &t));
-	CHECK(r.st[0].effect.next == 0 && !r.st[0].cache.valid && r.st[0].in_flight == QE_SACT_NONE, "nothing committed");
+	CHECK(r.st[0].effect.next == 0 && !r.st[0].cache.valid && r.st[0].in_flight == QE_ACT_NONE, "nothing committed");
 	CHECK(qe_tape_pool_check(r.pool, &t.ref, 0, NULL) == QE_ESTALE_REF, "tape aborted");
 	/* retry succeeds: same slot, next generation */
 	CHECK_OK(f(&r, 0, 0, &a, NULL));
@@ -354,7 +354,7 @@ static void test_fail_and_restart(void)
 	CHECK(qe_tape_pool_purge_epoch(r.pool, 0) == 1, "purge the in-flight tape");
 	CHECK(qe_action_end(&r.st[0], &t, &r.tok[0]) == QE_ESTALE_REF, "end of a purged tape refused");
 	CHECK(qe_arena_is_written(r.arena, 0, 1) == 0, "no write committed");
-	CHECK(qe_action_fail(&r.st[0], &t) == QE_ESTALE_REF && r.st[0].in_flight == QE_SACT_NONE,
+	CHECK(qe_action_fail(&r.st[0], &t) == QE_ESTALE_REF && r.st[0].in_flight == QE_ACT_NONE,
 	      "fail of a purged tape clears in-flight");
 	qe_arena_step_reset(r.arena);
 	qe_epoch_restart(&r.ep, 0);
@@ -374,7 +374,7 @@ static void test_fail_and_restart(void)
 	CHECK(qe_stage_contract_init(&sc, 0, NMB + 1, &r.ep, r.pool, r.arena, 0, 2) == QE_EINVAL, "NMB differs from arena");
 	CHECK(qe_stage_contract_init(&sc, 0, NMB, NULL, r.pool, r.arena, 0, 2) == QE_EINVAL, "NULL ep");
 	CHECK_OK(qe_stage_contract_init(&sc, 9, NMB, &r.ep, r.pool, NULL, 0, 0));
-	CHECK(strcmp(qe_action_name(QE_SACT_DW), "dW") == 0 && strcmp(qe_consumer_name(QE_CONSUMER_FULL), "B") == 0,
+	CHECK(strcmp(qe_action_name(QE_ACT_DW), "dW") == 0 && strcmp(qe_consumer_name(QE_CONSUMER_FULL), "B") == 0,
 	      "names");
 	rank_free(&r);
 }
