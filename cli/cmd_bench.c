@@ -6,13 +6,13 @@
  *   step     step time of the five execution configurations against the floor
  *   scale    captured ZB-V as the number of microbatches grows
  *   floor    the per-rank floor: measured FP8 GEMM rate and copy bandwidth
- * Each lives in cli/bench_<name>.c; they share cli/bench_util.c and
- * cli/bench_train.c.
+ * Each lives in cli/bench/bench_<name>.c; they share cli/bench/bench_util.c and
+ * cli/bench/bench_train.c.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "bench.h"
+#include "cli/bench/bench.h"
 #include "cli.h"
 
 static const struct {

@@ -1,6 +1,6 @@
 /*
  * bench.h - the pieces `qeffect bench` is made of (cli/cmd_bench.c and
- * cli/bench_*.c): child processes under a time limit, JSON lines, medians,
+ * cli/bench/bench_*.c): child processes under a time limit, JSON lines, medians,
  * flag lists, reports written atomically, gnuplot charts, and the per-rank
  * floor model.  Internal to cli/.
  *

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "cli.h"
+#include "cli/cli.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/status.h"
 #include "runtime/model/model.h"

@@ -8,7 +8,7 @@
  * killed by an outer timeout leaves nothing running on the GPUs.
  */
 #include "bench.h"
-#include "gnuplot.h"
+#include "cli/gnuplot.h"
 
 #include <errno.h>
 #include <fcntl.h>
