@@ -7,14 +7,14 @@
  * backend is compiled in only with QE_WITH_CUDA (CMakeLists.txt); without it
  * "cuda" is a clear QE_EUNSUPPORTED rather than a link error.
  */
-#include "backend.h"
+#include "runtime/backend/backend.h"
 
 #include <string.h>
 
-#include "../core/status.h"
-#include "cpu/cpu_backend.h"
+#include "runtime/core/status.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 #ifdef QE_WITH_CUDA
-#include "cuda/cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 #endif
 
 int qe_backend_open(const char *name, qe_backend **out)

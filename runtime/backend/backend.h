@@ -29,8 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/tensor.h"
-#include "../fp8/fp8.h"
+#include "runtime/core/tensor.h"
+#include "runtime/fp8/fp8.h"
 
 typedef struct qe_backend qe_backend;
 typedef struct qe_stream qe_stream; /* backend-defined */

@@ -2,9 +2,9 @@
  * backend_check.c - the op argument checks shared by the backends (see
  * backend_check.h).
  */
-#include "backend_check.h"
+#include "runtime/backend/backend_check.h"
 
-#include "../core/status.h"
+#include "runtime/core/status.h"
 
 static const char *dev_name(qe_device d)
 {

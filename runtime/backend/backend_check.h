@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "backend.h"
+#include "runtime/backend/backend.h"
 
 /* p may be NULL only when count is 0; name says which argument. */
 int qe__check_need(const void *p, int64_t count, const char *op, const char *name);

@@ -10,12 +10,12 @@
  * Each step carries its own tag, so ranks that call different collectives
  * fail with a message naming both instead of mixing data.
  */
-#include "comm_int.h"
+#include "runtime/comm/comm_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/status.h"
+#include "runtime/core/status.h"
 
 int qe_comm_barrier(qe_comm *c)
 {

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "runtime/comm/comm.h"
 
 /* Every message on a mesh link starts with this 24-byte little-endian header. */
 #define QE_MSG_MAGIC 0x474d4551u /* "QEMG" */

@@ -15,7 +15,7 @@
  * Only children ever _exit here; the parent always returns.
  */
 #define _GNU_SOURCE
-#include "comm_int.h"
+#include "runtime/comm/comm_int.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -27,8 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/log.h"
-#include "../core/status.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
 
 extern char **environ;
 

@@ -18,7 +18,7 @@
  * clear message instead of corrupting this one.
  */
 #define _GNU_SOURCE
-#include "comm_int.h"
+#include "runtime/comm/comm_int.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -35,8 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/log.h"
-#include "../core/status.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
 
 #define RDV_MAGIC 0x56524551u /* "QERV" */
 #define RDV_VERSION 1u

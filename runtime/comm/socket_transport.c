@@ -22,7 +22,7 @@
  * root cause instead of waiting for its own timeout.
  */
 #define _GNU_SOURCE
-#include "comm_int.h"
+#include "runtime/comm/comm_int.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -35,8 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/log.h"
-#include "../core/status.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
 
 /* Bytes moved per socket per poll round, so one busy link cannot starve others. */
 #define IO_BUDGET (16u << 20)

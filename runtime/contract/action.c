@@ -13,7 +13,7 @@
  * Every message is prefixed with the stage and action ("stage 1 dW(m=2): ")
  * and carries the relation's own text with the key, slot and generation.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 #include <string.h>
 

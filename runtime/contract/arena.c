@@ -15,7 +15,7 @@
  * Layout: parameter-major; the M views of a parameter follow each other, each
  * rounded up to QE_ARENA_ALIGN bytes.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 #include <stdint.h>
 #include <stdio.h>

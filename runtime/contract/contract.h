@@ -32,9 +32,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/action.h"
-#include "../core/status.h"
-#include "../core/tensor.h"
+#include "runtime/core/action.h"
+#include "runtime/core/status.h"
+#include "runtime/core/tensor.h"
 
 /* ===================================================================== keys */
 

@@ -7,7 +7,7 @@
  * executor is about to apply a transition out of order (e.g. a replayed graph
  * or a reordered schedule), and it is refused before the state is touched.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 void qe_effect_init(qe_effect_state *st, int32_t stage)
 {

@@ -13,7 +13,7 @@
  * epoch, no written-but-unreduced gradients, device idle.  Both checks build
  * one message naming every pending item, so an operator sees the whole cause.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
  * follow-up operations succeed.  `qeffect selftest inject` prints these rows;
  * tests/contract runs them too.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * references are spelled in messages.  Every contract message goes through
  * these two formatters, so a key reads the same in every relation's errors.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 #include <stdio.h>
 

@@ -11,7 +11,7 @@
  * the slot has since been reused for another key (ABA) - and a second dI or dW
  * after the release is still recognized as a duplicate consumer.
  */
-#include "contract.h"
+#include "runtime/contract/contract.h"
 
 #include <stdio.h>
 #include <stdlib.h>

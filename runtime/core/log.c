@@ -2,7 +2,7 @@
  * log.c - one line per call, written with a single fprintf so lines from
  * several rank processes sharing a terminal do not interleave mid-line.
  */
-#include "log.h"
+#include "runtime/core/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * rng.c - a keyed mixing function (the splitmix64 finalizer applied to
  * seed and counter) used as a counter-based generator.
  */
-#include "rng.h"
+#include "runtime/core/rng.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * status.c - code tables generated from QE_STATUS_LIST and the per-thread
  * last-error message that gives each failing call its context.
  */
-#include "status.h"
+#include "runtime/core/status.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /*
  * tensor.c - dtype tables and descriptor helpers.
  */
-#include "tensor.h"
-#include "status.h"
+#include "runtime/core/tensor.h"
+#include "runtime/core/status.h"
 
 #include <stdio.h>
 #include <string.h>

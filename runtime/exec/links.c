@@ -21,7 +21,7 @@
  * QE_P2P=host keeps the host path (to compare the two, or where NCCL
  * misbehaves); the messages are the same bytes either way.
  */
-#include "rank_int.h"
+#include "runtime/exec/rank_int.h"
 
 #include <stdlib.h>
 #include <string.h>

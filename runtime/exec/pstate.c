@@ -3,13 +3,13 @@
  * host struct of the rank that the checkpoint fills on restore; they are
  * applied by qe_rank_pstate_loaded.
  */
-#include "pstate.h"
+#include "runtime/exec/pstate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rank_int.h"
+#include "runtime/exec/rank_int.h"
 #include "runtime/core/status.h"
 
 const char *qe_pstate_kind_name(qe_pstate_kind k)

@@ -3,7 +3,7 @@
  * pools, stage contracts, gradient arena, streams), the checkpoint gate,
  * restart bookkeeping, and the message helpers the executor uses.
  */
-#include "rank_int.h"
+#include "runtime/exec/rank_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

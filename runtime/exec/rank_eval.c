@@ -4,7 +4,7 @@
  * state, so evaluating never changes the training trajectory.  Runs at an
  * optimizer boundary (no live tapes), reusing slot 0's storage.
  */
-#include "rank_int.h"
+#include "runtime/exec/rank_int.h"
 
 #include "runtime/core/status.h"
 

@@ -5,7 +5,7 @@
 #ifndef QE_RANK_INT_H
 #define QE_RANK_INT_H
 
-#include "rank.h"
+#include "runtime/exec/rank.h"
 
 #define QE_RANK_MAX_CHUNKS 8
 #define QE_RANK_MAX_MICRO 256

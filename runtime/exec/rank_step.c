@@ -4,7 +4,7 @@
  * commit), in eager mode or by replaying captured graphs with the two-way
  * stream handoff; then the optimizer commit under the epoch relation.
  */
-#include "rank_int.h"
+#include "runtime/exec/rank_int.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,7 +10,7 @@
 
 #include <xxhash.h>
 
-#include "rank_int.h"
+#include "runtime/exec/rank_int.h"
 #include "runtime/core/status.h"
 
 typedef struct replica_report {

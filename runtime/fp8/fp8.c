@@ -21,7 +21,7 @@
  * The rounding is done on integers so that it does not depend on the FPU's
  * rounding mode or on how the compiler treats float arithmetic.
  */
-#include "fp8.h"
+#include "runtime/fp8/fp8.h"
 
 #include <math.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../core/tensor.h"
+#include "runtime/core/tensor.h"
 
 /* The bits of a float32, and the float32 of some bits (codes are worked out on the bits). */
 static inline uint32_t qe_f32_bits(float x)

@@ -12,13 +12,13 @@
  * Everything is float arithmetic in the same order as the CUDA kernel, so the
  * cpu backend and the GPU produce the same bits.
  */
-#include "fp8.h"
+#include "runtime/fp8/fp8.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "../core/status.h"
+#include "runtime/core/status.h"
 
 qe_fp8_recipe qe_fp8_recipe_default(void)
 {

@@ -7,7 +7,7 @@
 #ifndef QE_MODEL_INT_H
 #define QE_MODEL_INT_H
 
-#include "model.h"
+#include "runtime/model/model.h"
 
 #define QE_MAX_PARAMS 24
 

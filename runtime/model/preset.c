@@ -5,7 +5,7 @@
  * tiny is what the CPU tests train; small is the CPU demo; h2048 and h4096
  * are the GPU benchmark shapes.
  */
-#include "model.h"
+#include "runtime/model/model.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * parameters, FP8 meta, weight cache, tape slots, gradient buffers and
  * workspace out of backend memory at fixed addresses.
  */
-#include "model_int.h"
+#include "runtime/model/model_int.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * gradients, one quantization of each dY whose transposed copy is retained)
  * and dW (matrix gradients from what dI retained), and B = dI then dW.
  */
-#include "model_int.h"
+#include "runtime/model/model_int.h"
 
 #include <stdio.h>
 

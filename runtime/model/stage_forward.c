@@ -3,7 +3,7 @@
  * (and the embedding and the head with the loss where the stage has them),
  * and the end-of-action update of the forward roles' scaling state.
  */
-#include "model_int.h"
+#include "runtime/model/model_int.h"
 
 #include "runtime/core/status.h"
 

@@ -2,7 +2,7 @@
  * adamw.c - one AdamW op per parameter tensor, each summing that tensor's
  * microbatch views in order before the update.
  */
-#include "adamw.h"
+#include "runtime/optim/adamw.h"
 
 #include <stdlib.h>
 

@@ -8,13 +8,13 @@
  * consumer or earlier when the channel's FIFO order demands it) so every
  * schedule kind gets the same, validated, message pattern.
  */
-#include "sched.h"
+#include "runtime/sched/sched.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/core/status.h"
-#include "sched_int.h"
+#include "runtime/sched/sched_int.h"
 
 static const char *const action_names[QE_ACT_NKINDS] = {
 	"F", "DI", "DW", "B", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "runtime/core/status.h"
-#include "sched_int.h"
+#include "runtime/sched/sched_int.h"
 
 void qe_sbuf_printf(qe_sbuf *b, const char *fmt, ...)
 {

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "sched.h"
+#include "runtime/sched/sched.h"
 
 int qe_sched_gen_interleaved(qe_sched *s);
 int qe_sched_gen_zbv(qe_sched *s);

@@ -11,7 +11,7 @@
  * reference is derived from this order by qe_sched_build.
  */
 #include "runtime/core/status.h"
-#include "sched_int.h"
+#include "runtime/sched/sched_int.h"
 
 /* The chunk and microbatch of a rank's k-th forward (backward when bwd). */
 static void kth(const qe_sched *s, long k, int bwd, int *chunk, int *mb)

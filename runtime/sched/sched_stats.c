@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "runtime/core/status.h"
-#include "sched_int.h"
+#include "runtime/sched/sched_int.h"
 
 /* Unit costs of the timing proxy; B is DI + DW. */
 static long cost(qe_action_kind k)

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "runtime/core/status.h"
-#include "sched_int.h"
+#include "runtime/sched/sched_int.h"
 
 /* Per (stage, mb) position tables, -1 when absent.  Each (stage, mb) of a
  * table lives on one rank only (placement is checked first), so the position

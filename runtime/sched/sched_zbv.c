@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #include "runtime/core/status.h"
-#include "sched_int.h"
+#include "runtime/sched/sched_int.h"
 
 typedef struct zbv_state {
 	qe_sched *s;

@@ -2,7 +2,7 @@
  * data.c - loading JSONL text (bytes as tokens) or llm.c token shards, and
  * the deterministic sampler.
  */
-#include "data.h"
+#include "runtime/train/data.h"
 
 #include <errno.h>
 #include <stdio.h>

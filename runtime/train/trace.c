@@ -4,7 +4,7 @@
  * fixed order (microbatch order for per-microbatch buffers), so the same
  * bytes give the same fingerprint on every backend, mapping and process.
  */
-#include "trace.h"
+#include "runtime/train/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>

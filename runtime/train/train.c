@@ -1,7 +1,7 @@
 /*
  * train.c - the per-rank training loop.
  */
-#include "train.h"
+#include "runtime/train/train.h"
 
 #include <math.h>
 #include <stdio.h>

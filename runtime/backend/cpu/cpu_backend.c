@@ -25,18 +25,18 @@
  * Device links (one local socket each, so the executor's device-link path
  * runs without a GPU) live in cpu_link.c.
  */
-#include "cpu_backend.h"
+#include "runtime/backend/cpu/cpu_backend.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/log.h"
-#include "../../core/status.h"
-#include "cpu_int.h"
-#include "cpu_link.h"
-#include "../backend_check.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+#include "runtime/backend/cpu/cpu_int.h"
+#include "runtime/backend/cpu/cpu_link.h"
+#include "runtime/backend/backend_check.h"
 
 typedef enum cpu_op_kind {
 	OP_COPY,

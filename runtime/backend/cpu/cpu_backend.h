@@ -8,7 +8,7 @@
 #ifndef QE_CPU_BACKEND_H
 #define QE_CPU_BACKEND_H
 
-#include "../backend.h"
+#include "runtime/backend/backend.h"
 
 /*
  * Create a cpu backend.  OUT: *out, destroyed with qe_cpu_backend_destroy

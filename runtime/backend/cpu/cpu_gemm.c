@@ -16,11 +16,11 @@
  * target_clones); that changes only how many lanes one instruction holds,
  * never the operations of a lane, so both builds give the same bytes.
  */
-#include "cpu_int.h"
+#include "runtime/backend/cpu/cpu_int.h"
 
 #include <string.h>
 
-#include "../../core/status.h"
+#include "runtime/core/status.h"
 
 #define NR 8   /* columns per panel = lanes of one vector */
 #define MR 4   /* rows per register tile */

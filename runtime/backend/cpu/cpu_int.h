@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../backend.h"
+#include "runtime/backend/backend.h"
 
 /* Grow-only scratch buffers of one stream; freed with the stream. */
 typedef struct qe_cpu_scratch {

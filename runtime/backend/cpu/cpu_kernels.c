@@ -12,15 +12,15 @@
  * Arguments were checked by cpu_backend.c; only data-dependent checks
  * (token ids) remain here.
  */
-#include "cpu_int.h"
+#include "runtime/backend/cpu/cpu_int.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/status.h"
-#include "../backend_check.h"
-#include "../colsum.h"
+#include "runtime/core/status.h"
+#include "runtime/backend/backend_check.h"
+#include "runtime/backend/colsum.h"
 
 float *qe_cpu_scratch_get(qe_cpu_scratch *sc, int which, size_t n)
 {

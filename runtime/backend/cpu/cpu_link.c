@@ -33,7 +33,7 @@
  * sender's close waits (bounded) for its queue to drain.
  */
 #define _GNU_SOURCE
-#include "cpu_link.h"
+#include "runtime/backend/cpu/cpu_link.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -51,8 +51,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../core/log.h"
-#include "../../core/status.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
 
 #define ID_MAGIC "QECPULK1"
 #define NAME_MAX_LEN 96

@@ -9,7 +9,7 @@
 #ifndef QE_CPU_LINK_H
 #define QE_CPU_LINK_H
 
-#include "../backend.h"
+#include "runtime/backend/backend.h"
 
 int qe__cpu_link_id(qe_backend *b, void *id);
 int qe__cpu_link_open(qe_backend *b, const void *id, int is_sender, qe_link **out);

@@ -28,7 +28,7 @@
  */
 #include <math.h>
 
-#include "cuda_int.h"
+#include "runtime/backend/cuda/cuda_int.h"
 
 #define ROWS_PER_BLOCK 4 /* one warp per softmax row */
 

@@ -23,13 +23,13 @@
  * return a status; they set a bit in the stream's device error word, which
  * stream_sync reads, failing the stream with the op's name.
  */
-#include "cuda_backend.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_int.h"
+#include "runtime/backend/cuda/cuda_int.h"
 
 cublasLtHandle_t qe__cuda_lt;
 

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#include "../backend.h"
+#include "runtime/backend/backend.h"
 
 /*
  * Create a cuda backend on the current device.  OUT: *out, destroyed with

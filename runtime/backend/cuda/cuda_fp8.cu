@@ -18,7 +18,7 @@
 #include <cuda_fp8.h>
 #include <float.h>
 
-#include "cuda_int.h"
+#include "runtime/backend/cuda/cuda_int.h"
 
 #define TILE 32
 #define TROWS 8 /* threads in y; each handles TILE / TROWS rows of the tile */

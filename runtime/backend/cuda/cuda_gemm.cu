@@ -32,7 +32,7 @@
  */
 #include <stdlib.h>
 
-#include "cuda_int.h"
+#include "runtime/backend/cuda/cuda_int.h"
 
 /* ---- kernels ------------------------------------------------------------------ */
 

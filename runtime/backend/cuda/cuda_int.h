@@ -32,10 +32,10 @@ extern "C" {
 #endif
 
 /* The runtime's headers are plain C without linkage guards. */
-#include "../../core/log.h"
-#include "../../core/status.h"
-#include "../backend.h"
-#include "../backend_check.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+#include "runtime/backend/backend.h"
+#include "runtime/backend/backend_check.h"
 
 #define QE_CUDA_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt / cuBLAS workspace per stream */
 #define QE_CUDA_SCRATCH_BYTES ((size_t)16 << 20)   /* initial per-stream scratch (attention, xent) */

@@ -17,8 +17,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "cuda_int.h"
-#include "../colsum.h"
+#include "runtime/backend/cuda/cuda_int.h"
+#include "runtime/backend/colsum.h"
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
 #define THREADS 256

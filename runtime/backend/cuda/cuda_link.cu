@@ -14,7 +14,7 @@
  * hands it, bit for bit.  Without NCCL (QE_WITH_NCCL unset) the link ops stay
  * NULL and the executor moves messages through host memory.
  */
-#include "cuda_int.h"
+#include "runtime/backend/cuda/cuda_int.h"
 
 #include <stdlib.h>
 #include <string.h>
