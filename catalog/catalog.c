@@ -107,7 +107,25 @@ static const char schema_v1[] =
 /* Version 1 -> 2: gc and "which checkpoints use this chunk" look chunks up by hash. */
 static const char schema_v2[] = "CREATE INDEX tensor_chunks_hash ON tensor_chunks(hash);";
 
-static const char *const migrations[CAT_SCHEMA_VERSION] = { schema_v1, schema_v2 };
+/*
+ * Version 2 -> 3: a store per rank (DESIGN.md section 8).  Each tensor row
+ * names the store that holds its chunks ('' is the shared RUN/store of
+ * version 2 runs), and each store is described once: the rank that wrote
+ * it, its host and its path there, so a missing chunk can be traced to a
+ * machine.
+ */
+static const char schema_v3[] =
+	"ALTER TABLE tensors ADD COLUMN store_id TEXT NOT NULL DEFAULT '';"
+	"CREATE TABLE stores("
+	"  store_id TEXT PRIMARY KEY CHECK (length(store_id) > 0),"
+	"  run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,"
+	"  rank INTEGER NOT NULL CHECK (rank >= 0),"
+	"  host TEXT NOT NULL DEFAULT '',"
+	"  path TEXT NOT NULL DEFAULT '',"
+	"  created TEXT NOT NULL DEFAULT " NOW_SQL ") WITHOUT ROWID;"
+	"CREATE INDEX tensors_store ON tensors(store_id);";
+
+static const char *const migrations[CAT_SCHEMA_VERSION] = { schema_v1, schema_v2, schema_v3 };
 
 /* --- errors and helpers ----------------------------------------------------------- */
 
@@ -234,6 +252,23 @@ int cat_begin(cat *c)
 	return 0;
 }
 
+int cat_begin_durable(cat *c)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	if (c->in_txn)
+		return qe_fail(QE_EINVAL, "catalog '%s': cat_begin_durable inside an open transaction", c->path);
+	if ((rc = cat_exec(c, "PRAGMA synchronous = FULL", "set synchronous=FULL for a durable transaction")))
+		return rc;
+	if ((rc = cat_exec(c, "BEGIN IMMEDIATE", "begin a durable transaction"))) {
+		cat_exec(c, "PRAGMA synchronous = NORMAL", "restore synchronous=NORMAL");
+		return rc;
+	}
+	c->in_txn = CAT_TXN_DURABLE;
+	return 0;
+}
+
 int cat_commit(cat *c)
 {
 	int rc = cat_check(c);
@@ -241,10 +276,16 @@ int cat_commit(cat *c)
 		return rc;
 	if (!c->in_txn)
 		return qe_fail(QE_EINVAL, "catalog '%s': cat_commit without cat_begin", c->path);
+	int durable = c->in_txn == CAT_TXN_DURABLE;
 	rc = cat_exec(c, "COMMIT", "commit a transaction");
 	if (rc && !sqlite3_get_autocommit(c->db))
 		sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
 	c->in_txn = 0;
+	if (durable) {
+		int rc2 = cat_exec(c, "PRAGMA synchronous = NORMAL", "restore synchronous=NORMAL");
+		if (!rc)
+			rc = rc2;
+	}
 	return rc;
 }
 
@@ -255,10 +296,14 @@ int cat_rollback(cat *c)
 		return rc;
 	if (!c->in_txn)
 		return qe_fail(QE_EINVAL, "catalog '%s': cat_rollback without cat_begin", c->path);
+	int durable = c->in_txn == CAT_TXN_DURABLE;
 	c->in_txn = 0;
-	if (sqlite3_get_autocommit(c->db))
-		return 0; /* SQLite already rolled back (e.g. after an I/O error) */
-	return cat_exec(c, "ROLLBACK", "roll back a transaction");
+	rc = 0;
+	if (!sqlite3_get_autocommit(c->db)) /* else SQLite already rolled back (e.g. after an I/O error) */
+		rc = cat_exec(c, "ROLLBACK", "roll back a transaction");
+	if (durable)
+		sqlite3_exec(c->db, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+	return rc;
 }
 
 /* --- open ------------------------------------------------------------------------ */

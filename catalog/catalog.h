@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 /* Schema version this build creates and migrates to. */
-#define CAT_SCHEMA_VERSION 2
+#define CAT_SCHEMA_VERSION 3
 /* PRAGMA application_id of a qeffect catalog ("qeCT"). */
 #define CAT_APPLICATION_ID 0x71654354
 
@@ -75,6 +75,13 @@ int cat_meta_get(cat *c, const char *key, char **value);
  * before the call).  Not nestable.  cat_ckpt_commit() refuses to run inside.
  */
 int cat_begin(cat *c);
+/*
+ * The same, flushed to disk at cat_commit (synchronous=FULL for this one
+ * transaction): for the checkpoint commit, which adds every rank's rows and
+ * flips the checkpoint to committed in one transaction.  cat_ckpt_commit()
+ * runs inside it.
+ */
+int cat_begin_durable(cat *c);
 int cat_commit(cat *c);
 int cat_rollback(cat *c);
 
@@ -134,6 +141,7 @@ typedef struct cat_tensor {
 	char *shape; /* e.g. "[64,256]" */
 	uint64_t bytes;
 	char *kind; /* "param", "adam_m", "adam_v", "fp8_meta", "runtime", "data", ... */
+	char *store_id; /* the store holding its chunks; "" the shared RUN/store of schema-2 runs */
 	size_t n_chunks;
 	cat_chunk *chunks;
 } cat_tensor;
@@ -171,14 +179,20 @@ int cat_ckpt_add_shard(cat *c, int64_t id, int stage, int rank, uint64_t bytes);
  */
 int cat_ckpt_add_tensor(cat *c, int64_t id, int stage, const char *name, const char *dtype, const char *shape,
 			uint64_t bytes, const char *kind, const cat_chunk *chunks, size_t n_chunks);
+/* The same, naming the store that holds the chunks (store_id NULL or "": the shared store of schema-2 runs). */
+int cat_ckpt_add_tensor_in(cat *c, int64_t id, const char *store_id, int stage, const char *name, const char *dtype,
+			   const char *shape, uint64_t bytes, const char *kind, const cat_chunk *chunks,
+			   size_t n_chunks);
 /* Total payload bytes and bytes of runtime state (RNG, data position, ...) of a pending checkpoint. */
 int cat_ckpt_set_sizes(cat *c, int64_t id, uint64_t bytes, uint64_t runtime_state_bytes);
 /*
  * The commit point: in one transaction flushed to disk, mark pending
- * checkpoint id committed.  A checkpoint committed earlier at the same (run,
+ * checkpoint id committed (inside a cat_begin_durable transaction, the flip
+ * is part of it and reaches the disk at its cat_commit).  A checkpoint committed earlier at the same (run,
  * step) is marked aborted in the same transaction, with a note naming its
  * successor, so exactly one stays loadable.  Committing a committed
- * checkpoint again is a no-op; an aborted one is QE_EINVAL.
+ * checkpoint again is a no-op; an aborted one is QE_EINVAL.  Refused inside
+ * a plain cat_begin transaction.
  */
 int cat_ckpt_commit(cat *c, int64_t id);
 /* Mark a pending checkpoint aborted with a reason (may be NULL).  A committed
@@ -214,6 +228,31 @@ void cat_shard_rows_free(cat_shard_rows *l);
  */
 typedef int (*cat_chunk_cb)(void *ctx, const unsigned char hash[16], uint64_t size);
 int cat_referenced_chunks(cat *c, cat_chunk_cb cb, void *ctx);
+
+/* --- stores ------------------------------------------------------------------- */
+
+/* A rank's chunk store, as the catalog knows it (DESIGN.md section 8: one store per rank). */
+typedef struct cat_store {
+	char *store_id;
+	char *run_id;
+	int rank;    /* the rank that created it */
+	char *host;  /* where it lives */
+	char *path;  /* its folder on that host */
+	char *created;
+} cat_store;
+
+typedef struct cat_store_rows {
+	size_t n;
+	cat_store *rows;
+} cat_store_rows;
+
+/* Record a store (replacing nothing: a known store_id is left as it is). */
+int cat_store_put(cat *c, const char *store_id, const char *run_id, int rank, const char *host, const char *path);
+/* OUT *out: every store of run by rank then id; free with cat_store_rows_free(). */
+int cat_store_list(cat *c, const char *run_id, cat_store_rows *out);
+void cat_store_rows_free(cat_store_rows *l);
+/* The row of store_id in l, or NULL. */
+const cat_store *cat_store_find(const cat_store_rows *l, const char *store_id);
 
 /* --- traces and losses --------------------------------------------------------- */
 

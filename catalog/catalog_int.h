@@ -14,8 +14,10 @@ struct cat {
 	sqlite3 *db;
 	char *path;
 	pid_t pid;
-	int in_txn; /* a caller transaction (cat_begin) is open */
+	int in_txn; /* a caller transaction is open: 1 cat_begin, CAT_TXN_DURABLE cat_begin_durable */
 };
+
+#define CAT_TXN_DURABLE 2
 
 /* Convert a SQLite code into a QE code with a message naming the file and what failed. */
 int cat_sql_fail(cat *c, int rc, const char *what);

@@ -267,6 +267,13 @@ int cat_ckpt_add_shard(cat *c, int64_t id, int stage, int rank, uint64_t bytes)
 int cat_ckpt_add_tensor(cat *c, int64_t id, int stage, const char *name, const char *dtype, const char *shape,
 			uint64_t bytes, const char *kind, const cat_chunk *chunks, size_t n_chunks)
 {
+	return cat_ckpt_add_tensor_in(c, id, "", stage, name, dtype, shape, bytes, kind, chunks, n_chunks);
+}
+
+int cat_ckpt_add_tensor_in(cat *c, int64_t id, const char *store_id, int stage, const char *name, const char *dtype,
+			   const char *shape, uint64_t bytes, const char *kind, const cat_chunk *chunks,
+			   size_t n_chunks)
+{
 	int rc = cat_check(c);
 	if (rc)
 		return rc;
@@ -285,8 +292,8 @@ int cat_ckpt_add_tensor(cat *c, int64_t id, int stage, const char *name, const c
 	sqlite3_stmt *st = NULL;
 	if (!rc)
 		rc = cat_prepare(c,
-				 "INSERT INTO tensors(checkpoint_id, stage, name, dtype, shape, bytes, kind)"
-				 " VALUES (?, ?, ?, ?, ?, ?, ?)",
+				 "INSERT INTO tensors(checkpoint_id, stage, name, dtype, shape, bytes, kind, store_id)"
+				 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
 				 &st, "add a tensor");
 	if (!rc) {
 		sqlite3_bind_int64(st, 1, id);
@@ -296,6 +303,7 @@ int cat_ckpt_add_tensor(cat *c, int64_t id, int stage, const char *name, const c
 		cat_bind_text(st, 5, shape);
 		sqlite3_bind_int64(st, 6, (int64_t)bytes);
 		cat_bind_text(st, 7, kind);
+		cat_bind_text(st, 8, store_id ? store_id : "");
 		int src = sqlite3_step(st);
 		if (src == SQLITE_CONSTRAINT_UNIQUE)
 			rc = qe_fail(QE_EEXIST, "catalog '%s': tensor '%s' of stage %d is already in checkpoint %lld",
@@ -348,16 +356,22 @@ int cat_ckpt_commit(cat *c, int64_t id)
 	int rc = cat_check(c);
 	if (rc)
 		return rc;
-	if (c->in_txn)
+	if (c->in_txn == 1)
 		return qe_fail(QE_EINVAL,
-			       "catalog '%s': commit of checkpoint %lld inside a caller transaction; it must run alone",
+			       "catalog '%s': commit of checkpoint %lld inside a plain caller transaction; it must run "
+			       "alone or in a durable one (cat_begin_durable)",
 			       c->path, (long long)id);
-	/* The commit point must be on disk when we return; other writes may
-	 * wait for the next WAL sync (synchronous=NORMAL). */
-	if ((rc = cat_exec(c, "PRAGMA synchronous = FULL", "set synchronous=FULL for the commit")))
-		return rc;
-	if ((rc = cat_exec(c, "BEGIN IMMEDIATE", "begin the checkpoint commit")))
+	int inner = c->in_txn == CAT_TXN_DURABLE;
+	/* The commit point must be on disk when we return (or, inside a durable
+	 * transaction, when it commits); other writes may wait for the next WAL
+	 * sync (synchronous=NORMAL). */
+	if (inner)
+		rc = cat_tx_begin(c);
+	else if (!(rc = cat_exec(c, "PRAGMA synchronous = FULL", "set synchronous=FULL for the commit")) &&
+		 (rc = cat_exec(c, "BEGIN IMMEDIATE", "begin the checkpoint commit")))
 		goto out_sync;
+	if (rc)
+		return rc;
 	cat_status s;
 	int64_t step;
 	rc = ckpt_state(c, id, &s, &step);
@@ -393,6 +407,8 @@ int cat_ckpt_commit(cat *c, int64_t id)
 		}
 	}
 	rc = cat_tx_end(c, rc);
+	if (inner)
+		return rc;
 out_sync:;
 	int rc2 = cat_exec(c, "PRAGMA synchronous = NORMAL", "restore synchronous=NORMAL");
 	return rc ? rc : rc2;
@@ -578,7 +594,8 @@ int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 	sqlite3_stmt *st;
 	/* one statement, so tensors and chunks come from one snapshot */
 	int rc = rows_begin(c, (void **)&out->rows, &out->n,
-			    "SELECT t.id, t.stage, t.name, t.dtype, t.shape, t.bytes, t.kind, c.idx, c.hash, c.size"
+			    "SELECT t.id, t.stage, t.name, t.dtype, t.shape, t.bytes, t.kind, c.idx, c.hash, c.size,"
+			    " t.store_id"
 			    " FROM tensors t LEFT JOIN tensor_chunks c ON c.tensor_id = t.id"
 			    " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.idx",
 			    &st, "list tensors");
@@ -604,7 +621,8 @@ int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 			cur->shape = cat_col_strdup(st, 4);
 			cur->bytes = (uint64_t)sqlite3_column_int64(st, 5);
 			cur->kind = cat_col_strdup(st, 6);
-			if (!cur->name || !cur->dtype || !cur->shape || !cur->kind) {
+			cur->store_id = cat_col_strdup(st, 10);
+			if (!cur->name || !cur->dtype || !cur->shape || !cur->kind || !cur->store_id) {
 				rc = nomem(c, "list tensors");
 				break;
 			}
@@ -640,6 +658,7 @@ void cat_tensor_rows_free(cat_tensor_rows *l)
 		free(t->dtype);
 		free(t->shape);
 		free(t->kind);
+		free(t->store_id);
 		free(t->chunks);
 	}
 	free(l->rows);
@@ -981,4 +1000,89 @@ void cat_remote_rows_free(cat_remote_rows *l)
 	free(l->rows);
 	l->rows = NULL;
 	l->n = 0;
+}
+
+/* --- stores ------------------------------------------------------------------------ */
+
+int cat_store_put(cat *c, const char *store_id, const char *run_id, int rank, const char *host, const char *path)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	if (!store_id || !*store_id || !run_id || rank < 0)
+		return qe_fail(QE_EINVAL, "catalog '%s': a store needs an id, a run and a rank", c->path);
+	if ((rc = cat_tx_begin(c)))
+		return rc;
+	sqlite3_stmt *st;
+	if (!(rc = cat_prepare(c,
+			       "INSERT INTO stores(store_id, run_id, rank, host, path) VALUES (?, ?, ?, ?, ?)"
+			       " ON CONFLICT(store_id) DO NOTHING",
+			       &st, "record a store"))) {
+		cat_bind_text(st, 1, store_id);
+		cat_bind_text(st, 2, run_id);
+		sqlite3_bind_int(st, 3, rank);
+		cat_bind_text(st, 4, host);
+		cat_bind_text(st, 5, path);
+		rc = step_done(c, st, "record a store");
+		sqlite3_finalize(st);
+	}
+	return cat_tx_end(c, rc);
+}
+
+int cat_store_list(cat *c, const char *run_id, cat_store_rows *out)
+{
+	sqlite3_stmt *st;
+	int rc = rows_begin(c, (void **)&out->rows, &out->n,
+			    "SELECT store_id, run_id, rank, host, path, created FROM stores WHERE run_id = ?"
+			    " ORDER BY rank, store_id",
+			    &st, "list stores");
+	if (rc)
+		return rc;
+	cat_bind_text(st, 1, run_id);
+	size_t cap = 0;
+	int src = SQLITE_DONE;
+	while (!rc && (src = sqlite3_step(st)) == SQLITE_ROW) {
+		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
+			rc = nomem(c, "list stores");
+			break;
+		}
+		cat_store *r = &out->rows[out->n++];
+		r->store_id = cat_col_strdup(st, 0);
+		r->run_id = cat_col_strdup(st, 1);
+		r->rank = sqlite3_column_int(st, 2);
+		r->host = cat_col_strdup(st, 3);
+		r->path = cat_col_strdup(st, 4);
+		r->created = cat_col_strdup(st, 5);
+		if (!r->store_id || !r->run_id || !r->host || !r->path || !r->created)
+			rc = nomem(c, "list stores");
+	}
+	rc = rows_end(c, st, rc, src, "list stores");
+	if (rc)
+		cat_store_rows_free(out);
+	return rc;
+}
+
+void cat_store_rows_free(cat_store_rows *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->n; i++) {
+		cat_store *r = &l->rows[i];
+		free(r->store_id);
+		free(r->run_id);
+		free(r->host);
+		free(r->path);
+		free(r->created);
+	}
+	free(l->rows);
+	l->rows = NULL;
+	l->n = 0;
+}
+
+const cat_store *cat_store_find(const cat_store_rows *l, const char *store_id)
+{
+	for (size_t i = 0; l && i < l->n; i++)
+		if (strcmp(l->rows[i].store_id, store_id) == 0)
+			return &l->rows[i];
+	return NULL;
 }

@@ -4,13 +4,16 @@
  * the small fixed-size words ranks exchange so that every rank returns the
  * same outcome.  Saving lives in ckpt_save.c, restoring in ckpt_restore.c.
  *
- * Store ownership: the first save writes RUN/store/run_id (written to a temp
- * file, fsynced, renamed).  A catalog copied in from another run directory
- * names another run, and is refused instead of reading or writing chunks of
- * the wrong run.
+ * Stores: each rank writes its own, STORES/rank-R (ckpt/rundir.h), which
+ * carries an identity (run id, rank, store id, host) and a lock held by the
+ * writing process.  A restore also reads every other store of the run this
+ * host can see.  A catalog copied in from another run directory names
+ * another run than the stores beside it, and is refused instead of reading
+ * or writing chunks of the wrong run.
  */
 #include "ckpt_int.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -36,8 +39,8 @@ double ckpt__now_ms(void)
 
 static int parse_kills(ckpt_session *s, const char *spec)
 {
-	static const char *phases[] = { "gate", "begin", "chunk", "sync", "synced", "row",
-					"rows", "commit", "committed", "read" };
+	static const char *phases[] = { "gate", "begin", "chunk", "sync", "synced", "rows",
+					"row", "commit", "committed", "read", "serve" };
 	char buf[512];
 	if (strlen(spec) >= sizeof(buf))
 		return qe_fail(QE_EINVAL, "QE_CKPT_KILL is too long");
@@ -55,8 +58,8 @@ static int parse_kills(ckpt_session *s, const char *spec)
 			known |= strcmp(phase, phases[i]) == 0;
 		if (!known)
 			return qe_fail(QE_EINVAL,
-				       "QE_CKPT_KILL: unknown phase '%s' (gate, begin, chunk, sync, synced, row, rows, "
-				       "commit, committed, read)",
+				       "QE_CKPT_KILL: unknown phase '%s' (gate, begin, chunk, sync, synced, rows, row, "
+				       "commit, committed, read, serve)",
 				       phase);
 		ckpt_kill *k = &s->kills[s->nkill++];
 		snprintf(k->phase, sizeof(k->phase), "%s", phase);
@@ -67,11 +70,21 @@ static int parse_kills(ckpt_session *s, const char *spec)
 	return QE_OK;
 }
 
+static void forget_seen(ckpt_session *s)
+{
+	for (int i = 0; i < s->nseen; i++)
+		if (s->seen[i].st && s->seen[i].st != s->st)
+			store_close(s->seen[i].st);
+	free(s->seen);
+	s->seen = NULL;
+	s->nseen = 0;
+}
+
 int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckpt_session **out)
 {
 	*out = NULL;
-	if (!run_dir || !run_dir[0] || !run_id || !catalog)
-		return qe_fail(QE_EINVAL, "checkpoint session: needs a run directory, a run id and a catalog");
+	if (!run_dir || !run_dir[0] || !run_id)
+		return qe_fail(QE_EINVAL, "checkpoint session: needs a run directory and a run id");
 	ckpt_session *s = calloc(1, sizeof(*s));
 	if (!s)
 		return qe_fail(QE_ENOMEM, "checkpoint session: out of memory");
@@ -80,8 +93,9 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 		free(s);
 		return qe_fail(QE_EINVAL, "checkpoint session: run directory or id too long: '%s'", run_dir);
 	}
-	snprintf(s->store_dir, sizeof(s->store_dir), "%s/store", s->run_dir);
 	s->cat = catalog;
+	s->rank = -1;
+	ckpt_host_name(s->host, sizeof(s->host));
 	s->pid = getpid();
 	s->chunk_bytes = STORE_DEFAULT_CHUNK;
 	const char *cb = getenv("QE_CKPT_CHUNK_BYTES");
@@ -113,8 +127,11 @@ void ckpt_session_close(ckpt_session *s)
 {
 	if (!s)
 		return;
-	if (s->st && s->pid == getpid())
+	if (s->pid == getpid()) {
+		forget_seen(s);
 		store_close(s->st);
+		ckpt_unlock(s->store_lock);
+	}
 	free(s);
 }
 
@@ -131,113 +148,125 @@ void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank)
 	}
 }
 
-/* ---- store and its owner -------------------------------------------------- */
+/* ---- the rank's own store, and the others this host sees ------------------------ */
 
-static int owner_path(const ckpt_session *s, char *buf, size_t len)
-{
-	if ((size_t)snprintf(buf, len, "%s/run_id", s->store_dir) >= len)
-		return qe_fail(QE_EINVAL, "store path too long: '%s'", s->store_dir);
-	return QE_OK;
-}
-
-/* OUT owner: the run id recorded in store_dir, "" when there is none. */
-static int read_owner(const char *store_dir, char *owner, size_t len)
-{
-	char path[1200];
-	owner[0] = 0;
-	snprintf(path, sizeof(path), "%s/run_id", store_dir);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return errno == ENOENT ? QE_OK : qe_fail(QE_EIO, "cannot read '%s': %s", path, strerror(errno));
-	if (!fgets(owner, (int)len, f))
-		owner[0] = 0;
-	fclose(f);
-	owner[strcspn(owner, "\r\n")] = 0;
-	return QE_OK;
-}
-
-static int check_owner(const char *store_dir, const char *run_id, const char *catalog_path)
-{
-	char owner[128];
-	int rc = read_owner(store_dir, owner, sizeof(owner));
-	if (rc)
-		return rc;
-	if (owner[0] && strcmp(owner, run_id))
-		return qe_fail(QE_EMISMATCH,
-			       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
-			       "copied from another run directory?)",
-			       store_dir, owner, catalog_path, run_id);
-	return QE_OK;
-}
-
-static int write_owner(const ckpt_session *s)
-{
-	char path[1200], tmp[1300];
-	int rc = owner_path(s, path, sizeof(path));
-	if (rc)
-		return rc;
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return qe_fail(QE_EIO, "cannot create '%s': %s", tmp, strerror(errno));
-	char line[80];
-	int n = snprintf(line, sizeof(line), "%s\n", s->run_id);
-	if (write(fd, line, (size_t)n) != n || fsync(fd)) {
-		rc = qe_fail(QE_EIO, "cannot write '%s': %s", tmp, strerror(errno));
-		close(fd);
-		unlink(tmp);
-		return rc;
-	}
-	close(fd);
-	if (rename(tmp, path)) {
-		rc = qe_fail(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-		unlink(tmp);
-		return rc;
-	}
-	int dfd = open(s->store_dir, O_RDONLY | O_DIRECTORY);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	return QE_OK;
-}
-
-int ckpt__store(ckpt_session *s, int create)
+int ckpt__store(ckpt_session *s, int rank)
 {
 	if (s->pid != getpid())
 		return qe_fail(QE_EINVAL, "checkpoint session of process %d used in process %d (open it after fork)",
 			       (int)s->pid, (int)getpid());
-	if (s->st)
+	if (s->st) {
+		if (rank != s->rank)
+			return qe_fail(QE_EINVAL, "checkpoint session of rank %d used by rank %d", s->rank, rank);
 		return QE_OK;
-	store_opts o = { 0 };
-	o.create = create;
-	int rc = store_open(s->store_dir, &o, &s->st);
-	if (rc)
-		return qe_fail_ctx(rc, "run '%s'", s->run_id);
-	if ((rc = check_owner(s->store_dir, s->run_id, cat_path(s->cat))))
-		goto fail;
-	if (create) {
-		char owner[128];
-		if ((rc = read_owner(s->store_dir, owner, sizeof(owner))))
-			goto fail;
-		if (!owner[0] && (rc = write_owner(s)))
-			goto fail;
 	}
+	int rc;
+	char lock[CKPT_PATH_MAX + 8];
+	if ((rc = ckpt_rundir_rank_store(s->run_dir, rank, s->store_dir, sizeof(s->store_dir))) ||
+	    (rc = ckpt_fs_check(s->store_dir, "the store of rank")) ||
+	    (rc = ckpt_store_identity_ensure(s->store_dir, s->run_id, rank, &s->ident)))
+		return qe_fail_ctx(rc, "rank %d on %s", rank, s->host);
+	snprintf(lock, sizeof(lock), "%s/lock", s->store_dir);
+	char what[96];
+	snprintf(what, sizeof(what), "rank %d of run %s", rank, s->run_id);
+	if (!s->store_lock && (rc = ckpt_lock_take(lock, what, &s->store_lock)))
+		return qe_fail_ctx(rc, "rank %d on %s: its store", rank, s->host);
+	store_opts o = { 0 };
+	o.create = 1;
+	if ((rc = store_open(s->store_dir, &o, &s->st))) {
+		ckpt_unlock(s->store_lock);
+		s->store_lock = NULL;
+		return qe_fail_ctx(rc, "rank %d on %s, run '%s'", rank, s->host, s->run_id);
+	}
+	s->rank = rank;
 	return QE_OK;
-fail:
-	store_close(s->st);
-	s->st = NULL;
-	return rc;
+}
+
+int ckpt__scan(ckpt_session *s)
+{
+	ckpt_local_store *v = NULL;
+	int n = 0;
+	forget_seen(s);
+	int rc = ckpt_local_stores_scan(s->run_dir, s->run_id, &v, &n);
+	if (rc)
+		return rc;
+	if (!(s->seen = calloc((size_t)n + 1, sizeof(*s->seen)))) {
+		free(v);
+		return qe_fail(QE_ENOMEM, "checkpoint: out of memory");
+	}
+	for (int i = 0; i < n; i++) {
+		s->seen[i].where = v[i];
+		if (s->st && strcmp(v[i].path, s->store_dir) == 0)
+			s->seen[i].st = s->st;
+	}
+	s->nseen = n;
+	free(v);
+	return QE_OK;
+}
+
+int ckpt__seen_open(ckpt_session *s, int i, store **out)
+{
+	ckpt_seen_store *e = &s->seen[i];
+	if (!e->st) {
+		store_opts o = { 0 };
+		o.read_only = 1;
+		int rc = store_open(e->where.path, &o, &e->st);
+		if (rc)
+			return qe_fail_ctx(rc, "rank %d on %s: opening store '%s'", s->rank, s->host, e->where.path);
+	}
+	*out = e->st;
+	return QE_OK;
+}
+
+/* A catalog copied in from another run directory names another run than the stores here. */
+static int check_owner(const char *run_dir, const char *run_id, const char *catalog_path)
+{
+	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 300], file[CKPT_PATH_MAX + 16], owner[128];
+	int rc = ckpt_rundir_legacy_store(run_dir, root, sizeof(root));
+	if (rc)
+		return rc;
+	snprintf(path, sizeof(path), "%s", root);
+	snprintf(file, sizeof(file), "%s/run_id", root);
+	FILE *f = fopen(file, "r");
+	if (f) {
+		if (!fgets(owner, sizeof(owner), f))
+			owner[0] = 0;
+		fclose(f);
+		owner[strcspn(owner, "\r\n")] = 0;
+		if (owner[0] && strcmp(owner, run_id))
+			return qe_fail(QE_EMISMATCH,
+				       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
+				       "copied from another run directory?)",
+				       path, owner, catalog_path, run_id);
+	}
+	if ((rc = ckpt_rundir_stores(run_dir, root, sizeof(root))))
+		return rc;
+	DIR *d = opendir(root);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "rank-", 5))
+			continue;
+		ckpt_store_identity id;
+		snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
+		if (ckpt_store_identity_read(path, &id) == QE_OK && strcmp(id.run_id, run_id)) {
+			closedir(d);
+			return qe_fail(QE_EMISMATCH,
+				       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
+				       "copied from another run directory?)",
+				       path, id.run_id, catalog_path, run_id);
+		}
+	}
+	if (d)
+		closedir(d);
+	return QE_OK;
 }
 
 /* ---- finding a checkpoint ------------------------------------------------- */
 
 int ckpt_find(const char *run_dir, cat *c, const char *run_id, int64_t step, cat_ckpt *out)
 {
-	char store_dir[1100];
 	memset(out, 0, sizeof(*out));
-	snprintf(store_dir, sizeof(store_dir), "%s/store", run_dir);
-	int rc = check_owner(store_dir, run_id, cat_path(c));
+	int rc = check_owner(run_dir, run_id, cat_path(c));
 	if (rc)
 		return rc;
 	rc = step < 0 ? cat_ckpt_latest_committed(c, run_id, out) : cat_ckpt_get(c, run_id, step, out);

@@ -3,13 +3,19 @@
  *
  * A checkpoint is taken only at a quiescent optimizer boundary (the gate:
  * qe_rank_quiescent).  Every rank writes the persistent items of its stages
- * (runtime/exec/pstate.h) as chunks into the run's LMDB store and syncs it;
- * after every rank reported success, rank 0 marks the checkpoint committed in
- * one SQLite transaction - the single commit point.  A crash at any moment
- * leaves the last committed checkpoint loadable; orphan chunks are collected
- * by gc.  Restore runs in fresh processes before any graph is built: items are
- * found by (global stage, name), so another pipeline mapping restores too;
- * every chunk is re-hashed on read; process-local objects are rebuilt.
+ * (runtime/exec/pstate.h) as chunks into its own LMDB store, STORES/rank-R
+ * on its own host's disk (ckpt/rundir.h), and syncs it once; then it sends
+ * its rows (tensor, stage, dtype, shape, chunk hashes and sizes, store id)
+ * to rank 0.  Only rank 0 opens the catalog: it writes every rank's rows and
+ * marks the checkpoint committed in one durable SQLite transaction - the
+ * single commit point.  A crash at any moment leaves the last committed
+ * checkpoint loadable; orphan chunks are collected by gc.  Restore runs in
+ * fresh processes before any graph is built: rank 0 sends every rank the
+ * checkpoint's rows, learns which stores each rank sees on its disk, and
+ * plans who reads which tensor: a rank reads its own, and a tensor held in
+ * another rank's store is read there and sent over the comm, re-hashed at
+ * both ends.  Items are found by (global stage, name), so another pipeline
+ * mapping restores too; process-local objects are rebuilt.
  *
  * Every call here is collective over the rank's communicator when the world
  * has more than one rank.  Nothing here exits the process.
@@ -35,11 +41,13 @@
  *    counted over the process's life) global rank RANK ('*' or -1: any rank)
  *    reaches PHASE.  Save phases, in order: gate (after the quiescence check),
  *    begin (rank 0, after the pending row), chunk (after each tensor's chunks
- *    were put), sync (before the store flush), synced (after it), row (after
- *    each tensor row, inside the rank's open catalog transaction), rows (after
- *    that transaction committed), commit (rank 0, just before the commit
- *    point), committed (rank 0, just after it, before telling the others).
- *    Restore phase: read (after each tensor was read and checked).
+ *    were put), sync (before the store flush), synced (after it), rows
+ *    (after the rank handed its rows to rank 0: rows in flight), row (rank 0,
+ *    after each tensor row inside the commit transaction), commit (rank 0,
+ *    just before the commit transaction), committed (rank 0, just after it,
+ *    before telling the others).  Restore phases: read (after each tensor was
+ *    read and checked), serve (after a rank sent a tensor to the rank that
+ *    loads it).
  */
 #ifndef QE_CKPT_H
 #define QE_CKPT_H
@@ -52,9 +60,10 @@
 typedef struct ckpt_session ckpt_session;
 
 /*
- * Per-process checkpoint context: opens RUN/store on first use (so after
- * fork - never share a session across processes).  catalog is the process's
- * open catalog of the run (not owned; must outlive the session).  Reads
+ * Per-process checkpoint context: opens the rank's store on first use (so
+ * after fork - never share a session across processes).  catalog is the
+ * process's open catalog of the run on rank 0 (not owned; must outlive the
+ * session) and NULL on every other rank.  Reads
  * QE_CKPT_CHUNK_BYTES and QE_CKPT_KILL (QE_EINVAL naming a malformed one).
  * *out is closed with ckpt_session_close (NULL is a no-op).
  */
@@ -97,6 +106,14 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out);
  * OUT *out (may be NULL): the checkpoint restored.
  */
 int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out);
+
+/*
+ * Record a finished step in rank 0's catalog (collective): every rank hands
+ * its trace rows (n may be 0), rank 0 also the step's loss (may be NULL; other
+ * ranks' is ignored); rank 0 receives every rank's rows on the comm's service
+ * lane and writes them all in one transaction.  Other ranks never wait.
+ */
+int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t n, const cat_loss *loss);
 
 /*
  * Find the committed checkpoint of run_id a restore would load: the one at

@@ -1,17 +1,16 @@
 /*
  * ckpt_async.c - asynchronous checkpoints: a collective host snapshot at the
- * quiescent boundary, then store writes, catalog rows and the commit in a
- * background thread (see ckpt_async.h for the protocol and its guarantees).
+ * quiescent boundary, then store writes, rows and the commit in a background
+ * thread (see ckpt_async.h for the protocol and its guarantees).
  *
- * Why the commit needs no communicator: every writing rank adds its tensor
- * rows to the shared catalog; rank 0 learned at the snapshot how many rows
- * all ranks together will add, so its background thread commits once the
- * catalog holds that many, or gives up when a rank marked the attempt aborted
- * (or after QE_CKPT_ASYNC_TIMEOUT_S).  The training thread keeps the
- * communicator to itself.
- *
- * The rows are written by ckpt_save.c's ckpt__write_rows, as a synchronous
- * save writes them; only the chunks come from host copies taken at the
+ * The background threads talk only on the comm's service lane, which is
+ * matched by tag and never touches training's messages or collectives: each
+ * rank's thread, once its chunks are durable in its own store, sends rank 0
+ * exactly one report (its rows, or why it failed); rank 0's thread waits for
+ * every report and writes all rows and the commit in one durable
+ * transaction on its own catalog handle (the training thread keeps writing
+ * traces on the other).  Rows are built by ckpt_report.c, as a synchronous
+ * save builds them; only the chunks come from host copies taken at the
  * boundary instead of the live state.
  */
 #include "ckpt_async.h"
@@ -33,7 +32,6 @@
 typedef struct async_word {
 	int64_t rc;
 	int64_t busy;  /* a previous write still in flight (skip mode) */
-	int64_t items; /* tensor rows this rank will add */
 	uint64_t bytes;
 	uint64_t rt_bytes;
 	char msg[CKPT_MSG];
@@ -62,15 +60,14 @@ struct ckpt_async {
 	void *pool;
 	size_t pool_bytes;
 	qe_backend *pool_b;
-	int64_t expect_rows; /* rank 0: every rank's rows together */
-	uint64_t total_bytes, total_rt_bytes;
+	qe_comm *comm; /* the rank's comm: the thread uses only its service lane */
 	char topo[64], sched[96], recipe[160];
 	double t_start;
 	/* its outcome */
 	int rc;
 	char msg[CKPT_MSG];
 	double ms;
-	cat *bg_cat; /* the thread's own catalog handle */
+	cat *bg_cat; /* rank 0: the thread's own catalog handle */
 };
 
 const char *ckpt_async_mode_name(ckpt_async_mode m)
@@ -90,8 +87,10 @@ static void free_copies(ckpt_async *a)
 int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode mode, ckpt_async **out)
 {
 	*out = NULL;
-	if (!s || !catalog_path || mode == CKPT_ASYNC_OFF)
-		return qe_fail(QE_EINVAL, "async checkpoints: needs a session, the catalog path and a mode");
+	if (!s || mode == CKPT_ASYNC_OFF)
+		return qe_fail(QE_EINVAL, "async checkpoints: needs a session and a mode");
+	if (!catalog_path)
+		catalog_path = "";
 	ckpt_async *a = calloc(1, sizeof(*a));
 	if (!a)
 		return qe_fail(QE_ENOMEM, "async checkpoints: out of memory");
@@ -108,52 +107,59 @@ int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode m
 
 /* ---- the background write ---------------------------------------------------- */
 
-static double env_timeout_s(void)
+/*
+ * Rank 0's thread: every other rank's report from the service lane (each
+ * rank's thread sends exactly one per checkpoint, success or failure), then
+ * the commit of all of them, or the abort.  Returns the outcome.
+ */
+static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 {
-	const char *v = getenv("QE_CKPT_ASYNC_TIMEOUT_S");
-	double t = v && v[0] ? atof(v) : 900;
-	return t > 0 ? t : 900;
-}
-
-/* Rank 0: wait until the catalog holds every rank's rows, then commit. */
-static int commit_when_complete(ckpt_async *a)
-{
-	double t0 = ckpt__now_ms(), limit = env_timeout_s() * 1e3;
-	int rc;
-	for (;;) {
-		cat_ckpt ck = { 0 };
-		if ((rc = cat_ckpt_get_id(a->bg_cat, a->id, &ck)))
-			return rc;
-		cat_status st = ck.status;
-		char note[256];
-		snprintf(note, sizeof(note), "%s", ck.note ? ck.note : "");
-		cat_ckpt_release(&ck);
-		if (st == CAT_ABORTED)
-			return qe_fail(QE_EIO, "checkpoint at step %lld: another rank's background write failed: %s",
-				       (long long)a->step, note);
-		cat_tensor_rows rows = { 0 };
-		if ((rc = cat_ckpt_tensors(a->bg_cat, a->id, &rows)))
-			return rc;
-		int64_t have = (int64_t)rows.n;
-		cat_tensor_rows_free(&rows);
-		if (have == a->expect_rows)
-			break;
-		if (have > a->expect_rows)
-			return qe_fail(QE_ECORRUPT, "checkpoint at step %lld: %lld tensor rows, expected %lld",
-				       (long long)a->step, (long long)have, (long long)a->expect_rows);
-		if (ckpt__now_ms() - t0 > limit)
-			return qe_fail(QE_EBUSY,
-				       "checkpoint at step %lld: after %.0f s only %lld of %lld tensor rows are in the catalog "
-				       "(a rank died or is stuck; QE_CKPT_ASYNC_TIMEOUT_S)",
-				       (long long)a->step, limit / 1e3, (long long)have, (long long)a->expect_rows);
-		usleep(5000);
+	int world = a->comm ? qe_comm_world_size(a->comm) : 1, rc = QE_OK;
+	ckpt_report *reps = calloc((size_t)world, sizeof(*reps));
+	if (!reps)
+		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
+	reps[0] = *own;
+	memset(own, 0, sizeof(*own));
+	char msg[CKPT_MSG] = "";
+	size_t mlen = 0;
+	int first = (int)reps[0].rc;
+	if (first)
+		mlen = (size_t)snprintf(msg, sizeof(msg), "rank 0: %s", reps[0].msg);
+	for (int q = 1; q < world; q++) {
+		void *buf = NULL;
+		size_t len = 0;
+		char from[32];
+		snprintf(from, sizeof(from), "rank %d", q);
+		if ((rc = qe_comm_svc_recv(a->comm, q, CKPT_SVC_ASYNC_REPORT, &buf, &len)))
+			rc = qe_fail_ctx(rc, "async checkpoint at step %lld: waiting for the rows of rank %d", (long long)a->step, q);
+		else
+			rc = ckpt__report_decode(buf, len, from, &reps[q]);
+		free(buf);
+		if (rc)
+			ckpt__report_fail(&reps[q], a->id, q, rc);
+		else if (reps[q].id != a->id)
+			ckpt__report_fail(&reps[q], a->id, q,
+					  qe_fail(QE_ECOMM, "rank %d reported checkpoint %lld, expected %lld", q,
+						  (long long)reps[q].id, (long long)a->id));
+		if (reps[q].rc) {
+			if (!first)
+				first = (int)reps[q].rc;
+			if (mlen < sizeof(msg) - 1)
+				mlen += (size_t)snprintf(msg + mlen, sizeof(msg) - mlen, "%srank %d: %s", mlen ? "; " : "", q,
+							 reps[q].msg);
+		}
+		if (rc && a->comm && qe_comm_failed(a->comm))
+			break; /* nobody else can be heard either */
 	}
-	ckpt__maybe_kill(a->s, "commit", 0);
-	if ((rc = cat_ckpt_set_sizes(a->bg_cat, a->id, a->total_bytes, a->total_rt_bytes)) ||
-	    (rc = cat_ckpt_commit(a->bg_cat, a->id)))
-		return rc;
-	ckpt__maybe_kill(a->s, "committed", 0);
-	return QE_OK;
+	if (!first) {
+		rc = ckpt__commit_reports(a->s, a->bg_cat, a->id, reps, world);
+	} else {
+		rc = qe_fail(first, "%s", msg);
+	}
+	for (int q = 0; q < world; q++)
+		ckpt__report_free(&reps[q]);
+	free(reps);
+	return rc;
 }
 
 /* QE_CKPT_ASYNC_TEST_DELAY_MS: the tests' way to keep a write in flight. */
@@ -170,8 +176,10 @@ static void *bg_main(void *arg)
 	ckpt_async *a = arg;
 	ckpt_session *s = a->s;
 	store_chunk_list *lists = calloc((size_t)a->n + 1, sizeof(*lists));
+	ckpt_report rep;
+	memset(&rep, 0, sizeof(rep));
 	int rc = lists ? QE_OK : qe_fail(QE_ENOMEM, "checkpoint: out of memory");
-	if (!rc && !a->bg_cat)
+	if (!rc && a->rank == 0 && !a->bg_cat)
 		rc = cat_open(a->cat_path, 0, &a->bg_cat);
 	for (int i = 0; i < a->n && !rc; i++) {
 		qe_pstate_item *it = &a->items[i];
@@ -191,19 +199,40 @@ static void *bg_main(void *arg)
 	if (!rc)
 		test_delay();
 	if (!rc)
-		rc = ckpt__write_rows(s, a->bg_cat, a->id, a->rank, a->replica, a->items, a->n, lists);
-	if (!rc && a->rank == 0)
-		rc = commit_when_complete(a);
+		rc = ckpt__report_build(s, a->id, a->rank, a->replica, a->items, a->n, lists, &rep);
+	if (rc)
+		ckpt__report_fail(&rep, a->id, a->rank, rc);
+	if (a->rank == 0) {
+		rc = collect_and_commit(a, &rep);
+		if (rc && a->bg_cat) {
+			char reason[CKPT_MSG + 64];
+			snprintf(reason, sizeof(reason), "background save failed: %s", qe_last_error());
+			int arc = cat_ckpt_abort(a->bg_cat, a->id, reason);
+			if (arc)
+				qe_log(QE_LOG_WARN, "checkpoint %lld: could not mark it aborted (%s)", (long long)a->id,
+				       qe_last_error());
+			qe_fail(rc, "%s", reason + strlen("background save failed: "));
+		}
+	} else {
+		/* Exactly one report per checkpoint, success or not: rank 0's thread waits for it. */
+		void *buf = NULL;
+		size_t len = 0;
+		char why[CKPT_MSG];
+		snprintf(why, sizeof(why), "%s", rc ? qe_last_error() : "");
+		int erc = ckpt__report_encode(&rep, &buf, &len);
+		if (!erc)
+			erc = qe_comm_svc_send(a->comm, 0, CKPT_SVC_ASYNC_REPORT, buf, len);
+		free(buf);
+		if (!erc)
+			ckpt__maybe_kill(s, "rows", a->rank);
+		if (!rc && erc)
+			rc = erc;
+		else if (rc)
+			qe_fail(rc, "%s", why);
+	}
 	char msg[CKPT_MSG];
 	snprintf(msg, sizeof(msg), "%s", rc ? qe_last_error() : "");
-	if (rc && a->bg_cat) {
-		/* Tell rank 0 (and any reader) that this attempt is dead. */
-		char reason[CKPT_MSG + 64];
-		snprintf(reason, sizeof(reason), "background save failed on rank %d: %s", a->rank, msg);
-		if (cat_ckpt_abort(a->bg_cat, a->id, reason))
-			qe_log(QE_LOG_WARN, "checkpoint %lld: could not mark it aborted (%s)", (long long)a->id,
-			       qe_last_error());
-	}
+	ckpt__report_free(&rep);
 	for (int i = 0; lists && i < a->n; i++)
 		store_chunk_list_free(&lists[i]);
 	free(lists);
@@ -279,7 +308,6 @@ static int agree(qe_rank *r, const async_word *mine, async_word *all)
 			memcpy(&w, blobs[i].data, sizeof(w));
 			w.msg[sizeof(w.msg) - 1] = 0;
 			all->busy |= w.busy;
-			all->items += w.items;
 			all->bytes += w.bytes;
 			all->rt_bytes += w.rt_bytes;
 			if (!w.rc)
@@ -438,9 +466,8 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	memset(&w, 0, sizeof(w));
 	if (rank == 0) {
 		ckpt__describe(r, a->topo, sizeof(a->topo), a->sched, sizeof(a->sched), a->recipe, sizeof(a->recipe));
-		rc = ckpt__store(s, 1);
-		if (!rc)
-			rc = cat_ckpt_begin(s->cat, s->run_id, res.step, res.e_w, a->topo, a->sched, a->recipe, &w.id);
+		rc = s->cat ? cat_ckpt_begin(s->cat, s->run_id, res.step, res.e_w, a->topo, a->sched, a->recipe, &w.id)
+			    : qe_fail(QE_EINVAL, "async checkpoint: rank 0 has no catalog open");
 		ckpt__word_set(&w, rc, NULL);
 		if (!rc)
 			ckpt__maybe_kill(s, "begin", rank);
@@ -461,12 +488,11 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	/* 4. Every rank: the host snapshot. */
 	double ts = ckpt__now_ms();
 	memset(&mine, 0, sizeof(mine));
-	rc = ckpt__store(s, 0);
+	rc = ckpt__store(s, rank);
 	if (!rc)
 		rc = snapshot(a, r, &mine.bytes, &mine.rt_bytes);
 	if (rc)
 		word_fail(&mine, rc);
-	mine.items = a->n;
 	res.snapshot_ms = ckpt__now_ms() - ts;
 	if ((rc = agree(r, &mine, &all))) {
 		free_copies(a);
@@ -482,9 +508,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 		return qe_fail((int)all.rc, "checkpoint at step %lld (id %lld) aborted: %s", (long long)res.step,
 			       (long long)a->id, all.msg);
 	}
-	a->expect_rows = all.items;
-	a->total_bytes = all.bytes;
-	a->total_rt_bytes = all.rt_bytes;
+	a->comm = qe_rank_comm(r);
 	res.bytes = all.bytes;
 
 	/* 5. The rest in the background. */

@@ -7,14 +7,12 @@
  * pending checkpoint id from rank 0, copies its persistent items (the same
  * ones ckpt_save writes) into host memory, and reports; then returns to
  * training.  Each rank's background thread then puts the copies' chunks into
- * the store, flushes it, and adds its tensor rows in one catalog transaction
- * (on its own catalog handle: the training thread keeps writing traces).
- * Rank 0's thread then waits until every rank's rows are in the catalog (the
- * number it expects was gathered at the snapshot) and commits - the same
- * single commit point as a synchronous save.  A rank whose write fails marks
- * the checkpoint aborted, which rank 0 sees and reports.  The background
- * threads never use the communicator, so they cannot disturb the training
- * collectives.
+ * its own store, flushes it once, and sends its rows to rank 0 on the comm's
+ * service lane (matched by tag, so it never disturbs training's messages or
+ * collectives).  Rank 0's thread waits for every rank's rows and writes them
+ * and the commit in one durable transaction on its own catalog handle - the
+ * same single commit point as a synchronous save.  A rank whose write fails
+ * sends why instead, and rank 0 marks the checkpoint aborted.
  *
  * One write is in flight at a time.  A new request while one is in flight
  * waits for it (CKPT_ASYNC_WAIT) or is skipped by every rank
@@ -28,9 +26,9 @@
  * QE_CKPT_KILL phases chunk, sync, synced, row, rows, commit and committed
  * fire in the background thread too.
  *
- * Environment: QE_CKPT_ASYNC_TIMEOUT_S (900): how long rank 0's thread waits
- * for the other ranks' rows before it aborts the checkpoint.
- * QE_CKPT_ASYNC_TEST_DELAY_MS (tests only): the background thread sleeps this
+ * Rank 0's thread waits for the other ranks' rows as long as any comm wait
+ * may take (QE_COMM_TIMEOUT_MS); a rank that dies fails the wait at once.
+ * Environment: QE_CKPT_ASYNC_TEST_DELAY_MS (tests only): the background thread sleeps this
  * long after flushing the store and before writing its rows, so a test can
  * keep a write in flight (wait/skip, SIGKILL while persisting).
  *
@@ -68,7 +66,8 @@ typedef struct ckpt_async_result {
 
 /*
  * A handle for the session's rank process.  catalog_path: the run's
- * catalog, opened again by the background thread.  OUT *out: closed with
+ * catalog, opened again by rank 0's background thread (ignored elsewhere; may
+ * be NULL there).  OUT *out: closed with
  * ckpt_async_close().
  */
 int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode mode, ckpt_async **out);

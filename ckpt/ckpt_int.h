@@ -1,8 +1,9 @@
 /*
  * ckpt_int.h - the inside of a checkpoint session, shared by ckpt.c (session,
- * store ownership, the test kill hook, the rank-to-rank agreement helpers),
- * ckpt_save.c (also the row writing that ckpt_async.c shares) and
- * ckpt_restore.c.
+ * the rank's own store, the test kill hook, the rank-to-rank agreement
+ * helpers), ckpt_report.c (what a rank tells rank 0 about its part of a
+ * checkpoint, and rank 0's single commit transaction), ckpt_save.c,
+ * ckpt_async.c and ckpt_restore.c.
  */
 #ifndef QE_CKPT_INT_H
 #define QE_CKPT_INT_H
@@ -12,10 +13,13 @@
 #include <sys/types.h>
 
 #include "ckpt.h"
+#include "ckpt/rundir.h"
 #include "runtime/exec/pstate.h"
 #include "store/store.h"
 
 #define CKPT_MAX_KILLS 8
+/* Tags of the checkpoint service on the comm's service lane (qe_comm_svc_send). */
+enum { CKPT_SVC_XFER = 0x58430001u, CKPT_SVC_ASYNC_REPORT = 0x58430002u, CKPT_SVC_TRACE = 0x58430003u };
 #define CKPT_MSG 1536
 
 typedef struct ckpt_kill {
@@ -25,12 +29,26 @@ typedef struct ckpt_kill {
 	int seen;
 } ckpt_kill;
 
+/* A store of this run on this host's disk, opened read-only on demand (restore serves from it). */
+typedef struct ckpt_seen_store {
+	ckpt_local_store where;
+	store *st; /* NULL until opened; the session's own store is s->st, never opened twice */
+} ckpt_seen_store;
+
 struct ckpt_session {
 	char run_dir[1024];
-	char store_dir[1100];
 	char run_id[64];
-	cat *cat;          /* not owned */
-	store *st;         /* opened on first use, in this process */
+	cat *cat;          /* not owned; rank 0 only (NULL on the other ranks) */
+	/* The rank's own store, STORES/rank-R, opened on first use in this process. */
+	int rank;          /* -1 until the first save or restore names it */
+	char store_dir[CKPT_PATH_MAX];
+	store *st;
+	ckpt_store_identity ident;
+	ckpt_lock *store_lock;
+	char host[CKPT_HOST_MAX];
+	/* Every store of the run this host sees (restore); filled by ckpt__scan. */
+	ckpt_seen_store *seen;
+	int nseen;
 	size_t chunk_bytes;
 	pid_t pid;
 	ckpt_kill kills[CKPT_MAX_KILLS];
@@ -69,8 +87,16 @@ int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all);
 /* Rank 0's word to every rank (in place). */
 int ckpt__bcast(qe_rank *r, ckpt_word *w);
 
-/* Open the run's store in this process (once); create it (and the ownership record) when asked. */
-int ckpt__store(ckpt_session *s, int create);
+/*
+ * Open the rank's own store STORES/rank-R in this process (once), creating
+ * it with its identity and taking its lock.  Checks that the folder is not
+ * on a network filesystem.
+ */
+int ckpt__store(ckpt_session *s, int rank);
+/* Find every store of the run on this host (once per restore); s->seen. */
+int ckpt__scan(ckpt_session *s);
+/* The store handle of seen store i, opened read-only on first use (the own store: s->st). */
+int ckpt__seen_open(ckpt_session *s, int i, store **out);
 
 /* "[64,256]" */
 void ckpt__shape_text(const qe_pstate_item *it, char *buf, size_t len);
@@ -90,14 +116,56 @@ double ckpt__now_ms(void);
 int ckpt__is_runtime_state(qe_pstate_kind k);
 /* The checkpoint row's topology, schedule and recipe texts for the rank's configuration. */
 void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
+/* --- reports: what a rank tells rank 0 (ckpt_report.c) --------------------------- */
+
 /*
- * One rank's rows of checkpoint id, in one transaction of catalog c: a tensor
- * row per item naming its chunks lists[i] (already durable in the store), then,
- * on replica 0, one shard row per pipeline stage.  Kill points "row" (after each
- * tensor row) and "rows" (after the commit).  On failure the transaction is
- * rolled back and the message names the item.  Returns 0 or a QE_E* code.
+ * A rank's part of a checkpoint: its outcome, sizes, the store that holds
+ * its chunks and its rows.  Travels as bytes (ckpt__report_encode) to rank 0
+ * in the gather of a synchronous save, or on the service lane from an async
+ * save's background thread.
  */
-int ckpt__write_rows(ckpt_session *s, cat *c, int64_t id, int rank, int replica, const qe_pstate_item *items, int n,
-		     const store_chunk_list *lists);
+typedef struct ckpt_report {
+	int64_t id; /* the checkpoint */
+	int64_t rc;
+	char msg[CKPT_MSG];
+	uint64_t bytes, rt_bytes;
+	int rank;
+	ckpt_store_identity store;
+	char store_path[CKPT_PATH_MAX];
+	cat_tensor_rows rows; /* the catalog's row type; ids unused; freed with cat_tensor_rows_free */
+	int nshards;
+	cat_shard *shards;
+} ckpt_report;
+
+/*
+ * Fill rep from this rank's items and the chunk lists its store returned
+ * (already durable): a row per item (catalog keys of ckpt__catalog_key) and,
+ * on replica 0, a shard row per pipeline stage.
+ */
+int ckpt__report_build(ckpt_session *s, int64_t id, int rank, int replica, const qe_pstate_item *items, int n,
+		       const store_chunk_list *lists, ckpt_report *rep);
+/* A report that only says rc (and the thread's last message). */
+void ckpt__report_fail(ckpt_report *rep, int64_t id, int rank, int rc);
+/* OUT *buf (malloc'd) and *len. */
+int ckpt__report_encode(const ckpt_report *rep, void **buf, size_t *len);
+/* QE_ECORRUPT naming `from` when the bytes are not a whole report. */
+int ckpt__report_decode(const void *buf, size_t len, const char *from, ckpt_report *rep);
+void ckpt__report_free(ckpt_report *rep);
+/*
+ * Rank 0, the single commit point: in one durable transaction of catalog c,
+ * record every report's store and rows, the sizes, and flip checkpoint id
+ * to committed.  Kill points "row" (after each tensor row), "commit" (before
+ * the transaction), "committed" (after it).  On failure nothing of it is in
+ * the catalog.
+ */
+int ckpt__commit_reports(ckpt_session *s, cat *c, int64_t id, const ckpt_report *reps, int n);
+
+/*
+ * Tensor rows as bytes (a report carries them; a restore sends the
+ * checkpoint's whole table to every rank).  Decoding fills *rows, freed with
+ * cat_tensor_rows_free; QE_ECORRUPT naming `from` for bytes that do not parse.
+ */
+int ckpt__rows_encode(const cat_tensor_rows *rows, void **buf, size_t *len);
+int ckpt__rows_decode(const void *buf, size_t len, const char *from, cat_tensor_rows *rows);
 
 #endif

@@ -2,14 +2,16 @@
  * ckpt_save.c - taking a checkpoint: the gate, the pending row, every rank's
  * chunks and tensor rows, and rank 0's single commit point.
  *
- * Order matters for crash consistency: a rank's chunks are in the store and
- * flushed (store_sync) before its tensor rows name them, and rank 0 commits
- * only after every rank reported that both are durable.  A process dying
- * anywhere before the commit leaves a 'pending' (or 'aborted') row that no
- * restore reads; dying after it leaves a complete committed checkpoint.
- * Chunks written by a failed attempt stay in the store until gc.
- * ckpt_async.c writes its rows and describes its row through the same
- * functions (ckpt__write_rows, ckpt__describe), so both saves record alike.
+ * Order matters for crash consistency: a rank's chunks are in its own store
+ * and flushed (store_sync, once per checkpoint) before it sends rank 0 the
+ * rows that name them, and rank 0 writes every rank's rows and the commit in
+ * one durable transaction only after every rank reported success.  A process
+ * dying anywhere before that transaction leaves a 'pending' (or 'aborted')
+ * row with no tensor rows, which no restore reads; dying after it leaves a
+ * complete committed checkpoint.  Chunks written by a failed attempt stay in
+ * the stores until gc.  ckpt_async.c builds its reports and describes its
+ * row through the same functions (ckpt__report_build, ckpt__describe), so
+ * both saves record alike.
  */
 #include "ckpt_int.h"
 
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -40,66 +43,16 @@ void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t
 		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
 }
 
-int ckpt__write_rows(ckpt_session *s, cat *c, int64_t id, int rank, int replica, const qe_pstate_item *items, int n,
-		     const store_chunk_list *lists)
-{
-	int rc = cat_begin(c);
-	if (rc)
-		return rc;
-	for (int i = 0; i < n && !rc; i++) {
-		const qe_pstate_item *it = &items[i];
-		char name[64], shape[96];
-		int stage;
-		ckpt__catalog_key(it, replica, &stage, name, sizeof(name));
-		ckpt__shape_text(it, shape, sizeof(shape));
-		cat_chunk *ch = calloc(lists[i].n + 1, sizeof(*ch));
-		if (!ch) {
-			rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
-			break;
-		}
-		for (size_t k = 0; k < lists[i].n; k++) {
-			memcpy(ch[k].hash, lists[i].chunks[k].hash.b, sizeof(ch[k].hash));
-			ch[k].size = lists[i].chunks[k].size;
-		}
-		rc = cat_ckpt_add_tensor(c, id, stage, name, qe_dtype_name(it->dtype), shape, it->bytes,
-					 qe_pstate_kind_name(it->kind), ch, lists[i].n);
-		free(ch);
-		if (rc)
-			rc = qe_fail_ctx(rc, "checkpoint: recording '%s' of stage %d", name, stage);
-		else
-			ckpt__maybe_kill(s, "row", rank);
-	}
-	/* One shard row per pipeline stage, by the replica 0 rank that holds it. */
-	for (int i = 0; i < n && replica == 0 && !rc; i++) {
-		if (items[i].stage < 0 || (i > 0 && items[i - 1].stage == items[i].stage))
-			continue;
-		uint64_t sb = 0;
-		for (int j = 0; j < n; j++)
-			if (items[j].stage == items[i].stage)
-				sb += items[j].bytes;
-		rc = cat_ckpt_add_shard(c, id, items[i].stage, rank, sb);
-	}
-	if (rc) {
-		cat_rollback(c);
-		return rc;
-	}
-	if ((rc = cat_commit(c)))
-		return rc;
-	ckpt__maybe_kill(s, "rows", rank);
-	return QE_OK;
-}
-
 /*
- * This rank's part: every item's chunks into the store, one flush, then every
- * item's row in one catalog transaction.  OUT *bytes, *rt_bytes: what it wrote.
+ * This rank's part: every item's chunks into its own store, one flush, then
+ * its rows into *rep for rank 0.
  */
-static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, uint64_t *bytes, uint64_t *rt_bytes)
+static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep)
 {
 	int rank = qe_rank_index(r), replica = qe_rank_replica(r);
 	qe_pstate_item *items = NULL;
 	store_chunk_list *lists = NULL;
 	int n = 0, rc;
-	*bytes = *rt_bytes = 0;
 	if ((rc = qe_rank_pstate(r, &items, &n)))
 		return rc;
 	if (!(lists = calloc((size_t)n + 1, sizeof(*lists)))) {
@@ -138,9 +91,6 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, uint64_t *bytes,
 			rc = qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
 			goto out;
 		}
-		*bytes += it->bytes;
-		if (ckpt__is_runtime_state(it->kind))
-			*rt_bytes += it->bytes;
 		ckpt__maybe_kill(s, "chunk", rank);
 	}
 	ckpt__maybe_kill(s, "sync", rank);
@@ -150,7 +100,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, uint64_t *bytes,
 	}
 	ckpt__maybe_kill(s, "synced", rank);
 
-	rc = ckpt__write_rows(s, s->cat, id, rank, replica, items, n, lists);
+	rc = ckpt__report_build(s, id, rank, replica, items, n, lists, rep);
 out:
 	if (lists)
 		for (int i = 0; i < n; i++)
@@ -161,17 +111,12 @@ out:
 }
 
 /* Rank 0: the outcome in *w; abort the pending row when the attempt failed. */
-static void decide(ckpt_session *s, int64_t id, ckpt_word *w)
+static void decide(ckpt_session *s, int64_t id, const ckpt_report *reps, int n, ckpt_word *w)
 {
 	int rc;
 	if (!w->rc) {
-		ckpt__maybe_kill(s, "commit", 0);
-		if (!(rc = cat_ckpt_set_sizes(s->cat, id, w->bytes, w->rt_bytes)))
-			rc = cat_ckpt_commit(s->cat, id);
-		if (!rc) {
-			ckpt__maybe_kill(s, "committed", 0);
+		if (!(rc = ckpt__commit_reports(s, s->cat, id, reps, n)))
 			return;
-		}
 		ckpt__word_set(w, rc, "committing checkpoint %lld: %s", (long long)id, qe_last_error());
 	}
 	char reason[CKPT_MSG + 32];
@@ -179,6 +124,82 @@ static void decide(ckpt_session *s, int64_t id, ckpt_word *w)
 	if ((rc = cat_ckpt_abort(s->cat, id, reason)))
 		qe_log(QE_LOG_WARN, "checkpoint %lld: could not mark it aborted (%s); it stays pending", (long long)id,
 		       qe_last_error());
+}
+
+/*
+ * Every rank hands its report to rank 0 (the gather carries any size).  OUT
+ * on rank 0: reps[world] decoded and *w, the combination (first failing
+ * rank's code, every failure named by rank, sizes summed).
+ */
+static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **reps, int *nreps, ckpt_word *w)
+{
+	qe_comm *comm = qe_rank_comm(r);
+	int world = comm ? qe_comm_world_size(comm) : 1;
+	void *buf = NULL;
+	size_t len = 0;
+	*reps = NULL;
+	*nreps = 0;
+	memset(w, 0, sizeof(*w));
+	w->id = mine->id;
+	int rc = ckpt__report_encode(mine, &buf, &len);
+	if (rc)
+		return rc;
+	qe_comm_blob *blobs = NULL;
+	if (world > 1 && (rc = qe_comm_gather_blobs(comm, buf, len, &blobs))) {
+		free(buf);
+		return qe_fail_ctx(rc, "checkpoint: gathering every rank's rows");
+	}
+	if (qe_rank_index(r) != 0) {
+		free(buf);
+		return QE_OK;
+	}
+	ckpt_report *v = calloc((size_t)world, sizeof(*v));
+	if (!v) {
+		free(buf);
+		qe_comm_blobs_free(blobs, world);
+		return qe_fail(QE_ENOMEM, "checkpoint: out of memory");
+	}
+	size_t mlen = 0;
+	for (int i = 0; i < world; i++) {
+		char from[32];
+		snprintf(from, sizeof(from), "rank %d", i);
+		const void *b = world > 1 ? blobs[i].data : buf;
+		size_t bl = world > 1 ? blobs[i].size : len;
+		int drc = ckpt__report_decode(b, bl, from, &v[i]);
+		if (drc)
+			ckpt__report_fail(&v[i], mine->id, i, drc);
+		else if (!v[i].rc && v[i].id != mine->id)
+			ckpt__report_fail(&v[i], mine->id, i,
+					  qe_fail(QE_ECOMM, "rank %d reported checkpoint %lld, expected %lld", i,
+						  (long long)v[i].id, (long long)mine->id));
+		w->bytes += v[i].bytes;
+		w->rt_bytes += v[i].rt_bytes;
+		if (!v[i].rc)
+			continue;
+		if (!w->rc)
+			w->rc = v[i].rc;
+		char who[32];
+		int k = snprintf(who, sizeof(who), "rank %d ", i);
+		if (strncmp(v[i].msg, who, (size_t)k) == 0)
+			who[0] = 0;
+		else
+			snprintf(who, sizeof(who), "rank %d: ", i);
+		if (mlen < sizeof(w->msg) - 1)
+			mlen += (size_t)snprintf(w->msg + mlen, sizeof(w->msg) - mlen, "%s%s%s", mlen ? "; " : "", who,
+						 v[i].msg);
+	}
+	free(buf);
+	qe_comm_blobs_free(blobs, world);
+	*reps = v;
+	*nreps = world;
+	return QE_OK;
+}
+
+static void free_reports(ckpt_report *reps, int n)
+{
+	for (int i = 0; i < n; i++)
+		ckpt__report_free(&reps[i]);
+	free(reps);
 }
 
 int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
@@ -216,9 +237,8 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	if (rank == 0) {
 		char topo[64], sched[96], recipe[160];
 		ckpt__describe(r, topo, sizeof(topo), sched, sizeof(sched), recipe, sizeof(recipe));
-		rc = ckpt__store(s, 1);
-		if (!rc)
-			rc = cat_ckpt_begin(s->cat, s->run_id, step, e_w, topo, sched, recipe, &w.id);
+		rc = s->cat ? cat_ckpt_begin(s->cat, s->run_id, step, e_w, topo, sched, recipe, &w.id)
+			    : qe_fail(QE_EINVAL, "checkpoint: rank 0 has no catalog open");
 		ckpt__word_set(&w, rc, NULL);
 		if (!rc)
 			ckpt__maybe_kill(s, "begin", rank);
@@ -233,28 +253,37 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	int64_t id = w.id;
 	res.id = id;
 
-	/* 3. Every rank: chunks, flush, rows. */
-	memset(&mine, 0, sizeof(mine));
-	mine.id = id;
-	rc = ckpt__store(s, 0);
+	/* 3. Every rank: chunks into its own store, one flush, rows for rank 0. */
+	ckpt_report rep;
+	memset(&rep, 0, sizeof(rep));
+	rc = ckpt__store(s, rank);
 	if (!rc)
-		rc = write_shard(s, r, id, &mine.bytes, &mine.rt_bytes);
-	ckpt__word_set(&mine, rc, NULL);
+		rc = write_shard(s, r, id, &rep);
+	if (rc)
+		ckpt__report_fail(&rep, id, rank, rc);
+	rep.id = id;
 
-	/* 4. Rank 0 decides: commit when every rank succeeded, else abort. */
-	memset(&w, 0, sizeof(w));
-	if ((rc = ckpt__gather(r, &mine, &w))) {
+	/* 4. Rank 0 gathers the rows and decides: commit when every rank succeeded, else abort. */
+	ckpt_report *reps = NULL;
+	int nreps = 0;
+	rc = gather_reports(r, &rep, &reps, &nreps, &w);
+	ckpt__report_free(&rep);
+	if (!rc)
+		ckpt__maybe_kill(s, "rows", rank);
+	if (rc) {
 		if (rank == 0) {
 			char reason[CKPT_MSG + 32];
 			snprintf(reason, sizeof(reason), "save failed: %s", qe_last_error());
 			cat_ckpt_abort(s->cat, id, reason);
 		}
+		free_reports(reps, nreps);
 		return rc;
 	}
 	if (rank == 0) {
 		w.id = id;
-		decide(s, id, &w);
+		decide(s, id, reps, nreps, &w);
 	}
+	free_reports(reps, nreps);
 	if ((rc = ckpt__bcast(r, &w)))
 		return rc;
 	res.bytes = w.bytes;

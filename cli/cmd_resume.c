@@ -176,11 +176,31 @@ int cli_resume_main(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = a.cfg.run_dir;
+	const char *rank_env = getenv("RANK");
+	if (rank_env && getenv("WORLD_SIZE") && strcmp(rank_env, "0")) {
+		/* An external launcher's rank other than 0: its host need not have the catalog; rank 0
+		 * checks the run and sends the configuration and the checkpoint to resume from. */
+		cli_rank_job job;
+		memset(&job, 0, sizeof(job));
+		job.cfg = a.cfg;
+		job.quiet = a.quiet;
+		job.json = a.json;
+		job.no_trace = a.no_trace;
+		job.resume = 1;
+		job.ckpt_async = async;
+		job.from_step = -1;
+		return cli_run_job("resume", &job, a.nproc);
+	}
+	ckpt_lock *lock = NULL;
+	if ((rc = cli_run_lock(dir, "resume", 0, &lock)))
+		return cli_report("resume", rc, "cannot lock the run");
 	cat *c = NULL;
 	char run_id[64];
 	qe_train_config saved;
-	if ((rc = cli_run_open(dir, &c, run_id, &saved)))
+	if ((rc = cli_run_open(dir, &c, run_id, &saved))) {
+		ckpt_unlock(lock);
 		return cli_report("resume", rc, "cannot open the run");
+	}
 
 	int status = check_conflicts(&a, &saved);
 	qe_train_config merged = saved;
@@ -207,6 +227,7 @@ int cli_resume_main(int argc, char **argv)
 	cat_close(c);
 	if (status) {
 		cat_ckpt_release(&ck);
+		ckpt_unlock(lock);
 		return status;
 	}
 
@@ -230,5 +251,7 @@ int cli_resume_main(int argc, char **argv)
 		fflush(stdout);
 	}
 	cat_ckpt_release(&ck);
-	return cli_run_job("resume", &job, a.nproc);
+	rc = cli_run_job("resume", &job, a.nproc);
+	ckpt_unlock(lock);
+	return rc;
 }

@@ -17,7 +17,8 @@ static void help(FILE *f)
 	fprintf(f, "usage: qeffect train [FLAGS]\n\n"
 		   "Train a GPT-style model with FP8 delayed scaling under a pipeline schedule.  Ranks are\n"
 		   "processes (P x D of them); with --run-dir, per-step fingerprints, losses and checkpoints\n"
-		   "go into RUN/catalog.db and RUN/store/.\n\n");
+		   "go into RUN/catalog.db (rank 0's host) and a store per rank, RUN/stores/rank-R on each rank's\n"
+		   "own disk (or LOCAL/stores/rank-R with --local-dir LOCAL).\n\n");
 	cli_train_flags_help(f, 0);
 	cli_async_flag_help(f);
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
@@ -55,11 +56,16 @@ int cli_train_main(int argc, char **argv)
 	job.until = a.cfg.steps;
 	job.from_step = -1;
 	job.ckpt_async = async;
-	/* Under an external launcher only rank 0 creates the run directory. */
+	/* Under an external launcher only rank 0 creates the run directory and holds its lock. */
 	const char *rank_env = getenv("RANK");
+	ckpt_lock *lock = NULL;
 	if (a.cfg.run_dir[0] && (!rank_env || strcmp(rank_env, "0") == 0)) {
-		if ((rc = cli_run_create(a.cfg.run_dir, &a.cfg, job.run_id)))
+		if ((rc = cli_run_lock(a.cfg.run_dir, "train", 1, &lock)))
+			return cli_report("train", rc, "locking the run directory");
+		if ((rc = cli_run_create(a.cfg.run_dir, &a.cfg, job.run_id))) {
+			ckpt_unlock(lock);
 			return cli_report("train", rc, "creating the run directory");
+		}
 	}
 	if (!a.quiet) {
 		printf("training %s: pp %d, dp %d, %d microbatches, %s/%s, exec %s, grad %s, fp8 %s, %lld steps%s%s\n",
@@ -69,5 +75,7 @@ int cli_train_main(int argc, char **argv)
 		       a.cfg.run_dir);
 		fflush(stdout);
 	}
-	return cli_run_job("train", &job, a.nproc);
+	rc = cli_run_job("train", &job, a.nproc);
+	ckpt_unlock(lock);
+	return rc;
 }

@@ -16,27 +16,33 @@
 
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_async.h"
+#include "ckpt/rundir.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
 #include "rank_meter.h"
 
-static int catalog_path(const char *dir, char *buf, size_t len)
+int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 {
-	if ((size_t)snprintf(buf, len, "%s/catalog.db", dir) >= len)
-		return qe_fail(QE_EINVAL, "run directory path too long: '%s'", dir);
-	return QE_OK;
+	*out = NULL;
+	if (create && mkdir(dir, 0755) && errno != EEXIST)
+		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+	char what[96];
+	snprintf(what, sizeof(what), "qeffect %s", cmd);
+	return ckpt_rundir_lock(dir, what, out);
 }
 
 int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
 {
-	char path[1100];
+	char path[CKPT_PATH_MAX];
 	int rc;
-	if ((rc = catalog_path(dir, path, sizeof(path))))
+	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
 		return rc;
 	if (mkdir(dir, 0755) && errno != EEXIST)
 		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+	if ((rc = ckpt_fs_check(path, "the catalog")))
+		return rc;
 	if (access(path, F_OK) == 0)
 		return qe_fail(QE_EEXIST,
 			       "run directory '%s' already holds a run (%s): continue it with 'qeffect resume --run-dir "
@@ -59,11 +65,11 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
 
 int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
 {
-	char path[1100];
+	char path[CKPT_PATH_MAX];
 	int rc;
 	struct stat sb;
 	*out = NULL;
-	if ((rc = catalog_path(dir, path, sizeof(path))))
+	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
 		return rc;
 	if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
@@ -183,26 +189,24 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	ctx->last_loss = rep->loss;
 	if (ctx->job->json)
 		meter_sample(ctx, r, rep);
-	/* Data-parallel replicas hold identical state: replica 0 speaks for them. */
-	if (ctx->cat && qe_rank_replica(r) == 0) {
-		cat_trace *rows = calloc((size_t)rep->nrows + 1, sizeof(cat_trace));
+	/* Traces and losses go to rank 0's catalog; data-parallel replicas hold
+	 * identical state, so replica 0 speaks for them. */
+	if (ctx->ck) {
+		int nrows = qe_rank_replica(r) == 0 ? rep->nrows : 0;
+		cat_trace *rows = calloc((size_t)nrows + 1, sizeof(cat_trace));
 		if (!rows)
 			return qe_fail(QE_ENOMEM, "trace: out of memory");
-		for (int i = 0; i < rep->nrows; i++) {
+		for (int i = 0; i < nrows; i++) {
 			rows[i].step = rep->rows[i].step;
 			rows[i].stage = rep->rows[i].stage;
 			rows[i].category = rep->rows[i].category;
 			rows[i].fingerprint = rep->rows[i].fp;
 		}
-		rc = cat_trace_put(ctx->cat, ctx->job->run_id, rows, (size_t)rep->nrows);
+		cat_loss l = { rep->step, rep->loss, rep->eval_loss, rep->tokens_per_s, rep->ms };
+		rc = ckpt_record_step(ctx->ck, r, rows, (size_t)nrows, &l);
 		free(rows);
 		if (rc)
-			return qe_fail_ctx(rc, "writing the trace of step %lld", (long long)rep->step);
-		if (qe_rank_index(r) == 0) {
-			cat_loss l = { rep->step, rep->loss, rep->eval_loss, rep->tokens_per_s, rep->ms };
-			if ((rc = cat_loss_put(ctx->cat, ctx->job->run_id, &l, 1)))
-				return rc;
-		}
+			return qe_fail_ctx(rc, "recording step %lld", (long long)rep->step);
 	}
 	const qe_train_config *cfg = &ctx->job->cfg;
 	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0) {
@@ -275,9 +279,19 @@ int cli_rank_main(void *vjob)
 	int rc = qe_dist_env_from_environ(&env);
 	if (!rc && env.world_size > 1)
 		rc = qe_comm_open(&env, 0, &comm);
-	/* Under an external launcher only rank 0 created the run: everyone takes its run id. */
+	/*
+	 * Under an external launcher only rank 0 created or opened the run (the
+	 * others' hosts may have no catalog): everyone takes its run id and
+	 * configuration.  Forked ranks already hold the same.
+	 */
 	if (!rc && comm)
 		rc = qe_comm_bcast(comm, 0, job->run_id, sizeof(job->run_id));
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, cfg, sizeof(*cfg));
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, &job->from_step, sizeof(job->from_step));
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, &job->until, sizeof(job->until));
 	if (!rc) {
 		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
 		rc = qe_backend_open(cfg->backend, &b);
@@ -291,13 +305,15 @@ int cli_rank_main(void *vjob)
 	if (!rc && job->json)
 		meter_sample(&ctx, r, NULL);
 	if (!rc && cfg->run_dir[0]) {
-		char path[1100];
-		snprintf(path, sizeof(path), "%s/catalog.db", cfg->run_dir);
-		rc = cat_open(path, 0, &ctx.cat);
+		/* Only rank 0 opens the catalog: the other ranks' hosts may not have it. */
+		char path[CKPT_PATH_MAX];
+		rc = ckpt_rundir_catalog(cfg->run_dir, path, sizeof(path));
+		if (!rc && env.rank == 0)
+			rc = cat_open(path, 0, &ctx.cat);
 		if (!rc)
 			rc = ckpt_session_open(cfg->run_dir, job->run_id, ctx.cat, &ctx.ck);
 		if (!rc && job->ckpt_async)
-			rc = ckpt_async_open(ctx.ck, path, (ckpt_async_mode)job->ckpt_async, &ctx.async);
+			rc = ckpt_async_open(ctx.ck, env.rank == 0 ? path : NULL, (ckpt_async_mode)job->ckpt_async, &ctx.async);
 		if (!rc && ctx.async && ckpt_async_prepare(ctx.async, r))
 			qe_log(QE_LOG_WARN, "async checkpoints: the snapshot memory will be allocated at the first save (%s)",
 			       qe_last_error());
@@ -310,7 +326,7 @@ int cli_rank_main(void *vjob)
 			       (unsigned long long)res.bytes, res.ms);
 	}
 	if (!rc) {
-		qe_train_hooks hooks = { &ctx, on_step, ctx.cat != NULL && !job->no_trace };
+		qe_train_hooks hooks = { &ctx, on_step, ctx.ck != NULL && !job->no_trace };
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
 	}
 	if (ctx.async) {
@@ -362,19 +378,6 @@ int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 	fflush(stderr);
 	qe_launch_result res;
 	int rc = qe_launch_local(nproc, cli_rank_main, job, NULL, 0, &res);
-	/*
-	 * Ranks that close the catalog at the same moment may each leave the WAL to
-	 * the other, so -wal/-shm files can outlive the job.  Closing it once more
-	 * here, as the only connection, checkpoints and removes them: a finished
-	 * job leaves its run directory in one settled state.
-	 */
-	if (job->cfg.run_dir[0]) {
-		char path[1100];
-		cat *c = NULL;
-		snprintf(path, sizeof(path), "%s/catalog.db", job->cfg.run_dir);
-		if (access(path, F_OK) == 0 && cat_open(path, 0, &c) == 0)
-			cat_close(c);
-	}
 	if (rc) {
 		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
 		return 1;

@@ -1,16 +1,23 @@
 /*
- * run.h - a run directory as the commands see it: RUN/catalog.db (the
- * catalog, which holds the run's configuration, checkpoints, traces and
- * losses) and RUN/store/ (the LMDB chunk store), and the per-rank glue that
- * runs the training loop with traces and checkpoints going there.
+ * run.h - a run directory as the commands see it (its layout is ckpt/rundir.h's:
+ * RUN/catalog.db on rank 0's host, a store per rank on each rank's own disk),
+ * and the per-rank glue that runs the training loop with traces and
+ * checkpoints going there.
  */
 #ifndef CLI_RUN_H
 #define CLI_RUN_H
 
 #include "catalog/catalog.h"
+#include "ckpt/rundir.h"
 #include "runtime/train/config.h"
 #include "runtime/train/train.h"
 
+/*
+ * Take the writer lock of RUN (creating the folder first when create), held
+ * until ckpt_unlock: every command that writes a run holds it for the life
+ * of the job; a second writer is refused at once (QE_EBUSY naming the holder).
+ */
+int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out);
 /*
  * Create RUN (must not hold a catalog yet), its catalog, and the run row with
  * cfg as JSON.  OUT: run_id (len >= 64).  Returns 0 or a QE_E* code with a message.

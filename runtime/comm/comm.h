@@ -128,6 +128,19 @@ int qe_comm_send(qe_comm *c, int peer, uint32_t tag, const void *buf, size_t n);
  */
 int qe_comm_recv(qe_comm *c, int peer, uint32_t tag, void *buf, size_t n);
 
+/*
+ * The service lane: messages of the checkpoint service (rows and traces on
+ * their way to rank 0, chunks of a restore), apart from training's
+ * point-to-point messages and collectives.  A receive waits for the next
+ * message from peer with exactly this tag and leaves messages of other tags
+ * queued, so threads waiting for different tags never disturb each other.
+ * Messages of one tag from one peer arrive in order.  Sends are buffered as
+ * qe_comm_send's are.  OUT *out (malloc'd, never NULL on success, caller
+ * frees) and *n.  Errors as qe_comm_send / qe_comm_recv.
+ */
+int qe_comm_svc_send(qe_comm *c, int peer, uint32_t tag, const void *buf, size_t n);
+int qe_comm_svc_recv(qe_comm *c, int peer, uint32_t tag, void **out, size_t *n);
+
 /* Wait until every queued send has been handed to the kernel. */
 int qe_comm_flush(qe_comm *c);
 

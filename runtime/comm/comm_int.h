@@ -20,9 +20,14 @@
  * payload is its cause, so every rank reports the root cause, not just
  * "rank 1 closed its connection".
  */
-enum { QE_KIND_USER = 1, QE_KIND_COLL = 2, QE_KIND_BYE = 3, QE_KIND_ABORT = 4 };
-/* Lanes: a recv only ever looks at its own lane. */
-enum { QE_LANE_USER = 0, QE_LANE_COLL = 1, QE_NLANES = 2 };
+enum { QE_KIND_USER = 1, QE_KIND_COLL = 2, QE_KIND_BYE = 3, QE_KIND_ABORT = 4, QE_KIND_SVC = 5 };
+/*
+ * Lanes: a recv only ever looks at its own lane.  The service lane (the
+ * checkpoint service's rows, traces and chunk transfers) is matched by tag,
+ * not in arrival order, so a background thread and the training thread can
+ * each wait for their own tag from the same peer.
+ */
+enum { QE_LANE_USER = 0, QE_LANE_COLL = 1, QE_LANE_SVC = 2, QE_NLANES = 3 };
 /* Largest payload we accept on the wire; larger lengths mean a garbled stream. */
 #define QE_MSG_MAX_LEN (1ull << 40)
 

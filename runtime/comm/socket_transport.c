@@ -86,6 +86,25 @@ static qe_comm_msg *q_pop(qe_comm_queue *q)
 	return m;
 }
 
+/* Unlink the first message of q with tag (the service lane); NULL when there is none yet. */
+static qe_comm_msg *q_take_tag(qe_comm_queue *q, uint32_t tag)
+{
+	qe_comm_msg *prev = NULL;
+	for (qe_comm_msg *m = q->head; m; prev = m, m = m->next) {
+		if (m->tag != tag)
+			continue;
+		if (prev)
+			prev->next = m->next;
+		else
+			q->head = m->next;
+		if (q->tail == m)
+			q->tail = prev;
+		m->next = NULL;
+		return m;
+	}
+	return NULL;
+}
+
 static void msg_free(qe_comm_msg *m)
 {
 	if (m) {
@@ -103,7 +122,7 @@ static void q_clear(qe_comm_queue *q)
 
 static int lane_of(uint32_t kind)
 {
-	return kind == QE_KIND_USER ? QE_LANE_USER : QE_LANE_COLL;
+	return kind == QE_KIND_USER ? QE_LANE_USER : kind == QE_KIND_SVC ? QE_LANE_SVC : QE_LANE_COLL;
 }
 
 const char *qe_comm_msg_name(int lane, uint32_t tag, char *buf, size_t len)
@@ -113,6 +132,8 @@ const char *qe_comm_msg_name(int lane, uint32_t tag, char *buf, size_t len)
 				      "blob broadcast",   "gather contribution" };
 	if (lane == QE_LANE_USER)
 		snprintf(buf, len, "tag 0x%x", tag);
+	else if (lane == QE_LANE_SVC)
+		snprintf(buf, len, "service message 0x%x", tag);
 	else if (tag < sizeof(coll) / sizeof(coll[0]))
 		snprintf(buf, len, "%s", coll[tag]);
 	else
@@ -211,7 +232,7 @@ static int do_read(qe_comm *c, int p)
 				kind = get_u32(pe->hdr + 4);
 				tag = get_u32(pe->hdr + 8);
 				len = get_u64(pe->hdr + 16);
-				if (magic != QE_MSG_MAGIC || kind < QE_KIND_USER || kind > QE_KIND_ABORT ||
+				if (magic != QE_MSG_MAGIC || kind < QE_KIND_USER || kind > QE_KIND_SVC ||
 				    len > QE_MSG_MAX_LEN) {
 					pthread_mutex_lock(&c->lock);
 					fail_locked(c, "garbled message header from rank %d (magic 0x%08x, kind %u, length %llu)",
@@ -502,7 +523,7 @@ int qe_comm_take(qe_comm *c, int peer, int lane, uint32_t tag, size_t n, void *d
 	if (c->failed)
 		goto failed_before;
 	deadline = qe_comm_now_ms() + c->timeout_ms;
-	while (!(m = pe->lanes[lane].head)) {
+	while (!(m = lane == QE_LANE_SVC ? q_take_tag(&pe->lanes[lane], tag) : pe->lanes[lane].head)) {
 		struct timespec ts;
 		if (c->failed)
 			goto failed_while;
@@ -520,7 +541,8 @@ int qe_comm_take(qe_comm *c, int peer, int lane, uint32_t tag, size_t n, void *d
 		deadline_ts(deadline, &ts);
 		pthread_cond_timedwait(&c->cond, &c->lock, &ts);
 	}
-	q_pop(&pe->lanes[lane]);
+	if (lane != QE_LANE_SVC)
+		q_pop(&pe->lanes[lane]);
 	if (m->tag != tag || (n != SIZE_MAX && m->len != n)) {
 		fail_locked(c, "rank %d: expected %s from rank %d, got %s (%llu bytes)", c->rank, name, peer,
 			    qe_comm_msg_name(lane, m->tag, gotname, sizeof(gotname)), (unsigned long long)m->len);
@@ -812,6 +834,22 @@ int qe_comm_recv(qe_comm *c, int peer, uint32_t tag, void *buf, size_t n)
 	if (!c || (!buf && n) || n == SIZE_MAX)
 		return qe_fail(QE_EINVAL, "qe_comm_recv: NULL comm or buffer");
 	return qe_comm_take(c, peer, QE_LANE_USER, tag, n, buf ? buf : (void *)&n, NULL, NULL);
+}
+
+int qe_comm_svc_send(qe_comm *c, int peer, uint32_t tag, const void *buf, size_t n)
+{
+	if (!c || (!buf && n))
+		return qe_fail(QE_EINVAL, "qe_comm_svc_send: NULL comm or buffer");
+	return qe_comm_post(c, peer, QE_KIND_SVC, tag, buf, n);
+}
+
+int qe_comm_svc_recv(qe_comm *c, int peer, uint32_t tag, void **out, size_t *n)
+{
+	if (!c || !out || !n)
+		return qe_fail(QE_EINVAL, "qe_comm_svc_recv: NULL argument");
+	*out = NULL;
+	*n = 0;
+	return qe_comm_take(c, peer, QE_LANE_SVC, tag, SIZE_MAX, NULL, out, n);
 }
 
 int qe_comm_flush(qe_comm *c)

@@ -1,0 +1,401 @@
+/*
+ * rundir.c - where a run's files are (see rundir.h for the layout), the
+ * identity every store carries, the writer locks, and the refusal of network
+ * filesystems.
+ *
+ * Identities are small text files written the durable way (temp file, fsync,
+ * rename, fsync of the folder), so a crash leaves either no identity or a
+ * whole one.  The store id is random, not derived from the rank or the path:
+ * two hosts that each hold a STORES/rank-1 (a remapped resume) must never be
+ * taken for one another.
+ */
+#include "ckpt/rundir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+/* --- paths -------------------------------------------------------------------- */
+
+static int join(char *buf, size_t len, const char *a, const char *b)
+{
+	if ((size_t)snprintf(buf, len, "%s/%s", a, b) >= len)
+		return qe_fail(QE_EINVAL, "path too long: '%s/%s'", a, b);
+	return QE_OK;
+}
+
+int ckpt_rundir_catalog(const char *run_dir, char *buf, size_t len)
+{
+	return join(buf, len, run_dir, "catalog.db");
+}
+
+int ckpt_rundir_stores(const char *run_dir, char *buf, size_t len)
+{
+	const char *local = getenv("QE_LOCAL_DIR");
+	return join(buf, len, local && local[0] ? local : run_dir, "stores");
+}
+
+int ckpt_rundir_rank_store(const char *run_dir, int rank, char *buf, size_t len)
+{
+	char root[CKPT_PATH_MAX], leaf[32];
+	int rc = ckpt_rundir_stores(run_dir, root, sizeof(root));
+	if (rc)
+		return rc;
+	snprintf(leaf, sizeof(leaf), "rank-%d", rank);
+	return join(buf, len, root, leaf);
+}
+
+int ckpt_rundir_legacy_store(const char *run_dir, char *buf, size_t len)
+{
+	return join(buf, len, run_dir, "store");
+}
+
+void ckpt_host_name(char *buf, size_t len)
+{
+	if (gethostname(buf, len) || !buf[0])
+		snprintf(buf, len, "unknown");
+	buf[len - 1] = 0;
+}
+
+/* Make dir and its missing parents. */
+static int mkdirs(const char *dir)
+{
+	char p[CKPT_PATH_MAX];
+	if ((size_t)snprintf(p, sizeof(p), "%s", dir) >= sizeof(p))
+		return qe_fail(QE_EINVAL, "path too long: '%s'", dir);
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0755) && errno != EEXIST)
+			return qe_fail(QE_EIO, "cannot create folder '%s': %s", p, strerror(errno));
+		*s = '/';
+	}
+	if (mkdir(p, 0755) && errno != EEXIST)
+		return qe_fail(QE_EIO, "cannot create folder '%s': %s", p, strerror(errno));
+	return QE_OK;
+}
+
+/* --- identity ----------------------------------------------------------------- */
+
+int ckpt_store_identity_read(const char *store_dir, ckpt_store_identity *out)
+{
+	char path[CKPT_PATH_MAX], line[400];
+	int rc;
+	memset(out, 0, sizeof(*out));
+	out->rank = -1;
+	if ((rc = join(path, sizeof(path), store_dir, "identity")))
+		return rc;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return errno == ENOENT ? qe_fail(QE_ENOTFOUND, "store '%s' has no identity file", store_dir)
+				       : qe_fail(QE_EIO, "cannot read '%s': %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\r\n")] = 0;
+		char *eq = strchr(line, '=');
+		if (!eq)
+			continue;
+		*eq++ = 0;
+		if (strcmp(line, "run_id") == 0)
+			snprintf(out->run_id, sizeof(out->run_id), "%s", eq);
+		else if (strcmp(line, "rank") == 0)
+			out->rank = atoi(eq);
+		else if (strcmp(line, "store_id") == 0)
+			snprintf(out->store_id, sizeof(out->store_id), "%s", eq);
+		else if (strcmp(line, "host") == 0)
+			snprintf(out->host, sizeof(out->host), "%s", eq);
+	}
+	fclose(f);
+	if (!out->run_id[0] || out->rank < 0 || !out->store_id[0])
+		return qe_fail(QE_ECORRUPT, "store identity '%s' is incomplete (needs run_id, rank and store_id)", path);
+	return QE_OK;
+}
+
+/* Durable small file: temp, fsync, rename, fsync the folder. */
+static int write_durable(const char *dir, const char *name, const char *text)
+{
+	char path[CKPT_PATH_MAX], tmp[CKPT_PATH_MAX + 32];
+	int rc = join(path, sizeof(path), dir, name);
+	if (rc)
+		return rc;
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return qe_fail(QE_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+	size_t n = strlen(text);
+	if (write(fd, text, n) != (ssize_t)n || fsync(fd)) {
+		rc = qe_fail(QE_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+		close(fd);
+		unlink(tmp);
+		return rc;
+	}
+	close(fd);
+	if (rename(tmp, path)) {
+		rc = qe_fail(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+		unlink(tmp);
+		return rc;
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	return QE_OK;
+}
+
+int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out)
+{
+	int rc = ckpt_store_identity_read(store_dir, out);
+	if (rc == QE_OK) {
+		if (strcmp(out->run_id, run_id))
+			return qe_fail(QE_EMISMATCH,
+				       "the store '%s' belongs to run '%s', not to run '%s' (a folder of another run?)",
+				       store_dir, out->run_id, run_id);
+		return QE_OK;
+	}
+	if (rc != QE_ENOTFOUND)
+		return rc;
+	if ((rc = mkdirs(store_dir)))
+		return rc;
+	unsigned char rnd[8];
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t v = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_sec;
+		memcpy(rnd, &v, sizeof(rnd));
+	}
+	memset(out, 0, sizeof(*out));
+	snprintf(out->run_id, sizeof(out->run_id), "%s", run_id);
+	out->rank = rank;
+	snprintf(out->store_id, sizeof(out->store_id), "r%d-%02x%02x%02x%02x%02x%02x%02x%02x", rank, rnd[0], rnd[1],
+		 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+	ckpt_host_name(out->host, sizeof(out->host));
+	char text[512];
+	snprintf(text, sizeof(text), "run_id=%s\nrank=%d\nstore_id=%s\nhost=%s\n", out->run_id, out->rank,
+		 out->store_id, out->host);
+	return write_durable(store_dir, "identity", text);
+}
+
+/* The schema-2 store's owner: RUN/store/run_id. */
+static int legacy_owner(const char *store_dir, char *owner, size_t len)
+{
+	char path[CKPT_PATH_MAX];
+	owner[0] = 0;
+	if (join(path, sizeof(path), store_dir, "run_id"))
+		return 0;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(owner, (int)len, f))
+		owner[0] = 0;
+	fclose(f);
+	owner[strcspn(owner, "\r\n")] = 0;
+	return owner[0] != 0;
+}
+
+static int push_store(ckpt_local_store **v, int *n, int *cap, const ckpt_store_identity *id, const char *path)
+{
+	if (*n == *cap) {
+		int nc = *cap ? 2 * *cap : 8;
+		ckpt_local_store *p = realloc(*v, (size_t)nc * sizeof(*p));
+		if (!p)
+			return qe_fail(QE_ENOMEM, "store scan: out of memory");
+		*v = p;
+		*cap = nc;
+	}
+	ckpt_local_store *s = &(*v)[(*n)++];
+	s->id = *id;
+	snprintf(s->path, sizeof(s->path), "%s", path);
+	return QE_OK;
+}
+
+int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_store **out, int *n)
+{
+	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
+	ckpt_local_store *v = NULL;
+	int cnt = 0, cap = 0, rc;
+	*out = NULL;
+	*n = 0;
+	if ((rc = ckpt_rundir_stores(run_dir, root, sizeof(root))))
+		return rc;
+	DIR *d = opendir(root);
+	if (!d && errno != ENOENT)
+		return qe_fail(QE_EIO, "cannot list the stores folder '%s': %s", root, strerror(errno));
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "rank-", 5))
+			continue;
+		if ((rc = join(path, sizeof(path), root, e->d_name)))
+			break;
+		ckpt_store_identity id;
+		int irc = ckpt_store_identity_read(path, &id);
+		if (irc == QE_ENOTFOUND)
+			continue; /* created, never written: nothing to serve */
+		if (irc) {
+			qe_log(QE_LOG_WARN, "skipping store '%s': %s", path, qe_last_error());
+			continue;
+		}
+		if (strcmp(id.run_id, run_id)) {
+			qe_log(QE_LOG_WARN, "skipping store '%s': it belongs to run '%s', not '%s'", path, id.run_id,
+			       run_id);
+			continue;
+		}
+		if ((rc = push_store(&v, &cnt, &cap, &id, path)))
+			break;
+	}
+	if (d)
+		closedir(d);
+	char owner[128];
+	if (!rc && !(rc = ckpt_rundir_legacy_store(run_dir, path, sizeof(path))) &&
+	    legacy_owner(path, owner, sizeof(owner)) && strcmp(owner, run_id) == 0) {
+		ckpt_store_identity id;
+		memset(&id, 0, sizeof(id));
+		snprintf(id.run_id, sizeof(id.run_id), "%s", run_id);
+		ckpt_host_name(id.host, sizeof(id.host));
+		rc = push_store(&v, &cnt, &cap, &id, path);
+	}
+	if (rc) {
+		free(v);
+		return rc;
+	}
+	/* Sorted by path, so every scan of one disk lists the stores alike. */
+	for (int i = 1; i < cnt; i++)
+		for (int j = i; j > 0 && strcmp(v[j - 1].path, v[j].path) > 0; j--) {
+			ckpt_local_store t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	*out = v;
+	*n = cnt;
+	return QE_OK;
+}
+
+/* --- locks ---------------------------------------------------------------------- */
+
+struct ckpt_lock {
+	int fd;
+	pid_t pid;
+};
+
+int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out)
+{
+	*out = NULL;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return qe_fail(errno == ENOENT ? QE_ENOTFOUND : QE_EIO, "cannot open the lock '%s': %s", path,
+			       strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		int err = errno;
+		char who[300] = "";
+		ssize_t got = pread(fd, who, sizeof(who) - 1, 0);
+		close(fd);
+		if (got > 0)
+			who[got] = 0;
+		for (char *p = who; *p; p++)
+			if (*p == '\n')
+				*p = ' ';
+		if (err == EWOULDBLOCK)
+			return qe_fail(QE_EBUSY, "'%s' is held by another writer (%s): one writer at a time", path,
+				       who[0] ? who : "holder unknown");
+		return qe_fail(QE_EIO, "cannot lock '%s': %s", path, strerror(err));
+	}
+	char host[CKPT_HOST_MAX], text[600];
+	ckpt_host_name(host, sizeof(host));
+	int n = snprintf(text, sizeof(text), "pid %d on %s: %s\n", (int)getpid(), host, command ? command : "qeffect");
+	if (ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n)
+		qe_log(QE_LOG_WARN, "lock '%s': could not record the holder: %s", path, strerror(errno));
+	ckpt_lock *l = malloc(sizeof(*l));
+	if (!l) {
+		close(fd);
+		return qe_fail(QE_ENOMEM, "lock: out of memory");
+	}
+	l->fd = fd;
+	l->pid = getpid();
+	*out = l;
+	return QE_OK;
+}
+
+int ckpt_rundir_lock(const char *run_dir, const char *command, ckpt_lock **out)
+{
+	char path[CKPT_PATH_MAX];
+	int rc = join(path, sizeof(path), run_dir, "lock");
+	if (rc)
+		return rc;
+	rc = ckpt_lock_take(path, command, out);
+	if (rc == QE_EBUSY)
+		return qe_fail(QE_EBUSY, "run directory '%s' is in use: %s", run_dir, qe_last_error());
+	return rc;
+}
+
+void ckpt_unlock(ckpt_lock *l)
+{
+	if (!l)
+		return;
+	/* A forked child closes its copy without releasing the parent's lock. */
+	close(l->fd);
+	free(l);
+}
+
+/* --- filesystems ---------------------------------------------------------------- */
+
+static const char *network_fs_name(long type)
+{
+	switch ((unsigned long)type) {
+	case 0x6969: return "NFS";
+	case 0xFF534D42: return "CIFS";
+	case 0xFE534D42: return "SMB2";
+	case 0x517B: return "SMB";
+	case 0x0BD00BD0: return "Lustre";
+	case 0x47504653: return "GPFS";
+	case 0x00C36400: return "CephFS";
+	case 0x65735546: return "FUSE";
+	case 0x013111A8: return "IBRIX";
+	case 0x564C: return "NCP";
+	case 0x6B414653: return "AFS";
+	case 0x5346414F: return "OpenAFS";
+	case 0x19830326: return "fhgfs/BeeGFS";
+	case 0x01021997: return "9p";
+	default: return NULL;
+	}
+}
+
+int ckpt_fs_check(const char *path, const char *what)
+{
+	const char *allow = getenv("QE_ALLOW_NETWORK_FS");
+	if (allow && strcmp(allow, "1") == 0)
+		return QE_OK;
+	char p[CKPT_PATH_MAX];
+	snprintf(p, sizeof(p), "%s", path);
+	struct statfs sf;
+	/* The nearest existing folder tells where the file will be. */
+	while (statfs(p, &sf)) {
+		char *slash = strrchr(p, '/');
+		if (errno != ENOENT || !slash)
+			return QE_OK; /* nothing to judge by; opening will say what is wrong */
+		if (slash == p)
+			slash[1] = 0;
+		else
+			*slash = 0;
+	}
+	const char *fs = network_fs_name((long)sf.f_type);
+	if (fs)
+		return qe_fail(QE_EUNSUPPORTED,
+			       "%s would live on '%s', a %s network filesystem: LMDB and SQLite need node-local storage "
+			       "(use --local-dir for the stores; --allow-network-fs or QE_ALLOW_NETWORK_FS=1 if you know "
+			       "this filesystem is safe)",
+			       what, path, fs);
+	return QE_OK;
+}

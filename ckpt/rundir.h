@@ -1,0 +1,103 @@
+/*
+ * rundir.h - the one owner of a run directory's layout (DESIGN.md section 8):
+ * which file is where, who may write it, and what a store says about itself.
+ *
+ *   RUN/catalog.db            the catalog; only on rank 0's host, written only by rank 0
+ *   RUN/lock                  the writer lock (flock) held for the life of a writing job
+ *   STORES/rank-R/            rank R's LMDB chunk store on this host
+ *   STORES/rank-R/identity    run id, rank, store id and host of that store
+ *   STORES/rank-R/lock        held by the rank process writing the store
+ *   RUN/store/                the one shared store of schema-2 runs: read, never written
+ *
+ * STORES is LOCAL/stores when a node-local folder is named (QE_LOCAL_DIR, set
+ * by --local-dir), else RUN/stores.  Nothing here assumes that two ranks see
+ * one directory: with the same command line on every host, RUN and LOCAL are
+ * different disks on different hosts, and each rank finds the stores on its
+ * own disk with ckpt_local_stores_scan().
+ *
+ * LMDB and SQLite must not live on network filesystems (LMDB's locking and
+ * SQLite's WAL both need every process on one host): ckpt_fs_check() refuses
+ * NFS, CIFS/SMB, Lustre, GPFS, Ceph, FUSE and the like unless
+ * QE_ALLOW_NETWORK_FS=1 (set by --allow-network-fs).
+ *
+ * Every call returns 0 or a QE_E* code with a message naming the path.
+ * Nothing here exits the process.
+ */
+#ifndef QE_CKPT_RUNDIR_H
+#define QE_CKPT_RUNDIR_H
+
+#include <stddef.h>
+
+#define CKPT_PATH_MAX 1200
+#define CKPT_STORE_ID_MAX 48
+#define CKPT_HOST_MAX 256
+
+/* Paths: OUT buf (len bytes).  QE_EINVAL when the result does not fit. */
+int ckpt_rundir_catalog(const char *run_dir, char *buf, size_t len);
+/* STORES: LOCAL/stores (QE_LOCAL_DIR) or RUN/stores. */
+int ckpt_rundir_stores(const char *run_dir, char *buf, size_t len);
+/* STORES/rank-R. */
+int ckpt_rundir_rank_store(const char *run_dir, int rank, char *buf, size_t len);
+/* RUN/store, the schema-2 shared store. */
+int ckpt_rundir_legacy_store(const char *run_dir, char *buf, size_t len);
+
+/* This host's name (gethostname; "unknown" when it fails). */
+void ckpt_host_name(char *buf, size_t len);
+
+/* --- store identity ----------------------------------------------------------- */
+
+typedef struct ckpt_store_identity {
+	char run_id[64];
+	int rank;                          /* the rank that created the store */
+	char store_id[CKPT_STORE_ID_MAX];  /* "" for the schema-2 shared store */
+	char host[CKPT_HOST_MAX];          /* where it was created */
+} ckpt_store_identity;
+
+/* Read STORE/identity.  QE_ENOTFOUND when the store has none; QE_ECORRUPT naming the file when malformed. */
+int ckpt_store_identity_read(const char *store_dir, ckpt_store_identity *out);
+/*
+ * Give a new store folder its identity (a fresh random store id), written
+ * durably (temp file, fsync, rename, fsync of the folder).  An existing
+ * identity is read instead; one of another run is QE_EMISMATCH naming both.
+ */
+int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out);
+
+/* A store this host can see. */
+typedef struct ckpt_local_store {
+	ckpt_store_identity id;
+	char path[CKPT_PATH_MAX];
+} ckpt_local_store;
+
+/*
+ * Every store of run_id on this host's disk: STORES/rank-* with an identity
+ * of this run, and the schema-2 RUN/store when its run_id file names the
+ * run.  Folders of another run are skipped with a warning.  OUT *out
+ * (malloc'd, free()) and *n; an empty list when there is none.
+ */
+int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_store **out, int *n);
+
+/* --- writer locks ----------------------------------------------------------------- */
+
+typedef struct ckpt_lock ckpt_lock;
+
+/*
+ * Take the exclusive lock file `path` (flock, released by the kernel when
+ * the process dies) without waiting, and write who holds it (pid, host,
+ * command) into it.  Held: QE_EBUSY naming the holder's pid and command.
+ * OUT *out: released with ckpt_unlock().  Forked children share the lock.
+ */
+int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out);
+/* RUN/lock, the lock of every command that writes the run. */
+int ckpt_rundir_lock(const char *run_dir, const char *command, ckpt_lock **out);
+void ckpt_unlock(ckpt_lock *l);
+
+/* --- filesystems ----------------------------------------------------------------- */
+
+/*
+ * Refuse a network filesystem under path (or its nearest existing parent):
+ * QE_EUNSUPPORTED naming the path and the filesystem, unless
+ * QE_ALLOW_NETWORK_FS=1.  what says what would live there ("the catalog").
+ */
+int ckpt_fs_check(const char *path, const char *what);
+
+#endif
