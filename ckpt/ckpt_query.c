@@ -133,15 +133,17 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 	if (!S_ISDIR(sb.st_mode))
 		return qe_fail(QE_EINVAL, "run directory '%s' is not a directory", dir);
 	ckpt_run *r = calloc(1, sizeof(*r));
-	size_t plen = strlen(dir) + 32;
+	size_t plen = CKPT_PATH_MAX;
 	if (!r || !(path = malloc(plen)) || !(r->dir = strdup(dir))) {
 		rc = qe_fail(QE_ENOMEM, "run '%s': out of memory", dir);
 		goto fail;
 	}
 	r->flags = flags;
-	snprintf(path, plen, "%s/catalog.db", dir);
+	if ((rc = ckpt_rundir_catalog(dir, path, plen)))
+		goto fail;
 	if (stat(path, &sb)) {
-		rc = qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", dir, path);
+		rc = qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run (or not rank 0's host)",
+			     dir, path);
 		goto fail;
 	}
 	if ((rc = cat_open(path, 0, &r->cat)))
@@ -155,14 +157,9 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 	r->created = run.created;
 	run.config_json = run.created = NULL;
 	cat_run_release(&run);
-	if (flags & CKPT_RUN_STORE) {
-		snprintf(path, plen, "%s/store", dir);
-		if (stat(path, &sb) == 0) {
-			store_opts o = { .create = 0, .read_only = !(flags & CKPT_RUN_WRITE) };
-			if ((rc = store_open(path, &o, &r->st)))
-				goto fail;
-		}
-	}
+	if ((flags & CKPT_RUN_STORE) &&
+	    (rc = ckpt_storeset_open(dir, r->run_id, (flags & CKPT_RUN_WRITE) != 0, &r->stores)))
+		goto fail;
 	free(path);
 	*out = r;
 	return QE_OK;
@@ -176,7 +173,7 @@ void ckpt_run_close(ckpt_run *r)
 {
 	if (!r)
 		return;
-	store_close(r->st);
+	ckpt_storeset_close(r->stores);
 	cat_close(r->cat);
 	free(r->dir);
 	free(r->run_id);
@@ -190,7 +187,22 @@ const char *ckpt_run_id(const ckpt_run *r) { return r->run_id; }
 const char *ckpt_run_config_json(const ckpt_run *r) { return r->config_json ? r->config_json : "{}"; }
 const char *ckpt_run_created(const ckpt_run *r) { return r->created ? r->created : ""; }
 cat *ckpt_run_catalog(ckpt_run *r) { return r->cat; }
-store *ckpt_run_store(ckpt_run *r) { return r->st; }
+ckpt_storeset *ckpt_run_stores(ckpt_run *r) { return r->stores; }
+
+void ckq_describe_store(ckpt_run *r, const char *store_id, char *buf, size_t len)
+{
+	cat_store_rows l = { 0 };
+	const cat_store *st = NULL;
+	if (store_id && store_id[0] && cat_store_list(r->cat, r->run_id, &l) == QE_OK)
+		st = cat_store_find(&l, store_id);
+	if (!store_id || !store_id[0])
+		snprintf(buf, len, "the shared store %s/store", r->dir);
+	else if (st)
+		snprintf(buf, len, "store %s of rank %d on host '%s' (%s)", store_id, st->rank, st->host, st->path);
+	else
+		snprintf(buf, len, "store %s", store_id);
+	cat_store_rows_free(&l);
+}
 
 /* --- list and select ------------------------------------------------------------- */
 
@@ -272,9 +284,13 @@ int ckpt_q_read(ckpt_run *r, const cat_tensor *t, void **data)
 			       "tensor '%s' of stage %d: the catalog lists %zu chunks of %llu bytes in all, but %llu "
 			       "bytes for the tensor",
 			       t->name, t->stage, t->n_chunks, (unsigned long long)sum, (unsigned long long)t->bytes);
-	if (!r->st)
-		return qe_fail(QE_ENOTFOUND, "tensor '%s' of stage %d: run '%s' has no store (%s/store)", t->name,
-			       t->stage, r->dir, r->dir);
+	int si = ckpt_storeset_find(r->stores, t->store_id);
+	if (si < 0) {
+		char where[400];
+		ckq_describe_store(r, t->store_id, where, sizeof(where));
+		return qe_fail(QE_ENOTFOUND, "tensor '%s' of stage %d: its chunks are in %s, which is not on this host",
+			       t->name, t->stage, where);
+	}
 	if ((size_t)t->bytes != t->bytes)
 		return qe_fail(QE_ENOMEM, "tensor '%s' of stage %d: too large for this machine", t->name, t->stage);
 	void *buf = malloc(t->bytes ? (size_t)t->bytes : 1);
@@ -290,7 +306,7 @@ int ckpt_q_read(ckpt_run *r, const cat_tensor *t, void **data)
 		ch[i].size = t->chunks[i].size;
 	}
 	store_chunk_list l = { t->n_chunks, ch };
-	int rc = store_get_tensor(r->st, &l, buf, (size_t)t->bytes);
+	int rc = store_get_tensor(ckpt_storeset_at(r->stores, si), &l, buf, (size_t)t->bytes);
 	free(ch);
 	if (rc) {
 		free(buf);

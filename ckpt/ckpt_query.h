@@ -35,15 +35,16 @@
 typedef struct ckpt_run ckpt_run;
 
 enum {
-	CKPT_RUN_STORE = 1, /* also open RUN/store (read-only unless CKPT_RUN_WRITE) */
+	CKPT_RUN_STORE = 1, /* also open the run's stores on this host (read-only unless CKPT_RUN_WRITE) */
 	CKPT_RUN_WRITE = 2, /* open the store for writing (gc) */
 };
 
 /*
  * Open run directory dir: its catalog (never created: a folder without
- * catalog.db is QE_ENOTFOUND naming it) and, with CKPT_RUN_STORE, its store.
- * A missing store folder is not an error here: ckpt_run_store() then returns
- * NULL and the calls below treat every chunk as missing.  Open after fork.
+ * catalog.db is QE_ENOTFOUND naming it) and, with CKPT_RUN_STORE, every
+ * store of the run on this host (STORES/rank-* and a schema-2 RUN/store; see
+ * ckpt/rundir.h).  Having none is not an error here: the calls below treat
+ * the chunks of a store not on this host as missing and say where it was.  Open after fork.
  * OUT *out: closed with ckpt_run_close(); NULL on failure.
  */
 int ckpt_run_open(const char *dir, int flags, ckpt_run **out);
@@ -54,7 +55,8 @@ const char *ckpt_run_id(const ckpt_run *r);
 const char *ckpt_run_config_json(const ckpt_run *r); /* the run's configuration as stored */
 const char *ckpt_run_created(const ckpt_run *r);
 cat *ckpt_run_catalog(ckpt_run *r);
-store *ckpt_run_store(ckpt_run *r); /* NULL: not opened or RUN/store absent */
+/* The run's stores on this host (CKPT_RUN_STORE; possibly none), or NULL when not opened. */
+struct ckpt_storeset *ckpt_run_stores(ckpt_run *r);
 
 /* --- list ---------------------------------------------------------------------- */
 

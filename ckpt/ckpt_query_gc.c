@@ -160,7 +160,7 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 		return qe_fail(QE_EINVAL, "gc: keep-last must be at least 1 (gc never drops the latest committed checkpoint)");
 	if (p->keep_every < 0)
 		return qe_fail(QE_EINVAL, "gc: keep-every must be >= 0, got %lld", (long long)p->keep_every);
-	if (!p->dry_run && r->st && !(r->flags & CKPT_RUN_WRITE))
+	if (!p->dry_run && ckpt_storeset_count(r->stores) && !(r->flags & CKPT_RUN_WRITE))
 		return qe_fail(QE_EINVAL, "gc: run '%s' was opened without CKPT_RUN_WRITE", r->dir);
 	cat_ckpt_rows l = { 0 };
 	ckq_set keep = { 0 };
@@ -197,8 +197,8 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 		goto out;
 	}
 	out->keep_chunks = keep.n;
-	if (!r->st)
-		goto out; /* no store folder: nothing to collect */
+	if (!ckpt_storeset_count(r->stores))
+		goto out; /* no store here: nothing to collect */
 	arr = malloc((keep.n ? keep.n : 1) * sizeof(*arr));
 	if (!arr) {
 		rc = qe_fail(QE_ENOMEM, "gc: out of memory for %zu hashes", keep.n);
@@ -208,10 +208,22 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 	for (size_t i = 0; i < keep.cap; i++)
 		if (keep.e[i].used)
 			arr[n++] = keep.e[i].h;
-	if ((rc = store_gc(r->st, arr, n, p->grace_s, p->dry_run, &out->store)))
-		rc = qe_fail_ctx(rc, "run '%s': deleting unreferenced chunks (the catalog is already updated; run gc "
-				     "again)",
-				 r->dir);
+	/* Every store here keeps whatever any checkpoint lists, whichever store it names. */
+	for (int i = 0; i < ckpt_storeset_count(r->stores) && !rc; i++) {
+		store_gc_result one;
+		memset(&one, 0, sizeof(one));
+		if ((rc = store_gc(ckpt_storeset_at(r->stores, i), arr, n, p->grace_s, p->dry_run, &one))) {
+			rc = qe_fail_ctx(rc, "run '%s': deleting unreferenced chunks of '%s' (the catalog is already "
+					     "updated; run gc again)",
+					 r->dir, ckpt_storeset_where(r->stores, i)->path);
+			break;
+		}
+		out->store.examined += one.examined;
+		out->store.kept += one.kept;
+		out->store.young += one.young;
+		out->store.deleted += one.deleted;
+		out->store.bytes_reclaimed += one.bytes_reclaimed;
+	}
 	goto out;
 catalog_failed:
 	rc = qe_fail_ctx(rc, "run '%s': dropping checkpoints from the catalog (nothing was dropped)", r->dir);

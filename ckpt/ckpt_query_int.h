@@ -7,6 +7,7 @@
 #define QE_CKPT_QUERY_INT_H
 
 #include "ckpt/ckpt_query.h"
+#include "ckpt/rundir.h"
 
 struct ckpt_run {
 	char *dir;
@@ -14,7 +15,7 @@ struct ckpt_run {
 	char *config_json;
 	char *created;
 	cat *cat;
-	store *st;
+	ckpt_storeset *stores; /* every store of the run on this host (CKPT_RUN_STORE) */
 	int flags;
 };
 
@@ -47,6 +48,9 @@ int ckq_set_referenced(cat *c, ckq_set *s);
  * g starts zeroed; free it with ckpt_gc_report_free().
  */
 int ckq_gc_plan(const cat_ckpt_rows *l, const ckpt_gc_policy *p, ckpt_gc_report *g);
+
+/* "store ID of rank R on host 'H' (PATH)", from the catalog's stores table, for messages. */
+void ckq_describe_store(ckpt_run *r, const char *store_id, char *buf, size_t len);
 
 /* Unix time of an ISO 8601 UTC text "YYYY-MM-DDTHH:MM:SS[.fff]Z"; -1 when unparsable. */
 int64_t ckq_parse_time(const char *iso);

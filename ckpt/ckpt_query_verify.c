@@ -86,6 +86,7 @@ static int check_chunk(store *st, ckq_entry *e, char *why, size_t len, ckpt_veri
 	return QE_OK;
 }
 
+/* seen[i]: chunks already checked in store i of the run's set; seen[count]: tensors whose store is not here. */
 static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_verify_report *v)
 {
 	cat_tensor_rows tr = { 0 };
@@ -96,6 +97,12 @@ static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_veri
 	for (size_t i = 0; i < tr.n && !rc; i++) {
 		const cat_tensor *t = &tr.rows[i];
 		size_t before = v->n_faults;
+		int si = ckpt_storeset_find(r->stores, t->store_id);
+		int nset = ckpt_storeset_count(r->stores);
+		store *st = si >= 0 ? ckpt_storeset_at(r->stores, si) : NULL;
+		char where[400] = "";
+		if (si < 0)
+			ckq_describe_store(r, t->store_id, where, sizeof(where));
 		uint64_t sum = 0;
 		v->tensors++;
 		for (size_t k = 0; k < t->n_chunks && !rc; k++) {
@@ -106,18 +113,22 @@ static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_veri
 			v->chunk_refs++;
 			v->ref_bytes += c->size;
 			int added;
-			ckq_entry *e = ckq_set_add(seen, &h, c->size, &added);
+			ckq_entry *e = ckq_set_add(&seen[si >= 0 ? si : nset], &h, c->size, &added);
 			if (!e) {
 				rc = qe_fail(QE_ENOMEM, "verify: out of memory");
 				break;
 			}
 			first[0] = 0;
-			if (added && (rc = check_chunk(r->st, e, first, sizeof(first), v)))
+			if (added && (rc = check_chunk(st, e, first, sizeof(first), v)))
 				break;
 			switch (e->state) {
 			case CHK_MISSING:
-				snprintf(why, sizeof(why), "chunk %zu of %zu (%llu bytes) is not in the store", k,
-					 t->n_chunks, (unsigned long long)c->size);
+				if (si < 0)
+					snprintf(why, sizeof(why), "chunk %zu of %zu (%llu bytes) is in %s, not on this host", k,
+						 t->n_chunks, (unsigned long long)c->size, where);
+				else
+					snprintf(why, sizeof(why), "chunk %zu of %zu (%llu bytes) is not in the store", k,
+						 t->n_chunks, (unsigned long long)c->size);
 				rc = add_fault(v, CKPT_FAULT_MISSING, ck, t, (int64_t)k, &h, why);
 				break;
 			case CHK_CORRUPT:
@@ -166,7 +177,11 @@ int ckpt_q_verify(ckpt_run *r, ckpt_verify_report *out)
 {
 	memset(out, 0, sizeof(*out));
 	cat_ckpt_rows l = { 0 };
-	ckq_set seen = { 0 }, refs = { 0 };
+	ckq_set refs = { 0 };
+	int nset = ckpt_storeset_count(r->stores);
+	ckq_set *seen = calloc((size_t)nset + 1, sizeof(*seen));
+	if (!seen)
+		return qe_fail(QE_ENOMEM, "verify: out of memory");
 	int rc = cat_ckpt_list(r->cat, r->run_id, &l);
 	if (rc) {
 		rc = qe_fail_ctx(rc, "run '%s'", r->dir);
@@ -178,22 +193,26 @@ int ckpt_q_verify(ckpt_run *r, ckpt_verify_report *out)
 			continue;
 		}
 		out->checkpoints++;
-		rc = verify_ckpt(r, &l.rows[i], &seen, out);
+		rc = verify_ckpt(r, &l.rows[i], seen, out);
 	}
 	if (rc)
 		goto out;
-	if (r->st) {
+	if (nset) {
 		if ((rc = ckq_set_referenced(r->cat, &refs))) {
 			rc = qe_fail_ctx(rc, "run '%s': referenced chunks", r->dir);
 			goto out;
 		}
 		orphan_ctx oc = { &refs, out };
-		if ((rc = store_iterate_chunks(r->st, count_orphan, &oc)))
-			rc = qe_fail_ctx(rc, "run '%s': listing the store", r->dir);
+		for (int i = 0; i < nset && !rc; i++)
+			if ((rc = store_iterate_chunks(ckpt_storeset_at(r->stores, i), count_orphan, &oc)))
+				rc = qe_fail_ctx(rc, "run '%s': listing the store '%s'", r->dir,
+						 ckpt_storeset_where(r->stores, i)->path);
 	}
 out:
 	cat_ckpt_rows_free(&l);
-	ckq_set_free(&seen);
+	for (int i = 0; i <= nset; i++)
+		ckq_set_free(&seen[i]);
+	free(seen);
 	ckq_set_free(&refs);
 	return rc;
 }

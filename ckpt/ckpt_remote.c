@@ -15,6 +15,7 @@
  * checkpoint whose chunks are not all there.
  */
 #include "ckpt_remote_int.h"
+#include "ckpt/rundir.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -110,7 +111,7 @@ typedef struct push_ctx {
 	const char *run_dir;
 	const char *url;
 	cat *cat;
-	store *st;
+	ckpt_storeset *st; /* the run's stores on this host */
 	store_remote *rem;
 	cat_run run;
 	known_set known;
@@ -152,7 +153,7 @@ static int push_chunks(push_ctx *p, const cat_chunk *ch, size_t n, ckpt_push_res
 		store_hash h;
 		uint64_t got = 0;
 		memcpy(h.b, c->hash, 16);
-		if ((rc = store_get_chunk(p->st, &h, p->buf, p->cap, &got)))
+		if ((rc = ckpt_storeset_get_chunk(p->st, &h, p->buf, p->cap, &got)))
 			return qe_fail_ctx(rc, "push of step %lld: reading local chunk", (long long)res->step);
 		if (got != c->size)
 			return qe_fail(QE_ECORRUPT, "push of step %lld: local chunk %s has %llu bytes, the catalog says %llu",
@@ -266,11 +267,7 @@ int ckpt_remote_push(const char *run_dir, const char *url, const store_remote_op
 		rc = qe_fail(QE_EINVAL, "run id '%s' cannot name a remote object", p.run.run_id);
 		goto out;
 	}
-	char store_dir[1100];
-	snprintf(store_dir, sizeof(store_dir), "%s/store", run_dir);
-	store_opts so = { 0 };
-	so.read_only = 1;
-	if ((rc = store_open(store_dir, &so, &p.st)))
+	if ((rc = ckpt_storeset_open(run_dir, p.run.run_id, 0, &p.st)))
 		goto out;
 	if ((rc = store_remote_open(url, ro, &p.rem)) || (rc = store_remote_check(p.rem)))
 		goto out;
@@ -291,7 +288,7 @@ out:
 	cat_ckpt_rows_free(&all);
 	cat_run_release(&p.run);
 	store_remote_close(p.rem);
-	store_close(p.st);
+	ckpt_storeset_close(p.st);
 	cat_close(p.cat);
 	free(p.known.v);
 	free(p.buf);

@@ -283,6 +283,74 @@ int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_s
 	return QE_OK;
 }
 
+/* --- open store sets ---------------------------------------------------------------- */
+
+struct ckpt_storeset {
+	int n;
+	ckpt_local_store *where;
+	store **st;
+};
+
+int ckpt_storeset_open(const char *run_dir, const char *run_id, int writable, ckpt_storeset **out)
+{
+	*out = NULL;
+	ckpt_storeset *s = calloc(1, sizeof(*s));
+	if (!s)
+		return qe_fail(QE_ENOMEM, "stores: out of memory");
+	int rc = ckpt_local_stores_scan(run_dir, run_id, &s->where, &s->n);
+	if (!rc && !(s->st = calloc((size_t)s->n + 1, sizeof(store *))))
+		rc = qe_fail(QE_ENOMEM, "stores: out of memory");
+	for (int i = 0; !rc && i < s->n; i++) {
+		store_opts o = { 0 };
+		o.read_only = !writable;
+		if ((rc = ckpt_fs_check(s->where[i].path, "a store")))
+			break;
+		rc = store_open(s->where[i].path, &o, &s->st[i]);
+	}
+	if (rc) {
+		ckpt_storeset_close(s);
+		return rc;
+	}
+	*out = s;
+	return QE_OK;
+}
+
+void ckpt_storeset_close(ckpt_storeset *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; s->st && i < s->n; i++)
+		store_close(s->st[i]);
+	free(s->st);
+	free(s->where);
+	free(s);
+}
+
+int ckpt_storeset_count(const ckpt_storeset *s) { return s ? s->n : 0; }
+store *ckpt_storeset_at(ckpt_storeset *s, int i) { return s->st[i]; }
+const ckpt_local_store *ckpt_storeset_where(const ckpt_storeset *s, int i) { return &s->where[i]; }
+
+int ckpt_storeset_find(const ckpt_storeset *s, const char *store_id)
+{
+	for (int i = 0; s && i < s->n; i++)
+		if (strcmp(s->where[i].id.store_id, store_id ? store_id : "") == 0)
+			return i;
+	return -1;
+}
+
+int ckpt_storeset_get_chunk(ckpt_storeset *s, const store_hash *h, void *dst, size_t cap, uint64_t *size)
+{
+	for (int i = 0; s && i < s->n; i++) {
+		int present = 0, rc = store_has_chunk(s->st[i], h, &present, NULL);
+		if (rc)
+			return rc;
+		if (present)
+			return store_get_chunk(s->st[i], h, dst, cap, size);
+	}
+	char hex[STORE_HASH_HEX];
+	return qe_fail(QE_ENOTFOUND, "chunk %s is in no store of this host", store_hash_hex(h, hex));
+}
+
 /* --- locks ---------------------------------------------------------------------- */
 
 struct ckpt_lock {

@@ -28,6 +28,8 @@
 
 #include <stddef.h>
 
+#include "store/store.h"
+
 #define CKPT_PATH_MAX 1200
 #define CKPT_STORE_ID_MAX 48
 #define CKPT_HOST_MAX 256
@@ -75,6 +77,30 @@ typedef struct ckpt_local_store {
  * (malloc'd, free()) and *n; an empty list when there is none.
  */
 int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_store **out, int *n);
+
+/* --- the stores of a run on this host, open ------------------------------------------ */
+
+typedef struct ckpt_storeset ckpt_storeset;
+
+/*
+ * Open every store of run_id this host sees (ckpt_local_stores_scan), read-only
+ * unless writable.  An empty set is not an error.  OUT *out: closed with
+ * ckpt_storeset_close().  Open after fork.
+ */
+int ckpt_storeset_open(const char *run_dir, const char *run_id, int writable, ckpt_storeset **out);
+void ckpt_storeset_close(ckpt_storeset *s);
+int ckpt_storeset_count(const ckpt_storeset *s);
+/* Store i (0 .. count-1) and where it is; valid while the set is open. */
+store *ckpt_storeset_at(ckpt_storeset *s, int i);
+const ckpt_local_store *ckpt_storeset_where(const ckpt_storeset *s, int i);
+/* The index of the store with store_id ("" the schema-2 store), or -1 when this host has none. */
+int ckpt_storeset_find(const ckpt_storeset *s, const char *store_id);
+/*
+ * Copy chunk h from whichever store here holds it (chunks are content
+ * addressed and re-hashed on read, so any copy is the chunk).  QE_ENOTFOUND
+ * naming the chunk when none does.  OUT *size as store_get_chunk.
+ */
+int ckpt_storeset_get_chunk(ckpt_storeset *s, const store_hash *h, void *dst, size_t cap, uint64_t *size);
 
 /* --- writer locks ----------------------------------------------------------------- */
 
