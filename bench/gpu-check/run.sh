@@ -56,6 +56,11 @@ for g in copy direct; do
   if r=$(cmp_runs iref icap-$g); then note "interleaved_graph_${g}_vs_reference" "pass: $r"; else note "interleaved_graph_${g}_vs_reference" "FAIL: $r"; fi
   run zcap-$g --schedule zbv --exec graph --grad $g --steps 20
   if r=$(cmp_runs zref zcap-$g); then note "zbv_graph_${g}_vs_reference" "pass: $r"; else note "zbv_graph_${g}_vs_reference" "FAIL: $r"; fi
+  # issue 19: per-microbatch views against the (default) accumulating arena, beta = 1 on the GPU
+  for sc in i z; do
+    run ${sc}cap-$g-permb --schedule $([ $sc = i ] && echo interleaved || echo zbv) --exec graph --grad $g --steps 20 --arena per-mb
+    if r=$(cmp_runs ${sc}cap-$g-permb ${sc}cap-$g); then note "${sc}graph_${g}_permb_vs_accumulate" "pass: $r"; else note "${sc}graph_${g}_permb_vs_accumulate" "FAIL: $r"; fi
+  done
 done
 fi
 

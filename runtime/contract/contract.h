@@ -5,7 +5,8 @@
  *   effect token                      when a stateful (FP8 scaling) transition happens
  *   epoch e_W + weight cache e_C      whether the FP8 weight cache is current; when the
  *                                     optimizer may commit and a checkpoint may be taken
- *   gradient arena                    every matrix-gradient view written exactly once
+ *   gradient arena                    every matrix gradient written exactly once per microbatch
+ *                                     (accumulating: in ascending microbatch order)
  *
  * This module never allocates device memory and never runs a kernel.  Every
  * relation is used in two phases: a *check* that changes nothing and says
