@@ -628,20 +628,22 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	}
 	size_t alen = 0;
 	void *abuf = ask_encode(&me, &alen);
-	free(me.seen);
 	if (!abuf) {
+		free(me.seen);
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 		goto out;
 	}
 	qe_comm_blob *blobs = NULL;
 	if (world > 1 && (rc = qe_comm_gather_blobs(comm, abuf, alen, &blobs))) {
 		free(abuf);
+		free(me.seen);
 		rc = qe_fail_ctx(rc, "restore: gathering every rank's request");
 		goto out;
 	}
 	/* 4. Rank 0 plans who reads what; everyone hears the plan (or why there is none). */
 	if (rank == 0 && !(blob = plan_blob(s, r, id, found.step, &rows, blobs, &me, &blob_len)))
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
+	free(me.seen);
 	free(abuf);
 	qe_comm_blobs_free(blobs, world);
 	if (rc)
