@@ -34,6 +34,10 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --backward split|full  dI and dW as separate actions, or one B (default split)\n"
 		"  --exec eager|graph     run actions directly or replay captured graphs (default eager)\n"
 		"  --grad direct|copy     dW writes the arena view, or scratch then a copy (default direct)\n"
+		"  --arena accumulate|per-mb   one gradient view per matrix that microbatch 0 writes and\n"
+		"                         later microbatches add into, or one view per microbatch reduced\n"
+		"                         by the optimizer (default accumulate; same bits; train only:\n"
+		"                         resume keeps the run's)\n"
 		"  --backend cpu|cuda     (default cpu)\n"
 		"  --check-replicas on|off   with --dp > 1, compare the replicas' parameters after every\n"
 		"                         step and fail on any difference (default on)\n"
@@ -67,7 +71,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	enum {
 		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
-		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_HELP
+		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_HELP
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -80,7 +84,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "eval-micro", 1, 0, O_EVALM },  { "ckpt-every", 1, 0, O_CKPT }, { "backend", 1, 0, O_BACKEND },
 		{ "nproc", 1, 0, O_NPROC },	  { "log-every", 1, 0, O_LOG },	  { "quiet", 0, 0, O_QUIET },
 		{ "check-replicas", 1, 0, O_CHECKREP },
-		{ "trace", 1, 0, O_TRACE },
+		{ "trace", 1, 0, O_TRACE },	  { "arena", 1, 0, O_ARENA },
 		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
 		{ 0, 0, 0, 0 }
 	};
@@ -168,6 +172,11 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 				return bad(cmd, "--grad", optarg);
 			a->given |= CLI_F_GRAD;
 			break;
+		case O_ARENA:
+			if (qe_arena_layout_parse(optarg, &cfg->arena))
+				return bad(cmd, "--arena", optarg);
+			a->given |= CLI_F_ARENA;
+			break;
 		case O_ALGO:
 			if (qe_amax_algo_parse(optarg, &cfg->prec.recipe.algo))
 				return bad(cmd, "--amax-algo", optarg);
@@ -238,6 +247,11 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	}
 	if (optind < argc) {
 		fprintf(stderr, "qeffect %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);
+		return 2;
+	}
+	if (for_resume && (a->given & CLI_F_ARENA)) {
+		fprintf(stderr, "qeffect %s: --arena belongs to train: a resumed run keeps the arena layout its run "
+				"config records (both layouts give the same bits)\n", cmd);
 		return 2;
 	}
 	if (!for_resume && (a->given & CLI_F_FROM)) {

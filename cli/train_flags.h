@@ -15,7 +15,7 @@ enum {
 	CLI_F_MARGIN = 1 << 13, CLI_F_ALGO = 1 << 14, CLI_F_FORMAT = 1 << 15, CLI_F_FP8 = 1 << 16,
 	CLI_F_HEAD = 1 << 17, CLI_F_DATA = 1 << 18, CLI_F_RUNDIR = 1 << 19, CLI_F_EVAL = 1 << 20,
 	CLI_F_CKPT = 1 << 21, CLI_F_BACKEND = 1 << 22, CLI_F_NPROC = 1 << 23, CLI_F_LOG = 1 << 24,
-	CLI_F_EVAL_MICRO = 1 << 25, CLI_F_FROM = 1 << 26,
+	CLI_F_EVAL_MICRO = 1 << 25, CLI_F_FROM = 1 << 26, CLI_F_ARENA = 1 << 27,
 };
 
 typedef struct cli_train_args {

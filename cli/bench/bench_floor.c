@@ -7,10 +7,14 @@
  *
  * GEMM FLOPs: every linear of every local stage, every microbatch: forward,
  * dgrad and wgrad, 2*T*in*out each (attention's batched GEMMs, under 1% at
- * sequence 256, are left out).  Bytes: every per-microbatch gradient view
- * (the matrix arena views and the non-matrix gradient buffers) written once
- * and read once by the optimizer, plus parameters, m and v read and written
- * once.  The GEMM rate is ops->gemm on E4M3 operands of the representative
+ * sequence 256, are left out).  Bytes: the gradient traffic, plus parameters,
+ * m and v read and written once.  Gradients: the matrix gradients go to the
+ * accumulating arena (one view per matrix): microbatch 0's dW writes it, each
+ * later dW reads and writes it (GEMM beta = 1), the optimizer reads it once,
+ * so 1 + 2(M-1) + 1 = 2M passes over the matrix floats - the same bytes as
+ * M per-microbatch views written once and read once, in 1/M of the memory;
+ * each non-matrix gradient is a per-microbatch buffer written once and read
+ * once by the optimizer (2M passes).  The GEMM rate is ops->gemm on E4M3 operands of the representative
  * shape T x 4H x H (T = sequence length) after warmup, wall time over many
  * calls on one stream ending in stream_sync; the bandwidth is ops->copy D2D of
  * one large buffer, counted as bytes read + written.  Every GEMM shape of the
@@ -90,8 +94,14 @@ int bench_floor_model(const char *preset, int P, int M, int zbv, bench_floor_ran
 			fr->gemm_flops += flops * M;
 			fr->params += mat + nonmat;
 			fr->grad_floats += mat + nonmat;
+			fr->matrix_floats += mat;
 		}
-		fr->bytes = 2.0 * M * fr->grad_floats * 4 + 6.0 * fr->params * 4;
+		/* accumulating matrix arena: write (mb 0) + (M-1) x (read + write) + the optimizer's read */
+		double mat_passes = 1.0 + 2.0 * (M - 1) + 1.0;
+		double nonmat_passes = 2.0 * M; /* per-microbatch buffers: written once, read once */
+		fr->grad_bytes = mat_passes * fr->matrix_floats * 4 + nonmat_passes * (fr->grad_floats - fr->matrix_floats) * 4;
+		fr->arena_bytes = fr->matrix_floats * 4;
+		fr->bytes = fr->grad_bytes + 6.0 * fr->params * 4;
 	}
 	qe_sched_free(s);
 	return QE_OK;
@@ -229,8 +239,9 @@ static void help(FILE *f)
 		   "The per-rank floor of one training step with two chunks per rank:\n"
 		   "  GEMM FLOPs / measured FP8 GEMM rate + bytes moved / measured copy bandwidth\n"
 		   "GEMM FLOPs: forward, dgrad and wgrad (2*T*in*out each) of every linear of the rank's stages,\n"
-		   "every microbatch.  Bytes: every gradient view (arena matrix views and non-matrix gradients)\n"
-		   "written and read once, parameters, AdamW m and v read and written once.  The GEMM rate is\n"
+		   "every microbatch.  Bytes: the accumulating matrix arena (mb 0 writes, later mbs read + write,\n"
+		   "the optimizer reads), non-matrix gradients written and read once per microbatch, parameters,\n"
+		   "AdamW m and v read and written once.  The GEMM rate is\n"
 		   "ops->gemm on E4M3 operands of shape T x 4H x H (T the sequence length); the bandwidth is\n"
 		   "ops->copy D2D counted as bytes read + written.  Every GEMM shape of the model is timed too\n"
 		   "(shape_floor_ms: the same floor with each GEMM at its own measured time).  Printed for the\n"
@@ -281,8 +292,9 @@ static json_t *placement_json(const char *preset, int P, int M, int zbv, double 
 		json_t *st = json_array();
 		for (int i = 0; i < fr->nstages; i++)
 			json_array_append_new(st, json_integer(fr->stages[i]));
-		json_array_append_new(arr, json_pack("{s:i,s:o,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "rank", r, "stages", st,
-						     "gemm_flops", fr->gemm_flops, "bytes", fr->bytes, "params", fr->params,
+		json_array_append_new(arr, json_pack("{s:i,s:o,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o}", "rank", r, "stages",
+						     st, "gemm_flops", fr->gemm_flops, "bytes", fr->bytes, "grad_bytes",
+						     fr->grad_bytes, "arena_bytes", fr->arena_bytes, "params", fr->params,
 						     "gemm_ms", gemm_ms, "bytes_ms", bytes_ms, "floor_ms", floor_ms,
 						     "shape_floor_ms", bench_real(nshapes ? shape_ms + bytes_ms : NAN)));
 		if (floor_ms > worst) {
@@ -448,7 +460,9 @@ int bench_floor_main(int argc, char **argv)
 			"bytes read + written", "placements", "interleaved", pi ? pi : json_null(), "zbv",
 			pz ? pz : json_null(), "model_check", check, "formula",
 			"floor = gemm_flops / gemm rate + bytes / copy bandwidth; gemm_flops = M * sum over the rank's "
-			"linears of 3 * 2*T*in*out; bytes = 2 * M * gradient floats * 4 + 6 * params * 4");
+			"linears of 3 * 2*T*in*out; bytes = grad_bytes + 6 * params * 4; grad_bytes = (1 + 2(M-1) + 1) * "
+			"matrix floats * 4 (accumulating arena: mb 0 writes, later mbs read + write, the optimizer "
+			"reads) + 2 * M * non-matrix floats * 4");
 	if (json) {
 		char *txt = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
 		printf("%s\n", txt ? txt : "{}");

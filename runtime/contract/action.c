@@ -111,17 +111,24 @@ static int check_consumed_ref(const qe_stage_contract *sc, const qe_tape_ref *re
 	return QE_OK;
 }
 
-/* One write check per matrix parameter of the stage, for microbatch m. */
-static int check_writes(const qe_stage_contract *sc, int m, const qe_tensor *dests)
+/*
+ * One write check per matrix parameter of the stage, for the microbatch of
+ * ref (the arena relation: bound address, exactly once, and with an
+ * accumulating arena ascending microbatch order).  A failure names the tape
+ * whose dW would have written: key, slot and generation.
+ */
+static int check_writes(const qe_stage_contract *sc, const qe_tape_ref *ref, const qe_tensor *dests)
 {
 	if (sc->p_end == sc->p_begin)
 		return QE_OK;
 	if (!dests)
 		return qe_fail(QE_EINVAL, "no destinations given for %d matrix gradients", sc->p_end - sc->p_begin);
 	for (int p = sc->p_begin; p < sc->p_end; p++) {
-		int rc = qe_arena_write_check(sc->arena, p, m, &dests[p - sc->p_begin]);
-		if (rc)
-			return rc;
+		int rc = qe_arena_write_check(sc->arena, p, ref->key.m, &dests[p - sc->p_begin]);
+		if (rc) {
+			char rb[2 * QE_KEY_FMT_LEN];
+			return qe_fail_ctx(rc, "gradient arena, write of %s", qe_tape_ref_format(ref, rb, sizeof(rb)));
+		}
 	}
 	return QE_OK;
 }
@@ -225,7 +232,7 @@ int qe_action_dw_begin(qe_stage_contract *sc, const qe_tape_ref *ref, int m_expl
 		return ctx(sc, QE_ACT_DW, m_explicit,
 			   qe_fail(QE_EORDER, "out-of-order state transition: dW of %s before its dI",
 				   qe_tape_ref_format(ref, rb, sizeof(rb))));
-	rc = check_writes(sc, ref->key.m, dests);
+	rc = check_writes(sc, ref, dests);
 	if (rc)
 		return ctx(sc, QE_ACT_DW, m_explicit, rc);
 	start(sc, out, QE_ACT_DW, sc->effect.next, ref, payload);
@@ -248,7 +255,7 @@ int qe_action_b_begin(qe_stage_contract *sc, uint64_t token, const qe_tape_ref *
 	rc = check_consumed_ref(sc, ref, QE_CONSUMER_FULL, &payload);
 	if (rc)
 		return ctx(sc, QE_ACT_B, m, rc);
-	rc = check_writes(sc, ref->key.m, dests);
+	rc = check_writes(sc, ref, dests);
 	if (rc)
 		return ctx(sc, QE_ACT_B, m, rc);
 	start(sc, out, QE_ACT_B, token, ref, payload);

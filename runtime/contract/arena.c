@@ -1,19 +1,30 @@
 /*
  * arena.c - the matrix-gradient arena: every gradient destination complete,
- * and written exactly once.
+ * and written exactly once per microbatch.
  *
- * dW runs deferred and out of order, possibly replayed from a captured graph
- * whose destination addresses were fixed at capture.  So the gradient of each
- * (local matrix parameter, microbatch) gets its own view at a fixed offset in
- * one caller-provided buffer, and the optimizer reduces the views in
- * microbatch order: the result does not depend on the order dW ran in.  The
- * arena checks every bound destination against its view (shape, dtype,
- * device, address: a captured pointer into the wrong view is an aliased
- * write), and keeps a written bit per view so a duplicate or missing write is
- * caught before the optimizer consumes the arena.
+ * dW runs deferred, possibly replayed from a captured graph whose destination
+ * addresses were fixed at capture.  Two layouts:
  *
- * Layout: parameter-major; the M views of a parameter follow each other, each
- * rounded up to QE_ARENA_ALIGN bytes.
+ *  - accumulate (the default): one view per local matrix parameter.  The dW
+ *    of microbatch 0 writes it (GEMM beta = 0), every later microbatch adds
+ *    into it (beta = 1: view = view + dW_m, one fp32 rounding per add).  The
+ *    capacity does not grow with M.  The sum order ((g0 + g1) + g2) + ... is
+ *    the optimizer's ordered reduction of the per-microbatch layout, so both
+ *    give the same bits - provided the writes come in ascending microbatch
+ *    order, which every schedule guarantees (sched_validate.c checks it) and
+ *    this file enforces: a write of mb m before mb m-1 of the same parameter
+ *    is an "out-of-order arena write".
+ *  - per-mb: one view per (parameter, microbatch); the optimizer reduces the
+ *    M views in microbatch order, so any dW order gives the same result.
+ *
+ * Both keep one written bit per (parameter, microbatch) - the mask of a view
+ * - so a duplicate or missing write is caught before the optimizer consumes
+ * the arena, and both check every bound destination against its view
+ * (shape, dtype, device, address: a captured pointer into another view is an
+ * aliased write).
+ *
+ * Layout in memory: parameter-major; the views of a parameter (M or 1)
+ * follow each other, each rounded up to QE_ARENA_ALIGN bytes.
  */
 #include "runtime/contract/contract.h"
 
@@ -27,16 +38,18 @@ struct arena_param {
 	int64_t rows, cols;
 	size_t bytes;  /* rows * cols * 4 */
 	size_t stride; /* bytes rounded up to QE_ARENA_ALIGN */
-	size_t offset; /* of the view of microbatch 0 */
+	size_t offset; /* of the view of microbatch 0 (the only one when accumulating) */
 };
 
 struct qe_arena {
 	int np, M;
+	int nv; /* views per parameter: M (per-mb) or 1 (accumulate) */
+	qe_arena_layout layout;
 	qe_arena_mode mode;
 	qe_device dev;
 	char *base;
 	struct arena_param *p;
-	unsigned char *written; /* np * M, parameter-major */
+	unsigned char *written; /* np * M, parameter-major: the per-view masks */
 	qe_arena_stats st;
 };
 
@@ -67,18 +80,40 @@ static int check_params(const qe_arena_param *params, int nparams, int M)
 	return QE_OK;
 }
 
-size_t qe_arena_bytes(const qe_arena_param *params, int nparams, int M)
+static const char *layout_names[] = { "per-mb", "accumulate" };
+
+const char *qe_arena_layout_name(qe_arena_layout l)
 {
-	if (check_params(params, nparams, M))
+	return (unsigned)l < 2 ? layout_names[l] : "?";
+}
+
+int qe_arena_layout_parse(const char *s, qe_arena_layout *out)
+{
+	for (int i = 0; i < 2; i++)
+		if (s && strcmp(s, layout_names[i]) == 0) {
+			*out = (qe_arena_layout)i;
+			return QE_OK;
+		}
+	return qe_fail(QE_EINVAL, "arena: unknown layout '%s' (per-mb or accumulate)", s ? s : "(null)");
+}
+
+static int views_per_param(qe_arena_layout layout, int M)
+{
+	return layout == QE_ARENA_ACCUMULATE ? 1 : M;
+}
+
+size_t qe_arena_bytes(const qe_arena_param *params, int nparams, int M, qe_arena_layout layout)
+{
+	if (check_params(params, nparams, M) || (layout != QE_ARENA_PER_MB && layout != QE_ARENA_ACCUMULATE))
 		return 0;
-	size_t total = 0;
+	size_t total = 0, nv = (size_t)views_per_param(layout, M);
 	for (int i = 0; i < nparams; i++)
-		total += (size_t)M * align_up((size_t)params[i].rows * (size_t)params[i].cols * sizeof(float));
+		total += nv * align_up((size_t)params[i].rows * (size_t)params[i].cols * sizeof(float));
 	return total;
 }
 
-int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_mode mode, void *base,
-		    size_t bytes, qe_device dev, qe_arena **out)
+int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_layout layout, qe_arena_mode mode,
+		    void *base, size_t bytes, qe_device dev, qe_arena **out)
 {
 	if (!out)
 		return qe_fail(QE_EINVAL, "arena: no output pointer");
@@ -86,6 +121,8 @@ int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_m
 	int rc = check_params(params, nparams, M);
 	if (rc)
 		return rc;
+	if (layout != QE_ARENA_PER_MB && layout != QE_ARENA_ACCUMULATE)
+		return qe_fail(QE_EINVAL, "arena: unknown layout %d", (int)layout);
 	if (mode != QE_ARENA_DIRECT && mode != QE_ARENA_COPY)
 		return qe_fail(QE_EINVAL, "arena: unknown mode %d", (int)mode);
 	for (int i = 0; i < nparams; i++)
@@ -93,7 +130,8 @@ int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_m
 			return qe_fail(QE_EINVAL, "arena: param '%s' is on %s, the arena on %s", params[i].name,
 				       params[i].device == QE_DEV_CUDA ? "cuda" : "cpu",
 				       dev == QE_DEV_CUDA ? "cuda" : "cpu");
-	size_t need = qe_arena_bytes(params, nparams, M);
+	size_t need = qe_arena_bytes(params, nparams, M, layout);
+	int nv = views_per_param(layout, M);
 	if (need > 0 && !base)
 		return qe_fail(QE_EINVAL, "arena: no base buffer for %zu bytes", need);
 	if ((uintptr_t)base % QE_ARENA_ALIGN)
@@ -121,11 +159,13 @@ int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_m
 		p->bytes = (size_t)p->rows * (size_t)p->cols * sizeof(float);
 		p->stride = align_up(p->bytes);
 		p->offset = off;
-		off += (size_t)M * p->stride;
-		view_bytes += (size_t)M * p->bytes;
+		off += (size_t)nv * p->stride;
+		view_bytes += (size_t)nv * p->bytes;
 	}
 	a->np = nparams;
 	a->M = M;
+	a->nv = nv;
+	a->layout = layout;
 	a->mode = mode;
 	a->dev = dev;
 	a->base = base;
@@ -174,14 +214,43 @@ qe_arena_mode qe_arena_get_mode(const qe_arena *arena)
 	return arena ? arena->mode : QE_ARENA_DIRECT;
 }
 
+qe_arena_layout qe_arena_get_layout(const qe_arena *arena)
+{
+	return arena ? arena->layout : QE_ARENA_PER_MB;
+}
+
+int qe_arena_nviews(const qe_arena *arena)
+{
+	return arena ? arena->nv : 0;
+}
+
+int qe_arena_accumulates(const qe_arena *arena, int m)
+{
+	if (!arena || m < 0 || m >= arena->M)
+		return -1;
+	return arena->layout == QE_ARENA_ACCUMULATE && m > 0;
+}
+
 const char *qe_arena_param_name(const qe_arena *arena, int p)
 {
 	return arena && p >= 0 && p < arena->np ? arena->p[p].name : "?";
 }
 
+/* The view microbatch m writes: its own (per-mb) or the parameter's one (accumulate). */
+static int view_index(const qe_arena *a, int m)
+{
+	return a->layout == QE_ARENA_ACCUMULATE ? 0 : m;
+}
+
+/* View number v (0..nv-1) of parameter p. */
+static char *view_at(const qe_arena *a, int p, int v)
+{
+	return a->base + a->p[p].offset + (size_t)v * a->p[p].stride;
+}
+
 static char *view_ptr(const qe_arena *a, int p, int m)
 {
-	return a->base + a->p[p].offset + (size_t)m * a->p[p].stride;
+	return view_at(a, p, view_index(a, m));
 }
 
 static qe_tensor view_of(const qe_arena *a, int p, int m)
@@ -217,19 +286,58 @@ int qe_arena_bind_check(const qe_arena *arena, int p, int m, const qe_tensor *de
 	/* Not its own view: is it inside another one?  That is the aliased write. */
 	uintptr_t d0 = (uintptr_t)dest->data, d1 = d0 + arena->p[p].bytes;
 	for (int q = 0; q < arena->np; q++) {
-		for (int n = 0; n < arena->M; n++) {
-			if (q == p && n == m)
+		for (int n = 0; n < arena->nv; n++) {
+			if (q == p && n == view_index(arena, m))
 				continue;
-			uintptr_t v0 = (uintptr_t)view_ptr(arena, q, n), v1 = v0 + arena->p[q].bytes;
-			if (d0 < v1 && v0 < d1)
+			uintptr_t v0 = (uintptr_t)view_at(arena, q, n), v1 = v0 + arena->p[q].bytes;
+			if (d0 < v1 && v0 < d1) {
+				char other[48];
+				if (arena->layout == QE_ARENA_ACCUMULATE)
+					snprintf(other, sizeof(other), "(accumulating, all mbs)");
+				else
+					snprintf(other, sizeof(other), "mb %d", n);
 				return qe_fail(QE_EARENA,
 					       "aliased arena write: destination of %s mb %d at %p overlaps the view of "
-					       "%s mb %d at %p (expected %p)",
-					       name, m, dest->data, arena->p[q].name, n, (void *)v0, v.data);
+					       "%s %s at %p (expected %p)",
+					       name, m, dest->data, arena->p[q].name, other, (void *)v0, v.data);
+			}
 		}
 	}
 	return qe_fail(QE_EARENA, "arena bind %s mb %d: destination at %p is not the view at %p", name, m, dest->data,
 		       v.data);
+}
+
+/* Microbatches of p written this step (accumulate: mbs 0..n-1, in that order). */
+static int written_count(const qe_arena *a, int p)
+{
+	int n = 0;
+	for (int m = 0; m < a->M; m++)
+		n += a->written[(size_t)p * a->M + m];
+	return n;
+}
+
+/* Duplicate, then (accumulating) the ascending order: the write of mb m must be the next one. */
+static int check_unwritten(const qe_arena *arena, int p, int m)
+{
+	if (arena->written[(size_t)p * arena->M + m])
+		return qe_fail(QE_EARENA, "duplicate arena write: %s mb %d was already written this step",
+			       arena->p[p].name, m);
+	if (arena->layout == QE_ARENA_ACCUMULATE) {
+		int next = written_count(arena, p);
+		if (m != next) {
+			char held[48];
+			if (next == 0)
+				snprintf(held, sizeof(held), "no microbatch yet");
+			else
+				snprintf(held, sizeof(held), "mbs 0..%d", next - 1);
+			return qe_fail(QE_EARENA,
+				       "out-of-order arena write: %s mb %d would %s the accumulating view, which holds "
+				       "%s (the next write must be mb %d): a chunk's dW runs in ascending microbatch "
+				       "order, or the fp32 sum order (and its bits) would change",
+				       arena->p[p].name, m, m == 0 ? "initialize" : "add into", held, next);
+		}
+	}
+	return QE_OK;
 }
 
 int qe_arena_write_check(const qe_arena *arena, int p, int m, const qe_tensor *dest)
@@ -237,21 +345,17 @@ int qe_arena_write_check(const qe_arena *arena, int p, int m, const qe_tensor *d
 	int rc = qe_arena_bind_check(arena, p, m, dest);
 	if (rc)
 		return rc;
-	if (arena->written[(size_t)p * arena->M + m])
-		return qe_fail(QE_EARENA, "duplicate arena write: %s mb %d was already written this step",
-			       arena->p[p].name, m);
-	return QE_OK;
+	return check_unwritten(arena, p, m);
 }
 
 int qe_arena_write_commit(qe_arena *arena, int p, int m)
 {
 	if (!arena || p < 0 || p >= arena->np || m < 0 || m >= arena->M)
 		return qe_fail(QE_EARENA, "arena write: no view (param %d, mb %d)", p, m);
-	unsigned char *w = &arena->written[(size_t)p * arena->M + m];
-	if (*w)
-		return qe_fail(QE_EARENA, "duplicate arena write: %s mb %d was already written this step",
-			       arena->p[p].name, m);
-	*w = 1;
+	int rc = check_unwritten(arena, p, m);
+	if (rc)
+		return rc;
+	arena->written[(size_t)p * arena->M + m] = 1;
 	arena->st.writes_this_step++;
 	arena->st.total_writes++;
 	return QE_OK;
@@ -291,12 +395,14 @@ int qe_arena_check_complete(const qe_arena *arena)
 	return QE_OK;
 }
 
-int qe_arena_views_for(const qe_arena *arena, int p, const float **views)
+int qe_arena_views_for(const qe_arena *arena, int p, const float **views, int *nviews)
 {
 	if (!arena || !views || p < 0 || p >= arena->np)
 		return qe_fail(QE_EINVAL, "arena: no param %d", p);
-	for (int m = 0; m < arena->M; m++)
-		views[m] = (const float *)view_ptr(arena, p, m);
+	for (int v = 0; v < arena->nv; v++)
+		views[v] = (const float *)view_at(arena, p, v);
+	if (nviews)
+		*nviews = arena->nv;
 	return QE_OK;
 }
 

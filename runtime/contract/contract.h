@@ -278,37 +278,64 @@ typedef struct qe_arena_param {
 } qe_arena_param;
 
 /* How dW reaches its view: written in place (direct placement), or written to a
- * scratch buffer then copied into the view (copy, the conservative path). */
+ * scratch buffer then copied or added into the view (copy, the conservative path). */
 typedef enum qe_arena_mode { QE_ARENA_DIRECT = 0, QE_ARENA_COPY = 1 } qe_arena_mode;
+
+/*
+ * How many views a parameter has.  PER_MB: one per microbatch, reduced by the
+ * optimizer in microbatch order (capacity M x matrix bytes).  ACCUMULATE: one
+ * per parameter; the write of microbatch 0 initializes it (GEMM beta = 0, or a
+ * copy of scratch), every later write adds into it (beta = 1, or an add of
+ * scratch), one fp32 rounding per add, so the sum is ((g0 + g1) + g2) + ...,
+ * the per-mb reduction's order and bits.  The writes of a parameter must then
+ * come in ascending microbatch order (else "out-of-order arena write").
+ */
+typedef enum qe_arena_layout { QE_ARENA_PER_MB = 0, QE_ARENA_ACCUMULATE = 1 } qe_arena_layout;
+/* "per-mb" / "accumulate" ("?" when out of range); parse: QE_OK or QE_EINVAL. */
+const char *qe_arena_layout_name(qe_arena_layout l);
+int qe_arena_layout_parse(const char *s, qe_arena_layout *out);
 
 /* Every view starts at a multiple of this from the (equally aligned) base. */
 #define QE_ARENA_ALIGN 256
 
 /*
- * Bytes of base storage the arena needs: sum over params of M views, each
- * rounded up to QE_ARENA_ALIGN.  0 when the description is invalid.
+ * Bytes of base storage the arena needs: sum over params of its views (M for
+ * PER_MB, 1 for ACCUMULATE), each rounded up to QE_ARENA_ALIGN.  0 when the
+ * description is invalid.
  */
-size_t qe_arena_bytes(const qe_arena_param *params, int nparams, int M);
+size_t qe_arena_bytes(const qe_arena_param *params, int nparams, int M, qe_arena_layout layout);
 
 /*
- * Lay out one view per (param p, microbatch m) at fixed offsets in base
- * (caller-owned, QE_ARENA_ALIGN-aligned, at least qe_arena_bytes() long, on
- * device dev; never touched here, only addressed).  Views of one parameter
- * are consecutive in microbatch order.  *out is freed with qe_arena_free();
- * base stays the caller's.  Returns QE_OK, QE_EINVAL (bad description,
- * misaligned or short base), QE_EUNSUPPORTED (dtype not f32), QE_ENOMEM.
+ * Lay out the views (per (param p, microbatch m), or one per param) at fixed
+ * offsets in base (caller-owned, QE_ARENA_ALIGN-aligned, at least
+ * qe_arena_bytes() long, on device dev; never touched here, only addressed).
+ * Views of one parameter are consecutive in microbatch order.  *out is freed
+ * with qe_arena_free(); base stays the caller's.  Returns QE_OK, QE_EINVAL
+ * (bad description, layout or mode, misaligned or short base),
+ * QE_EUNSUPPORTED (dtype not f32), QE_ENOMEM.
  */
-int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_mode mode, void *base,
-		    size_t bytes, qe_device dev, qe_arena **out);
+int qe_arena_create(const qe_arena_param *params, int nparams, int M, qe_arena_layout layout, qe_arena_mode mode,
+		    void *base, size_t bytes, qe_device dev, qe_arena **out);
 void qe_arena_free(qe_arena *arena);
 
 int qe_arena_nparams(const qe_arena *arena);
 int qe_arena_microbatches(const qe_arena *arena);
 qe_arena_mode qe_arena_get_mode(const qe_arena *arena);
+qe_arena_layout qe_arena_get_layout(const qe_arena *arena);
+/* Views per parameter: M (PER_MB) or 1 (ACCUMULATE); 0 for NULL. */
+int qe_arena_nviews(const qe_arena *arena);
+/*
+ * 1 when the write of microbatch m adds into its view (ACCUMULATE, m > 0: the
+ * dW GEMM runs with beta = 1, a copy-mode write adds its scratch), 0 when it
+ * initializes it (m == 0, or PER_MB), -1 when m is out of range.  A captured
+ * dW graph of microbatch m is built with this, once.
+ */
+int qe_arena_accumulates(const qe_arena *arena, int m);
 /* The parameter's name (owned by the arena) or "?" when p is out of range. */
 const char *qe_arena_param_name(const qe_arena *arena, int p);
 
-/* The view (p, m) as a 2-D f32 tensor descriptor.  QE_OK or QE_EINVAL. */
+/* The view microbatch m of param p writes (ACCUMULATE: the param's one view),
+ * as a 2-D f32 tensor descriptor.  QE_OK or QE_EINVAL. */
 int qe_arena_view(const qe_arena *arena, int p, int m, qe_tensor *out);
 /*
  * Check a bound destination for (p, m): dtype, device and shape equal to the
@@ -318,19 +345,27 @@ int qe_arena_view(const qe_arena *arena, int p, int m, qe_tensor *out);
  * Messages name the param, the microbatch, expected and got.  Changes nothing.
  */
 int qe_arena_bind_check(const qe_arena *arena, int p, int m, const qe_tensor *dest);
-/* bind check + (p, m) not yet written this step (else QE_EARENA "duplicate arena write"). */
+/*
+ * bind check + (p, m) not yet written this step (else QE_EARENA "duplicate
+ * arena write") + (ACCUMULATE) every mb < m of p written and none above (else
+ * QE_EARENA "out-of-order arena write" naming the param, m and the next mb
+ * expected).  Changes nothing.
+ */
 int qe_arena_write_check(const qe_arena *arena, int p, int m, const qe_tensor *dest);
-/* After the write succeeded: mark (p, m) written.  QE_EARENA when already written. */
+/* After the write succeeded: mark (p, m) written.  QE_EARENA (duplicate or
+ * out of order, as above) and nothing marked otherwise. */
 int qe_arena_write_commit(qe_arena *arena, int p, int m);
 /* 1 when (p, m) was written this step, 0 when not, -1 when out of range. */
 int qe_arena_is_written(const qe_arena *arena, int p, int m);
-/* QE_OK when every view was written this step, else QE_EARENA naming each missing (param, mb). */
+/* QE_OK when every (p, m) was written this step, else QE_EARENA naming each missing (param, mb). */
 int qe_arena_check_complete(const qe_arena *arena);
 /*
- * views[0..M-1] = the f32 data of the views of p in microbatch order: the
- * order the optimizer reduces them in, whatever order dW ran in.
+ * views[0..*nviews-1] = the f32 data of the views of p in microbatch order:
+ * the order the optimizer reduces them in, whatever order dW ran in (PER_MB,
+ * *nviews = M), or the one accumulated view (ACCUMULATE, *nviews = 1).
+ * views must hold M pointers.  nviews may be NULL.
  */
-int qe_arena_views_for(const qe_arena *arena, int p, const float **views);
+int qe_arena_views_for(const qe_arena *arena, int p, const float **views, int *nviews);
 /* The optimizer consumed the views: every view becomes unwritten for the next step. */
 void qe_arena_step_reset(qe_arena *arena);
 
@@ -340,7 +375,7 @@ typedef struct qe_arena_stats {
 	uint64_t total_writes;
 	uint64_t steps;           /* qe_arena_step_reset() calls */
 	size_t capacity_bytes;    /* qe_arena_bytes() of the layout */
-	size_t view_bytes;        /* sum of M x unpadded param bytes */
+	size_t view_bytes;        /* sum of views x unpadded param bytes */
 } qe_arena_stats;
 void qe_arena_get_stats(const qe_arena *arena, qe_arena_stats *out);
 

@@ -3,7 +3,7 @@
  *
  * Each scenario builds a fresh one-stage rank (stage 1, M = 4 microbatches, a
  * 2-slot tape pool so slots are reused within a step, an arena of two matrix
- * gradients in host memory), runs a short sequence of valid stage actions,
+ * gradients in host memory, accumulating unless the row says per-mb), runs a short sequence of valid stage actions,
  * then exactly one invalid operation, then valid follow-up operations.  A
  * scenario passes when the first failure of the script is the injected
  * operation with the expected code, the whole contract state (every slot's
@@ -33,7 +33,7 @@ struct env {
 	char payload[ENV_SLOTS][64];
 };
 
-static int env_init(struct env *e)
+static int env_init(struct env *e, qe_arena_layout layout)
 {
 	static const qe_arena_param params[ENV_NP] = {
 		{ "FC1.W", 8, 4, QE_F32, QE_DEV_CPU },
@@ -41,7 +41,7 @@ static int env_init(struct env *e)
 	};
 	memset(e, 0, sizeof(*e));
 	void *payloads[ENV_SLOTS] = { e->payload[0], e->payload[1] };
-	size_t bytes = qe_arena_bytes(params, ENV_NP, ENV_M);
+	size_t bytes = qe_arena_bytes(params, ENV_NP, ENV_M, layout);
 	int rc;
 	qe_epoch_init(&e->ep, 0);
 	e->base = aligned_alloc(QE_ARENA_ALIGN, bytes);
@@ -50,7 +50,7 @@ static int env_init(struct env *e)
 	memset(e->base, 0, bytes);
 	if ((rc = qe_tape_pool_create(ENV_SLOTS, payloads, &e->pool)))
 		goto fail_pool;
-	if ((rc = qe_arena_create(params, ENV_NP, ENV_M, QE_ARENA_DIRECT, e->base, bytes, QE_DEV_CPU, &e->arena)))
+	if ((rc = qe_arena_create(params, ENV_NP, ENV_M, layout, QE_ARENA_DIRECT, e->base, bytes, QE_DEV_CPU, &e->arena)))
 		goto fail_arena;
 	if ((rc = qe_stage_contract_init(&e->sc, ENV_S, ENV_M, &e->ep, e->pool, e->arena, 0, ENV_NP)))
 		goto fail_stage;
@@ -390,6 +390,41 @@ static void sc_aliased(struct run *run, struct env *e)
 	follow(run, op_dw(e, &r0, 0));
 }
 
+/* Accumulating: one view per parameter, so the stale pointer is into another parameter's view. */
+static void sc_aliased_param(struct run *run, struct env *e)
+{
+	qe_tape_ref r0 = { 0 };
+	qe_tensor d[ENV_NP], other;
+	step(run, op_f(e, 0, &r0));
+	step(run, op_di(e, &r0));
+	views(e, 0, d);
+	qe_arena_view(e->arena, 1, 0, &other);
+	d[0] = qe_tensor_2d(other.data, QE_F32, QE_DEV_CPU, 8, 4); /* FC1.W's shape at FC2.W's view */
+	inject(run, e, "dW of mb 0 writing FC1.W into the view of FC2.W");
+	step(run, op_dw_dests(e, &r0, 0, d));
+	settle(run, e);
+	follow(run, op_dw(e, &r0, 0));
+}
+
+/*
+ * Accumulating: dW of mb 1 before dW of mb 0 would add into a view mb 0 has
+ * not initialized (and change the fp32 sum order).  Refused; then mb 0 and
+ * mb 1 in order go through.
+ */
+static void sc_dw_out_of_order(struct run *run, struct env *e)
+{
+	qe_tape_ref r0 = { 0 }, r1 = { 0 };
+	step(run, op_f(e, 0, &r0));
+	step(run, op_f(e, 1, &r1));
+	step(run, op_di(e, &r1));
+	step(run, op_di(e, &r0));
+	inject(run, e, "dW of mb 1 before dW of mb 0 (accumulating arena)");
+	step(run, op_dw(e, &r1, 1));
+	settle(run, e);
+	follow(run, op_dw(e, &r0, 0));
+	follow(run, op_dw(e, &r1, 1));
+}
+
 static void sc_wrong_shape(struct run *run, struct env *e)
 {
 	qe_tape_ref r0 = { 0 };
@@ -434,25 +469,34 @@ static void sc_premature_checkpoint(struct run *run, struct env *e)
 	follow(run, op_checkpoint(e));
 }
 
+/* PER_MB rows run dW out of microbatch order on purpose (the ABA slot reuse, the
+ * token scenario) or need a view per microbatch (aliased write into mb 1's view). */
+#define ACC QE_ARENA_ACCUMULATE
+#define PMB QE_ARENA_PER_MB
 static const struct scenario {
 	const char *name;
 	int expected;
+	qe_arena_layout layout;
 	void (*fn)(struct run *, struct env *);
 } scenarios[] = {
-	{ "stale reference (ABA)", QE_ESTALE_REF, sc_stale_aba },
-	{ "duplicate consumer (dI)", QE_EDUP_CONSUMER, sc_dup_consumer },
-	{ "duplicate consumer (dW after release)", QE_EDUP_CONSUMER, sc_dup_after_release },
-	{ "key/slot mismatch (dW wrong mb)", QE_EKEY_SLOT, sc_key_slot },
-	{ "out-of-order token", QE_EORDER, sc_token },
-	{ "dW before its dI", QE_EORDER, sc_dw_before_di },
-	{ "stale cache", QE_ESTALE_CACHE, sc_stale_cache },
-	{ "missing arena write blocks commit", QE_EPREMATURE, sc_missing_write },
-	{ "duplicate dW write", QE_EARENA, sc_dup_write },
-	{ "aliased write", QE_EARENA, sc_aliased },
-	{ "wrong-shape destination", QE_ESHAPE, sc_wrong_shape },
-	{ "premature commit (live tape)", QE_EPREMATURE, sc_premature_commit },
-	{ "premature checkpoint (arena incomplete)", QE_EPREMATURE, sc_premature_checkpoint },
+	{ "stale reference (ABA)", QE_ESTALE_REF, PMB, sc_stale_aba },
+	{ "duplicate consumer (dI)", QE_EDUP_CONSUMER, ACC, sc_dup_consumer },
+	{ "duplicate consumer (dW after release)", QE_EDUP_CONSUMER, ACC, sc_dup_after_release },
+	{ "key/slot mismatch (dW wrong mb)", QE_EKEY_SLOT, ACC, sc_key_slot },
+	{ "out-of-order token", QE_EORDER, PMB, sc_token },
+	{ "dW before its dI", QE_EORDER, ACC, sc_dw_before_di },
+	{ "stale cache", QE_ESTALE_CACHE, ACC, sc_stale_cache },
+	{ "missing arena write blocks commit", QE_EPREMATURE, ACC, sc_missing_write },
+	{ "duplicate dW write", QE_EARENA, ACC, sc_dup_write },
+	{ "out-of-order dW (accumulating arena)", QE_EARENA, ACC, sc_dw_out_of_order },
+	{ "aliased write", QE_EARENA, PMB, sc_aliased },
+	{ "aliased write (accumulating)", QE_EARENA, ACC, sc_aliased_param },
+	{ "wrong-shape destination", QE_ESHAPE, ACC, sc_wrong_shape },
+	{ "premature commit (live tape)", QE_EPREMATURE, ACC, sc_premature_commit },
+	{ "premature checkpoint (arena incomplete)", QE_EPREMATURE, ACC, sc_premature_checkpoint },
 };
+#undef ACC
+#undef PMB
 #define NSCENARIOS ((int)(sizeof(scenarios) / sizeof(scenarios[0])))
 
 int qe_inject_count(void)
@@ -474,7 +518,7 @@ int qe_inject_run_all(qe_inject_result *out, int max)
 		struct env e;
 		struct run run;
 		run_init(&run, &out[n], scenarios[i].name, scenarios[i].expected);
-		int rc = env_init(&e);
+		int rc = env_init(&e, scenarios[i].layout);
 		if (rc) {
 			snprintf(out[n].message, sizeof(out[n].message), "setup failed: %s", qe_last_error());
 			out[n].followup_ok = 0;

@@ -100,10 +100,11 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	for (int c = 0; c < r->V; c++)
 		if ((rc = setup_chunk(r, c, aparams, anames, &np)))
 			goto fail_rc;
-	size_t abytes = qe_arena_bytes(aparams, np, r->M);
+	size_t abytes = qe_arena_bytes(aparams, np, r->M, cfg->arena);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
-	    (rc = qe_arena_create(aparams, np, r->M, cfg->grad == QE_GRAD_COPY ? QE_ARENA_COPY : QE_ARENA_DIRECT,
-				  r->arena_mem, abytes, o->device, &r->arena)))
+	    (rc = qe_arena_create(aparams, np, r->M, cfg->arena,
+				  cfg->grad == QE_GRAD_COPY ? QE_ARENA_COPY : QE_ARENA_DIRECT, r->arena_mem, abytes,
+				  o->device, &r->arena)))
 		goto fail_rc;
 	qe_epoch_init(&r->ep, 0);
 	size_t max_param = 0, act = 0;
@@ -318,6 +319,11 @@ qe_tensor qe_rank_arena_view(const qe_rank *r, int chunk, int j, int m)
 {
 	const rank_chunk *ch = &r->chunks[chunk];
 	return ch->views[m * ch->nmat + j];
+}
+
+int qe_rank_arena_nviews(const qe_rank *r)
+{
+	return qe_arena_nviews(r->arena);
 }
 
 void qe_rank_chunk_get_stats(const qe_rank *r, int chunk, qe_rank_chunk_stats *out)

@@ -97,8 +97,11 @@ void qe_rank_chunk_get_stats(const qe_rank *r, int chunk, qe_rank_chunk_stats *o
 /* e_C of local chunk c's weight cache, -1 when invalid. */
 int64_t qe_rank_chunk_cache_epoch(const qe_rank *r, int chunk);
 
-/* The arena views of local chunk c's matrix j for microbatch m (f32 tensor). */
+/* The arena view local chunk c's matrix j is written through by microbatch m
+ * (f32 tensor; with an accumulating arena the one view of every m). */
 qe_tensor qe_rank_arena_view(const qe_rank *r, int chunk, int j, int m);
+/* The arena's views per matrix: M (per-mb) or 1 (accumulate). */
+int qe_rank_arena_nviews(const qe_rank *r);
 
 /*
  * The checkpoint gate: QE_OK at a quiescent optimizer boundary, else

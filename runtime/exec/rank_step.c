@@ -23,15 +23,31 @@ static double now_ms(void)
 
 /* ---- physical actions ----------------------------------------------------- */
 
-/* dW of chunk ch for slot m on stream s, to the arena (direct) or scratch + copies (copy). */
+/*
+ * dW of chunk ch for slot m on stream s, to the arena (direct: the GEMM
+ * writes the view, or with an accumulating arena and m > 0 adds into it,
+ * beta = 1) or to scratch, then copied into the view or added into it
+ * (copy).  Either way an accumulated view is ((g0 + g1) + g2) + ..., one fp32
+ * rounding per add.  Captured once per slot, the graph keeps that choice:
+ * slot m is microbatch m.
+ */
 static int physical_dw(qe_rank *r, rank_chunk *ch, qe_stream *s, int m)
 {
+	int acc = qe_arena_accumulates(r->arena, m);
+	if (acc < 0)
+		return qe_fail(QE_EINVAL, "rank %d stage %d: dW of microbatch %d outside the arena's %d", r->rank,
+			       ch->stage, m, r->M);
 	if (r->cfg.grad == QE_GRAD_DIRECT)
-		return qe_stage_backward_weight(ch->st, s, m, &ch->views[m * ch->nmat]);
-	QE_TRY(qe_stage_backward_weight(ch->st, s, m, ch->scratch));
-	for (int j = 0; j < ch->nmat; j++)
-		QE_TRY(r->b->ops->copy(s, ch->views[m * ch->nmat + j].data, ch->scratch[j].data,
-				    qe_tensor_nbytes(&ch->scratch[j]), QE_COPY_D2D));
+		return qe_stage_backward_weight(ch->st, s, m, &ch->views[m * ch->nmat], acc);
+	QE_TRY(qe_stage_backward_weight(ch->st, s, m, ch->scratch, 0));
+	for (int j = 0; j < ch->nmat; j++) {
+		float *view = ch->views[m * ch->nmat + j].data;
+		if (acc)
+			QE_TRY(r->b->ops->add_inplace(s, view, ch->scratch[j].data, qe_tensor_numel(&ch->scratch[j])));
+		else
+			QE_TRY(r->b->ops->copy(s, view, ch->scratch[j].data, qe_tensor_nbytes(&ch->scratch[j]),
+					    QE_COPY_D2D));
+	}
 	return QE_OK;
 }
 
@@ -293,6 +309,8 @@ static int optimizer_commit(qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
 	const float *views[QE_RANK_MAX_MICRO * 8];
+	/* views per matrix: M (per-mb: reduced here in microbatch order) or 1 (accumulated by dW) */
+	const int nv = qe_arena_nviews(r->arena);
 	for (int c = 0; c < r->V; c++)
 		QE_TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
 	for (int c = 0; c < r->V; c++) {
@@ -300,13 +318,15 @@ static int optimizer_commit(qe_rank *r)
 		if (ch->nmat > 8)
 			return qe_fail(QE_EINVAL, "stage %d: more than 8 matrices", ch->stage);
 		for (int j = 0; j < ch->nmat; j++)
-			QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * r->M]));
+			QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * nv], NULL));
 		if (r->D == 1) {
-			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, r->M, &r->cfg.optim, 1.0f));
+			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &r->cfg.optim, 1.0f));
 			continue;
 		}
-		/* Data parallel: reduce the microbatch views in order, all-reduce over the replicas of
-		 * this pipeline rank in replica order, then one view per parameter. */
+		/* Data parallel: reduce the microbatch views in order (an accumulated matrix view is
+		 * that sum already: it is only copied), all-reduce over the replicas of this pipeline
+		 * rank in replica order, then one view per parameter.  The arena's view itself stays
+		 * this rank's own sum. */
 		int group[64];
 		for (int d = 0; d < r->D && d < 64; d++)
 			group[d] = d * r->P + r->pr;
@@ -315,10 +335,11 @@ static int optimizer_commit(qe_rank *r)
 			const qe_param_info *pi = qe_stage_param(ch->st, i);
 			const float *pv[QE_RANK_MAX_MICRO];
 			int64_t n = pi->rows * pi->cols;
-			for (int m = 0; m < r->M; m++)
-				pv[m] = pi->is_matrix ? views[pi->matrix_index * r->M + m]
+			int npv = pi->is_matrix ? nv : r->M;
+			for (int m = 0; m < npv; m++)
+				pv[m] = pi->is_matrix ? views[pi->matrix_index * nv + m]
 						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
-			QE_TRY(o->sum_views(r->caller, r->reduce_buf, pv, r->M, n));
+			QE_TRY(o->sum_views(r->caller, r->reduce_buf, pv, npv, n));
 			/* the host path waits for the device itself; the link path stays on the streams */
 			QE_TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
 			const float *one[1] = { r->reduce_buf };

@@ -126,10 +126,13 @@ int qe_stage_forward_eval(qe_stage *st, qe_stream *s, int slot);
 int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m);
 /*
  * dW: the matrix gradients from what dI retained, written to dests[j] for
- * matrix j (f32 [rows, cols] of that matrix).  Never touches scaling state.
+ * matrix j (f32 [rows, cols] of that matrix): dests[j] = dW_j when
+ * accumulate is 0 (GEMM beta = 0), dests[j] = dests[j] + dW_j when 1 (beta =
+ * 1: dW_j computed in fp32 in the GEMM's fixed order, then one rounding for
+ * the add; the accumulating gradient arena).  Never touches scaling state.
  */
-int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tensor *dests);
-/* B: full backward, dI then dW. */
+int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tensor *dests, int accumulate);
+/* B: full backward, dI then dW (written, accumulate 0). */
 int qe_stage_backward_full(qe_stage *st, qe_stream *s, int slot, int m, const qe_tensor *dests);
 
 /* Expected shape of the gradient destination of matrix j. */

@@ -94,7 +94,7 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	return qe__stage_update_roles(st, s, QE_ROLE_GRAD_OUTPUT, QE_ROLE_GRAD_OUTPUT);
 }
 
-int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tensor *dests)
+int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tensor *dests, int accumulate)
 {
 	if (slot < 0 || slot >= st->nslots)
 		return qe_fail(QE_EINVAL, "stage %d: dW on slot %d of %d", st->stage, slot, st->nslots);
@@ -107,8 +107,8 @@ int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tens
 		snprintf(what, sizeof(what), "stage %d dW destination of %s", st->stage, p->name);
 		QE_TRY(qe_tensor_check_same(&want, &dests[j], what));
 		qe_tensor d = dests[j];
-		/* dW[out, in] = dYT[out, T] . XT[in, T]^T */
-		QE_TRY(st->b->ops->gemm(s, &lt->dyq_col, &lt->xq_col, &d, NULL, 0));
+		/* dW[out, in] = dYT[out, T] . XT[in, T]^T (+ dW[out, in] when accumulating) */
+		QE_TRY(st->b->ops->gemm(s, &lt->dyq_col, &lt->xq_col, &d, NULL, accumulate ? 1 : 0));
 	}
 	return QE_OK;
 }
@@ -116,5 +116,5 @@ int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tens
 int qe_stage_backward_full(qe_stage *st, qe_stream *s, int slot, int m, const qe_tensor *dests)
 {
 	QE_TRY(qe_stage_backward_input(st, s, slot, m));
-	return qe_stage_backward_weight(st, s, slot, dests);
+	return qe_stage_backward_weight(st, s, slot, dests, 0);
 }

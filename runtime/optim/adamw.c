@@ -1,6 +1,7 @@
 /*
  * adamw.c - one AdamW op per parameter tensor, each summing that tensor's
- * microbatch views in order before the update.
+ * views in order before the update (M microbatch views, or one accumulated
+ * matrix view).
  */
 #include "runtime/optim/adamw.h"
 
@@ -63,19 +64,23 @@ int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const 
 	return rc ? qe_fail_ctx(rc, "adamw: stage %d parameter '%s'", qe_stage_index(st), p->name) : QE_OK;
 }
 
-int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmicro,
-		  const qe_adamw_config *cfg, float grad_scale)
+int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+		  int nmicro, const qe_adamw_config *cfg, float grad_scale)
 {
 	const float *views[256];
 	if (nmicro < 1 || nmicro > 256)
 		return qe_fail(QE_EINVAL, "adamw: %d microbatches (1..256 supported)", nmicro);
+	if (nmatrix_views != 1 && nmatrix_views != nmicro)
+		return qe_fail(QE_EINVAL, "adamw: %d matrix views per parameter (1 or %d microbatches)", nmatrix_views,
+			       nmicro);
 	a->step++;
 	for (int i = 0; i < qe_stage_nparams(st); i++) {
 		const qe_param_info *p = qe_stage_param(st, i);
-		for (int m = 0; m < nmicro; m++)
-			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmicro + m]
+		int nv = p->is_matrix ? nmatrix_views : nmicro;
+		for (int m = 0; m < nv; m++)
+			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmatrix_views + m]
 						: qe_stage_nonmatrix_grad(st, m) + p->grad_offset;
-		int rc = qe_adamw_update_param(a, s, st, i, views, nmicro, cfg, grad_scale);
+		int rc = qe_adamw_update_param(a, s, st, i, views, nv, cfg, grad_scale);
 		if (rc) {
 			a->step--;
 			return rc;

@@ -4,8 +4,11 @@
  *
  * The moments share the stage's parameter layout (qe_param_info.offset), so
  * a checkpoint saves them as two typed arrays beside the parameters.  The
- * reduction order is fixed (microbatch 0, 1, ...), so the update does not
- * depend on the order in which a schedule ran dW.
+ * reduction order is fixed (microbatch 0, 1, ...: grad = g0, then grad +=
+ * g1, += g2, ... in fp32), so the update does not depend on the order in
+ * which a schedule ran dW.  With the accumulating gradient arena a matrix
+ * arrives as one view that already holds that same sum (dW of mb 0 wrote
+ * g0, each later dW added g_m), and the reduction of one view is the view.
  */
 #ifndef QE_ADAMW_H
 #define QE_ADAMW_H
@@ -30,13 +33,14 @@ int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out);
 void qe_adamw_free(qe_adamw *a);
 
 /*
- * One optimizer step of stage st.  matrix_views[j * nmicro + m] is microbatch
- * m's gradient view of matrix j (the arena); the non-matrix gradients come
- * from the stage's own microbatch buffers.  The summed gradient is
+ * One optimizer step of stage st.  matrix_views[j * nmatrix_views + v] is
+ * view v of matrix j (the arena: nmatrix_views = nmicro, microbatch v's
+ * gradient, or 1, the accumulated sum); the non-matrix gradients come from
+ * the stage's own nmicro microbatch buffers.  The summed gradient is
  * multiplied by grad_scale before the update.
  */
-int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmicro,
-		  const qe_adamw_config *cfg, float grad_scale);
+int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+		  int nmicro, const qe_adamw_config *cfg, float grad_scale);
 
 /*
  * Update one parameter (index i of the stage) from nviews gradient views

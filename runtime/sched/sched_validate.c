@@ -7,6 +7,9 @@
  *   1. walk each rank's list in order: every action well formed, on the rank
  *      that holds its stage, not a duplicate, and after what it needs locally
  *      (its F, its DI, its input: an earlier local producer or an earlier recv);
+ *      and each chunk's gradient writes (DW, or B) in ascending microbatch
+ *      order: the accumulating gradient arena sums them in the order they run,
+ *      and only that order gives the bits of the ordered reduction;
  *   2. completeness: every (stage, mb) has all its actions, every cross-rank
  *      hand-off has both a send and a recv;
  *   3. run all ranks as the cpu transport would (sends buffered into one FIFO
@@ -143,6 +146,18 @@ static int check_rank(vctx *v, int r)
 		int *self = at(v, table_of(a->kind), st, mb);
 		if (*self >= 0)
 			return bad(r, i, a, "duplicate of action %d", *self);
+		if (a->kind == QE_ACT_DW || a->kind == QE_ACT_B) {
+			/* the gradient writes of one chunk run in ascending microbatch order */
+			for (int later = mb + 1; later < s->M; later++) {
+				int w = *at(v, table_of(a->kind), st, later);
+				if (w >= 0)
+					return bad(r, i, a,
+						   "%s of mb %d after %s of mb %d (action %d) of the same chunk: each "
+						   "chunk's dW run in ascending microbatch order (the accumulating "
+						   "gradient arena sums in run order)",
+						   qe_action_name(a->kind), mb, qe_action_name(a->kind), later, w);
+			}
+		}
 		switch (a->kind) {
 		case QE_ACT_F:
 			if (st > 0) {
@@ -174,6 +189,7 @@ static int check_rank(vctx *v, int r)
 			if (*at(v, T_DI, st, mb) < 0)
 				return bad(r, i, a, "no DI(stage %d, mb %d) before it", st, mb);
 			break;
+
 		case QE_ACT_SEND_ACT:
 			if (*at(v, T_F, st, mb) < 0)
 				return bad(r, i, a, "no F(stage %d, mb %d) before it", st, mb);

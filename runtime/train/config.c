@@ -28,6 +28,7 @@ void qe_train_config_default(qe_train_config *c)
 	c->backward = QE_BACKWARD_SPLIT;
 	c->exec = QE_EXEC_EAGER;
 	c->grad = QE_GRAD_DIRECT;
+	c->arena = QE_ARENA_ACCUMULATE;
 	c->steps = 20;
 	c->seed = 1;
 	c->eval_every = 0;
@@ -62,6 +63,8 @@ int qe_train_config_check(const qe_train_config *c)
 			       c->micro, c->pp);
 	if (c->steps < 0)
 		return qe_fail(QE_EINVAL, "--steps must be >= 0");
+	if (c->arena != QE_ARENA_PER_MB && c->arena != QE_ARENA_ACCUMULATE)
+		return qe_fail(QE_EINVAL, "--arena must be accumulate or per-mb (got %d)", (int)c->arena);
 	if (c->optim.lr <= 0)
 		return qe_fail(QE_EINVAL, "--lr must be > 0");
 	return QE_OK;
@@ -107,6 +110,10 @@ char *qe_train_config_to_json(const qe_train_config *c)
 		"eval_micro", c->eval_micro, "ckpt_every", c->ckpt_every, "log_every", c->log_every);
 	if (!o)
 		return NULL;
+	if (json_object_set_new(o, "arena", json_string(qe_arena_layout_name(c->arena)))) {
+		json_decref(o);
+		return NULL;
+	}
 	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(o);
 	return s;
@@ -160,6 +167,11 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	    (rc = qe_sched_kind_parse(sched, &c->schedule)) || (rc = qe_sched_backward_parse(bw, &c->backward)) ||
 	    (rc = qe_exec_parse(ex, &c->exec)) || (rc = qe_grad_parse(gr, &c->grad)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config");
+	/* "arena" is newer than the other fields: a run recorded without it ran per-mb views */
+	json_t *ar = json_object_get(o, "arena");
+	c->arena = QE_ARENA_PER_MB;
+	if (!rc && ar && (!json_is_string(ar) || qe_arena_layout_parse(json_string_value(ar), &c->arena)))
+		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'arena'");
 out:
 	json_decref(o);
 	return rc;

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "runtime/contract/contract.h"
 #include "runtime/model/model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/sched/sched.h"
@@ -27,6 +28,7 @@ typedef struct qe_train_config {
 	qe_sched_backward backward;
 	qe_exec_mode exec;
 	qe_grad_mode grad;
+	qe_arena_layout arena;   /* gradient arena: accumulate (default) or per-mb views */
 	int64_t steps;           /* train until this step count is reached */
 	uint64_t seed;
 	char data[512];          /* JSONL or llm.c shard; "" = built-in text */
@@ -55,7 +57,7 @@ int qe_train_config_from_json(const char *json, qe_train_config *out);
  * The first field that makes a checkpoint of `saved` unusable for `want`
  * (model shape, precision, recipe): writes its description into why and
  * returns QE_EMISMATCH; QE_OK when compatible.  Mapping fields (pp, dp,
- * schedule, exec, grad) may differ.
+ * schedule, exec, grad, arena) may differ.
  */
 int qe_train_config_compatible(const qe_train_config *saved, const qe_train_config *want, char *why, size_t len);
 

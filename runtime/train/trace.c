@@ -18,7 +18,7 @@ static const qe_trace_category categories[] = {
 	{ "loss", 0, "the step's mean training loss (last stage)" },
 	{ "f_out", 0, "F outputs: the stage's output activation of every microbatch" },
 	{ "di_out", 0, "dI outputs: input gradient of every microbatch (first stage: its non-matrix gradients)" },
-	{ "dw_out", 0, "dW outputs: every arena view (matrix gradient per microbatch)" },
+	{ "dw_out", 0, "dW outputs: each matrix gradient summed over microbatches in order (either arena layout)" },
 	{ "grad_nonmatrix", 0, "non-matrix gradients of every microbatch" },
 	{ "params", 0, "fp32 master parameters after the optimizer" },
 	{ "adam_m", 0, "AdamW first moments" },
@@ -91,6 +91,49 @@ static void h_dev(hasher *h, const void *p, size_t n)
 	}
 }
 
+/*
+ * Hash the fp32 sum ((v0 + v1) + v2) + ... of nv views of n floats, element
+ * by element: the matrix gradient of the step as the optimizer reduces it.
+ * An accumulating arena holds that sum in its one view (nv == 1), the
+ * per-mb layout in M views, so both layouts give one fingerprint.
+ */
+static void h_dev_sum(hasher *h, const float *const *views, int nv, size_t n)
+{
+	if (nv == 1) {
+		h_dev(h, views[0], n * 4);
+		return;
+	}
+	int host = h->b->ops->device == QE_DEV_CPU;
+	size_t piece = (size_t)1 << 18;
+	float *acc = malloc(piece * 4), *tmp = host ? NULL : malloc(piece * 4);
+	if (!acc || (!host && !tmp)) {
+		h->rc = qe_fail(QE_ENOMEM, "trace: out of memory for the gradient sum");
+		goto out;
+	}
+	for (size_t off = 0; off < n && !h->rc; off += piece) {
+		size_t k = n - off < piece ? n - off : piece;
+		for (int v = 0; v < nv && !h->rc; v++) {
+			const float *src = views[v] + off;
+			if (!host) {
+				h->rc = h->b->ops->copy(NULL, tmp, src, k * 4, QE_COPY_D2H);
+				src = tmp;
+			}
+			if (h->rc)
+				break;
+			if (v == 0)
+				memcpy(acc, src, k * 4);
+			else
+				for (size_t i = 0; i < k; i++)
+					acc[i] = acc[i] + src[i];
+		}
+		if (!h->rc)
+			h_host(h, acc, k * 4);
+	}
+out:
+	free(acc);
+	free(tmp);
+}
+
 static void emit(qe_trace_row *rows, int *n, int64_t step, int stage, const char *cat, hasher *h)
 {
 	qe_trace_row *r = &rows[(*n)++];
@@ -161,11 +204,14 @@ int qe_trace_rank(qe_rank *r, int64_t step, float loss, qe_trace_row **out, int 
 		}
 		emit(rows, &n, step, s, "di_out", h);
 		h_reset(h);
-		for (int j = 0; j < qe_stage_nmatrices(st); j++)
-			for (int m = 0; m < M; m++) {
-				qe_tensor v = qe_rank_arena_view(r, c, j, m);
-				h_dev(h, v.data, qe_tensor_nbytes(&v));
-			}
+		for (int j = 0; j < qe_stage_nmatrices(st); j++) {
+			const float *views[256];
+			int nv = qe_rank_arena_nviews(r);
+			qe_tensor v0 = qe_rank_arena_view(r, c, j, 0);
+			for (int m = 0; m < nv && m < 256; m++)
+				views[m] = qe_rank_arena_view(r, c, j, m).data;
+			h_dev_sum(h, views, nv < 256 ? nv : 256, (size_t)qe_tensor_numel(&v0));
+		}
 		emit(rows, &n, step, s, "dw_out", h);
 		h_reset(h);
 		for (int m = 0; m < M; m++)

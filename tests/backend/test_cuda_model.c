@@ -152,13 +152,13 @@ static int step(pipe *p, int T, qe_rng *r, float lr, float *loss)
 						   QE_COPY_D2D)))
 				return rc;
 			if ((rc = qe_stage_backward_weight(p->st[s], p->s, m,
-							   &p->dests[s][m * qe_stage_nmatrices(p->st[s])])))
+							   &p->dests[s][m * qe_stage_nmatrices(p->st[s])], 0)))
 				return rc;
 		}
 	qe_adamw_config oc = qe_adamw_config_default();
 	oc.lr = lr;
 	for (int s = 0; s < NST; s++)
-		if ((rc = qe_adamw_step(p->opt[s], p->s, p->st[s], p->views[s], M, &oc, 1.0f)))
+		if ((rc = qe_adamw_step(p->opt[s], p->s, p->st[s], p->views[s], M, M, &oc, 1.0f)))
 			return rc;
 	float l[M];
 	for (int m = 0; m < M; m++)

@@ -42,10 +42,10 @@ static void rank_init(struct rank *r)
 	for (int i = 0; i < 8; i++)
 		pl[i] = r->payload[i];
 	qe_epoch_init(&r->ep, 0);
-	r->bytes = qe_arena_bytes(params, NP, NMB);
+	r->bytes = qe_arena_bytes(params, NP, NMB, QE_ARENA_PER_MB);
 	r->base = aligned_alloc(QE_ARENA_ALIGN, r->bytes);
 	CHECK_OK(qe_tape_pool_create(8, pl, &r->pool));
-	CHECK_OK(qe_arena_create(params, NP, NMB, QE_ARENA_DIRECT, r->base, r->bytes, QE_DEV_CPU, &r->arena));
+	CHECK_OK(qe_arena_create(params, NP, NMB, QE_ARENA_PER_MB, QE_ARENA_DIRECT, r->base, r->bytes, QE_DEV_CPU, &r->arena));
 	CHECK_OK(qe_stage_contract_init(&r->st[0], 0, NMB, &r->ep, r->pool, r->arena, 0, 2));
 	CHECK_OK(qe_stage_contract_init(&r->st[1], 3, NMB, &r->ep, r->pool, r->arena, 2, 4));
 	CHECK_OK(qe_stage_contract_set_slots(&r->st[0], 0, 4));
@@ -290,7 +290,8 @@ static void test_begin_failures(void)
 	REFUSED(&r, QE_EARENA, qe_action_dw_begin(&r.st[0], &a, 0, bad, &t), "dW into another stage's view");
 	bad[1] = qe_tensor_2d(d[1].data, QE_F32, QE_DEV_CPU, 8, 4);
 	REFUSED(&r, QE_ESHAPE, qe_action_dw_begin(&r.st[0], &a, 0, bad, &t), "dW wrong shape");
-	CHECK(strstr(qe_last_error(), "stage 0 dW(m=0): arena bind s0.FC2.W mb 0: expected f32[4,8]@cpu, got f32[8,4]@cpu"),
+	CHECK(strstr(qe_last_error(), "stage 0 dW(m=0): gradient arena, write of K=(e=0,s=0,m=0,u=0,i=0) slot 0 gen 1: "
+				      "arena bind s0.FC2.W mb 0: expected f32[4,8]@cpu, got f32[8,4]@cpu"),
 	      "msg %s", qe_last_error());
 	qe_arena_write_commit(r.arena, 1, 0); /* someone else wrote s0.FC2.W mb 0 */
 	REFUSED(&r, QE_EARENA, qe_action_dw_begin(&r.st[0], &a, 0, d, &t), "dW duplicate write");

@@ -85,13 +85,13 @@ static void test_commit_gates(void)
 {
 	static const qe_arena_param params[2] = { { "FC1.W", 4, 4, QE_F32, QE_DEV_CPU }, { "FC2.W", 4, 4, QE_F32, QE_DEV_CPU } };
 	const int M = 2;
-	size_t bytes = qe_arena_bytes(params, 2, M);
+	size_t bytes = qe_arena_bytes(params, 2, M, QE_ARENA_PER_MB);
 	void *base = aligned_alloc(QE_ARENA_ALIGN, bytes);
 	qe_arena *a = NULL;
 	qe_tape_pool *p = NULL;
 	qe_epoch_state ep;
 	qe_epoch_init(&ep, 4);
-	CHECK_OK(qe_arena_create(params, 2, M, QE_ARENA_DIRECT, base, bytes, QE_DEV_CPU, &a));
+	CHECK_OK(qe_arena_create(params, 2, M, QE_ARENA_PER_MB, QE_ARENA_DIRECT, base, bytes, QE_DEV_CPU, &a));
 	CHECK_OK(qe_tape_pool_create(4, NULL, &p));
 
 	/* nothing written, nothing live */
@@ -149,10 +149,10 @@ static void test_commit_gates(void)
 		qe_tape_ref r;
 		CHECK_OK(qe_tape_pool_alloc(big, qe_key_make(5, 1000000, m, 2, 3), -1, &r));
 	}
-	size_t bytes8 = qe_arena_bytes(params, 2, 8);
+	size_t bytes8 = qe_arena_bytes(params, 2, 8, QE_ARENA_PER_MB);
 	void *base8 = aligned_alloc(QE_ARENA_ALIGN, bytes8);
 	qe_arena *a8 = NULL;
-	CHECK_OK(qe_arena_create(params, 2, 8, QE_ARENA_DIRECT, base8, bytes8, QE_DEV_CPU, &a8));
+	CHECK_OK(qe_arena_create(params, 2, 8, QE_ARENA_PER_MB, QE_ARENA_DIRECT, base8, bytes8, QE_DEV_CPU, &a8));
 	CHECK(qe_epoch_check_commit(&ep, big, a8, 0) == QE_EPREMATURE, "big");
 	CHECK(strstr(qe_last_error(), "64 live tapes of epoch 5") && strstr(qe_last_error(), "; ...)") &&
 		      strstr(qe_last_error(), "10 more arena views not written"),

@@ -42,8 +42,9 @@ static void check_messages(const qe_inject_result *r, int n)
 			      "%s: message '%s'", r[i].name, msg);
 			break;
 		case QE_EARENA:
-			CHECK(strstr(msg, "duplicate arena write") || strstr(msg, "aliased arena write"), "%s: message '%s'",
-			      r[i].name, msg);
+			CHECK(strstr(msg, "duplicate arena write") || strstr(msg, "aliased arena write") ||
+				      strstr(msg, "out-of-order arena write"),
+			      "%s: message '%s'", r[i].name, msg);
 			break;
 		case QE_EPREMATURE:
 			CHECK(strstr(msg, "premature"), "%s: message '%s'", r[i].name, msg);
@@ -54,6 +55,13 @@ static void check_messages(const qe_inject_result *r, int n)
 	for (int i = 0; i < n; i++) {
 		if (strcmp(r[i].name, "out-of-order token") == 0)
 			CHECK(strstr(r[i].message, "token 1 presented, expected 3 (stage 1)"), "token: '%s'", r[i].message);
+		if (strcmp(r[i].name, "out-of-order dW (accumulating arena)") == 0)
+			CHECK(strstr(r[i].message, "stage 1 dW(m=1)") &&
+				      strstr(r[i].message, "K=(e=0,s=1,m=1,u=0,i=0) slot 1 gen 1") &&
+				      strstr(r[i].message, "out-of-order arena write: FC1.W mb 1 would add into the "
+							   "accumulating view, which holds no microbatch yet (the next "
+							   "write must be mb 0)"),
+			      "dW out of order: '%s'", r[i].message);
 		if (strcmp(r[i].name, "missing arena write blocks commit") == 0)
 			CHECK(strstr(r[i].message, "arena view FC1.W mb 3 not written") &&
 				      strstr(r[i].message, "arena view FC2.W mb 3 not written"),

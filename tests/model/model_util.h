@@ -119,7 +119,7 @@ static inline int mu_dI(mu_pipe *p, int s, int m)
 
 static inline int mu_dW(mu_pipe *p, int s, int m)
 {
-	return qe_stage_backward_weight(p->st[s], p->s, m, &p->dests[s][m * qe_stage_nmatrices(p->st[s])]);
+	return qe_stage_backward_weight(p->st[s], p->s, m, &p->dests[s][m * qe_stage_nmatrices(p->st[s])], 0);
 }
 
 static inline int mu_B(mu_pipe *p, int s, int m)
@@ -134,7 +134,7 @@ static inline int mu_B(mu_pipe *p, int s, int m)
 static inline int mu_optimize(mu_pipe *p, const qe_adamw_config *cfg)
 {
 	for (int s = 0; s < p->nstages; s++) {
-		int rc = qe_adamw_step(p->opt[s], p->s, p->st[s], p->views[s], p->M, cfg, 1.0f);
+		int rc = qe_adamw_step(p->opt[s], p->s, p->st[s], p->views[s], p->M, p->M, cfg, 1.0f);
 		if (rc)
 			return rc;
 	}

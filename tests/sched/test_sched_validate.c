@@ -240,6 +240,46 @@ static void corruptions(qe_sched_kind kind)
 	qe_sched_free(base);
 }
 
+/*
+ * The accumulating gradient arena sums a chunk's dW in the order they run, so
+ * the validator insists on ascending microbatch order per chunk: DW(mb 1)
+ * moved after DW(mb 2) of the same stage (still after its DI) is refused,
+ * naming both.  Every generated schedule passes (build() validates).
+ */
+static void dw_order(qe_sched_kind kind)
+{
+	const char *kn = qe_sched_kind_name(kind);
+	char what[128], need[96];
+	qe_sched *s = build(kind, 2, 4, QE_BACKWARD_SPLIT);
+	if (!s)
+		return;
+	int r = 1, i1 = -1, i2 = -1, stage = -1;
+	for (int i = 0; i < s->ranks[r].n && i2 < 0; i++) {
+		const qe_sched_action *a = &s->ranks[r].actions[i];
+		if (a->kind == QE_ACT_DW && a->mb == 1 && stage < 0) {
+			stage = a->stage;
+			i1 = i;
+		}
+		if (stage >= 0 && a->kind == QE_ACT_DW && a->stage == stage && a->mb == 2)
+			i2 = i;
+	}
+	CHECK(i1 >= 0 && i2 > i1, "%s: DW mb 1 / mb 2 of one stage on rank 1 not found", kn);
+	if (i1 >= 0 && i2 > i1) {
+		move(s, r, i1, i2); /* DW(mb 1) right after DW(mb 2) */
+		snprintf(what, sizeof(what), "%s: DW of mb 1 after DW of mb 2 (stage %d)", kn, stage);
+		snprintf(need, sizeof(need), "dW of mb 1 after dW of mb 2 (action %d) of the same chunk", i2 - 1);
+		expect_bad(s, what, need, "ascending microbatch order");
+	}
+	qe_sched_free(s);
+	/* the generators: every P, M and backward mode they are used with */
+	for (int P = 1; P <= 4; P *= 2)
+		for (int M = P; M <= 16; M += P)
+			for (int bw = 0; bw < 2; bw++) {
+				qe_sched *g = build(kind, P, M, bw ? QE_BACKWARD_FULL : QE_BACKWARD_SPLIT);
+				qe_sched_free(g);
+			}
+}
+
 /* Every single deletion and every single duplication must be caught. */
 static void exhaustive(qe_sched_kind kind, int P, int M, qe_sched_backward bw)
 {
@@ -305,6 +345,8 @@ int main(void)
 {
 	corruptions(QE_SCHED_INTERLEAVED);
 	corruptions(QE_SCHED_ZBV);
+	dw_order(QE_SCHED_INTERLEAVED);
+	dw_order(QE_SCHED_ZBV);
 	exhaustive(QE_SCHED_INTERLEAVED, 2, 4, QE_BACKWARD_SPLIT);
 	exhaustive(QE_SCHED_ZBV, 2, 4, QE_BACKWARD_SPLIT);
 	exhaustive(QE_SCHED_ZBV, 4, 8, QE_BACKWARD_SPLIT);

@@ -10,9 +10,20 @@
  * a graph replay reads the scale of the cast that produced the operand.
  *
  * Repeatability: the algorithm of a shape is fixed by the first heuristic
- * answer (cached per m, n, k, dtypes, accumulate, process-wide), split-K
- * reduction schemes are excluded, and each stream has its own workspace, so
- * the same inputs give the same bytes.  The accumulation order differs from
+ * answer (cached per m, n, k, dtypes, process-wide), split-K reduction
+ * schemes are excluded, and each stream has its own workspace, so the same
+ * inputs give the same bytes.
+ *
+ * Accumulate (beta = 1, the accumulating gradient arena: dW of microbatch
+ * m > 0 adds into the view) uses the very algorithm of the beta = 0 GEMM of
+ * the same shape: the cache is not keyed by beta, whichever call asks first
+ * fixes it for both.  On the H200, beta = 1 in the epilogue then gave the
+ * bits of beta = 0 followed by a separate fp32 add (0 of 157M floats
+ * differed for the h4096 wgrad shapes, GPU.md), so direct placement (beta =
+ * 1) and the copy path (beta = 0 into scratch, then add_inplace) agree, and
+ * both sum ((g0 + g1) + g2) + ... as the per-microbatch views' ordered
+ * reduction does.  A heuristic asked with beta = 1 separately might have
+ * picked another algorithm, whose products round differently.  The accumulation order differs from
  * the cpu's, so results agree with it within a tolerance, not bitwise.
  *
  * Bias: cuBLASLt's bias epilogue wants a bf16 bias for FP8 inputs with f32
@@ -61,7 +72,7 @@ __global__ void add_bias_kernel(float *__restrict__ c, const float *__restrict__
 
 typedef struct algo_entry {
 	int64_t m, n, k;
-	int adt, bdt, accumulate;
+	int adt, bdt; /* no beta: accumulate uses the beta = 0 algorithm (file comment) */
 	cublasLtMatmulAlgo_t algo;
 } algo_entry;
 
@@ -156,14 +167,13 @@ static cublasStatus_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_
 /* The cached algorithm of this problem, asking the heuristic the first time. */
 static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublasLtMatrixLayout_t bl,
 		    cublasLtMatrixLayout_t cl, int64_t m, int64_t n, int64_t k, qe_dtype adt, qe_dtype bdt,
-		    int accumulate, cublasLtMatmulAlgo_t *out)
+		    cublasLtMatmulAlgo_t *out)
 {
 	int rc = QE_OK, found = 0;
 	pthread_mutex_lock(&g_algo_lock);
 	for (int i = 0; i < g_nalgos; i++) {
 		algo_entry *e = &g_algos[i];
-		if (e->m == m && e->n == n && e->k == k && e->adt == (int)adt && e->bdt == (int)bdt &&
-		    e->accumulate == accumulate) {
+		if (e->m == m && e->n == n && e->k == k && e->adt == (int)adt && e->bdt == (int)bdt) {
 			*out = e->algo;
 			pthread_mutex_unlock(&g_algo_lock);
 			return QE_OK;
@@ -196,7 +206,6 @@ static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublas
 			e->k = k;
 			e->adt = (int)adt;
 			e->bdt = (int)bdt;
-			e->accumulate = accumulate;
 			e->algo = algo;
 		} else {
 			rc = qe_fail(QE_ENOMEM, "gemm: caching the algorithm of m=%lld n=%lld k=%lld", (long long)m,
@@ -316,7 +325,7 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 		rc = qe__blas_err(st, op, call);
 		goto out;
 	}
-	if ((rc = get_algo(desc, al, bl, cl, m, n, k, adt, bdt, accumulate, &algo)))
+	if ((rc = get_algo(desc, al, bl, cl, m, n, k, adt, bdt, &algo)))
 		goto out;
 	{
 		float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
