@@ -292,8 +292,13 @@ int cat_ckpt_add_tensor_in(cat *c, int64_t id, const char *store_id, int stage, 
 	sqlite3_stmt *st = NULL;
 	if (!rc)
 		rc = cat_prepare(c,
-				 "INSERT INTO tensors(checkpoint_id, stage, name, dtype, shape, bytes, kind, store_id)"
-				 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+				 /* no store id: the column's default, so this also writes into a catalog being
+				  * migrated from schema 2 (tests of migrations write at old versions) */
+				 store_id && store_id[0]
+					 ? "INSERT INTO tensors(checkpoint_id, stage, name, dtype, shape, bytes, kind, store_id)"
+					   " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+					 : "INSERT INTO tensors(checkpoint_id, stage, name, dtype, shape, bytes, kind)"
+					   " VALUES (?, ?, ?, ?, ?, ?, ?)",
 				 &st, "add a tensor");
 	if (!rc) {
 		sqlite3_bind_int64(st, 1, id);
@@ -303,7 +308,8 @@ int cat_ckpt_add_tensor_in(cat *c, int64_t id, const char *store_id, int stage, 
 		cat_bind_text(st, 5, shape);
 		sqlite3_bind_int64(st, 6, (int64_t)bytes);
 		cat_bind_text(st, 7, kind);
-		cat_bind_text(st, 8, store_id ? store_id : "");
+		if (store_id && store_id[0])
+			cat_bind_text(st, 8, store_id);
 		int src = sqlite3_step(st);
 		if (src == SQLITE_CONSTRAINT_UNIQUE)
 			rc = qe_fail(QE_EEXIST, "catalog '%s': tensor '%s' of stage %d is already in checkpoint %lld",

@@ -299,7 +299,8 @@ static int check_received(const cat_tensor *t, const unsigned char *data, int fr
 static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *rows, const xfer *plan, int nplan,
 		 int64_t step)
 {
-	int first = QE_OK;
+	int first = QE_OK, served = 0;
+	uint64_t served_bytes = 0;
 	char why[CKPT_MSG] = "";
 	for (int k = 0; k < nplan; k++) {
 		if (plan[k].src != me || plan[k].dst == me)
@@ -324,9 +325,15 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 		if (src)
 			return qe_fail_ctx(src, "restore: sending '%s' of stage %d to rank %d", t->name, t->stage,
 					   plan[k].dst);
-		if (!rc)
+		if (!rc) {
+			served++;
+			served_bytes += t->bytes;
 			ckpt__maybe_kill(s, "serve", me);
+		}
 	}
+	if (served)
+		qe_log(QE_LOG_INFO, "restore: rank %d on %s served %d tensors (%llu bytes) to other ranks", me, s->host, served,
+		       (unsigned long long)served_bytes);
 	return first ? qe_fail(first, "%s", why) : QE_OK;
 }
 
@@ -628,20 +635,22 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	}
 	size_t alen = 0;
 	void *abuf = ask_encode(&me, &alen);
-	free(me.seen);
 	if (!abuf) {
+		free(me.seen);
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 		goto out;
 	}
 	qe_comm_blob *blobs = NULL;
 	if (world > 1 && (rc = qe_comm_gather_blobs(comm, abuf, alen, &blobs))) {
 		free(abuf);
+		free(me.seen);
 		rc = qe_fail_ctx(rc, "restore: gathering every rank's request");
 		goto out;
 	}
 	/* 4. Rank 0 plans who reads what; everyone hears the plan (or why there is none). */
 	if (rank == 0 && !(blob = plan_blob(s, r, id, found.step, &rows, blobs, &me, &blob_len)))
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
+	free(me.seen);
 	free(abuf);
 	qe_comm_blobs_free(blobs, world);
 	if (rc)

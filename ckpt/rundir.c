@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,8 +260,10 @@ int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_s
 	if (d)
 		closedir(d);
 	char owner[128];
-	if (!rc && !(rc = ckpt_rundir_legacy_store(run_dir, path, sizeof(path))) &&
-	    legacy_owner(path, owner, sizeof(owner)) && strcmp(owner, run_id) == 0) {
+	/* The schema-2 store: its run_id file names its run (older ones have none). */
+	struct stat sb;
+	if (!rc && !(rc = ckpt_rundir_legacy_store(run_dir, path, sizeof(path))) && stat(path, &sb) == 0 &&
+	    S_ISDIR(sb.st_mode) && (!legacy_owner(path, owner, sizeof(owner)) || strcmp(owner, run_id) == 0)) {
 		ckpt_store_identity id;
 		memset(&id, 0, sizeof(id));
 		snprintf(id.run_id, sizeof(id.run_id), "%s", run_id);
@@ -353,10 +356,30 @@ int ckpt_storeset_get_chunk(ckpt_storeset *s, const store_hash *h, void *dst, si
 
 /* --- locks ---------------------------------------------------------------------- */
 
+/*
+ * flock conflicts between two open files even in one process, so a process
+ * that takes a lock it already holds (two sessions of one rank in a test)
+ * shares the first: one entry per locked file, counted.
+ */
 struct ckpt_lock {
 	int fd;
 	pid_t pid;
+	dev_t dev;
+	ino_t ino;
+	int refs;
+	struct ckpt_lock *next;
 };
+
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static ckpt_lock *held;
+
+static ckpt_lock *held_find(dev_t dev, ino_t ino)
+{
+	for (ckpt_lock *l = held; l; l = l->next)
+		if (l->dev == dev && l->ino == ino && l->pid == getpid())
+			return l;
+	return NULL;
+}
 
 int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out)
 {
@@ -365,8 +388,24 @@ int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out)
 	if (fd < 0)
 		return qe_fail(errno == ENOENT ? QE_ENOTFOUND : QE_EIO, "cannot open the lock '%s': %s", path,
 			       strerror(errno));
+	struct stat sb;
+	if (fstat(fd, &sb)) {
+		int err = errno;
+		close(fd);
+		return qe_fail(QE_EIO, "cannot stat the lock '%s': %s", path, strerror(err));
+	}
+	pthread_mutex_lock(&held_mu);
+	ckpt_lock *have = held_find(sb.st_dev, sb.st_ino);
+	if (have) {
+		have->refs++;
+		pthread_mutex_unlock(&held_mu);
+		close(fd);
+		*out = have;
+		return QE_OK;
+	}
 	if (flock(fd, LOCK_EX | LOCK_NB)) {
 		int err = errno;
+		pthread_mutex_unlock(&held_mu);
 		char who[300] = "";
 		ssize_t got = pread(fd, who, sizeof(who) - 1, 0);
 		close(fd);
@@ -385,13 +424,20 @@ int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out)
 	int n = snprintf(text, sizeof(text), "pid %d on %s: %s\n", (int)getpid(), host, command ? command : "qeffect");
 	if (ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n)
 		qe_log(QE_LOG_WARN, "lock '%s': could not record the holder: %s", path, strerror(errno));
-	ckpt_lock *l = malloc(sizeof(*l));
+	ckpt_lock *l = calloc(1, sizeof(*l));
 	if (!l) {
+		pthread_mutex_unlock(&held_mu);
 		close(fd);
 		return qe_fail(QE_ENOMEM, "lock: out of memory");
 	}
 	l->fd = fd;
 	l->pid = getpid();
+	l->dev = sb.st_dev;
+	l->ino = sb.st_ino;
+	l->refs = 1;
+	l->next = held;
+	held = l;
+	pthread_mutex_unlock(&held_mu);
 	*out = l;
 	return QE_OK;
 }
@@ -412,6 +458,17 @@ void ckpt_unlock(ckpt_lock *l)
 {
 	if (!l)
 		return;
+	pthread_mutex_lock(&held_mu);
+	if (l->pid == getpid() && --l->refs > 0) {
+		pthread_mutex_unlock(&held_mu);
+		return;
+	}
+	for (ckpt_lock **p = &held; *p; p = &(*p)->next)
+		if (*p == l) {
+			*p = l->next;
+			break;
+		}
+	pthread_mutex_unlock(&held_mu);
 	/* A forked child closes its copy without releasing the parent's lock. */
 	close(l->fd);
 	free(l);

@@ -18,6 +18,7 @@
 
 #include "cli.h"
 #include "ckpt/ckpt_query.h"
+#include "ckpt/rundir.h"
 #include "run_args.h"
 #include "runtime/core/status.h"
 #include "runtime/train/config.h"
@@ -46,6 +47,12 @@ static json_t *jreal(double v)
 }
 
 /* A small run-wide or per-stage record as 64-bit integers; -1 values when absent. */
+/* Whether the store holding t is on this host (a multi-host run keeps each rank's on its own). */
+static int on_this_host(ckpt_run *r, const cat_tensor *t)
+{
+	return ckpt_storeset_find(ckpt_run_stores(r), t->store_id) >= 0;
+}
+
 static int read_i64(ckpt_run *r, const cat_tensor *t, int64_t *v, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -226,6 +233,14 @@ int cli_inspect_main(int argc, char **argv)
 		if (strcmp(t->name, "adam_step") || (stage != NO_STAGE && ckpt_q_stage_of(t) != stage))
 			continue;
 		int64_t v[1];
+		if (!on_this_host(r, t)) {
+			/* Its store is on another host: the table above still lists it. */
+			if (json)
+				json_object_set_new(jad, t->name, json_null());
+			else
+				printf(" stage %d: (its store is not on this host)", t->stage);
+			continue;
+		}
 		if ((rc = read_i64(r, t, v, 1)))
 			goto fail;
 		if (json) {
@@ -247,6 +262,11 @@ int cli_inspect_main(int argc, char **argv)
 			continue;
 		void *d;
 		ckpt_fp8_meta m;
+		if (!on_this_host(r, t)) {
+			if (!json)
+				printf("fp8 scaling state of stage %d: its store is not on this host\n", t->stage);
+			continue;
+		}
 		if ((rc = ckpt_q_read(r, t, &d)))
 			goto fail;
 		rc = ckpt_q_fp8_meta(t, d, &m);

@@ -191,16 +191,11 @@ int cli_resume_main(int argc, char **argv)
 		job.from_step = -1;
 		return cli_run_job("resume", &job, a.nproc);
 	}
-	ckpt_lock *lock = NULL;
-	if ((rc = cli_run_lock(dir, "resume", 0, &lock)))
-		return cli_report("resume", rc, "cannot lock the run");
 	cat *c = NULL;
 	char run_id[64];
 	qe_train_config saved;
-	if ((rc = cli_run_open(dir, &c, run_id, &saved))) {
-		ckpt_unlock(lock);
+	if ((rc = cli_run_open(dir, &c, run_id, &saved)))
 		return cli_report("resume", rc, "cannot open the run");
-	}
 
 	int status = check_conflicts(&a, &saved);
 	qe_train_config merged = saved;
@@ -225,9 +220,13 @@ int cli_resume_main(int argc, char **argv)
 	}
 	/* The rank processes open the catalog themselves, after fork. */
 	cat_close(c);
+	/* Checked before locking, so a refused resume leaves the run directory as it was; a second
+	 * writer that got in meanwhile holds the lock and this one stops here. */
+	ckpt_lock *lock = NULL;
+	if (!status && (rc = cli_run_lock(dir, "resume", 0, &lock)))
+		status = cli_report("resume", rc, "cannot lock the run");
 	if (status) {
 		cat_ckpt_release(&ck);
-		ckpt_unlock(lock);
 		return status;
 	}
 

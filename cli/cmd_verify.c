@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "ckpt/ckpt_query.h"
+#include "ckpt/rundir.h"
 #include "run_args.h"
 #include "runtime/core/status.h"
 
@@ -46,7 +47,7 @@ int cli_verify_main(int argc, char **argv)
 		ckpt_run_close(r);
 		return cli_report("verify", rc, dir);
 	}
-	int no_store = ckpt_run_store(r) == NULL;
+	int no_store = ckpt_storeset_count(ckpt_run_stores(r)) == 0;
 	if (json) {
 		json_t *o = json_object(), *fa = json_array();
 		for (size_t i = 0; i < v.n_faults; i++) {

@@ -35,6 +35,11 @@ static void usage(FILE *f)
 		   "and keeps checkpoints of them.  Commands:\n\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(f, "\nFlags every command takes (they set the environment for the rank processes too):\n"
+		   "  --local-dir DIR        the stores go to DIR/stores/rank-R on each host (node-local disk),\n"
+		   "                         not RUN/stores (QE_LOCAL_DIR)\n"
+		   "  --allow-network-fs     open stores and catalogs on a network filesystem anyway\n"
+		   "                         (QE_ALLOW_NETWORK_FS=1; LMDB and SQLite need node-local storage)\n");
 	fprintf(f, "\nRun 'qeffect COMMAND --help' for a command's flags.\n");
 }
 
@@ -88,8 +93,49 @@ const char *cli_shared_dir(void)
 	return d ? d : QE_SHARED_DIR;
 }
 
+/*
+ * The storage flags every command shares: taken out of argv and turned into
+ * the variables the checkpoint layer reads (ckpt/rundir.h), so forked and
+ * exec'd ranks see them as well.  Returns 0, or 2 after a usage error.
+ */
+static int take_storage_flags(int *argc, char **argv)
+{
+	int out = 1;
+	for (int i = 1; i < *argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--allow-network-fs") == 0) {
+			setenv("QE_ALLOW_NETWORK_FS", "1", 1);
+			continue;
+		}
+		const char *v = NULL;
+		if (strcmp(a, "--local-dir") == 0) {
+			if (i + 1 >= *argc) {
+				fprintf(stderr, "qeffect: --local-dir needs a folder\n");
+				return 2;
+			}
+			v = argv[++i];
+		} else if (strncmp(a, "--local-dir=", 12) == 0) {
+			v = a + 12;
+		}
+		if (v) {
+			if (!v[0]) {
+				fprintf(stderr, "qeffect: --local-dir needs a folder, got ''\n");
+				return 2;
+			}
+			setenv("QE_LOCAL_DIR", v, 1);
+			continue;
+		}
+		argv[out++] = argv[i];
+	}
+	argv[out] = NULL;
+	*argc = out;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (take_storage_flags(&argc, argv))
+		return 2;
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

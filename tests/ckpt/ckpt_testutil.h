@@ -30,6 +30,7 @@
 #include "catalog/catalog.h"
 #include "runtime/core/status.h"
 #include "store/store.h"
+#include "ckpt/rundir.h"
 #include "testlib.h"
 
 #ifndef QE_BIN
@@ -161,6 +162,7 @@ typedef struct tu_tensor {
 	uint64_t bytes;
 	size_t nchunks;
 	store_chunk *chunks;
+	char store_path[CKPT_PATH_MAX]; /* the folder of the store that holds it, when read */
 	void *data; /* NULL unless read */
 } tu_tensor;
 
@@ -198,8 +200,8 @@ static inline int tu_open(const char *run_dir, cat **c, char *run_id, size_t len
 	return QE_OK;
 }
 
-/* The rows of checkpoint id (read = 1: and every tensor's bytes, re-hashed, from st). */
-static inline int tu_ckpt_rows(cat *c, store *st, const cat_ckpt *ck, int read, tu_ckpt *out)
+/* The rows of checkpoint id (read = 1: and every tensor's bytes, re-hashed, from the store of the set that holds it). */
+static inline int tu_ckpt_rows(cat *c, ckpt_storeset *st, const cat_ckpt *ck, int read, tu_ckpt *out)
 {
 	cat_tensor_rows rows = { 0 };
 	memset(out, 0, sizeof(*out));
@@ -229,10 +231,17 @@ static inline int tu_ckpt_rows(cat *c, store *st, const cat_ckpt *ck, int read, 
 		}
 		if (read) {
 			store_chunk_list l = { t->nchunks, t->chunks };
+			int si = ckpt_storeset_find(st, r->store_id);
 			t->data = malloc(t->bytes + 1);
-			rc = store_get_tensor(st, &l, t->data, t->bytes);
-			if (rc)
-				rc = qe_fail_ctx(rc, "tensor '%s' of stage %d", t->name, t->stage);
+			if (si < 0) {
+				rc = qe_fail(QE_ENOTFOUND, "tensor '%s' of stage %d: its store '%s' is not here", t->name,
+					     t->stage, r->store_id);
+			} else {
+				snprintf(t->store_path, sizeof(t->store_path), "%s", ckpt_storeset_where(st, si)->path);
+				rc = store_get_tensor(ckpt_storeset_at(st, si), &l, t->data, t->bytes);
+				if (rc)
+					rc = qe_fail_ctx(rc, "tensor '%s' of stage %d", t->name, t->stage);
+			}
 		}
 	}
 	cat_tensor_rows_free(&rows);
@@ -243,23 +252,20 @@ static inline int tu_ckpt_rows(cat *c, store *st, const cat_ckpt *ck, int read, 
 static inline int tu_load_ckpt(const char *run_dir, int64_t step, tu_ckpt *out)
 {
 	cat *c = NULL;
-	store *st = NULL;
-	char run_id[64], sdir[600];
+	ckpt_storeset *st = NULL;
+	char run_id[64];
 	cat_ckpt ck = { 0 };
 	memset(out, 0, sizeof(*out));
 	int rc = tu_open(run_dir, &c, run_id, sizeof(run_id));
 	if (rc)
 		return rc;
 	rc = step < 0 ? cat_ckpt_latest_committed(c, run_id, &ck) : cat_ckpt_get(c, run_id, step, &ck);
-	snprintf(sdir, sizeof(sdir), "%s/store", run_dir);
-	store_opts o = { 0 };
-	o.read_only = 1;
 	if (!rc)
-		rc = store_open(sdir, &o, &st);
+		rc = ckpt_storeset_open(run_dir, run_id, 0, &st);
 	if (!rc)
 		rc = tu_ckpt_rows(c, st, &ck, 1, out);
 	cat_ckpt_release(&ck);
-	store_close(st);
+	ckpt_storeset_close(st);
 	cat_close(c);
 	return rc;
 }
@@ -333,6 +339,24 @@ static inline uint64_t tu_dir_fingerprint(const char *dir, const char *const *sk
 
 /* ---- corruption ---------------------------------------------------------------- */
 
+/* The folder of the store with store_id among STORES/rank-0..63 of run_dir ("" the schema-2 RUN/store). */
+static inline void tu_store_dir(const char *run_dir, const char *store_id, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/store", run_dir);
+	for (int r = 0; store_id && store_id[0] && r < 64; r++) {
+		char d[CKPT_PATH_MAX];
+		ckpt_store_identity id;
+		if (ckpt_rundir_rank_store(run_dir, r, d, sizeof(d)) == 0 && ckpt_store_identity_read(d, &id) == 0 &&
+		    strcmp(id.store_id, store_id) == 0) {
+			snprintf(buf, len, "%s", d);
+			return;
+		}
+	}
+}
+
+/* The data.mdb the last tu_flip_chunk_byte changed (tu_flip_back undoes it). */
+static char tu_flipped[CKPT_PATH_MAX + 16];
+
 /* Flip one byte inside the stored bytes of chunk k of tensor (stage, name) of run_dir's latest checkpoint. */
 static inline int tu_flip_chunk_byte(const char *run_dir, int stage, const char *name, size_t k, long *off_out)
 {
@@ -349,8 +373,9 @@ static inline int tu_flip_chunk_byte(const char *run_dir, int stage, const char 
 		for (size_t j = 0; j < k; j++)
 			at += t->chunks[j].size;
 		const unsigned char *needle = (const unsigned char *)t->data + at;
-		char path[600];
-		snprintf(path, sizeof(path), "%s/store/data.mdb", run_dir);
+		char path[CKPT_PATH_MAX + 16];
+		snprintf(path, sizeof(path), "%s/data.mdb", t->store_path);
+		snprintf(tu_flipped, sizeof(tu_flipped), "%s", path);
 		FILE *f = fopen(path, "rb");
 		if (f) {
 			fseek(f, 0, SEEK_END);
@@ -380,8 +405,8 @@ static inline int tu_flip_chunk_byte(const char *run_dir, int stage, const char 
 
 static inline void tu_flip_back(const char *run_dir, long off)
 {
-	char path[600];
-	snprintf(path, sizeof(path), "%s/store/data.mdb", run_dir);
+	(void)run_dir;
+	const char *path = tu_flipped;
 	int fd = open(path, O_RDWR);
 	unsigned char v;
 	if (fd >= 0 && pread(fd, &v, 1, off) == 1) {

@@ -4,7 +4,8 @@
  * Each trial trains a fresh --pp 2 run to step 8 with a checkpoint every 2
  * steps and kills it somewhere inside a save: four of five trials use the
  * QE_CKPT_KILL hook (SIGKILL of rank 0, rank 1 or both at a chosen phase -
- * gate, begin, chunk, sync, synced, row, rows, commit, committed - of a
+ * gate, begin, chunk, sync, synced, rows (rows in flight to rank 0), row
+ * (rank 0 inside the commit transaction), commit, committed - of a
  * chosen checkpoint, cycling through the phases), the fifth kills the whole
  * job at a random time with `timeout -s KILL`.  After each trial:
  *  - every committed checkpoint is complete, every chunk it lists is stored
@@ -35,7 +36,7 @@ static uint64_t rnd(void)
 }
 
 enum { NPHASES = 9 };
-static const char *phases[NPHASES] = { "gate", "begin", "chunk", "sync", "synced", "row", "rows", "commit", "committed" };
+static const char *phases[NPHASES] = { "gate", "begin", "chunk", "sync", "synced", "rows", "row", "commit", "committed" };
 /* Items per checkpoint written by each rank of --pp 2 tiny: 2 stages x 5, plus rank 0's 4 run-wide records. */
 static const int items_of_rank[2] = { 14, 10 };
 
@@ -46,8 +47,8 @@ static tu_ckpt refs[5];
 static int64_t check_run(const char *dir, int trial)
 {
 	cat *c = NULL;
-	store *st = NULL;
-	char run_id[64], sdir[500];
+	ckpt_storeset *st = NULL;
+	char run_id[64];
 	int64_t latest = -1;
 	char cpath[600];
 	snprintf(cpath, sizeof(cpath), "%s/catalog.db", dir);
@@ -68,10 +69,7 @@ static int64_t check_run(const char *dir, int trial)
 	}
 	cat_ckpt_rows rows = { 0 };
 	CHECK_OK(cat_ckpt_list(c, run_id, &rows));
-	snprintf(sdir, sizeof(sdir), "%s/store", dir);
-	store_opts o = { 0 };
-	o.read_only = 1;
-	int have_store = store_open(sdir, &o, &st) == 0;
+	int have_store = ckpt_storeset_open(dir, run_id, 0, &st) == 0 && ckpt_storeset_count(st) > 0;
 	for (size_t i = 0; i < rows.n; i++) {
 		const cat_ckpt *ck = &rows.rows[i];
 		if (ck->status != CAT_COMMITTED)
@@ -103,7 +101,7 @@ static int64_t check_run(const char *dir, int trial)
 			latest = ck->step;
 	}
 	cat_ckpt_rows_free(&rows);
-	store_close(st);
+	ckpt_storeset_close(st);
 	cat_close(c);
 	return latest;
 }
@@ -161,11 +159,17 @@ int main(void)
 		} else {
 			int p = kill_trials++ % NPHASES;
 			const char *ph = phases[p];
-			int rank_only0 = !strcmp(ph, "begin") || !strcmp(ph, "commit") || !strcmp(ph, "committed");
+			int rank_only0 = !strcmp(ph, "begin") || !strcmp(ph, "row") || !strcmp(ph, "commit") ||
+					 !strcmp(ph, "committed");
 			int rank = rank_only0 ? 0 : (int)(rnd() % 3) - 1; /* -1: both */
 			int j = 1 + (int)(rnd() % 4);                      /* which checkpoint (steps 2, 4, 6, 8) */
 			int count = j, dies_at = j;
-			if (!strcmp(ph, "chunk") || !strcmp(ph, "row")) {
+			if (!strcmp(ph, "row")) {
+				/* rank 0 writes every rank's rows in the commit transaction */
+				int per = items_of_rank[0] + items_of_rank[1];
+				count = (j - 1) * per + 1 + (int)(rnd() % per);
+				dies_at = j;
+			} else if (!strcmp(ph, "chunk")) {
 				int per = rank < 0 ? items_of_rank[1] : items_of_rank[rank];
 				count = (j - 1) * per + 1 + (int)(rnd() % per);
 				dies_at = 1000;

@@ -158,8 +158,8 @@ static void test_single(void)
 	CHECK(rows.n == 0, "a refused checkpoint left %zu rows", rows.n);
 	cat_ckpt_rows_free(&rows);
 	char sd[500];
-	snprintf(sd, sizeof(sd), "%s/store", dir);
-	CHECK(access(sd, F_OK) != 0, "a refused checkpoint created the store");
+	snprintf(sd, sizeof(sd), "%s/stores", dir);
+	CHECK(access(sd, F_OK) != 0, "a refused checkpoint created a store");
 	world_close(&w1);
 
 	/* gate: no live tape, but the arena holds a microbatch the optimizer has not reduced */

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "ckpt/ckpt_query.h"
+#include "ckpt/rundir.h"
 #include "test_query_util.h"
 
 #define CONFIG "{\"note\":\"synthetic\"}"
@@ -329,7 +330,7 @@ static void test_gc(const char *dir)
 
 	/* dry run, pending 15 young (now = real time, grace 1 hour): nothing changes */
 	store_stats s0, s1;
-	CHECK_OK(store_stats_get(ckpt_run_store(r), &s0));
+	CHECK_OK(store_stats_get(ckpt_storeset_at(ckpt_run_stores(r), 0), &s0));
 	p.dry_run = 1;
 	p.grace_s = 3600;
 	CHECK_OK(ckpt_q_gc(r, &p, &g));
@@ -359,7 +360,7 @@ static void test_gc(const char *dir)
 	uint64_t dry_reclaim = g.store.bytes_reclaimed, dry_deleted = g.store.deleted;
 	ckpt_gc_report_free(&g);
 	list_steps(r, after, sizeof(after));
-	CHECK_OK(store_stats_get(ckpt_run_store(r), &s1));
+	CHECK_OK(store_stats_get(ckpt_storeset_at(ckpt_run_stores(r), 0), &s1));
 	CHECK(strcmp(before, after) == 0 && s0.chunks == s1.chunks && s0.bytes == s1.bytes,
 	      "dry run changed something: %s -> %s, chunks %llu -> %llu", before, after, (unsigned long long)s0.chunks,
 	      (unsigned long long)s1.chunks);
@@ -384,7 +385,7 @@ static void test_gc(const char *dir)
 		if (j == nk) {
 			uint64_t sz = 0;
 			int present = 0;
-			CHECK_OK(store_has_chunk(ckpt_run_store(r), &dropped[i], &present, &sz));
+			CHECK_OK(store_has_chunk(ckpt_storeset_at(ckpt_run_stores(r), 0), &dropped[i], &present, &sz));
 			want_bytes += sz;
 			want_chunks++;
 		}

@@ -16,7 +16,21 @@
 #include <jansson.h>
 
 #include "ckpt/ckpt_query.h"
+#include "ckpt/rundir.h"
 #include "test_query_util.h"
+
+/* The folder of the run's store that holds tensor t (its store_id), "" when none here. */
+static void store_dir_of(ckpt_run *r, const cat_tensor *t, char *buf, size_t len)
+{
+	ckpt_storeset *set = NULL;
+	buf[0] = 0;
+	if (ckpt_storeset_open(ckpt_run_dir(r), ckpt_run_id(r), 0, &set) == 0) {
+		int i = ckpt_storeset_find(set, t->store_id);
+		if (i >= 0)
+			snprintf(buf, len, "%s", ckpt_storeset_where(set, i)->path);
+	}
+	ckpt_storeset_close(set);
+}
 
 static int train(const char *dir, const char *extra)
 {
@@ -33,36 +47,21 @@ static int train(const char *dir, const char *extra)
 /* Read the fp8_meta of (checkpoint id, stage) without ckpt_query: catalog + store. */
 static float *read_meta(const char *dir, int64_t id, int stage, int64_t *nlin)
 {
-	char p[600];
-	cat *c = NULL;
-	store *s = NULL;
-	float *buf = NULL;
-	snprintf(p, sizeof(p), "%s/catalog.db", dir);
-	CHECK_OK(cat_open(p, 0, &c));
-	snprintf(p, sizeof(p), "%s/store", dir);
-	store_opts o = { .read_only = 1 };
-	CHECK_OK(store_open(p, &o, &s));
+	ckpt_run *r = NULL;
+	void *buf = NULL;
+	CHECK_OK(ckpt_run_open(dir, CKPT_RUN_STORE, &r));
 	cat_tensor_rows tr = { 0 };
-	if (c && s)
-		CHECK_OK(cat_ckpt_tensors(c, id, &tr));
+	if (r)
+		CHECK_OK(cat_ckpt_tensors(ckpt_run_catalog(r), id, &tr));
 	for (size_t i = 0; i < tr.n; i++) {
 		const cat_tensor *t = &tr.rows[i];
 		if (t->stage != stage || strcmp(t->name, "fp8_meta"))
 			continue;
-		store_chunk *ch = calloc(t->n_chunks, sizeof(*ch));
-		for (size_t k = 0; k < t->n_chunks; k++) {
-			memcpy(ch[k].hash.b, t->chunks[k].hash, 16);
-			ch[k].size = t->chunks[k].size;
-		}
-		store_chunk_list l = { t->n_chunks, ch };
-		buf = malloc(t->bytes);
-		CHECK_OK(store_get_tensor(s, &l, buf, t->bytes));
-		free(ch);
+		CHECK_OK(ckpt_q_read(r, t, &buf));
 		*nlin = (int64_t)(t->bytes / 4 / 3 / 6);
 	}
 	cat_tensor_rows_free(&tr);
-	store_close(s);
-	cat_close(c);
+	ckpt_run_close(r);
 	return buf;
 }
 
@@ -167,8 +166,9 @@ int main(void)
 	if (r)
 		CHECK_OK(cat_ckpt_tensors(ckpt_run_catalog(r), id3, &tr));
 	const cat_tensor *t = ckpt_q_find(&tr, 1, "params");
-	char hex[STORE_HASH_HEX] = "?", sdir[600];
-	snprintf(sdir, sizeof(sdir), "%s/store", d1);
+	char hex[STORE_HASH_HEX] = "?", sdir[CKPT_PATH_MAX] = "";
+	if (t)
+		store_dir_of(r, t, sdir, sizeof(sdir));
 	if (t && t->n_chunks) {
 		store_hash h;
 		memcpy(h.b, t->chunks[0].hash, 16);
