@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "run.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/ckpt_remote.h"
 #include "runtime/core/status.h"
@@ -117,6 +118,9 @@ static void remote_print(const char *url, const ckpt_remote_gc_report *g, int dr
 		       (unsigned long long)g->chunks_missing);
 }
 
+static int gc_run(const char *dir, const char *remote, const char *endpoint, const char *run_id, long keep_last,
+		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int json);
+
 int cli_gc_main(int argc, char **argv)
 {
 	const char *dir = NULL, *remote = NULL, *endpoint = NULL, *run_id = NULL;
@@ -209,6 +213,21 @@ int cli_gc_main(int argc, char **argv)
 		fprintf(stderr, "qeffect gc: --endpoint and --run-id go with --remote\n");
 		return 2;
 	}
+	/* gc writes the run (catalog rows, chunks, remote records): one writer at a time.  A dry run
+	 * only reads. */
+	ckpt_lock *lock = NULL;
+	if (dir && !dry && (rc = cli_run_lock(dir, "gc", 0, &lock)))
+		return cli_report("gc", rc, dir);
+	rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins, npins, grace, dry, json);
+	ckpt_unlock(lock);
+	return rc;
+}
+
+/* The gc itself, under the caller's lock.  Returns an exit status. */
+static int gc_run(const char *dir, const char *remote, const char *endpoint, const char *run_id, long keep_last,
+		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int json)
+{
+	int rc;
 	if (remote) {
 		store_remote_opts ro = { 0 };
 		ro.retries = -1;

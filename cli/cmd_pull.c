@@ -9,6 +9,7 @@
 
 #include "ckpt/ckpt_remote.h"
 #include "cli.h"
+#include "run.h"
 #include "remote_flags.h"
 #include "runtime/core/status.h"
 
@@ -48,7 +49,11 @@ int cli_pull_main(int argc, char **argv)
 	store_remote_opts ro;
 	cli_remote_store_opts(&a, &ro);
 	ckpt_pull_result r;
+	ckpt_lock *lock = NULL;
+	if ((rc = cli_run_lock(a.run_dir, "pull", 1, &lock)))
+		return cli_report("pull", rc, a.run_dir);
 	rc = ckpt_remote_pull(a.run_dir, a.remote, &ro, a.run_id, a.step, &r);
+	ckpt_unlock(lock);
 	if (rc)
 		return cli_report("pull", rc, "pull failed; nothing was committed locally");
 	if (a.json) {

@@ -8,6 +8,7 @@
 
 #include "ckpt/ckpt_remote.h"
 #include "cli.h"
+#include "run.h"
 #include "remote_flags.h"
 #include "runtime/core/status.h"
 
@@ -80,8 +81,13 @@ int cli_push_main(int argc, char **argv)
 	push_out o = { a.json, a.quiet, 0 };
 	store_remote_opts ro;
 	cli_remote_store_opts(&a, &ro);
+	/* push records each remote copy in the run's catalog: it writes the run. */
+	ckpt_lock *lock = NULL;
+	if ((rc = cli_run_lock(a.run_dir, "push", 0, &lock)))
+		return cli_report("push", rc, a.run_dir);
 	rc = ckpt_remote_push(a.run_dir, a.remote, &ro, a.all ? CKPT_PUSH_ALL : (a.step >= 0 ? a.step : CKPT_PUSH_LATEST),
 			      on_pushed, &o);
+	ckpt_unlock(lock);
 	if (rc) {
 		char what[160];
 		snprintf(what, sizeof(what), "push to %s failed%s", a.remote,
