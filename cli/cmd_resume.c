@@ -181,14 +181,8 @@ int cli_resume_main(int argc, char **argv)
 		/* An external launcher's rank other than 0: its host need not have the catalog; rank 0
 		 * checks the run and sends the configuration and the checkpoint to resume from. */
 		cli_rank_job job;
-		memset(&job, 0, sizeof(job));
-		job.cfg = a.cfg;
-		job.quiet = a.quiet;
-		job.json = a.json;
-		job.no_trace = a.no_trace;
+		cli_rank_job_init(&job, &a, async);
 		job.resume = 1;
-		job.ckpt_async = async;
-		job.from_step = -1;
 		return cli_run_job("resume", &job, a.nproc);
 	}
 	cat *c = NULL;
@@ -231,14 +225,10 @@ int cli_resume_main(int argc, char **argv)
 	}
 
 	cli_rank_job job;
-	memset(&job, 0, sizeof(job));
+	cli_rank_job_init(&job, &a, async);
 	job.cfg = merged;
 	snprintf(job.run_id, sizeof(job.run_id), "%s", run_id);
-	job.quiet = a.quiet;
-	job.json = a.json;
-	job.no_trace = a.no_trace;
 	job.resume = 1;
-	job.ckpt_async = async;
 	job.from_step = ck.step; /* exactly the checkpoint checked here */
 	job.until = merged.steps;
 	if (!a.quiet) {

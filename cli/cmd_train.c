@@ -48,14 +48,7 @@ int cli_train_main(int argc, char **argv)
 		return 2;
 	}
 	cli_rank_job job;
-	memset(&job, 0, sizeof(job));
-	job.cfg = a.cfg;
-	job.quiet = a.quiet;
-	job.json = a.json;
-	job.no_trace = a.no_trace;
-	job.until = a.cfg.steps;
-	job.from_step = -1;
-	job.ckpt_async = async;
+	cli_rank_job_init(&job, &a, async);
 	/* Under an external launcher only rank 0 creates the run directory and holds its lock. */
 	const char *rank_env = getenv("RANK");
 	ckpt_lock *lock = NULL;

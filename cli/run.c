@@ -22,6 +22,7 @@
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
 #include "rank_meter.h"
+#include "train_flags.h"
 
 int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 {
@@ -94,6 +95,18 @@ int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
 	cat_run_release(&run);
 	*out = c;
 	return QE_OK;
+}
+
+void cli_rank_job_init(cli_rank_job *job, const cli_train_args *a, int ckpt_async)
+{
+	memset(job, 0, sizeof(*job));
+	job->cfg = a->cfg;
+	job->quiet = a->quiet;
+	job->json = a->json;
+	job->no_trace = a->no_trace;
+	job->ckpt_async = ckpt_async;
+	job->from_step = -1;
+	job->until = a->cfg.steps;
 }
 
 /* ---- the rank process ------------------------------------------------------ */

@@ -39,6 +39,11 @@ typedef struct cli_rank_job {
 	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/ckpt_async.h) */
 } cli_rank_job;
 
+/* A job from the parsed train/resume flags: configuration, output switches, async mode;
+ * resume, from_step (-1) and until (cfg.steps) for the caller to adjust. */
+struct cli_train_args;
+void cli_rank_job_init(cli_rank_job *job, const struct cli_train_args *a, int ckpt_async);
+
 /*
  * The body of one rank process: communicator, backend, data, rank, optional
  * restore, training loop with traces/losses into the catalog and checkpoints
