@@ -192,14 +192,18 @@ static void describe_store(const cat_store_rows *stores, const char *store_id, c
 		snprintf(buf, len, "store %s (not described in the catalog)", store_id);
 }
 
+static int store_of(ckpt_session *s, const cat_tensor *t, store **out);
+
 /*
  * Rank 0: who reads what.  Every row a rank needs is read by that rank when
  * it sees the row's store, else by the lowest rank that sees it and sent
- * over.  A row no rank can reach fails the plan, naming it and where its
+ * over; a row whose store no rank sees but whose chunks all lie in some
+ * store of rank 0's host (pulled from S3 by `resume --remote`) is read by
+ * rank 0.  A row no rank can reach fails the plan, naming it and where its
  * store lived.  OUT *plan (malloc'd), *nplan.
  */
-static int make_plan(const cat_tensor_rows *rows, const cat_store_rows *stores, const ask *asks, int world,
-		     int64_t step, xfer **plan, int *nplan)
+static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_store_rows *stores, const ask *asks,
+		     int world, int64_t step, xfer **plan, int *nplan)
 {
 	int total = 0;
 	for (int q = 0; q < world; q++)
@@ -217,6 +221,10 @@ static int make_plan(const cat_tensor_rows *rows, const cat_store_rows *stores, 
 			for (int h = 0; h < world && src < 0; h++)
 				if (sees(&asks[h], t->store_id))
 					src = h;
+			store *any;
+			if (src < 0 && store_of(s, t, &any) == QE_OK)
+				src = 0; /* every chunk is in some store of rank 0's host (pulled from S3) */
+			qe_clear_error();
 			if (src < 0) {
 				if (nmissing++ < 4 && mlen < sizeof(missing) - 1) {
 					char where[400];
@@ -246,20 +254,42 @@ static int make_plan(const cat_tensor_rows *rows, const cat_store_rows *stores, 
 	return QE_OK;
 }
 
-/* The seen store holding store_id, opened. */
-static int store_of(ckpt_session *s, const char *store_id, store **out)
+/*
+ * A seen store holding every chunk of t: the one the row names, else any
+ * other (chunks are content addressed and re-hashed on read, so a copy
+ * pulled from S3 into this host's RUN/store serves as well).  OUT *out, or
+ * QE_ENOTFOUND.
+ */
+static int store_of(ckpt_session *s, const cat_tensor *t, store **out)
 {
 	for (int i = 0; i < s->nseen; i++)
-		if (strcmp(s->seen[i].where.id.store_id, store_id) == 0)
+		if (strcmp(s->seen[i].where.id.store_id, t->store_id) == 0)
 			return ckpt__seen_open(s, i, out);
-	return qe_fail(QE_ENOTFOUND, "rank %d on %s: no store %s here", s->rank, s->host,
-		       store_id[0] ? store_id : "RUN/store");
+	for (int i = 0; i < s->nseen; i++) {
+		store *st;
+		int rc = ckpt__seen_open(s, i, &st), all = 1;
+		for (size_t k = 0; !rc && all && k < t->n_chunks; k++) {
+			store_hash h;
+			int present = 0;
+			memcpy(h.b, t->chunks[k].hash, STORE_HASH_BYTES);
+			rc = store_has_chunk(st, &h, &present, NULL);
+			all = present;
+		}
+		if (rc)
+			return rc;
+		if (all) {
+			*out = st;
+			return QE_OK;
+		}
+	}
+	return qe_fail(QE_ENOTFOUND, "rank %d on %s: no store here holds '%s' of stage %d (store %s)", s->rank, s->host,
+		       t->name, t->stage, t->store_id[0] ? t->store_id : "RUN/store");
 }
 
 static int read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step)
 {
 	store *st;
-	int rc = store_of(s, t->store_id, &st);
+	int rc = store_of(s, t, &st);
 	if (rc)
 		return rc;
 	store_chunk_list list = { t->n_chunks, calloc(t->n_chunks + 1, sizeof(store_chunk)) };
@@ -487,7 +517,7 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 		cat_store_rows stores = { 0 };
 		if (cat_store_list(s->cat, s->run_id, &stores))
 			qe_log(QE_LOG_WARN, "restore: cannot list the run's stores: %s", qe_last_error());
-		rc = make_plan(rows, &stores, asks, world, step, &plan, &nplan);
+		rc = make_plan(s, rows, &stores, asks, world, step, &plan, &nplan);
 		cat_store_rows_free(&stores);
 		if (rc)
 			ckpt__word_set(&w, rc, NULL);
