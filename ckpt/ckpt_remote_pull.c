@@ -18,6 +18,7 @@
  * fetched twice).
  */
 #include "ckpt_remote_int.h"
+#include "ckpt/rundir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -234,6 +235,26 @@ typedef struct pull_ctx {
 	store *st;
 } pull_ctx;
 
+/* Keep in ch[0..*n) only the chunks no store of the run on this host holds (in order). */
+static int missing_here(const char *run_dir, const char *run_id, cat_chunk *ch, size_t n, size_t *kept)
+{
+	ckpt_storeset *set = NULL;
+	int rc = ckpt_storeset_open(run_dir, run_id, 0, &set);
+	size_t k = 0;
+	for (size_t i = 0; !rc && i < n; i++) {
+		store_hash h;
+		int found = 0;
+		memcpy(h.b, ch[i].hash, 16);
+		for (int j = 0; !rc && !found && j < ckpt_storeset_count(set); j++)
+			rc = store_has_chunk(ckpt_storeset_at(set, j), &h, &found, NULL);
+		if (!found)
+			ch[k++] = ch[i];
+	}
+	ckpt_storeset_close(set);
+	*kept = k;
+	return rc;
+}
+
 static int fetch_chunks(pull_ctx *p, const cat_chunk *ch, size_t n, ckpt_pull_result *res)
 {
 	int rc;
@@ -392,17 +413,29 @@ int ckpt_remote_pull(const char *run_dir, const char *url, const store_remote_op
 
 	if ((rc = open_local(run_dir, &m, &p.cat, &res.created)))
 		goto out;
-	if (!res.created && already_here(p.cat, &m, res.manifest_url, res.manifest_hash, &res.ckpt_id)) {
-		res.up_to_date = 1;
-		res.chunks_present = nchunks;
-		goto done;
+	int here = !res.created && already_here(p.cat, &m, res.manifest_url, res.manifest_hash, &res.ckpt_id);
+	if (here) {
+		/*
+		 * The catalog has it; its chunks may not be (a host lost its store).  Fetch, into this
+		 * host's RUN/store, what no store of the run on this host holds: restore reads a row
+		 * from any store here that has all its chunks.
+		 */
+		size_t keep = 0;
+		if ((rc = missing_here(run_dir, m.run_id, chunks, nchunks, &keep)))
+			goto out;
+		res.chunks_present = nchunks - keep;
+		nchunks = keep;
+		if (!nchunks) {
+			res.up_to_date = 1;
+			goto done;
+		}
 	}
 	char store_dir[1100];
 	snprintf(store_dir, sizeof(store_dir), "%s/store", run_dir);
 	store_opts so = { 0 };
 	so.create = 1;
 	if ((rc = store_open(store_dir, &so, &p.st)) || (rc = own_store(store_dir, m.run_id)) ||
-	    (rc = fetch_chunks(&p, chunks, nchunks, &res)) || (rc = insert(&p, &m, &res)))
+	    (rc = fetch_chunks(&p, chunks, nchunks, &res)) || (!here && (rc = insert(&p, &m, &res))))
 		goto out;
 done:
 	res.ms = ckpt__remote_now_ms() - t0;

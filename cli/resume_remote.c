@@ -12,6 +12,7 @@
 
 #include "ckpt/ckpt_remote.h"
 #include "cli.h"
+#include "run.h"
 #include "runtime/core/status.h"
 
 void cli_resume_remote_help(FILE *f)
@@ -103,8 +104,18 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	store_remote_opts ro = { 0 };
 	ro.retries = -1;
 	ro.endpoint = endpoint;
+	/* Under an external launcher only rank 0 pulls: it is the rank with the catalog, and
+	 * restore sends the pulled chunks to the ranks that load them. */
+	const char *rank_env = getenv("RANK");
+	if (rank_env && getenv("WORLD_SIZE") && strcmp(rank_env, "0"))
+		return 0;
 	ckpt_pull_result r;
-	int rc = ckpt_remote_pull(run_dir, url, &ro, run_id, step, &r);
+	ckpt_lock *lock = NULL;
+	int rc = cli_run_lock(run_dir, "resume --remote (pull)", 1, &lock);
+	if (rc)
+		return cli_report("resume", rc, run_dir);
+	rc = ckpt_remote_pull(run_dir, url, &ro, run_id, step, &r);
+	ckpt_unlock(lock);
 	if (rc)
 		return cli_report("resume", rc, "pulling the checkpoint failed; nothing was resumed");
 	if (!quiet) {
