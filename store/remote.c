@@ -4,6 +4,16 @@
  * itself, send, classify the outcome, retry what is transient with backoff,
  * and turn everything else into a message a user can act on.
  *
+ * How long a request may take: each attempt fails when it moves fewer than
+ * low_speed_bps bytes per second for stall_timeout_s seconds (libcurl's
+ * low-speed limit), and when it passes its deadline, deadline_floor_s +
+ * bytes / min_rate_bps, checked in the progress callback so that the bytes
+ * may include the answer's Content-Length once it is known.  A minimum
+ * speed alone is not a bound: a server trickling just above it, or in
+ * bursts, holds a request for as long as it likes.
+ *
+ * Why a 2xx answer is checked before it counts: see remote_xml.c.
+ *
  * Why bodies always go through CURLOPT_POSTFIELDS (with CUSTOMREQUEST PUT):
  * libcurl 7.88 signs the SHA-256 of the POSTFIELDS bytes (of "" otherwise),
  * and S3 compares the signed payload hash with the x-amz-content-sha256
@@ -138,6 +148,21 @@ static int env_int(const char *name, int def, int lo, int hi, int *out)
 	return QE_OK;
 }
 
+static int env_long(const char *name, long def, long lo, long hi, long *out)
+{
+	const char *v = getenv(name);
+	*out = def;
+	if (!v || !v[0])
+		return QE_OK;
+	char *end;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno || *end || x < lo || x > hi)
+		return qe_fail(QE_EINVAL, "%s='%s' is not an integer in %ld..%ld", name, v, lo, hi);
+	*out = x;
+	return QE_OK;
+}
+
 static int env_size(const char *name, size_t def, size_t lo, size_t *out)
 {
 	const char *v = getenv(name);
@@ -237,8 +262,23 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 	if (!r->connect_timeout_s && (rc = env_int("QE_S3_CONNECT_TIMEOUT_S", 10, 1, 3600, &r->connect_timeout_s)))
 		goto fail;
 	r->stall_timeout_s = o->stall_timeout_s;
-	if (!r->stall_timeout_s && (rc = env_int("QE_S3_TIMEOUT_S", 60, 1, 86400, &r->stall_timeout_s)))
+	if (!r->stall_timeout_s && (rc = env_int("QE_S3_LOW_SPEED_S", 30, 1, 86400, &r->stall_timeout_s)))
 		goto fail;
+	r->low_speed_bps = o->low_speed_bps;
+	if (!r->low_speed_bps && (rc = env_long("QE_S3_LOW_SPEED_BPS", 65536, 1, 1L << 40, &r->low_speed_bps)))
+		goto fail;
+	r->deadline_floor_s = o->timeout_s;
+	if (!r->deadline_floor_s && (rc = env_int("QE_S3_TIMEOUT_S", 60, 1, 86400, &r->deadline_floor_s)))
+		goto fail;
+	r->min_rate_bps = o->min_rate_bps;
+	if (!r->min_rate_bps && (rc = env_long("QE_S3_MIN_RATE", 65536, 1, 1L << 40, &r->min_rate_bps)))
+		goto fail;
+	if (r->stall_timeout_s < 1 || r->low_speed_bps < 1 || r->deadline_floor_s < 1 || r->min_rate_bps < 1) {
+		rc = qe_fail(QE_EINVAL, "s3: time-outs and rates must be positive (low speed %ld B/s for %d s, deadline "
+					"%d s + bytes at %ld B/s)",
+			     r->low_speed_bps, r->stall_timeout_s, r->deadline_floor_s, r->min_rate_bps);
+		goto fail;
+	}
 	r->multipart_bytes = o->multipart_bytes;
 	if (!r->multipart_bytes &&
 	    (rc = env_size("QE_S3_MULTIPART_BYTES", (size_t)64 << 20, STORE_REMOTE_MIN_PART, &r->multipart_bytes)))
@@ -358,12 +398,47 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ctx)
 	return n;
 }
 
+/* One attempt's clock: the deadline grows with the bytes it moves. */
+typedef struct xfer_clock {
+	struct timespec start;
+	double floor_s;
+	double rate; /* B/s */
+	double up;   /* body bytes to send */
+	double bytes; /* what the deadline was computed for, when it passed */
+	double limit_s;
+	int over;    /* the callback stopped the transfer */
+} xfer_clock;
+
+static double since_s(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+	xfer_clock *k = ctx;
+	(void)ultotal;
+	(void)ulnow;
+	double down = (double)(dltotal > dlnow ? dltotal : dlnow);
+	double bytes = k->up + down;
+	double limit = k->floor_s + bytes / k->rate;
+	if (since_s(&k->start) <= limit)
+		return 0;
+	k->bytes = bytes;
+	k->limit_s = limit;
+	k->over = 1;
+	return 1;
+}
+
 static int transient_curl(CURLcode c)
 {
 	switch (c) {
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_ABORTED_BY_CALLBACK: /* only ours: the deadline */
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
@@ -383,22 +458,54 @@ static int transient_http(long status, const char *code)
 	       strcmp(code, "RequestTimeout") == 0;
 }
 
-/* "s3://bucket/prefix/key" or "s3://bucket" for messages. */
+/* "s3://bucket/prefix/key" or "s3://bucket" (or q->shown) for messages. */
 static void target_text(const store_remote *r, const remote_req *q, char *buf, size_t len)
 {
 	char full[1400];
-	if (!q->key || remote__full_key(r, q->key, full, sizeof(full)))
+	if (q->shown)
+		snprintf(buf, len, "%s", q->shown);
+	else if (!q->key || remote__full_key(r, q->key, full, sizeof(full)))
 		snprintf(buf, len, "s3://%s", r->bucket);
 	else
 		snprintf(buf, len, "s3://%s/%s", r->bucket, full);
 }
 
+void remote__req_text(const store_remote *r, const remote_req *q, char *buf, size_t len)
+{
+	char target[1500];
+	target_text(r, q, target, sizeof(target));
+	if (q->shown || !q->query || !q->query[0])
+		snprintf(buf, len, "%s %s", q->method, target);
+	else
+		snprintf(buf, len, "%s %s?%.200s", q->method, target, q->query);
+}
+
+/* The Code and Message of a body that is a well-formed <Error> document; 0 when it is not one. */
+static int error_doc(const remote_buf *b, char *code, size_t code_len, char *msg, size_t msg_len)
+{
+	char why[256];
+	code[0] = 0;
+	if (msg)
+		msg[0] = 0;
+	if (!b->n || remote__xml_check(b->p, b->n, "Error", why, sizeof(why)))
+		return 0;
+	if (remote__xml_text(b->p, b->n, "Code", NULL, code, code_len) != 1)
+		code[0] = 0;
+	if (msg && remote__xml_text(b->p, b->n, "Message", NULL, msg, msg_len) != 1)
+		msg[0] = 0;
+	return 1;
+}
+
 static int http_fail(store_remote *r, const remote_req *q, remote_resp *p, int attempts)
 {
-	char target[1500], msg[512] = "";
+	char target[1500], msg[512] = "", code_buf[64];
 	target_text(r, q, target, sizeof(target));
-	if (p->body.n)
-		remote__xml_text(p->body.p, p->body.n, "Message", NULL, msg, sizeof(msg));
+	if (p->body.n && !error_doc(&p->body, code_buf, sizeof(code_buf), msg, sizeof(msg))) {
+		/* Not S3 speaking: say what came instead of reading names out of it. */
+		char why[256];
+		remote__xml_check(p->body.p, p->body.n, "Error", why, sizeof(why));
+		snprintf(msg, sizeof(msg), "the body is not an S3 error document: %s", why);
+	}
 	const char *code = p->code;
 	char tries[48] = "";
 	if (attempts > 1)
@@ -423,6 +530,51 @@ static int http_fail(store_remote *r, const remote_req *q, remote_resp *p, int a
 			       code[0] ? code : "HTTP 404");
 	return qe_fail(QE_ESTORE, "s3: %s %s at %s: HTTP %ld%s%s%s%s%s", q->method, target, r->endpoint, p->status,
 		       code[0] ? " " : "", code, msg[0] ? ": " : "", msg, tries);
+}
+
+/*
+ * A 2xx answer that must be the XML document q->xml_root: an <Error>
+ * document is the server's failure (CompleteMultipartUpload may answer so),
+ * anything else that is not that document is a malformed answer.
+ */
+static int check_answer(store_remote *r, const remote_req *q, remote_resp *p, int attempts)
+{
+	char what[1800], why[256], code[64], msg[512];
+	remote__req_text(r, q, what, sizeof(what));
+	if (error_doc(&p->body, code, sizeof(code), msg, sizeof(msg))) {
+		snprintf(p->code, sizeof(p->code), "%s", code);
+		return qe_fail(QE_ESTORE, "s3: %s at %s: HTTP %ld with an error: %s%s%s", what, r->endpoint, p->status,
+			       code[0] ? code : "(no Code)", msg[0] ? ": " : "", msg);
+	}
+	if (remote__xml_check(p->body.p, p->body.n, q->xml_root, why, sizeof(why)) == 0)
+		return QE_OK;
+	(void)attempts;
+	return qe_fail(QE_ESTORE, "s3: %s at %s: HTTP %ld: %s", what, r->endpoint, p->status, why);
+}
+
+/* Why an attempt failed in libcurl, in words; time-outs say which limit and by how much. */
+static void curl_time_why(store_remote *r, const remote_req *q, CURLcode cc, const xfer_clock *k, char *buf,
+			  size_t len)
+{
+	(void)q;
+	if (cc == CURLE_ABORTED_BY_CALLBACK && k->over) {
+		snprintf(buf, len, "over its deadline of %.0f s (%d s + %.0f B at %ld B/s)", k->limit_s, r->deadline_floor_s,
+			 k->bytes, r->min_rate_bps);
+		return;
+	}
+	if (cc == CURLE_OPERATION_TIMEDOUT) {
+		curl_off_t conn = 0;
+		curl_easy_getinfo(r->curl, CURLINFO_CONNECT_TIME_T, &conn);
+		if (strstr(r->errbuf, "too slow") || conn > 0) {
+			snprintf(buf, len, "slower than %ld B/s for %d s (%.1f s into the request)", r->low_speed_bps,
+				 r->stall_timeout_s, since_s(&k->start));
+			return;
+		}
+		snprintf(buf, len, "no connection within %d s (%s)", r->connect_timeout_s,
+			 r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
+		return;
+	}
+	snprintf(buf, len, "%s%s%s", curl_easy_strerror(cc), r->errbuf[0] ? ": " : "", r->errbuf);
 }
 
 static void backoff_sleep(store_remote *r, int attempt)
@@ -481,6 +633,8 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 	}
 
 	int attempt = 0;
+	xfer_clock clk;
+	char why[512];
 	for (;;) {
 		CURL *c = r->curl;
 		curl_easy_reset(c);
@@ -506,8 +660,16 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 		curl_easy_setopt(c, CURLOPT_ERRORBUFFER, r->errbuf);
 		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)r->connect_timeout_s);
-		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, r->low_speed_bps);
 		curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)r->stall_timeout_s);
+		memset(&clk, 0, sizeof(clk));
+		clock_gettime(CLOCK_MONOTONIC, &clk.start);
+		clk.floor_s = r->deadline_floor_s;
+		clk.rate = (double)r->min_rate_bps;
+		clk.up = q->has_body ? (double)q->body_len : 0;
+		curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(c, CURLOPT_XFERINFODATA, &clk);
+		curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
 		curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 		curl_easy_setopt(c, CURLOPT_HEADERDATA, p);
 		if (q->sink && strcmp(q->method, "GET") == 0) {
@@ -536,11 +698,10 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 				p->has_length = 1;
 			}
 			if (p->status >= 200 && p->status < 300) {
-				rc = QE_OK;
+				rc = q->xml_root ? check_answer(r, q, p, attempt + 1) : QE_OK;
 				break;
 			}
-			if (p->body.n)
-				remote__xml_text(p->body.p, p->body.n, "Code", NULL, p->code, sizeof(p->code));
+			error_doc(&p->body, p->code, sizeof(p->code), NULL, 0);
 			if (transient_http(p->status, p->code) && attempt < r->retries) {
 				qe_log(QE_LOG_WARN, "s3: %s %s: HTTP %ld %s; retry %d of %d", q->method,
 				       q->key ? q->key : r->bucket, p->status, p->code, attempt + 1, r->retries);
@@ -558,8 +719,9 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 			break;
 		}
 		if (transient_curl(cc) && attempt < r->retries) {
-			qe_log(QE_LOG_WARN, "s3: %s %s: %s; retry %d of %d", q->method, q->key ? q->key : r->bucket,
-			       r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc), attempt + 1, r->retries);
+			curl_time_why(r, q, cc, &clk, why, sizeof(why));
+			qe_log(QE_LOG_WARN, "s3: %s %s: %s; retry %d of %d", q->method, q->key ? q->key : r->bucket, why,
+			       attempt + 1, r->retries);
 			backoff_sleep(r, attempt++);
 			r->stats.retries++;
 			continue;
@@ -568,8 +730,8 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 		target_text(r, q, target, sizeof(target));
 		if (attempt)
 			snprintf(tries, sizeof(tries), " after %d attempts", attempt + 1);
-		rc = qe_fail(QE_EIO, "s3: %s %s at %s failed%s: %s%s%s", q->method, target, r->endpoint, tries,
-			     curl_easy_strerror(cc), r->errbuf[0] ? ": " : "", r->errbuf);
+		curl_time_why(r, q, cc, &clk, why, sizeof(why));
+		rc = qe_fail(QE_EIO, "s3: %s %s at %s failed%s: %s", q->method, target, r->endpoint, tries, why);
 		break;
 	}
 	if (rc == QE_OK && q->has_body)

@@ -31,8 +31,31 @@
  *   AWS_ENDPOINT_URL (else https://s3.REGION.amazonaws.com),
  *   AWS_REGION or AWS_DEFAULT_REGION (else us-east-1),
  *   QE_S3_RETRIES (4), QE_S3_BACKOFF_MS (200), QE_S3_CONNECT_TIMEOUT_S (10),
- *   QE_S3_TIMEOUT_S (60: a transfer making no progress that long fails),
- *   QE_S3_MULTIPART_BYTES (64 MiB), QE_S3_PART_BYTES (16 MiB, at least 5 MiB).
+ *   QE_S3_MULTIPART_BYTES (64 MiB), QE_S3_PART_BYTES (16 MiB, at least 5 MiB),
+ * and how long one request may take (each attempt; a time-out is retried):
+ *   QE_S3_LOW_SPEED_BPS (65536) and QE_S3_LOW_SPEED_S (30): a request moving
+ *     fewer bytes per second than that for that many seconds fails
+ *     ("GET s3://b/k: slower than 65536 B/s for 30 s");
+ *   QE_S3_TIMEOUT_S (60) and QE_S3_MIN_RATE (65536 B/s): the deadline of a
+ *     request is QE_S3_TIMEOUT_S + bytes / QE_S3_MIN_RATE, where bytes are
+ *     the body sent plus the answer's Content-Length (or what has arrived),
+ *     so a 16 MiB part may take 60 + 256 s and a listing about 60 s
+ *     ("PUT s3://b/k: over its deadline of 316 s (60 s + 16777216 B at
+ *     65536 B/s)").  Before this deadline existed QE_S3_TIMEOUT_S was the
+ *     stall time (no progress at all for that long), which the low-speed
+ *     pair now covers; a server trickling a few bytes per second used to
+ *     hold a request forever.
+ *
+ * Answers are read strictly: a 2xx answer the client parses (a listing, the
+ * start and the completion of a multipart upload) counts only when its body
+ * is one complete, well-formed XML document with the root element S3
+ * defines for it (ListBucketResult, InitiateMultipartUploadResult with an
+ * UploadId, CompleteMultipartUploadResult), and a listing only when its
+ * pagination ends cleanly (IsTruncated false, or true with a continuation
+ * token that is then followed).  Anything else - an HTML page from a proxy,
+ * an empty or truncated body - is QE_ESTORE naming the request and what was
+ * wrong ("s3: GET s3://b/p/?list-type=2: answer is not a ListBucketResult
+ * (HTML page?)"), never an empty result.
  *
  * Threads: a handle is for one thread at a time (it owns one curl handle);
  * use one handle per thread.  Handles of one process may be open at once.
@@ -56,7 +79,10 @@ typedef struct store_remote_opts {
 	int retries;               /* extra attempts after a transient failure; <0: QE_S3_RETRIES or 4 */
 	int backoff_ms;            /* first wait between attempts (doubles each time); 0: QE_S3_BACKOFF_MS or 200 */
 	int connect_timeout_s;     /* 0: QE_S3_CONNECT_TIMEOUT_S or 10 */
-	int stall_timeout_s;       /* 0: QE_S3_TIMEOUT_S or 60 */
+	int stall_timeout_s;       /* the low-speed window in s; 0: QE_S3_LOW_SPEED_S or 30 */
+	long low_speed_bps;        /* slower than this (B/s) for the window fails; 0: QE_S3_LOW_SPEED_BPS or 65536 */
+	int timeout_s;             /* the deadline's floor in s; 0: QE_S3_TIMEOUT_S or 60 */
+	long min_rate_bps;         /* the deadline grows by bytes / this; 0: QE_S3_MIN_RATE or 65536 */
 	size_t multipart_bytes;    /* objects larger than this go multipart; 0: QE_S3_MULTIPART_BYTES or 64 MiB */
 	size_t part_bytes;         /* 0: QE_S3_PART_BYTES or 16 MiB; at least STORE_REMOTE_MIN_PART */
 	int list_page;             /* keys per LIST request (1..1000); 0: 1000 */
@@ -127,7 +153,11 @@ int store_remote_delete(store_remote *r, const char *key);
  * List the objects whose key starts with sub (relative to the handle's
  * prefix; "" lists everything under it), in key order, following
  * continuation tokens.  cb gets each key relative to the prefix and its size;
- * a non-zero return stops the listing and is returned.
+ * a non-zero return stops the listing and is returned.  Every page must be a
+ * complete ListBucketResult (see above) for the bucket and prefix asked,
+ * with IsTruncated, each Contents with a Key and a numeric Size; otherwise
+ * QE_ESTORE (after cb may have seen the keys of earlier pages), so an empty
+ * listing always means that the server said "no objects".
  */
 typedef int (*store_remote_list_cb)(void *ctx, const char *key, uint64_t size);
 int store_remote_list(store_remote *r, const char *sub, store_remote_list_cb cb, void *ctx);

@@ -26,7 +26,10 @@ struct store_remote {
 	int retries;
 	int backoff_ms;
 	int connect_timeout_s;
-	int stall_timeout_s;
+	int stall_timeout_s;  /* the low-speed window (s) */
+	long low_speed_bps;   /* slower than this over the window fails */
+	int deadline_floor_s; /* every request's deadline: floor + bytes / min_rate_bps */
+	long min_rate_bps;
 	int list_page;
 	size_t multipart_bytes;
 	size_t part_bytes;
@@ -55,6 +58,8 @@ typedef struct remote_req {
 	int has_body;       /* PUT/POST: send body (possibly empty) */
 	FILE *sink;         /* GET into a file instead of memory */
 	size_t max_size;    /* GET into memory: largest accepted body; 0: none */
+	const char *xml_root; /* a 2xx answer must be this XML document (checked by remote__do); NULL: any body */
+	const char *shown;  /* what messages call the target ("s3://b/p/?list-type=2"); NULL: bucket/key?query */
 } remote_req;
 
 typedef struct remote_resp {
@@ -69,7 +74,16 @@ typedef struct remote_resp {
 void remote__resp_free(remote_resp *p);
 
 /*
- * Send q with retries.  Returns 0 for an HTTP 2xx answer; otherwise a QE code
+ * Send q with retries.  Every attempt has a deadline of
+ * r->deadline_floor_s + (bytes sent + bytes announced or received) /
+ * r->min_rate_bps and fails when slower than r->low_speed_bps for
+ * r->stall_timeout_s; both are transient (retried) and reported as such.
+ * With q->xml_root set, a 2xx answer counts only when its body is one
+ * complete, well-formed XML document of that root element (remote__xml_check);
+ * an <Error> document in a 2xx answer is the server's error; anything else
+ * is QE_ESTORE naming the request and what was wrong.  Error answers
+ * (non-2xx) give their Code and Message only when the body is a well-formed
+ * <Error> document.  Returns 0 for an HTTP 2xx answer; otherwise a QE code
  * with the message set (and p->status / p->code filled when the server
  * answered), so callers may treat e.g. a 404 as an answer.  what names the
  * operation in messages ("PUT", "upload part 3 of").
@@ -80,6 +94,17 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p);
 int remote__full_key(const store_remote *r, const char *key, char *buf, size_t len);
 /* Percent-encode s (RFC 3986 unreserved kept; '/' kept when keep_slash) into buf. */
 int remote__encode(const char *s, int keep_slash, char *buf, size_t len);
+
+/*
+ * 0 when xml[0..n) is one complete, well-formed XML document whose root
+ * element is named root; otherwise -1 and why (a phrase such as "answer is
+ * not a ListBucketResult (HTML page?)" or "answer is truncated: <Contents>
+ * is not closed ...") in why[0..why_len).  The lookups below assume a body
+ * that passed.
+ */
+int remote__xml_check(const char *xml, size_t n, const char *root, char *why, size_t why_len);
+/* "METHOD s3://bucket/key?query" (or q->shown) for messages. */
+void remote__req_text(const store_remote *r, const remote_req *q, char *buf, size_t len);
 
 /*
  * The text of the first <tag>...</tag> in xml[0..n) after *pos (XML entities

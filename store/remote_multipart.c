@@ -6,8 +6,10 @@
  * server can drop the parts.
  *
  * CompleteMultipartUpload may answer HTTP 200 and still fail (the error is
- * in the body, sent after a keep-alive pause), so its body is checked for an
- * <Error> element and for the key we asked for.
+ * in the body, sent after a keep-alive pause), so its answer must be a
+ * complete CompleteMultipartUploadResult; an <Error> document or anything
+ * else (cut short, an HTML page) fails the upload, which is then aborted.
+ * The start must be an InitiateMultipartUploadResult with an UploadId.
  *
  * An abort that itself fails (the server is gone, or does not implement it:
  * s3rver answers MethodNotAllowed) is logged, not returned: the upload's
@@ -54,7 +56,8 @@ int remote__put_multipart(store_remote *r, const char *key, const void *data, si
 		nparts = (size + part - 1) / part;
 	}
 	char upload[1024], upload_enc[3100], query[3300];
-	remote_req q = { .method = "POST", .key = key, .query = "uploads=", .has_body = 1, .max_size = (size_t)1 << 20 };
+	remote_req q = { .method = "POST", .key = key, .query = "uploads=", .has_body = 1, .max_size = (size_t)1 << 20,
+			 .xml_root = "InitiateMultipartUploadResult" };
 	remote_resp p;
 	int rc = remote__do(r, &q, &p);
 	if (rc) {
@@ -64,7 +67,8 @@ int remote__put_multipart(store_remote *r, const char *key, const void *data, si
 	int got = p.body.n ? remote__xml_text(p.body.p, p.body.n, "UploadId", NULL, upload, sizeof(upload)) : 0;
 	remote__resp_free(&p);
 	if (got != 1 || !upload[0])
-		return qe_fail(QE_ESTORE, "s3: starting the multipart upload of '%s': the answer has no UploadId", key);
+		return qe_fail(QE_ESTORE, "s3: POST %s?uploads: the InitiateMultipartUploadResult has no %sUploadId", key,
+			       got ? "readable " : "");
 	if ((rc = remote__encode(upload, 0, upload_enc, sizeof(upload_enc))))
 		return rc;
 
@@ -101,28 +105,11 @@ int remote__put_multipart(store_remote *r, const char *key, const void *data, si
 
 	snprintf(query, sizeof(query), "uploadId=%s", upload_enc);
 	remote_req cq = { .method = "POST", .key = key, .query = query, .body = xml, .body_len = xml_len,
-			  .has_body = 1, .max_size = (size_t)1 << 20 };
+			  .has_body = 1, .max_size = (size_t)1 << 20, .xml_root = "CompleteMultipartUploadResult" };
 	if ((rc = remote__do(r, &cq, &p))) {
 		remote__resp_free(&p);
 		qe_fail_ctx(rc, "completing the multipart upload of '%s'", key);
 		goto abort;
-	}
-	{
-		char code[64] = "", msg[512] = "";
-		size_t b, e;
-		const char *body = p.body.p ? p.body.p : "";
-		if (remote__xml_span(body, p.body.n, "Error", NULL, &b, &e)) {
-			remote__xml_text(body + b, e - b, "Code", NULL, code, sizeof(code));
-			remote__xml_text(body + b, e - b, "Message", NULL, msg, sizeof(msg));
-			remote__resp_free(&p);
-			rc = qe_fail(QE_ESTORE, "s3: completing the multipart upload of '%s': %s: %s", key, code, msg);
-			goto abort;
-		}
-		if (!remote__xml_span(body, p.body.n, "CompleteMultipartUploadResult", NULL, &b, &e)) {
-			remote__resp_free(&p);
-			rc = qe_fail(QE_ESTORE, "s3: completing the multipart upload of '%s': unexpected answer", key);
-			goto abort;
-		}
 	}
 	remote__resp_free(&p);
 	free(xml);

@@ -3,6 +3,11 @@
  * multipart), get into memory or a file, head, delete, list (ListObjectsV2
  * with continuation), plus the bucket check and creation.  Each is one or a
  * few remote__do() calls; retries and error texts live there.
+ *
+ * A listing is believed only when every page is a complete ListBucketResult
+ * for the bucket and prefix asked (remote__do checks the document, this
+ * file its content): remote gc deletes what a listing does not show to be
+ * referenced, so a page that is not clearly S3's answer must be an error.
  */
 #include "store/remote_int.h"
 
@@ -23,7 +28,10 @@ int store_remote_check(store_remote *r)
 	if (rc)
 		return rc;
 	snprintf(query, sizeof(query), "list-type=2&max-keys=1&prefix=%s", enc);
-	remote_req q = { .method = "GET", .key = NULL, .query = query, .max_size = (size_t)16 << 20 };
+	char shown[1200];
+	snprintf(shown, sizeof(shown), "s3://%s/%s?list-type=2", r->bucket, pfx);
+	remote_req q = { .method = "GET", .key = NULL, .query = query, .max_size = (size_t)16 << 20,
+			 .xml_root = "ListBucketResult", .shown = shown };
 	remote_resp p;
 	rc = remote__do(r, &q, &p);
 	remote__resp_free(&p);
@@ -192,9 +200,27 @@ int store_remote_list(store_remote *r, const char *sub, store_remote_list_cb cb,
 	return store_remote_list_objs(r, sub, list_shim_cb, &s);
 }
 
+/* A listing page's element that must be present: its text into out, or QE_ESTORE naming the request. */
+static int need_text(const char *x, size_t n, const char *tag, char *out, size_t len, const char *what)
+{
+	int got = remote__xml_text(x, n, tag, NULL, out, len);
+	if (got == 1)
+		return QE_OK;
+	return qe_fail(QE_ESTORE, "s3: %s: the ListBucketResult has %s <%s>", what, got ? "an unreadable" : "no", tag);
+}
+
+/* A decimal byte count with nothing else; -1 when not one. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	if (!s[0] || strspn(s, "0123456789") != strlen(s) || strlen(s) > 19)
+		return -1;
+	*out = strtoull(s, NULL, 10);
+	return 0;
+}
+
 int store_remote_list_objs(store_remote *r, const char *sub, store_remote_list_obj_cb cb, void *ctx)
 {
-	char pfx[2200], enc[6600], tok[2048], etok[6200], query[13000];
+	char pfx[2200], enc[6600], tok[2048], etok[6200], query[13000], what[2420];
 	size_t skip = r->prefix[0] ? strlen(r->prefix) + 1 : 0;
 	if ((size_t)snprintf(pfx, sizeof(pfx), "%s%s%s", r->prefix, r->prefix[0] ? "/" : "", sub ? sub : "") >=
 	    sizeof(pfx))
@@ -203,7 +229,7 @@ int store_remote_list_objs(store_remote *r, const char *sub, store_remote_list_o
 	if (rc)
 		return rc;
 	tok[0] = 0;
-	for (;;) {
+	for (int page = 1;; page++) {
 		/* Parameters in byte order: the canonical query of the signature. */
 		if (tok[0]) {
 			if ((rc = remote__encode(tok, 0, etok, sizeof(etok))))
@@ -213,44 +239,78 @@ int store_remote_list_objs(store_remote *r, const char *sub, store_remote_list_o
 		} else {
 			snprintf(query, sizeof(query), "list-type=2&max-keys=%d&prefix=%s", r->list_page, enc);
 		}
-		remote_req q = { .method = "GET", .key = NULL, .query = query, .max_size = (size_t)64 << 20 };
+		char shown[2400];
+		snprintf(shown, sizeof(shown), "s3://%s/%s?list-type=2%s", r->bucket, pfx,
+			 page > 1 ? " (a continuation page)" : "");
+		snprintf(what, sizeof(what), "GET %s", shown);
+		remote_req q = { .method = "GET", .key = NULL, .query = query, .max_size = (size_t)64 << 20,
+				 .xml_root = "ListBucketResult", .shown = shown };
 		remote_resp p;
 		if ((rc = remote__do(r, &q, &p))) {
 			remote__resp_free(&p);
 			return qe_fail_ctx(rc, "listing s3://%s/%s", r->bucket, pfx);
 		}
+		/* The document is a complete ListBucketResult; now its content. */
 		const char *x = p.body.p ? p.body.p : "";
 		size_t n = p.body.n, pos = 0, b, e;
+		char trunc[16], name[80], got_pfx[2200], num[32];
+		if ((rc = need_text(x, n, "IsTruncated", trunc, sizeof(trunc), what)))
+			goto page_out;
+		if (strcmp(trunc, "true") && strcmp(trunc, "false")) {
+			rc = qe_fail(QE_ESTORE, "s3: %s: IsTruncated is '%s', not true or false", what, trunc);
+			goto page_out;
+		}
+		if (remote__xml_text(x, n, "Name", NULL, name, sizeof(name)) == 1 && strcmp(name, r->bucket)) {
+			rc = qe_fail(QE_ESTORE, "s3: %s: the answer lists bucket '%s'", what, name);
+			goto page_out;
+		}
+		/* Prefix comes before the first Contents in S3's answers; look only there. */
+		size_t head_end = n;
+		if (remote__xml_span(x, n, "Contents", NULL, &b, &e))
+			head_end = b;
+		if (remote__xml_text(x, head_end, "Prefix", NULL, got_pfx, sizeof(got_pfx)) == 1 && strcmp(got_pfx, pfx)) {
+			rc = qe_fail(QE_ESTORE, "s3: %s: the answer is for prefix '%s'", what, got_pfx);
+			goto page_out;
+		}
 		int nkeys = 0;
 		while (!rc && remote__xml_span(x, n, "Contents", &pos, &b, &e)) {
-			char key[2200], num[32];
+			char key[2200], sz[32];
+			uint64_t size;
 			if (remote__xml_text(x + b, e - b, "Key", NULL, key, sizeof(key)) != 1 ||
-			    remote__xml_text(x + b, e - b, "Size", NULL, num, sizeof(num)) != 1) {
-				rc = qe_fail(QE_ESTORE, "s3: listing s3://%s/%s: an entry without Key or Size", r->bucket,
-					     pfx);
+			    remote__xml_text(x + b, e - b, "Size", NULL, sz, sizeof(sz)) != 1 || parse_size(sz, &size)) {
+				rc = qe_fail(QE_ESTORE, "s3: %s: entry %d has no readable Key or Size", what, nkeys + 1);
 				break;
 			}
 			nkeys++;
 			if (strlen(key) < skip || strncmp(key, pfx, strlen(pfx)))
 				continue; /* not ours: a server that ignored the prefix */
 			char lm[64];
-			store_remote_obj o = { key + skip, strtoull(num, NULL, 10), -1 };
+			store_remote_obj o = { key + skip, size, -1 };
 			if (remote__xml_text(x + b, e - b, "LastModified", NULL, lm, sizeof(lm)) == 1)
 				o.mtime = parse_last_modified(lm);
 			rc = cb(ctx, &o);
 		}
-		char trunc[16] = "";
-		remote__xml_text(x, n, "IsTruncated", NULL, trunc, sizeof(trunc));
+		if (rc)
+			goto page_out;
+		if (remote__xml_text(x, n, "KeyCount", NULL, num, sizeof(num)) == 1) {
+			uint64_t kc;
+			if (parse_size(num, &kc) || kc < (uint64_t)nkeys) {
+				rc = qe_fail(QE_ESTORE, "s3: %s: KeyCount '%s' but %d entries", what, num, nkeys);
+				goto page_out;
+			}
+		}
 		int more = strcmp(trunc, "true") == 0;
 		int got_tok = more ? remote__xml_text(x, n, "NextContinuationToken", NULL, tok, sizeof(tok)) : 0;
 		remote__resp_free(&p);
-		if (rc)
-			return rc;
 		if (!more)
 			return QE_OK;
 		if (got_tok != 1 || !tok[0] || !nkeys)
-			return qe_fail(QE_ESTORE, "s3: listing s3://%s/%s: truncated answer without a usable "
+			return qe_fail(QE_ESTORE, "s3: %s: truncated answer (IsTruncated true) without a usable "
 						  "continuation token",
-				       r->bucket, pfx);
+				       what);
+		continue;
+page_out:
+		remote__resp_free(&p);
+		return rc;
 	}
 }
