@@ -3,6 +3,13 @@
  * the variables a cluster launcher would (RANK, WORLD_SIZE, LOCAL_RANK,
  * MASTER_ADDR, MASTER_PORT, QE_RUN_ID), and watch them.
  *
+ * The job is local, so MASTER_ADDR defaults to 127.0.0.1 (every listener of
+ * the job then sits on loopback, rendezvous.c), and the launcher makes the
+ * job's secret: unless the caller already set QE_JOB_SECRET or
+ * QE_JOB_SECRET_FILE, each launch gets a fresh random QE_JOB_SECRET
+ * (getrandom, auth.h) in its ranks' environments only; the launcher's own
+ * environment is left alone and the secret is never logged.
+ *
  * One failing rank dooms the job: the others would only wait for it until
  * their comm timeouts.  So the first failure (non-zero exit or a signal)
  * makes the launcher send SIGTERM to the rest and SIGKILL after a grace
@@ -27,14 +34,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/comm/auth.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
 extern char **environ;
 
-#define NVARS 7
-static const char *const var_names[NVARS] = { "RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-					      "MASTER_ADDR", "MASTER_PORT", "QE_RUN_ID" };
+/* The variables a launch sets; the last, QE_JOB_SECRET, only when the caller has no secret. */
+#define NVARS 8
+#define VAR_SECRET 7
+#define VAL_MAX (QE_DIST_ADDR_MAX + QE_AUTH_GENERATED_CHARS + 32)
+static const char *const var_names[NVARS] = { "RANK",        "WORLD_SIZE",  "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+					      "MASTER_ADDR", "MASTER_PORT", "QE_RUN_ID",  "QE_JOB_SECRET" };
 
 typedef struct launch_spec {
 	int (*rank_main)(void *arg); /* function variant */
@@ -49,8 +60,8 @@ static void sleep_ms(int ms)
 		;
 }
 
-/* environ without our variables, plus vals ("NAME=value"); NULL on no memory. */
-static char **child_environ(char vals[NVARS][QE_DIST_ADDR_MAX + 32])
+/* environ without our variables, plus the first nvals of vals ("NAME=value"); NULL on no memory. */
+static char **child_environ(char vals[NVARS][VAL_MAX], int nvals)
 {
 	size_t n = 0, k = 0;
 	char **envp;
@@ -61,7 +72,7 @@ static char **child_environ(char vals[NVARS][QE_DIST_ADDR_MAX + 32])
 		return NULL;
 	for (size_t i = 0; i < n; i++) {
 		int ours = 0;
-		for (int v = 0; v < NVARS; v++) {
+		for (int v = 0; v < nvals; v++) {
 			size_t l = strlen(var_names[v]);
 			if (strncmp(environ[i], var_names[v], l) == 0 && environ[i][l] == '=')
 				ours = 1;
@@ -69,14 +80,14 @@ static char **child_environ(char vals[NVARS][QE_DIST_ADDR_MAX + 32])
 		if (!ours)
 			envp[k++] = environ[i];
 	}
-	for (int v = 0; v < NVARS; v++)
+	for (int v = 0; v < nvals; v++)
 		envp[k++] = vals[v];
 	envp[k] = NULL;
 	return envp;
 }
 
 static __attribute__((noreturn)) void child_run(const launch_spec *spec, int rank, pid_t parent,
-						char vals[NVARS][QE_DIST_ADDR_MAX + 32], char **envp)
+						char vals[NVARS][VAL_MAX], int nvals, char **envp)
 {
 	sigset_t none;
 	int rc;
@@ -92,7 +103,7 @@ static __attribute__((noreturn)) void child_run(const launch_spec *spec, int ran
 		qe_log(QE_LOG_ERROR, "launch: rank %d: cannot exec '%s': %s", rank, spec->argv[0], strerror(errno));
 		_exit(127);
 	}
-	for (int v = 0; v < NVARS; v++) {
+	for (int v = 0; v < nvals; v++) {
 		char *eq = strchr(vals[v], '=');
 		*eq = '\0';
 		setenv(vals[v], eq + 1, 1);
@@ -195,10 +206,10 @@ static int supervise(qe_launch_result *out)
 
 static int launch(int nproc, const launch_spec *spec, const char *master_addr, int port, qe_launch_result *out)
 {
-	char run_id[QE_DIST_RUN_ID_MAX];
+	char run_id[QE_DIST_RUN_ID_MAX], secret[QE_AUTH_GENERATED_CHARS + 1] = "";
 	const char *rid = getenv("QE_RUN_ID");
 	pid_t parent = getpid();
-	int rc;
+	int rc, nvals = NVARS - 1;
 	memset(out, 0, sizeof(*out));
 	out->first_failed = -1;
 	if (nproc < 1 || nproc > QE_LAUNCH_MAX_PROCS)
@@ -219,6 +230,12 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 		snprintf(run_id, sizeof(run_id), "launch-%d-%llx", (int)parent,
 			 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 	}
+	/* The caller's own secret is inherited as it is; otherwise this launch makes one. */
+	if (!getenv("QE_JOB_SECRET") && !getenv("QE_JOB_SECRET_FILE")) {
+		if ((rc = qe_auth_generate(secret, sizeof(secret))))
+			return rc;
+		nvals = NVARS;
+	}
 	out->nproc = nproc;
 	for (int r = 0; r < nproc; r++) {
 		out->ranks[r].exit_code = -1;
@@ -228,7 +245,7 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 
 	fflush(NULL); /* or buffered output would be written once per child too */
 	for (int r = 0; r < nproc; r++) {
-		char vals[NVARS][QE_DIST_ADDR_MAX + 32];
+		char vals[NVARS][VAL_MAX];
 		char **envp = NULL;
 		pid_t pid;
 		snprintf(vals[0], sizeof(vals[0]), "RANK=%d", r);
@@ -238,24 +255,28 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 		snprintf(vals[4], sizeof(vals[4]), "MASTER_ADDR=%s", master_addr);
 		snprintf(vals[5], sizeof(vals[5]), "MASTER_PORT=%d", port);
 		snprintf(vals[6], sizeof(vals[6]), "QE_RUN_ID=%s", run_id);
+		snprintf(vals[VAR_SECRET], sizeof(vals[VAR_SECRET]), "QE_JOB_SECRET=%s", secret);
 		/* Built before fork: only async-signal-safe calls stand between fork and exec. */
-		if (spec->argv && !(envp = child_environ(vals))) {
+		if (spec->argv && !(envp = child_environ(vals, nvals))) {
 			rc = qe_fail(QE_ENOMEM, "launch: environment of rank %d", r);
 			goto abort;
 		}
 		pid = fork();
 		if (pid == 0)
-			child_run(spec, r, parent, vals, envp);
+			child_run(spec, r, parent, vals, nvals, envp);
 		free(envp);
+		explicit_bzero(vals[VAR_SECRET], sizeof(vals[VAR_SECRET]));
 		if (pid < 0) {
 			rc = qe_fail(QE_EIO, "launch: fork of rank %d of %d: %s", r, nproc, strerror(errno));
 			goto abort;
 		}
 		out->ranks[r].pid = pid;
 	}
+	explicit_bzero(secret, sizeof(secret));
 	return supervise(out);
 
 abort:
+	explicit_bzero(secret, sizeof(secret));
 	for (int r = 0; r < nproc; r++) {
 		int st;
 		if (out->ranks[r].pid <= 0)

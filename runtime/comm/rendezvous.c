@@ -13,9 +13,28 @@
  * downwards and doing every connect before any accept cannot deadlock:
  * rank 1 only accepts, and each rank's connects need only lower ranks.
  *
- * Every handshake carries a magic, a protocol version and the run id, so a
- * process of another job that reaches one of our ports is turned away with a
- * clear message instead of corrupting this one.
+ * Only the job's own ranks get in (issue 23).  Listeners sit where the job
+ * is: rank 0 on MASTER_ADDR itself (or QE_LISTEN_ADDR), never on every
+ * interface, so a local job on 127.0.0.1 cannot be reached from another
+ * machine; the other ranks on the address that routes to rank 0.  And every
+ * connection proves it knows the job secret (auth.h) without sending it:
+ *
+ *   connector -> hello (magic, version, world, rank, port, flags, run id,
+ *                host, nonce_c)
+ *   acceptor  -> challenge (nonce_a, HMAC acceptor-label(nonces, ranks, run id))
+ *                or a refusal verdict when the hello is wrong
+ *   connector -> proof (HMAC connector-label(the same))
+ *   acceptor  -> verdict (at once on the mesh; rank 0 when all have joined)
+ *
+ * The acceptor handles many handshakes at once: its loop polls the listener
+ * and every connection in its handshake, each with its own time limit
+ * (HELLO_WAIT_MS), so a process that connects and stalls, or proves nothing,
+ * costs the job nothing: it is dropped, logged with its address, and never
+ * takes a rank's place.  A rank is admitted only once its proof checks.
+ *
+ * Every handshake also carries a magic, a protocol version and the run id,
+ * so a process of another job that reaches one of our ports is turned away
+ * with a clear message instead of corrupting this one.
  */
 #define _GNU_SOURCE
 #include "runtime/comm/comm_int.h"
@@ -35,18 +54,26 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/comm/auth.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
 #define RDV_MAGIC 0x56524551u /* "QERV" */
-#define RDV_VERSION 1u
+#define RDV_VERSION 2u
 #define RDV_HOST 64
-#define HELLO_SIZE (20 + QE_DIST_RUN_ID_MAX + RDV_HOST)
+#define HELLO_SIZE (24 + QE_DIST_RUN_ID_MAX + RDV_HOST + QE_AUTH_NONCE_BYTES)
+#define CHAL_MAGIC 0x43524551u  /* "QERC": the acceptor's nonce and proof */
+#define CHAL_SIZE (8 + QE_AUTH_NONCE_BYTES + QE_AUTH_MAC_BYTES)
+#define PROOF_MAGIC 0x50524551u /* "QERP": the connector's proof */
+#define PROOF_SIZE (4 + QE_AUTH_MAC_BYTES)
+#define RDV_FLAG_SECRET 1u      /* hello/challenge flag: this side has a job secret */
 #define VERDICT_TEXT 200
 #define VERDICT_SIZE (8 + VERDICT_TEXT)
 #define ENTRY_SIZE (RDV_HOST + 4)
-/* A connection that does not say hello within this time is dropped. */
+/* A connection that does not finish its handshake within this time is dropped. */
 #define HELLO_WAIT_MS 5000
+/* Handshakes under way at once on one listener; a new one beyond drops the oldest. */
+#define PEND_MAX 64
 
 int64_t qe_comm_now_ms(void)
 {
@@ -296,9 +323,10 @@ static int connect_retry(int self, const char *what, const char *host, int port,
 }
 
 typedef struct hello {
-	uint32_t magic, version, world, rank, port;
+	uint32_t magic, version, world, rank, port, flags;
 	char run_id[QE_DIST_RUN_ID_MAX];
 	char host[RDV_HOST];
+	unsigned char nonce[QE_AUTH_NONCE_BYTES];
 } hello;
 
 static void hello_pack(const hello *h, unsigned char *b)
@@ -309,8 +337,10 @@ static void hello_pack(const hello *h, unsigned char *b)
 	put_u32(b + 8, h->world);
 	put_u32(b + 12, h->rank);
 	put_u32(b + 16, h->port);
-	memcpy(b + 20, h->run_id, strnlen(h->run_id, QE_DIST_RUN_ID_MAX - 1));
-	memcpy(b + 20 + QE_DIST_RUN_ID_MAX, h->host, strnlen(h->host, RDV_HOST - 1));
+	put_u32(b + 20, h->flags);
+	memcpy(b + 24, h->run_id, strnlen(h->run_id, QE_DIST_RUN_ID_MAX - 1));
+	memcpy(b + 24 + QE_DIST_RUN_ID_MAX, h->host, strnlen(h->host, RDV_HOST - 1));
+	memcpy(b + 24 + QE_DIST_RUN_ID_MAX + RDV_HOST, h->nonce, QE_AUTH_NONCE_BYTES);
 }
 
 static void hello_unpack(hello *h, const unsigned char *b)
@@ -320,8 +350,29 @@ static void hello_unpack(hello *h, const unsigned char *b)
 	h->world = get_u32(b + 8);
 	h->rank = get_u32(b + 12);
 	h->port = get_u32(b + 16);
-	get_str(h->run_id, b + 20, QE_DIST_RUN_ID_MAX);
-	get_str(h->host, b + 20 + QE_DIST_RUN_ID_MAX, RDV_HOST);
+	h->flags = get_u32(b + 20);
+	get_str(h->run_id, b + 24, QE_DIST_RUN_ID_MAX);
+	get_str(h->host, b + 24 + QE_DIST_RUN_ID_MAX, RDV_HOST);
+	memcpy(h->nonce, b + 24 + QE_DIST_RUN_ID_MAX + RDV_HOST, QE_AUTH_NONCE_BYTES);
+}
+
+/*
+ * The proof of one side of a handshake: HMAC(secret, label || run id ||
+ * world || connecting rank || accepting rank || both nonces).  The label
+ * names the side, so the acceptor's proof is never a valid connector proof.
+ */
+static int rdv_mac(const qe_auth_key *key, int acceptor, const char *run_id, int world, int conn_rank,
+		   int acc_rank, const unsigned char *nc, const unsigned char *na, unsigned char *out)
+{
+	unsigned char ctx[QE_DIST_RUN_ID_MAX + 12 + 2 * QE_AUTH_NONCE_BYTES] = { 0 };
+	memcpy(ctx, run_id, strnlen(run_id, QE_DIST_RUN_ID_MAX - 1));
+	put_u32(ctx + QE_DIST_RUN_ID_MAX, (uint32_t)world);
+	put_u32(ctx + QE_DIST_RUN_ID_MAX + 4, (uint32_t)conn_rank);
+	put_u32(ctx + QE_DIST_RUN_ID_MAX + 8, (uint32_t)acc_rank);
+	memcpy(ctx + QE_DIST_RUN_ID_MAX + 12, nc, QE_AUTH_NONCE_BYTES);
+	memcpy(ctx + QE_DIST_RUN_ID_MAX + 12 + QE_AUTH_NONCE_BYTES, na, QE_AUTH_NONCE_BYTES);
+	return qe_auth_mac(key, acceptor ? "qeffect rendezvous v2 acceptor" : "qeffect rendezvous v2 connector", ctx,
+			   sizeof(ctx), out);
 }
 
 static int send_verdict(int fd, int ok, const char *text, int64_t deadline)
@@ -331,50 +382,6 @@ static int send_verdict(int fd, int ok, const char *text, int64_t deadline)
 	put_u32(b + 4, (uint32_t)ok);
 	snprintf((char *)b + 8, VERDICT_TEXT, "%s", text);
 	return xfer(fd, b, sizeof(b), 1, deadline);
-}
-
-/*
- * Read a hello on a fresh connection and judge it.  Returns 1 admitted (rank
- * in *rank), 0 turned away (connection closed, reason logged).  lo..hi are the
- * ranks expected here; taken[] marks those already connected.
- */
-static int admit(const qe_dist_env *env, int fd, int lo, int hi, const int *taken, int64_t deadline, hello *h)
-{
-	unsigned char b[HELLO_SIZE];
-	char why[VERDICT_TEXT] = "";
-	int64_t dl = qe_comm_now_ms() + HELLO_WAIT_MS;
-	int io = xfer(fd, b, sizeof(b), 0, dl < deadline ? dl : deadline);
-	if (io != IO_OK) {
-		qe_log(QE_LOG_WARN, "rank %d: dropped a connection that sent no hello: %s", env->rank, io_text(io));
-		return 0;
-	}
-	hello_unpack(h, b);
-	if (h->magic != RDV_MAGIC) {
-		qe_log(QE_LOG_WARN, "rank %d: dropped a connection that is not a qeffect rank (bad magic 0x%08x)",
-		       env->rank, h->magic);
-		return 0;
-	}
-	if (h->version != RDV_VERSION)
-		snprintf(why, sizeof(why), "protocol version %u, rank %d speaks %u", h->version, env->rank, RDV_VERSION);
-	else if (strcmp(h->run_id, env->run_id) != 0)
-		snprintf(why, sizeof(why), "run id '%s' does not match rank %d's run id '%s' (QE_RUN_ID)", h->run_id,
-			 env->rank, env->run_id);
-	else if ((int)h->world != env->world_size)
-		snprintf(why, sizeof(why), "WORLD_SIZE=%u does not match rank %d's WORLD_SIZE=%d", h->world, env->rank,
-			 env->world_size);
-	else if ((int)h->rank < lo || (int)h->rank > hi)
-		snprintf(why, sizeof(why), "rank %u is not expected here (rank %d accepts ranks %d..%d)", h->rank,
-			 env->rank, lo, hi);
-	else if (taken[h->rank])
-		snprintf(why, sizeof(why), "rank %u has already joined", h->rank);
-	else if (lo > 0 && env->rank == 0 && (h->port == 0 || h->port > 65535))
-		snprintf(why, sizeof(why), "rank %u announced an invalid port %u", h->rank, h->port);
-	if (why[0]) {
-		qe_log(QE_LOG_WARN, "rank %d: refused a connection from rank %u: %s", env->rank, h->rank, why);
-		send_verdict(fd, 0, why, qe_comm_now_ms() + 1000);
-		return 0;
-	}
-	return 1;
 }
 
 /* Read the answer to our hello. */
@@ -395,12 +402,66 @@ static int read_verdict(int self, int fd, const char *what, const char *host, in
 	return 0;
 }
 
+/*
+ * The connecting side's handshake on a fresh connection to rank peer: hello
+ * with our nonce, the acceptor's challenge (its nonce and its proof, which
+ * we check: a listener that squats the port learns nothing and is not
+ * believed), our proof.  The verdict comes after, from read_verdict.
+ */
+static int say_hello(const qe_dist_env *env, const qe_auth_key *key, int fd, int peer, const char *what,
+		     const char *host, int port, hello *h, int64_t deadline)
+{
+	unsigned char hb[HELLO_SIZE], cb[VERDICT_SIZE > CHAL_SIZE ? VERDICT_SIZE : CHAL_SIZE], pb[PROOF_SIZE];
+	unsigned char mac[QE_AUTH_MAC_BYTES];
+	int self = env->rank, rc, io;
+	if ((rc = qe_auth_nonce(h->nonce)))
+		return rc;
+	h->flags = key->set ? RDV_FLAG_SECRET : 0;
+	hello_pack(h, hb);
+	io = xfer(fd, hb, sizeof(hb), 1, deadline);
+	if (io == IO_OK)
+		io = xfer(fd, cb, 8, 0, deadline);
+	if (io != IO_OK)
+		return qe_fail(QE_ECOMM, "rank %d: saying hello to %s at %s:%d: %s", self, what, host, port, io_text(io));
+	if (get_u32(cb) == RDV_MAGIC) {
+		char text[VERDICT_TEXT];
+		io = xfer(fd, cb + 8, VERDICT_SIZE - 8, 0, deadline);
+		if (io != IO_OK)
+			return qe_fail(QE_ECOMM, "rank %d: reading the answer of %s at %s:%d: %s", self, what, host, port,
+				       io_text(io));
+		get_str(text, cb + 8, VERDICT_TEXT);
+		return qe_fail(QE_ECOMM, "rank %d: %s at %s:%d refused it: %s", self, what, host, port, text);
+	}
+	if (get_u32(cb) != CHAL_MAGIC)
+		return qe_fail(QE_ECOMM, "rank %d: the listener at %s:%d is not a qeffect rank (bad magic)", self, host,
+			       port);
+	io = xfer(fd, cb + 8, CHAL_SIZE - 8, 0, deadline);
+	if (io != IO_OK)
+		return qe_fail(QE_ECOMM, "rank %d: reading the challenge of %s at %s:%d: %s", self, what, host, port,
+			       io_text(io));
+	if ((rc = rdv_mac(key, 1, env->run_id, env->world_size, self, peer, h->nonce, cb + 8, mac)))
+		return rc;
+	if (!qe_auth_equal(mac, cb + 8 + QE_AUTH_NONCE_BYTES))
+		return qe_fail(QE_ECOMM,
+			       "rank %d: the listener at %s:%d does not prove that it is %s of this job: its job secret "
+			       "differs from ours (QE_JOB_SECRET / QE_JOB_SECRET_FILE)",
+			       self, host, port, what);
+	put_u32(pb, PROOF_MAGIC);
+	if ((rc = rdv_mac(key, 0, env->run_id, env->world_size, self, peer, h->nonce, cb + 8, pb + 4)))
+		return rc;
+	io = xfer(fd, pb, sizeof(pb), 1, deadline);
+	if (io != IO_OK)
+		return qe_fail(QE_ECOMM, "rank %d: sending our proof to %s at %s:%d: %s", self, what, host, port,
+			       io_text(io));
+	return 0;
+}
+
 static int make_listener(int self, const struct sockaddr *sa, socklen_t len, int backlog, int64_t deadline,
 			 int retry_busy, int *out)
 {
 	int64_t backoff = 10;
 	for (;;) {
-		int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1, zero = 0;
+		int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1, zero = 0, e;
 		char host[RDV_HOST];
 		int port;
 		if (fd < 0)
@@ -412,13 +473,13 @@ static int make_listener(int self, const struct sockaddr *sa, socklen_t len, int
 			*out = fd;
 			return 0;
 		}
-		addr_text(sa, len, host, sizeof(host), &port);
-		if (!(retry_busy && errno == EADDRINUSE) || qe_comm_now_ms() >= deadline) {
-			int e = errno;
-			close(fd);
+		e = errno;
+		close(fd);
+		if (!(retry_busy && e == EADDRINUSE) || qe_comm_now_ms() >= deadline) {
+			addr_text(sa, len, host, sizeof(host), &port);
+			errno = e;
 			return qe_fail(QE_ECOMM, "rank %d: cannot listen on %s:%d: %s", self, host, port, strerror(e));
 		}
-		close(fd);
 		sleep_ms(backoff);
 		backoff = backoff * 2 > 250 ? 250 : backoff * 2;
 	}
@@ -430,84 +491,304 @@ static void set_nodelay(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Accept ranks lo..hi on lfd; fds[r] gets each connection. */
-static int accept_ranks(const qe_dist_env *env, int lfd, int lo, int hi, int64_t deadline, int *fds,
-			char (*hosts)[RDV_HOST], int *ports)
+/* ---- accepting: many handshakes at once ------------------------------------ */
+
+/*
+ * A connection whose handshake is under way.  The accept loop polls the
+ * listener and every pending connection together, so a peer that connects
+ * and then stalls (or trickles bytes) holds only its own slot, until its
+ * HELLO_WAIT_MS run out; the real ranks keep being accepted meanwhile.
+ */
+typedef struct pending {
+	int fd;
+	int stage; /* 0: reading the hello, 1: reading the proof */
+	size_t got;
+	int64_t until;
+	char addr[RDV_HOST + 8];
+	hello h;
+	unsigned char na[QE_AUTH_NONCE_BYTES];
+	unsigned char buf[HELLO_SIZE];
+} pending;
+
+typedef struct acceptor {
+	const qe_dist_env *env;
+	const qe_auth_key *key;
+	int lo, hi;
+	const int *taken;
+	int hosts_wanted; /* rank 0: the hello must announce a listening port */
+} acceptor;
+
+enum { STEP_MORE = 0, STEP_ADMIT = 1, STEP_DROP = -1 };
+
+/* Why hello h may not join here ("" when it may). */
+static void judge(const acceptor *a, const hello *h, char *why, size_t n)
 {
-	int want = hi - lo + 1, got = 0, *taken = calloc((size_t)env->world_size, sizeof(int));
-	if (!taken)
-		return qe_fail(QE_ENOMEM, "rank %d: rendezvous table", env->rank);
+	const qe_dist_env *env = a->env;
+	why[0] = '\0';
+	if (h->version != RDV_VERSION)
+		snprintf(why, n, "protocol version %u, rank %d speaks %u", h->version, env->rank, RDV_VERSION);
+	else if (strcmp(h->run_id, env->run_id) != 0)
+		snprintf(why, n, "run id '%s' does not match rank %d's run id '%s' (QE_RUN_ID)", h->run_id, env->rank,
+			 env->run_id);
+	else if ((int)h->world != env->world_size)
+		snprintf(why, n, "WORLD_SIZE=%u does not match rank %d's WORLD_SIZE=%d", h->world, env->rank,
+			 env->world_size);
+	else if ((int)h->rank < a->lo || (int)h->rank > a->hi)
+		snprintf(why, n, "rank %u is not expected here (rank %d accepts ranks %d..%d)", h->rank, env->rank, a->lo,
+			 a->hi);
+	else if (a->taken[h->rank])
+		snprintf(why, n, "rank %u has already joined", h->rank);
+	else if (a->hosts_wanted && (h->port == 0 || h->port > 65535))
+		snprintf(why, n, "rank %u announced an invalid port %u", h->rank, h->port);
+	else if (a->key->set && !(h->flags & RDV_FLAG_SECRET))
+		snprintf(why, n, "rank %d has a job secret and rank %u has none (QE_JOB_SECRET, QE_JOB_SECRET_FILE)",
+			 env->rank, h->rank);
+	else if (!a->key->set && (h->flags & RDV_FLAG_SECRET))
+		snprintf(why, n, "rank %u has a job secret and rank %d has none (QE_JOB_SECRET, QE_JOB_SECRET_FILE)",
+			 h->rank, env->rank);
+}
+
+static int refuse(const acceptor *a, pending *p, const char *why)
+{
+	qe_log(QE_LOG_WARN, "rank %d: refused a connection from %s (claiming rank %u): %s", a->env->rank, p->addr,
+	       p->h.rank, why);
+	send_verdict(p->fd, 0, why, qe_comm_now_ms() + 100);
+	return STEP_DROP;
+}
+
+/* Move p's handshake on as far as the bytes that have arrived allow. */
+static int step(const acceptor *a, pending *p)
+{
+	const qe_dist_env *env = a->env;
+	size_t want = p->stage == 0 ? HELLO_SIZE : PROOF_SIZE;
+	char why[VERDICT_TEXT];
+	while (p->got < want) {
+		ssize_t r = recv(p->fd, p->buf + p->got, want - p->got, MSG_DONTWAIT);
+		if (r > 0) {
+			p->got += (size_t)r;
+			continue;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return STEP_MORE;
+		qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %s during the handshake", env->rank, p->addr,
+		       r == 0 ? "closed" : strerror(errno));
+		return STEP_DROP;
+	}
+	if (p->stage == 0) {
+		unsigned char cb[CHAL_SIZE];
+		hello_unpack(&p->h, p->buf);
+		if (p->h.magic != RDV_MAGIC) {
+			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s that is not a qeffect rank (bad magic 0x%08x)",
+			       env->rank, p->addr, p->h.magic);
+			return STEP_DROP;
+		}
+		judge(a, &p->h, why, sizeof(why));
+		if (why[0])
+			return refuse(a, p, why);
+		put_u32(cb, CHAL_MAGIC);
+		put_u32(cb + 4, a->key->set ? RDV_FLAG_SECRET : 0);
+		if (qe_auth_nonce(p->na) ||
+		    rdv_mac(a->key, 1, env->run_id, env->world_size, (int)p->h.rank, env->rank, p->h.nonce, p->na,
+			    cb + 8 + QE_AUTH_NONCE_BYTES)) {
+			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %s", env->rank, p->addr, qe_last_error());
+			return STEP_DROP;
+		}
+		memcpy(cb + 8, p->na, QE_AUTH_NONCE_BYTES);
+		/* A fresh socket's buffer takes these bytes at once; a peer that reads nothing cannot stall us. */
+		if (xfer(p->fd, cb, sizeof(cb), 1, qe_comm_now_ms() + 100) != IO_OK) {
+			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s (claiming rank %u): it does not take our challenge",
+			       env->rank, p->addr, p->h.rank);
+			return STEP_DROP;
+		}
+		p->stage = 1;
+		p->got = 0;
+		return STEP_MORE;
+	}
+	{
+		unsigned char mac[QE_AUTH_MAC_BYTES];
+		if (get_u32(p->buf) != PROOF_MAGIC)
+			return refuse(a, p, "the handshake has no proof where one belongs");
+		if (rdv_mac(a->key, 0, env->run_id, env->world_size, (int)p->h.rank, env->rank, p->h.nonce, p->na, mac)) {
+			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %s", env->rank, p->addr, qe_last_error());
+			return STEP_DROP;
+		}
+		if (!qe_auth_equal(mac, p->buf + 4))
+			return refuse(a, p,
+				      "it does not prove that it knows the job secret (QE_JOB_SECRET / QE_JOB_SECRET_FILE "
+				      "differ, or it is not a rank of this job)");
+		if (a->taken[p->h.rank])
+			return refuse(a, p, "this rank has already joined");
+	}
+	return STEP_ADMIT;
+}
+
+static void pend_remove(pending *pend, int *np, int i, int close_fd)
+{
+	if (close_fd)
+		close(pend[i].fd);
+	pend[i] = pend[*np - 1];
+	(*np)--;
+}
+
+/* Accept ranks lo..hi on lfd; fds[r] gets each connection (rank 0 also records hosts and ports). */
+static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd, int lo, int hi, int64_t deadline,
+			int *fds, char (*hosts)[RDV_HOST], int *ports)
+{
+	int want = hi - lo + 1, got = 0, np = 0, rc = 0;
+	int *taken = calloc((size_t)env->world_size, sizeof(int));
+	pending *pend = calloc(PEND_MAX, sizeof(pending));
+	struct pollfd *pf = calloc(PEND_MAX + 1, sizeof(struct pollfd));
+	acceptor a = { .env = env, .key = key, .lo = lo, .hi = hi, .taken = taken, .hosts_wanted = hosts != NULL };
+	if (!taken || !pend || !pf) {
+		rc = qe_fail(QE_ENOMEM, "rank %d: rendezvous table", env->rank);
+		goto out;
+	}
 	while (got < want) {
-		hello h;
-		int cfd, w = wait_fd(lfd, POLLIN, deadline);
-		if (w <= 0) {
+		int64_t now = qe_comm_now_ms(), wake = deadline;
+		int r;
+		for (int i = np - 1; i >= 0; i--) {
+			if (now >= pend[i].until) {
+				qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: no complete handshake within %d ms",
+				       env->rank, pend[i].addr, HELLO_WAIT_MS);
+				pend_remove(pend, &np, i, 1);
+			} else if (pend[i].until < wake) {
+				wake = pend[i].until;
+			}
+		}
+		if (now >= deadline) {
 			char missing[256] = "";
 			size_t used = 0;
-			for (int r = lo; r <= hi && used + 16 < sizeof(missing); r++)
-				if (!taken[r])
+			for (int k = lo; k <= hi && used + 16 < sizeof(missing); k++)
+				if (!taken[k])
 					used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d",
-								 used ? ", " : "", r);
-			free(taken);
-			return qe_fail(QE_ECOMM, "rank %d: rendezvous %s: %d of %d ranks joined (missing: %s)", env->rank,
-				       w == 0 ? "timed out" : strerror(errno), got, want, missing);
+								 used ? ", " : "", k);
+			rc = qe_fail(QE_ECOMM, "rank %d: rendezvous timed out: %d of %d ranks joined (missing: %s)", env->rank,
+				     got, want, missing);
+			goto out;
 		}
-		cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (cfd < 0)
-			continue; /* EAGAIN, ECONNABORTED, EINTR: look again */
-		if (!admit(env, cfd, lo, hi, taken, deadline, &h)) {
-			close(cfd);
+		pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		for (int i = 0; i < np; i++)
+			pf[1 + i] = (struct pollfd){ .fd = pend[i].fd, .events = POLLIN };
+		r = poll(pf, (nfds_t)(1 + np), wake - now > INT_MAX ? INT_MAX : (int)(wake - now));
+		if (r < 0 && errno != EINTR) {
+			rc = qe_fail(QE_ECOMM, "rank %d: rendezvous: poll: %s", env->rank, strerror(errno));
+			goto out;
+		}
+		if (r <= 0)
 			continue;
+		for (int i = np - 1; i >= 0; i--) {
+			int s, rk;
+			if (!pf[1 + i].revents)
+				continue;
+			s = step(&a, &pend[i]);
+			if (s == STEP_MORE)
+				continue;
+			if (s == STEP_DROP) {
+				pend_remove(pend, &np, i, 1);
+				continue;
+			}
+			rk = (int)pend[i].h.rank;
+			/* Mesh links are admitted at once; rank 0 answers when it has the table. */
+			if (!hosts && send_verdict(pend[i].fd, 1, "ok", deadline) != IO_OK) {
+				qe_log(QE_LOG_WARN, "rank %d: rank %d left while being admitted", env->rank, rk);
+				pend_remove(pend, &np, i, 1);
+				continue;
+			}
+			taken[rk] = 1;
+			fds[rk] = pend[i].fd;
+			if (hosts)
+				memcpy(hosts[rk], pend[i].h.host, RDV_HOST);
+			if (ports)
+				ports[rk] = (int)pend[i].h.port;
+			got++;
+			pend_remove(pend, &np, i, 0);
 		}
-		/* Mesh links are admitted at once; rank 0 answers when it has the table. */
-		if (!hosts && send_verdict(cfd, 1, "ok", deadline) != IO_OK) {
-			qe_log(QE_LOG_WARN, "rank %d: rank %u left while being admitted", env->rank, h.rank);
-			close(cfd);
+		if (!(pf[0].revents & POLLIN))
 			continue;
+		for (;;) {
+			struct sockaddr_storage ss;
+			socklen_t sl = sizeof(ss);
+			int cfd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC), port, oldest = 0;
+			char host[RDV_HOST];
+			if (cfd < 0)
+				break; /* EAGAIN, ECONNABORTED, EINTR: poll again */
+			if (np == PEND_MAX) {
+				for (int i = 1; i < np; i++)
+					if (pend[i].until < pend[oldest].until)
+						oldest = i;
+				qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %d handshakes are under way",
+				       env->rank, pend[oldest].addr, PEND_MAX);
+				pend_remove(pend, &np, oldest, 1);
+			}
+			addr_text((struct sockaddr *)&ss, sl, host, sizeof(host), &port);
+			memset(&pend[np], 0, sizeof(pend[np]));
+			pend[np].fd = cfd;
+			pend[np].until = qe_comm_now_ms() + HELLO_WAIT_MS;
+			snprintf(pend[np].addr, sizeof(pend[np].addr), "%s:%d", host, port);
+			np++;
 		}
-		taken[h.rank] = 1;
-		fds[h.rank] = cfd;
-		if (hosts)
-			memcpy(hosts[h.rank], h.host, RDV_HOST);
-		if (ports)
-			ports[h.rank] = (int)h.port;
-		got++;
+	}
+out:
+	for (int i = 0; i < np; i++) {
+		qe_log(QE_LOG_DEBUG, "rank %d: closing a connection from %s still in its handshake", env->rank, pend[i].addr);
+		close(pend[i].fd);
 	}
 	free(taken);
+	free(pend);
+	free(pf);
+	return rc;
+}
+
+/* ---- rank 0 and the others ------------------------------------------------- */
+
+/*
+ * Rank 0 listens on QE_LISTEN_ADDR when set, else on MASTER_ADDR itself:
+ * the interface the other ranks reach, and only that one (a job on
+ * 127.0.0.1 is reachable from this host only).  where gets "host:port".
+ */
+static int root_listener(const qe_dist_env *env, int64_t deadline, int *lfd, char *where, size_t wl)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV },
+			*ai, *p;
+	const char *la = getenv("QE_LISTEN_ADDR");
+	const char *host = la && la[0] ? la : env->master_addr, *var = la && la[0] ? "QE_LISTEN_ADDR" : "MASTER_ADDR";
+	char ps[16], last[512] = "";
+	int gai, rc = QE_ECOMM;
+	snprintf(ps, sizeof(ps), "%d", env->master_port);
+	gai = getaddrinfo(host, ps, &hints, &ai);
+	if (gai)
+		return qe_fail(QE_ECOMM, "rank 0: cannot resolve %s '%s': %s", var, host, gai_strerror(gai));
+	for (p = ai; p; p = p->ai_next) {
+		rc = make_listener(0, p->ai_addr, p->ai_addrlen, env->world_size + 16, deadline, 1, lfd);
+		if (rc == 0)
+			break;
+		snprintf(last, sizeof(last), "%s", qe_last_error());
+	}
+	freeaddrinfo(ai);
+	snprintf(where, wl, "%s:%d", host, env->master_port);
+	if (rc)
+		return qe_fail(QE_ECOMM, "%s (%s='%s'%s)", last, var, host,
+			       la && la[0] ? ""
+					   : "; when MASTER_ADDR is not an address of rank 0's host, set QE_LISTEN_ADDR to "
+					     "the one rank 0 listens on");
+	qe_log(QE_LOG_DEBUG, "rank 0: listening on %s", where);
 	return 0;
 }
 
-static int rendezvous_root(const qe_dist_env *env, int64_t deadline, int *fds)
+static int rendezvous_root(const qe_dist_env *env, const qe_auth_key *key, int64_t deadline, int *fds)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
-	struct sockaddr_storage ss;
-	socklen_t sl;
-	char (*hosts)[RDV_HOST] = NULL;
-	int *ports = NULL, lfd = -1, rc, gai, world = env->world_size;
+	char (*hosts)[RDV_HOST] = NULL, where[QE_DIST_ADDR_MAX + 16];
+	int *ports = NULL, lfd = -1, rc, world = env->world_size;
 	unsigned char *table = NULL;
 
-	/* Listen on every interface of MASTER_ADDR's family, as torchrun's store does. */
-	gai = getaddrinfo(env->master_addr, NULL, &hints, &ai);
-	if (gai)
-		return qe_fail(QE_ECOMM, "rank 0: cannot resolve MASTER_ADDR '%s': %s", env->master_addr,
-			       gai_strerror(gai));
-	memset(&ss, 0, sizeof(ss));
-	if (ai->ai_family == AF_INET6) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-		s6->sin6_family = AF_INET6;
-		s6->sin6_addr = in6addr_any;
-		s6->sin6_port = htons((uint16_t)env->master_port);
-		sl = sizeof(*s6);
-	} else {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-		s4->sin_family = AF_INET;
-		s4->sin_addr.s_addr = htonl(INADDR_ANY);
-		s4->sin_port = htons((uint16_t)env->master_port);
-		sl = sizeof(*s4);
-	}
-	freeaddrinfo(ai);
-	rc = make_listener(0, (struct sockaddr *)&ss, sl, world + 16, deadline, 1, &lfd);
+	rc = root_listener(env, deadline, &lfd, where, sizeof(where));
 	if (rc)
 		return rc;
+	if ((rc = qe_auth_policy(key, 0, world, where)))
+		goto out;
 	hosts = calloc((size_t)world, RDV_HOST);
 	ports = calloc((size_t)world, sizeof(int));
 	table = calloc((size_t)world, ENTRY_SIZE);
@@ -516,7 +797,7 @@ static int rendezvous_root(const qe_dist_env *env, int64_t deadline, int *fds)
 		goto out;
 	}
 	qe_log(QE_LOG_DEBUG, "rank 0: waiting for %d ranks on port %d", world - 1, env->master_port);
-	rc = accept_ranks(env, lfd, 1, world - 1, deadline, fds, hosts, ports);
+	rc = accept_ranks(env, key, lfd, 1, world - 1, deadline, fds, hosts, ports);
 	if (rc)
 		goto out;
 	for (int r = 1; r < world; r++) {
@@ -540,44 +821,87 @@ out:
 	return rc;
 }
 
-static int rendezvous_rank(const qe_dist_env *env, int64_t deadline, int *fds)
+static int is_wildcard(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)ss)->sin6_addr);
+	return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == htonl(INADDR_ANY);
+}
+
+/*
+ * A rank's own listener for the mesh: on QE_LISTEN_ADDR when set, else on
+ * the local address it reached rank 0 from (that address routes back to us,
+ * and for a job on 127.0.0.1 it is 127.0.0.1).  lhost/lport: what we
+ * announce; a wildcard QE_LISTEN_ADDR announces the routed address.
+ */
+static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int *lfd, char *lhost, size_t hl,
+			 int *lport)
+{
+	struct sockaddr_storage route, ss;
+	socklen_t rl = sizeof(route), sl;
+	const char *la = getenv("QE_LISTEN_ADDR");
+	int self = env->rank, rc, dummy;
+	if (getsockname(fd0, (struct sockaddr *)&route, &rl) < 0)
+		return qe_fail(QE_ECOMM, "rank %d: getsockname: %s", self, strerror(errno));
+	if (la && la[0]) {
+		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+					  .ai_flags = AI_PASSIVE | AI_NUMERICSERV },
+				*ai, *p;
+		char last[512] = "";
+		int gai = getaddrinfo(la, "0", &hints, &ai);
+		if (gai)
+			return qe_fail(QE_ECOMM, "rank %d: cannot resolve QE_LISTEN_ADDR '%s': %s", self, la, gai_strerror(gai));
+		rc = QE_ECOMM;
+		for (p = ai; p; p = p->ai_next) {
+			rc = make_listener(self, p->ai_addr, p->ai_addrlen, env->world_size + 16, deadline, 0, lfd);
+			if (rc == 0)
+				break;
+			snprintf(last, sizeof(last), "%s", qe_last_error());
+		}
+		freeaddrinfo(ai);
+		if (rc)
+			return qe_fail(QE_ECOMM, "%s (QE_LISTEN_ADDR='%s')", last, la);
+	} else {
+		ss = route;
+		if (ss.ss_family == AF_INET6)
+			((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+		else
+			((struct sockaddr_in *)&ss)->sin_port = 0;
+		if ((rc = make_listener(self, (struct sockaddr *)&ss, rl, env->world_size + 16, deadline, 0, lfd)))
+			return rc;
+	}
+	sl = sizeof(ss);
+	getsockname(*lfd, (struct sockaddr *)&ss, &sl);
+	addr_text((struct sockaddr *)&ss, sl, lhost, hl, lport);
+	if (is_wildcard(&ss))
+		addr_text((struct sockaddr *)&route, rl, lhost, hl, &dummy);
+	return 0;
+}
+
+static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64_t deadline, int *fds)
 {
 	int self = env->rank, world = env->world_size, fd0 = -1, lfd = -1, rc, io, lport;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	unsigned char hb[HELLO_SIZE], *table = NULL;
+	unsigned char *table = NULL;
 	hello h = { .magic = RDV_MAGIC, .version = RDV_VERSION, .world = (uint32_t)world, .rank = (uint32_t)self };
-	char lhost[RDV_HOST];
+	char lhost[RDV_HOST], where[QE_DIST_ADDR_MAX + 16];
 
+	snprintf(where, sizeof(where), "%s:%d", env->master_addr, env->master_port);
+	if ((rc = qe_auth_policy(key, self, world, where)))
+		return rc;
 	rc = connect_retry(self, "rank 0", env->master_addr, env->master_port, deadline, &fd0);
 	if (rc)
 		return rc;
 	fds[0] = fd0;
-	/* Listen where we reached rank 0 from: that address routes back to us. */
-	if (getsockname(fd0, (struct sockaddr *)&ss, &sl) < 0)
-		return qe_fail(QE_ECOMM, "rank %d: getsockname: %s", self, strerror(errno));
-	if (ss.ss_family == AF_INET6)
-		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
-	else
-		((struct sockaddr_in *)&ss)->sin_port = 0;
-	rc = make_listener(self, (struct sockaddr *)&ss, sl, world + 16, deadline, 0, &lfd);
+	rc = rank_listener(env, fd0, deadline, &lfd, lhost, sizeof(lhost), &lport);
 	if (rc)
 		return rc;
-	sl = sizeof(ss);
-	getsockname(lfd, (struct sockaddr *)&ss, &sl);
-	addr_text((struct sockaddr *)&ss, sl, lhost, sizeof(lhost), &lport);
 
 	snprintf(h.run_id, sizeof(h.run_id), "%s", env->run_id);
 	snprintf(h.host, sizeof(h.host), "%s", lhost);
 	h.port = (uint32_t)lport;
-	hello_pack(&h, hb);
-	io = xfer(fd0, hb, sizeof(hb), 1, deadline);
-	if (io != IO_OK) {
-		rc = qe_fail(QE_ECOMM, "rank %d: saying hello to rank 0 at %s:%d: %s", self, env->master_addr,
-			     env->master_port, io_text(io));
-		goto out;
-	}
-	rc = read_verdict(self, fd0, "rank 0", env->master_addr, env->master_port, deadline);
+	rc = say_hello(env, key, fd0, 0, "rank 0", env->master_addr, env->master_port, &h, deadline);
+	if (!rc)
+		rc = read_verdict(self, fd0, "rank 0", env->master_addr, env->master_port, deadline);
 	if (rc)
 		goto out;
 	table = malloc((size_t)world * ENTRY_SIZE);
@@ -593,7 +917,6 @@ static int rendezvous_rank(const qe_dist_env *env, int64_t deadline, int *fds)
 
 	h.port = 0;
 	h.host[0] = '\0';
-	hello_pack(&h, hb);
 	for (int j = 1; j < self; j++) {
 		char host[RDV_HOST], what[32];
 		int port = (int)get_u32(table + (size_t)j * ENTRY_SIZE + RDV_HOST);
@@ -602,18 +925,14 @@ static int rendezvous_rank(const qe_dist_env *env, int64_t deadline, int *fds)
 		rc = connect_retry(self, what, host, port, deadline, &fds[j]);
 		if (rc)
 			goto out;
-		io = xfer(fds[j], hb, sizeof(hb), 1, deadline);
-		if (io != IO_OK) {
-			rc = qe_fail(QE_ECOMM, "rank %d: saying hello to rank %d at %s:%d: %s", self, j, host, port,
-				     io_text(io));
-			goto out;
-		}
-		rc = read_verdict(self, fds[j], what, host, port, deadline);
+		rc = say_hello(env, key, fds[j], j, what, host, port, &h, deadline);
+		if (!rc)
+			rc = read_verdict(self, fds[j], what, host, port, deadline);
 		if (rc)
 			goto out;
 	}
 	if (self + 1 < world) {
-		rc = accept_ranks(env, lfd, self + 1, world - 1, deadline, fds, NULL, NULL);
+		rc = accept_ranks(env, key, lfd, self + 1, world - 1, deadline, fds, NULL, NULL);
 		if (rc)
 			goto out;
 	}
@@ -626,10 +945,14 @@ out:
 int qe_comm_rendezvous(const qe_dist_env *env, int timeout_ms, int *fds)
 {
 	int64_t deadline = qe_comm_now_ms() + timeout_ms;
+	qe_auth_key key;
 	int rc;
 	for (int r = 0; r < env->world_size; r++)
 		fds[r] = -1;
-	rc = env->rank == 0 ? rendezvous_root(env, deadline, fds) : rendezvous_rank(env, deadline, fds);
+	rc = qe_auth_load(&key);
+	if (!rc)
+		rc = env->rank == 0 ? rendezvous_root(env, &key, deadline, fds) : rendezvous_rank(env, &key, deadline, fds);
+	qe_auth_key_clear(&key);
 	for (int r = 0; r < env->world_size; r++) {
 		if (fds[r] < 0)
 			continue;
@@ -653,17 +976,23 @@ int qe_comm_free_port(const char *master_addr, int *port)
 	gai = getaddrinfo(master_addr ? master_addr : "127.0.0.1", NULL, &hints, &ai);
 	if (gai)
 		return qe_fail(QE_ECOMM, "cannot resolve master address '%s': %s", master_addr, gai_strerror(gai));
+	/* The address itself, port 0: a free port where rank 0 will listen. */
 	memset(&ss, 0, sizeof(ss));
-	ss.ss_family = (sa_family_t)ai->ai_family;
-	sl = ai->ai_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+	memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+	sl = ai->ai_addrlen;
 	freeaddrinfo(ai);
+	if (ss.ss_family == AF_INET6)
+		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+	else
+		((struct sockaddr_in *)&ss)->sin_port = 0;
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return qe_fail(QE_ECOMM, "picking a free port: socket: %s", strerror(errno));
 	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
 		int e = errno;
 		close(fd);
-		return qe_fail(QE_ECOMM, "picking a free port: %s", strerror(e));
+		return qe_fail(QE_ECOMM, "picking a free port on '%s': %s", master_addr ? master_addr : "127.0.0.1",
+			       strerror(e));
 	}
 	close(fd);
 	*port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
