@@ -7,16 +7,31 @@
  * handle's mutex; copies into and out of the map run inside it, because the
  * map may move when it grows.  A read re-hashes the caller's copy rather than
  * the mapped bytes: what is checked is exactly what the caller gets.
+ *
+ * Speed: a tensor of several chunks is hashed on a helper thread that runs
+ * ahead of the writes, so hashing overlaps the copy and the disk.  Payloads
+ * go into the file with pwrite at the place LMDB reserved for them (store.c:
+ * WRITEMAP), their writeback started piece by piece.  A read looks every
+ * chunk up first, asks the kernel to read the next chunk ahead
+ * (POSIX_FADV_WILLNEED) and preads the current one straight into the
+ * caller's buffer, then hashes it there while the disk reads on.
  */
+#define _GNU_SOURCE
 #include "store/store_int.h"
 
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
+
+/* Values at least this long are read and written through the file
+ * descriptor; smaller ones are copied through the map. */
+#define FILE_IO_MIN ((size_t)1 << 20)
 
 void store_hash_of(const void *data, size_t size, store_hash *out)
 {
@@ -160,8 +175,17 @@ static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 			p[2] = (unsigned char)(STORE_VAL_MAGIC >> 16 & 0xff);
 			p[3] = (unsigned char)(STORE_VAL_MAGIC >> 24);
 			store_put_u64(p + 8, ch->size);
-			if (ch->size)
-				memcpy(p + STORE_VAL_HDR, c->data + i * c->chunk_size, ch->size);
+			const unsigned char *src = c->data + i * c->chunk_size;
+			uint64_t off;
+			if (s->writemap && ch->size >= FILE_IO_MIN &&
+			    store_value_offset(s, p, v.mv_size, &off) == 0) {
+				int qrc = store_write_at(s, src, (size_t)ch->size, off + STORE_VAL_HDR);
+				if (qrc)
+					return qe_fail_ctx(qrc, "store '%s': write chunk %s", s->path,
+							   store_hash_hex(&ch->hash, hex));
+			} else if (ch->size) {
+				memcpy(p + STORE_VAL_HDR, src, ch->size);
+			}
 			delta += (int64_t)ch->size;
 			c->written++;
 		}
@@ -172,6 +196,43 @@ static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 			return *mdb_rc = rc, store_mdb_fail(s, rc, "record a chunk's put time");
 	}
 	return add_bytes(s, txn, delta, mdb_rc);
+}
+
+/* The hashing helper: chunks[0..n) hashed in order, done counts them. */
+struct hasher {
+	const unsigned char *data;
+	store_chunk *chunks;
+	size_t chunk_size, n;
+	size_t done;  /* under mu */
+	int stop;     /* under mu: the put gave up */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+static void *hasher_main(void *arg)
+{
+	struct hasher *h = arg;
+	for (size_t i = 0; i < h->n; i++) {
+		pthread_mutex_lock(&h->mu);
+		int stop = h->stop;
+		pthread_mutex_unlock(&h->mu);
+		if (stop)
+			break;
+		store_hash_of(h->data + i * h->chunk_size, (size_t)h->chunks[i].size, &h->chunks[i].hash);
+		pthread_mutex_lock(&h->mu);
+		h->done = i + 1;
+		pthread_cond_signal(&h->cv);
+		pthread_mutex_unlock(&h->mu);
+	}
+	return NULL;
+}
+
+static void hasher_wait(struct hasher *h, size_t upto)
+{
+	pthread_mutex_lock(&h->mu);
+	while (h->done < upto)
+		pthread_cond_wait(&h->cv, &h->mu);
+	pthread_mutex_unlock(&h->mu);
 }
 
 int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size, store_chunk_list *out)
@@ -197,25 +258,55 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 	store_chunk *chunks = calloc(n, sizeof(*chunks));
 	if (!chunks)
 		return qe_fail(QE_ENOMEM, "store '%s': chunk list of %zu entries", s->path, n);
+	for (size_t i = 0; i < n; i++)
+		chunks[i].size = i + 1 < n ? chunk_size : bytes - i * chunk_size;
+	/* Several chunks: hash on a helper thread ahead of the writes.  Without
+	 * the thread (one chunk, or it cannot start) hash inline. */
+	struct hasher h = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .n = n };
+	pthread_t tid;
+	int threaded = 0;
+	if (n > 1) {
+		pthread_mutex_init(&h.mu, NULL);
+		pthread_cond_init(&h.cv, NULL);
+		threaded = pthread_create(&tid, NULL, hasher_main, &h) == 0;
+		if (!threaded) {
+			pthread_cond_destroy(&h.cv);
+			pthread_mutex_destroy(&h.mu);
+		}
+	}
 	struct put_ctx c = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .now = (uint64_t)time(NULL) };
+	rc = 0;
 	for (size_t first = 0; first < n;) {
 		/* A transaction holds about txn_bytes of chunks, at least one. */
 		size_t end = first, batch = 0;
 		while (end < n && (end == first || batch + chunk_size <= s->txn_bytes)) {
-			size_t sz = end + 1 < n ? chunk_size : bytes - end * chunk_size;
-			chunks[end].size = sz;
-			store_hash_of((const unsigned char *)data + end * chunk_size, sz, &chunks[end].hash);
-			batch += sz;
+			batch += (size_t)chunks[end].size;
 			end++;
 		}
+		if (threaded)
+			hasher_wait(&h, end);
+		else
+			for (size_t i = first; i < end; i++)
+				store_hash_of((const unsigned char *)data + i * chunk_size, (size_t)chunks[i].size,
+					      &chunks[i].hash);
 		c.first = first;
 		c.end = end;
 		rc = store_write_txn(s, batch + (end - first) * 64, put_body, &c, "put tensor");
-		if (rc) {
-			free(chunks);
-			return rc;
-		}
+		if (rc)
+			break;
 		first = end;
+	}
+	if (threaded) {
+		pthread_mutex_lock(&h.mu);
+		h.stop = 1;
+		pthread_mutex_unlock(&h.mu);
+		pthread_join(tid, NULL);
+		pthread_cond_destroy(&h.cv);
+		pthread_mutex_destroy(&h.mu);
+	}
+	if (rc) {
+		free(chunks);
+		return rc;
 	}
 	out->n = n;
 	out->chunks = chunks;
@@ -241,10 +332,11 @@ int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash)
 
 /* --- get -------------------------------------------------------------------------- */
 
-/* Copy chunk h (expected size, or UINT64_MAX for any up to cap) out of the map
- * into dst.  Call with s->mu held and txn open.  OUT *size: its length. */
-static int copy_chunk(store *s, MDB_txn *txn, const store_hash *h, uint64_t expect, void *dst, size_t cap,
-		      size_t idx, size_t count, uint64_t *size)
+/* Find chunk h (expected size, or UINT64_MAX for any) and check its header.
+ * Call with s->mu held and txn open.  OUT *payload: its bytes in the map,
+ * valid while txn is; *size: its length. */
+static int locate_chunk(store *s, MDB_txn *txn, const store_hash *h, uint64_t expect, size_t idx, size_t count,
+			const unsigned char **payload, uint64_t *size)
 {
 	char hex[STORE_HASH_HEX];
 	MDB_val k = { STORE_HASH_BYTES, (void *)h->b }, v;
@@ -262,11 +354,53 @@ static int copy_chunk(store *s, MDB_txn *txn, const store_hash *h, uint64_t expe
 	if (expect != UINT64_MAX && (uint64_t)len != expect)
 		return qe_fail(QE_ECORRUPT, "store '%s': chunk %zu of %zu (%s) is corrupt: %lld bytes stored, %llu expected",
 			       s->path, idx, count, store_hash_hex(h, hex), (long long)len, (unsigned long long)expect);
-	if ((uint64_t)len > cap)
-		return qe_fail(QE_EINVAL, "store '%s': chunk %s has %lld bytes, buffer only %zu", s->path,
-			       store_hash_hex(h, hex), (long long)len, cap);
-	memcpy(dst, (const unsigned char *)v.mv_data + STORE_VAL_HDR, (size_t)len);
+	*payload = (const unsigned char *)v.mv_data + STORE_VAL_HDR;
 	return 0;
+}
+
+/* Offset in data.mdb of a located chunk's payload: 0, or -1 (use the map). */
+static int payload_offset(store *s, const unsigned char *payload, uint64_t len, uint64_t *off)
+{
+	if (len < FILE_IO_MIN || store_value_offset(s, payload - STORE_VAL_HDR, STORE_VAL_HDR + (size_t)len, off))
+		return -1;
+	*off += STORE_VAL_HDR;
+	return 0;
+}
+
+/* Ask the kernel to start reading a located chunk (no wait). */
+static void read_ahead(store *s, const unsigned char *payload, uint64_t len)
+{
+	uint64_t off;
+	if (payload_offset(s, payload, len, &off) == 0)
+		posix_fadvise(s->data_fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+}
+
+/* Copy a located chunk into dst: large ones with pread (the kernel's
+ * readahead, no page faults on the map), small ones from the map. */
+static int copy_located(store *s, const unsigned char *payload, uint64_t len, void *dst)
+{
+	uint64_t off;
+	if (payload_offset(s, payload, len, &off) == 0)
+		return store_read_at(s, dst, (size_t)len, off);
+	if (len)
+		memcpy(dst, payload, (size_t)len);
+	return 0;
+}
+
+/* Copy chunk h (expected size, or UINT64_MAX for any up to cap) out of the
+ * store into dst.  Call with s->mu held and txn open.  OUT *size: its length. */
+static int copy_chunk(store *s, MDB_txn *txn, const store_hash *h, uint64_t expect, void *dst, size_t cap,
+		      size_t idx, size_t count, uint64_t *size)
+{
+	char hex[STORE_HASH_HEX];
+	const unsigned char *payload;
+	int rc = locate_chunk(s, txn, h, expect, idx, count, &payload, size);
+	if (rc)
+		return rc;
+	if (*size > cap)
+		return qe_fail(QE_EINVAL, "store '%s': chunk %s has %llu bytes, buffer only %zu", s->path,
+			       store_hash_hex(h, hex), (unsigned long long)*size, cap);
+	return copy_located(s, payload, *size, dst);
 }
 
 static int check_hash(store *s, const store_hash *h, const void *data, size_t size, size_t idx, size_t count)
@@ -298,32 +432,37 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 		return qe_fail(QE_EINVAL, "store '%s': the chunk list covers %llu bytes but the tensor has %zu", s->path,
 			       (unsigned long long)total, bytes);
 
+	const unsigned char **where = calloc(list->n + 1, sizeof(*where));
+	if (!where)
+		return qe_fail(QE_ENOMEM, "store '%s': get tensor: list of %zu chunks", s->path, list->n);
 	pthread_mutex_lock(&s->mu);
 	MDB_txn *txn;
 	rc = store_read_begin(s, &txn);
 	if (!rc) {
+		/* Look every chunk up first (a missing one fails before any copy),
+		 * then copy each while the kernel reads the next one ahead, and hash
+		 * the copy: what is checked is exactly what the caller gets. */
+		uint64_t got;
+		for (size_t i = 0; i < list->n && !rc; i++)
+			rc = locate_chunk(s, txn, &list->chunks[i].hash, list->chunks[i].size, i, list->n, &where[i], &got);
+		if (!rc && list->n)
+			read_ahead(s, where[0], list->chunks[0].size);
 		size_t off = 0;
 		for (size_t i = 0; i < list->n && !rc; i++) {
-			uint64_t got;
 			const store_chunk *ch = &list->chunks[i];
-			rc = copy_chunk(s, txn, &ch->hash, ch->size, (unsigned char *)dst + off, (size_t)ch->size, i,
-					list->n, &got);
+			unsigned char *to = (unsigned char *)dst + off;
+			if (i + 1 < list->n)
+				read_ahead(s, where[i + 1], list->chunks[i + 1].size);
+			rc = copy_located(s, where[i], ch->size, to);
+			if (!rc)
+				rc = check_hash(s, &ch->hash, to, (size_t)ch->size, i, list->n);
 			off += (size_t)ch->size;
 		}
 		mdb_txn_abort(txn);
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (rc)
-		return rc;
-
-	size_t off = 0;
-	for (size_t i = 0; i < list->n; i++) {
-		const store_chunk *ch = &list->chunks[i];
-		if ((rc = check_hash(s, &ch->hash, (unsigned char *)dst + off, (size_t)ch->size, i, list->n)))
-			return rc;
-		off += (size_t)ch->size;
-	}
-	return 0;
+	free(where);
+	return rc;
 }
 
 int store_get_chunk(store *s, const store_hash *h, void *dst, size_t cap, uint64_t *size)

@@ -9,23 +9,47 @@
  * process that grew the map shows up as MDB_MAP_RESIZED when a transaction
  * begins; we then adopt its size.  Both need "no transaction active in this
  * process", which is why every transaction of a handle runs under its mutex.
+ *
+ * Speed (issue 16): a writable handle maps data.mdb writable (MDB_WRITEMAP),
+ * so LMDB hands out pages of the file itself and never keeps its own copy of
+ * a chunk.  chunk.c writes each payload with pwrite at its page's place in
+ * the file (the page cache the map shows; no page faults) and starts its
+ * writeback at once (sync_file_range), so the disk writes while the next
+ * chunk is hashed and copied; the flush at a commit then waits only for what
+ * is still in flight.  With WRITEMAP, LMDB sizes the file to the map
+ * (ftruncate: a sparse file whose length is the map size) each time the map
+ * is set, which brings two hazards we close here:
+ *  - a process that sets a smaller map than another's would shrink the file
+ *    under the other's map, and the other would fault (SIGBUS) writing past
+ *    the end.  Every resize of a writable handle runs under flock on
+ *    data.mdb and never sets a size below the file's length;
+ *  - a write into a hole of a full disk faults (SIGBUS) instead of failing.
+ *    Before each write transaction the pages it may use are allocated with
+ *    fallocate, so a full disk is an error (QE_EIO), not a crash.
+ * A truncated data.mdb is detected before the writable open would extend it
+ * (a read-only probe of the environment, check_file_size).
  */
+#define _GNU_SOURCE
 #include "store/store_int.h"
 
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
 #define DEFAULT_INITIAL_MAP (64 * MIB)
 #define DEFAULT_MAX_MAP ((size_t)16 << 40)
-#define DEFAULT_TXN_BYTES (256 * MIB)
+#define DEFAULT_TXN_BYTES (1024 * MIB)
+/* pwrite pieces: writeback of each starts as soon as it is in the page cache. */
+#define WRITE_PIECE (8 * MIB)
 /* A write that keeps finding the map full after this many grows is a bug or a
  * race we do not understand; stop rather than loop. */
 #define MAX_TXN_ATTEMPTS 48
@@ -97,6 +121,137 @@ static size_t used_bytes(store *s, MDB_envinfo *info)
 	return ((size_t)info->me_last_pgno + 1) * s->page_size;
 }
 
+/* Serialize map resizes with other processes (WRITEMAP: each one sizes the file). */
+static void resize_lock(store *s)
+{
+	if (s->lock_fd >= 0)
+		while (flock(s->lock_fd, LOCK_EX) != 0 && errno == EINTR)
+			;
+}
+
+static void resize_unlock(store *s)
+{
+	if (s->lock_fd >= 0)
+		flock(s->lock_fd, LOCK_UN);
+}
+
+/* Length of data.mdb, or 0 when it cannot be read. */
+static size_t file_length(store *s)
+{
+	struct stat st;
+	if (s->data_fd < 0 || fstat(s->data_fd, &st) != 0)
+		return 0;
+	return (size_t)st.st_size;
+}
+
+/* Set the map to size (0: the size recorded by the last writer), never below
+ * the file's length with WRITEMAP, so that the file never shrinks under
+ * another process's map. */
+static int set_map(store *s, size_t size, const char *what)
+{
+	resize_lock(s);
+	if (s->writemap) {
+		MDB_envinfo info;
+		size_t len = round_up(file_length(s), s->page_size);
+		mdb_env_info(s->env, &info);
+		/* size 0 adopts the recorded size, which only a file that long can hold */
+		if (size == 0 && len > info.me_mapsize)
+			size = len;
+		if (size && size < len)
+			size = len;
+	}
+	int rc = mdb_env_set_mapsize(s->env, size);
+	resize_unlock(s);
+	return rc ? store_mdb_fail(s, rc, what) : 0;
+}
+
+/* Allocate the file's blocks for the pages a write transaction of about
+ * want bytes may touch, so a full disk fails here rather than faulting in a
+ * write into the map.  Call with s->mu held and no transaction open. */
+static int reserve_blocks(store *s, size_t want)
+{
+	if (!s->writemap || s->no_fallocate)
+		return 0;
+	MDB_envinfo info;
+	int rc = mdb_env_info(s->env, &info);
+	if (rc)
+		return store_mdb_fail(s, rc, "read environment info");
+	size_t from = used_bytes(s, &info), to = from + want;
+	if (to > info.me_mapsize)
+		to = info.me_mapsize;
+	if (to <= from)
+		return 0;
+	if (fallocate(s->data_fd, 0, (off_t)from, (off_t)(to - from)) == 0)
+		return 0;
+	if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) {
+		s->no_fallocate = 1; /* this file system cannot: writes into holes stay unchecked */
+		return 0;
+	}
+	return qe_fail(QE_EIO, "store '%s': allocate %zu bytes of data.mdb for a write: %s", s->path, to - from,
+		       strerror(errno));
+}
+
+/* LMDB's page header (lmdb.h's on-disk format 1, 64-bit builds): page number
+ * (8 bytes), pad (2), flags (2), then for an overflow page its page count (4);
+ * a large value starts right after it. */
+#define LMDB_PAGEHDR 16
+#define LMDB_P_OVERFLOW 0x04
+
+int store_value_offset(store *s, const void *val, size_t len, uint64_t *off)
+{
+	const unsigned char *page = (const unsigned char *)val - LMDB_PAGEHDR;
+	if (sizeof(size_t) != 8 || !s->db_page_size || (uintptr_t)page % s->db_page_size)
+		return -1;
+	uint64_t pgno;
+	uint16_t flags;
+	uint32_t pages;
+	memcpy(&pgno, page, 8);
+	memcpy(&flags, page + 10, 2);
+	memcpy(&pages, page + 12, 4);
+	if (!(flags & LMDB_P_OVERFLOW) || (uint64_t)pages * s->db_page_size < LMDB_PAGEHDR + len)
+		return -1;
+	*off = pgno * s->db_page_size + LMDB_PAGEHDR;
+	return 0;
+}
+
+int store_write_at(store *s, const void *data, size_t size, uint64_t off)
+{
+	const unsigned char *p = data;
+	while (size) {
+		size_t n = size < WRITE_PIECE ? size : WRITE_PIECE;
+		ssize_t w = pwrite(s->data_fd, p, n, (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return qe_fail(QE_EIO, "store '%s': write %zu bytes at offset %llu of data.mdb: %s", s->path, n,
+				       (unsigned long long)off, w < 0 ? strerror(errno) : "nothing written");
+		/* start the writeback now; the commit's or store_sync's flush waits for it */
+		if (s->sync_mode != STORE_SYNC_NONE)
+			sync_file_range(s->data_fd, (off_t)off, w, SYNC_FILE_RANGE_WRITE);
+		p += w;
+		off += (uint64_t)w;
+		size -= (size_t)w;
+	}
+	return 0;
+}
+
+int store_read_at(store *s, void *dst, size_t size, uint64_t off)
+{
+	unsigned char *p = dst;
+	while (size) {
+		ssize_t r = pread(s->data_fd, p, size, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return qe_fail(QE_EIO, "store '%s': read %zu bytes at offset %llu of data.mdb: %s", s->path, size,
+				       (unsigned long long)off, r < 0 ? strerror(errno) : "end of file");
+		p += r;
+		off += (uint64_t)r;
+		size -= (size_t)r;
+	}
+	return 0;
+}
+
 /* Enlarge the map so that at least need_free bytes lie beyond the last used
  * page: double it, or more when one write needs more.  Call with s->mu held
  * and no transaction open. */
@@ -116,9 +271,9 @@ static int grow_map(store *s, size_t need_free)
 		return qe_fail(QE_ESTORE,
 			       "store '%s' is full: the map reached its limit of %zu bytes (raise store_opts.max_map_size)",
 			       s->path, s->max_map_size);
-	rc = mdb_env_set_mapsize(s->env, target);
+	rc = set_map(s, target, "grow the map");
 	if (rc)
-		return store_mdb_fail(s, rc, "grow the map");
+		return rc;
 	s->grows++;
 	qe_log(QE_LOG_DEBUG, "store '%s': map grown from %zu to %zu bytes", s->path, cur, target);
 	return 0;
@@ -146,8 +301,7 @@ static int ensure_room(store *s, size_t expect_bytes)
 /* Another process grew the map past ours: adopt its recorded size. */
 static int adopt_map(store *s)
 {
-	int rc = mdb_env_set_mapsize(s->env, 0);
-	return rc ? store_mdb_fail(s, rc, "adopt the map size grown by another process") : 0;
+	return set_map(s, 0, "adopt the map size grown by another process");
 }
 
 int store_read_begin(store *s, MDB_txn **txn)
@@ -179,6 +333,8 @@ int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, c
 			break;
 		}
 		if (!s->grow_on_full_only && (qrc = ensure_room(s, expect_bytes)))
+			break;
+		if ((qrc = reserve_blocks(s, expect_bytes + expect_bytes / 8 + MIB)))
 			break;
 		MDB_txn *txn = NULL;
 		int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -310,12 +466,16 @@ static int open_dbs(store *s, int create)
 }
 
 /* A torn or truncated data.mdb whose meta pages survived would let LMDB map
- * pages past the end of the file and fault on first touch (SIGBUS).  Refuse it. */
-static int check_file_size(store *s, const char *datafile)
+ * pages past the end of the file and fault on first touch (SIGBUS).  Refuse it.
+ * A writable open (WRITEMAP) would extend the file to the map first and hide
+ * the damage, so for it the check reads a read-only probe environment, opened
+ * and closed before the real one (closing an environment drops the process's
+ * locks on lock.mdb, so the two must not overlap). */
+static int check_env_size(store *s, MDB_env *env, const char *datafile)
 {
 	MDB_envinfo info;
 	struct stat st;
-	int rc = mdb_env_info(s->env, &info);
+	int rc = mdb_env_info(env, &info);
 	if (rc)
 		return store_mdb_fail(s, rc, "read environment info");
 	if (stat(datafile, &st) != 0)
@@ -325,6 +485,45 @@ static int check_file_size(store *s, const char *datafile)
 		return qe_fail(QE_ECORRUPT, "store '%s': '%s' is truncated: its pages need %zu bytes but the file has %lld",
 			       s->path, datafile, need, (long long)st.st_size);
 	return 0;
+}
+
+static int check_file_size(store *s, const char *datafile)
+{
+	if (!s->writemap)
+		return check_env_size(s, s->env, datafile);
+	struct stat st;
+	if (stat(datafile, &st) != 0 || st.st_size == 0)
+		return 0; /* a new environment */
+	MDB_env *probe = NULL;
+	int rc = mdb_env_create(&probe);
+	if (rc)
+		return store_mdb_fail(s, rc, "create the environment handle");
+	mdb_env_set_maxdbs(probe, 4);
+	rc = mdb_env_open(probe, s->path, MDB_RDONLY | MDB_NOTLS, 0644);
+	int qrc = rc ? store_mdb_fail(s, rc, "open the LMDB environment (data.mdb)") : check_env_size(s, probe, datafile);
+	/* Refuse another application's or format's environment before the
+	 * writable open extends its file: the same check open_dbs makes. */
+	MDB_txn *txn = NULL;
+	if (!qrc && (rc = mdb_txn_begin(probe, NULL, MDB_RDONLY, &txn)))
+		qrc = store_mdb_fail(s, rc, "begin a read transaction");
+	if (!qrc) {
+		MDB_dbi main_dbi;
+		MDB_stat st0;
+		rc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+		if (!rc)
+			rc = mdb_stat(txn, main_dbi, &st0);
+		if (rc) {
+			qrc = store_mdb_fail(s, rc, "open the main database");
+		} else if (st0.ms_entries > 0) {
+			struct open_ctx ctx = { 0 };
+			int mdb_rc = 0;
+			qrc = open_dbs_body(s, txn, &ctx, &mdb_rc);
+		}
+	}
+	if (txn)
+		mdb_txn_abort(txn);
+	mdb_env_close(probe);
+	return qrc;
 }
 
 int store_open(const char *dir, const store_opts *opts, store **out)
@@ -382,44 +581,76 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 	s->read_only = o.read_only;
 	s->grow_on_full_only = o.grow_on_full_only;
 	s->page_size = (size_t)sysconf(_SC_PAGESIZE);
+	s->sync_mode = o.sync_mode;
+	s->writemap = !o.read_only;
+	s->data_fd = -1;
+	s->lock_fd = -1;
 	pthread_mutex_init(&s->mu, NULL);
+	/* Before the environment exists: LMDB would extend a truncated file. */
+	if (s->writemap && (rc = check_file_size(s, datafile)))
+		goto fail_mutex;
+	if (s->writemap && (s->lock_fd = open(datafile, O_RDWR | O_CREAT | O_CLOEXEC, 0644)) < 0) {
+		rc = qe_fail(QE_EIO, "store '%s': open '%s': %s", dir, datafile, strerror(errno));
+		goto fail_mutex;
+	}
 
 	if ((rc = mdb_env_create(&s->env))) {
 		rc = store_mdb_fail(s, rc, "create the environment handle");
 		goto fail_mutex;
 	}
-	/* Sizes a new environment; an existing one's recorded size is adopted below. */
-	mdb_env_set_mapsize(s->env, round_up(o.initial_map_size, s->page_size));
+	/* Sizes a new environment; an existing one's recorded size is adopted below.
+	 * With WRITEMAP the open sizes the file to the map: never below its length. */
+	resize_lock(s);
+	{
+		size_t len = 0;
+		struct stat fst;
+		if (s->lock_fd >= 0 && fstat(s->lock_fd, &fst) == 0)
+			len = round_up((size_t)fst.st_size, s->page_size);
+		size_t want = round_up(o.initial_map_size, s->page_size);
+		mdb_env_set_mapsize(s->env, want > len ? want : len);
+	}
 	mdb_env_set_maxdbs(s->env, 4);
 	mdb_env_set_maxreaders(s->env, 512);
 	/* NOTLS: a read transaction belongs to the handle, not to a thread. */
 	unsigned flags = MDB_NOTLS;
 	if (o.read_only)
 		flags |= MDB_RDONLY;
+	if (s->writemap)
+		flags |= MDB_WRITEMAP;
 	if (o.sync_mode == STORE_SYNC_META)
 		flags |= MDB_NOMETASYNC;
 	else if (o.sync_mode == STORE_SYNC_NONE)
 		flags |= MDB_NOSYNC;
-	if ((rc = mdb_env_open(s->env, dir, flags, 0644))) {
+	rc = mdb_env_open(s->env, dir, flags, 0644);
+	resize_unlock(s);
+	if (rc) {
 		rc = store_mdb_fail(s, rc, "open the LMDB environment (data.mdb)");
 		goto fail_env;
 	}
+	mdb_filehandle_t fd;
+	if ((rc = mdb_env_get_fd(s->env, &fd))) {
+		rc = store_mdb_fail(s, rc, "get the data file's descriptor");
+		goto fail_env;
+	}
+	s->data_fd = fd;
+	MDB_stat est;
+	if (mdb_env_stat(s->env, &est) == 0)
+		s->db_page_size = est.ms_psize;
 	int dead = 0;
 	mdb_reader_check(s->env, &dead);
 	if (dead)
 		qe_log(QE_LOG_INFO, "store '%s': cleared %d reader slots of dead processes", dir, dead);
 
 	MDB_envinfo info;
-	if ((rc = check_file_size(s, datafile)))
+	if (!s->writemap && (rc = check_file_size(s, datafile)))
 		goto fail_env;
 	/* Take the size recorded by the last writer, then at least the initial size. */
 	if ((rc = adopt_map(s)))
 		goto fail_env;
 	mdb_env_info(s->env, &info);
-	if (info.me_mapsize < o.initial_map_size && (rc = mdb_env_set_mapsize(s->env, round_up(o.initial_map_size, s->page_size)))) {
-		rc = store_mdb_fail(s, rc, "set the map size");
+	if (info.me_mapsize < o.initial_map_size &&
+	    (rc = set_map(s, round_up(o.initial_map_size, s->page_size), "set the map size")))
 		goto fail_env;
-	}
 	if ((rc = open_dbs(s, o.create)))
 		goto fail_env;
 	free(datafile);
@@ -430,6 +661,8 @@ fail_env:
 	/* a failed open still needs close */
 	mdb_env_close(s->env);
 fail_mutex:
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	pthread_mutex_destroy(&s->mu);
 fail_alloc:
 	free(datafile);
@@ -447,6 +680,8 @@ void store_close(store *s)
 	 * mdb_env_close would release the reader slots of the parent's pid. */
 	if (getpid() == s->pid)
 		mdb_env_close(s->env);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	pthread_mutex_destroy(&s->mu);
 	free(s->path);
 	free(s);
@@ -459,8 +694,14 @@ int store_sync(store *s)
 		return rc;
 	if (s->read_only)
 		return 0;
+	/* With WRITEMAP: msync of the map, which covers the pages chunk.c wrote
+	 * with pwrite (one page cache); the fdatasync makes that explicit. */
 	rc = mdb_env_sync(s->env, 1);
-	return rc ? store_mdb_fail(s, rc, "sync to disk") : 0;
+	if (rc)
+		return store_mdb_fail(s, rc, "sync to disk");
+	if (s->writemap && fdatasync(s->data_fd) != 0)
+		return qe_fail(QE_EIO, "store '%s': sync data.mdb to disk: %s", s->path, strerror(errno));
+	return 0;
 }
 
 int store_stats_get(store *s, store_stats *out)
@@ -496,7 +737,7 @@ int store_stats_get(store *s, store_stats *out)
 	struct stat fst;
 	snprintf(buf, sizeof(buf), "%s/data.mdb", s->path);
 	if (stat(buf, &fst) == 0)
-		out->file_bytes = (uint64_t)fst.st_size;
+		out->file_bytes = (uint64_t)fst.st_blocks * 512; /* allocated: with WRITEMAP the file is sparse */
 out_unlock:
 	pthread_mutex_unlock(&s->mu);
 	return rc;

@@ -23,6 +23,14 @@
  * a write finds it full, the write is aborted, the map enlarged (doubled, or
  * more to fit the write) and the write retried, up to max_map_size.
  *
+ * Disk layout and speed: a writable handle maps data.mdb writable (LMDB's
+ * MDB_WRITEMAP), so data.mdb is a sparse file as long as the map (its blocks
+ * are allocated as pages are used, a write transaction ahead, so that a full
+ * disk is QE_EIO rather than a fault).  Chunk payloads go to the file with
+ * pwrite and their writeback starts at once; hashing runs on a helper thread
+ * ahead of the writes; reads pread each chunk into the caller's buffer with
+ * the next one read ahead.  Size a checkpoint's commits with txn_bytes.
+ *
  * Errors: QE_ESTORE for LMDB failures (message: the store path, what failed
  * and mdb_strerror's text), QE_ECORRUPT for a damaged environment or a chunk
  * whose bytes no longer match its hash, QE_ENOTFOUND for a missing store or
@@ -63,14 +71,16 @@ typedef struct store_chunk_list {
 
 /* How much a commit waits for the disk.  store_sync() always forces a flush. */
 typedef enum store_sync_mode {
-	/* Commits write data pages and flush them, and defer the flush of the
-	 * meta page to the next commit or store_sync(): a crash may lose the last
-	 * commit but never damages the environment.  The default. */
+	/* Commits flush data pages (most of them already on their way: writeback
+	 * starts as each chunk is written), and defer the flush of the meta page
+	 * to the next commit or store_sync(): a crash may lose the last commit but
+	 * never damages the environment.  The default. */
 	STORE_SYNC_META = 0,
 	/* Every commit is durable when it returns (slowest). */
 	STORE_SYNC_FULL,
-	/* No flushes except store_sync(); a system crash may damage the
-	 * environment on file systems that reorder writes.  For tests. */
+	/* No flushes except store_sync(), and no early writeback; a system crash
+	 * (not a process crash) may damage the environment: the kernel writes the
+	 * map's pages back in any order.  For tests. */
 	STORE_SYNC_NONE,
 } store_sync_mode;
 
@@ -79,7 +89,7 @@ typedef struct store_opts {
 	int read_only;             /* no writes; the map cannot grow */
 	size_t initial_map_size;   /* 0: 64 MiB.  An existing larger map is kept. */
 	size_t max_map_size;       /* 0: 16 TiB (address space only; the file grows as written) */
-	size_t txn_bytes;          /* chunk bytes per write transaction; 0: 256 MiB */
+	size_t txn_bytes;          /* chunk bytes per write transaction (one data flush each); 0: 1 GiB */
 	store_sync_mode sync_mode;
 	int grow_on_full_only;     /* tests: skip the up-front grow, so writes hit MDB_MAP_FULL */
 } store_opts;
@@ -89,7 +99,7 @@ typedef struct store_stats {
 	uint64_t bytes;      /* their payload bytes */
 	uint64_t map_size;   /* current map size of this handle */
 	uint64_t used_bytes; /* pages in use up to the last one, including free pages */
-	uint64_t file_bytes; /* size of data.mdb on disk */
+	uint64_t file_bytes; /* blocks data.mdb holds on disk (its length is the map size: sparse) */
 	uint64_t grows;      /* times this handle enlarged the map */
 	uint64_t adopts;     /* times it adopted a map grown by another process */
 } store_stats;

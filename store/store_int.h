@@ -30,12 +30,22 @@ struct store {
 	pid_t pid;
 	pthread_mutex_t mu; /* every LMDB transaction of this handle runs under it */
 	size_t page_size;
+	size_t db_page_size; /* LMDB's page size of this environment */
 	size_t max_map_size;
 	size_t txn_bytes;
 	uint64_t grows;
 	uint64_t adopts;
 	int read_only;
 	int grow_on_full_only;
+	/* Writable handles map data.mdb writable (MDB_WRITEMAP): chunk payloads are
+	 * written with pwrite at their place in the file (the same page cache the
+	 * map shows) and their writeback starts at once, so the disk works while
+	 * the next chunk is hashed and copied.  See store.c. */
+	int writemap;
+	int data_fd; /* LMDB's descriptor of data.mdb (pread, pwrite, fallocate) */
+	int lock_fd; /* our own descriptor of data.mdb, flock'd around map resizes; -1 when read-only */
+	store_sync_mode sync_mode;
+	int no_fallocate; /* the file system has no fallocate */
 	int failed; /* QE code after MDB_PANIC: the environment must be reopened */
 };
 
@@ -60,6 +70,18 @@ typedef int (*store_txn_fn)(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
  * lets the map grow once up front instead of failing a large write first.
  */
 int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, const char *what);
+
+/* The offset in data.mdb of value bytes val (len long, as mdb_get or an
+ * MDB_RESERVE put returned them), read from the header of the overflow page
+ * that holds them.  LMDB's API does not give the map's address; its file
+ * format is fixed.  0, or -1 when val is not the start of an overflow value
+ * (then copy through the map). */
+int store_value_offset(store *s, const void *val, size_t len, uint64_t *off);
+/* pwrite all of data at off of data.mdb and start its writeback (not waiting).
+ * QE_EIO naming the store on failure (ENOSPC included). */
+int store_write_at(store *s, const void *data, size_t size, uint64_t off);
+/* pread all of size bytes at off of data.mdb into dst: 0 or QE_EIO. */
+int store_read_at(store *s, void *dst, size_t size, uint64_t off);
 
 /* Little-endian u64 helpers for values. */
 void store_put_u64(unsigned char *p, uint64_t v);

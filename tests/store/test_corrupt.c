@@ -176,12 +176,17 @@ int main(void)
 
 	/* 4. a real store cut in half */
 	{
+		size_t used = 0;
 		store *s = open_store(d4, 1);
 		if (s) {
 			unsigned char *big = malloc(1 << 20);
 			tu_fill(big, 1 << 20, SEED + 3);
 			CHECK_OK(store_put_tensor(s, big, 1 << 20, 64 << 10, &l));
 			CHECK_OK(store_sync(s));
+			/* the file is sparse and as long as the map: cut its pages, not its length */
+			store_stats st;
+			CHECK_OK(store_stats_get(s, &st));
+			used = (size_t)st.used_bytes;
 			store_close(s);
 			free(big);
 			store_chunk_list_free(&l);
@@ -189,7 +194,7 @@ int main(void)
 		snprintf(df, sizeof(df), "%s/data.mdb", d4);
 		unsigned char *whole = tu_read_file(df, &flen);
 		if (whole) {
-			tu_write_file(df, whole, flen / 2);
+			tu_write_file(df, whole, (used ? used : flen) / 2);
 			free(whole);
 		}
 		expect_open_fails(d4, QE_ECORRUPT, "truncated data.mdb");

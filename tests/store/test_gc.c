@@ -139,8 +139,10 @@ int main(void)
 	CHECK_OK(store_stats_get(s, &s2));
 	printf("file %llu bytes after X, %llu after deleting X and putting Y\n", (unsigned long long)s1.file_bytes,
 	       (unsigned long long)s2.file_bytes);
-	CHECK(s2.file_bytes <= s1.file_bytes + s1.file_bytes / 4, "file grew from %llu to %llu: freed pages not reused",
-	      (unsigned long long)s1.file_bytes, (unsigned long long)s2.file_bytes);
+	/* used pages, not the file: the file is sparse and as long as the map, and
+	 * blocks are allocated a transaction ahead (store.c) */
+	CHECK(s2.used_bytes <= s1.used_bytes + s1.used_bytes / 4, "pages in use grew from %llu to %llu: freed pages not reused",
+	      (unsigned long long)s1.used_bytes, (unsigned long long)s2.used_bytes);
 	store_chunk_list_free(&lx);
 	store_chunk_list_free(&ly);
 	free(hx);
