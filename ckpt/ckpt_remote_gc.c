@@ -335,12 +335,18 @@ int ckpt_remote_gc(const char *url, const store_remote_opts *ro, const char *run
 	int rc;
 	if (run_dir && (rc = open_local(run_dir, &c, &local_run)))
 		goto out;
-	if ((rc = store_remote_open(url, ro, &rem)) || (rc = store_remote_check(rem)))
+	if ((rc = store_remote_open(url, ro, &rem)) || (rc = store_remote_check(rem))) {
+		qe_fail_ctx(rc, "nothing was deleted");
 		goto out;
+	}
 
-	/* 1. every manifest, read and checked before anything is deleted */
-	if ((rc = store_remote_list_objs(rem, "checkpoints/", on_manifest, &man)))
+	/* 1. every manifest, read and checked before anything is deleted.  The
+	 * listing is believed only as a complete ListBucketResult (store/remote.h):
+	 * a manifest missing from it would leave its chunks unreferenced. */
+	if ((rc = store_remote_list_objs(rem, "checkpoints/", on_manifest, &man))) {
+		qe_fail_ctx(rc, "nothing was deleted");
 		goto out;
+	}
 	for (size_t i = 0; i < man.n; i++)
 		if ((rc = read_manifest(rem, url, &man.v[i])))
 			goto out;
@@ -396,12 +402,16 @@ int ckpt_remote_gc(const char *url, const store_remote_opts *ro, const char *run
 
 	/* 4. the chunks there, then the manifests there now: a push that committed
 	 * meanwhile keeps its chunks; one still uploading has young chunks */
-	if ((rc = store_remote_list_objs(rem, "chunks/", on_chunk, &ch)))
+	if ((rc = store_remote_list_objs(rem, "chunks/", on_chunk, &ch))) {
+		qe_fail_ctx(rc, "no chunk was deleted%s; run gc again", p->dry_run ? "" : " (the dropped manifests are gone)");
 		goto out;
+	}
 	out->foreign += ch.foreign;
 	out->chunks_listed = ch.n;
-	if ((rc = store_remote_list_objs(rem, "checkpoints/", on_manifest, &again)))
+	if ((rc = store_remote_list_objs(rem, "checkpoints/", on_manifest, &again))) {
+		qe_fail_ctx(rc, "no chunk was deleted%s; run gc again", p->dry_run ? "" : " (the dropped manifests are gone)");
 		goto out;
+	}
 	for (size_t i = 0; i < man.n; i++)
 		if (!out->items[i].drop && (rc = add_chunks(&keep, &man.v[i])))
 			goto out;
