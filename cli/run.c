@@ -27,8 +27,13 @@
 int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 {
 	*out = NULL;
+	struct stat sb;
 	if (create && mkdir(dir, 0755) && errno != EEXIST)
 		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+	if (stat(dir, &sb))
+		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
+	if (!S_ISDIR(sb.st_mode))
+		return qe_fail(QE_EINVAL, "run directory '%s' is not a directory", dir);
 	char what[96];
 	snprintf(what, sizeof(what), "qeffect %s", cmd);
 	return ckpt_rundir_lock(dir, what, out);
