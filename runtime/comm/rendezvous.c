@@ -732,7 +732,9 @@ static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd,
 	}
 out:
 	for (int i = 0; i < np; i++) {
-		qe_log(QE_LOG_DEBUG, "rank %d: closing a connection from %s still in its handshake", env->rank, pend[i].addr);
+		if (!rc)
+			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: its handshake was unfinished when every rank had joined",
+			       env->rank, pend[i].addr);
 		close(pend[i].fd);
 	}
 	free(taken);
