@@ -178,6 +178,13 @@ typedef struct xml_scan {
 	size_t why_len;
 } xml_scan;
 
+/* "a ListBucketResult", "an InitiateMultipartUploadResult": the article goes into the %s. */
+static const char *with_article(const char *root, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s %s", strchr("AEIOUaeiou", root[0]) && root[0] ? "an" : "a", root);
+	return buf;
+}
+
 static int xfail(xml_scan *s, const char *fmt, const char *a, const char *b)
 {
 	snprintf(s->why, s->why_len, fmt, a, b);
@@ -216,6 +223,13 @@ static const char *at(const xml_scan *s, char *buf, size_t len)
 {
 	snprintf(buf, len, "byte %zu of %zu", s->i, s->n);
 	return buf;
+}
+
+/* 1 when the body ends inside lit: what is left is a proper prefix of it. */
+static int cut_in(const xml_scan *s, const char *lit)
+{
+	size_t left = s->n - s->i;
+	return left < strlen(lit) && memcmp(s->x + s->i, lit, left) == 0;
 }
 
 /* Past the first occurrence of lit at or after s->i; -1 when there is none (cut short). */
@@ -273,7 +287,10 @@ static int check_ref(xml_scan *s, size_t end)
 			return 0;
 		}
 	}
-	if (memchr(s->x + s->i, ';', end - s->i) == NULL && end == s->n)
+	size_t k = s->i + 1;
+	while (k < end && (name_char((unsigned char)s->x[k]) || s->x[k] == '#'))
+		k++;
+	if (k == s->n)
 		return xfail(s, "answer is truncated inside a character reference%s%s", "", "");
 	return xfail(s, "answer is not well-formed XML: a bare '&' or an unknown entity at %s%s", at(s, where, sizeof(where)),
 		     "");
@@ -367,12 +384,13 @@ static const char *preview(const xml_scan *s, char *buf, size_t len)
 int remote__xml_check(const char *x, size_t n, const char *root, char *why, size_t why_len)
 {
 	xml_scan s = { x ? x : "", x ? n : 0, 0, why, why_len };
-	char where[64], name[64], buf[64];
+	char where[64], name[64], buf[64], aroot[96];
 	why[0] = 0;
+	with_article(root, aroot, sizeof(aroot));
 	if (s.n >= 3 && memcmp(s.x, "\xef\xbb\xbf", 3) == 0)
 		s.i = 3;
 	if (memchr(s.x, 0, s.n))
-		return xfail(&s, "answer is not a %s (the body holds a NUL byte)%s", root, "");
+		return xfail(&s, "answer is not %s (the body holds a NUL byte)%s", aroot, "");
 	/* Prolog: the declaration, comments, PIs, white space. */
 	for (;;) {
 		skip_space(&s);
@@ -383,14 +401,17 @@ int remote__xml_check(const char *x, size_t n, const char *root, char *why, size
 			return -1;
 	}
 	if (s.i >= s.n)
-		return xfail(&s, s.n ? "answer is not a %s (only white space and comments)%s" : "answer is empty, not a %s%s",
-			     root, "");
+		return xfail(&s, s.n ? "answer is truncated or not %s (no element after its prolog)%s"
+				     : "answer is empty, not %s%s",
+			     aroot, "");
+	if (cut_in(&s, "<!--") || cut_in(&s, "<?"))
+		return xfail(&s, "answer is truncated in its prolog%s%s", "", "");
 	if (starts(&s, "<!") || (s.n - s.i >= 5 && strncasecmp(s.x + s.i, "<html", 5) == 0)) {
 		/* <!DOCTYPE ...>: S3 never sends one; an HTML page from a proxy or a portal starts so. */
-		return xfail(&s, "answer is not a %s (HTML page?)%s", root, "");
+		return xfail(&s, "answer is not %s (HTML page?)%s", aroot, "");
 	}
 	if (s.x[s.i] != '<')
-		return xfail(&s, "answer is not a %s (not XML: it starts '%s')", root, preview(&s, buf, sizeof(buf)));
+		return xfail(&s, "answer is not %s (not XML: it starts '%s')", aroot, preview(&s, buf, sizeof(buf)));
 
 	/* The elements: a stack of open names (offset and length into x). */
 	size_t open_at[XML_MAX_DEPTH], open_len[XML_MAX_DEPTH];
@@ -419,15 +440,19 @@ int remote__xml_check(const char *x, size_t n, const char *root, char *why, size
 			}
 			if (seen_root)
 				return xfail(&s, "answer has more after </%s> at %s", root, at(&s, where, sizeof(where)));
+			if (cut_in(&s, "<!--") || cut_in(&s, "<?"))
+				return xfail(&s, "answer is truncated after </%s>%s", root, "");
 			s.i++; /* '<' */
 			size_t nb = s.i, nl = read_name(&s, name, sizeof(name));
+			if (s.i >= s.n)
+				return xfail(&s, "answer is truncated inside its first tag <%s%s", name, "");
 			if (!nl)
-				return xfail(&s, "answer is not a %s (not XML: it starts '%s')", root,
+				return xfail(&s, "answer is not %s (not XML: it starts '%s')", aroot,
 					     (s.i = nb - 1, preview(&s, buf, sizeof(buf))));
 			if (strcasecmp(name, "html") == 0)
-				return xfail(&s, "answer is not a %s (HTML page?)%s", root, "");
+				return xfail(&s, "answer is not %s (HTML page?)%s", aroot, "");
 			if (nl != strlen(root) || memcmp(s.x + nb, root, nl))
-				return xfail(&s, "answer is not a %s (its root element is <%s>)", root, name);
+				return xfail(&s, "answer is not %s (its root element is <%s>)", aroot, name);
 			int empty;
 			if (check_tag_rest(&s, &empty))
 				return -1;
@@ -449,6 +474,8 @@ int remote__xml_check(const char *x, size_t n, const char *root, char *why, size
 			continue;
 		}
 		int err;
+		if (cut_in(&s, "<!--") || cut_in(&s, "<![CDATA[") || cut_in(&s, "<?") || cut_in(&s, "</"))
+			return xfail(&s, "answer is truncated inside a tag%s%s", "", "");
 		if (skip_misc(&s, &err)) {
 			if (err)
 				return -1;
@@ -501,6 +528,6 @@ int remote__xml_check(const char *x, size_t n, const char *root, char *why, size
 		}
 	}
 	if (!seen_root)
-		return xfail(&s, "answer is not a %s (no element)%s", root, "");
+		return xfail(&s, "answer is not %s (no element)%s", aroot, "");
 	return 0;
 }

@@ -8,7 +8,12 @@
  * 5xx, throttling, dropped and stalled connections, bounded attempts, no
  * retry on 4xx, error texts (unknown key id, missing key / bucket), listing
  * with continuation tokens, multipart completion failing inside an HTTP 200
- * (the upload is aborted), and a connection refused.
+ * (the upload is aborted), and a connection refused.  Answers that are
+ * not what they claim (issue 15): a listing answered with an HTML page, an
+ * empty or cut body, no IsTruncated, a bad Size, another prefix; a
+ * multipart start or completion that is not its document; an HTML error
+ * page - each an error naming the request, never an empty result.  And the
+ * two time limits: the low-speed window and the deadline.
  */
 #include "remote_testutil.h"
 
@@ -239,6 +244,105 @@ int main(void)
 		store_remote_close(r);
 	}
 
+	/* 5b. A listing counts only as a complete ListBucketResult: everything else names the request. */
+	{
+		static const struct {
+			const char *body;
+			const char *why;
+		} bad[] = {
+			{ "<!DOCTYPE html><html><body>Sign in to continue</body></html>", "not a ListBucketResult (HTML page?)" },
+			{ "", "answer is empty" },
+			{ "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>pre/chunks/a</Key><Si",
+			  "answer is truncated" },
+			{ "<ListBucketResult><Contents><Key>pre/chunks/a</Key><Size>3</Size></Contents></ListBucketResult>",
+			  "no <IsTruncated>" },
+			{ "<ListBucketResult><IsTruncated>maybe</IsTruncated></ListBucketResult>", "not true or false" },
+			{ "<ListBucketResult><IsTruncated>false</IsTruncated><Contents><Key>pre/chunks/a</Key><Size>3x</Size>"
+			  "</Contents></ListBucketResult>",
+			  "no readable Key or Size" },
+			{ "<ListBucketResult><Prefix>other/</Prefix><IsTruncated>false</IsTruncated></ListBucketResult>",
+			  "for prefix 'other/'" },
+			{ "<ListBucketResult><Name>nope</Name><IsTruncated>false</IsTruncated></ListBucketResult>",
+			  "lists bucket 'nope'" },
+			{ "<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>pre/chunks/a</Key><Size>3</Size>"
+			  "</Contents></ListBucketResult>",
+			  "without a usable continuation token" },
+			{ "<Error><Code>AccessDenied</Code><Message>in a 200</Message></Error>", "HTTP 200 with an error: AccessDenied" },
+		};
+		store_remote *r = open_fake(&s, "s3://bkt/pre", NULL, 0);
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			fs_reset(&s);
+			fs_push(&s, FS_ANSWER, 200, NULL, bad[i].body);
+			list_acc acc = { 0 };
+			int rc = store_remote_list(r, "chunks/", on_key, &acc);
+			CHECK(rc == QE_ESTORE && strstr(qe_last_error(), bad[i].why) &&
+				      strstr(qe_last_error(), "GET s3://bkt/pre/chunks/?list-type=2"),
+			      "bad listing %zu: %s: %s", i, qe_errname(rc), qe_last_error());
+			CHECK(i == 8 || acc.n == 0, "bad listing %zu: %d keys handed out", i, acc.n);
+		}
+		/* The bucket check reads its one-key listing the same way. */
+		fs_reset(&s);
+		fs_push(&s, FS_ANSWER, 200, NULL, "<html><body>captive portal</body></html>");
+		int rc = store_remote_check(r);
+		CHECK(rc == QE_ESTORE &&  
+			      strstr(qe_last_error(), "GET s3://bkt/pre/?list-type=2") && strstr(qe_last_error(), "HTML page?"),
+		      "check on an HTML answer: %s: %s", qe_errname(rc), qe_last_error());
+		/* An error page that is not S3's: no Code read out of it, still retried as a 5xx, and said so. */
+		store_remote_close(r);
+		r = open_fake(&s, "s3://bkt/pre", NULL, 1);
+		fs_reset(&s);
+		fs_push(&s, FS_ANSWER, 503, NULL, "<html><body><Code>NoSuchBucket</Code></body></html>");
+		fs_push(&s, FS_ANSWER, 503, NULL, "<html><body><Code>NoSuchBucket</Code></body></html>");
+		void *data = NULL;
+		size_t size = 0;
+		rc = store_remote_get(r, "obj", 0, &data, &size);
+		CHECK(rc == QE_ESTORE && s.nreq == 2 && strstr(qe_last_error(), "not an S3 error document") &&
+			      strstr(qe_last_error(), "HTTP 503"),
+		      "HTML error page: %s after %d requests: %s", qe_errname(rc), s.nreq, qe_last_error());
+		store_remote_close(r);
+	}
+
+	/* 4b. The deadline: a server that answers nothing within floor + bytes / rate fails, and says so. */
+	{
+		char ep[64];
+		snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", s.port);
+		store_remote_opts o = { 0 };
+		o.endpoint = ep;
+		o.access_key = "AKIDEXAMPLE";
+		o.secret_key = SECRET;
+		o.retries = 0;
+		o.stall_timeout_s = 30; /* the low-speed window stays out of the way */
+		o.low_speed_bps = 1;
+		o.timeout_s = 1;
+		o.min_rate_bps = 1 << 20;
+		store_remote *r = NULL;
+		CHECK_OK(store_remote_open("s3://bkt/x", &o, &r));
+		fs_reset(&s);
+		fs_push(&s, FS_HANG, 0, NULL, NULL);
+		void *data = NULL;
+		size_t size = 0;
+		double t0 = tu_now_s();
+		int rc = store_remote_get(r, "slow", 0, &data, &size);
+		double dt = tu_now_s() - t0;
+		CHECK(rc == QE_EIO && strstr(qe_last_error(), "GET s3://bkt/x/slow") &&
+			      strstr(qe_last_error(), "over its deadline of 1 s"),
+		      "deadline: %s: %s", qe_errname(rc), qe_last_error());
+		CHECK(dt < 1.45, "the 1 s deadline fired after %.2f s (the server hangs 1.5 s)", dt);
+		store_remote_close(r);
+		/* And the low-speed window: slower than 65536 B/s for 1 s. */
+		o.stall_timeout_s = 1;
+		o.low_speed_bps = 65536;
+		o.timeout_s = 60;
+		CHECK_OK(store_remote_open("s3://bkt/x", &o, &r));
+		fs_reset(&s);
+		fs_push(&s, FS_HANG, 0, NULL, NULL);
+		rc = store_remote_get(r, "slow", 0, &data, &size);
+		CHECK(rc == QE_EIO && strstr(qe_last_error(), "GET s3://bkt/x/slow") &&
+			      strstr(qe_last_error(), "slower than 65536 B/s for 1 s"),
+		      "low speed: %s: %s", qe_errname(rc), qe_last_error());
+		store_remote_close(r);
+	}
+
 	/* 6. Multipart: parts, ETags in the completion, and a completion that fails inside HTTP 200 aborts. */
 	{
 		store_remote *r = open_fake(&s, "s3://bkt/x", NULL, 0);
@@ -286,6 +390,32 @@ int main(void)
 		CHECK(rc == QE_ESTORE && strstr(qe_last_error(), "EntityTooSmall") && strstr(qe_last_error(), "part 1 of 3"),
 		      "part failure: %s: %s", qe_errname(rc), qe_last_error());
 		CHECK(count_method(&s, "DELETE") == 1, "abort after a failed part");
+
+		/* A start that is not an InitiateMultipartUploadResult sends no part. */
+		fs_reset(&s);
+		fs_push(&s, FS_ANSWER, 200, NULL, "<html><body>ok</body></html>");
+		rc = store_remote_put(r, "big", big, n);
+		CHECK(rc == QE_ESTORE && strstr(qe_last_error(), "POST s3://bkt/x/big?uploads=") &&
+			      strstr(qe_last_error(), "not an InitiateMultipartUploadResult (HTML page?)") && s.nreq == 1,
+		      "HTML start: %s after %d requests: %s", qe_errname(rc), s.nreq, qe_last_error());
+		fs_reset(&s);
+		fs_push(&s, FS_ANSWER, 200, NULL, "<InitiateMultipartUploadResult><Bucket>bkt</Bucket></InitiateMultipartUploadResult>");
+		rc = store_remote_put(r, "big", big, n);
+		CHECK(rc == QE_ESTORE && strstr(qe_last_error(), "has no UploadId") && s.nreq == 1,
+		      "start without UploadId: %s after %d requests: %s", qe_errname(rc), s.nreq, qe_last_error());
+		/* A completion cut short is a failure, and the upload is aborted. */
+		fs_reset(&s);
+		fs_push(&s, FS_ANSWER, 200, NULL, "<InitiateMultipartUploadResult><UploadId>U4</UploadId></InitiateMultipartUploadResult>");
+		fs_push(&s, FS_ANSWER, 200, "ETag: \"e1\"\r\n", NULL);
+		fs_push(&s, FS_ANSWER, 200, "ETag: \"e2\"\r\n", NULL);
+		fs_push(&s, FS_ANSWER, 200, "ETag: \"e3\"\r\n", NULL);
+		fs_push(&s, FS_ANSWER, 200, NULL, "<CompleteMultipartUploadResult><Key>x/big</Ke");
+		fs_push(&s, FS_ANSWER, 204, NULL, NULL);
+		rc = store_remote_put(r, "big", big, n);
+		CHECK(rc == QE_ESTORE && strstr(qe_last_error(), "answer is truncated") &&
+			      strstr(qe_last_error(), "POST s3://bkt/x/big?uploadId=U4"),
+		      "cut completion: %s: %s", qe_errname(rc), qe_last_error());
+		CHECK(s.nreq == 6 && strcmp(s.req[5].method, "DELETE") == 0, "cut completion: no abort (%d requests)", s.nreq);
 		free(big);
 		store_remote_close(r);
 	}
