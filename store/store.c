@@ -632,7 +632,18 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 		rc = store_mdb_fail(s, rc, "get the data file's descriptor");
 		goto fail_env;
 	}
-	s->data_fd = fd;
+	/* Our own descriptor for pread/pwrite: its readahead state is not
+	 * disturbed by faults on LMDB's map (which share LMDB's descriptor). */
+	if (s->lock_fd >= 0) {
+		s->data_fd = s->lock_fd;
+	} else if ((s->data_fd = open(datafile, O_RDONLY | O_CLOEXEC)) < 0) {
+		rc = qe_fail(QE_EIO, "store '%s': open '%s': %s", dir, datafile, strerror(errno));
+		goto fail_env;
+	} else {
+		s->own_read_fd = 1;
+	}
+	posix_fadvise(s->data_fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	(void)fd;
 	MDB_stat est;
 	if (mdb_env_stat(s->env, &est) == 0)
 		s->db_page_size = est.ms_psize;
@@ -660,6 +671,8 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 fail_env:
 	/* a failed open still needs close */
 	mdb_env_close(s->env);
+	if (s->own_read_fd)
+		close(s->data_fd);
 fail_mutex:
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
@@ -682,6 +695,8 @@ void store_close(store *s)
 		mdb_env_close(s->env);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
+	if (s->own_read_fd)
+		close(s->data_fd);
 	pthread_mutex_destroy(&s->mu);
 	free(s->path);
 	free(s);

@@ -42,7 +42,8 @@ struct store {
 	 * map shows) and their writeback starts at once, so the disk works while
 	 * the next chunk is hashed and copied.  See store.c. */
 	int writemap;
-	int data_fd; /* LMDB's descriptor of data.mdb (pread, pwrite, fallocate) */
+	int data_fd; /* our descriptor of data.mdb for pread, pwrite, fallocate (lock_fd when writable) */
+	int own_read_fd; /* data_fd was opened for a read-only handle: close it */
 	int lock_fd; /* our own descriptor of data.mdb, flock'd around map resizes; -1 when read-only */
 	store_sync_mode sync_mode;
 	int no_fallocate; /* the file system has no fallocate */

@@ -1,33 +1,40 @@
 /*
  * bench_ckpt.c - how fast a checkpoint goes into and out of the chunk store,
- * next to what the disk itself does with the same bytes.
+ * next to what the disk itself does with the same bytes, in the same run, on
+ * the same disk, for 1 and N writers.
  *
- *   save     store_put_tensor (split, XXH3-128 each chunk, LMDB writes) + store_sync,
- *            with the default sync mode (flush per write transaction) and with
- *            only the final store_sync
- *   restore  store_get_tensor (LMDB reads + re-hash of every chunk), page cache
- *            dropped first when we can ("cold") and again with it warm
- *   write    the same bytes with write() + fsync() into a plain file
- *   read     read() of that file back, page cache dropped first when we can
- *   hash     XXH3-128 of the buffer in memory (what verification costs)
+ * N writer processes are forked (one store each, as per-rank stores are,
+ * opened after the fork), each holding total/N bytes of random state (never
+ * all zeros, no two chunks alike, so dedup cannot flatter the store).  The
+ * parent runs them through the phases in lock step and times each phase on
+ * the wall clock, from "go" to the last writer's answer:
  *
- * The state is random (never all zeros, no two chunks alike), so dedup cannot
- * flatter the store.  Dropping the page cache: `echo 3 > /proc/sys/vm/drop_caches`
- * when permitted (root outside a read-only /proc), else posix_fadvise(DONTNEED)
- * on the closed file; the table says which one worked, because a warm read
- * measures memory, not the disk.
+ *   plain write    write() + fsync() of the bytes into a plain file
+ *   store save     store_put_tensor + store_sync into a fresh store (default
+ *                  options: what ckpt_save's write_shard does)
+ *   plain read     read() of the plain file, page cache dropped first
+ *   store restore  store_get_tensor (reads + re-hash of every chunk), page
+ *                  cache dropped first ("cold"), checked against the source
+ *
+ * Each configuration runs --reps times (the order of plain and store
+ * alternates) and the medians are reported.  Dropping the page cache:
+ * `echo 3 > /proc/sys/vm/drop_caches` when permitted, else every writer
+ * fadvises DONTNEED on its files; the output says which worked, because a
+ * warm read measures memory, not the disk.
  *
  * Not a test: run it by hand or through bench/ckpt/run.sh.
- *   bench_ckpt [--dir DIR] [--gib G] [--chunk-mib M] [--json OUT] [--keep]
+ *   bench_ckpt [--dir DIR] [--gib G] [--writers 1,2,4] [--reps R] [--chunk-mib M] [--json OUT] [--keep]
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +42,11 @@
 #include "store/store.h"
 
 #define PIECE ((size_t)64 << 20)
+#define MAX_WRITERS 64
+#define MAX_CONFIGS 8
+#define MAX_REPS 15
+
+enum phase { PH_PREP = 'p', PH_WRITE = 'w', PH_SAVE = 's', PH_READ = 'r', PH_RESTORE = 'g', PH_DROP = 'd', PH_VERIFY = 'v', PH_QUIT = 'q' };
 
 static double now_s(void)
 {
@@ -57,33 +69,15 @@ static void fill(unsigned char *p, size_t n, uint64_t seed)
 		p[i] = (unsigned char)(i * 131 + 7);
 }
 
-/* fadvise DONTNEED over a file (after its writes are synced). */
 static int fadvise_drop(const char *path)
 {
 	int fd = open(path, O_RDONLY);
 	if (fd < 0)
-		return -1;
+		return errno == ENOENT ? 0 : -1;
 	fdatasync(fd);
 	int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	close(fd);
 	return rc;
-}
-
-/* Drop the page cache of the given files: "drop_caches", "fadvise" or "none". */
-static const char *drop_cache(const char **files, int n)
-{
-	sync();
-	FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
-	if (f) {
-		int ok = fputs("3\n", f) >= 0;
-		ok = (fclose(f) == 0) && ok;
-		if (ok)
-			return "drop_caches";
-	}
-	int ok = 1;
-	for (int i = 0; i < n; i++)
-		ok = fadvise_drop(files[i]) == 0 && ok;
-	return ok ? "fadvise" : "none";
 }
 
 static int write_plain(const char *path, const unsigned char *p, size_t n)
@@ -120,24 +114,236 @@ static int read_plain(const char *path, unsigned char *p, size_t n)
 	return 0;
 }
 
-typedef struct row {
-	const char *name;
-	double s;
-	const char *cache;
-	const char *what;
-} row;
+/* --- one writer process ------------------------------------------------------ */
+
+typedef struct writer {
+	int id;
+	size_t bytes, chunk;
+	char dir[1024], sdir[1100], plain[1100], dmdb[1200];
+	unsigned char *src, *dst;
+	store_chunk_list list;
+} writer;
+
+static int rm_rf(const char *path)
+{
+	char cmd[1300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* One phase; 0 or -1 with a message on stderr. */
+static int writer_phase(writer *w, int ph)
+{
+	store *s = NULL;
+	int rc = 0;
+	switch (ph) {
+	case PH_PREP:
+		store_chunk_list_free(&w->list);
+		if (rm_rf(w->sdir) || (unlink(w->plain) && errno != ENOENT))
+			return fprintf(stderr, "writer %d: cannot clear %s\n", w->id, w->dir), -1;
+		sync();
+		return 0;
+	case PH_WRITE:
+		if (write_plain(w->plain, w->src, w->bytes))
+			return fprintf(stderr, "writer %d: write '%s': %s\n", w->id, w->plain, strerror(errno)), -1;
+		return 0;
+	case PH_SAVE: {
+		store_opts o = { .create = 1 };
+		if (!(rc = store_open(w->sdir, &o, &s)))
+			rc = store_put_tensor(s, w->src, w->bytes, w->chunk, &w->list);
+		if (!rc)
+			rc = store_sync(s);
+		store_close(s);
+		if (rc)
+			return fprintf(stderr, "writer %d: save: %s\n", w->id, qe_last_error()), -1;
+		return 0;
+	}
+	case PH_READ:
+		if (read_plain(w->plain, w->dst, w->bytes))
+			return fprintf(stderr, "writer %d: read '%s' failed\n", w->id, w->plain), -1;
+		return 0;
+	case PH_RESTORE: {
+		store_opts o = { .read_only = 1 };
+		if (!(rc = store_open(w->sdir, &o, &s)))
+			rc = store_get_tensor(s, &w->list, w->dst, w->bytes);
+		store_close(s);
+		if (rc)
+			return fprintf(stderr, "writer %d: restore: %s\n", w->id, qe_last_error()), -1;
+		return 0;
+	}
+	case PH_VERIFY: /* after each timed read, outside its timing */
+		if (memcmp(w->src, w->dst, w->bytes))
+			return fprintf(stderr, "writer %d: the last read returned other bytes\n", w->id), -1;
+		return 0;
+	case PH_DROP:
+		rc = fadvise_drop(w->plain) || fadvise_drop(w->dmdb);
+		return rc ? -1 : 0;
+	}
+	return -1;
+}
+
+/* The child: prepare, then answer each phase byte with a status byte. */
+static int writer_main(writer *w, int in, int out)
+{
+	w->src = malloc(w->bytes);
+	w->dst = malloc(w->bytes);
+	if (!w->src || !w->dst) {
+		fprintf(stderr, "writer %d: cannot allocate 2 x %zu bytes\n", w->id, w->bytes);
+		return 1;
+	}
+	fill(w->src, w->bytes, 0x5eedbe7cull + (uint64_t)w->id * 0x1000193ull);
+	memset(w->dst, 0xa5, w->bytes); /* fault the pages in outside the timings */
+	if (mkdir(w->dir, 0755) && errno != EEXIST) {
+		fprintf(stderr, "writer %d: mkdir '%s': %s\n", w->id, w->dir, strerror(errno));
+		return 1;
+	}
+	for (;;) {
+		char ph;
+		if (read(in, &ph, 1) != 1 || ph == PH_QUIT)
+			break;
+		if (ph == PH_RESTORE || ph == PH_READ)
+			memset(w->dst, 0xa5, w->bytes); /* other bytes than src before each read */
+		char ok = writer_phase(w, ph) == 0 ? 'y' : 'n';
+		if (write(out, &ok, 1) != 1)
+			break;
+	}
+	store_chunk_list_free(&w->list);
+	free(w->src);
+	free(w->dst);
+	return 0;
+}
+
+/* --- the parent ----------------------------------------------------------------- */
+
+typedef struct pool {
+	int n;
+	pid_t pid[MAX_WRITERS];
+	int to[MAX_WRITERS], from[MAX_WRITERS];
+} pool;
+
+/* Send phase ph to every writer and wait for all; -1 if any failed. */
+static int pool_run(pool *p, char ph)
+{
+	int bad = 0;
+	for (int i = 0; i < p->n; i++)
+		if (write(p->to[i], &ph, 1) != 1)
+			bad = 1;
+	for (int i = 0; i < p->n; i++) {
+		char ok = 'n';
+		if (read(p->from[i], &ok, 1) != 1 || ok != 'y')
+			bad = 1;
+	}
+	return bad ? -1 : 0;
+}
+
+static const char *drop_caches(pool *p)
+{
+	sync();
+	FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+	if (f) {
+		int ok = fputs("3\n", f) >= 0;
+		ok = (fclose(f) == 0) && ok;
+		if (ok)
+			return "drop_caches";
+	}
+	return pool_run(p, PH_DROP) == 0 ? "fadvise" : "none";
+}
+
+static int pool_start(pool *p, int n, const char *dir, size_t total, size_t chunk)
+{
+	p->n = 0;
+	for (int i = 0; i < n; i++) {
+		int a[2], b[2];
+		if (pipe(a) || pipe(b))
+			return -1;
+		fflush(NULL);
+		pid_t pid = fork();
+		if (pid < 0)
+			return -1;
+		if (pid == 0) {
+			close(a[1]);
+			close(b[0]);
+			for (int k = 0; k < p->n; k++)
+				close(p->to[k]), close(p->from[k]);
+			writer w = { .id = i, .chunk = chunk };
+			w.bytes = total / (size_t)n + (i == n - 1 ? total % (size_t)n : 0);
+			snprintf(w.dir, sizeof(w.dir), "%s/w%d", dir, i);
+			snprintf(w.sdir, sizeof(w.sdir), "%s/store", w.dir);
+			snprintf(w.plain, sizeof(w.plain), "%s/plain.bin", w.dir);
+			snprintf(w.dmdb, sizeof(w.dmdb), "%s/data.mdb", w.sdir);
+			_exit(writer_main(&w, a[0], b[1]));
+		}
+		close(a[0]);
+		close(b[1]);
+		p->pid[i] = pid;
+		p->to[i] = a[1];
+		p->from[i] = b[0];
+		p->n++;
+	}
+	return 0;
+}
+
+static void pool_stop(pool *p)
+{
+	char q = PH_QUIT;
+	for (int i = 0; i < p->n; i++) {
+		if (write(p->to[i], &q, 1) != 1)
+			kill(p->pid[i], SIGTERM);
+		close(p->to[i]);
+		close(p->from[i]);
+	}
+	for (int i = 0; i < p->n; i++)
+		waitpid(p->pid[i], NULL, 0);
+	p->n = 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+	double t[MAX_REPS];
+	memcpy(t, v, (size_t)n * sizeof(*t));
+	qsort(t, (size_t)n, sizeof(*t), cmp_double);
+	return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+enum { OP_WRITE, OP_SAVE, OP_READ, OP_RESTORE, N_OPS };
+static const char *op_name[N_OPS] = { "plain_write_fsync", "store_save", "plain_read_cold", "store_restore_cold" };
+static const char op_phase[N_OPS] = { PH_WRITE, PH_SAVE, PH_READ, PH_RESTORE };
+
+typedef struct config {
+	int writers;
+	double s[N_OPS][MAX_REPS];
+	double med[N_OPS];
+} config;
+
+static int timed(pool *p, int op, double *out)
+{
+	double t = now_s();
+	int rc = pool_run(p, op_phase[op]);
+	*out = now_s() - t;
+	return rc;
+}
 
 int main(int argc, char **argv)
 {
-	const char *dir = "/tmp/qe-bench-ckpt", *json = NULL;
+	const char *dir = "/tmp/qe-bench-ckpt", *json = NULL, *wlist = "1,2,4";
 	double gib = 2.0;
 	long chunk_mib = 64;
-	int keep = 0;
+	int reps = 3, keep = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--dir") && i + 1 < argc)
 			dir = argv[++i];
 		else if (!strcmp(argv[i], "--gib") && i + 1 < argc)
 			gib = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--writers") && i + 1 < argc)
+			wlist = argv[++i];
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--chunk-mib") && i + 1 < argc)
 			chunk_mib = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--json") && i + 1 < argc)
@@ -145,139 +351,74 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--keep"))
 			keep = 1;
 		else {
-			fprintf(stderr, "usage: bench_ckpt [--dir DIR] [--gib G] [--chunk-mib M] [--json OUT] [--keep]\n");
+			fprintf(stderr, "usage: bench_ckpt [--dir DIR] [--gib G] [--writers 1,2,4] [--reps R] [--chunk-mib M] "
+					"[--json OUT] [--keep]\n");
 			return 2;
 		}
 	}
-	size_t n = (size_t)(gib * (double)(1ull << 30));
+	size_t total = (size_t)(gib * (double)(1ull << 30));
 	size_t chunk = (size_t)chunk_mib << 20;
-	if (n < 1 || chunk < 4096 || chunk > STORE_MAX_CHUNK) {
-		fprintf(stderr, "bench_ckpt: bad --gib or --chunk-mib\n");
+	config cf[MAX_CONFIGS];
+	int ncf = 0;
+	for (const char *c = wlist; *c && ncf < MAX_CONFIGS;) {
+		int n = atoi(c);
+		if (n < 1 || n > MAX_WRITERS) {
+			fprintf(stderr, "bench_ckpt: bad --writers '%s' (1..%d each)\n", wlist, MAX_WRITERS);
+			return 2;
+		}
+		memset(&cf[ncf], 0, sizeof(cf[ncf]));
+		cf[ncf++].writers = n;
+		c = strchr(c, ',');
+		if (!c)
+			break;
+		c++;
+	}
+	if (total < 4096 || chunk < 4096 || chunk > STORE_MAX_CHUNK || reps < 1 || reps > MAX_REPS || !ncf) {
+		fprintf(stderr, "bench_ckpt: bad --gib, --chunk-mib, --reps (1..%d) or --writers\n", MAX_REPS);
 		return 2;
 	}
-	char sdir[1024], plain[1024], dmdb[1100], cmd[3300];
-	snprintf(sdir, sizeof(sdir), "%s/store", dir);
-	snprintf(plain, sizeof(plain), "%s/plain.bin", dir);
-	snprintf(dmdb, sizeof(dmdb), "%s/data.mdb", sdir);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s/store' '%s/store-nosync' '%s/plain.bin'", dir, dir, dir);
-	if (system(cmd) != 0 || (mkdir(dir, 0755) && errno != EEXIST)) {
+	if (rm_rf(dir) || (mkdir(dir, 0755) && errno != EEXIST)) {
 		fprintf(stderr, "bench_ckpt: cannot prepare '%s'\n", dir);
 		return 1;
 	}
-	unsigned char *src = malloc(n), *dst = malloc(n);
-	if (!src || !dst) {
-		fprintf(stderr, "bench_ckpt: cannot allocate 2 x %zu bytes\n", n);
+	printf("bench_ckpt: %zu bytes (%.2f GiB) of random state in total, %zu-byte chunks, in %s, %d reps\n", total, gib,
+	       chunk, dir, reps);
+	const char *how = "none";
+	int failed = 0;
+	for (int c = 0; c < ncf && !failed; c++) {
+		config *k = &cf[c];
+		pool p;
+		if (pool_start(&p, k->writers, dir, total, chunk)) {
+			fprintf(stderr, "bench_ckpt: cannot start %d writers: %s\n", k->writers, strerror(errno));
+			return 1;
+		}
+		for (int r = 0; r < reps && !failed; r++) {
+			/* alternate which goes first, so neither always finds the disk busier */
+			int first_w = r % 2 ? OP_SAVE : OP_WRITE, second_w = r % 2 ? OP_WRITE : OP_SAVE;
+			int first_r = r % 2 ? OP_RESTORE : OP_READ, second_r = r % 2 ? OP_READ : OP_RESTORE;
+			failed = pool_run(&p, PH_PREP) || timed(&p, first_w, &k->s[first_w][r]) ||
+				 timed(&p, second_w, &k->s[second_w][r]);
+			if (!failed) {
+				how = drop_caches(&p);
+				failed = timed(&p, first_r, &k->s[first_r][r]) || pool_run(&p, PH_VERIFY);
+			}
+			if (!failed) {
+				how = drop_caches(&p);
+				failed = timed(&p, second_r, &k->s[second_r][r]) || pool_run(&p, PH_VERIFY);
+			}
+			if (!failed)
+				printf("  writers %d rep %d: write %.3f s, save %.3f s, read %.3f s, restore %.3f s\n", k->writers,
+				       r, k->s[OP_WRITE][r], k->s[OP_SAVE][r], k->s[OP_READ][r], k->s[OP_RESTORE][r]);
+			fflush(stdout);
+		}
+		pool_stop(&p);
+		for (int op = 0; op < N_OPS; op++)
+			k->med[op] = median(k->s[op], reps);
+	}
+	if (failed) {
+		fprintf(stderr, "bench_ckpt: a writer failed (its message is above)\n");
 		return 1;
 	}
-	printf("bench_ckpt: %zu bytes (%.2f GiB) of random state, %zu-byte chunks, in %s\n", n, gib, chunk, dir);
-	fill(src, n, 0x5eedbe7cull);
-	memset(dst, 0xa5, n); /* touch the pages so the timing excludes page faults of dst */
-
-	row rows[10];
-	int nr = 0;
-	double t;
-	store_hash h;
-	t = now_s();
-	store_hash_of(src, n, &h);
-	rows[nr++] = (row){ "hash XXH3-128 (memory)", now_s() - t, "-", "in memory" };
-
-	/* save */
-	store *s = NULL;
-	store_opts o = { .create = 1, .sync_mode = STORE_SYNC_META };
-	store_chunk_list l = { 0 };
-	int rc = store_open(sdir, &o, &s);
-	t = now_s();
-	if (!rc)
-		rc = store_put_tensor(s, src, n, chunk, &l);
-	if (!rc)
-		rc = store_sync(s);
-	double save_s = now_s() - t;
-	store_close(s);
-	s = NULL;
-	if (rc) {
-		fprintf(stderr, "bench_ckpt: save: %s\n", qe_last_error());
-		return 1;
-	}
-	rows[nr++] = (row){ "store save (put + sync)", save_s, "-", "store_put_tensor + store_sync, sync_mode meta" };
-
-	/* the same with no flush per write transaction, only the final store_sync
-	 * (shows what the per-commit flushes of STORE_SYNC_META cost) */
-	char sdir2[1100];
-	snprintf(sdir2, sizeof(sdir2), "%s/store-nosync", dir);
-	o = (store_opts){ .create = 1, .sync_mode = STORE_SYNC_NONE };
-	store_chunk_list l2 = { 0 };
-	rc = store_open(sdir2, &o, &s);
-	t = now_s();
-	if (!rc)
-		rc = store_put_tensor(s, src, n, chunk, &l2);
-	if (!rc)
-		rc = store_sync(s);
-	double save2_s = now_s() - t;
-	store_close(s);
-	s = NULL;
-	store_chunk_list_free(&l2);
-	if (rc) {
-		fprintf(stderr, "bench_ckpt: save (sync none): %s\n", qe_last_error());
-		return 1;
-	}
-	rows[nr++] = (row){ "store save, one final sync", save2_s, "-", "sync_mode none + store_sync" };
-
-	/* plain write */
-	t = now_s();
-	if (write_plain(plain, src, n)) {
-		fprintf(stderr, "bench_ckpt: write '%s': %s\n", plain, strerror(errno));
-		return 1;
-	}
-	rows[nr++] = (row){ "plain write + fsync", now_s() - t, "-", "write() + fsync()" };
-
-	/* cold restore */
-	const char *files[] = { dmdb, plain };
-	const char *how = drop_cache(files, 2);
-	o = (store_opts){ .read_only = 1 };
-	if ((rc = store_open(sdir, &o, &s))) {
-		fprintf(stderr, "bench_ckpt: reopen: %s\n", qe_last_error());
-		return 1;
-	}
-	t = now_s();
-	rc = store_get_tensor(s, &l, dst, n);
-	double cold_s = now_s() - t;
-	if (rc || memcmp(src, dst, n)) {
-		fprintf(stderr, "bench_ckpt: restore %s\n", rc ? qe_last_error() : "returned other bytes");
-		return 1;
-	}
-	rows[nr++] = (row){ "store restore (get + re-hash)", cold_s, how, "store_get_tensor" };
-	memset(dst, 0xa5, n);
-	t = now_s();
-	rc = store_get_tensor(s, &l, dst, n);
-	rows[nr++] = (row){ "store restore (get + re-hash)", now_s() - t, "warm", "store_get_tensor, cache warm" };
-	store_close(s);
-	if (rc || memcmp(src, dst, n)) {
-		fprintf(stderr, "bench_ckpt: warm restore failed\n");
-		return 1;
-	}
-
-	/* plain read */
-	how = drop_cache(files, 2);
-	memset(dst, 0xa5, n);
-	t = now_s();
-	if (read_plain(plain, dst, n) || memcmp(src, dst, n)) {
-		fprintf(stderr, "bench_ckpt: read '%s' failed\n", plain);
-		return 1;
-	}
-	rows[nr++] = (row){ "plain read", now_s() - t, how, "read()" };
-	t = now_s();
-	read_plain(plain, dst, n);
-	rows[nr++] = (row){ "plain read", now_s() - t, "warm", "read(), cache warm" };
-
-	struct stat sb;
-	uint64_t mdb_bytes = stat(dmdb, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-	printf("\n%-32s %-12s %10s %10s\n", "operation", "page cache", "seconds", "GB/s");
-	for (int i = 0; i < nr; i++)
-		printf("%-32s %-12s %10.3f %10.3f\n", rows[i].name, rows[i].cache, rows[i].s, (double)n / rows[i].s / 1e9);
-	printf("\nchunks: %zu; data.mdb %llu bytes for %zu payload bytes (%.2f%% overhead)\n", l.n,
-	       (unsigned long long)mdb_bytes, n, n ? 100.0 * ((double)mdb_bytes - (double)n) / (double)n : 0.0);
-	printf("cold reads: page cache dropped with %s%s\n", how,
-	       strcmp(how, "none") == 0 ? " - NOT dropped: the cold numbers are warm reads" : "");
 
 	if (json) {
 		FILE *f = fopen(json, "w");
@@ -285,21 +426,41 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bench_ckpt: cannot write '%s': %s\n", json, strerror(errno));
 			return 1;
 		}
-		fprintf(f, "{\n  \"bytes\": %zu,\n  \"chunk_bytes\": %zu,\n  \"chunks\": %zu,\n  \"dir\": \"%s\",\n", n, chunk,
-			l.n, dir);
-		fprintf(f, "  \"data_mdb_bytes\": %llu,\n  \"cache_drop\": \"%s\",\n  \"results\": [\n",
-			(unsigned long long)mdb_bytes, how);
-		for (int i = 0; i < nr; i++)
-			fprintf(f, "    {\"op\": \"%s\", \"cache\": \"%s\", \"seconds\": %.6f, \"gb_per_s\": %.4f}%s\n",
-				rows[i].name, rows[i].cache, rows[i].s, (double)n / rows[i].s / 1e9, i + 1 < nr ? "," : "");
+		fprintf(f, "{\n  \"bytes_total\": %zu,\n  \"chunk_bytes\": %zu,\n  \"reps\": %d,\n  \"dir\": \"%s\",\n", total,
+			chunk, reps, dir);
+		fprintf(f, "  \"cache_drop\": \"%s\",\n  \"configs\": [\n", how);
+		for (int c = 0; c < ncf; c++) {
+			config *k = &cf[c];
+			fprintf(f, "    {\"writers\": %d", k->writers);
+			for (int op = 0; op < N_OPS; op++) {
+				fprintf(f, ", \"%s\": {\"median_s\": %.6f, \"gb_per_s\": %.4f, \"s\": [", op_name[op], k->med[op],
+					(double)total / k->med[op] / 1e9);
+				for (int r = 0; r < reps; r++)
+					fprintf(f, "%s%.6f", r ? ", " : "", k->s[op][r]);
+				fprintf(f, "]}");
+			}
+			fprintf(f, ", \"save_vs_write\": %.4f, \"restore_vs_read\": %.4f}%s\n", k->med[OP_WRITE] / k->med[OP_SAVE],
+				k->med[OP_READ] / k->med[OP_RESTORE], c + 1 < ncf ? "," : "");
+		}
 		fprintf(f, "  ]\n}\n");
 		fclose(f);
 		printf("wrote %s\n", json);
 	}
-	store_chunk_list_free(&l);
-	free(src);
-	free(dst);
-	if (!keep && system(cmd) != 0)
-		fprintf(stderr, "bench_ckpt: could not remove the files in %s\n", dir);
+	if (!keep && rm_rf(dir))
+		fprintf(stderr, "bench_ckpt: could not remove %s\n", dir);
+
+	printf("\ncold reads: page cache dropped with %s%s\n", how,
+	       strcmp(how, "none") == 0 ? " - NOT dropped: the read numbers are warm reads" : "");
+	printf("%.2f GiB in total, split over the writers; GB/s of all writers together, medians of %d\n", gib, reps);
+	printf("%-8s %12s %12s %7s %12s %12s %7s\n", "writers", "write GB/s", "save GB/s", "save%", "read GB/s",
+	       "restore GB/s", "rest%");
+	for (int c = 0; c < ncf; c++) {
+		config *k = &cf[c];
+		double g[N_OPS];
+		for (int op = 0; op < N_OPS; op++)
+			g[op] = (double)total / k->med[op] / 1e9;
+		printf("%-8d %12.3f %12.3f %6.0f%% %12.3f %12.3f %6.0f%%\n", k->writers, g[OP_WRITE], g[OP_SAVE],
+		       100 * g[OP_SAVE] / g[OP_WRITE], g[OP_READ], g[OP_RESTORE], 100 * g[OP_RESTORE] / g[OP_READ]);
+	}
 	return 0;
 }
