@@ -34,6 +34,19 @@
  *
  * A comm may be used from several threads (each call locks), but the order of
  * messages on a channel is then whatever order the threads made the calls in.
+ *
+ * Only the job's own ranks get in (rendezvous.c, auth.h):
+ *  - rank 0 listens on MASTER_ADDR itself, or on QE_LISTEN_ADDR when set
+ *    (QE_LISTEN_ADDR=0.0.0.0 asks for every interface); the other ranks on
+ *    QE_LISTEN_ADDR or the address they reach rank 0 from.  A local job
+ *    (MASTER_ADDR 127.0.0.1, as qe_launch_* sets) is on loopback only.
+ *  - every connection proves, by HMAC-SHA256 challenge-response, that it
+ *    knows the job secret (QE_JOB_SECRET, or the file QE_JOB_SECRET_FILE
+ *    names); the secret never travels and never appears in a message.  A job
+ *    without one warns once, or fails with QE_EINVAL under QE_REQUIRE_SECRET=1.
+ *  - a connection that fails the check is dropped and logged with its
+ *    address; it never takes a rank's place, and one that stalls holds only
+ *    itself up (each handshake has its own time limit).
  */
 #ifndef QE_COMM_H
 #define QE_COMM_H
@@ -86,8 +99,10 @@ typedef struct qe_comm qe_comm;
  * one opens no sockets at all.
  *
  * OUT: *out, freed with qe_comm_close.  On failure *out is NULL and nothing
- * needs freeing.  Returns 0, QE_EINVAL (bad env), QE_ENOMEM, QE_ECOMM
- * (refused by rank 0, timed out, a rank died, address not resolvable).
+ * needs freeing.  Returns 0, QE_EINVAL (bad env, an unreadable or ambiguous
+ * job secret, no secret under QE_REQUIRE_SECRET=1), QE_ENOMEM, QE_ECOMM
+ * (refused by rank 0, a peer that does not prove the job secret, timed out,
+ * a rank died, address not resolvable or not ours to listen on).
  */
 int qe_comm_open(const qe_dist_env *env, int timeout_ms, qe_comm **out);
 
@@ -204,7 +219,10 @@ typedef struct qe_launch_result {
  * Fork nproc rank processes on this machine.  Each child gets RANK,
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (master_addr; NULL
  * means 127.0.0.1), MASTER_PORT (master_port_or_0, or a free port picked by
- * binding port 0 when 0) and QE_RUN_ID (kept when set, else fresh per launch)
+ * binding port 0 when 0), QE_RUN_ID (kept when set, else fresh per launch)
+ * and QE_JOB_SECRET (unless QE_JOB_SECRET or QE_JOB_SECRET_FILE is set: then
+ * the children inherit the caller's; else 64 random hex characters, fresh per
+ * launch, never logged; the caller's own environment is not changed)
  * in its environment, runs rank_main(arg), flushes stdio and _exits with its
  * return value (0..255; anything else becomes 1).  Exiting in the child is the
  * launcher's business: the children are copies of the calling process; the
