@@ -30,7 +30,9 @@ static void help(FILE *f)
 		"  --json             one JSON line per pushed checkpoint\n"
 		"  --quiet            print nothing on success\n\n"
 		"environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION\n"
-		"(us-east-1), AWS_ENDPOINT_URL; QE_S3_RETRIES (4), QE_S3_BACKOFF_MS (200), QE_S3_TIMEOUT_S (60),\n"
+		"(us-east-1), AWS_ENDPOINT_URL; QE_S3_RETRIES (4), QE_S3_BACKOFF_MS (200),\n"
+		"QE_S3_TIMEOUT_S (60) + bytes / QE_S3_MIN_RATE (65536 B/s): each request's deadline;\n"
+		"QE_S3_LOW_SPEED_BPS (65536) for QE_S3_LOW_SPEED_S (30): slower than that fails;\n"
 		"QE_S3_MULTIPART_BYTES (64 MiB), QE_S3_PART_BYTES (16 MiB).\n\n"
 		"exit status: 0 pushed, 1 failed (nothing to push, refused, unreachable), 2 bad usage.\n"
 		"\nexample:\n  qeffect push --run-dir runs/a --remote s3://ckpts/team/a --endpoint http://127.0.0.1:4568\n");

@@ -29,7 +29,7 @@ command -v python3 >/dev/null || skip "python3 is not installed"
 s3_start_server || skip "s3rver 3.7.1 could not be installed or started"
 echo "s3rver on $EP (pid $PID)"
 s3_use_test_credentials
-export QE_CKPT_CHUNK_BYTES=65536
+export QE_CKPT_CHUNK_BYTES=262144 # a few dozen chunks a checkpoint: the push stays short
 cd "$T"
 
 echo pass >mode
