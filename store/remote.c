@@ -537,7 +537,7 @@ static int http_fail(store_remote *r, const remote_req *q, remote_resp *p, int a
  * document is the server's failure (CompleteMultipartUpload may answer so),
  * anything else that is not that document is a malformed answer.
  */
-static int check_answer(store_remote *r, const remote_req *q, remote_resp *p, int attempts)
+static int check_answer(store_remote *r, const remote_req *q, remote_resp *p)
 {
 	char what[1800], why[256], code[64], msg[512];
 	remote__req_text(r, q, what, sizeof(what));
@@ -548,15 +548,12 @@ static int check_answer(store_remote *r, const remote_req *q, remote_resp *p, in
 	}
 	if (remote__xml_check(p->body.p, p->body.n, q->xml_root, why, sizeof(why)) == 0)
 		return QE_OK;
-	(void)attempts;
 	return qe_fail(QE_ESTORE, "s3: %s at %s: HTTP %ld: %s", what, r->endpoint, p->status, why);
 }
 
 /* Why an attempt failed in libcurl, in words; time-outs say which limit and by how much. */
-static void curl_time_why(store_remote *r, const remote_req *q, CURLcode cc, const xfer_clock *k, char *buf,
-			  size_t len)
+static void curl_time_why(store_remote *r, CURLcode cc, const xfer_clock *k, char *buf, size_t len)
 {
-	(void)q;
 	if (cc == CURLE_ABORTED_BY_CALLBACK && k->over) {
 		snprintf(buf, len, "over its deadline of %.0f s (%d s + %.0f B at %ld B/s)", k->limit_s, r->deadline_floor_s,
 			 k->bytes, r->min_rate_bps);
@@ -698,7 +695,7 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 				p->has_length = 1;
 			}
 			if (p->status >= 200 && p->status < 300) {
-				rc = q->xml_root ? check_answer(r, q, p, attempt + 1) : QE_OK;
+				rc = q->xml_root ? check_answer(r, q, p) : QE_OK;
 				break;
 			}
 			error_doc(&p->body, p->code, sizeof(p->code), NULL, 0);
@@ -719,7 +716,7 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 			break;
 		}
 		if (transient_curl(cc) && attempt < r->retries) {
-			curl_time_why(r, q, cc, &clk, why, sizeof(why));
+			curl_time_why(r, cc, &clk, why, sizeof(why));
 			qe_log(QE_LOG_WARN, "s3: %s %s: %s; retry %d of %d", q->method, q->key ? q->key : r->bucket, why,
 			       attempt + 1, r->retries);
 			backoff_sleep(r, attempt++);
@@ -730,7 +727,7 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 		target_text(r, q, target, sizeof(target));
 		if (attempt)
 			snprintf(tries, sizeof(tries), " after %d attempts", attempt + 1);
-		curl_time_why(r, q, cc, &clk, why, sizeof(why));
+		curl_time_why(r, cc, &clk, why, sizeof(why));
 		rc = qe_fail(QE_EIO, "s3: %s %s at %s failed%s: %s", q->method, target, r->endpoint, tries, why);
 		break;
 	}
