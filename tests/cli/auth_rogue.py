@@ -31,9 +31,13 @@ def mac(label, ctx):
 
 
 def recv_exact(s, n):
+    # a reset is the listener dropping us, as a close is
     b = b""
     while len(b) < n:
-        k = s.recv(n - len(b))
+        try:
+            k = s.recv(n - len(b))
+        except ConnectionResetError:
+            return None
         if not k:
             return None
         b += k
