@@ -377,7 +377,7 @@ int ckpt_q_fp8_meta(const cat_tensor *t, const void *data, ckpt_fp8_meta *out)
 			const float *blk = out->values + (lin * QE_ROLE_COUNT + role) * d[2];
 			row->stage = t->stage;
 			row->linear = (int)lin;
-			row->linear_name = qe_linear_name((int)lin);
+			qe_linear_label((int)lin, (int)d[0], row->linear_name, sizeof(row->linear_name));
 			row->role = role;
 			row->role_name = qe_fp8_role_name((qe_fp8_role)role);
 			row->history_len = L;

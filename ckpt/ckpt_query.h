@@ -105,7 +105,7 @@ int ckpt_q_parse_shape(const char *text, int64_t *dims, int max, int *ndim);
 typedef struct ckpt_fp8_role {
 	int stage;
 	int linear;              /* 0 qkv, 1 proj, 2 fc1, 3 fc2, 4 head */
-	const char *linear_name; /* static */
+	char linear_name[16];    /* "qkv" ... "head", or "b<k>.qkv" in a stage of several blocks */
 	int role;                /* 0 input, 1 weight, 2 grad_output */
 	const char *role_name;   /* static */
 	int history_len;

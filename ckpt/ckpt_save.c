@@ -35,10 +35,12 @@ void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t
 	snprintf(topo, tl, "pp=%d dp=%d chunks=%d", c->pp, c->dp, c->chunks);
 	snprintf(sched, sl, "%s/%s %s %s", qe_sched_kind_name(c->schedule), qe_sched_backward_name(c->backward),
 		 qe_exec_name(c->exec), qe_grad_name(c->grad));
-	if (c->prec.fp8)
+	if (qe_prec_is_fp8(&c->prec))
 		snprintf(recipe, rl, "model=%s fp8=%s history=%d margin=%d algo=%s head=%s", c->model.preset,
 			 qe_fp8_format_name(c->prec.recipe.format), c->prec.recipe.history_len, c->prec.recipe.margin,
 			 qe_amax_algo_name(c->prec.recipe.algo), c->prec.head_current ? "current" : "delayed");
+	else if (c->prec.mode == QE_PREC_BF16)
+		snprintf(recipe, rl, "model=%s precision=bf16", c->model.preset);
 	else
 		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
 }

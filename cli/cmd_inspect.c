@@ -78,14 +78,17 @@ static void print_config(const char *json)
 		printf("configuration: %s\n", json);
 		return;
 	}
-	printf("configuration: model %s (hidden %d, ffn %d, heads %d, layers %d, seq %d, vocab %d)\n", c.model.preset,
-	       c.model.hidden, c.model.ffn, c.model.heads, c.model.layers, c.model.seq, c.model.vocab);
+	printf("configuration: model %s (hidden %d, ffn %d, heads %d, layers %d, seq %d, vocab %d padded to %d, "
+	       "batch %d)\n",
+	       c.model.preset, c.model.hidden, c.model.ffn, c.model.heads, c.model.layers, c.model.seq, c.model.vocab,
+	       qe_model_vocab_padded(&c.model), c.model.batch);
 	printf("  parallel: pp %d, dp %d, chunks %d, micro %d; schedule %s/%s, exec %s, grad %s, backend %s, seed %llu\n",
 	       c.pp, c.dp, c.chunks, c.micro, qe_sched_kind_name(c.schedule), qe_sched_backward_name(c.backward),
 	       qe_exec_name(c.exec), qe_grad_name(c.grad), c.backend, (unsigned long long)c.seed);
 	printf("  optimizer: AdamW lr %g, betas %g %g, eps %g, weight decay %g\n", c.optim.lr, c.optim.beta1,
 	       c.optim.beta2, c.optim.eps, c.optim.weight_decay);
-	printf("recipe: fp8 %s, format %s, margin %d, amax history %d, amax algo %s%s\n", c.prec.fp8 ? "on" : "off",
+	printf("recipe: precision %s, format %s, margin %d, amax history %d, amax algo %s%s\n",
+	       qe_prec_mode_name(c.prec.mode),
 	       qe_fp8_format_name(c.prec.recipe.format), c.prec.recipe.margin, c.prec.recipe.history_len,
 	       qe_amax_algo_name(c.prec.recipe.algo), c.prec.head_current ? ", head with current scaling" : "");
 }

@@ -64,17 +64,32 @@ static int check_conflicts(const cli_train_args *a, const qe_train_config *s)
 	const qe_train_config *g = &a->cfg;
 	unsigned f = a->given;
 	char x[160], y[160];
-	if (f & CLI_F_PRESET) {
+	if ((f & CLI_F_SHAPE) && !(f & CLI_F_PRESET)) {
+		/* shape flags alone: each against the run's own value */
+		qe_model_config sm = s->model;
+		for (int i = 0; i < 7; i++) {
+			int want = *cli_shape_field(&sm, i);
+			if (a->shape[i] && a->shape[i] != want) {
+				snprintf(x, sizeof(x), "%d", a->shape[i]);
+				snprintf(y, sizeof(y), "%s %d", cli_shape_flags[i] + 2, want);
+				return conflict(cli_shape_flags[i], x, y);
+			}
+		}
+	} else if (f & CLI_F_PRESET) {
 		const qe_model_config *gm = &g->model, *sm = &s->model;
 		if (strcmp(gm->preset, sm->preset) || gm->hidden != sm->hidden || gm->layers != sm->layers ||
-		    gm->vocab != sm->vocab || gm->ffn != sm->ffn || gm->heads != sm->heads || gm->seq != sm->seq) {
+		    gm->vocab != sm->vocab || gm->ffn != sm->ffn || gm->heads != sm->heads || gm->seq != sm->seq ||
+		    gm->batch != sm->batch) {
 			snprintf(x, sizeof(x), "%s (hidden %d, layers %d)", gm->preset, gm->hidden, gm->layers);
 			snprintf(y, sizeof(y), "model '%s' (hidden %d, layers %d)", sm->preset, sm->hidden, sm->layers);
 			return conflict("--preset", x, y);
 		}
 	}
-	if ((f & CLI_F_FP8) && g->prec.fp8 != s->prec.fp8)
-		return conflict("--fp8", g->prec.fp8 ? "on" : "off", s->prec.fp8 ? "fp8 on" : "fp8 off");
+	if ((f & CLI_F_FP8) && g->prec.mode != s->prec.mode) {
+		snprintf(y, sizeof(y), "precision %s (fp8 %s)", qe_prec_mode_name(s->prec.mode),
+			 qe_prec_is_fp8(&s->prec) ? "on" : "off");
+		return conflict(a->prec_flag, a->prec_value, y);
+	}
 	if ((f & CLI_F_HEAD) && g->prec.head_current != s->prec.head_current)
 		return conflict("--head-scaling", g->prec.head_current ? "current" : "delayed",
 				s->prec.head_current ? "head scaling current" : "head scaling delayed");
@@ -123,6 +138,7 @@ static void apply_mapping(const cli_train_args *a, qe_train_config *m)
 {
 	const qe_train_config *g = &a->cfg;
 	unsigned f = a->given;
+	int stages = m->pp * m->chunks; /* the checkpoint's virtual stages: any mapping keeps them */
 	if (f & CLI_F_PP)
 		m->pp = g->pp;
 	if (f & CLI_F_DP)
@@ -150,7 +166,7 @@ static void apply_mapping(const cli_train_args *a, qe_train_config *m)
 	if (f & CLI_F_CHUNKS)
 		m->chunks = g->chunks;
 	else if (f & (CLI_F_PP | CLI_F_SCHEDULE))
-		cli_train_config_finish(m, 0); /* the default chunks of the new mapping */
+		cli_train_config_finish(m, 0, stages); /* the run's virtual stages under the new pp */
 	snprintf(m->run_dir, sizeof(m->run_dir), "%s", g->run_dir);
 }
 

@@ -38,7 +38,7 @@ int cli_train_main(int argc, char **argv)
 	}
 	if (rc)
 		return rc;
-	cli_train_config_finish(&a.cfg, a.given);
+	cli_train_config_finish(&a.cfg, a.given, 0);
 	if (qe_train_config_check(&a.cfg)) {
 		fprintf(stderr, "qeffect train: %s\n", qe_last_error());
 		return 2;
@@ -61,11 +61,13 @@ int cli_train_main(int argc, char **argv)
 		}
 	}
 	if (!a.quiet) {
-		printf("training %s: pp %d, dp %d, %d microbatches, %s/%s, exec %s, grad %s, fp8 %s, %lld steps%s%s\n",
-		       a.cfg.model.preset, a.cfg.pp, a.cfg.dp, a.cfg.micro, qe_sched_kind_name(a.cfg.schedule),
-		       qe_sched_backward_name(a.cfg.backward), qe_exec_name(a.cfg.exec), qe_grad_name(a.cfg.grad),
-		       a.cfg.prec.fp8 ? "on" : "off", (long long)a.cfg.steps, a.cfg.run_dir[0] ? ", run " : "",
-		       a.cfg.run_dir);
+		const qe_model_config *mc = &a.cfg.model;
+		printf("training %s (%d layers, hidden %d, heads %d, seq %d, batch %d, vocab %d): pp %d, dp %d, "
+		       "%d microbatches, %s/%s, exec %s, grad %s, precision %s, %lld steps%s%s\n",
+		       mc->preset, mc->layers, mc->hidden, mc->heads, mc->seq, mc->batch, mc->vocab, a.cfg.pp, a.cfg.dp,
+		       a.cfg.micro, qe_sched_kind_name(a.cfg.schedule), qe_sched_backward_name(a.cfg.backward),
+		       qe_exec_name(a.cfg.exec), qe_grad_name(a.cfg.grad), qe_prec_mode_name(a.cfg.prec.mode),
+		       (long long)a.cfg.steps, a.cfg.run_dir[0] ? ", run " : "", a.cfg.run_dir);
 		fflush(stdout);
 	}
 	rc = cli_run_job("train", &job, a.nproc);

@@ -15,8 +15,17 @@ void cli_train_flags_help(FILE *f, int for_resume)
 	if (!for_resume)
 		fprintf(f,
 			"model and precision:\n"
-			"  --preset NAME          tiny | small | h2048 | h4096 (default tiny)\n"
-			"  --fp8 on|off           FP8 matrix GEMMs with delayed scaling, or f32 GEMMs (default on)\n"
+			"  --preset NAME          tiny | small | h2048 | h4096 | gpt2 | gpt2-medium | gpt2-large |\n"
+			"                         gpt2-xl (default tiny)\n"
+			"  --layers N  --hidden N  --heads N  --ffn N  --seq N  --vocab N\n"
+			"                         override the preset's shape (--preset gpt2 --layers 2: a 2-layer\n"
+			"                         GPT-2); the vocabulary is padded to a multiple of 128 rows, masked\n"
+			"                         out of the loss\n"
+			"  --batch B              sequences per microbatch (default 1): B x seq tokens\n"
+			"  --precision fp8|bf16|f32   GEMM operands: FP8 with delayed scaling, bf16 (round to\n"
+			"                         nearest even, fp32 accumulation: the baseline), or f32 (gradient\n"
+			"                         checks); default fp8\n"
+			"  --fp8 on|off           alias: --precision fp8 | --precision f32\n"
 			"  --head-scaling delayed|current   output head scaling (default delayed)\n"
 			"  --fp8-format hybrid|e4m3   (default hybrid: E4M3 forward, E5M2 backward)\n"
 			"  --amax-history L       amax history length (default 1024)\n"
@@ -29,7 +38,9 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"parallelism and execution:\n"
 		"  --pp P                 pipeline ranks (default 1)\n"
 		"  --dp D                 data-parallel replicas (default 1); ranks = P x D\n"
-		"  --chunks V             local chunks per rank (default layers/P; zbv: 2)\n"
+		"  --chunks V             local chunks per rank, layers/(P x V) layers each (default layers/P,\n"
+		"                         or its largest divisor up to 8; zbv: 2; resume: the run's virtual\n"
+		"                         stages / P)\n"
 		"  --schedule interleaved|zbv      (default interleaved)\n"
 		"  --backward split|full  dI and dW as separate actions, or one B (default split)\n"
 		"  --exec eager|graph     run actions directly or replay captured graphs (default eager)\n"
@@ -60,6 +71,14 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		fprintf(f, "  --from STEP            resume from this committed checkpoint (default: the latest)\n");
 }
 
+const char *const cli_shape_flags[7] = { "--layers", "--hidden", "--heads", "--ffn", "--seq", "--vocab", "--batch" };
+
+int *cli_shape_field(qe_model_config *m, int i)
+{
+	int *f[7] = { &m->layers, &m->hidden, &m->heads, &m->ffn, &m->seq, &m->vocab, &m->batch };
+	return f[i];
+}
+
 static int bad(const char *cmd, const char *flag, const char *val)
 {
 	fprintf(stderr, "qeffect %s: bad value '%s' for %s: %s\n", cmd, val, flag, qe_last_error());
@@ -71,7 +90,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	enum {
 		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
-		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_HELP
+		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
+		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_HELP
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -86,6 +106,9 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "check-replicas", 1, 0, O_CHECKREP },
 		{ "trace", 1, 0, O_TRACE },	  { "arena", 1, 0, O_ARENA },
 		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
+		{ "precision", 1, 0, O_PRECISION }, { "layers", 1, 0, O_LAYERS }, { "hidden", 1, 0, O_HIDDEN },
+		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
+		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },
 		{ 0, 0, 0, 0 }
 	};
 	memset(a, 0, sizeof(*a));
@@ -104,6 +127,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	long v;
 	double d;
 	qe_train_config *cfg = &a->cfg;
+	/* shape flags override the preset whatever their order: applied after the loop */
+	int *shape = a->shape;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		const char *flag = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
 		switch (c) {
@@ -141,6 +166,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			INTFLAG(O_NPROC, CLI_F_NPROC, a->nproc, 1, 256, "--nproc")
 			INTFLAG(O_LOG, CLI_F_LOG, cfg->log_every, 1, 100000000, "--log-every")
 			INTFLAG(O_FROM, CLI_F_FROM, a->from_step, 0, 0x7fffffffffffffffL, "--from")
+			INTFLAG(O_LAYERS, CLI_F_SHAPE, shape[0], 1, 1024, "--layers")
+			INTFLAG(O_HIDDEN, CLI_F_SHAPE, shape[1], 1, 65536, "--hidden")
+			INTFLAG(O_HEADS, CLI_F_SHAPE, shape[2], 1, 1024, "--heads")
+			INTFLAG(O_FFN, CLI_F_SHAPE, shape[3], 1, 262144, "--ffn")
+			INTFLAG(O_SEQ, CLI_F_SHAPE, shape[4], 1, 65536, "--seq")
+			INTFLAG(O_VOCAB, CLI_F_SHAPE, shape[5], 2, 1048576, "--vocab")
+			INTFLAG(O_BATCH, CLI_F_SHAPE, shape[6], 1, 4096, "--batch")
 #undef INTFLAG
 		case O_LR:
 			if (cli_parse_double(cmd, "--lr", optarg, &d))
@@ -192,7 +224,16 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 				fprintf(stderr, "qeffect %s: --fp8 takes on or off, got '%s'\n", cmd, optarg);
 				return 2;
 			}
-			cfg->prec.fp8 = strcmp(optarg, "on") == 0;
+			cfg->prec.mode = strcmp(optarg, "on") == 0 ? QE_PREC_FP8 : QE_PREC_F32;
+			snprintf(a->prec_flag, sizeof(a->prec_flag), "--fp8");
+			snprintf(a->prec_value, sizeof(a->prec_value), "%s", optarg);
+			a->given |= CLI_F_FP8;
+			break;
+		case O_PRECISION:
+			if (qe_prec_mode_parse(optarg, &cfg->prec.mode))
+				return bad(cmd, "--precision", optarg);
+			snprintf(a->prec_flag, sizeof(a->prec_flag), "--precision");
+			snprintf(a->prec_value, sizeof(a->prec_value), "%s", optarg);
 			a->given |= CLI_F_FP8;
 			break;
 		case O_HEAD:
@@ -249,6 +290,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		fprintf(stderr, "qeffect %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);
 		return 2;
 	}
+	for (int i = 0; i < 7; i++)
+		if (shape[i])
+			*cli_shape_field(&cfg->model, i) = shape[i];
+	if ((a->given & CLI_F_SHAPE) && qe_model_config_check(&cfg->model)) {
+		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
+		return 2;
+	}
 	if (for_resume && (a->given & CLI_F_ARENA)) {
 		fprintf(stderr, "qeffect %s: --arena belongs to train: a resumed run keeps the arena layout its run "
 				"config records (both layouts give the same bits)\n", cmd);
@@ -261,8 +309,25 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	return 0;
 }
 
-void cli_train_config_finish(qe_train_config *cfg, unsigned given)
+void cli_train_config_finish(qe_train_config *cfg, unsigned given, int stages)
 {
-	if (!(given & CLI_F_CHUNKS) || cfg->chunks <= 0)
-		cfg->chunks = cfg->schedule == QE_SCHED_ZBV ? 2 : (cfg->pp > 0 ? cfg->model.layers / cfg->pp : 1);
+	if ((given & CLI_F_CHUNKS) && cfg->chunks > 0)
+		return;
+	if (cfg->schedule == QE_SCHED_ZBV) {
+		cfg->chunks = 2;
+		return;
+	}
+	int pp = cfg->pp > 0 ? cfg->pp : 1;
+	if (stages > 0 && stages % pp == 0) {
+		cfg->chunks = stages / pp;
+		return;
+	}
+	/* one layer per chunk where that fits the executor's 8 chunks, else the most chunks that divide */
+	int per_rank = cfg->model.layers / pp;
+	cfg->chunks = per_rank > 0 ? per_rank : 1;
+	for (int v = 8; per_rank > 8 && v >= 1; v--)
+		if (per_rank % v == 0) {
+			cfg->chunks = v;
+			break;
+		}
 }

@@ -16,7 +16,12 @@ enum {
 	CLI_F_HEAD = 1 << 17, CLI_F_DATA = 1 << 18, CLI_F_RUNDIR = 1 << 19, CLI_F_EVAL = 1 << 20,
 	CLI_F_CKPT = 1 << 21, CLI_F_BACKEND = 1 << 22, CLI_F_NPROC = 1 << 23, CLI_F_LOG = 1 << 24,
 	CLI_F_EVAL_MICRO = 1 << 25, CLI_F_FROM = 1 << 26, CLI_F_ARENA = 1 << 27,
+	CLI_F_SHAPE = 1 << 28, /* any of --layers --hidden --heads --ffn --seq --vocab --batch */
 };
+
+/* The shape flags in the order of cli_train_args.shape. */
+extern const char *const cli_shape_flags[7];
+int *cli_shape_field(qe_model_config *m, int i);
 
 typedef struct cli_train_args {
 	qe_train_config cfg;
@@ -26,6 +31,8 @@ typedef struct cli_train_args {
 	int json;
 	int no_trace;     /* --trace off: no per-step fingerprints (big models on a GPU) */
 	long from_step;   /* resume --from; -1: latest committed */
+	int shape[7];     /* --layers --hidden --heads --ffn --seq --vocab --batch as given; 0: not given */
+	char prec_flag[16], prec_value[16]; /* the precision flag as given: "--fp8" "off", "--precision" "bf16" */
 } cli_train_args;
 
 /* Print the flag reference (shared by train and resume). */
@@ -35,7 +42,12 @@ void cli_train_flags_help(FILE *f, int for_resume);
  * an error naming the flag (bad usage), or -1 when --help was printed.
  */
 int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args *out, int for_resume);
-/* Fill derived fields (chunks from the schedule and pp). */
-void cli_train_config_finish(qe_train_config *cfg, unsigned given);
+/*
+ * Fill derived fields: chunks from the schedule and pp when --chunks was not
+ * given.  stages > 0 (a resume) keeps that many virtual stages (stages / pp
+ * chunks per rank); else one layer per chunk, or the largest divisor of
+ * layers/pp up to 8 when that is more than 8.
+ */
+void cli_train_config_finish(qe_train_config *cfg, unsigned given, int stages);
 
 #endif

@@ -82,7 +82,7 @@ int bench_floor_model(const char *preset, int P, int M, int zbv, bench_floor_ran
 		memset(fr, 0, sizeof(*fr));
 		for (int ch = 0; ch < 2; ch++) {
 			int st = qe_sched_stage_of(s, r, ch);
-			linear lin[QE_LIN_MAX];
+			linear lin[QE_LIN_KINDS];
 			int nl = stage_linears(&c, st, S, lin);
 			double mat = 0, flops = 0;
 			for (int i = 0; i < nl; i++) {
@@ -119,7 +119,7 @@ static int check_model(qe_backend *b, const char *preset, char *msg, size_t len)
 	for (int st = 0; st < c.layers; st++) {
 		qe_stage *s = NULL;
 		QE_TRY(qe_stage_create(b, &c, &prec, st, c.layers, 1, 1, &s));
-		linear lin[QE_LIN_MAX];
+		linear lin[QE_LIN_KINDS];
 		int nl = stage_linears(&c, st, c.layers, lin);
 		double want_mat = 0, got_mat = 0;
 		for (int i = 0; i < nl; i++)
@@ -273,7 +273,7 @@ static json_t *placement_json(const char *preset, int P, int M, int zbv, double 
 		/* shape by shape: each GEMM at its own measured time */
 		double shape_ms = 0;
 		for (int i = 0; i < fr->nstages; i++) {
-			linear lin[QE_LIN_MAX];
+			linear lin[QE_LIN_KINDS];
 			int nl = stage_linears(&c, fr->stages[i], 2 * P, lin);
 			for (int l = 0; l < nl; l++) {
 				int64_t dims[3][3] = { { c.seq, lin[l].out, lin[l].in },
@@ -397,7 +397,7 @@ int bench_floor_main(int argc, char **argv)
 	int nshapes = 0;
 	json_t *jshapes = json_array();
 	for (int st = 0; st < mc.layers; st++) {
-		linear lin[QE_LIN_MAX];
+		linear lin[QE_LIN_KINDS];
 		int nl = stage_linears(&mc, st, mc.layers, lin);
 		for (int l = 0; l < nl; l++) {
 			int64_t dims[3][3] = { { mc.seq, lin[l].out, lin[l].in },

@@ -196,11 +196,15 @@ typedef struct qe_backend_ops {
 	int (*attn_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 			int64_t H, int nh);
 	/*
-	 * Softmax cross-entropy over logits[T,V]: *loss = mean_t -log p[t, tgt[t]];
-	 * dlogits = (p - onehot) * grad_scale / T.  dlogits may alias logits.
+	 * Softmax cross-entropy over the first `valid` columns of logits[T,V]
+	 * (1 <= valid <= V; columns valid..V-1 are vocabulary padding, masked:
+	 * they take no part in the max or the sum and get probability 0):
+	 * *loss = mean_t -log p[t, tgt[t]] with 0 <= tgt[t] < valid;
+	 * dlogits = (p - onehot) * grad_scale / T, and 0 in the padded columns.
+	 * dlogits may alias logits.
 	 */
 	int (*xent)(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		    int64_t V, float grad_scale);
+		    int64_t V, int64_t valid, float grad_scale);
 	/* Sum the views in index order, scale, and apply AdamW (decoupled decay). */
 	int (*adamw)(qe_stream *s, const qe_adamw_args *a);
 	/*

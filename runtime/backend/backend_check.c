@@ -25,6 +25,18 @@ int qe__check_size(int64_t v, const char *op, const char *name)
 	return QE_OK;
 }
 
+int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid)
+{
+	const char *nm = "xent";
+	if (T < 1 || V < 1)
+		return qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T, (long long)V);
+	if (valid < 1 || valid > V)
+		return qe_fail(QE_EINVAL, "xent: %lld valid columns of %lld; must be in 1..V", (long long)valid,
+			       (long long)V);
+	int rc = qe__check_need(logits, 1, nm, "logits");
+	return rc ? rc : qe__check_need(tgt, 1, nm, "tgt");
+}
+
 int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V)
 {
 	const char *nm = "embed_bwd";

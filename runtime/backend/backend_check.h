@@ -33,6 +33,8 @@ int qe__check_fp8_update(const float *block, int history_len, qe_dtype fmt, cons
  * item), and no two role blocks overlapping.
  */
 int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int history_len, const qe_fp8_recipe *r);
+/* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present. */
+int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid);
 /* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL). */
 int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V);
 /* nviews in 1..max_views (0: no upper bound) non-NULL views of n floats. */

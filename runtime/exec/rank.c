@@ -25,7 +25,7 @@ rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s)
 	return NULL;
 }
 
-static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)[40], int *np)
+static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)[40], int cap, int *np)
 {
 	rank_chunk *ch = &r->chunks[c];
 	int rc;
@@ -41,8 +41,8 @@ static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)
 	ch->nmat = qe_stage_nmatrices(ch->st);
 	for (int j = 0; j < ch->nmat; j++) {
 		const qe_param_info *pi = qe_stage_param(ch->st, qe_stage_matrix_param(ch->st, j));
-		if (*np >= 64)
-			return qe_fail(QE_EINVAL, "rank %d: more than 64 matrix parameters", r->rank);
+		if (*np >= cap)
+			return qe_fail(QE_EINVAL, "rank %d: more than %d matrix parameters", r->rank, cap);
 		snprintf(names[*np], sizeof(names[0]), "stage%d.%s", ch->stage, pi->name);
 		qe_arena_param *ap = &aparams[*np];
 		ap->name = names[(*np)++];   /* copied by qe_arena_create */
@@ -88,9 +88,17 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	r->profile = prof && *prof && strcmp(prof, "0") != 0;
 	r->dr = r->rank / r->P;
 	qe_sched_config sc = { cfg->schedule, r->P, r->M, r->V, cfg->backward };
-	qe_arena_param aparams[64];
-	char anames[64][40];
+	/* every chunk holds layers / S blocks of four matrices, and the last stage the head */
+	int per_chunk = 4 * (cfg->model.layers / r->S) + 1, cap = r->V * per_chunk;
+	qe_arena_param *aparams = calloc((size_t)cap, sizeof(*aparams));
+	char (*anames)[40] = calloc((size_t)cap, sizeof(*anames));
+	r->commit_views = calloc((size_t)per_chunk * r->M, sizeof(*r->commit_views));
 	int np = 0;
+	if (!aparams || !anames || !r->commit_views) {
+		rc = qe_fail(QE_ENOMEM, "rank: out of host memory for %d matrix parameters", cap);
+		goto fail_rc;
+	}
+	r->commit_cap = per_chunk;
 	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)))
 		goto fail_rc;
 	const qe_backend_ops *o = b->ops;
@@ -98,7 +106,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	    (rc = o->event_create(b, &r->ev_in)) || (rc = o->event_create(b, &r->ev_tail)))
 		goto fail_rc;
 	for (int c = 0; c < r->V; c++)
-		if ((rc = setup_chunk(r, c, aparams, anames, &np)))
+		if ((rc = setup_chunk(r, c, aparams, anames, cap, &np)))
 			goto fail_rc;
 	size_t abytes = qe_arena_bytes(aparams, np, r->M, cfg->arena);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
@@ -160,9 +168,13 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
 	r->ctr.arena_bytes = as.capacity_bytes;
+	free(aparams);
+	free(anames);
 	*out = r;
 	return QE_OK;
 fail_rc:
+	free(aparams);
+	free(anames);
 	qe_rank_free(r);
 	return rc;
 }
@@ -204,6 +216,7 @@ void qe_rank_free(qe_rank *r)
 	if (r->reduce_buf)
 		o->free(r->b, r->reduce_buf);
 	free(r->host_buf);
+	free(r->commit_views);
 	if (r->ev_in)
 		o->event_destroy(r->ev_in);
 	if (r->ev_tail)

@@ -6,16 +6,30 @@
  */
 #include "runtime/exec/rank_int.h"
 
+#include <stdlib.h>
+
 #include "runtime/core/status.h"
+
+static int eval_pass(qe_rank *r, const qe_data *data, int32_t *tok, int32_t *tgt, float *loss);
 
 int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss)
 {
+	int64_t N = qe_model_tokens(&r->cfg.model);
+	int32_t *tok = malloc((size_t)N * 2 * sizeof(int32_t));
+	if (!tok)
+		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for %lld held-out tokens", r->rank, (long long)N);
+	int rc = eval_pass(r, data, tok, tok + N, loss);
+	free(tok);
+	return rc;
+}
+
+static int eval_pass(qe_rank *r, const qe_data *data, int32_t *tok, int32_t *tgt, float *loss)
+{
 	const qe_backend_ops *o = r->b->ops;
-	int T = r->cfg.model.seq, E = r->cfg.eval_micro > 0 ? r->cfg.eval_micro : 1;
-	int32_t tok[4096], tgt[4096];
+	const qe_model_config *mc = &r->cfg.model;
+	int E = r->cfg.eval_micro > 0 ? r->cfg.eval_micro : 1;
+	size_t tbytes = (size_t)qe_model_tokens(mc) * 4;
 	float sum = 0;
-	if (T > 4096)
-		return qe_fail(QE_EINVAL, "sequence length %d above 4096", T);
 	QE_TRY(qe_rank_quiescent(r));
 	for (int e = 0; e < E; e++) {
 		/* Every rank walks the stages in the same order, so messages pair up in FIFO order. */
@@ -24,11 +38,12 @@ int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss)
 			if (!ch)
 				continue;
 			size_t act = qe_stage_act_bytes(ch->st);
-			QE_TRY(qe_data_sample(data, 1, r->cfg.seed, 0, r->dr, e, T, tok, tgt));
+			QE_TRY(qe_data_sample_batch(data, 1, r->cfg.seed, 0, r->dr, e, mc->batch, mc->seq, mc->vocab, mc->preset,
+						    tok, tgt));
 			if (s == 0)
-				QE_TRY(o->copy(r->caller, qe_stage_slot_tokens(ch->st, 0), tok, T * 4, QE_COPY_H2D));
+				QE_TRY(o->copy(r->caller, qe_stage_slot_tokens(ch->st, 0), tok, tbytes, QE_COPY_H2D));
 			if (s == r->S - 1)
-				QE_TRY(o->copy(r->caller, qe_stage_slot_targets(ch->st, 0), tgt, T * 4, QE_COPY_H2D));
+				QE_TRY(o->copy(r->caller, qe_stage_slot_targets(ch->st, 0), tgt, tbytes, QE_COPY_H2D));
 			if (s > 0) {
 				rank_chunk *prev = qe__rank_chunk_of_stage(r, s - 1);
 				if (prev)

@@ -60,6 +60,8 @@ struct qe_rank {
 	qe_dw_rule dw;       /* the delayed-dW rule over this step's compute actions: (chunk, mb) */
 	uint64_t rng_record[2]; /* persisted: sampler seed and position */
 	uint8_t cache_record;   /* persisted: cache validity on restore (always 0) */
+	const float **commit_views; /* optimizer commit: commit_cap matrices x M view pointers */
+	int commit_cap;
 };
 
 /* Message tags: kind, producing stage, microbatch. */

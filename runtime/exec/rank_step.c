@@ -6,6 +6,8 @@
  */
 #include "runtime/exec/rank_int.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -168,20 +170,20 @@ static int feed_data(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
 	int first = qe_stage_is_first(ch->st), last = qe_stage_is_last(ch->st);
 	if (!first && !last)
 		return QE_OK;
-	int T = r->cfg.model.seq;
-	int32_t tok[4096], tgt[4096];
-	if (T > 4096)
-		return qe_fail(QE_EINVAL, "sequence length %d above 4096", T);
-	QE_TRY(qe_data_sample(data, 0, r->cfg.seed, r->steps, r->dr, m, T, tok, tgt));
-	for (int t = 0; t < T; t++)
-		if (tok[t] >= r->cfg.model.vocab || tgt[t] >= r->cfg.model.vocab)
-			return qe_fail(QE_EINVAL, "data '%s': token %d does not fit vocabulary %d of model '%s'", data->path,
-				       tok[t] > tgt[t] ? tok[t] : tgt[t], r->cfg.model.vocab, r->cfg.model.preset);
-	if (first)
-		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, m), tok, T * 4, QE_COPY_H2D));
-	if (last)
-		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, m), tgt, T * 4, QE_COPY_H2D));
-	return QE_OK;
+	const qe_model_config *mc = &r->cfg.model;
+	int64_t N = qe_model_tokens(mc);
+	int32_t *tok = malloc((size_t)N * 2 * sizeof(int32_t)), *tgt = tok + N;
+	if (!tok)
+		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for %lld tokens", r->rank, (long long)N);
+	int rc = qe_data_sample_batch(data, 0, r->cfg.seed, r->steps, r->dr, m, mc->batch, mc->seq, mc->vocab, mc->preset,
+				      tok, tgt);
+	if (!rc && first)
+		rc = r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, m), tok, (size_t)N * 4, QE_COPY_H2D);
+	if (!rc && last)
+		rc = r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, m), tgt, (size_t)N * 4, QE_COPY_H2D);
+	/* both backends have read a pageable source when copy returns (cuda stages it), as with the old stack buffers */
+	free(tok);
+	return rc;
 }
 
 static int act_f(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
@@ -308,15 +310,16 @@ void qe__rank_profile_report(const qe_rank *r)
 static int optimizer_commit(qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
-	const float *views[QE_RANK_MAX_MICRO * 8];
+	const float **views = r->commit_views;
 	/* views per matrix: M (per-mb: reduced here in microbatch order) or 1 (accumulated by dW) */
 	const int nv = qe_arena_nviews(r->arena);
 	for (int c = 0; c < r->V; c++)
 		QE_TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
-		if (ch->nmat > 8)
-			return qe_fail(QE_EINVAL, "stage %d: more than 8 matrices", ch->stage);
+		if (ch->nmat > r->commit_cap)
+			return qe_fail(QE_EINVAL, "stage %d: %d matrices, more than the %d planned", ch->stage, ch->nmat,
+				       r->commit_cap);
 		for (int j = 0; j < ch->nmat; j++)
 			QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * nv], NULL));
 		if (r->D == 1) {

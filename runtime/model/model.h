@@ -1,10 +1,15 @@
 /*
  * model.h - the GPT stage, written once against the backend op table.
  *
- * A model of `layers` blocks is cut into `layers` virtual stages, one block
- * each (DESIGN.md section 5).  Stage 0 also holds the token and position
- * embeddings; the last stage also holds the final layernorm, the output head
- * and the loss.  A qe_stage owns, in backend memory:
+ * A model of `layers` blocks is cut into S virtual stages of layers/S
+ * consecutive blocks each (DESIGN.md section 5).  Stage 0 also holds the token
+ * and position embeddings; the last stage also holds the final layernorm, the
+ * output head and the loss.  A microbatch is `batch` sequences of `seq`
+ * tokens, N = batch x seq rows in every activation; attention runs per
+ * sequence.  The vocabulary is padded to a multiple of 128 rows (wte and the
+ * head); the padded logits are masked out of the loss, so they never receive
+ * probability mass and padding changes no result.  A qe_stage owns, in
+ * backend memory:
  *   - its fp32 master parameters (one buffer, named views, qe_stage_param),
  *   - the FP8 meta of its linear layers (roles input/weight/grad_output,
  *     each a role block of fp8.h),
@@ -29,39 +34,71 @@
 
 typedef struct qe_model_config {
 	char preset[16];
-	int vocab, hidden, ffn, heads, seq, layers;
+	int vocab;  /* real vocabulary: tokens and targets are below it */
+	int hidden, ffn, heads, seq, layers;
+	int batch;  /* sequences per microbatch */
 } qe_model_config;
 
-/* "tiny", "small", "h2048", "h4096". QE_EINVAL names the unknown preset. */
+/*
+ * "tiny", "small", "h2048", "h4096", "gpt2", "gpt2-medium", "gpt2-large",
+ * "gpt2-xl" (batch 1).  QE_EINVAL names the unknown preset.
+ */
 int qe_model_preset(const char *name, qe_model_config *out);
+/* Every dimension positive, hidden a multiple of heads; QE_EINVAL names the field. */
 int qe_model_config_check(const qe_model_config *c);
+/* The vocabulary rounded up to a multiple of 128: the rows of wte and the head. */
+int qe_model_vocab_padded(const qe_model_config *c);
+/* Tokens (activation rows) per microbatch: batch x seq. */
+int64_t qe_model_tokens(const qe_model_config *c);
+/* Blocks per virtual stage when the model is cut into nstages; QE_EINVAL unless it divides. */
+int qe_model_blocks_per_stage(const qe_model_config *c, int nstages, int *out);
+
+/* GEMM operand precision of the linear layers. */
+typedef enum qe_prec_mode { QE_PREC_F32 = 0, QE_PREC_BF16 = 1, QE_PREC_FP8 = 2 } qe_prec_mode;
+const char *qe_prec_mode_name(qe_prec_mode m);
+int qe_prec_mode_parse(const char *s, qe_prec_mode *out);
 
 typedef struct qe_precision {
-	int fp8;          /* 1: matrix GEMMs in FP8 with delayed scaling; 0: f32 GEMMs */
-	int head_current; /* 1: the output head uses current scaling (no history) */
+	/*
+	 * fp8: matrix GEMMs in FP8 with delayed scaling; bf16: operands rounded to
+	 * bf16 (nearest even), fp32 accumulation; f32: f32 GEMMs (gradient checks).
+	 */
+	qe_prec_mode mode;
+	int head_current; /* fp8: the output head uses current scaling (no history) */
 	qe_fp8_recipe recipe;
 } qe_precision;
 
-/* Linear layers of a stage, in this order (head only on the last stage). */
-enum { QE_LIN_QKV = 0, QE_LIN_PROJ, QE_LIN_FC1, QE_LIN_FC2, QE_LIN_HEAD, QE_LIN_MAX };
-const char *qe_linear_name(int lin);
+static inline int qe_prec_is_fp8(const qe_precision *p) { return p->mode == QE_PREC_FP8; }
+
+/*
+ * The kinds of linear layer.  A stage's linears are numbered block by block
+ * (block k: 4k + QKV, PROJ, FC1, FC2), then the head on the last stage.
+ */
+enum { QE_LIN_QKV = 0, QE_LIN_PROJ, QE_LIN_FC1, QE_LIN_FC2, QE_LIN_HEAD, QE_LIN_KINDS };
+const char *qe_linear_name(int kind);
+/*
+ * The name of linear lin of a stage with nlinear linears: "qkv" ... "head" when
+ * the stage has one block, else "b<k>.qkv" ... (k the block within the stage).
+ */
+void qe_linear_label(int lin, int nlinear, char *buf, size_t len);
 
 typedef struct qe_param_info {
-	char name[24];     /* "qkv.w", "ln1.b", "wte", ... */
+	char name[24];     /* "qkv.w", "ln1.b", "wte", ...; "L<layer>.qkv.w" when a stage has several blocks */
 	int64_t rows, cols; /* cols == 1 for vectors stored as [rows] */
 	int64_t offset;    /* floats from the start of the parameter buffer */
 	int is_matrix;     /* an FP8 GEMM weight: its gradient goes to the arena */
 	int matrix_index;  /* index among the stage's matrices, or -1 */
 	int64_t grad_offset; /* non-matrix: floats from the start of a microbatch grad buffer; else -1 */
 	int decay;         /* weight decay applies */
-	int linear;        /* QE_LIN_* for matrices, -1 otherwise */
+	int linear;        /* the stage's linear index (see QE_LIN_*) for matrices, -1 otherwise */
+	int layer;         /* global layer of the block it belongs to (wte, wpe: 0; lnf, head: layers - 1) */
 } qe_param_info;
 
 typedef struct qe_stage qe_stage;
 
 /*
- * Create global stage `stage` of `nstages` with nslots tape slots and
- * nmicro non-matrix gradient buffers.  Parameters start zero: call
+ * Create global stage `stage` of `nstages` (cfg->layers / nstages blocks) with
+ * nslots tape slots and nmicro non-matrix gradient buffers.  Parameters start zero: call
  * qe_stage_init_params.  *out is freed with qe_stage_free.
  */
 int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precision *prec, int stage, int nstages,
@@ -73,7 +110,7 @@ int qe_stage_is_first(const qe_stage *st);
 int qe_stage_is_last(const qe_stage *st);
 const qe_model_config *qe_stage_config(const qe_stage *st);
 
-/* GPT-2 style initialization, a pure function of (seed, global stage, parameter). */
+/* GPT-2 style initialization, a pure function of (seed, global layer, parameter), so every cut of the model into stages initializes the same model. */
 int qe_stage_init_params(qe_stage *st, uint64_t seed);
 
 int qe_stage_nparams(const qe_stage *st);
@@ -90,17 +127,18 @@ qe_tensor qe_stage_param_tensor(qe_stage *st, int i);
 float *qe_stage_fp8_meta(qe_stage *st);
 int64_t qe_stage_fp8_meta_floats(const qe_stage *st);
 int qe_stage_nlinear(const qe_stage *st);
+int qe_stage_nblocks(const qe_stage *st);
 float *qe_stage_fp8_role(qe_stage *st, int lin, qe_fp8_role role);
 
-/* Per-slot input/output buffers, [seq, hidden] f32 unless noted. */
-int32_t *qe_stage_slot_tokens(qe_stage *st, int slot);  /* [seq]; first stage only */
-int32_t *qe_stage_slot_targets(qe_stage *st, int slot); /* [seq]; last stage only */
+/* Per-slot input/output buffers, [N, hidden] f32 (N = batch x seq) unless noted. */
+int32_t *qe_stage_slot_tokens(qe_stage *st, int slot);  /* [N]; first stage only */
+int32_t *qe_stage_slot_targets(qe_stage *st, int slot); /* [N]; last stage only */
 float *qe_stage_slot_input(qe_stage *st, int slot);     /* activation in; not on the first stage */
 float *qe_stage_slot_output(qe_stage *st, int slot);    /* activation out */
 float *qe_stage_slot_dout(qe_stage *st, int slot);      /* gradient of the output; not on the last stage */
 float *qe_stage_slot_dinput(qe_stage *st, int slot);    /* gradient of the input; not on the first stage */
 float *qe_stage_slot_loss(qe_stage *st, int slot);      /* [1]; last stage only */
-size_t qe_stage_act_bytes(const qe_stage *st);          /* bytes of one [seq, hidden] activation */
+size_t qe_stage_act_bytes(const qe_stage *st);          /* bytes of one [N, hidden] activation */
 size_t qe_stage_slot_bytes(const qe_stage *st);         /* tape bytes of one slot */
 
 /* Non-matrix gradient buffer of microbatch m (layout by qe_param_info.grad_offset). */

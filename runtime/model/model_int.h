@@ -3,32 +3,41 @@
  * runtime/model.  Everything is carved out of a few backend allocations at
  * create time, so every address is fixed for the stage's lifetime (what
  * graph capture needs).
+ *
+ * A stage holds nblk consecutive blocks.  Its linears are numbered block by
+ * block (4k + QE_LIN_QKV .. 4k + QE_LIN_FC2), then the head (last stage);
+ * the FP8 meta, the weight cache and the tapes follow that numbering.  Block
+ * k's output activation is block k+1's input (one buffer).
  */
 #ifndef QE_MODEL_INT_H
 #define QE_MODEL_INT_H
 
 #include "runtime/model/model.h"
 
-#define QE_MAX_PARAMS 24
-
 /* What one slot retains for one linear layer. */
 typedef struct lin_tape {
-	qe_tensor xq_col;  /* input, transposed copy [in, T] (dW operand) */
-	qe_tensor dyq_col; /* output gradient, transposed copy [out, T] (dW operand) */
+	qe_tensor xq_col;  /* input, transposed copy [in, N] (dW operand) */
+	qe_tensor dyq_col; /* output gradient, transposed copy [out, N] (dW operand) */
 	float *x_sinv;     /* scale_inv of the input cast */
 	float *dy_sinv;    /* scale_inv of the output-gradient cast */
 } lin_tape;
 
+/* What one slot retains for one block. */
+typedef struct block_tape {
+	float *x_in, *mean1, *rstd1, *qkv, *probs, *x_mid, *mean2, *rstd2, *fc1_out, *x_out;
+} block_tape;
+
 typedef struct slot_tape {
 	int32_t *tokens, *targets;
-	float *x_in, *mean1, *rstd1, *qkv, *probs, *x_mid, *mean2, *rstd2, *fc1_out, *x_out;
+	block_tape *blk;   /* nblk; blk[k].x_in == blk[k-1].x_out */
 	float *meanf, *rstdf, *logits, *loss;
 	float *dout, *dx_in;
-	lin_tape lin[QE_LIN_MAX];
+	lin_tape *lin;     /* nlin */
 } slot_tape;
 
 typedef struct lin_info {
 	int in, out;     /* W is [out, in] */
+	int kind;        /* QE_LIN_* */
 	int param;       /* parameter index of W */
 	int bias;        /* parameter index of b, or -1 */
 	int current;     /* current scaling (head_current on the head) */
@@ -36,38 +45,59 @@ typedef struct lin_info {
 	float *w_sinv;
 } lin_info;
 
+/* The parameters of one block. */
+typedef struct block_info {
+	int layer;                 /* global layer index */
+	int ln1w, ln1b, ln2w, ln2b; /* parameter indices */
+	int lin0;                  /* linear index of its QKV; PROJ, FC1, FC2 follow */
+} block_info;
+
 struct qe_stage {
 	qe_backend *b;
 	qe_model_config cfg;
 	qe_precision prec;
 	int stage, nstages, nslots, nmicro;
 	int first, last;
+	int nblk;            /* blocks in this stage */
+	int64_t N;           /* tokens per microbatch: batch x seq */
+	int vpad;            /* padded vocabulary */
 
-	int nparams;
-	qe_param_info params[QE_MAX_PARAMS];
+	int nparams, cap_params;
+	qe_param_info *params;  /* host, cap_params */
 	int64_t param_floats, nonmatrix_floats;
 	int nmatrices;
-	int matrix_param[QE_LIN_MAX];
+	int *matrix_param;      /* host, one per linear */
 	float *param_buf;    /* param_floats */
 	float *grad_buf;     /* nmicro x nonmatrix_floats */
-	int32_t *tok_written; /* first stage: nmicro x seq token ids whose wte-gradient rows are non-zero */
+	int32_t *tok_written; /* first stage: nmicro x N token ids whose wte-gradient rows are non-zero */
 
 	int nlin;
-	lin_info lin[QE_LIN_MAX];
+	lin_info *lin;          /* host, nlin */
+	block_info *blocks;     /* host, nblk */
+	qe_fp8_update_item *upd; /* host scratch of nlin x QE_ROLE_COUNT items for the role updates */
 	float *meta;         /* nlin x 3 role blocks */
 	int64_t meta_floats;
 
 	void *slot_mem;
 	size_t slot_bytes;
 	slot_tape *slots;    /* host array of nslots layouts */
+	block_tape *slot_blk; /* host, nslots x nblk */
+	lin_tape *slot_lin;  /* host, nslots x nlin */
 
 	void *ws_mem;        /* workspace */
 	float *ws_h[3], *ws_g[2], *ws_big[2];
 	void *ws_q;          /* row-wise cast of the current GEMM operand */
 	void *cache_mem;     /* weight cache */
 
-	/* parameter indices used by the actions */
-	int p_wte, p_wpe, p_ln1w, p_ln1b, p_ln2w, p_ln2b, p_lnfw, p_lnfb;
+	/* parameter indices used by the actions (-1 where the stage has none) */
+	int p_wte, p_wpe, p_lnfw, p_lnfb;
 };
+
+/* Scratch for the row-wise copy of a GEMM operand (stage_forward.c). */
+qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c);
+/* Update and roll roles r0..r1 of every delayed-scaled linear, in one op (stage_forward.c). */
+int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1);
+/* The cast arguments of an operand cast under the stage's precision (stage_forward.c). */
+void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int record, qe_cast_args *ca);
 
 #endif

@@ -1,21 +1,32 @@
 /*
- * preset.c - the named model sizes of DESIGN.md section 5.
+ * preset.c - the named model shapes of DESIGN.md section 5, the derived
+ * sizes (padded vocabulary, tokens per microbatch, blocks per stage), and the
+ * names of precisions and linear layers.
  *
- * Every preset has four layers, one per virtual stage, and micro-batch size 1.
- * tiny is what the CPU tests train; small is the CPU demo; h2048 and h4096
- * are the GPU benchmark shapes.
+ * tiny is what the CPU tests train and small the CPU demo (four layers, seq
+ * 32/64, byte vocabulary); h2048 and h4096 are the paper's GPU benchmark
+ * cells; gpt2 ... gpt2-xl are GPT-2's shapes (ffn 4 x hidden, seq 1024,
+ * vocabulary 50257, padded to 50304 as llm.c pads it).  Every preset has
+ * batch 1; --batch and the shape flags override any field.
  */
 #include "runtime/model/model.h"
 
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/core/status.h"
 
 static const qe_model_config presets[] = {
-	{ "tiny", 256, 64, 256, 4, 32, 4 },
-	{ "small", 256, 128, 512, 4, 64, 4 },
-	{ "h2048", 32768, 2048, 8192, 16, 256, 4 },
-	{ "h4096", 32768, 4096, 11008, 32, 256, 4 },
+	/* name, vocab, hidden, ffn, heads, seq, layers, batch */
+	{ "tiny", 256, 64, 256, 4, 32, 4, 1 },
+	{ "small", 256, 128, 512, 4, 64, 4, 1 },
+	{ "h2048", 32768, 2048, 8192, 16, 256, 4, 1 },
+	{ "h4096", 32768, 4096, 11008, 32, 256, 4, 1 },
+	{ "gpt2", 50257, 768, 3072, 12, 1024, 12, 1 },
+	{ "gpt2-medium", 50257, 1024, 4096, 16, 1024, 24, 1 },
+	{ "gpt2-large", 50257, 1280, 5120, 20, 1024, 36, 1 },
+	{ "gpt2-xl", 50257, 1600, 6400, 25, 1024, 48, 1 },
 };
 
 int qe_model_preset(const char *name, qe_model_config *out)
@@ -26,21 +37,93 @@ int qe_model_preset(const char *name, qe_model_config *out)
 			return QE_OK;
 		}
 	}
-	return qe_fail(QE_EINVAL, "unknown model preset '%s' (known: tiny, small, h2048, h4096)", name);
+	return qe_fail(QE_EINVAL,
+		       "unknown model preset '%s' (known: tiny, small, h2048, h4096, gpt2, gpt2-medium, gpt2-large, gpt2-xl)",
+		       name);
 }
 
 int qe_model_config_check(const qe_model_config *c)
 {
-	if (c->vocab < 2 || c->hidden < 1 || c->ffn < 1 || c->heads < 1 || c->seq < 1 || c->layers < 1)
-		return qe_fail(QE_EINVAL, "model '%s': every dimension must be positive", c->preset);
+	static const struct {
+		const char *flag;
+		size_t off;
+		int max;
+	} dims[] = {
+		{ "--vocab", offsetof(qe_model_config, vocab), 1 << 20 },
+		{ "--hidden", offsetof(qe_model_config, hidden), 1 << 16 },
+		{ "--ffn", offsetof(qe_model_config, ffn), 1 << 18 },
+		{ "--heads", offsetof(qe_model_config, heads), 1 << 10 },
+		{ "--seq", offsetof(qe_model_config, seq), 1 << 16 },
+		{ "--layers", offsetof(qe_model_config, layers), 1 << 10 },
+		{ "--batch", offsetof(qe_model_config, batch), 1 << 12 },
+	};
+	for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
+		int v = *(const int *)((const char *)c + dims[i].off);
+		if (v < 1 || v > dims[i].max)
+			return qe_fail(QE_EINVAL, "model '%s': %s is %d, must be in 1..%d", c->preset, dims[i].flag, v,
+				       dims[i].max);
+	}
+	if (c->vocab < 2)
+		return qe_fail(QE_EINVAL, "model '%s': --vocab must be at least 2", c->preset);
 	if (c->hidden % c->heads)
-		return qe_fail(QE_EINVAL, "model '%s': hidden %d is not a multiple of heads %d", c->preset, c->hidden,
-			       c->heads);
+		return qe_fail(QE_EINVAL, "model '%s': --hidden %d is not a multiple of --heads %d", c->preset,
+			       c->hidden, c->heads);
 	return QE_OK;
 }
 
-const char *qe_linear_name(int lin)
+int qe_model_vocab_padded(const qe_model_config *c)
+{
+	return (c->vocab + 127) / 128 * 128;
+}
+
+int64_t qe_model_tokens(const qe_model_config *c)
+{
+	return (int64_t)c->batch * c->seq;
+}
+
+int qe_model_blocks_per_stage(const qe_model_config *c, int nstages, int *out)
+{
+	*out = 0;
+	if (nstages < 1 || c->layers % nstages)
+		return qe_fail(QE_EINVAL,
+			       "model '%s' has %d layers, which do not divide evenly into %d virtual stages (P x V chunks)",
+			       c->preset, c->layers, nstages);
+	*out = c->layers / nstages;
+	return QE_OK;
+}
+
+static const char *prec_names[] = { "f32", "bf16", "fp8" };
+
+const char *qe_prec_mode_name(qe_prec_mode m)
+{
+	return (unsigned)m < 3 ? prec_names[m] : "?";
+}
+
+int qe_prec_mode_parse(const char *s, qe_prec_mode *out)
+{
+	for (int i = 0; i < 3; i++)
+		if (strcmp(s, prec_names[i]) == 0) {
+			*out = (qe_prec_mode)i;
+			return QE_OK;
+		}
+	return qe_fail(QE_EINVAL, "unknown precision '%s' (known: fp8, bf16, f32)", s);
+}
+
+const char *qe_linear_name(int kind)
 {
 	static const char *names[] = { "qkv", "proj", "fc1", "fc2", "head" };
-	return lin >= 0 && lin < QE_LIN_MAX ? names[lin] : "?";
+	return kind >= 0 && kind < QE_LIN_KINDS ? names[kind] : "?";
+}
+
+void qe_linear_label(int lin, int nlinear, char *buf, size_t len)
+{
+	int nblk = nlinear / 4, head = nlinear % 4 == 1;
+	if (lin < 0 || lin >= nlinear)
+		snprintf(buf, len, "?");
+	else if (head && lin == nlinear - 1)
+		snprintf(buf, len, "head");
+	else if (nblk <= 1)
+		snprintf(buf, len, "%s", qe_linear_name(lin % 4));
+	else
+		snprintf(buf, len, "b%d.%s", lin / 4, qe_linear_name(lin % 4));
 }

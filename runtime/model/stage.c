@@ -28,17 +28,24 @@ static void *carve(carver *c, size_t bytes)
 	return p;
 }
 
-static int add_param(qe_stage *st, const char *name, int64_t rows, int64_t cols, int is_matrix, int decay, int lin)
+static int add_param(qe_stage *st, const char *name, int layer, int64_t rows, int64_t cols, int is_matrix,
+		     int decay, int lin)
 {
 	qe_param_info *p = &st->params[st->nparams];
 	memset(p, 0, sizeof(*p));
-	snprintf(p->name, sizeof(p->name), "%s", name);
+	/* one block per stage keeps the short names checkpoints and tests have always used */
+	if (st->nblk > 1 && strcmp(name, "wte") && strcmp(name, "wpe") && strncmp(name, "lnf", 3) &&
+	    strncmp(name, "head", 4))
+		snprintf(p->name, sizeof(p->name), "L%d.%s", layer, name);
+	else
+		snprintf(p->name, sizeof(p->name), "%s", name);
 	p->rows = rows;
 	p->cols = cols;
 	p->offset = st->param_floats;
 	p->is_matrix = is_matrix;
 	p->decay = decay;
 	p->linear = is_matrix ? lin : -1;
+	p->layer = layer;
 	p->matrix_index = -1;
 	p->grad_offset = -1;
 	/* keep every parameter 64-float aligned so views stay 256-byte aligned */
@@ -53,97 +60,118 @@ static int add_param(qe_stage *st, const char *name, int64_t rows, int64_t cols,
 	return st->nparams++;
 }
 
-static void add_linear(qe_stage *st, int lin, const char *name, int in, int out, int with_bias)
+static void add_linear(qe_stage *st, int lin, int kind, int layer, int in, int out, int with_bias)
 {
 	char n[24];
 	lin_info *L = &st->lin[lin];
+	const char *name = qe_linear_name(kind);
 	L->in = in;
 	L->out = out;
+	L->kind = kind;
 	snprintf(n, sizeof(n), "%s.w", name);
-	L->param = add_param(st, n, out, in, 1, 1, lin);
+	L->param = add_param(st, n, layer, out, in, 1, 1, lin);
 	L->bias = -1;
 	if (with_bias) {
 		snprintf(n, sizeof(n), "%s.b", name);
-		L->bias = add_param(st, n, out, 1, 0, 0, -1);
+		L->bias = add_param(st, n, layer, out, 1, 0, 0, -1);
 	}
-	L->current = (lin == QE_LIN_HEAD) && st->prec.head_current;
-	if (lin + 1 > st->nlin)
-		st->nlin = lin + 1;
+	L->current = kind == QE_LIN_HEAD && st->prec.head_current;
 }
 
 static void build_param_table(qe_stage *st)
 {
 	const qe_model_config *c = &st->cfg;
 	int H = c->hidden;
+	int layer0 = st->stage * st->nblk;
 	st->p_wte = st->p_wpe = st->p_lnfw = st->p_lnfb = -1;
 	if (st->first) {
-		st->p_wte = add_param(st, "wte", c->vocab, H, 0, 1, -1);
-		st->p_wpe = add_param(st, "wpe", c->seq, H, 0, 1, -1);
+		st->p_wte = add_param(st, "wte", 0, st->vpad, H, 0, 1, -1);
+		st->p_wpe = add_param(st, "wpe", 0, c->seq, H, 0, 1, -1);
 	}
-	st->p_ln1w = add_param(st, "ln1.w", H, 1, 0, 0, -1);
-	st->p_ln1b = add_param(st, "ln1.b", H, 1, 0, 0, -1);
-	add_linear(st, QE_LIN_QKV, "qkv", H, 3 * H, 1);
-	add_linear(st, QE_LIN_PROJ, "proj", H, H, 1);
-	st->p_ln2w = add_param(st, "ln2.w", H, 1, 0, 0, -1);
-	st->p_ln2b = add_param(st, "ln2.b", H, 1, 0, 0, -1);
-	add_linear(st, QE_LIN_FC1, "fc1", H, c->ffn, 1);
-	add_linear(st, QE_LIN_FC2, "fc2", c->ffn, H, 1);
+	for (int k = 0; k < st->nblk; k++) {
+		block_info *bk = &st->blocks[k];
+		int l = layer0 + k, lin0 = 4 * k;
+		bk->layer = l;
+		bk->lin0 = lin0;
+		bk->ln1w = add_param(st, "ln1.w", l, H, 1, 0, 0, -1);
+		bk->ln1b = add_param(st, "ln1.b", l, H, 1, 0, 0, -1);
+		add_linear(st, lin0 + QE_LIN_QKV, QE_LIN_QKV, l, H, 3 * H, 1);
+		add_linear(st, lin0 + QE_LIN_PROJ, QE_LIN_PROJ, l, H, H, 1);
+		bk->ln2w = add_param(st, "ln2.w", l, H, 1, 0, 0, -1);
+		bk->ln2b = add_param(st, "ln2.b", l, H, 1, 0, 0, -1);
+		add_linear(st, lin0 + QE_LIN_FC1, QE_LIN_FC1, l, H, c->ffn, 1);
+		add_linear(st, lin0 + QE_LIN_FC2, QE_LIN_FC2, l, c->ffn, H, 1);
+	}
 	if (st->last) {
-		st->p_lnfw = add_param(st, "lnf.w", H, 1, 0, 0, -1);
-		st->p_lnfb = add_param(st, "lnf.b", H, 1, 0, 0, -1);
-		add_linear(st, QE_LIN_HEAD, "head", H, c->vocab, 0);
+		st->p_lnfw = add_param(st, "lnf.w", c->layers - 1, H, 1, 0, 0, -1);
+		st->p_lnfb = add_param(st, "lnf.b", c->layers - 1, H, 1, 0, 0, -1);
+		add_linear(st, st->nlin - 1, QE_LIN_HEAD, c->layers - 1, H, st->vpad, 0);
 	}
 }
 
 static qe_dtype role_dtype(const qe_stage *st, qe_fp8_role role)
 {
-	return st->prec.fp8 ? qe_fp8_role_dtype(&st->prec.recipe, role) : QE_F32;
+	switch (st->prec.mode) {
+	case QE_PREC_FP8:
+		return qe_fp8_role_dtype(&st->prec.recipe, role);
+	case QE_PREC_BF16:
+		return QE_BF16;
+	default:
+		return QE_F32;
+	}
 }
 
-/* Lay out (base NULL: measure) one slot's tape. */
+/* Lay out (base NULL: measure) one slot's tape into t (whose blk and lin arrays the caller provides). */
 static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
 {
 	const qe_model_config *c = &st->cfg;
-	int64_t T = c->seq, H = c->hidden;
+	int64_t N = st->N, T = c->seq, H = c->hidden;
 	qe_device dev = st->b->ops->device;
 	carver cv = { base, 0 };
+	block_tape *blk = t->blk;
+	lin_tape *lins = t->lin;
 	memset(t, 0, sizeof(*t));
+	t->blk = blk;
+	t->lin = lins;
+	memset(blk, 0, (size_t)st->nblk * sizeof(*blk));
+	memset(lins, 0, (size_t)st->nlin * sizeof(*lins));
 	if (st->first)
-		t->tokens = carve(&cv, T * 4);
+		t->tokens = carve(&cv, N * 4);
 	if (st->last)
-		t->targets = carve(&cv, T * 4);
-	t->x_in = carve(&cv, T * H * 4);
-	t->mean1 = carve(&cv, T * 4);
-	t->rstd1 = carve(&cv, T * 4);
-	t->qkv = carve(&cv, T * 3 * H * 4);
-	t->probs = carve(&cv, (size_t)c->heads * T * T * 4);
-	t->x_mid = carve(&cv, T * H * 4);
-	t->mean2 = carve(&cv, T * 4);
-	t->rstd2 = carve(&cv, T * 4);
-	t->fc1_out = carve(&cv, T * c->ffn * 4);
-	t->x_out = carve(&cv, T * H * 4);
+		t->targets = carve(&cv, N * 4);
+	for (int k = 0; k < st->nblk; k++) {
+		block_tape *b = &blk[k];
+		b->x_in = k ? blk[k - 1].x_out : carve(&cv, N * H * 4);
+		b->mean1 = carve(&cv, N * 4);
+		b->rstd1 = carve(&cv, N * 4);
+		b->qkv = carve(&cv, N * 3 * H * 4);
+		b->probs = carve(&cv, (size_t)c->batch * c->heads * T * T * 4);
+		b->x_mid = carve(&cv, N * H * 4);
+		b->mean2 = carve(&cv, N * 4);
+		b->rstd2 = carve(&cv, N * 4);
+		b->fc1_out = carve(&cv, N * c->ffn * 4);
+		b->x_out = carve(&cv, N * H * 4);
+	}
 	if (st->last) {
-		t->meanf = carve(&cv, T * 4);
-		t->rstdf = carve(&cv, T * 4);
-		t->logits = carve(&cv, T * c->vocab * 4);
+		t->meanf = carve(&cv, N * 4);
+		t->rstdf = carve(&cv, N * 4);
+		t->logits = carve(&cv, N * st->vpad * 4);
 		t->loss = carve(&cv, 4);
 	} else {
-		t->dout = carve(&cv, T * H * 4);
+		t->dout = carve(&cv, N * H * 4);
 	}
 	if (!st->first)
-		t->dx_in = carve(&cv, T * H * 4);
+		t->dx_in = carve(&cv, N * H * 4);
 	qe_dtype in_dt = role_dtype(st, QE_ROLE_INPUT), go_dt = role_dtype(st, QE_ROLE_GRAD_OUTPUT);
 	for (int l = 0; l < st->nlin; l++) {
 		lin_info *L = &st->lin[l];
-		lin_tape *lt = &t->lin[l];
-		if (L->param < 0)
-			continue;
+		lin_tape *lt = &lins[l];
 		lt->x_sinv = carve(&cv, 4);
 		lt->dy_sinv = carve(&cv, 4);
-		lt->xq_col = qe_tensor_2d(carve(&cv, (size_t)L->in * T * qe_dtype_size(in_dt)), in_dt, dev, L->in, T);
+		lt->xq_col = qe_tensor_2d(carve(&cv, (size_t)L->in * N * qe_dtype_size(in_dt)), in_dt, dev, L->in, N);
 		lt->xq_col.scale_inv = lt->x_sinv;
 		lt->dyq_col =
-			qe_tensor_2d(carve(&cv, (size_t)L->out * T * qe_dtype_size(go_dt)), go_dt, dev, L->out, T);
+			qe_tensor_2d(carve(&cv, (size_t)L->out * N * qe_dtype_size(go_dt)), go_dt, dev, L->out, N);
 		lt->dyq_col.scale_inv = lt->dy_sinv;
 	}
 	return cv.off;
@@ -157,8 +185,6 @@ static size_t layout_cache(qe_stage *st, char *base)
 	qe_device dev = st->b->ops->device;
 	for (int l = 0; l < st->nlin; l++) {
 		lin_info *L = &st->lin[l];
-		if (L->param < 0)
-			continue;
 		size_t n = (size_t)L->in * L->out * qe_dtype_size(w_dt);
 		L->w_sinv = carve(&cv, 4);
 		L->wq_row = qe_tensor_2d(carve(&cv, n), w_dt, dev, L->out, L->in);
@@ -171,9 +197,9 @@ static size_t layout_cache(qe_stage *st, char *base)
 static size_t layout_workspace(qe_stage *st, char *base)
 {
 	const qe_model_config *c = &st->cfg;
-	int64_t T = c->seq, H = c->hidden;
+	int64_t T = st->N, H = c->hidden;
 	int64_t wide = 3 * H > c->ffn ? 3 * H : c->ffn;
-	int64_t qwide = wide > c->vocab ? wide : c->vocab;
+	int64_t qwide = wide > st->vpad ? wide : st->vpad;
 	carver cv = { base, 0 };
 	for (int i = 0; i < 3; i++)
 		st->ws_h[i] = carve(&cv, T * H * 4);
@@ -196,14 +222,14 @@ static int stage_alloc(qe_stage *st, size_t bytes, void **out, const char *what)
 int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precision *prec, int stage, int nstages,
 		    int nslots, int nmicro, qe_stage **out)
 {
-	int rc;
+	int rc, nblk;
 	*out = NULL;
-	if ((rc = qe_model_config_check(cfg)))
+	if ((rc = qe_model_config_check(cfg)) || (rc = qe_model_blocks_per_stage(cfg, nstages, &nblk)))
 		return rc;
 	if (stage < 0 || stage >= nstages || nslots < 1 || nmicro < 1)
 		return qe_fail(QE_EINVAL, "stage %d of %d with %d slots and %d microbatches is not a valid stage",
 			       stage, nstages, nslots, nmicro);
-	if (prec->fp8 && (rc = qe_fp8_recipe_check(&prec->recipe)))
+	if (qe_prec_is_fp8(prec) && (rc = qe_fp8_recipe_check(&prec->recipe)))
 		return rc;
 	qe_stage *st = calloc(1, sizeof(*st));
 	if (!st)
@@ -219,19 +245,35 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	st->nmicro = nmicro;
 	st->first = stage == 0;
 	st->last = stage == nstages - 1;
-	for (int l = 0; l < QE_LIN_MAX; l++)
+	st->nblk = nblk;
+	st->N = qe_model_tokens(cfg);
+	st->vpad = qe_model_vocab_padded(cfg);
+	st->nlin = 4 * nblk + (st->last ? 1 : 0);
+	st->cap_params = 12 * nblk + 5;
+	st->params = calloc((size_t)st->cap_params, sizeof(*st->params));
+	st->matrix_param = calloc((size_t)st->nlin, sizeof(int));
+	st->lin = calloc((size_t)st->nlin, sizeof(*st->lin));
+	st->blocks = calloc((size_t)nblk, sizeof(*st->blocks));
+	st->upd = calloc((size_t)st->nlin * QE_ROLE_COUNT, sizeof(*st->upd));
+	st->slots = calloc((size_t)nslots, sizeof(slot_tape));
+	st->slot_blk = calloc((size_t)nslots * nblk, sizeof(block_tape));
+	st->slot_lin = calloc((size_t)nslots * st->nlin, sizeof(lin_tape));
+	if (!st->params || !st->matrix_param || !st->lin || !st->blocks || !st->upd || !st->slots || !st->slot_blk ||
+	    !st->slot_lin) {
+		qe_stage_free(st);
+		return qe_fail(QE_ENOMEM, "stage %d: out of host memory", stage);
+	}
+	for (int l = 0; l < st->nlin; l++)
 		st->lin[l].param = st->lin[l].bias = -1;
+	for (int s = 0; s < nslots; s++) {
+		st->slots[s].blk = st->slot_blk + (size_t)s * nblk;
+		st->slots[s].lin = st->slot_lin + (size_t)s * st->nlin;
+	}
 	build_param_table(st);
 
 	int L = st->prec.recipe.history_len;
 	st->meta_floats = (int64_t)st->nlin * QE_ROLE_COUNT * qe_fp8_role_floats(L);
-	st->slots = calloc((size_t)nslots, sizeof(slot_tape));
-	if (!st->slots) {
-		free(st);
-		return qe_fail(QE_ENOMEM, "stage %d: out of host memory", stage);
-	}
-	slot_tape scratch;
-	st->slot_bytes = layout_slot(st, NULL, &scratch);
+	st->slot_bytes = layout_slot(st, NULL, &st->slots[0]);
 	size_t cache_bytes = layout_cache(st, NULL);
 	size_t ws_bytes = layout_workspace(st, NULL);
 
@@ -242,13 +284,13 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	    (rc = stage_alloc(st, st->slot_bytes * nslots, &st->slot_mem, "tape slots")) ||
 	    (rc = stage_alloc(st, cache_bytes, &st->cache_mem, "weight cache")) ||
 	    (rc = stage_alloc(st, ws_bytes, &st->ws_mem, "workspace")) ||
-	    (st->first && (rc = stage_alloc(st, (size_t)nmicro * cfg->seq * 4, (void **)&st->tok_written,
+	    (st->first && (rc = stage_alloc(st, (size_t)nmicro * st->N * 4, (void **)&st->tok_written,
 					    "embedding-gradient rows")))) {
 		qe_stage_free(st);
 		return rc;
 	}
 	/* no wte-gradient row written yet (-1); the buffers start zeroed */
-	if (st->tok_written && (rc = b->ops->fill(NULL, st->tok_written, 0xFF, (size_t)nmicro * cfg->seq * 4))) {
+	if (st->tok_written && (rc = b->ops->fill(NULL, st->tok_written, 0xFF, (size_t)nmicro * st->N * 4))) {
 		qe_stage_free(st);
 		return rc;
 	}
@@ -283,7 +325,14 @@ void qe_stage_free(qe_stage *st)
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
 		if (bufs[i])
 			st->b->ops->free(st->b, bufs[i]);
+	free(st->params);
+	free(st->matrix_param);
+	free(st->lin);
+	free(st->blocks);
+	free(st->upd);
 	free(st->slots);
+	free(st->slot_blk);
+	free(st->slot_lin);
 	free(st);
 }
 
@@ -297,22 +346,24 @@ int qe_stage_init_params(qe_stage *st, uint64_t seed)
 		const qe_param_info *p = &st->params[i];
 		float *w = host + p->offset;
 		int64_t n = p->rows * p->cols;
-		/* The stream depends on the global stage and the parameter name only, so
-		 * any pipeline mapping initializes the same model. */
+		/* The stream depends on the global layer and the parameter's name within
+		 * its block only, so any cut of the model into stages initializes the
+		 * same model (with one block per stage the layer is the stage). */
+		const char *base = p->name[0] == 'L' ? strchr(p->name, '.') + 1 : p->name;
 		uint64_t h = 1469598103934665603ULL;
-		for (const char *c = p->name; *c; c++)
+		for (const char *c = base; *c; c++)
 			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
-		qe_rng r = qe_rng_derive(seed, h ^ ((uint64_t)st->stage << 56));
-		const char *dot = strrchr(p->name, '.');
-		int is_ln_w = dot && strcmp(dot, ".w") == 0 && strncmp(p->name, "ln", 2) == 0;
+		qe_rng r = qe_rng_derive(seed, h ^ ((uint64_t)p->layer << 56));
+		const char *dot = strrchr(base, '.');
+		int is_ln_w = dot && strcmp(dot, ".w") == 0 && strncmp(base, "ln", 2) == 0;
 		if (is_ln_w) {
 			for (int64_t k = 0; k < n; k++)
 				w[k] = 1.0f;
 		} else if (p->cols == 1) {
 			/* biases and layernorm shifts start at zero */
 		} else {
-			float stdv = strcmp(p->name, "wpe") == 0 ? 0.01f : 0.02f;
-			if (strcmp(p->name, "proj.w") == 0 || strcmp(p->name, "fc2.w") == 0)
+			float stdv = strcmp(base, "wpe") == 0 ? 0.01f : 0.02f;
+			if (strcmp(base, "proj.w") == 0 || strcmp(base, "fc2.w") == 0)
 				stdv *= resid_scale;
 			qe_rng_normal_fill(&r, w, n, stdv);
 		}
@@ -335,9 +386,10 @@ int64_t qe_stage_param_floats(const qe_stage *st) { return st->param_floats; }
 float *qe_stage_fp8_meta(qe_stage *st) { return st->meta; }
 int64_t qe_stage_fp8_meta_floats(const qe_stage *st) { return st->meta_floats; }
 int qe_stage_nlinear(const qe_stage *st) { return st->nlin; }
+int qe_stage_nblocks(const qe_stage *st) { return st->nblk; }
 float *qe_stage_nonmatrix_grad(qe_stage *st, int m) { return st->grad_buf + (int64_t)m * st->nonmatrix_floats; }
 int64_t qe_stage_nonmatrix_floats(const qe_stage *st) { return st->nonmatrix_floats; }
-size_t qe_stage_act_bytes(const qe_stage *st) { return (size_t)st->cfg.seq * st->cfg.hidden * 4; }
+size_t qe_stage_act_bytes(const qe_stage *st) { return (size_t)st->N * st->cfg.hidden * 4; }
 size_t qe_stage_slot_bytes(const qe_stage *st) { return st->slot_bytes; }
 
 qe_tensor qe_stage_param_tensor(qe_stage *st, int i)
@@ -353,8 +405,8 @@ float *qe_stage_fp8_role(qe_stage *st, int lin, qe_fp8_role role)
 
 int32_t *qe_stage_slot_tokens(qe_stage *st, int slot) { return st->slots[slot].tokens; }
 int32_t *qe_stage_slot_targets(qe_stage *st, int slot) { return st->slots[slot].targets; }
-float *qe_stage_slot_input(qe_stage *st, int slot) { return st->first ? NULL : st->slots[slot].x_in; }
-float *qe_stage_slot_output(qe_stage *st, int slot) { return st->slots[slot].x_out; }
+float *qe_stage_slot_input(qe_stage *st, int slot) { return st->first ? NULL : st->slots[slot].blk[0].x_in; }
+float *qe_stage_slot_output(qe_stage *st, int slot) { return st->slots[slot].blk[st->nblk - 1].x_out; }
 float *qe_stage_slot_dout(qe_stage *st, int slot) { return st->slots[slot].dout; }
 float *qe_stage_slot_dinput(qe_stage *st, int slot) { return st->slots[slot].dx_in; }
 float *qe_stage_slot_loss(qe_stage *st, int slot) { return st->slots[slot].loss; }

@@ -1,7 +1,8 @@
 /*
  * stage_backward.c - the split backward: dI (input gradient, non-matrix
  * gradients, one quantization of each dY whose transposed copy is retained)
- * and dW (matrix gradients from what dI retained), and B = dI then dW.
+ * through the stage's blocks from the last to the first, dW (matrix
+ * gradients from what dI retained), and B = dI then dW.
  */
 #include "runtime/model/model_int.h"
 
@@ -9,42 +10,98 @@
 
 #include "runtime/core/status.h"
 
-qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c);
-int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1);
-
 static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
 {
 	return qe_tensor_2d(p, QE_F32, st->b->ops->device, r, c);
 }
 
 /*
- * Backward through linear `lin` given dy [T, out]: the bias gradient into
+ * Backward through linear `lin` given dy [N, out]: the bias gradient into
  * grad (microbatch buffer), dY quantized once with the grad_output role (the
- * transposed copy stays in the tape for dW), and dx [T, in] = dY . W.
+ * transposed copy stays in the tape for dW), and dx [N, in] = dY . W.
  */
 static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *dy, float *dx, float *grad)
 {
 	const qe_backend_ops *o = st->b->ops;
 	lin_info *L = &st->lin[lin];
 	lin_tape *lt = &t->lin[lin];
-	int64_t T = st->cfg.seq;
-	int hist = st->prec.recipe.history_len;
+	int64_t N = st->N;
 	if (L->bias >= 0)
-		QE_TRY(o->bias_grad(s, grad + st->params[L->bias].grad_offset, dy, T, L->out));
-	float *role = qe_stage_fp8_role(st, lin, QE_ROLE_GRAD_OUTPUT);
+		QE_TRY(o->bias_grad(s, grad + st->params[L->bias].grad_offset, dy, N, L->out));
 	qe_cast_args ca = { 0 };
-	ca.x = f32_2d(st, dy, T, L->out);
-	ca.row = qe__stage_ws_row(st, lt->dyq_col.dtype, T, L->out);
+	ca.x = f32_2d(st, dy, N, L->out);
+	ca.row = qe__stage_ws_row(st, lt->dyq_col.dtype, N, L->out);
 	ca.row.scale_inv = lt->dy_sinv;
 	ca.col = lt->dyq_col;
-	ca.scale = L->current ? NULL : role + hist;
-	ca.amax = L->current ? NULL : role;
 	ca.scale_inv = lt->dy_sinv;
-	ca.current = L->current;
-	ca.margin = st->prec.recipe.margin;
+	qe__stage_cast_args(st, L, qe_stage_fp8_role(st, lin, QE_ROLE_GRAD_OUTPUT), 1, &ca);
 	QE_TRY(o->cast(s, &ca));
-	qe_tensor out = f32_2d(st, dx, T, L->in);
+	qe_tensor out = f32_2d(st, dx, N, L->in);
 	return o->gemm(s, &ca.row, &L->wq_col, &out, NULL, 0);
+}
+
+/* Attention backward of every sequence of the microbatch. */
+static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const float *dout, const float *qkv,
+			      const float *probs)
+{
+	const qe_model_config *c = &st->cfg;
+	int64_t T = c->seq, H = c->hidden;
+	for (int b = 0; b < c->batch; b++)
+		QE_TRY(st->b->ops->attn_bwd(s, dqkv + b * T * 3 * H, dout + b * T * H, qkv + b * T * 3 * H,
+					    probs + (int64_t)b * c->heads * T * T, T, H, c->heads));
+	return QE_OK;
+}
+
+/*
+ * Block k's backward from dx_out (the gradient of its output, read until the
+ * residual add) to the gradient of its input: the sum of the two residual
+ * branches, left in ws_h[2] (d x_mid) and ws_h[0] (through LN1) for the
+ * caller to add where the input gradient belongs.
+ */
+static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const float *dx_out, float *grad)
+{
+	const qe_backend_ops *o = st->b->ops;
+	const qe_model_config *c = &st->cfg;
+	const block_info *bk = &st->blocks[k];
+	block_tape *bt = &t->blk[k];
+	int64_t N = st->N, H = c->hidden;
+	const float *P = st->param_buf;
+	const qe_param_info *pi = st->params;
+	/* MLP half */
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, (float *)dx_out, st->ws_big[0], grad));
+	QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], N * c->ffn));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[bk->ln2w].grad_offset, grad + pi[bk->ln2b].grad_offset,
+			     st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, P + pi[bk->ln2w].offset, N, H));
+	QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], N * H)); /* d x_mid */
+	/* attention half */
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
+	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt->qkv, bt->probs));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
+	return o->layernorm_bwd(s, st->ws_h[0], grad + pi[bk->ln1w].grad_offset, grad + pi[bk->ln1b].grad_offset,
+				st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset, N, H);
+}
+
+/*
+ * The embedding gradients from dx [N, H]: wte's rows through embed_bwd, and
+ * wpe as the sum of the sequences' position gradients in sequence order
+ * (0 + d_0 + d_1 ...: for batch 1 the bytes of one embed_bwd with wpe).
+ */
+static int embed_backward(qe_stage *st, qe_stream *s, slot_tape *t, int m, const float *dx, float *grad)
+{
+	const qe_backend_ops *o = st->b->ops;
+	const qe_model_config *c = &st->cfg;
+	int64_t T = c->seq, H = c->hidden;
+	float *dwte = grad + st->params[st->p_wte].grad_offset, *dwpe = grad + st->params[st->p_wpe].grad_offset;
+	int32_t *rows = st->tok_written + (int64_t)m * st->N;
+	/* microbatch m's wte gradient keeps its rows zero except those its last tokens wrote */
+	if (c->batch == 1)
+		return o->embed_bwd(s, dwte, dwpe, t->tokens, dx, T, H, st->vpad, rows);
+	QE_TRY(o->embed_bwd(s, dwte, NULL, t->tokens, dx, st->N, H, st->vpad, rows));
+	QE_TRY(o->fill(s, dwpe, 0, (size_t)(T * H) * sizeof(float)));
+	for (int b = 0; b < c->batch; b++)
+		QE_TRY(o->add_inplace(s, dwpe, dx + b * T * H, T * H));
+	return QE_OK;
 }
 
 int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
@@ -55,7 +112,7 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
 	slot_tape *t = &st->slots[slot];
-	int64_t T = c->seq, H = c->hidden;
+	int64_t N = st->N, H = c->hidden;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 	float *grad = qe_stage_nonmatrix_grad(st, m);
@@ -63,33 +120,27 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 
 	if (st->last) {
 		/* dlogits were written over the logits by the loss in F */
-		QE_TRY(linear_backward_input(st, s, t, QE_LIN_HEAD, t->logits, st->ws_g[0], grad));
+		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, t->logits, st->ws_g[0], grad));
 		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
-				     st->ws_g[0], t->x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset, T, H));
+				     st->ws_g[0], t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
+				     N, H));
 		dx_out = st->ws_g[1];
 	} else {
 		dx_out = t->dout;
 	}
-	/* MLP half */
-	QE_TRY(linear_backward_input(st, s, t, QE_LIN_FC2, dx_out, st->ws_big[0], grad));
-	QE_TRY(o->gelu_bwd(s, st->ws_big[1], t->fc1_out, st->ws_big[0], T * c->ffn));
-	QE_TRY(linear_backward_input(st, s, t, QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
-	QE_TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[st->p_ln2w].grad_offset, grad + pi[st->p_ln2b].grad_offset,
-			     st->ws_h[0], t->x_mid, t->mean2, t->rstd2, P + pi[st->p_ln2w].offset, T, H));
-	QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], T * H)); /* d x_mid */
-	/* attention half */
-	QE_TRY(linear_backward_input(st, s, t, QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
-	QE_TRY(o->attn_bwd(s, st->ws_big[0], st->ws_h[0], t->qkv, t->probs, T, H, c->heads));
-	QE_TRY(linear_backward_input(st, s, t, QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
-	QE_TRY(o->layernorm_bwd(s, st->ws_h[0], grad + pi[st->p_ln1w].grad_offset, grad + pi[st->p_ln1b].grad_offset,
-			     st->ws_h[1], t->x_in, t->mean1, t->rstd1, P + pi[st->p_ln1w].offset, T, H));
-	if (st->first) {
-		QE_TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], T * H));
-		/* microbatch m's wte gradient keeps its rows zero except those its last tokens wrote */
-		QE_TRY(o->embed_bwd(s, grad + pi[st->p_wte].grad_offset, grad + pi[st->p_wpe].grad_offset, t->tokens,
-				 st->ws_h[1], T, H, c->vocab, st->tok_written + (int64_t)m * T));
-	} else {
-		QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], T * H));
+	for (int k = st->nblk - 1; k >= 0; k--) {
+		QE_TRY(block_backward(st, s, t, k, dx_out, grad));
+		if (k > 0) {
+			/* the input gradient of block k is block k-1's output gradient */
+			float *next = dx_out == st->ws_g[0] ? st->ws_g[1] : st->ws_g[0];
+			QE_TRY(o->add(s, next, st->ws_h[2], st->ws_h[0], N * H));
+			dx_out = next;
+		} else if (st->first) {
+			QE_TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], N * H));
+			QE_TRY(embed_backward(st, s, t, m, st->ws_h[1], grad));
+		} else {
+			QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], N * H));
+		}
 	}
 	return qe__stage_update_roles(st, s, QE_ROLE_GRAD_OUTPUT, QE_ROLE_GRAD_OUTPUT);
 }
@@ -107,7 +158,7 @@ int qe_stage_backward_weight(qe_stage *st, qe_stream *s, int slot, const qe_tens
 		snprintf(what, sizeof(what), "stage %d dW destination of %s", st->stage, p->name);
 		QE_TRY(qe_tensor_check_same(&want, &dests[j], what));
 		qe_tensor d = dests[j];
-		/* dW[out, in] = dYT[out, T] . XT[in, T]^T (+ dW[out, in] when accumulating) */
+		/* dW[out, in] = dYT[out, N] . XT[in, N]^T (+ dW[out, in] when accumulating) */
 		QE_TRY(st->b->ops->gemm(s, &lt->dyq_col, &lt->xq_col, &d, NULL, accumulate ? 1 : 0));
 	}
 	return QE_OK;

@@ -1,7 +1,8 @@
 /*
- * stage_forward.c - the F action: weight-cache refresh, the block's forward
- * (and the embedding and the head with the loss where the stage has them),
- * and the end-of-action update of the forward roles' scaling state.
+ * stage_forward.c - the F action: weight-cache refresh, the forward of each
+ * of the stage's blocks (and the embedding and the head with the loss where
+ * the stage has them), and the end-of-action update of the forward roles'
+ * scaling state.
  */
 #include "runtime/model/model_int.h"
 
@@ -12,37 +13,52 @@ static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
 	return qe_tensor_2d(p, QE_F32, st->b->ops->device, r, c);
 }
 
-/* Scratch for the row-wise copy of a GEMM operand. */
-qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c);
 qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c)
 {
 	return qe_tensor_2d(st->ws_q, dt, st->b->ops->device, r, c);
 }
 
 /*
- * Cast the input of linear `lin` (x, [T, in]) with the input role, keep the
- * transposed copy in the tape, and run the forward GEMM into y [T, out].
+ * Scaling arguments of a cast of linear L with role block `role`: FP8 applies
+ * the role's delayed scale (or current scaling) and records amax when record
+ * is set; bf16 rounds without scaling and records nothing; f32 copies, with
+ * the arguments FP8 would use (the cast ignores them for an f32 output).
+ */
+void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int record, qe_cast_args *ca)
+{
+	int hist = st->prec.recipe.history_len;
+	if (st->prec.mode == QE_PREC_BF16) {
+		ca->scale = NULL;
+		ca->amax = NULL;
+		ca->current = 0;
+		ca->margin = 0;
+		return;
+	}
+	ca->scale = L->current ? NULL : role + hist;
+	ca->amax = L->current || !record ? NULL : role;
+	ca->current = L->current;
+	ca->margin = st->prec.recipe.margin;
+}
+
+/*
+ * Cast the input of linear `lin` (x, [N, in]) with the input role, keep the
+ * transposed copy in the tape, and run the forward GEMM into y [N, out].
  */
 static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *x, float *y, int record)
 {
 	const qe_backend_ops *o = st->b->ops;
 	lin_info *L = &st->lin[lin];
 	lin_tape *lt = &t->lin[lin];
-	int64_t T = st->cfg.seq;
-	float *role = qe_stage_fp8_role(st, lin, QE_ROLE_INPUT);
-	int hist = st->prec.recipe.history_len;
+	int64_t N = st->N;
 	qe_cast_args ca = { 0 };
-	ca.x = f32_2d(st, x, T, L->in);
-	ca.row = qe__stage_ws_row(st, lt->xq_col.dtype, T, L->in);
+	ca.x = f32_2d(st, x, N, L->in);
+	ca.row = qe__stage_ws_row(st, lt->xq_col.dtype, N, L->in);
 	ca.row.scale_inv = lt->x_sinv;
 	ca.col = lt->xq_col;
-	ca.scale = L->current ? NULL : role + hist;
-	ca.amax = L->current || !record ? NULL : role;
 	ca.scale_inv = lt->x_sinv;
-	ca.current = L->current;
-	ca.margin = st->prec.recipe.margin;
+	qe__stage_cast_args(st, L, qe_stage_fp8_role(st, lin, QE_ROLE_INPUT), record, &ca);
 	QE_TRY(o->cast(s, &ca));
-	qe_tensor out = f32_2d(st, y, T, L->out);
+	qe_tensor out = f32_2d(st, y, N, L->out);
 	const float *bias = L->bias >= 0 ? st->param_buf + st->params[L->bias].offset : NULL;
 	return o->gemm(s, &ca.row, &L->wq_row, &out, bias, 0);
 }
@@ -50,19 +66,14 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 /* Re-cast every matrix into the weight cache with the weight role's scale. */
 static int refresh_weight_cache(qe_stage *st, qe_stream *s, int record)
 {
-	int hist = st->prec.recipe.history_len;
 	for (int l = 0; l < st->nlin; l++) {
 		lin_info *L = &st->lin[l];
-		float *role = qe_stage_fp8_role(st, l, QE_ROLE_WEIGHT);
 		qe_cast_args ca = { 0 };
 		ca.x = qe_stage_param_tensor(st, L->param);
 		ca.row = L->wq_row;
 		ca.col = L->wq_col;
-		ca.scale = L->current ? NULL : role + hist;
-		ca.amax = L->current || !record ? NULL : role;
 		ca.scale_inv = L->w_sinv;
-		ca.current = L->current;
-		ca.margin = st->prec.recipe.margin;
+		qe__stage_cast_args(st, L, qe_stage_fp8_role(st, l, QE_ROLE_WEIGHT), record, &ca);
 		QE_TRY(st->b->ops->cast(s, &ca));
 	}
 	return QE_OK;
@@ -73,12 +84,11 @@ static int refresh_weight_cache(qe_stage *st, qe_stream *s, int record)
  * linear, all in one op (one launch on cuda rather than one per role: at
  * 4.5 us a launch, the per-role updates cost ~1.8 ms a step on h4096).
  */
-int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1);
 int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_role r1)
 {
-	if (!st->prec.fp8)
+	if (!qe_prec_is_fp8(&st->prec))
 		return QE_OK; /* no quantization, no scaling state to advance */
-	qe_fp8_update_item items[QE_LIN_MAX * QE_ROLE_COUNT];
+	qe_fp8_update_item *items = st->upd;
 	int n = 0;
 	for (int l = 0; l < st->nlin; l++) {
 		if (st->lin[l].current)
@@ -94,6 +104,60 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
 	return st->b->ops->fp8_update_many(s, items, n, st->prec.recipe.history_len, st->prec.recipe);
 }
 
+/* Causal attention of every sequence of the microbatch: out, probs and qkv per sequence. */
+static int attention_forward(qe_stage *st, qe_stream *s, float *out, float *probs, const float *qkv)
+{
+	const qe_model_config *c = &st->cfg;
+	int64_t T = c->seq, H = c->hidden;
+	for (int b = 0; b < c->batch; b++)
+		QE_TRY(st->b->ops->attn_fwd(s, out + b * T * H, probs + (int64_t)b * c->heads * T * T, qkv + b * T * 3 * H,
+					    T, H, c->heads));
+	return QE_OK;
+}
+
+/*
+ * The token embedding of all N tokens, then each sequence's positions added
+ * (for batch 1 the bytes of one embed_fwd with positions: e + p either way).
+ */
+static int embed_forward(qe_stage *st, qe_stream *s, float *x, const int32_t *tokens)
+{
+	const qe_backend_ops *o = st->b->ops;
+	const qe_model_config *c = &st->cfg;
+	int64_t T = c->seq, H = c->hidden;
+	const float *wte = st->param_buf + st->params[st->p_wte].offset, *wpe = st->param_buf + st->params[st->p_wpe].offset;
+	if (c->batch == 1)
+		return o->embed_fwd(s, x, tokens, wte, wpe, T, H);
+	QE_TRY(o->embed_fwd(s, x, tokens, wte, NULL, st->N, H));
+	for (int b = 0; b < c->batch; b++)
+		QE_TRY(o->add(s, x + b * T * H, x + b * T * H, wpe, T * H));
+	return QE_OK;
+}
+
+static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int record)
+{
+	const qe_backend_ops *o = st->b->ops;
+	const qe_model_config *c = &st->cfg;
+	const block_info *bk = &st->blocks[k];
+	block_tape *bt = &t->blk[k];
+	int64_t N = st->N, H = c->hidden;
+	const float *P = st->param_buf;
+	const qe_param_info *pi = st->params;
+	/* attention half */
+	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean1, bt->rstd1, bt->x_in, P + pi[bk->ln1w].offset,
+			     P + pi[bk->ln1b].offset, N, H));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_h[0], bt->qkv, record));
+	QE_TRY(attention_forward(st, s, st->ws_h[1], bt->probs, bt->qkv));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[1], st->ws_h[2], record));
+	QE_TRY(o->add(s, bt->x_mid, bt->x_in, st->ws_h[2], N * H));
+	/* MLP half */
+	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean2, bt->rstd2, bt->x_mid, P + pi[bk->ln2w].offset,
+			     P + pi[bk->ln2b].offset, N, H));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_h[0], bt->fc1_out, record));
+	QE_TRY(o->gelu_fwd(s, st->ws_big[0], bt->fc1_out, N * c->ffn));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_FC2, st->ws_big[0], st->ws_h[2], record));
+	return o->add(s, bt->x_out, bt->x_mid, st->ws_h[2], N * H);
+}
+
 /* record == 0: evaluation - nothing is recorded into amax histories and no role is updated. */
 static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int record)
 {
@@ -102,34 +166,24 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
 	slot_tape *t = &st->slots[slot];
-	int64_t T = c->seq, H = c->hidden;
+	int64_t N = st->N, H = c->hidden;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 
 	if (refresh_cache)
 		QE_TRY(refresh_weight_cache(st, s, record));
 	if (st->first)
-		QE_TRY(o->embed_fwd(s, t->x_in, t->tokens, P + pi[st->p_wte].offset, P + pi[st->p_wpe].offset, T, H));
-	/* attention half */
-	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean1, t->rstd1, t->x_in, P + pi[st->p_ln1w].offset,
-			     P + pi[st->p_ln1b].offset, T, H));
-	QE_TRY(linear_forward(st, s, t, QE_LIN_QKV, st->ws_h[0], t->qkv, record));
-	QE_TRY(o->attn_fwd(s, st->ws_h[1], t->probs, t->qkv, T, H, c->heads));
-	QE_TRY(linear_forward(st, s, t, QE_LIN_PROJ, st->ws_h[1], st->ws_h[2], record));
-	QE_TRY(o->add(s, t->x_mid, t->x_in, st->ws_h[2], T * H));
-	/* MLP half */
-	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->mean2, t->rstd2, t->x_mid, P + pi[st->p_ln2w].offset,
-			     P + pi[st->p_ln2b].offset, T, H));
-	QE_TRY(linear_forward(st, s, t, QE_LIN_FC1, st->ws_h[0], t->fc1_out, record));
-	QE_TRY(o->gelu_fwd(s, st->ws_big[0], t->fc1_out, T * c->ffn));
-	QE_TRY(linear_forward(st, s, t, QE_LIN_FC2, st->ws_big[0], st->ws_h[2], record));
-	QE_TRY(o->add(s, t->x_out, t->x_mid, st->ws_h[2], T * H));
+		QE_TRY(embed_forward(st, s, t->blk[0].x_in, t->tokens));
+	for (int k = 0; k < st->nblk; k++)
+		QE_TRY(block_forward(st, s, t, k, record));
 	if (st->last) {
-		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, t->x_out, P + pi[st->p_lnfw].offset,
-				     P + pi[st->p_lnfb].offset, T, H));
-		QE_TRY(linear_forward(st, s, t, QE_LIN_HEAD, st->ws_h[0], t->logits, record));
-		/* The step's loss is the mean over microbatches, hence 1/nmicro. */
-		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, T, c->vocab, 1.0f / (float)st->nmicro));
+		float *x = t->blk[st->nblk - 1].x_out;
+		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, x, P + pi[st->p_lnfw].offset,
+				     P + pi[st->p_lnfb].offset, N, H));
+		QE_TRY(linear_forward(st, s, t, st->nlin - 1, st->ws_h[0], t->logits, record));
+		/* The step's loss is the mean over microbatches, hence 1/nmicro; padded columns are masked. */
+		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, N, st->vpad, c->vocab,
+			       1.0f / (float)st->nmicro));
 	}
 	return record ? qe__stage_update_roles(st, s, QE_ROLE_INPUT, QE_ROLE_WEIGHT) : QE_OK;
 }

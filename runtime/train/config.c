@@ -15,7 +15,7 @@ void qe_train_config_default(qe_train_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	qe_model_preset("tiny", &c->model);
-	c->prec.fp8 = 1;
+	c->prec.mode = QE_PREC_FP8;
 	c->prec.head_current = 0;
 	c->prec.recipe = qe_fp8_recipe_default();
 	c->optim = qe_adamw_config_default();
@@ -43,21 +43,21 @@ int qe_train_config_check(const qe_train_config *c)
 	int rc;
 	if ((rc = qe_model_config_check(&c->model)))
 		return rc;
-	if (c->prec.fp8 && (rc = qe_fp8_recipe_check(&c->prec.recipe)))
+	if (qe_prec_is_fp8(&c->prec) && (rc = qe_fp8_recipe_check(&c->prec.recipe)))
 		return rc;
 	if (c->pp < 1 || c->dp < 1)
 		return qe_fail(QE_EINVAL, "--pp and --dp must be at least 1 (got %d, %d)", c->pp, c->dp);
 	if (c->micro < 1 || c->micro > 256)
 		return qe_fail(QE_EINVAL, "--micro must be in 1..256 (got %d)", c->micro);
 	int stages = c->pp * c->chunks;
-	if (stages != c->model.layers)
+	if (c->chunks < 1 || c->model.layers % stages)
 		return qe_fail(QE_EINVAL,
-			       "--pp %d with %d chunks per rank gives %d virtual stages, but model '%s' has %d layers "
-			       "(one per virtual stage)",
+			       "--pp %d with %d chunks per rank gives %d virtual stages, but model '%s' has %d layers, "
+			       "which do not divide evenly into them (each chunk holds layers / (P x V) layers)",
 			       c->pp, c->chunks, stages, c->model.preset, c->model.layers);
 	if (c->schedule == QE_SCHED_ZBV && c->chunks != 2)
-		return qe_fail(QE_EINVAL, "--schedule zbv places two chunks per rank (V shape): needs --pp %d",
-			       c->model.layers / 2);
+		return qe_fail(QE_EINVAL, "--schedule zbv places two chunks per rank (V shape): --chunks must be 2, got %d",
+			       c->chunks);
 	if (c->schedule == QE_SCHED_INTERLEAVED && c->chunks > 1 && c->micro % c->pp)
 		return qe_fail(QE_EINVAL, "--schedule interleaved needs --micro (%d) to be a multiple of --pp (%d)",
 			       c->micro, c->pp);
@@ -92,13 +92,14 @@ NAMES(qe_grad_name, qe_grad_parse, qe_grad_mode, "direct", "copy")
 char *qe_train_config_to_json(const qe_train_config *c)
 {
 	json_t *o = json_pack(
-		"{s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i},"
-		"s:{s:b,s:b,s:s,s:i,s:i,s:s},"
+		"{s:{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i},"
+		"s:{s:b,s:s,s:b,s:s,s:i,s:i,s:s},"
 		"s:{s:f,s:f,s:f,s:f,s:f},"
 		"s:s,s:i,s:i,s:i,s:i,s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s,s:i,s:i,s:i,s:i}",
 		"model", "preset", c->model.preset, "vocab", c->model.vocab, "hidden", c->model.hidden, "ffn",
-		c->model.ffn, "heads", c->model.heads, "seq", c->model.seq, "layers", c->model.layers,
-		"precision", "fp8", c->prec.fp8, "head_current", c->prec.head_current, "format",
+		c->model.ffn, "heads", c->model.heads, "seq", c->model.seq, "layers", c->model.layers, "batch",
+		c->model.batch, "precision", "fp8", qe_prec_is_fp8(&c->prec), "mode", qe_prec_mode_name(c->prec.mode),
+		"head_current", c->prec.head_current, "format",
 		qe_fp8_format_name(c->prec.recipe.format), "margin", c->prec.recipe.margin, "history",
 		c->prec.recipe.history_len, "amax_algo", qe_amax_algo_name(c->prec.recipe.algo),
 		"optim", "lr", (double)c->optim.lr, "beta1", (double)c->optim.beta1, "beta2", (double)c->optim.beta2,
@@ -151,7 +152,7 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 		goto out;
 	}
 	snprintf(c->model.preset, sizeof(c->model.preset), "%s", preset);
-	c->prec.fp8 = fp8;
+	c->prec.mode = fp8 ? QE_PREC_FP8 : QE_PREC_F32;
 	c->prec.head_current = headc;
 	c->optim.lr = (float)lr;
 	c->optim.beta1 = (float)b1;
@@ -167,6 +168,14 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	    (rc = qe_sched_kind_parse(sched, &c->schedule)) || (rc = qe_sched_backward_parse(bw, &c->backward)) ||
 	    (rc = qe_exec_parse(ex, &c->exec)) || (rc = qe_grad_parse(gr, &c->grad)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config");
+	/* "batch" and the precision "mode" are newer: runs recorded without them had batch 1 and fp8 on/off */
+	json_t *bt = json_object_get(json_object_get(o, "model"), "batch");
+	c->model.batch = 1;
+	if (!rc && bt && (!json_is_integer(bt) || (c->model.batch = (int)json_integer_value(bt)) < 1))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'model.batch'");
+	json_t *md = json_object_get(json_object_get(o, "precision"), "mode");
+	if (!rc && md && (!json_is_string(md) || qe_prec_mode_parse(json_string_value(md), &c->prec.mode)))
+		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'precision.mode'");
 	/* "arena" is newer than the other fields: a run recorded without it ran per-mb views */
 	json_t *ar = json_object_get(o, "arena");
 	c->arena = QE_ARENA_PER_MB;
@@ -186,14 +195,20 @@ int qe_train_config_compatible(const qe_train_config *a, const qe_train_config *
 			return QE_EMISMATCH;             \
 		}                                        \
 	} while (0)
-	DIFF(strcmp(a->model.preset, b->model.preset) || a->model.hidden != b->model.hidden ||
-		     a->model.vocab != b->model.vocab || a->model.ffn != b->model.ffn ||
-		     a->model.heads != b->model.heads || a->model.seq != b->model.seq ||
-		     a->model.layers != b->model.layers,
-	     "model: checkpoint has '%s' (hidden %d, layers %d), asked for '%s' (hidden %d, layers %d)",
-	     a->model.preset, a->model.hidden, a->model.layers, b->model.preset, b->model.hidden, b->model.layers);
-	DIFF(a->prec.fp8 != b->prec.fp8, "precision: checkpoint has fp8 %s, asked for fp8 %s", a->prec.fp8 ? "on" : "off",
-	     b->prec.fp8 ? "on" : "off");
+	const qe_model_config *am = &a->model, *bm = &b->model;
+	DIFF(strcmp(am->preset, bm->preset) || am->hidden != bm->hidden || am->vocab != bm->vocab ||
+		     am->ffn != bm->ffn || am->heads != bm->heads || am->seq != bm->seq || am->layers != bm->layers ||
+		     am->batch != bm->batch,
+	     "model: checkpoint has '%s' (layers %d, hidden %d, heads %d, ffn %d, seq %d, vocab %d, batch %d), asked for "
+	     "'%s' (layers %d, hidden %d, heads %d, ffn %d, seq %d, vocab %d, batch %d)",
+	     am->preset, am->layers, am->hidden, am->heads, am->ffn, am->seq, am->vocab, am->batch, bm->preset,
+	     bm->layers, bm->hidden, bm->heads, bm->ffn, bm->seq, bm->vocab, bm->batch);
+	DIFF(a->prec.mode != b->prec.mode, "precision: checkpoint has %s, asked for %s", qe_prec_mode_name(a->prec.mode),
+	     qe_prec_mode_name(b->prec.mode));
+	DIFF(a->pp * a->chunks != b->pp * b->chunks,
+	     "mapping: checkpoint has %d virtual stages (pp %d x chunks %d, %d layers each); pp %d x chunks %d gives %d "
+	     "(a resume may change pp and chunks, not their product)",
+	     a->pp * a->chunks, a->pp, a->chunks, am->layers / (a->pp * a->chunks), b->pp, b->chunks, b->pp * b->chunks);
 	DIFF(a->prec.head_current != b->prec.head_current, "precision: output-head scaling differs (checkpoint %s)",
 	     a->prec.head_current ? "current" : "delayed");
 	DIFF(a->prec.recipe.history_len != b->prec.recipe.history_len,

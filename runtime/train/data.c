@@ -192,3 +192,25 @@ int qe_data_sample(const qe_data *d, int heldout, uint64_t seed, int64_t step, i
 	}
 	return QE_OK;
 }
+
+int qe_data_sample_batch(const qe_data *d, int heldout, uint64_t seed, int64_t step, int replica, int m, int batch,
+			 int T, int vocab, const char *model, int32_t *tokens, int32_t *targets)
+{
+	if (batch < 1 || (int64_t)m * batch + batch - 1 > 0xfff)
+		return qe_fail(QE_EINVAL, "data '%s': microbatch %d of %d sequences is beyond the sampler's 4096 sequences "
+			       "per step", d->path, m, batch);
+	for (int b = 0; b < batch; b++)
+		QE_TRY(qe_data_sample(d, heldout, seed, step, replica, m * batch + b, T, tokens + (int64_t)b * T,
+				      targets + (int64_t)b * T));
+	int32_t top = -1;
+	for (int64_t i = 0; i < (int64_t)batch * T; i++) {
+		if (tokens[i] > top)
+			top = tokens[i];
+		if (targets[i] > top)
+			top = targets[i];
+	}
+	if (top >= vocab)
+		return qe_fail(QE_EINVAL, "data '%s': token %d does not fit vocabulary %d of model '%s'", d->path, (int)top,
+			       vocab, model);
+	return QE_OK;
+}

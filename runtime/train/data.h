@@ -34,5 +34,13 @@ void qe_data_free(qe_data *d);
  */
 int qe_data_sample(const qe_data *d, int heldout, uint64_t seed, int64_t step, int replica, int m, int T,
 		   int32_t *tokens, int32_t *targets);
+/*
+ * Microbatch m of `batch` sequences: sequence b (tokens[b*T .. b*T+T-1]) is
+ * what qe_data_sample gives for index m*batch + b, so batch 1 is exactly
+ * qe_data_sample.  Then every token and target must be below vocab:
+ * QE_EINVAL names the data file, the largest token and the model.
+ */
+int qe_data_sample_batch(const qe_data *d, int heldout, uint64_t seed, int64_t step, int replica, int m, int batch,
+			 int T, int vocab, const char *model, int32_t *tokens, int32_t *targets);
 
 #endif

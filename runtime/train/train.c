@@ -20,7 +20,7 @@ static double now_ms(void)
 int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks, int progress)
 {
 	const qe_train_config *cfg = qe_rank_config(r);
-	double tokens = (double)cfg->micro * cfg->dp * cfg->model.seq;
+	double tokens = (double)cfg->micro * cfg->dp * (double)qe_model_tokens(&cfg->model);
 	while (qe_rank_steps_done(r) < until) {
 		qe_step_report rep = { 0 };
 		double t0 = now_ms();

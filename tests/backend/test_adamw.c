@@ -182,7 +182,7 @@ static uint8_t *run_chain(uint32_t seed, size_t *bytes)
 		qe_tensor Hh = t2(c.h, QE_F32, T, H, NULL), WTE = t2(c.wte, QE_F32, V, H, NULL);
 		qe_tensor LG = t2(c.logits, QE_F32, T, V, NULL);
 		CHECK_OK(o->gemm(s, &Hh, &WTE, &LG, NULL, 0));
-		CHECK_OK(o->xent(s, c.loss, c.logits, c.logits, c.tgt, T, V, 1.0f));
+		CHECK_OK(o->xent(s, c.loss, c.logits, c.logits, c.tgt, T, V, V, 1.0f));
 		/* head backward: dh = dlogits . wteT^T, dWhead = dlogitsT . hT^T */
 		qe_cast_args c1 = { .x = t2(c.wte, QE_F32, V, H, NULL), .col = t2(c.wteT, QE_F32, H, V, NULL) };
 		qe_cast_args c2 = { .x = t2(c.h, QE_F32, T, H, NULL), .col = t2(c.hT, QE_F32, H, T, NULL) };

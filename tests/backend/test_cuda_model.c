@@ -194,7 +194,7 @@ static int run(const char *backend, int fp8, int steps, float lr, run_out *out)
 	memset(&prec, 0, sizeof(prec));
 	if ((rc = qe_model_preset("tiny", &cfg)))
 		return rc;
-	prec.fp8 = fp8;
+	prec.mode = fp8 ? QE_PREC_FP8 : QE_PREC_F32;
 	prec.recipe = qe_fp8_recipe_default();
 	prec.recipe.history_len = 4;
 	if ((rc = pipe_open(&p, backend, &cfg, &prec)))

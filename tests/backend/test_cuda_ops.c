@@ -850,8 +850,8 @@ static void test_xent_case(qe_rng *r, int T, int V, int alias)
 	float *cl = pair(hl, n * 4, &gl), *cd = pair(NULL, n * 4, &gd);
 	int32_t *ct = pair(tg, T * 4, &gt);
 	float *closs = pair(NULL, 4, &gloss);
-	CHECK_OK(K.co->xent(K.cs, closs, alias ? cl : cd, cl, ct, T, V, 0.5f));
-	CHECK_OK(K.go->xent(K.gs, gloss, alias ? gl : gd, gl, gt, T, V, 0.5f));
+	CHECK_OK(K.co->xent(K.cs, closs, alias ? cl : cd, cl, ct, T, V, V, 0.5f));
+	CHECK_OK(K.go->xent(K.gs, gloss, alias ? gl : gd, gl, gt, T, V, V, 0.5f));
 	char what[96];
 	float *h = fetch(gloss, 4);
 	snprintf(what, sizeof(what), "xent T=%d V=%d%s loss", T, V, alias ? " (aliased)" : "");
@@ -1048,7 +1048,7 @@ static int enqueue(qe_stream *s, cstate *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->add_inplace(s, st->ln, st->y, CN * COUT));
 	n++;
-	CHECK_OK(o->xent(s, st->loss, st->dl, st->ln, st->tgt, CN, COUT, 1.0f));
+	CHECK_OK(o->xent(s, st->loss, st->dl, st->ln, st->tgt, CN, COUT, COUT, 1.0f));
 	n++;
 	CHECK_OK(o->bias_grad(s, st->db, st->dl, CN, COUT));
 	n++;

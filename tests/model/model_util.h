@@ -29,11 +29,13 @@ typedef struct mu_pipe {
 	const float **views[MU_MAX_STAGES]; /* [j * M + m] */
 } mu_pipe;
 
-static inline int mu_pipe_open(mu_pipe *p, const qe_model_config *cfg, const qe_precision *prec, int M, uint64_t seed)
+/* The model cut into nstages stages (cfg->layers / nstages blocks each). */
+static inline int mu_pipe_open_cut(mu_pipe *p, const qe_model_config *cfg, const qe_precision *prec, int M,
+				   uint64_t seed, int nstages)
 {
 	int rc;
 	memset(p, 0, sizeof(*p));
-	p->nstages = cfg->layers;
+	p->nstages = nstages;
 	p->M = M;
 	if ((rc = qe_backend_open("cpu", &p->b)) || (rc = p->b->ops->stream_create(p->b, &p->s)))
 		return rc;
@@ -67,6 +69,12 @@ static inline int mu_pipe_open(mu_pipe *p, const qe_model_config *cfg, const qe_
 	return QE_OK;
 }
 
+/* One block per stage. */
+static inline int mu_pipe_open(mu_pipe *p, const qe_model_config *cfg, const qe_precision *prec, int M, uint64_t seed)
+{
+	return mu_pipe_open_cut(p, cfg, prec, M, seed, cfg->layers);
+}
+
 static inline size_t mu_grad_floats(const mu_pipe *p, int s)
 {
 	size_t total = 0;
@@ -94,7 +102,7 @@ static inline void mu_pipe_close(mu_pipe *p)
 /* F of microbatch m through every stage (slot m). */
 static inline int mu_forward(mu_pipe *p, int m, const int32_t *tok, const int32_t *tgt)
 {
-	int rc, T = qe_stage_config(p->st[0])->seq;
+	int rc, T = (int)qe_model_tokens(qe_stage_config(p->st[0]));
 	memcpy(qe_stage_slot_tokens(p->st[0], m), tok, T * 4);
 	memcpy(qe_stage_slot_targets(p->st[p->nstages - 1], m), tgt, T * 4);
 	for (int s = 0; s < p->nstages; s++) {

@@ -1,7 +1,12 @@
 /*
  * test_model_grad.c - with quantization off, the analytic gradients of every
  * parameter and of the stage input match central finite differences, for
- * the embedding stage, a middle block and the head with the loss.
+ * the embedding stage, a middle block and the head with the loss: once with
+ * one block per stage and one sequence per microbatch (vocabulary 32, padded
+ * to 128), and once with two blocks per stage, two sequences per microbatch
+ * and a vocabulary of 100 padded to 128.  Either way the padded logits are
+ * masked out of the loss: their head rows get exactly zero gradient, and
+ * changing them changes no bit of the loss.
  *
  * Objective: the last stage's own loss; other stages L = sum(x_out * R) for a
  * fixed random R (so dL/dx_out = R).  f32 forward, eps = 1e-2, bound:
@@ -20,7 +25,7 @@
 
 static mu_pipe P;
 static float *R; /* [T, H] */
-static int T, H;
+static int T, H; /* T: rows of an activation (batch x seq) */
 
 static double objective(int s)
 {
@@ -106,19 +111,51 @@ static void check_stage(int s, qe_rng *rng)
 	       checked, worst);
 }
 
-int main(void)
+/* The head rows of padded vocabulary entries: zero gradient, and the loss ignores them. */
+static void check_padding(int s, const qe_model_config *cfg)
 {
-	qe_model_config cfg = { "gradcheck", 32, 16, 32, 2, 8, 3 };
+	qe_stage *st = P.st[s];
+	int vpad = qe_model_vocab_padded(cfg);
+	if (vpad == cfg->vocab)
+		return;
+	for (int i = 0; i < qe_stage_nparams(st); i++) {
+		const qe_param_info *pi = qe_stage_param(st, i);
+		if (strcmp(pi->name, "head.w"))
+			continue;
+		CHECK(pi->rows == vpad, "head.w has %lld rows, want the padded %d", (long long)pi->rows, vpad);
+		double before = objective(s);
+		CHECK_OK(qe_stage_backward_full(st, P.s, 0, 0, &P.dests[s][0]));
+		const float *g = P.dests[s][pi->matrix_index].data;
+		int nonzero = 0;
+		for (int64_t k = (int64_t)cfg->vocab * pi->cols; k < pi->rows * pi->cols; k++)
+			nonzero += g[k] != 0.0f;
+		CHECK(nonzero == 0, "%d gradient entries of padded head rows are not zero", nonzero);
+		/* a padded row, however large, changes no loss bit */
+		float *w = qe_stage_params(st) + pi->offset + (int64_t)cfg->vocab * pi->cols;
+		for (int64_t k = 0; k < (vpad - cfg->vocab) * pi->cols; k++)
+			w[k] += 50.0f;
+		double after = objective(s);
+		CHECK(before == after, "padded head rows changed the loss: %.9g -> %.9g", before, after);
+		for (int64_t k = 0; k < (vpad - cfg->vocab) * pi->cols; k++)
+			w[k] -= 50.0f;
+		printf("stage %d: %d padded vocabulary rows get zero gradient and leave the loss unchanged\n", s,
+		       vpad - cfg->vocab);
+	}
+}
+
+static void run_case(const qe_model_config *cfg, int nstages)
+{
 	qe_precision prec = { 0 };
-	prec.fp8 = 0;
+	prec.mode = QE_PREC_F32;
 	prec.recipe = qe_fp8_recipe_default();
 	prec.recipe.history_len = 4;
-	T = cfg.seq;
-	H = cfg.hidden;
-	printf("seed %d, eps %g, bound |a-n| <= %g*max(|a|,|n|) + %g\n", SEED, EPS, RTOL, ATOL);
-	CHECK_OK(mu_pipe_open(&P, &cfg, &prec, 1, SEED));
+	T = (int)qe_model_tokens(cfg);
+	H = cfg->hidden;
+	printf("%d layers in %d stages, batch %d x seq %d, vocab %d (padded %d)\n", cfg->layers, nstages, cfg->batch,
+	       cfg->seq, cfg->vocab, qe_model_vocab_padded(cfg));
+	CHECK_OK(mu_pipe_open_cut(&P, cfg, &prec, 1, SEED, nstages));
 	if (qe_test_failures)
-		return qe_test_done("model_grad");
+		return;
 	qe_rng rng;
 	qe_rng_init(&rng, SEED);
 	R = malloc((size_t)T * H * 4);
@@ -138,17 +175,29 @@ int main(void)
 		}
 		if (qe_stage_is_first(st)) {
 			for (int t = 0; t < T; t++)
-				qe_stage_slot_tokens(st, 0)[t] = (int32_t)qe_rng_below(&rng, cfg.vocab);
+				qe_stage_slot_tokens(st, 0)[t] = (int32_t)qe_rng_below(&rng, cfg->vocab);
 		} else {
 			for (int i = 0; i < T * H; i++)
 				qe_stage_slot_input(st, 0)[i] = qe_rng_normal(&rng);
 		}
 		if (qe_stage_is_last(st))
 			for (int t = 0; t < T; t++)
-				qe_stage_slot_targets(st, 0)[t] = (int32_t)qe_rng_below(&rng, cfg.vocab);
+				qe_stage_slot_targets(st, 0)[t] = (int32_t)qe_rng_below(&rng, cfg->vocab);
 		check_stage(s, &rng);
+		if (qe_stage_is_last(st))
+			check_padding(s, cfg);
 	}
 	free(R);
 	mu_pipe_close(&P);
+}
+
+int main(void)
+{
+	printf("seed %d, eps %g, bound |a-n| <= %g*max(|a|,|n|) + %g\n", SEED, EPS, RTOL, ATOL);
+	qe_model_config one = { "gradcheck", 32, 16, 32, 2, 8, 3, 1 };
+	run_case(&one, 3);
+	/* two blocks per stage, two sequences per microbatch, vocabulary 100 padded to 128 */
+	qe_model_config multi = { "gradcheck-b2", 100, 16, 32, 2, 8, 6, 2 };
+	run_case(&multi, 3);
 	return qe_test_done("model_grad");
 }

@@ -19,7 +19,7 @@ static void run(const qe_data *data, float *losses, unsigned char **state, size_
 	qe_precision prec = { 0 };
 	mu_pipe p;
 	CHECK_OK(qe_model_preset("tiny", &cfg));
-	prec.fp8 = 1;
+	prec.mode = QE_PREC_FP8;
 	prec.recipe = qe_fp8_recipe_default();
 	prec.recipe.history_len = 4;
 	CHECK_OK(mu_pipe_open(&p, &cfg, &prec, M, SEED));

@@ -154,7 +154,7 @@ typedef struct cpu_op {
 			float *loss, *dlogits;
 			const float *logits;
 			const int32_t *tgt;
-			int64_t T, V;
+			int64_t T, V, valid;
 			float grad_scale;
 		} xe;
 		qe_adamw_args adamw;
@@ -435,14 +435,7 @@ static int check_op(const cpu_op *op)
 		return rc;
 	}
 	case OP_XENT: {
-		int64_t T = op->u.xe.T, V = op->u.xe.V;
-		if (T < 1 || V < 1)
-			return qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T,
-				       (long long)V);
-		int rc = qe__check_need(op->u.xe.logits, 1, nm, "logits");
-		if (!rc)
-			rc = qe__check_need(op->u.xe.tgt, 1, nm, "tgt");
-		return rc;
+		return qe__check_xent(op->u.xe.logits, op->u.xe.tgt, op->u.xe.T, op->u.xe.V, op->u.xe.valid);
 	}
 	case OP_ADAMW: {
 		const qe_adamw_args *a = &op->u.adamw;
@@ -550,7 +543,7 @@ static int exec_op(qe_stream *s, const cpu_op *op)
 		break;
 	case OP_XENT:
 		rc = qe_cpu_xent(op->u.xe.loss, op->u.xe.dlogits, op->u.xe.logits, op->u.xe.tgt, op->u.xe.T, op->u.xe.V,
-				 op->u.xe.grad_scale);
+				 op->u.xe.valid, op->u.xe.grad_scale);
 		break;
 	case OP_ADAMW:
 		qe_cpu_adamw(&op->u.adamw);
@@ -1023,7 +1016,7 @@ static int cpu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const floa
 }
 
 static int cpu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		    int64_t V, float grad_scale)
+		    int64_t V, int64_t valid, float grad_scale)
 {
 	cpu_op op = { .kind = OP_XENT };
 	op.u.xe.loss = loss;
@@ -1032,6 +1025,7 @@ static int cpu_xent(qe_stream *s, float *loss, float *dlogits, const float *logi
 	op.u.xe.tgt = tgt;
 	op.u.xe.T = T;
 	op.u.xe.V = V;
+	op.u.xe.valid = valid;
 	op.u.xe.grad_scale = grad_scale;
 	return submit(s, &op);
 }

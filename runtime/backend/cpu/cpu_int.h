@@ -57,7 +57,7 @@ void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int6
 int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const float *qkv, const float *probs,
 		    int64_t T, int64_t H, int nh);
 int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,
-		float grad_scale);
+		int64_t valid, float grad_scale);
 void qe_cpu_adamw(const qe_adamw_args *a);
 void qe_cpu_sum_views(float *out, const float *const *views, int nviews, int64_t n);
 

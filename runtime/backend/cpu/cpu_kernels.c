@@ -413,32 +413,34 @@ int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const fl
 /* ---- softmax cross-entropy ------------------------------------------------- */
 
 int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,
-		float grad_scale)
+		int64_t valid, float grad_scale)
 {
 	for (int64_t t = 0; t < T; t++)
-		if (tgt[t] < 0 || tgt[t] >= V)
+		if (tgt[t] < 0 || tgt[t] >= valid)
 			return qe_fail(QE_EINVAL, "xent: target %d at t=%lld outside the vocabulary [0,%lld)",
-				       (int)tgt[t], (long long)t, (long long)V);
+				       (int)tgt[t], (long long)t, (long long)valid);
 	double total = 0.0;
 	float g = grad_scale / (float)T;
 	for (int64_t t = 0; t < T; t++) {
 		const float *l = logits + t * V;
 		float maxv = -INFINITY;
-		for (int64_t v = 0; v < V; v++)
+		for (int64_t v = 0; v < valid; v++)
 			if (l[v] > maxv)
 				maxv = l[v];
 		float sum = 0.0f;
-		for (int64_t v = 0; v < V; v++)
+		for (int64_t v = 0; v < valid; v++)
 			sum += expf(l[v] - maxv);
 		/* -log p = log(sum) - (l - max): finite even where p underflows */
 		total += (double)(logf(sum) - (l[tgt[t]] - maxv));
 		if (dlogits) {
 			float inv = 1.0f / sum;
 			float *d = dlogits + t * V;
-			for (int64_t v = 0; v < V; v++) {
+			for (int64_t v = 0; v < valid; v++) {
 				float p = expf(l[v] - maxv) * inv; /* read before d[v] may overwrite l[v] */
 				d[v] = (p - (v == tgt[t] ? 1.0f : 0.0f)) * g;
 			}
+			for (int64_t v = valid; v < V; v++)
+				d[v] = 0.0f; /* padding: probability 0, no gradient */
 		}
 	}
 	if (loss)

@@ -794,16 +794,14 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 }
 
 static int cu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		   int64_t V, float grad_scale)
+		   int64_t V, int64_t valid, float grad_scale)
 {
 	const char *nm = "xent";
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (T < 1 || V < 1)
-		rc = qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T, (long long)V);
-	else if (!(rc = qe__check_need(logits, 1, nm, "logits")) && !(rc = qe__check_need(tgt, 1, nm, "tgt")))
-		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, grad_scale);
+	if (!(rc = qe__check_xent(logits, tgt, T, V, valid)))
+		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, valid, grad_scale);
 	return op_end(s, rc, nm);
 }
 

@@ -128,7 +128,7 @@ int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, 
 int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		      int64_t H, int nh);
 int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		  int64_t V, float grad_scale);
+		  int64_t V, int64_t valid, float grad_scale);
 int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 

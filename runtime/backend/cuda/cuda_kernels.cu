@@ -280,20 +280,20 @@ __global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, c
  * written, by the same thread, after the row's reductions finished).
  */
 __global__ void xent_row_kernel(float *rowloss, float *dlogits, const float *logits, const int32_t *tgt, int64_t V,
-				float g, unsigned *err)
+				int64_t nvalid, float g, unsigned *err)
 {
 	__shared__ float sh[32];
 	int64_t t = blockIdx.x;
 	const float *l = logits + t * V;
 	int32_t tg = tgt[t];
-	bool valid = tg >= 0 && tg < V;
+	bool valid = tg >= 0 && tg < nvalid;
 	float lt = valid ? l[tg] : 0.0f; /* read before any thread may overwrite it */
 	float mx = -INFINITY;
-	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
 		mx = fmaxf(mx, l[v]);
 	float maxv = block_max(mx, sh);
 	float part = 0.0f;
-	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
 		part += expf(l[v] - maxv);
 	float sum = block_sum(part, sh);
 	if (threadIdx.x == 0) {
@@ -306,8 +306,9 @@ __global__ void xent_row_kernel(float *rowloss, float *dlogits, const float *log
 		float inv = 1.0f / sum;
 		float *d = dlogits + t * V;
 		for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-			float p = expf(l[v] - maxv) * inv;
-			d[v] = (p - (v == tg ? 1.0f : 0.0f)) * g;
+			/* padded columns: probability 0, no gradient */
+			float p = v < nvalid ? expf(l[v] - maxv) * inv : 0.0f;
+			d[v] = v < nvalid ? (p - (v == tg ? 1.0f : 0.0f)) * g : 0.0f;
 		}
 	}
 }
@@ -711,7 +712,7 @@ extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const 
 }
 
 extern "C" int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
-			     int64_t T, int64_t V, float grad_scale)
+			     int64_t T, int64_t V, int64_t valid, float grad_scale)
 {
 	const char *op = "xent";
 	float *rowloss = NULL;
@@ -724,7 +725,7 @@ extern "C" int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const fl
 	unsigned xt = 32;
 	while (xt < XENT_THREADS && (int64_t)xt < V)
 		xt <<= 1;
-	xent_row_kernel<<<(unsigned)T, xt, 0, s->cs>>>(rowloss, dlogits, logits, tgt, V, g, s->words + 1);
+	xent_row_kernel<<<(unsigned)T, xt, 0, s->cs>>>(rowloss, dlogits, logits, tgt, V, valid, g, s->words + 1);
 	if ((rc = qe__cuda_launched(op, "xent_row_kernel")))
 		return rc;
 	if (loss) {
