@@ -167,7 +167,7 @@ int cli_tokenize_main(int argc, char **argv)
 			frac);
 		return 2;
 	}
-	int progress = !quiet && !json;
+	int progress = !quiet;
 
 	char encdir[PATH_MAX];
 	const char *from = "--encoder-dir";
