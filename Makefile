@@ -24,7 +24,7 @@ test: build
 demo: build
 	bash scripts/demo.sh $(BUILD)/qeffect
 
-# A portable binary for the GPU machine: CUDA on, LMDB/SQLite/xxhash/jansson static.
+# A portable binary for the GPU machine: CUDA on, LMDB/SQLite/xxhash/jansson/PCRE2 static.
 gpu-build: deps
 	cmake -S . -B build-gpu -DQE_CUDA=ON -DQE_STATIC_DEPS=ON -DCMAKE_BUILD_TYPE=Release
 	cmake --build build-gpu -j $(JOBS)

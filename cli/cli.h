@@ -41,5 +41,6 @@ int cli_resume_main(int argc, char **argv);
 int cli_push_main(int argc, char **argv);
 int cli_pull_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
+int cli_tokenize_main(int argc, char **argv);
 
 #endif

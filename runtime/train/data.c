@@ -1,6 +1,7 @@
 /*
  * data.c - loading JSONL text (bytes as tokens) or llm.c token shards, and
- * the deterministic sampler.
+ * the deterministic sampler.  A shard named X_train.bin with X_val.bin beside
+ * it (`qeffect tokenize` output) takes its held-out stream from X_val.bin.
  */
 #include "runtime/train/data.h"
 
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -92,8 +94,11 @@ static int load_jsonl(const char *path, FILE *f, qe_data *d)
 	return QE_OK;
 }
 
-/* llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens. */
-static int load_shard(const char *path, FILE *f, qe_data *d)
+/*
+ * llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+ * OUT: *raw (malloc'd, n tokens), *maxtok.
+ */
+static int read_shard(const char *path, FILE *f, uint16_t **raw, int64_t *count, int *maxtok)
 {
 	int32_t hdr[256];
 	if (fread(hdr, sizeof(hdr), 1, f) != 1)
@@ -103,31 +108,87 @@ static int load_shard(const char *path, FILE *f, qe_data *d)
 	int64_t n = hdr[2];
 	if (n < 10)
 		return qe_fail(QE_ECORRUPT, "data '%s': only %lld tokens", path, (long long)n);
-	uint16_t *raw = malloc((size_t)n * 2);
-	if (!raw)
+	uint16_t *r = malloc((size_t)n * 2);
+	if (!r)
 		return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
-	if (fread(raw, 2, (size_t)n, f) != (size_t)n) {
-		free(raw);
+	if (fread(r, 2, (size_t)n, f) != (size_t)n) {
+		free(r);
 		return qe_fail(QE_ECORRUPT, "data '%s': truncated: header says %lld tokens", path, (long long)n);
 	}
-	int64_t nho = n / 5, ntr = n - nho;
-	d->train = malloc((size_t)ntr * 4);
-	d->heldout = malloc((size_t)nho * 4);
-	if (!d->train || !d->heldout) {
+	int mx = 0;
+	for (int64_t i = 0; i < n; i++)
+		if (r[i] > mx)
+			mx = r[i];
+	*raw = r;
+	*count = n;
+	*maxtok = mx;
+	return QE_OK;
+}
+
+static int32_t *widen(const uint16_t *raw, int64_t n)
+{
+	int32_t *v = malloc((size_t)n * 4);
+	if (v)
+		for (int64_t i = 0; i < n; i++)
+			v[i] = raw[i];
+	return v;
+}
+
+/*
+ * A shard X_train.bin with X_val.bin beside it (as `qeffect tokenize` writes
+ * them): the whole train shard is the train stream and the val shard the
+ * held-out one.  A shard alone: its last fifth is held out.
+ */
+static int load_shard(const char *path, FILE *f, qe_data *d)
+{
+	char val[sizeof(d->path) + 16] = "";
+	size_t plen = strlen(path);
+	if (plen > 10 && strcmp(path + plen - 10, "_train.bin") == 0) {
+		snprintf(val, sizeof(val), "%.*s_val.bin", (int)(plen - 10), path);
+		if (access(val, F_OK))
+			val[0] = 0;
+	}
+	uint16_t *raw;
+	int64_t n;
+	int maxtok;
+	QE_TRY(read_shard(path, f, &raw, &n, &maxtok));
+	if (val[0]) {
+		FILE *vf = fopen(val, "rb");
+		if (!vf) {
+			free(raw);
+			return qe_fail(QE_EIO, "data '%s': cannot open: %s", val, strerror(errno));
+		}
+		uint16_t *vraw;
+		int64_t vn;
+		int vmax;
+		int rc = read_shard(val, vf, &vraw, &vn, &vmax);
+		fclose(vf);
+		if (rc) {
+			free(raw);
+			return rc;
+		}
+		d->train = widen(raw, n);
+		d->heldout = widen(vraw, vn);
 		free(raw);
+		free(vraw);
+		if (!d->train || !d->heldout) {
+			qe_data_free(d);
+			return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
+		}
+		d->ntrain = n;
+		d->nheldout = vn;
+		d->records = 2;
+		d->vocab = (maxtok > vmax ? maxtok : vmax) + 1;
+		return QE_OK;
+	}
+	int64_t nho = n / 5, ntr = n - nho;
+	d->train = widen(raw, ntr);
+	d->heldout = widen(raw + ntr, nho);
+	free(raw);
+	if (!d->train || !d->heldout) {
 		qe_data_free(d);
 		return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
 	}
-	int maxtok = 0;
-	for (int64_t i = 0; i < n; i++) {
-		if (raw[i] > maxtok)
-			maxtok = raw[i];
-		if (i < ntr)
-			d->train[i] = raw[i];
-		else
-			d->heldout[i - ntr] = raw[i];
-	}
-	free(raw);
 	d->ntrain = ntr;
 	d->nheldout = nho;
 	d->records = 1;

@@ -4,6 +4,9 @@
  *
  * Records are split 80/20 into train and held-out by record index (every
  * fifth record is held out), each split concatenated into one token stream.
+ * A shard is split 80/20 by position (its last fifth held out), except that
+ * X_train.bin with X_val.bin beside it (as `qeffect tokenize` writes them)
+ * trains on all of X_train.bin and holds out all of X_val.bin.
  * The sampler is a pure function of (seed, step, replica, microbatch): the
  * data position of a run is just its step, so resuming needs no file offset.
  */
