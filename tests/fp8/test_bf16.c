@@ -75,16 +75,16 @@ static uint16_t ref_round(uint32_t bits)
 
 static long report_bad;
 
-static void check_one(uint32_t bits)
+/* 1 when qe_bf16_from_f32 and the reference agree on these bits; the first disagreements are printed. */
+static int agree(uint32_t bits)
 {
 	uint16_t got = qe_bf16_from_f32(qe_f32_from_bits(bits)), want = ref_round(bits);
-	qe_test_checks++;
-	if (got != want) {
-		if (report_bad++ < MAX_REPORT)
-			fprintf(stderr, "bf16 of %08" PRIx32 " (%.9g): got %04x, reference %04x\n", bits,
-				(double)qe_f32_from_bits(bits), got, want);
-		qe_test_failures++;
-	}
+	if (got == want)
+		return 1;
+	if (report_bad++ < MAX_REPORT)
+		fprintf(stderr, "bf16 of %08" PRIx32 " (%.9g): got %04x, reference %04x\n", bits,
+			(double)qe_f32_from_bits(bits), got, want);
+	return 0;
 }
 
 static void spot_checks(void)
@@ -179,24 +179,29 @@ static void sweep(void)
 {
 	/* lower halves on and around the boundaries: exact, tie, either side of it, the ends */
 	static const uint16_t lows[] = { 0x0000, 0x0001, 0x3FFF, 0x7FFE, 0x7FFF, 0x8000, 0x8001, 0xC000, 0xFFFE, 0xFFFF };
-	long before = report_bad;
+	const int nlows = (int)(sizeof(lows) / sizeof(lows[0]));
+	long bad = 0;
 	for (uint32_t hi = 0; hi < 65536u; hi++)
-		for (size_t l = 0; l < sizeof(lows) / sizeof(lows[0]); l++)
-			check_one(hi << 16 | lows[l]);
+		for (int l = 0; l < nlows; l++)
+			bad += !agree(hi << 16 | lows[l]);
+	CHECK(bad == 0, "sweep: %ld of the 2^16 x %d edge patterns differ from the reference", bad, nlows);
 	qe_rng r;
 	qe_rng_init(&r, SEED);
+	bad = 0;
 	for (long i = 0; i < (1L << 22); i++)
-		check_one((uint32_t)qe_rng_u64(&r));
-	printf("sweep: 2^16 upper halves x %zu lower halves and 2^22 random patterns (seed %u): %ld differ\n",
-	       sizeof(lows) / sizeof(lows[0]), SEED, report_bad - before);
+		bad += !agree((uint32_t)qe_rng_u64(&r));
+	CHECK(bad == 0, "sweep: %ld of 2^22 random patterns (seed %u) differ from the reference", bad, SEED);
+	printf("sweep: 2^16 upper halves x %d lower halves and 2^22 random patterns (seed %u) agree with the reference\n",
+	       nlows, SEED);
 	const char *ex = getenv("QE_BF16_EXHAUSTIVE");
 	if (ex && strcmp(ex, "1") == 0) {
-		before = report_bad;
+		long long xbad = 0;
 		uint32_t b = 0;
 		do
-			check_one(b);
+			xbad += !agree(b);
 		while (++b != 0);
-		printf("exhaustive: all 2^32 floats: %ld differ\n", report_bad - before);
+		CHECK(xbad == 0, "exhaustive: %lld of 2^32 floats differ from the reference", xbad);
+		printf("exhaustive: all 2^32 floats: %lld differ\n", xbad);
 	}
 }
 
