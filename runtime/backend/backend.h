@@ -17,7 +17,8 @@
  * not read), so a bf16 GEMM is the f32 GEMM of the rounded operands - bf16
  * operands with fp32 accumulation, as cuBLASLt computes it with
  * CUBLAS_COMPUTE_32F.  The cpu takes every pairing; cuda only f32 x f32,
- * bf16 x bf16 and FP8 x FP8 (cuda_gemm.cu).  The three GEMMs of a linear layer Y = X W^T:
+ * bf16 x bf16 and FP8 x FP8 (cuda_gemm.cu).  The three GEMMs of a linear
+ * layer Y = X W^T:
  *   forward  Y[N,out]  = X[N,in]    . W[out,in]^T          (X, W row-wise)
  *   dgrad    dX[N,in]  = dY[N,out]  . WT[in,out]^T         (W transposed copy)
  *   wgrad    dW[out,in]= dYT[out,N] . XT[in,N]^T           (dY, X transposed copies)

@@ -38,9 +38,10 @@
  * pairing (f32 x FP8, bf16 x f32, ...) is QE_EUNSUPPORTED, naming both
  * operands: the model never mixes precisions within one GEMM.  A, B and C
  * must be 16-byte aligned (the cached algorithms are chosen for that
- * alignment; the heuristic accounts for leading dimensions that are not
- * 16-byte multiples itself - bf16 with k = 36 and n = 81 was correct on the
- * H200); scale pointers need not be (see stage_scale).
+ * alignment; the heuristic itself accounts for leading dimensions that are
+ * not 16-byte multiples - a standalone cuBLASLt run on the H200 with these
+ * layouts gave correct bf16 results for k = 36 and n = 81); scale pointers
+ * need not be (see stage_scale).
  *
  * Accuracy: FP8 products are exact, but Hopper's FP8 tensor cores add them
  * in reduced precision before cuBLASLt promotes to fp32 (fast accumulation
