@@ -1,5 +1,6 @@
 /*
- * cmd_fp8.c - `qeffect fp8 cast`: FP8 conversions as the hardware does them.
+ * cmd_fp8.c - `qeffect fp8 cast`: FP8 (and bf16) conversions as the hardware
+ * does them.
  *
  * A way to ask "what does the GPU make of this float?" without a GPU, and to
  * check the emulation against the vector file from the shell: `--bits` reads
@@ -17,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "runtime/fp8/bf16.h"
 #include "runtime/fp8/fp8.h"
 
 static const char fp8_usage[] =
@@ -27,15 +29,19 @@ static const char fp8_usage[] =
 	"round to nearest even, subnormals, NaN -> 0x7f, and either saturation to the max\n"
 	"finite value (SATFINITE, what TransformerEngine uses; 'sat') or not ('nosat':\n"
 	"overflow becomes NaN in E4M3, inf in E5M2).  Max finite: E4M3 448, E5M2 57344.\n"
+	"The bf16 code is __float2bfloat16_rn's: round to nearest even, no saturation\n"
+	"(past 3.3895314e38 it is inf), subnormals kept, every NaN -> 7fff.\n"
 	"\n"
 	"  VALUE     a decimal or hex float (strtof syntax: 448, -1e-3, 0x1.cp8, inf, nan);\n"
 	"            it is first rounded to float32, as a float32 tensor would hold it.\n"
 	"            For each value: its float32 bits, then the E4M3 and E5M2 codes with\n"
-	"            and without saturation, each with the value the code decodes to.\n"
+	"            and without saturation and the bf16 code, each with the value the\n"
+	"            code decodes to.\n"
 	"  --json    print {\"values\": [...]} instead of a table; each entry has input,\n"
-	"            f32_bits, value, and e4m3/e5m2 objects with sat/nosat {code, value}.\n"
-	"            Codes are two lowercase hex digits; non-finite values are the\n"
-	"            strings \"nan\", \"inf\", \"-inf\".\n"
+	"            f32_bits, value, e4m3/e5m2 objects with sat/nosat {code, value},\n"
+	"            and bf16 {code, value}.  FP8 codes are two lowercase hex digits,\n"
+	"            bf16 codes four; non-finite values are the strings \"nan\",\n"
+	"            \"inf\", \"-inf\".\n"
 	"  --bits    read float32 bit patterns in hex (e.g. 43e80000), one per line,\n"
 	"            from standard input; print one line per input with four codes:\n"
 	"              e4m3sat e5m2sat e4m3nosat e5m2nosat\n"
@@ -96,6 +102,14 @@ static json_t *json_code(uint8_t code, qe_dtype fmt)
 	return json_pack("{s:s, s:o}", "code", hex, "value", json_value(qe_fp8_decode(code, fmt)));
 }
 
+static json_t *json_bf16(float x)
+{
+	char hex[5];
+	uint16_t code = qe_bf16_from_f32(x);
+	snprintf(hex, sizeof hex, "%04x", code);
+	return json_pack("{s:s, s:o}", "code", hex, "value", json_value(qe_bf16_to_f32(code)));
+}
+
 static int cast_json(int n, char **vals, const float *xs)
 {
 	json_t *arr = json_array();
@@ -104,10 +118,10 @@ static int cast_json(int n, char **vals, const float *xs)
 		char bits[9];
 		four_codes(xs[i], c);
 		snprintf(bits, sizeof bits, "%08x", qe_f32_bits(xs[i]));
-		json_t *e = json_pack("{s:s, s:s, s:o, s:{s:o, s:o}, s:{s:o, s:o}}", "input", vals[i], "f32_bits", bits,
-				      "value", json_value(xs[i]), "e4m3", "sat", json_code(c[0], QE_E4M3), "nosat",
+		json_t *e = json_pack("{s:s, s:s, s:o, s:{s:o, s:o}, s:{s:o, s:o}, s:o}", "input", vals[i], "f32_bits",
+				      bits, "value", json_value(xs[i]), "e4m3", "sat", json_code(c[0], QE_E4M3), "nosat",
 				      json_code(c[2], QE_E4M3), "e5m2", "sat", json_code(c[1], QE_E5M2), "nosat",
-				      json_code(c[3], QE_E5M2));
+				      json_code(c[3], QE_E5M2), "bf16", json_bf16(xs[i]));
 		if (!e || json_array_append_new(arr, e) != 0) {
 			json_decref(arr);
 			fprintf(stderr, "qeffect fp8 cast: out of memory building JSON\n");
@@ -132,8 +146,8 @@ static void cast_table(int n, char **vals, const float *xs)
 	static const qe_dtype fmts[4] = { QE_E4M3, QE_E5M2, QE_E4M3, QE_E5M2 };
 	printf("%-16s %-15s %-8s", "input", "float32", "bits");
 	for (int k = 0; k < 4; k++)
-		printf(k < 3 ? "  %-19s" : "  %s", heads[k]);
-	printf("\n");
+		printf("  %-19s", heads[k]);
+	printf("  bf16\n");
 	for (int i = 0; i < n; i++) {
 		uint8_t c[4];
 		char v[32];
@@ -144,9 +158,11 @@ static void cast_table(int n, char **vals, const float *xs)
 			char cell[40];
 			fmt_value(v, sizeof v, qe_fp8_decode(c[k], fmts[k]));
 			snprintf(cell, sizeof cell, "%02x = %s", c[k], v);
-			printf(k < 3 ? "  %-19s" : "  %s", cell);
+			printf("  %-19s", cell);
 		}
-		printf("\n");
+		uint16_t b = qe_bf16_from_f32(xs[i]);
+		fmt_value(v, sizeof v, qe_bf16_to_f32(b));
+		printf("  %04x = %s\n", b, v);
 	}
 }
 

@@ -12,7 +12,13 @@
  * The one GEMM is "TN": C[m,n] = A[m,k] * B[n,k]^T, computed as
  *   C = (sum_k A[i,k] * B[j,k]) * sa * sb  (+ bias[j]) (+ C if accumulate)
  * with fp32 accumulation over k in ascending order; sa = *A.scale_inv when A
- * is FP8, else 1 (same for B).  The three GEMMs of a linear layer Y = X W^T:
+ * is FP8, else 1 (same for B).  Each operand is f32, bf16 or FP8; a bf16 or
+ * FP8 operand is widened exactly to fp32 (bf16 has no scale: its scale_inv is
+ * not read), so a bf16 GEMM is the f32 GEMM of the rounded operands - bf16
+ * operands with fp32 accumulation, as cuBLASLt computes it with
+ * CUBLAS_COMPUTE_32F.  The cpu takes every pairing; cuda only f32 x f32,
+ * bf16 x bf16 and FP8 x FP8 (cuda_gemm.cu).  The three GEMMs of a linear
+ * layer Y = X W^T:
  *   forward  Y[N,out]  = X[N,in]    . W[out,in]^T          (X, W row-wise)
  *   dgrad    dX[N,in]  = dY[N,out]  . WT[in,out]^T         (W transposed copy)
  *   wgrad    dW[out,in]= dYT[out,N] . XT[in,N]^T           (dY, X transposed copies)
@@ -43,7 +49,7 @@ typedef struct qe_link qe_link;     /* backend-defined: a one-way device channel
 
 typedef enum qe_copy_kind { QE_COPY_H2D = 0, QE_COPY_D2H = 1, QE_COPY_D2D = 2 } qe_copy_kind;
 
-/* Arguments of the FP8 (or identity) cast. */
+/* Arguments of the FP8, bf16 (or identity) cast. */
 typedef struct qe_cast_args {
 	qe_tensor x;        /* f32 [rows, cols] input */
 	qe_tensor row;      /* out [rows, cols]; data NULL: not written */
@@ -55,7 +61,13 @@ typedef struct qe_cast_args {
 	 * this very tensor (qe_fp8_scale_for_amax with fallback 1), written to
 	 * *scale when scale is not NULL, and its inverse to *scale_inv.
 	 * When row/col dtype is f32 the copy is exact (no scaling) and
-	 * *scale_inv = 1.
+	 * *scale_inv = 1.  When it is bf16 (2 bytes an element) each element
+	 * is rounded to nearest even as qe_bf16_from_f32 (runtime/fp8/bf16.h)
+	 * does - overflow to inf, every NaN to 0x7FFF, no flush of subnormals -
+	 * with no scaling: scale, current and margin are not read and *scale is
+	 * not written, and *scale_inv = 1.  For every output dtype (f32 and
+	 * bf16 too) max|x| is max-ed into *amax when amax is not NULL, so an
+	 * amax history keeps recording whatever the precision.
 	 */
 	float *scale;
 	float *amax;
@@ -157,7 +169,11 @@ typedef struct qe_backend_ops {
 	int (*fp8_update_many)(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
 			       qe_fp8_recipe recipe);
 
-	/* C = A.B^T * sa * sb (+bias) (+C); see the file comment. c is f32. */
+	/*
+	 * C = A.B^T * sa * sb (+bias) (+C); see the file comment.  a and b are
+	 * f32, bf16, e4m3 or e5m2 (QE_ESHAPE otherwise); an FP8 operand needs
+	 * its scale_inv (QE_EINVAL); c is f32.
+	 */
 	int (*gemm)(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
 		    int accumulate);
 

@@ -66,9 +66,9 @@ int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, q
 	const char *nm[2] = { "A", "B" };
 	for (int i = 0; i < 2; i++) {
 		qe_dtype dt = ops[i]->dtype;
-		if (dt != QE_F32 && dt != QE_E4M3 && dt != QE_E5M2)
-			return qe_fail(QE_ESHAPE, "gemm: %s is %s; operands must be f32, e4m3 or e5m2", nm[i],
-				       qe_dtype_name(dt));
+		if (dt != QE_F32 && dt != QE_BF16 && dt != QE_E4M3 && dt != QE_E5M2)
+			return qe_fail(QE_ESHAPE, "gemm: %s %s is %s; operands must be f32, bf16, e4m3 or e5m2", nm[i],
+				       i ? db : da, qe_dtype_name(dt));
 		if (qe_dtype_is_fp8(dt) && !ops[i]->scale_inv)
 			return qe_fail(QE_EINVAL, "gemm: FP8 operand %s %s has no scale_inv", nm[i], i ? db : da);
 	}
@@ -113,8 +113,9 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 			return qe_fail(QE_ESHAPE, "cast: row %s and col %s outputs differ in dtype", dr, dcl);
 		out = a->col.dtype;
 	}
-	if (out != QE_DTYPE_COUNT && out != QE_F32 && !qe_dtype_is_fp8(out))
-		return qe_fail(QE_ESHAPE, "cast: output dtype %s; must be f32, e4m3 or e5m2", qe_dtype_name(out));
+	if (out != QE_DTYPE_COUNT && out != QE_F32 && out != QE_BF16 && !qe_dtype_is_fp8(out))
+		return qe_fail(QE_ESHAPE, "cast: output %s has dtype %s; must be f32, bf16, e4m3 or e5m2",
+			       a->row.data ? dr : dcl, qe_dtype_name(out));
 	if (out != QE_DTYPE_COUNT && qe_dtype_is_fp8(out) && !a->current && !a->scale)
 		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
 	if (a->row.data && a->col.data && a->row.data == a->col.data)

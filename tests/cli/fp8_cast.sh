@@ -72,6 +72,8 @@ assert b["e4m3"]["sat"] == {"code": "7e", "value": 448}
 assert b["e5m2"]["sat"] == {"code": "7b", "value": 57344}
 assert b["e4m3"]["nosat"] == {"code": "7f", "value": "nan"}
 assert b["e5m2"]["nosat"] == {"code": "7c", "value": "inf"}
+assert a["bf16"] == {"code": "43e0", "value": 448}
+assert b["bf16"] == {"code": "4e6e", "value": 998244352}, b["bf16"]
 PY
 else
 	for pat in '"f32_bits": ?"43e00000"' '"code": ?"7e"' '"code": ?"5f"' '"code": ?"7b"' \
@@ -79,6 +81,14 @@ else
 		grep -Eq "$pat" "$tmp/json" || fail "fp8 cast --json lacks $pat: $(cat "$tmp/json")"
 	done
 fi
+
+# 3b. The table's bf16 column: a tie to even (1 + 2^-8 -> 3f80), one that
+#     rounds up (1 + 3*2^-8 -> 3f82), FLT_MAX past the largest bf16 to inf,
+#     and a negative NaN to the canonical 7fff.
+"$Q" fp8 cast 0x1.01p0 0x1.03p0 0x1.fffffep127 -nan >"$tmp/table" || fail "fp8 cast table exited $?"
+for want in 'bf16$' '3f80 = 1$' '3f82 = 1.015625$' '7f80 = inf$' '7fff = nan$'; do
+	grep -Eq "$want" "$tmp/table" || fail "fp8 cast table lacks /$want/: $(cat "$tmp/table")"
+done
 
 # 4. Bad input exits 2 and names the value; so does a bad --bits line.
 "$Q" fp8 cast 448 12x >/dev/null 2>"$tmp/err"

@@ -1,11 +1,14 @@
 /*
- * cpu_gemm.c - the reference "TN" GEMM: C[m,n] = A[m,k] . B[n,k]^T with FP8
- * operands decoded exactly to fp32.
+ * cpu_gemm.c - the reference "TN" GEMM: C[m,n] = A[m,k] . B[n,k]^T, each of
+ * A and B f32, bf16 or FP8, the narrow ones widened exactly to fp32 first.
  *
  * The result is a contract, not an approximation: every C[i,j] is
  *   acc = 0.0f; for k ascending: acc = acc + (a[i,k] * b[j,k]);   (fp32, no FMA)
  *   C[i,j] = ((acc * sa) * sb + bias[j]) + C_old[i,j]
- * (bias and C_old terms only when given).  Tests and other backends can
+ * (bias and C_old terms only when given; sa, sb = 1 for f32 and bf16, so a
+ * bf16 operand gives exactly the f32 GEMM of its values: the products of two
+ * bf16 values are exact in fp32, and only the chain rounds, as on cuBLASLt
+ * with bf16 operands and CUBLAS_COMPUTE_32F).  Tests and other backends can
  * reproduce it with a three-line loop.  Speed comes from doing many
  * (i,j) chains at once, never from reordering a chain: B is packed into
  * panels of NR columns laid out k-major, and a register tile of MR rows x NR
@@ -21,15 +24,16 @@
 #include <string.h>
 
 #include "runtime/core/status.h"
+#include "runtime/fp8/bf16.h"
 
 #define NR 8   /* columns per panel = lanes of one vector */
 #define MR 4   /* rows per register tile */
 #define NC 64  /* columns packed at once (NR multiple): 64*k floats */
-#define MC 64  /* rows of A decoded at once when A is FP8 */
+#define MC 64  /* rows of A widened at once when A is bf16 or FP8 */
 
 typedef float v8f __attribute__((vector_size(NR * sizeof(float))));
 
-/* Decode table of an operand: identity for f32 operands is handled by the caller. */
+/* Decode table of an FP8 operand (f32 and bf16 operands need none). */
 static void build_lut(float lut[256], qe_dtype dt)
 {
 	for (int c = 0; c < 256; c++)
@@ -55,6 +59,10 @@ static void pack_b(float *dst, const qe_tensor *b, const float *lut, int64_t j0,
 				const float *row = (const float *)b->data + j * k;
 				for (int64_t kk = 0; kk < k; kk++)
 					pd[kk * NR + jj] = row[kk];
+			} else if (b->dtype == QE_BF16) {
+				const uint16_t *row = (const uint16_t *)b->data + j * k;
+				for (int64_t kk = 0; kk < k; kk++)
+					pd[kk * NR + jj] = qe_bf16_to_f32(row[kk]);
 			} else {
 				const uint8_t *row = (const uint8_t *)b->data + j * k;
 				for (int64_t kk = 0; kk < k; kk++)
@@ -111,7 +119,7 @@ int qe_cpu_gemm(qe_cpu_scratch *sc, const qe_tensor *a, const qe_tensor *b, qe_t
 		int64_t mc = m < MC ? m : MC;
 		ablock = qe_cpu_scratch_get(sc, 1, (size_t)(mc * (k > 0 ? k : 1)));
 		if (!ablock)
-			return qe_fail_ctx(QE_ENOMEM, "gemm: decode A [%lld,%lld]", (long long)m, (long long)k);
+			return qe_fail_ctx(QE_ENOMEM, "gemm: widen A [%lld,%lld]", (long long)m, (long long)k);
 	}
 
 	for (int64_t j0 = 0; j0 < n; j0 += NC) {
@@ -123,6 +131,11 @@ int qe_cpu_gemm(qe_cpu_scratch *sc, const qe_tensor *a, const qe_tensor *b, qe_t
 			const float *ab;
 			if (a->dtype == QE_F32) {
 				ab = (const float *)a->data + i0 * k;
+			} else if (a->dtype == QE_BF16) {
+				const uint16_t *src = (const uint16_t *)a->data + i0 * k;
+				for (int64_t x = 0; x < mc * k; x++)
+					ablock[x] = qe_bf16_to_f32(src[x]);
+				ab = ablock;
 			} else {
 				const uint8_t *src = (const uint8_t *)a->data + i0 * k;
 				for (int64_t x = 0; x < mc * k; x++)

@@ -1,6 +1,6 @@
 /*
- * cpu_kernels.c - the reference kernels of every non-GEMM op: FP8 cast,
- * elementwise ops, layernorm, GELU, embedding, causal attention, softmax
+ * cpu_kernels.c - the reference kernels of every non-GEMM op: FP8 and bf16
+ * cast, elementwise ops, layernorm, GELU, embedding, causal attention, softmax
  * cross-entropy, AdamW.
  *
  * The math follows llm.c's train_gpt2.c (the readable CPU reference the GPT-2
@@ -21,6 +21,7 @@
 #include "runtime/core/status.h"
 #include "runtime/backend/backend_check.h"
 #include "runtime/backend/colsum.h"
+#include "runtime/fp8/bf16.h"
 
 float *qe_cpu_scratch_get(qe_cpu_scratch *sc, int which, size_t n)
 {
@@ -49,10 +50,19 @@ void qe_cpu_scratch_release(qe_cpu_scratch *sc)
 	}
 }
 
-/* ---- FP8 cast ------------------------------------------------------------ */
+/* ---- FP8 and bf16 cast -------------------------------------------------- */
 
 /* Blocked transpose of 1-byte codes: dst[c, r] = src[r, c]. */
 static void transpose_u8(uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols)
+{
+	for (int64_t r0 = 0; r0 < rows; r0 += 32)
+		for (int64_t c0 = 0; c0 < cols; c0 += 32)
+			for (int64_t c = c0; c < c0 + 32 && c < cols; c++)
+				for (int64_t r = r0; r < r0 + 32 && r < rows; r++)
+					dst[c * rows + r] = src[r * cols + c];
+}
+
+static void transpose_u16(uint16_t *dst, const uint16_t *src, int64_t rows, int64_t cols)
 {
 	for (int64_t r0 = 0; r0 < rows; r0 += 32)
 		for (int64_t c0 = 0; c0 < cols; c0 += 32)
@@ -85,6 +95,24 @@ int qe_cpu_cast(const qe_cast_args *a)
 		*a->amax = qe_cpu_nanmax(*a->amax, amax);
 
 	qe_dtype fmt = qe__cast_out_dtype(a);
+	if (fmt == QE_BF16) {
+		/* each element rounded to nearest even (bf16.h); no scaling */
+		if (a->row.data) {
+			uint16_t *q = (uint16_t *)a->row.data;
+			for (int64_t i = 0; i < n; i++)
+				q[i] = qe_bf16_from_f32(x[i]);
+			if (a->col.data)
+				transpose_u16((uint16_t *)a->col.data, q, rows, cols);
+		} else if (a->col.data) {
+			uint16_t *qt = (uint16_t *)a->col.data;
+			for (int64_t r = 0; r < rows; r++)
+				for (int64_t c = 0; c < cols; c++)
+					qt[c * rows + r] = qe_bf16_from_f32(x[r * cols + c]);
+		}
+		if (a->scale_inv)
+			*a->scale_inv = 1.0f;
+		return QE_OK;
+	}
 	if (!qe_dtype_is_fp8(fmt)) {
 		if (a->row.data)
 			memcpy(a->row.data, x, (size_t)n * sizeof(float));

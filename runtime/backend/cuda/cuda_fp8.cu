@@ -1,7 +1,13 @@
 /*
- * cuda_fp8.cu - the FP8 cast (row-wise and transposed copies in one pass,
- * amax recorded) and the delayed-scaling role update, bit for bit as the cpu
- * reference (cpu_kernels.c qe_cpu_cast, fp8_recipe.c qe_fp8_role_update).
+ * cuda_fp8.cu - the FP8 and bf16 cast (row-wise and transposed copies in one
+ * pass, amax recorded) and the delayed-scaling role update, bit for bit as
+ * the cpu reference (cpu_kernels.c qe_cpu_cast, fp8_recipe.c
+ * qe_fp8_role_update).
+ *
+ * bf16 codes: __float2bfloat16_rn (cvt.rn.bf16.f32), unscaled.  Over all
+ * 2^32 floats on an H200 it gave qe_bf16_from_f32's code for every non-NaN
+ * and 0x7FFF for every NaN, which is the rule bf16.h states, so the cpu and
+ * this kernel give the same bytes on every input.
  *
  * Codes: __nv_cvt_float_to_fp8(x * scale, SATFINITE) is the hardware
  * conversion the cpu encoder was checked against (tests/fp8), so both give
@@ -15,6 +21,7 @@
  * update runs one CUDA block per role block, so fp8_update_many updates a
  * whole action's roles in one launch with the single update's per-block code.
  */
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <float.h>
 
@@ -73,10 +80,12 @@ __global__ void amax_kernel(const float *__restrict__ x, int64_t n, unsigned *ta
 }
 
 /*
- * One 32x32 tile of x: quantized (or copied) into row[r, c] and col[c, r].
- * The scale is *scale (delayed), or derived from *cur_amax (current), or 1 for
- * f32 outputs.  amax_dst (delayed) receives max|x| of the tile.  Block (0,0)
- * writes the scalars: scale_inv, and for current scaling scale and amax.
+ * One 32x32 tile of x: quantized (FP8: T = uint8_t), rounded (bf16: T =
+ * uint16_t, the code's bits) or copied (T = float) into row[r, c] and
+ * col[c, r].  The scale is *scale (delayed), or derived from *cur_amax
+ * (current), or 1 for f32 and bf16 outputs.  amax_dst (delayed) receives
+ * max|x| of the tile.  Block (0,0) writes the scalars: scale_inv, and for
+ * current scaling scale and amax.
  */
 template <typename T>
 __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
@@ -84,7 +93,7 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 			    int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
 {
 	__shared__ T tile[TILE][TILE + 1];
-	constexpr bool is_fp8 = sizeof(T) == 1;
+	constexpr bool is_fp8 = sizeof(T) == 1, is_bf16 = sizeof(T) == 2;
 	float s = 1.0f;
 	if constexpr (is_fp8)
 		s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
@@ -98,6 +107,8 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 			T q;
 			if constexpr (is_fp8)
 				q = (T)__nv_cvt_float_to_fp8(v * s, __NV_SATFINITE, fmt_e5m2 ? __NV_E5M2 : __NV_E4M3);
+			else if constexpr (is_bf16)
+				q = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v));
 			else
 				q = v;
 			if (row)
@@ -289,6 +300,12 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
 
+	if (fmt == QE_BF16) {
+		cast_kernel<uint16_t><<<grid, block, 0, s->cs>>>(x, (uint16_t *)a->row.data, (uint16_t *)a->col.data,
+								  rows, cols, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL,
+								  a->scale_inv);
+		return qe__cuda_launched(op, "cast_kernel<bf16>");
+	}
 	if (!qe_dtype_is_fp8(fmt)) {
 		cast_kernel<float><<<grid, block, 0, s->cs>>>(x, (float *)a->row.data, (float *)a->col.data, rows, cols,
 							       0, NULL, NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);

@@ -31,15 +31,26 @@
  * exactly as the cpu does (v + bias[j] in f32).
  *
  * Supported: FP8 x FP8 (E4M3/E5M2 combinations but E5M2 x E5M2, cuBLASLt's
- * rule) with m, n, k multiples of 16, and f32 x f32 (CUBLAS_COMPUTE_32F, no
- * TF32).  Mixed f32/FP8 operands are QE_EUNSUPPORTED: the model never uses
- * them.  A, B and C must be 16-byte aligned (the cached algorithms are
- * chosen for that alignment); scale pointers need not be (see stage_scale).
+ * rule) with m, n, k multiples of 16; bf16 x bf16 (CUDA_R_16BF operands,
+ * fp32 C/D, CUBLAS_COMPUTE_32F: the products of bf16 values are exact in
+ * fp32 and are summed in fp32) at any m, n, k - no scale pointers, bf16
+ * has no scale; and f32 x f32 (CUBLAS_COMPUTE_32F, no TF32).  Any other
+ * pairing (f32 x FP8, bf16 x f32, ...) is QE_EUNSUPPORTED, naming both
+ * operands: the model never mixes precisions within one GEMM.  A, B and C
+ * must be 16-byte aligned (the cached algorithms are chosen for that
+ * alignment; the heuristic itself accounts for leading dimensions that are
+ * not 16-byte multiples - a standalone cuBLASLt run on the H200 with these
+ * layouts gave correct bf16 results for k = 36 and n = 81); scale pointers
+ * need not be (see stage_scale).
  *
  * Accuracy: FP8 products are exact, but Hopper's FP8 tensor cores add them
  * in reduced precision before cuBLASLt promotes to fp32 (fast accumulation
  * stays off): 7e-5 (k = 32) to 3e-4 (k = 256) of max|C| from the cpu's exact
  * sums was seen on the H200, and it grows with k.  f32 GEMMs: 1.7e-7.
+ * bf16 GEMMs: the exact products summed in fp32 in another order than the
+ * cpu's; a standalone cuBLASLt run with these layouts on the H200 (k = 8 to
+ * 1024) stayed within 1.2% of the bound tests/backend/test_cuda_ops.c
+ * states, (k 2^-22 + 2^-21)(sum|a||b| + |bias|) + 2^-21 |C_old|.
  */
 #include <stdlib.h>
 
@@ -93,7 +104,7 @@ extern "C" void qe__cuda_gemm_cache_clear(void)
 
 static cudaDataType_t cuda_type(qe_dtype dt)
 {
-	return dt == QE_E4M3 ? CUDA_R_8F_E4M3 : dt == QE_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_32F;
+	return dt == QE_E4M3 ? CUDA_R_8F_E4M3 : dt == QE_E5M2 ? CUDA_R_8F_E5M2 : dt == QE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 static int aligned16(const void *p)
@@ -263,9 +274,9 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 	qe_tensor_describe(b, db, sizeof(db));
 	accumulate = accumulate ? 1 : 0;
 
-	if (fp8 != qe_dtype_is_fp8(bdt))
+	if (fp8 ? !qe_dtype_is_fp8(bdt) : adt != bdt)
 		return qe_fail(QE_EUNSUPPORTED,
-			       "gemm: mixed f32/FP8 operands A %s, B %s: the cuda backend multiplies FP8 x FP8 or f32 x f32",
+			       "gemm: mixed operands A %s, B %s: the cuda backend multiplies FP8 x FP8, bf16 x bf16 or f32 x f32",
 			       da, db);
 	if (adt == QE_E5M2 && bdt == QE_E5M2)
 		return qe_fail(QE_EUNSUPPORTED, "gemm: A %s x B %s: E5M2 x E5M2 is not supported by cuBLASLt", da, db);
