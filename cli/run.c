@@ -319,6 +319,8 @@ int cli_rank_main(void *vjob)
 	if (!rc)
 		rc = qe_data_load(cfg->data, &data);
 	if (!rc)
+		rc = qe_data_check_vocab(&data, cfg->model.vocab, cfg->model.preset);
+	if (!rc)
 		rc = qe_rank_create(cfg, b, comm, &r);
 	if (!rc && job->json)
 		meter_sample(&ctx, r, NULL);

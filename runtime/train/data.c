@@ -275,3 +275,11 @@ int qe_data_sample_batch(const qe_data *d, int heldout, uint64_t seed, int64_t s
 			       vocab, model);
 	return QE_OK;
 }
+
+int qe_data_check_vocab(const qe_data *d, int vocab, const char *model)
+{
+	if (d->vocab > vocab)
+		return qe_fail(QE_EINVAL, "data '%s': token %d does not fit vocabulary %d of model '%s' (its largest token)",
+			       d->path, d->vocab - 1, vocab, model);
+	return QE_OK;
+}

@@ -37,6 +37,8 @@ void qe_data_free(qe_data *d);
  */
 int qe_data_sample(const qe_data *d, int heldout, uint64_t seed, int64_t step, int replica, int m, int T,
 		   int32_t *tokens, int32_t *targets);
+/* QE_EINVAL naming the file and its largest token when the data does not fit a model's vocabulary. */
+int qe_data_check_vocab(const qe_data *d, int vocab, const char *model);
 /*
  * Microbatch m of `batch` sequences: sequence b (tokens[b*T .. b*T+T-1]) is
  * what qe_data_sample gives for index m*batch + b, so batch 1 is exactly
