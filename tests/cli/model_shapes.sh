@@ -9,14 +9,17 @@
 #   - a mapping with another number of virtual stages, a shape flag on resume, and layers that do
 #     not divide into P x V chunks are refused, naming what is wrong;
 #   - the catalog records the shape (inspect --json).
-# QE_SHAPE_STEPS (default 3) sets the steps of each run.
+# QE_SHAPE_STEPS (default 3) sets the steps of each run, QE_SHAPE_SEQ (default 64) the sequence
+# length, and QE_SHAPE_EXTRA adds flags to every run (the GPU machine: QE_SHAPE_SEQ=512
+# QE_SHAPE_EXTRA="--backend cuda").
 set -u
 Q=${1:?usage: model_shapes.sh QEFFECT SHARED}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 N=${QE_SHAPE_STEPS:-3}
-SHAPE="--preset gpt2 --layers 8 --hidden 32 --heads 2 --ffn 128 --seq 64 --batch 2"
-C="$SHAPE --pp 2 --micro 4 --amax-history 4 --quiet"
+SEQ=${QE_SHAPE_SEQ:-64}
+SHAPE="--preset gpt2 --layers 8 --hidden 32 --heads 2 --ffn 128 --seq $SEQ --batch 2"
+C="$SHAPE --pp 2 --micro 4 --amax-history 4 --quiet ${QE_SHAPE_EXTRA:-}"
 fail=0
 same() { # name run_a run_b [compare flags]
   local out
@@ -46,10 +49,10 @@ K=$(( N > 1 ? N - 1 : 1 )); E=$(( K + 2 ))
 "$Q" train $C --chunks 2 --exec graph --steps $E --run-dir "$T/full" || { echo "FAIL: uninterrupted run"; fail=1; }
 "$Q" train $C --chunks 2 --exec graph --steps $K --ckpt-every $K --run-dir "$T/part" || { echo "FAIL: partial run"; fail=1; }
 cp -r "$T/part" "$T/part-pp1"
-if "$Q" resume --run-dir "$T/part" --steps $E --quiet; then
+if "$Q" resume --run-dir "$T/part" --steps $E --quiet ${QE_SHAPE_EXTRA:-}; then
   same "resumed at step $K == uninterrupted" "$T/full" "$T/part"
 else echo "FAIL: resume"; fail=1; fi
-if "$Q" resume --run-dir "$T/part-pp1" --steps $E --pp 1 --quiet; then
+if "$Q" resume --run-dir "$T/part-pp1" --steps $E --pp 1 --quiet ${QE_SHAPE_EXTRA:-}; then
   same "resumed at step $K under --pp 1 (4 chunks of 2 layers) == uninterrupted" "$T/full" "$T/part-pp1" "--steps 1:$E"
 else echo "FAIL: resume --pp 1"; fail=1; fi
 
@@ -75,9 +78,9 @@ json=$("$Q" inspect --run-dir "$T/part" --json 2>/dev/null)
 if python3 -c "
 import json, sys
 c = json.loads(sys.argv[1])['config']['model']
-want = dict(layers=8, hidden=32, heads=2, ffn=128, seq=64, batch=2, vocab=50257)
+want = dict(layers=8, hidden=32, heads=2, ffn=128, seq=int(sys.argv[2]), batch=2, vocab=50257)
 bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
-sys.exit('recorded != wanted: %s' % bad if bad else 0)" "$json"; then
-  echo "ok: the catalog records layers 8, hidden 32, heads 2, ffn 128, seq 64, batch 2, vocab 50257"
+sys.exit('recorded != wanted: %s' % bad if bad else 0)" "$json" "$SEQ"; then
+  echo "ok: the catalog records layers 8, hidden 32, heads 2, ffn 128, seq $SEQ, batch 2, vocab 50257"
 else echo "FAIL: inspect --json does not record the shape"; fail=1; fi
 exit $fail

@@ -200,17 +200,9 @@ static int op_end(qe_stream *s, int rc, const char *what)
 	return rc ? stream_fail(s, rc) : QE_OK;
 }
 
-int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out)
+/* Grow s's scratch to at least bytes (rounded to MiB); never while capturing. */
+static int grow_scratch(qe_stream *s, size_t bytes, const char *op)
 {
-	if (bytes <= s->scratch_bytes) {
-		*out = s->scratch;
-		return QE_OK;
-	}
-	if (s->capturing)
-		return qe_fail(QE_ECAPTURE,
-			       "%s needs %zu bytes of stream scratch (have %zu) while capturing: run it once on this "
-			       "stream before capture_begin",
-			       op, bytes, s->scratch_bytes);
 	size_t nb = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
 	cudaError_t e = cudaStreamSynchronize(s->cs);
 	if (e != cudaSuccess)
@@ -221,7 +213,31 @@ int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out)
 	cudaFree(s->scratch);
 	s->scratch = p;
 	s->scratch_bytes = nb;
-	*out = p;
+	return QE_OK;
+}
+
+int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out)
+{
+	if (s->be) {
+		/* remembered for capture_begin, which grows a stream's scratch to what any stream needed */
+		size_t high = __atomic_load_n(&s->be->scratch_high, __ATOMIC_RELAXED);
+		while (bytes > high &&
+		       !__atomic_compare_exchange_n(&s->be->scratch_high, &high, bytes, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+			;
+	}
+	if (bytes <= s->scratch_bytes) {
+		*out = s->scratch;
+		return QE_OK;
+	}
+	if (s->capturing)
+		return qe_fail(QE_ECAPTURE,
+			       "%s needs %zu bytes of stream scratch (have %zu) while capturing: run it once on this "
+			       "stream before capture_begin",
+			       op, bytes, s->scratch_bytes);
+	int rc = grow_scratch(s, bytes, op);
+	if (rc)
+		return rc;
+	*out = s->scratch;
 	return QE_OK;
 }
 
@@ -517,6 +533,11 @@ static int cu_capture_begin(qe_stream *s)
 		return rc;
 	if (s->capturing)
 		return stream_fail(s, qe_fail(QE_ECAPTURE, "capture_begin: the stream is already capturing"));
+	/* A graph's ops were run eagerly before, maybe on another stream: give this one as much
+	 * scratch as any stream needed, since it cannot grow while capturing. */
+	size_t high = __atomic_load_n(&s->be->scratch_high, __ATOMIC_SEQ_CST);
+	if (high > s->scratch_bytes && (rc = grow_scratch(s, high, "capture_begin")))
+		return stream_fail(s, rc);
 	cudaError_t e = cudaStreamBeginCapture(s->cs, cudaStreamCaptureModeThreadLocal);
 	if (e != cudaSuccess)
 		return stream_fail(s, qe__cuda_err(e, "capture_begin", "cudaStreamBeginCapture"));

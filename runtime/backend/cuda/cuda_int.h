@@ -63,6 +63,7 @@ typedef struct qe_cuda_backend {
 	pthread_mutex_t lock; /* deferred frees */
 	void **deferred; /* frees requested while capturing, done when the last capture ends */
 	int ndeferred, capdeferred;
+	size_t scratch_high; /* the largest stream scratch any op of this backend needed (atomic max) */
 } qe_cuda_backend;
 
 struct qe_stream {

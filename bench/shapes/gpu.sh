@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench/shapes/gpu.sh - the GPU machine's check of the real-model shapes (issue 18, and the
+# starting point of issue 20), one call:
+#   1. the cuda op tests (bf16 cast and GEMM, padded-vocabulary xent among them), the cuda model
+#      test and the capture test;
+#   2. tests/cli/model_shapes.sh on cuda at seq 512: 8 layers, 2 per chunk at --pp 2, batch 2,
+#      GPT-2's padded vocabulary; split == full under interleaved and zbv, eager and graph;
+#      resume exact (same mapping and --pp 1);
+#   3. tokens/s of gpt2 (d12, seq 1024) at --pp 1, one stage of 12 layers, captured graphs, on
+#      GPT-2 tokens of the Brown corpus: fp8 and bf16, for batch B and M microbatches.
+# usage: bench/shapes/gpu.sh PKG OUT   (PKG: qeffect, the test binaries, brown_{train,val}.bin)
+set -u
+PKG=${1:?PKG}; OUT=${2:?OUT}
+mkdir -p "$OUT"
+log() { echo "== $*"; }
+fail=0
+for t in backend_test_cuda_ops backend_test_cuda_model backend_test_capture; do
+  if "$PKG/$t" >"$OUT/$t.log" 2>&1; then log "$t: $(tail -1 "$OUT/$t.log")"
+  else log "$t FAILED: $(grep -m5 FAIL "$OUT/$t.log")"; tail -3 "$OUT/$t.log"; fail=1; fi
+done
+log "model_shapes on cuda, seq 512"
+QE_SHAPE_SEQ=512 QE_SHAPE_EXTRA="--backend cuda" bash tests/cli/model_shapes.sh "$PKG/qeffect" "$PKG" \
+  >"$OUT/model_shapes.log" 2>&1 || fail=1
+cat "$OUT/model_shapes.log"
+B=${SHAPES_BATCH:-8}; M=${SHAPES_MICRO:-4}; STEPS=${SHAPES_STEPS:-8}
+for prec in fp8 bf16; do
+  log "gpt2 $prec, batch $B, micro $M"
+  "$PKG/qeffect" train --preset gpt2 --batch "$B" --micro "$M" --pp 1 --chunks 1 --precision $prec \
+    --backend cuda --exec graph --trace off --steps "$STEPS" --amax-history 16 --lr 6e-4 \
+    --data "$PKG/brown_train.bin" --log-every 1 --json >"$OUT/gpt2-$prec.log" 2>&1 || { fail=1; }
+  grep -E "^step|error|QE_" "$OUT/gpt2-$prec.log" | tail -4
+done
+exit $fail
