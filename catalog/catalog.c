@@ -148,8 +148,18 @@ int cat_sql_fail(cat *c, int rc, const char *what)
 		if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
 			code = QE_EEXIST;
 		break;
+	case SQLITE_FULL:
+		code = QE_ENOSPC;
+		break;
+	case SQLITE_IOERR:
+		/* a write, fsync or truncate of the database, its WAL or its -shm that found the disk full */
+		if (c->db && qe_errno_status(sqlite3_system_errno(c->db)) == QE_ENOSPC)
+			code = QE_ENOSPC;
+		break;
 	}
 	const char *msg = c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc);
+	if (code == QE_ENOSPC)
+		return qe_fail(code, "catalog '%s': %s: no space left on device (%s)", c->path, what, msg);
 	return qe_fail(code, "catalog '%s': %s: %s", c->path, what, msg);
 }
 

@@ -16,7 +16,8 @@
  * another process fails with QE_EINVAL.  A handle is for one thread at a time.
  *
  * Errors: QE_ECATALOG for SQLite failures (message: the file, what failed and
- * sqlite3_errmsg), QE_ECORRUPT for a file that is not a database or is
+ * sqlite3_errmsg), QE_ENOSPC when the disk holding the catalog (or its WAL)
+ * is full, QE_ECORRUPT for a file that is not a database or is
  * damaged, QE_EBUSY when the lock wait timed out, QE_EEXIST for a duplicate
  * (run, tensor), QE_ENOTFOUND for a missing row, QE_EUNSUPPORTED for a catalog
  * newer than this build.  Opening a file that is not a catalog never modifies

@@ -29,7 +29,7 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 	*out = NULL;
 	struct stat sb;
 	if (create && mkdir(dir, 0755) && errno != EEXIST)
-		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "cannot create run directory '%s': %s", dir, strerror(errno));
 	if (stat(dir, &sb))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
 	if (!S_ISDIR(sb.st_mode))
@@ -46,7 +46,7 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
 	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
 		return rc;
 	if (mkdir(dir, 0755) && errno != EEXIST)
-		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "cannot create run directory '%s': %s", dir, strerror(errno));
 	if ((rc = ckpt_fs_check(path, "the catalog")))
 		return rc;
 	if (access(path, F_OK) == 0)
@@ -348,13 +348,23 @@ int cli_rank_main(void *vjob)
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
 	}
 	if (ctx.async) {
-		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit. */
+		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit.
+		 * A failure before it keeps its code and message first: the drain's must not pass for it. */
+		char first[1024];
+		snprintf(first, sizeof(first), "%s", rc ? qe_last_error() : "");
 		ckpt_async_result done;
 		int drc = ckpt_async_drain(ctx.async, &done);
 		if (!drc)
 			print_async_done(&ctx, r, done.done_step, done.done_ms);
 		else if (!rc)
 			rc = drc;
+		else {
+			char then[1024];
+			snprintf(then, sizeof(then), "%s", qe_last_error());
+			qe_fail(rc, "%s; and then %s", first, then);
+		}
+		if (rc && !drc)
+			qe_fail(rc, "%s", first);
 	}
 	if (!rc && job->json)
 		print_counters(r, &ctx);

@@ -26,7 +26,7 @@
  * Disk layout and speed: a writable handle maps data.mdb writable (LMDB's
  * MDB_WRITEMAP), so data.mdb is a sparse file as long as the map (its blocks
  * are allocated as pages are used, a write transaction ahead, so that a full
- * disk is QE_EIO rather than a fault).  Chunk payloads go to the file with
+ * disk is QE_ENOSPC rather than a fault).  Chunk payloads go to the file with
  * pwrite and their writeback starts at once; hashing runs on a helper thread
  * ahead of the writes; reads pread each chunk into the caller's buffer with
  * the next one read ahead.  Size a checkpoint's commits with txn_bytes.
@@ -34,7 +34,9 @@
  * Errors: QE_ESTORE for LMDB failures (message: the store path, what failed
  * and mdb_strerror's text), QE_ECORRUPT for a damaged environment or a chunk
  * whose bytes no longer match its hash, QE_ENOTFOUND for a missing store or
- * chunk, QE_EINVAL for bad arguments.  Messages are read with qe_last_error().
+ * chunk, QE_ENOSPC when the disk (or quota) is full, QE_EIO for other failed
+ * reads and writes, QE_EINVAL for bad arguments.  Messages are read with
+ * qe_last_error() and name the store's path.
  */
 #ifndef QE_STORE_H
 #define QE_STORE_H
