@@ -45,6 +45,16 @@ typedef struct cat_opts {
 	int quick_check;     /* run PRAGMA quick_check at open; damage is QE_ECORRUPT */
 	int busy_timeout_ms; /* wait for another process's lock; 0: 10000 */
 	int max_version;     /* tests of migrations: stop at this version; 0: CAT_SCHEMA_VERSION */
+	/*
+	 * Open for reading only (list, inspect, verify): nothing is created,
+	 * migrated or written, so a run directory on a read-only disk or without
+	 * write permission can be read.  A catalog of an older schema is opened as
+	 * it is (cat_schema_version tells; the queries expect CAT_SCHEMA_VERSION:
+	 * reopen writable to migrate).  When the folder cannot hold the WAL index
+	 * (-shm) and no WAL is left to replay, the file is opened immutable.
+	 * Writes through the handle fail with QE_ECATALOG.
+	 */
+	int read_only;
 } cat_opts;
 
 /* --- open ---------------------------------------------------------------------- */

@@ -69,7 +69,7 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
 	return rc;
 }
 
-int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
+int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg)
 {
 	char path[CKPT_PATH_MAX];
 	int rc;
@@ -82,7 +82,8 @@ int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
 	if (access(path, F_OK))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", dir, path);
 	cat *c;
-	if ((rc = cat_open(path, 0, &c)))
+	cat_opts o = { .read_only = !writable };
+	if ((rc = cat_open_ex(path, &o, &c)))
 		return rc;
 	char *id = NULL;
 	cat_run run = { 0 };

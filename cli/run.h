@@ -23,8 +23,9 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out);
  * cfg as JSON.  OUT: run_id (len >= 64).  Returns 0 or a QE_E* code with a message.
  */
 int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id);
-/* Open RUN's catalog read-write; OUT: the handle, run_id and the run's config. */
-int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg);
+/* Open RUN's catalog, read-write when writable, else read-only (compare: a run on a read-only disk
+ * can be read); OUT: the handle, run_id and the run's config. */
+int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg);
 
 /* What a rank process needs to run training. */
 typedef struct cli_rank_job {

@@ -627,6 +627,24 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 	else if (o.sync_mode == STORE_SYNC_NONE)
 		flags |= MDB_NOSYNC;
 	rc = mdb_env_open(s->env, dir, flags, 0644);
+	if (rc == EACCES && o.read_only) {
+		/* A reader without write permission on lock.mdb (a run directory made
+		 * read-only): no reader table then, which is safe because nobody
+		 * without that permission can write either, and nobody else may be
+		 * writing a store that is being read without the lock file. */
+		mdb_env_close(s->env);
+		s->env = NULL;
+		if ((rc = mdb_env_create(&s->env))) {
+			resize_unlock(s);
+			rc = store_mdb_fail(s, rc, "create the environment handle");
+			goto fail_mutex;
+		}
+		mdb_env_set_mapsize(s->env, round_up(o.initial_map_size, s->page_size));
+		mdb_env_set_maxdbs(s->env, 4);
+		rc = mdb_env_open(s->env, dir, flags | MDB_NOLOCK, 0644);
+		if (!rc)
+			qe_log(QE_LOG_DEBUG, "store '%s': lock.mdb is not writable: reading without LMDB's lock file", dir);
+	}
 	resize_unlock(s);
 	if (rc) {
 		rc = store_mdb_fail(s, rc, "open the LMDB environment (data.mdb)");

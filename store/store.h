@@ -88,7 +88,8 @@ typedef enum store_sync_mode {
 
 typedef struct store_opts {
 	int create;                /* create the folder and environment when missing */
-	int read_only;             /* no writes; the map cannot grow */
+	int read_only;             /* no writes; the map cannot grow.  Without write permission on
+	                            * lock.mdb (a read-only run directory) LMDB's lock file is not used */
 	size_t initial_map_size;   /* 0: 64 MiB.  An existing larger map is kept. */
 	size_t max_map_size;       /* 0: 16 TiB (address space only; the file grows as written) */
 	size_t txn_bytes;          /* chunk bytes per write transaction (one data flush each); 0: 1 GiB */
