@@ -107,6 +107,18 @@ typedef struct cat_run {
 /* Add a run.  config_json must be valid JSON (NULL: "{}").  QE_EEXIST when run_id exists.
  * The first run of a catalog is also recorded as meta run_id. */
 int cat_run_create(cat *c, const char *run_id, const char *config_json);
+/*
+ * Start run_id over (`qeffect train` on a run directory whose run never
+ * committed a checkpoint), in one transaction: refused with QE_EEXIST when
+ * the run has a committed checkpoint, QE_ENOTFOUND when there is no such
+ * run; else every checkpoint of the run (pending or aborted attempts, with
+ * their shards, tensors and chunk lists), its traces and losses are deleted
+ * and its configuration replaced by config_json.  The run id, its created
+ * time and its stores' rows stay.  OUT *dropped (may be NULL): checkpoint
+ * rows deleted.  The stores' chunks become unreferenced (each rank deletes
+ * them from its own store).
+ */
+int cat_run_restart(cat *c, const char *run_id, const char *config_json, int64_t *dropped);
 /* OUT *out: the run, released with cat_run_release(); QE_ENOTFOUND when absent. */
 int cat_run_get(cat *c, const char *run_id, cat_run *out);
 void cat_run_release(cat_run *r);
