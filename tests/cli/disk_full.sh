@@ -9,12 +9,13 @@ Q=${1:?usage: disk_full.sh QEFFECT SHARED}
 Q=$(readlink -f "$Q")
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-C="--preset tiny --pp 2 --micro 4 --amax-history 4 --steps 8 --ckpt-every 2 --quiet"
+# One rank: two ranks racing for the last blocks make the outcome timing-dependent (see the report of issue 15).
+C="--preset tiny --pp 1 --chunks 4 --micro 4 --amax-history 4 --steps 8 --ckpt-every 2 --quiet"
 unshare -rm --propagation private true 2>/dev/null || { echo "ok (skipped: unshare -rm is refused here)"; exit 0; }
 fail=0
-# sizes: the catalog does not fit (120k), the first checkpoint does not (300k, 2500k), a later one does not (6m)
+# sizes: the catalog does not fit (120k), the first checkpoint does not (300k, 1500k), a later one does not (4m)
 for mode in "" "--ckpt-async"; do
-  for size in 120k 300k 2500k 6m; do
+  for size in 120k 300k 1500k 4m; do
     mkdir -p "$T/mnt"
     unshare -rm --propagation private sh -c 'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"' \
       _ "$size" "$T/mnt" "$Q" train $C $mode --run-dir "$T/mnt/r" >"$T/out" 2>&1
