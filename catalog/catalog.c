@@ -417,6 +417,21 @@ static int migrate(cat *c, int target)
 	}
 }
 
+/* Whether the catalog file and its folder (where the WAL files go) may be written. */
+static int writable_here(const char *path)
+{
+	char dir[CAT_PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	return access(path, W_OK) == 0 && access(dir, W_OK) == 0;
+}
+
 /*
  * A read-only connection to a WAL database needs the WAL index (-shm): in a
  * folder it may not write, with no -shm left by a writer, SQLite cannot open
@@ -500,8 +515,10 @@ int cat_open_ex(const char *path, const cat_opts *opts, cat **out)
 		return qe_fail(QE_ENOMEM, "catalog '%s': allocate the handle", path);
 	}
 	c->pid = getpid();
-	if (o.read_only)
+	if (o.read_only) {
 		o.create = 0;
+		o.read_only = !writable_here(path);
+	}
 	int flags = o.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | (o.create ? SQLITE_OPEN_CREATE : 0);
 	int src = sqlite3_open_v2(path, &c->db, flags, NULL);
 	if (src != SQLITE_OK) {

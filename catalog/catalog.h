@@ -46,13 +46,14 @@ typedef struct cat_opts {
 	int busy_timeout_ms; /* wait for another process's lock; 0: 10000 */
 	int max_version;     /* tests of migrations: stop at this version; 0: CAT_SCHEMA_VERSION */
 	/*
-	 * Open for reading only (list, inspect, verify): nothing is created,
-	 * migrated or written, so a run directory on a read-only disk or without
-	 * write permission can be read.  A catalog of an older schema is opened as
-	 * it is (cat_schema_version tells; the queries expect CAT_SCHEMA_VERSION:
-	 * reopen writable to migrate).  When the folder cannot hold the WAL index
-	 * (-shm) and no WAL is left to replay, the file is opened immutable.
-	 * Writes through the handle fail with QE_ECATALOG.
+	 * For a reader (list, inspect, verify): nothing is created.  When the file
+	 * or its folder is not writable (a read-only disk, no write permission) it
+	 * is opened read-only: nothing is migrated or written, a catalog of an
+	 * older schema is opened as it is (cat_schema_version tells; the queries
+	 * expect CAT_SCHEMA_VERSION), and when the folder cannot hold the WAL
+	 * index (-shm) and no WAL is left to replay, the file is opened immutable.
+	 * When both are writable it is opened as usual: a read-only connection
+	 * would leave the -wal and -shm files behind when it closes.
 	 */
 	int read_only;
 } cat_opts;
