@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #define DEFAULT_BUSY_MS 10000
+#define CAT_PATH_MAX 4096
 #define NOW_SQL "(strftime('%Y-%m-%dT%H:%M:%fZ','now'))"
 
 /* Version 0 -> 1: the tables of DESIGN.md section 8. */
@@ -148,8 +149,18 @@ int cat_sql_fail(cat *c, int rc, const char *what)
 		if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
 			code = QE_EEXIST;
 		break;
+	case SQLITE_FULL:
+		code = QE_ENOSPC;
+		break;
+	case SQLITE_IOERR:
+		/* a write, fsync or truncate of the database, its WAL or its -shm that found the disk full */
+		if (c->db && qe_errno_status(sqlite3_system_errno(c->db)) == QE_ENOSPC)
+			code = QE_ENOSPC;
+		break;
 	}
 	const char *msg = c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc);
+	if (code == QE_ENOSPC)
+		return qe_fail(code, "catalog '%s': %s: no space left on device (%s)", c->path, what, msg);
 	return qe_fail(code, "catalog '%s': %s: %s", c->path, what, msg);
 }
 
@@ -406,6 +417,66 @@ static int migrate(cat *c, int target)
 	}
 }
 
+/* Whether the catalog file and its folder (where the WAL files go) may be written. */
+static int writable_here(const char *path)
+{
+	char dir[CAT_PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	return access(path, W_OK) == 0 && access(dir, W_OK) == 0;
+}
+
+/*
+ * A read-only connection to a WAL database needs the WAL index (-shm): in a
+ * folder it may not write, with no -shm left by a writer, SQLite cannot open
+ * it (SQLITE_CANTOPEN or SQLITE_READONLY_* at the first read).  Nobody can be writing then, so when
+ * no WAL with frames is left either the file is reopened immutable (no locks,
+ * no WAL): it reads exactly what is committed in the file.
+ */
+static int open_read_only_fallback(cat *c, int busy_ms)
+{
+	sqlite3_stmt *st = NULL;
+	int src = sqlite3_prepare_v2(c->db, "PRAGMA schema_version", -1, &st, NULL);
+	if (src == SQLITE_OK)
+		src = sqlite3_step(st);
+	sqlite3_finalize(st);
+	if ((src & 0xff) != SQLITE_CANTOPEN && (src & 0xff) != SQLITE_READONLY)
+		return 0; /* readable as it is, or an error the identification below reports */
+	char wal[CAT_PATH_MAX + 8];
+	struct stat sb;
+	snprintf(wal, sizeof(wal), "%s-wal", c->path);
+	if (stat(wal, &sb) == 0 && sb.st_size > 0)
+		return qe_fail(QE_ECATALOG,
+			       "catalog '%s': cannot be read: its WAL '%s' holds changes that only a writer may replay, "
+			       "and the folder is not writable",
+			       c->path, wal);
+	/* file:PATH?immutable=1, with the characters a URI path cannot hold escaped */
+	char uri[3 * CAT_PATH_MAX + 32];
+	size_t n = (size_t)snprintf(uri, sizeof(uri), "file:");
+	for (const unsigned char *p = (const unsigned char *)c->path; *p && n + 4 < sizeof(uri); p++) {
+		if (*p == '%' || *p == '?' || *p == '#' || *p < 0x21 || *p >= 0x7f)
+			n += (size_t)snprintf(uri + n, sizeof(uri) - n, "%%%02X", *p);
+		else
+			uri[n++] = (char)*p;
+	}
+	snprintf(uri + n, sizeof(uri) - n, "?immutable=1");
+	sqlite3_close_v2(c->db);
+	c->db = NULL;
+	src = sqlite3_open_v2(uri, &c->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+	if (src != SQLITE_OK)
+		return cat_sql_fail(c, src, "open read-only (immutable)");
+	sqlite3_extended_result_codes(c->db, 1);
+	sqlite3_busy_timeout(c->db, busy_ms);
+	qe_log(QE_LOG_DEBUG, "catalog '%s': its folder is not writable: opened immutable", c->path);
+	return 0;
+}
+
 int cat_open(const char *path, int create, cat **out)
 {
 	cat_opts o = { .create = create };
@@ -444,7 +515,11 @@ int cat_open_ex(const char *path, const cat_opts *opts, cat **out)
 		return qe_fail(QE_ENOMEM, "catalog '%s': allocate the handle", path);
 	}
 	c->pid = getpid();
-	int flags = SQLITE_OPEN_READWRITE | (o.create ? SQLITE_OPEN_CREATE : 0);
+	if (o.read_only) {
+		o.create = 0;
+		o.read_only = !writable_here(path);
+	}
+	int flags = o.read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | (o.create ? SQLITE_OPEN_CREATE : 0);
 	int src = sqlite3_open_v2(path, &c->db, flags, NULL);
 	if (src != SQLITE_OK) {
 		rc = cat_sql_fail(c, src, "open");
@@ -452,6 +527,8 @@ int cat_open_ex(const char *path, const cat_opts *opts, cat **out)
 	}
 	sqlite3_extended_result_codes(c->db, 1);
 	sqlite3_busy_timeout(c->db, o.busy_timeout_ms);
+	if (o.read_only && (rc = open_read_only_fallback(c, o.busy_timeout_ms)))
+		goto fail;
 
 	/* Identify the file, reading only. */
 	int64_t app = 0, version = 0, objects = 0;
@@ -477,6 +554,12 @@ int cat_open_ex(const char *path, const cat_opts *opts, cat **out)
 	}
 	if (o.quick_check && (rc = quick_check(c)))
 		goto fail;
+	if (o.read_only) {
+		if ((rc = cat_exec(c, "PRAGMA foreign_keys = ON", "enable foreign keys")))
+			goto fail;
+		*out = c;
+		return 0;
+	}
 
 	/* Now it is ours (or new): configure and migrate. */
 	if ((rc = cat_exec(c, "PRAGMA foreign_keys = ON", "enable foreign keys")) || (rc = ensure_wal(c)) ||

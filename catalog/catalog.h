@@ -16,7 +16,8 @@
  * another process fails with QE_EINVAL.  A handle is for one thread at a time.
  *
  * Errors: QE_ECATALOG for SQLite failures (message: the file, what failed and
- * sqlite3_errmsg), QE_ECORRUPT for a file that is not a database or is
+ * sqlite3_errmsg), QE_ENOSPC when the disk holding the catalog (or its WAL)
+ * is full, QE_ECORRUPT for a file that is not a database or is
  * damaged, QE_EBUSY when the lock wait timed out, QE_EEXIST for a duplicate
  * (run, tensor), QE_ENOTFOUND for a missing row, QE_EUNSUPPORTED for a catalog
  * newer than this build.  Opening a file that is not a catalog never modifies
@@ -44,6 +45,17 @@ typedef struct cat_opts {
 	int quick_check;     /* run PRAGMA quick_check at open; damage is QE_ECORRUPT */
 	int busy_timeout_ms; /* wait for another process's lock; 0: 10000 */
 	int max_version;     /* tests of migrations: stop at this version; 0: CAT_SCHEMA_VERSION */
+	/*
+	 * For a reader (list, inspect, verify): nothing is created.  When the file
+	 * or its folder is not writable (a read-only disk, no write permission) it
+	 * is opened read-only: nothing is migrated or written, a catalog of an
+	 * older schema is opened as it is (cat_schema_version tells; the queries
+	 * expect CAT_SCHEMA_VERSION), and when the folder cannot hold the WAL
+	 * index (-shm) and no WAL is left to replay, the file is opened immutable.
+	 * When both are writable it is opened as usual: a read-only connection
+	 * would leave the -wal and -shm files behind when it closes.
+	 */
+	int read_only;
 } cat_opts;
 
 /* --- open ---------------------------------------------------------------------- */
@@ -96,6 +108,18 @@ typedef struct cat_run {
 /* Add a run.  config_json must be valid JSON (NULL: "{}").  QE_EEXIST when run_id exists.
  * The first run of a catalog is also recorded as meta run_id. */
 int cat_run_create(cat *c, const char *run_id, const char *config_json);
+/*
+ * Start run_id over (`qeffect train` on a run directory whose run never
+ * committed a checkpoint), in one transaction: refused with QE_EEXIST when
+ * the run has a committed checkpoint, QE_ENOTFOUND when there is no such
+ * run; else every checkpoint of the run (pending or aborted attempts, with
+ * their shards, tensors and chunk lists), its traces and losses are deleted
+ * and its configuration replaced by config_json.  The run id, its created
+ * time and its stores' rows stay.  OUT *dropped (may be NULL): checkpoint
+ * rows deleted.  The stores' chunks become unreferenced (each rank deletes
+ * them from its own store).
+ */
+int cat_run_restart(cat *c, const char *run_id, const char *config_json, int64_t *dropped);
 /* OUT *out: the run, released with cat_run_release(); QE_ENOTFOUND when absent. */
 int cat_run_get(cat *c, const char *run_id, cat_run *out);
 void cat_run_release(cat_run *r);

@@ -106,6 +106,56 @@ int cat_run_create(cat *c, const char *run_id, const char *config_json)
 	return cat_tx_end(c, rc);
 }
 
+int cat_run_restart(cat *c, const char *run_id, const char *config_json, int64_t *dropped)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	if (dropped)
+		*dropped = 0;
+	if ((rc = cat_tx_begin(c)))
+		return rc;
+	sqlite3_stmt *st = NULL;
+	int64_t committed = 0;
+	rc = cat_prepare(c, "SELECT (SELECT count(*) FROM runs WHERE run_id = ?1), "
+			    "(SELECT count(*) FROM checkpoints WHERE run_id = ?1 AND status = 'committed')",
+			 &st, "count a run's committed checkpoints");
+	if (!rc) {
+		cat_bind_text(st, 1, run_id);
+		int src = sqlite3_step(st);
+		if (src != SQLITE_ROW)
+			rc = cat_sql_fail(c, src, "count a run's committed checkpoints");
+		else if (sqlite3_column_int64(st, 0) == 0)
+			rc = qe_fail(QE_ENOTFOUND, "catalog '%s': no run '%s'", c->path, run_id ? run_id : "");
+		else if ((committed = sqlite3_column_int64(st, 1)) > 0)
+			rc = qe_fail(QE_EEXIST, "catalog '%s': run '%s' has %lld committed checkpoint%s: it cannot start over",
+				     c->path, run_id, (long long)committed, committed == 1 ? "" : "s");
+		sqlite3_finalize(st);
+	}
+	static const char *const drops[] = { "DELETE FROM checkpoints WHERE run_id = ?", "DELETE FROM traces WHERE run_id = ?",
+					     "DELETE FROM losses WHERE run_id = ?" };
+	for (int i = 0; i < 3 && !rc; i++) {
+		if ((rc = cat_prepare(c, drops[i], &st, "drop the rows of a run that starts over")))
+			break;
+		cat_bind_text(st, 1, run_id);
+		rc = step_done(c, st, "drop the rows of a run that starts over");
+		if (!rc && i == 0 && dropped)
+			*dropped = sqlite3_changes(c->db);
+		sqlite3_finalize(st);
+	}
+	if (!rc && !(rc = cat_prepare(c, "UPDATE runs SET config_json = ? WHERE run_id = ?", &st, "replace a run's configuration"))) {
+		cat_bind_text(st, 1, config_json ? config_json : "{}");
+		cat_bind_text(st, 2, run_id);
+		int src = sqlite3_step(st);
+		if (src == SQLITE_CONSTRAINT_CHECK)
+			rc = qe_fail(QE_EINVAL, "catalog '%s': run '%s': the configuration is not valid JSON", c->path, run_id);
+		else if (src != SQLITE_DONE)
+			rc = cat_sql_fail(c, src, "replace a run's configuration");
+		sqlite3_finalize(st);
+	}
+	return cat_tx_end(c, rc);
+}
+
 int cat_run_get(cat *c, const char *run_id, cat_run *out)
 {
 	int rc = cat_check(c);

@@ -218,6 +218,34 @@ int ckpt__seen_open(ckpt_session *s, int i, store **out)
 	return QE_OK;
 }
 
+int ckpt_store_clear(ckpt_session *s, qe_rank *r, uint64_t *chunks, uint64_t *bytes)
+{
+	int rank = qe_rank_index(r), rc;
+	char dir[CKPT_PATH_MAX];
+	ckpt_store_identity id;
+	if (chunks)
+		*chunks = 0;
+	if (bytes)
+		*bytes = 0;
+	if ((rc = ckpt_rundir_rank_store(s->run_dir, rank, dir, sizeof(dir))))
+		return rc;
+	rc = ckpt_store_identity_read(dir, &id);
+	if (rc == QE_ENOTFOUND)
+		return QE_OK; /* never written */
+	if (rc)
+		return qe_fail_ctx(rc, "rank %d on %s: clearing its store for the run that starts over", rank, s->host);
+	if ((rc = ckpt__store(s, rank)))
+		return qe_fail_ctx(rc, "clearing the store for the run that starts over");
+	store_gc_result g;
+	if ((rc = store_gc(s->st, NULL, 0, 0, 0, &g)))
+		return qe_fail_ctx(rc, "rank %d on %s: clearing its store for the run that starts over", rank, s->host);
+	if (chunks)
+		*chunks = g.deleted;
+	if (bytes)
+		*bytes = g.bytes_reclaimed;
+	return QE_OK;
+}
+
 /* A catalog copied in from another run directory names another run than the stores here. */
 static int check_owner(const char *run_dir, const char *run_id, const char *catalog_path)
 {

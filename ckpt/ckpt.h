@@ -116,6 +116,17 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out);
 int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t n, const cat_loss *loss);
 
 /*
+ * For a run that starts over (`qeffect train` again on a run directory that
+ * never committed a checkpoint; rank 0 dropped the catalog's rows with
+ * cat_run_restart under the writer lock): delete every chunk of this rank's
+ * own store, STORES/rank-R on its own disk, where nothing is referenced any
+ * more.  Each rank clears its own store: no rank assumes it sees another's.
+ * A rank that never created its store has nothing to delete.  Not
+ * collective.  OUT *chunks, *bytes (may be NULL): what was deleted.
+ */
+int ckpt_store_clear(ckpt_session *s, qe_rank *r, uint64_t *chunks, uint64_t *bytes);
+
+/*
  * Find the committed checkpoint of run_id a restore would load: the one at
  * `step`, or the latest committed when step < 0.  Not collective (the resume
  * command checks before it starts ranks; restore calls it on rank 0).

@@ -146,8 +146,18 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 			     dir, path);
 		goto fail;
 	}
-	if ((rc = cat_open(path, 0, &r->cat)))
+	/* Readers open the catalog read-only (a run on a read-only disk lists and
+	 * verifies); one of an older schema is reopened writable, to be migrated. */
+	cat_opts co = { .read_only = !(flags & CKPT_RUN_WRITE) };
+	int version = CAT_SCHEMA_VERSION;
+	if ((rc = cat_open_ex(path, &co, &r->cat)) || (rc = cat_schema_version(r->cat, &version)))
 		goto fail;
+	if (version < CAT_SCHEMA_VERSION) {
+		cat_close(r->cat);
+		r->cat = NULL;
+		if ((rc = cat_open(path, 0, &r->cat)))
+			goto fail;
+	}
 	cat_run run = { 0 };
 	if ((rc = cat_meta_get(r->cat, "run_id", &r->run_id)) || (rc = cat_run_get(r->cat, r->run_id, &run))) {
 		rc = qe_fail_ctx(rc, "catalog '%s'", path);

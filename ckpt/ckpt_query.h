@@ -36,12 +36,14 @@ typedef struct ckpt_run ckpt_run;
 
 enum {
 	CKPT_RUN_STORE = 1, /* also open the run's stores on this host (read-only unless CKPT_RUN_WRITE) */
-	CKPT_RUN_WRITE = 2, /* open the store for writing (gc) */
+	CKPT_RUN_WRITE = 2, /* open the catalog and the stores for writing (gc); else both read-only */
 };
 
 /*
  * Open run directory dir: its catalog (never created: a folder without
- * catalog.db is QE_ENOTFOUND naming it) and, with CKPT_RUN_STORE, every
+ * catalog.db is QE_ENOTFOUND naming it; read-only without CKPT_RUN_WRITE, so
+ * a run on a read-only disk can be read, unless its schema is older and must
+ * be migrated) and, with CKPT_RUN_STORE, every
  * store of the run on this host (STORES/rank-* and a schema-2 RUN/store; see
  * ckpt/rundir.h).  Having none is not an error here: the calls below treat
  * the chunks of a store not on this host as missing and say where it was.  Open after fork.

@@ -45,7 +45,7 @@ static int sync_catalog(const char *dir)
 		int e = errno;
 		close(fd);
 		if (rc)
-			return qe_fail(QE_EIO, "gc: fsync '%s': %s", path, strerror(e));
+			return qe_fail(qe_errno_status(e), "gc: fsync '%s': %s", path, strerror(e));
 	}
 	return QE_OK;
 }

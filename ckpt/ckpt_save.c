@@ -274,9 +274,13 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 		ckpt__maybe_kill(s, "rows", rank);
 	if (rc) {
 		if (rank == 0) {
+			/* The abort may fail too (a full disk): the gather's code and message are the answer. */
 			char reason[CKPT_MSG + 32];
 			snprintf(reason, sizeof(reason), "save failed: %s", qe_last_error());
-			cat_ckpt_abort(s->cat, id, reason);
+			if (cat_ckpt_abort(s->cat, id, reason))
+				qe_log(QE_LOG_WARN, "checkpoint %lld: could not mark it aborted (%s); it stays pending",
+				       (long long)id, qe_last_error());
+			qe_fail(rc, "%s", reason + strlen("save failed: "));
 		}
 		free_reports(reps, nreps);
 		return rc;

@@ -82,11 +82,11 @@ static int mkdirs(const char *dir)
 			continue;
 		*s = 0;
 		if (mkdir(p, 0755) && errno != EEXIST)
-			return qe_fail(QE_EIO, "cannot create folder '%s': %s", p, strerror(errno));
+			return qe_fail(qe_errno_status(errno), "cannot create folder '%s': %s", p, strerror(errno));
 		*s = '/';
 	}
 	if (mkdir(p, 0755) && errno != EEXIST)
-		return qe_fail(QE_EIO, "cannot create folder '%s': %s", p, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "cannot create folder '%s': %s", p, strerror(errno));
 	return QE_OK;
 }
 
@@ -135,17 +135,17 @@ static int write_durable(const char *dir, const char *name, const char *text)
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
-		return qe_fail(QE_EIO, "cannot create '%s': %s", tmp, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "cannot create '%s': %s", tmp, strerror(errno));
 	size_t n = strlen(text);
 	if (write(fd, text, n) != (ssize_t)n || fsync(fd)) {
-		rc = qe_fail(QE_EIO, "cannot write '%s': %s", tmp, strerror(errno));
+		rc = qe_fail(qe_errno_status(errno), "cannot write '%s': %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);
 		return rc;
 	}
 	close(fd);
 	if (rename(tmp, path)) {
-		rc = qe_fail(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+		rc = qe_fail(qe_errno_status(errno), "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
 		unlink(tmp);
 		return rc;
 	}
@@ -386,7 +386,7 @@ int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out)
 	*out = NULL;
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return qe_fail(errno == ENOENT ? QE_ENOTFOUND : QE_EIO, "cannot open the lock '%s': %s", path,
+		return qe_fail(errno == ENOENT ? QE_ENOTFOUND : qe_errno_status(errno), "cannot open the lock '%s': %s", path,
 			       strerror(errno));
 	struct stat sb;
 	if (fstat(fd, &sb)) {

@@ -34,7 +34,7 @@ typedef struct run_traces {
 static int load(const char *dir, run_traces *t)
 {
 	cat *c;
-	int rc = cli_run_open(dir, &c, t->run_id, &t->cfg);
+	int rc = cli_run_open(dir, 0, &c, t->run_id, &t->cfg);
 	if (rc)
 		return rc;
 	rc = cat_trace_get(c, t->run_id, &t->rows);

@@ -143,6 +143,8 @@ int cli_gc_main(int argc, char **argv)
 			help(stdout);
 			return 0;
 		case 'r':
+			if ((rc = cli_parse_path("gc", "--run-dir", optarg)))
+				return rc;
 			dir = optarg;
 			break;
 		case 'n':

@@ -34,10 +34,12 @@ static void help(FILE *f)
 		   "  per stage, linear and FP8 role: amax history, scale and scale_inv;\n"
 		   "  the tensor table (stage, name, kind, dtype, shape, bytes, chunks, first chunk hash);\n"
 		   "  runtime-state bytes against total bytes.\n"
-		   "--stage N limits the FP8 and tensor tables to global stage N (-1: run-wide records).\n"
+		   "--stage N limits the FP8 and tensor tables to global stage N (-1: run-wide records);\n"
+		   "a stage the checkpoint does not have is bad usage.\n"
 		   "--tensor NAME adds a value summary (count, min, max, mean, rms, non-finite, first\n"
 		   "values) of that tensor, of --stage N or of every stage that has it.\n"
-		   "Every tensor shown is read through the store and re-hashed.\n"
+		   "Every tensor shown whose store is on this host is read through the store and re-hashed\n"
+		   "(a damaged or missing chunk is an error naming the tensor); the others are listed.\n"
 		   "Exit status: 0 shown, 1 missing or damaged checkpoint or run, 2 bad usage.\n");
 }
 
@@ -158,6 +160,20 @@ int cli_inspect_main(int argc, char **argv)
 	snprintf(what, sizeof(what), "%s: checkpoint step %lld", dir, (long long)ck.step);
 	if ((rc = cat_ckpt_tensors(ckpt_run_catalog(r), ck.id, &tr)))
 		goto fail;
+	if (stage != NO_STAGE) {
+		int found = 0, top = -1;
+		for (size_t i = 0; i < tr.n; i++) {
+			found |= ckpt_q_stage_of(&tr.rows[i]) == stage;
+			if (ckpt_q_stage_of(&tr.rows[i]) > top)
+				top = ckpt_q_stage_of(&tr.rows[i]);
+		}
+		if (!found) {
+			fprintf(stderr, "qeffect inspect: --stage %ld: %s has global stages 0..%d (-1: run-wide records)\n",
+				stage, what, top);
+			status = 2;
+			goto out;
+		}
+	}
 
 	/* epochs and records */
 	int64_t e_w[1], steps_done[1], rng[2], cache_valid[1];
@@ -310,6 +326,13 @@ int cli_inspect_main(int argc, char **argv)
 		const cat_tensor *t = &tr.rows[i];
 		if (stage != NO_STAGE && ckpt_q_stage_of(t) != stage)
 			continue;
+		/* Shown means read through the store and re-hashed: a damaged chunk is an error naming it. */
+		if (on_this_host(r, t)) {
+			void *d;
+			if ((rc = ckpt_q_read(r, t, &d)))
+				goto fail;
+			free(d);
+		}
 		char hex[STORE_HASH_HEX] = "-";
 		if (t->n_chunks) {
 			store_hash h;

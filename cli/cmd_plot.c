@@ -122,10 +122,16 @@ int cli_plot_main(int argc, char **argv)
 			help(stdout);
 			return 0;
 		} else if (c == 'r') {
+			if (cli_parse_path("plot", "--run-dir", optarg))
+				return 2;
 			dir = optarg;
 		} else if (c == 'v') {
+			if (cli_parse_path("plot", "--vs", optarg))
+				return 2;
 			vs = optarg;
 		} else if (c == 'o') {
+			if (cli_parse_path("plot", "-o", optarg))
+				return 2;
 			outp = optarg;
 		} else if (c == 't') {
 			title = optarg;

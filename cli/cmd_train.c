@@ -10,7 +10,36 @@
 #include "cli.h"
 #include "run.h"
 #include "runtime/core/status.h"
+#include "runtime/train/data.h"
 #include "train_flags.h"
+
+/*
+ * What can be known wrong before the run directory is touched: a run that
+ * could never commit a checkpoint would leave one that neither train nor
+ * resume could use.  Returns 0 or 2 after printing a usage error.
+ */
+static int check_run_flags(const qe_train_config *cfg)
+{
+	if (cfg->ckpt_every > 0 && !cfg->run_dir[0]) {
+		fprintf(stderr, "qeffect train: --ckpt-every needs --run-dir\n");
+		return 2;
+	}
+	if (!cfg->run_dir[0])
+		return 0;
+	if (cfg->steps == 0) {
+		fprintf(stderr, "qeffect train: --steps 0 trains nothing: there would be nothing to put in --run-dir '%s'\n",
+			cfg->run_dir);
+		return 2;
+	}
+	if (cfg->ckpt_every > cfg->steps) {
+		fprintf(stderr,
+			"qeffect train: --ckpt-every %lld is larger than --steps %lld: the run would end without a "
+			"checkpoint in --run-dir '%s' (make --ckpt-every at most --steps)\n",
+			(long long)cfg->ckpt_every, (long long)cfg->steps, cfg->run_dir);
+		return 2;
+	}
+	return 0;
+}
 
 static void help(FILE *f)
 {
@@ -18,7 +47,10 @@ static void help(FILE *f)
 		   "Train a GPT-style model with FP8 delayed scaling under a pipeline schedule.  Ranks are\n"
 		   "processes (P x D of them); with --run-dir, per-step fingerprints, losses and checkpoints\n"
 		   "go into RUN/catalog.db (rank 0's host) and a store per rank, RUN/stores/rank-R on each rank's\n"
-		   "own disk (or LOCAL/stores/rank-R with --local-dir LOCAL).\n\n");
+		   "own disk (or LOCAL/stores/rank-R with --local-dir LOCAL).  Flags and --data are checked before\n"
+		   "anything is written.  A --run-dir whose run has a committed checkpoint is refused (continue it\n"
+		   "with resume); one whose run never committed one (it failed or was killed before) starts again:\n"
+		   "same run id, its uncommitted attempts, traces and losses dropped, every rank's store emptied.\n\n");
 	cli_train_flags_help(f, 0);
 	cli_async_flag_help(f);
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
@@ -43,22 +75,38 @@ int cli_train_main(int argc, char **argv)
 		fprintf(stderr, "qeffect train: %s\n", qe_last_error());
 		return 2;
 	}
-	if (a.cfg.ckpt_every > 0 && !a.cfg.run_dir[0]) {
-		fprintf(stderr, "qeffect train: --ckpt-every needs --run-dir\n");
+	if ((rc = check_run_flags(&a.cfg)) || (rc = cli_run_nproc_check("train", &a.cfg, a.nproc)))
+		return rc;
+	/* The data is read (and so checked) before anything goes to disk; forked ranks share this copy. */
+	qe_data data;
+	if ((rc = qe_data_load(a.cfg.data, &data))) {
+		fprintf(stderr, "qeffect train: --data: %s\n", qe_last_error());
 		return 2;
 	}
 	cli_rank_job job;
 	cli_rank_job_init(&job, &a, async);
+	job.data = &data;
 	/* Under an external launcher only rank 0 creates the run directory and holds its lock. */
 	const char *rank_env = getenv("RANK");
 	ckpt_lock *lock = NULL;
 	if (a.cfg.run_dir[0] && (!rank_env || strcmp(rank_env, "0") == 0)) {
-		if ((rc = cli_run_lock(a.cfg.run_dir, "train", 1, &lock)))
+		int64_t dropped = -1;
+		if ((rc = cli_run_lock(a.cfg.run_dir, "train", 1, &lock))) {
+			qe_data_free(&data);
 			return cli_report("train", rc, "locking the run directory");
-		if ((rc = cli_run_create(a.cfg.run_dir, &a.cfg, job.run_id))) {
+		}
+		if ((rc = cli_run_create(a.cfg.run_dir, &a.cfg, job.run_id, &dropped))) {
 			ckpt_unlock(lock);
+			qe_data_free(&data);
 			return cli_report("train", rc, "creating the run directory");
 		}
+		job.restart = dropped >= 0;
+		if (job.restart)
+			fprintf(stderr,
+				"qeffect train: run directory '%s' holds run '%s', which never committed a checkpoint: "
+				"starting it again (dropped %lld uncommitted attempt%s and the old traces and losses; each rank "
+				"deletes the chunks in its own store)\n",
+				a.cfg.run_dir, job.run_id, (long long)dropped, dropped == 1 ? "" : "s");
 	}
 	if (!a.quiet) {
 		const qe_model_config *mc = &a.cfg.model;
@@ -72,5 +120,6 @@ int cli_train_main(int argc, char **argv)
 	}
 	rc = cli_run_job("train", &job, a.nproc);
 	ckpt_unlock(lock);
+	qe_data_free(&data);
 	return rc;
 }

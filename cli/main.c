@@ -62,6 +62,14 @@ int cli_wants_help(int argc, char **argv)
 	return 0;
 }
 
+int cli_parse_path(const char *cmd, const char *flag, const char *s)
+{
+	if (s && s[0])
+		return 0;
+	fprintf(stderr, "qeffect %s: %s needs a file or folder name, got ''\n", cmd, flag);
+	return 2;
+}
+
 int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out)
 {
 	char *end;

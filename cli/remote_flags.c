@@ -42,6 +42,8 @@ int cli_remote_flags_parse(const char *cmd, int argc, char **argv, unsigned acce
 		case O_HELP:
 			return -1;
 		case O_RUNDIR:
+			if (cli_parse_path(cmd, "--run-dir", optarg))
+				return 2;
 			out->run_dir = optarg;
 			break;
 		case O_REMOTE:

@@ -29,7 +29,7 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 	*out = NULL;
 	struct stat sb;
 	if (create && mkdir(dir, 0755) && errno != EEXIST)
-		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "cannot create run directory '%s': %s", dir, strerror(errno));
 	if (stat(dir, &sb))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
 	if (!S_ISDIR(sb.st_mode))
@@ -39,27 +39,61 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 	return ckpt_rundir_lock(dir, what, out);
 }
 
-int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
+/*
+ * RUN's catalog exists: its run starts over when it never committed a
+ * checkpoint (cat_run_restart checks, in the transaction that drops its
+ * rows), else the directory is refused.  A catalog whose run row was never
+ * written (a crash right after it was created) gets its first run now.
+ */
+static int run_restart(const char *dir, const char *path, const char *json, char *run_id, int64_t *dropped)
+{
+	cat *c = NULL;
+	char *id = NULL;
+	int rc = cat_open(path, 0, &c);
+	if (!rc)
+		rc = cat_meta_get(c, "run_id", &id);
+	if (!rc && !id[0]) {
+		*dropped = 0;
+		rc = cat_run_create(c, run_id, json);
+	} else if (!rc) {
+		rc = cat_run_restart(c, id, json, dropped);
+		if (!rc)
+			snprintf(run_id, 64, "%s", id);
+	}
+	if (rc == QE_EEXIST)
+		rc = qe_fail(QE_EEXIST,
+			     "run directory '%s' already holds run '%s' with committed checkpoints (%s): continue it with "
+			     "'qeffect resume --run-dir %s' or choose another directory",
+			     dir, id, path, dir);
+	else if (rc && !strstr(qe_last_error(), path))
+		rc = qe_fail_ctx(rc, "run directory '%s' (%s) cannot start over", dir, path);
+	free(id);
+	cat_close(c);
+	return rc;
+}
+
+int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, int64_t *dropped)
 {
 	char path[CKPT_PATH_MAX];
 	int rc;
+	*dropped = -1;
 	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
 		return rc;
 	if (mkdir(dir, 0755) && errno != EEXIST)
-		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", dir, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "cannot create run directory '%s': %s", dir, strerror(errno));
 	if ((rc = ckpt_fs_check(path, "the catalog")))
 		return rc;
-	if (access(path, F_OK) == 0)
-		return qe_fail(QE_EEXIST,
-			       "run directory '%s' already holds a run (%s): continue it with 'qeffect resume --run-dir "
-			       "%s' or choose another directory",
-			       dir, path, dir);
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	snprintf(run_id, 64, "run-%08lx-%05x", (unsigned long)ts.tv_sec, (unsigned)(getpid() ^ ts.tv_nsec) & 0xfffff);
 	char *json = qe_train_config_to_json(cfg);
 	if (!json)
 		return qe_fail(QE_ENOMEM, "run config: out of memory");
+	if (access(path, F_OK) == 0) {
+		rc = run_restart(dir, path, json, run_id, dropped);
+		free(json);
+		return rc;
+	}
 	cat *c = NULL;
 	rc = cat_open(path, 1, &c);
 	if (!rc)
@@ -69,7 +103,7 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id)
 	return rc;
 }
 
-int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
+int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg)
 {
 	char path[CKPT_PATH_MAX];
 	int rc;
@@ -82,7 +116,8 @@ int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg)
 	if (access(path, F_OK))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", dir, path);
 	cat *c;
-	if ((rc = cat_open(path, 0, &c)))
+	cat_opts o = { .read_only = !writable };
+	if ((rc = cat_open_ex(path, &o, &c)))
 		return rc;
 	char *id = NULL;
 	cat_run run = { 0 };
@@ -310,13 +345,18 @@ int cli_rank_main(void *vjob)
 		rc = qe_comm_bcast(comm, 0, &job->from_step, sizeof(job->from_step));
 	if (!rc && comm)
 		rc = qe_comm_bcast(comm, 0, &job->until, sizeof(job->until));
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, &job->restart, sizeof(job->restart));
 	if (!rc) {
 		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
 		rc = qe_backend_open(cfg->backend, &b);
 	}
 	if (!rc && job->json)
 		rc = cli_rank_meter_attach(b);
-	if (!rc)
+	/* The command loaded the data before it wrote anything (a forked rank has its copy). */
+	if (!rc && job->data)
+		data = *job->data;
+	else if (!rc)
 		rc = qe_data_load(cfg->data, &data);
 	if (!rc)
 		rc = qe_data_check_vocab(&data, cfg->model.vocab, cfg->model.preset);
@@ -332,6 +372,15 @@ int cli_rank_main(void *vjob)
 			rc = cat_open(path, 0, &ctx.cat);
 		if (!rc)
 			rc = ckpt_session_open(cfg->run_dir, job->run_id, ctx.cat, &ctx.ck);
+		if (!rc && job->restart) {
+			/* The run starts over: this rank's store holds only chunks of attempts that never committed. */
+			uint64_t n = 0, bytes = 0;
+			rc = ckpt_store_clear(ctx.ck, r, &n, &bytes);
+			if (!rc && n)
+				qe_log(QE_LOG_INFO, "the run starts over: deleted %llu chunks (%llu bytes) of its earlier attempts "
+						    "from this rank's store",
+				       (unsigned long long)n, (unsigned long long)bytes);
+		}
 		if (!rc && job->ckpt_async)
 			rc = ckpt_async_open(ctx.ck, env.rank == 0 ? path : NULL, (ckpt_async_mode)job->ckpt_async, &ctx.async);
 		if (!rc && ctx.async && ckpt_async_prepare(ctx.async, r))
@@ -350,13 +399,23 @@ int cli_rank_main(void *vjob)
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
 	}
 	if (ctx.async) {
-		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit. */
+		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit.
+		 * A failure before it keeps its code and message first: the drain's must not pass for it. */
+		char first[1024];
+		snprintf(first, sizeof(first), "%s", rc ? qe_last_error() : "");
 		ckpt_async_result done;
 		int drc = ckpt_async_drain(ctx.async, &done);
 		if (!drc)
 			print_async_done(&ctx, r, done.done_step, done.done_ms);
 		else if (!rc)
 			rc = drc;
+		else {
+			char then[1024];
+			snprintf(then, sizeof(then), "%s", qe_last_error());
+			qe_fail(rc, "%s; and then %s", first, then);
+		}
+		if (rc && !drc)
+			qe_fail(rc, "%s", first);
 	}
 	if (!rc && job->json)
 		print_counters(r, &ctx);
@@ -369,7 +428,8 @@ int cli_rank_main(void *vjob)
 	ckpt_session_close(ctx.ck);
 	cat_close(ctx.cat);
 	qe_rank_free(r);
-	qe_data_free(&data);
+	if (!job->data)
+		qe_data_free(&data);
 	free(ctx.step_ms);
 	if (b) {
 		cli_rank_meter_detach(b);
@@ -380,6 +440,16 @@ int cli_rank_main(void *vjob)
 	return rc ? 1 : 0;
 }
 
+int cli_run_nproc_check(const char *cmd, const qe_train_config *cfg, int nproc)
+{
+	int world = cfg->pp * cfg->dp;
+	if (nproc <= 0 || nproc == world || (getenv("RANK") && getenv("WORLD_SIZE")))
+		return 0;
+	fprintf(stderr, "qeffect %s: --nproc %d does not match --pp %d x --dp %d = %d ranks\n", cmd, nproc, cfg->pp,
+		cfg->dp, world);
+	return 2;
+}
+
 int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 {
 	int world = job->cfg.pp * job->cfg.dp;
@@ -387,17 +457,15 @@ int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 		nproc = world;
 	if (getenv("RANK") && getenv("WORLD_SIZE"))
 		return cli_rank_main(job); /* started by an external launcher */
-	if (nproc != world) {
-		fprintf(stderr, "qeffect %s: --nproc %d does not match --pp %d x --dp %d = %d ranks\n", cmd, nproc,
-			job->cfg.pp, job->cfg.dp, world);
-		return 2;
-	}
+	int rc = cli_run_nproc_check(cmd, &job->cfg, nproc);
+	if (rc)
+		return rc;
 	if (nproc == 1)
 		return cli_rank_main(job);
 	fflush(stdout);
 	fflush(stderr);
 	qe_launch_result res;
-	int rc = qe_launch_local(nproc, cli_rank_main, job, NULL, 0, &res);
+	rc = qe_launch_local(nproc, cli_rank_main, job, NULL, 0, &res);
 	if (rc) {
 		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
 		return 1;

@@ -19,12 +19,20 @@
  */
 int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out);
 /*
- * Create RUN (must not hold a catalog yet), its catalog, and the run row with
- * cfg as JSON.  OUT: run_id (len >= 64).  Returns 0 or a QE_E* code with a message.
+ * Create RUN, its catalog, and the run row with cfg as JSON; call with RUN's
+ * writer lock held.  A RUN that already holds a run with a committed
+ * checkpoint is refused (QE_EEXIST: continue it with resume).  One whose run
+ * never committed a checkpoint (a crash, or a failure before the first one)
+ * starts over: same run id, its pending and aborted attempts, traces and
+ * losses dropped (cat_run_restart), its configuration replaced; every rank
+ * then clears its own store (job.restart, ckpt_store_clear).  OUT: run_id
+ * (len >= 64), *dropped: -1 for a new run, else the attempts dropped.
+ * Returns 0 or a QE_E* code with a message.
  */
-int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id);
-/* Open RUN's catalog read-write; OUT: the handle, run_id and the run's config. */
-int cli_run_open(const char *dir, cat **out, char *run_id, qe_train_config *cfg);
+int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, int64_t *dropped);
+/* Open RUN's catalog, read-write when writable, else read-only (compare: a run on a read-only disk
+ * can be read); OUT: the handle, run_id and the run's config. */
+int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg);
 
 /* What a rank process needs to run training. */
 typedef struct cli_rank_job {
@@ -37,6 +45,10 @@ typedef struct cli_rank_job {
 	int64_t from_step;  /* -1: the latest committed */
 	int64_t until;      /* train until this many steps are done */
 	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/ckpt_async.h) */
+	int restart;        /* 1: the run starts over: every rank clears its own store first (rank 0's word counts) */
+	/* The training data, loaded (and so checked) by the command before anything went to disk;
+	 * not owned, outlives the job.  NULL: each rank loads cfg.data itself. */
+	const qe_data *data;
 } cli_rank_job;
 
 /* A job from the parsed train/resume flags: configuration, output switches, async mode;
@@ -50,6 +62,13 @@ void cli_rank_job_init(cli_rank_job *job, const struct cli_train_args *a, int ck
  * every cfg.ckpt_every steps.  Returns a process exit status (0 ok).
  */
 int cli_rank_main(void *job);
+
+/*
+ * The launch's own check, for a command to make before it writes anything:
+ * --nproc (0: P x D) must be P x D unless an external launcher started this
+ * process.  Returns 0, or 2 after printing a usage error naming the flags.
+ */
+int cli_run_nproc_check(const char *cmd, const qe_train_config *cfg, int nproc);
 
 /*
  * Launch the job: in this process when the world is one rank or an external

@@ -7,6 +7,8 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "cli.h"
+
 int cli_run_args_unknown(const char *cmd, char **argv)
 {
 	fprintf(stderr, "qeffect %s: unknown flag or missing value '%s' (see --help)\n", cmd, argv[optind - 1]);
@@ -23,7 +25,7 @@ int cli_run_args_check(const char *cmd, int argc, char **argv, const char *dir)
 		fprintf(stderr, "qeffect %s: --run-dir DIR is required (see --help)\n", cmd);
 		return 2;
 	}
-	return 0;
+	return cli_parse_path(cmd, "--run-dir", dir);
 }
 
 int cli_run_args_parse(const char *cmd, int argc, char **argv, const char **dir, int *json)

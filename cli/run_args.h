@@ -9,7 +9,7 @@
 
 /*
  * The checks after getopt_long: nothing left in argv past optind, and a
- * --run-dir given (dir != NULL).  Returns 0, or 2 after printing a usage
+ * --run-dir given (dir != NULL) that is not ''.  Returns 0, or 2 after printing a usage
  * error on stderr prefixed "qeffect CMD:".
  */
 int cli_run_args_check(const char *cmd, int argc, char **argv, const char *dir);

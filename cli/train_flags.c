@@ -245,10 +245,14 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			a->given |= CLI_F_HEAD;
 			break;
 		case O_DATA:
+			if (cli_parse_path(cmd, "--data", optarg))
+				return 2;
 			snprintf(cfg->data, sizeof(cfg->data), "%s", optarg);
 			a->given |= CLI_F_DATA;
 			break;
 		case O_RUNDIR:
+			if (cli_parse_path(cmd, "--run-dir", optarg))
+				return 2;
 			snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s", optarg);
 			a->given |= CLI_F_RUNDIR;
 			break;

@@ -25,7 +25,7 @@
  *    data.mdb and never sets a size below the file's length;
  *  - a write into a hole of a full disk faults (SIGBUS) instead of failing.
  *    Before each write transaction the pages it may use are allocated with
- *    fallocate, so a full disk is an error (QE_EIO), not a crash.
+ *    fallocate, so a full disk is an error (QE_ENOSPC), not a crash.
  * A truncated data.mdb is detected before the writable open would extend it
  * (a read-only probe of the environment, check_file_size).
  */
@@ -82,6 +82,10 @@ int store_mdb_fail(store *s, int mdb_rc, const char *what)
 		break;
 	case ENOMEM:
 		code = QE_ENOMEM;
+		break;
+	case ENOSPC:
+	case EDQUOT:
+		code = QE_ENOSPC;
 		break;
 	case MDB_PANIC:
 		/* LMDB refuses every later transaction on this environment. */
@@ -187,7 +191,7 @@ static int reserve_blocks(store *s, size_t want)
 		s->no_fallocate = 1; /* this file system cannot: writes into holes stay unchecked */
 		return 0;
 	}
-	return qe_fail(QE_EIO, "store '%s': allocate %zu bytes of data.mdb for a write: %s", s->path, to - from,
+	return qe_fail(qe_errno_status(errno), "store '%s': allocate %zu bytes of data.mdb for a write: %s", s->path, to - from,
 		       strerror(errno));
 }
 
@@ -223,7 +227,8 @@ int store_write_at(store *s, const void *data, size_t size, uint64_t off)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return qe_fail(QE_EIO, "store '%s': write %zu bytes at offset %llu of data.mdb: %s", s->path, n,
+			return qe_fail(w < 0 ? qe_errno_status(errno) : QE_EIO,
+				       "store '%s': write %zu bytes at offset %llu of data.mdb: %s", s->path, n,
 				       (unsigned long long)off, w < 0 ? strerror(errno) : "nothing written");
 		/* start the writeback now; the commit's or store_sync's flush waits for it */
 		if (s->sync_mode != STORE_SYNC_NONE)
@@ -384,7 +389,7 @@ static int mkdir_p(const char *dir)
 		char saved = *c;
 		*c = '\0';
 		if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-			rc = qe_fail(QE_EIO, "store: create folder '%s': %s", p, strerror(errno));
+			rc = qe_fail(qe_errno_status(errno), "store: create folder '%s': %s", p, strerror(errno));
 			break;
 		}
 		*c = saved;
@@ -622,6 +627,24 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 	else if (o.sync_mode == STORE_SYNC_NONE)
 		flags |= MDB_NOSYNC;
 	rc = mdb_env_open(s->env, dir, flags, 0644);
+	if (rc == EACCES && o.read_only) {
+		/* A reader without write permission on lock.mdb (a run directory made
+		 * read-only): no reader table then, which is safe because nobody
+		 * without that permission can write either, and nobody else may be
+		 * writing a store that is being read without the lock file. */
+		mdb_env_close(s->env);
+		s->env = NULL;
+		if ((rc = mdb_env_create(&s->env))) {
+			resize_unlock(s);
+			rc = store_mdb_fail(s, rc, "create the environment handle");
+			goto fail_mutex;
+		}
+		mdb_env_set_mapsize(s->env, round_up(o.initial_map_size, s->page_size));
+		mdb_env_set_maxdbs(s->env, 4);
+		rc = mdb_env_open(s->env, dir, flags | MDB_NOLOCK, 0644);
+		if (!rc)
+			qe_log(QE_LOG_DEBUG, "store '%s': lock.mdb is not writable: reading without LMDB's lock file", dir);
+	}
 	resize_unlock(s);
 	if (rc) {
 		rc = store_mdb_fail(s, rc, "open the LMDB environment (data.mdb)");
@@ -715,7 +738,7 @@ int store_sync(store *s)
 	if (rc)
 		return store_mdb_fail(s, rc, "sync to disk");
 	if (s->writemap && fdatasync(s->data_fd) != 0)
-		return qe_fail(QE_EIO, "store '%s': sync data.mdb to disk: %s", s->path, strerror(errno));
+		return qe_fail(qe_errno_status(errno), "store '%s': sync data.mdb to disk: %s", s->path, strerror(errno));
 	return 0;
 }
 

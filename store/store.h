@@ -26,7 +26,7 @@
  * Disk layout and speed: a writable handle maps data.mdb writable (LMDB's
  * MDB_WRITEMAP), so data.mdb is a sparse file as long as the map (its blocks
  * are allocated as pages are used, a write transaction ahead, so that a full
- * disk is QE_EIO rather than a fault).  Chunk payloads go to the file with
+ * disk is QE_ENOSPC rather than a fault).  Chunk payloads go to the file with
  * pwrite and their writeback starts at once; hashing runs on a helper thread
  * ahead of the writes; reads pread each chunk into the caller's buffer with
  * the next one read ahead.  Size a checkpoint's commits with txn_bytes.
@@ -34,7 +34,9 @@
  * Errors: QE_ESTORE for LMDB failures (message: the store path, what failed
  * and mdb_strerror's text), QE_ECORRUPT for a damaged environment or a chunk
  * whose bytes no longer match its hash, QE_ENOTFOUND for a missing store or
- * chunk, QE_EINVAL for bad arguments.  Messages are read with qe_last_error().
+ * chunk, QE_ENOSPC when the disk (or quota) is full, QE_EIO for other failed
+ * reads and writes, QE_EINVAL for bad arguments.  Messages are read with
+ * qe_last_error() and name the store's path.
  */
 #ifndef QE_STORE_H
 #define QE_STORE_H
@@ -86,7 +88,8 @@ typedef enum store_sync_mode {
 
 typedef struct store_opts {
 	int create;                /* create the folder and environment when missing */
-	int read_only;             /* no writes; the map cannot grow */
+	int read_only;             /* no writes; the map cannot grow.  Without write permission on
+	                            * lock.mdb (a read-only run directory) LMDB's lock file is not used */
 	size_t initial_map_size;   /* 0: 64 MiB.  An existing larger map is kept. */
 	size_t max_map_size;       /* 0: 16 TiB (address space only; the file grows as written) */
 	size_t txn_bytes;          /* chunk bytes per write transaction (one data flush each); 0: 1 GiB */

@@ -79,7 +79,7 @@ int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, c
  * (then copy through the map). */
 int store_value_offset(store *s, const void *val, size_t len, uint64_t *off);
 /* pwrite all of data at off of data.mdb and start its writeback (not waiting).
- * QE_EIO naming the store on failure (ENOSPC included). */
+ * QE_EIO (QE_ENOSPC for a full disk) naming the store on failure. */
 int store_write_at(store *s, const void *data, size_t size, uint64_t off);
 /* pread all of size bytes at off of data.mdb into dst: 0 or QE_EIO. */
 int store_read_at(store *s, void *dst, size_t size, uint64_t off);

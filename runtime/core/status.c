@@ -4,6 +4,7 @@
  */
 #include "runtime/core/status.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,11 @@ const char *qe_strerror(int code)
 #undef QE_STATUS_TEXT_
 	}
 	return "unknown status";
+}
+
+int qe_errno_status(int err)
+{
+	return err == ENOSPC || err == EDQUOT ? QE_ENOSPC : QE_EIO;
 }
 
 int qe_vfail(int code, const char *fmt, va_list ap)

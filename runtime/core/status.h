@@ -35,6 +35,7 @@
 	X(QE_ESCHEDULE, -16, "malformed schedule")                                         \
 	X(QE_ENUMERIC, -17, "non-finite value")                                            \
 	X(QE_EEXIST, -18, "already exists")                                                \
+	X(QE_ENOSPC, -19, "no space left on device")                                       \
 	X(QE_ESTALE_REF, -40, "stale reference")                                           \
 	X(QE_EDUP_CONSUMER, -41, "duplicate consumer")                                     \
 	X(QE_EKEY_SLOT, -42, "key/slot mismatch")                                          \
@@ -67,6 +68,13 @@ int qe_fail_ctx(int code, const char *fmt, ...) __attribute__((format(printf, 2,
 const char *qe_last_error(void);
 /* Forget the calling thread's last message. */
 void qe_clear_error(void);
+
+/*
+ * The code for a failed system call's errno: QE_ENOSPC when the disk (or the
+ * user's quota) is full (ENOSPC, EDQUOT), else QE_EIO.  A full disk is the
+ * failure users can fix themselves, so it is never reported as an I/O error.
+ */
+int qe_errno_status(int err);
 
 /* Evaluate a call returning a status; return that status from the caller when it is not QE_OK. */
 #define QE_TRY(expr)                   \

@@ -9,7 +9,7 @@
  */
 #include "catalog/catalog.h"
 #include "runtime/core/status.h"
-#include "store/store_testutil.h"
+#include "testutil.h"
 #include "testlib.h"
 
 #define SEED 0x5eedca03ull

@@ -8,7 +8,7 @@
  */
 #include "catalog/catalog.h"
 #include "runtime/core/status.h"
-#include "store/store_testutil.h"
+#include "testutil.h"
 #include "testlib.h"
 
 #include <math.h>

@@ -7,8 +7,10 @@
  *    FP8 scale / scale_inv / history equal bit for bit to the values written,
  *    and a value summary equal to one computed here; missing steps and bad
  *    flags are errors with exit 1 / 2;
+ *    a --stage the checkpoint lacks and an empty --run-dir are bad usage (exit 2);
  *  - verify exits 0 on a clean run, 1 after one stored chunk is damaged, and
- *    names step, stage, tensor and chunk hash;
+ *    names step, stage, tensor and chunk hash; inspect of that checkpoint
+ *    exits 1 naming the damaged tensor and chunk (it re-hashes all it shows);
  *  - gc drops what the policy does not keep, reports bytes reclaimed > 0, and
  *    verify passes afterwards; bad usage exits 2; a run directory that is not
  *    a run fails naming it and is left byte for byte as it was;
@@ -150,6 +152,13 @@ static void test_inspect(const char *dir)
 	expect(a, 1, "no tensor 'nosuch'");
 	snprintf(a, sizeof(a), "inspect --run-dir '%s' --stage x", dir);
 	expect(a, 2, "--stage needs an integer");
+	snprintf(a, sizeof(a), "inspect --run-dir '%s' --stage 99", dir);
+	expect(a, 2, "--stage 99");
+	expect("inspect --run-dir ''", 2, "--run-dir needs a file or folder name");
+	expect("list --run-dir ''", 2, "--run-dir needs a file or folder name");
+	expect("verify --run-dir ''", 2, "--run-dir needs a file or folder name");
+	expect("train --run-dir '' --steps 1", 2, "--run-dir needs a file or folder name");
+	expect("train --data '' --steps 1", 2, "--data needs a file or folder name");
 }
 
 static void test_verify(const char *dir)
@@ -196,6 +205,16 @@ static void test_verify(const char *dir)
 		      json_integer_value(json_object_get(j, "checkpoints")) == 3,
 	      "verify --json after damage");
 	json_decref(j);
+	/* inspect of the damaged checkpoint: exit 1 naming the tensor, not a silent 0 */
+	snprintf(a, sizeof(a), "inspect --run-dir '%s' --step 10", dir);
+	snprintf(want, sizeof(want), "chunk %s", hex);
+	rc = qt_run_text(a, &out);
+	CHECK(rc == 1 && out && strstr(out, "adam_v") && strstr(out, "stage 3") && strstr(out, hex),
+	      "inspect of a damaged checkpoint exited %d (want 1 naming stage 3 'adam_v' and chunk %s):\n%s", rc, hex,
+	      out ? out : "");
+	free(out);
+	snprintf(a, sizeof(a), "inspect --run-dir '%s' --step 10 --stage 2", dir);
+	expect(a, 0, "tensors");
 	expect("verify --run-dir", 2, "missing value");
 }
 
