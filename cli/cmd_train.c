@@ -83,6 +83,11 @@ int cli_train_main(int argc, char **argv)
 		fprintf(stderr, "qeffect train: --data: %s\n", qe_last_error());
 		return 2;
 	}
+	if ((rc = qe_data_check_vocab(&data, a.cfg.model.vocab, a.cfg.model.preset))) {
+		fprintf(stderr, "qeffect train: --data: %s\n", qe_last_error());
+		qe_data_free(&data);
+		return 2;
+	}
 	cli_rank_job job;
 	cli_rank_job_init(&job, &a, async);
 	job.data = &data;

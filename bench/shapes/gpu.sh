@@ -19,7 +19,7 @@ for t in backend_test_cuda_ops backend_test_cuda_model backend_test_capture; do
   else log "$t FAILED: $(grep -m5 FAIL "$OUT/$t.log")"; tail -3 "$OUT/$t.log"; fail=1; fi
 done
 log "model_shapes on cuda, seq 512"
-QE_SHAPE_SEQ=512 QE_SHAPE_EXTRA="--backend cuda" bash tests/cli/model_shapes.sh "$PKG/qeffect" "$PKG" \
+QE_P2P=host QE_SHAPE_SEQ=512 QE_SHAPE_EXTRA="--backend cuda" bash tests/cli/model_shapes.sh "$PKG/qeffect" "$PKG" \
   >"$OUT/model_shapes.log" 2>&1 || fail=1
 cat "$OUT/model_shapes.log"
 B=${SHAPES_BATCH:-8}; M=${SHAPES_MICRO:-4}; STEPS=${SHAPES_STEPS:-8}
