@@ -75,6 +75,10 @@ static int check_conflicts(const cli_train_args *a, const qe_train_config *s)
 				return conflict(cli_shape_flags[i], x, y);
 			}
 		}
+		if (a->attn && qe_model_attn(&g->model) != qe_model_attn(&sm)) {
+			snprintf(y, sizeof(y), "attention %s", qe_attn_mode_name(qe_model_attn(&sm)));
+			return conflict("--attention", qe_attn_mode_name((qe_attn_mode)(a->attn - 1)), y);
+		}
 	} else if (f & CLI_F_PRESET) {
 		const qe_model_config *gm = &g->model, *sm = &s->model;
 		if (strcmp(gm->preset, sm->preset) || gm->hidden != sm->hidden || gm->layers != sm->layers ||

@@ -22,6 +22,9 @@ void cli_train_flags_help(FILE *f, int for_resume)
 			"                         GPT-2); the vocabulary is padded to a multiple of 128 rows, masked\n"
 			"                         out of the loss\n"
 			"  --batch B              sequences per microbatch (default 1): B x seq tokens\n"
+			"  --attention auto|flash|probs   keep the row log-sum-exp and recompute the\n"
+			"                         probabilities (flash: no T x T tensor; head dimension 16, 32 or\n"
+			"                         64), or keep the probabilities; auto: flash above seq 256\n"
 			"  --precision fp8|bf16|f32   GEMM operands: FP8 with delayed scaling, bf16 (round to\n"
 			"                         nearest even, fp32 accumulation: the baseline), or f32 (gradient\n"
 			"                         checks); default fp8\n"
@@ -91,7 +94,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
-		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_HELP
+		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -108,7 +111,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
 		{ "precision", 1, 0, O_PRECISION }, { "layers", 1, 0, O_LAYERS }, { "hidden", 1, 0, O_HIDDEN },
 		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
-		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },
+		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
 		{ 0, 0, 0, 0 }
 	};
 	memset(a, 0, sizeof(*a));
@@ -229,6 +232,14 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			snprintf(a->prec_value, sizeof(a->prec_value), "%s", optarg);
 			a->given |= CLI_F_FP8;
 			break;
+		case O_ATTN: {
+			qe_attn_mode m;
+			if (qe_attn_mode_parse(optarg, &m))
+				return bad(cmd, "--attention", optarg);
+			a->attn = (int)m + 1;
+			a->given |= CLI_F_SHAPE;
+			break;
+		}
 		case O_PRECISION:
 			if (qe_prec_mode_parse(optarg, &cfg->prec.mode))
 				return bad(cmd, "--precision", optarg);
@@ -297,6 +308,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	for (int i = 0; i < 7; i++)
 		if (shape[i])
 			*cli_shape_field(&cfg->model, i) = shape[i];
+	if (a->attn)
+		cfg->model.attn = a->attn - 1;
 	if ((a->given & CLI_F_SHAPE) && qe_model_config_check(&cfg->model)) {
 		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
 		return 2;

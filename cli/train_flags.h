@@ -32,6 +32,7 @@ typedef struct cli_train_args {
 	int no_trace;     /* --trace off: no per-step fingerprints (big models on a GPU) */
 	long from_step;   /* resume --from; -1: latest committed */
 	int shape[7];     /* --layers --hidden --heads --ffn --seq --vocab --batch as given; 0: not given */
+	int attn;         /* --attention as given: qe_attn_mode + 1; 0: not given */
 	char prec_flag[16], prec_value[16]; /* the precision flag as given: "--fp8" "off", "--precision" "bf16" */
 } cli_train_args;
 

@@ -6,8 +6,9 @@
 #   2. tests/cli/model_shapes.sh on cuda at seq 512: 8 layers, 2 per chunk at --pp 2, batch 2,
 #      GPT-2's padded vocabulary; split == full under interleaved and zbv, eager and graph;
 #      resume exact (same mapping and --pp 1);
-#   3. tokens/s of gpt2 (d12, seq 1024) at --pp 1, one stage of 12 layers, captured graphs, on
-#      GPT-2 tokens of the Brown corpus: fp8 and bf16, for batch B and M microbatches.
+#   3. tokens/s of gpt2 (d12) at --pp 1, one stage of 12 layers, captured graphs, on GPT-2
+#      tokens of the Brown corpus: fp8 and bf16, flash and probs attention, at seq 1024 (batch
+#      B, M microbatches) and at seq 256 (batch 4B): peak allocation and growth from --json.
 # usage: bench/shapes/gpu.sh PKG OUT   (PKG: qeffect, the test binaries, brown_{train,val}.bin)
 set -u
 PKG=${1:?PKG}; OUT=${2:?OUT}
@@ -23,11 +24,19 @@ QE_P2P=host QE_SHAPE_SEQ=512 QE_SHAPE_EXTRA="--backend cuda" bash tests/cli/mode
   >"$OUT/model_shapes.log" 2>&1 || fail=1
 cat "$OUT/model_shapes.log"
 B=${SHAPES_BATCH:-8}; M=${SHAPES_MICRO:-4}; STEPS=${SHAPES_STEPS:-8}
-for prec in fp8 bf16; do
-  log "gpt2 $prec, batch $B, micro $M"
-  "$PKG/qeffect" train --preset gpt2 --batch "$B" --micro "$M" --pp 1 --chunks 1 --precision $prec \
-    --backend cuda --exec graph --trace off --steps "$STEPS" --amax-history 16 --lr 6e-4 \
-    --data "$PKG/brown_train.bin" --log-every 1 --json >"$OUT/gpt2-$prec.log" 2>&1 || { fail=1; }
-  grep -E "^step|error|QE_" "$OUT/gpt2-$prec.log" | tail -4
-done
+gpt2() { # name flags...
+  local name=$1; shift
+  log "gpt2 $name"
+  "$PKG/qeffect" train --preset gpt2 --micro "$M" --pp 1 --chunks 1 --backend cuda --exec graph --trace off \
+    --steps "$STEPS" --amax-history 16 --lr 6e-4 --data "$PKG/brown_train.bin" --log-every 1 --json "$@" \
+    >"$OUT/gpt2-$name.log" 2>&1 || fail=1
+  grep -E "^step|error|QE_" "$OUT/gpt2-$name.log" | tail -2
+  grep -o '"alloc_peak_bytes":[0-9]*,"alloc_live_bytes":[0-9]*,"alloc_growth_bytes":[0-9]*' "$OUT/gpt2-$name.log"
+}
+gpt2 fp8-flash --batch "$B" --precision fp8 --attention flash
+gpt2 bf16-flash --batch "$B" --precision bf16 --attention flash
+gpt2 fp8-probs --batch "$B" --precision fp8 --attention probs
+gpt2 bf16-probs --batch "$B" --precision bf16 --attention probs
+gpt2 fp8-flash-t256 --batch $((B * 4)) --seq 256 --precision fp8 --attention flash
+gpt2 fp8-probs-t256 --batch $((B * 4)) --seq 256 --precision fp8 --attention probs
 exit $fail

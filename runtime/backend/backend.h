@@ -212,6 +212,22 @@ typedef struct qe_backend_ops {
 	int (*attn_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 			int64_t H, int nh);
 	/*
+	 * Causal multi-head attention of `batch` sequences of T tokens without the
+	 * T x T probabilities (flash-style): qkv [batch*T, 3H] as for attn_fwd,
+	 * out [batch*T, H], and lse [batch, nh, T], the log-sum-exp of each row's
+	 * scaled scores s[t, t2] = q_t . k_t2 / sqrt(D) over t2 <= t, from which
+	 * the backward recomputes p[t, t2] = exp(s[t, t2] - lse[t]).
+	 * attn_flash_bwd overwrites dqkv [batch*T, 3H] from dout [batch*T, H] and
+	 * what the forward saved (qkv, out, lse).  D = H / nh must be 16, 32 or
+	 * 64 (QE_EUNSUPPORTED otherwise).  Both are deterministic (cuda: every
+	 * sum in a fixed order, no atomics); cuda runs the products on tensor
+	 * cores in TF32, the cpu in fp32.
+	 */
+	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
+			      int64_t H, int nh);
+	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+			      const float *lse, int64_t batch, int64_t T, int64_t H, int nh);
+	/*
 	 * Softmax cross-entropy over the first `valid` columns of logits[T,V]
 	 * (1 <= valid <= V; columns valid..V-1 are vocabulary padding, masked:
 	 * they take no part in the max or the sum and get probability 0):

@@ -25,6 +25,36 @@ int qe__check_size(int64_t v, const char *op, const char *name)
 	return QE_OK;
 }
 
+int qe__check_flash(const char *nm, int backward, const void *a, const void *b, const void *qkv, const void *out,
+		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh)
+{
+	int fwd = !backward;
+	int rc = qe__check_size(batch, nm, "batch");
+	if (!rc)
+		rc = qe__check_size(T, nm, "T");
+	if (!rc)
+		rc = qe__check_size(H, nm, "H");
+	if (rc)
+		return rc;
+	if (nh < 1 || H % nh)
+		return qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
+	int64_t D = H / nh;
+	if (D != 16 && D != 32 && D != 64)
+		return qe_fail(QE_EUNSUPPORTED, "%s: head dimension %lld (H=%lld / %d heads); the flash kernels take 16, 32 "
+			       "or 64", nm, (long long)D, (long long)H, nh);
+	int64_t N = batch * T;
+	rc = qe__check_need(a, fwd ? N * H : N * 3 * H, nm, fwd ? "out" : "dqkv");
+	if (!rc)
+		rc = qe__check_need(b, fwd ? batch * nh * T : N * H, nm, fwd ? "lse" : "dout");
+	if (!rc)
+		rc = qe__check_need(qkv, N * 3 * H, nm, "qkv");
+	if (!rc && !fwd)
+		rc = qe__check_need(out, N * H, nm, "out");
+	if (!rc && !fwd)
+		rc = qe__check_need(lse, batch * nh * T, nm, "lse");
+	return rc;
+}
+
 int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid)
 {
 	const char *nm = "xent";

@@ -33,6 +33,13 @@ int qe__check_fp8_update(const float *block, int history_len, qe_dtype fmt, cons
  * item), and no two role blocks overlapping.
  */
 int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int history_len, const qe_fp8_recipe *r);
+/*
+ * attn_flash_fwd/bwd's sizes and pointers: batch, T, H >= 1, H a multiple of
+ * nh with D = H/nh in {16, 32, 64}; a and b are out and lse (forward) or
+ * dqkv and dout (backward), c and d qkv and, backward, out and lse.
+ */
+int qe__check_flash(const char *nm, int backward, const void *a, const void *b, const void *qkv, const void *out,
+		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh);
 /* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present. */
 int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid);
 /* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL). */

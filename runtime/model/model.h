@@ -37,7 +37,21 @@ typedef struct qe_model_config {
 	int vocab;  /* real vocabulary: tokens and targets are below it */
 	int hidden, ffn, heads, seq, layers;
 	int batch;  /* sequences per microbatch */
+	int attn;   /* qe_attn_mode: how attention keeps what its backward needs */
 } qe_model_config;
+
+/*
+ * Attention: probs saves the T x T probabilities per head (batched GEMMs
+ * on cuda; fine at T <= 256); flash saves the output and the row log-sum-exp
+ * and recomputes the probabilities in the backward (no T x T tensor; head
+ * dimension 16, 32 or 64); auto picks flash for seq > 256 where the head
+ * dimension allows it.
+ */
+typedef enum qe_attn_mode { QE_ATTN_AUTO = 0, QE_ATTN_PROBS = 1, QE_ATTN_FLASH = 2 } qe_attn_mode;
+const char *qe_attn_mode_name(qe_attn_mode m);
+int qe_attn_mode_parse(const char *s, qe_attn_mode *out);
+/* The mode auto resolves to for this shape (probs or flash). */
+qe_attn_mode qe_model_attn(const qe_model_config *c);
 
 /*
  * "tiny", "small", "h2048", "h4096", "gpt2", "gpt2-medium", "gpt2-large",

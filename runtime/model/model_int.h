@@ -24,7 +24,9 @@ typedef struct lin_tape {
 
 /* What one slot retains for one block. */
 typedef struct block_tape {
-	float *x_in, *mean1, *rstd1, *qkv, *probs, *x_mid, *mean2, *rstd2, *fc1_out, *x_out;
+	float *x_in, *mean1, *rstd1, *qkv, *x_mid, *mean2, *rstd2, *fc1_out, *x_out;
+	float *probs; /* probs attention: [batch, nh, T, T]; flash: the row log-sum-exp [batch, nh, T] */
+	float *att;   /* flash: the attention output [N, H] (the backward reads it); probs: NULL */
 } block_tape;
 
 typedef struct slot_tape {
@@ -61,6 +63,7 @@ struct qe_stage {
 	int nblk;            /* blocks in this stage */
 	int64_t N;           /* tokens per microbatch: batch x seq */
 	int vpad;            /* padded vocabulary */
+	int flash;           /* attention keeps lse and the output, not the probabilities */
 
 	int nparams, cap_params;
 	qe_param_info *params;  /* host, cap_params */

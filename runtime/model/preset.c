@@ -18,15 +18,15 @@
 #include "runtime/core/status.h"
 
 static const qe_model_config presets[] = {
-	/* name, vocab, hidden, ffn, heads, seq, layers, batch */
-	{ "tiny", 256, 64, 256, 4, 32, 4, 1 },
-	{ "small", 256, 128, 512, 4, 64, 4, 1 },
-	{ "h2048", 32768, 2048, 8192, 16, 256, 4, 1 },
-	{ "h4096", 32768, 4096, 11008, 32, 256, 4, 1 },
-	{ "gpt2", 50257, 768, 3072, 12, 1024, 12, 1 },
-	{ "gpt2-medium", 50257, 1024, 4096, 16, 1024, 24, 1 },
-	{ "gpt2-large", 50257, 1280, 5120, 20, 1024, 36, 1 },
-	{ "gpt2-xl", 50257, 1600, 6400, 25, 1024, 48, 1 },
+	/* name, vocab, hidden, ffn, heads, seq, layers, batch, attention */
+	{ "tiny", 256, 64, 256, 4, 32, 4, 1, QE_ATTN_AUTO },
+	{ "small", 256, 128, 512, 4, 64, 4, 1, QE_ATTN_AUTO },
+	{ "h2048", 32768, 2048, 8192, 16, 256, 4, 1, QE_ATTN_AUTO },
+	{ "h4096", 32768, 4096, 11008, 32, 256, 4, 1, QE_ATTN_AUTO },
+	{ "gpt2", 50257, 768, 3072, 12, 1024, 12, 1, QE_ATTN_AUTO },
+	{ "gpt2-medium", 50257, 1024, 4096, 16, 1024, 24, 1, QE_ATTN_AUTO },
+	{ "gpt2-large", 50257, 1280, 5120, 20, 1024, 36, 1, QE_ATTN_AUTO },
+	{ "gpt2-xl", 50257, 1600, 6400, 25, 1024, 48, 1, QE_ATTN_AUTO },
 };
 
 int qe_model_preset(const char *name, qe_model_config *out)
@@ -40,6 +40,12 @@ int qe_model_preset(const char *name, qe_model_config *out)
 	return qe_fail(QE_EINVAL,
 		       "unknown model preset '%s' (known: tiny, small, h2048, h4096, gpt2, gpt2-medium, gpt2-large, gpt2-xl)",
 		       name);
+}
+
+static int flash_head_dim(const qe_model_config *c)
+{
+	int d = c->hidden / c->heads;
+	return d == 16 || d == 32 || d == 64;
 }
 
 int qe_model_config_check(const qe_model_config *c)
@@ -68,6 +74,11 @@ int qe_model_config_check(const qe_model_config *c)
 	if (c->hidden % c->heads)
 		return qe_fail(QE_EINVAL, "model '%s': --hidden %d is not a multiple of --heads %d", c->preset,
 			       c->hidden, c->heads);
+	if (c->attn < QE_ATTN_AUTO || c->attn > QE_ATTN_FLASH)
+		return qe_fail(QE_EINVAL, "model '%s': attention mode %d", c->preset, c->attn);
+	if (c->attn == QE_ATTN_FLASH && !flash_head_dim(c))
+		return qe_fail(QE_EINVAL, "model '%s': --attention flash takes head dimensions 16, 32 or 64; --hidden %d / "
+			       "--heads %d is %d", c->preset, c->hidden, c->heads, c->hidden / c->heads);
 	return QE_OK;
 }
 
@@ -90,6 +101,30 @@ int qe_model_blocks_per_stage(const qe_model_config *c, int nstages, int *out)
 			       c->preset, c->layers, nstages);
 	*out = c->layers / nstages;
 	return QE_OK;
+}
+
+static const char *attn_names[] = { "auto", "probs", "flash" };
+
+const char *qe_attn_mode_name(qe_attn_mode m)
+{
+	return (unsigned)m < 3 ? attn_names[m] : "?";
+}
+
+int qe_attn_mode_parse(const char *s, qe_attn_mode *out)
+{
+	for (int i = 0; i < 3; i++)
+		if (strcmp(s, attn_names[i]) == 0) {
+			*out = (qe_attn_mode)i;
+			return QE_OK;
+		}
+	return qe_fail(QE_EINVAL, "unknown attention '%s' (known: auto, probs, flash)", s);
+}
+
+qe_attn_mode qe_model_attn(const qe_model_config *c)
+{
+	if (c->attn == QE_ATTN_PROBS || c->attn == QE_ATTN_FLASH)
+		return (qe_attn_mode)c->attn;
+	return c->seq > 256 && flash_head_dim(c) ? QE_ATTN_FLASH : QE_ATTN_PROBS;
 }
 
 static const char *prec_names[] = { "f32", "bf16", "fp8" };

@@ -145,7 +145,12 @@ static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
 		b->mean1 = carve(&cv, N * 4);
 		b->rstd1 = carve(&cv, N * 4);
 		b->qkv = carve(&cv, N * 3 * H * 4);
-		b->probs = carve(&cv, (size_t)c->batch * c->heads * T * T * 4);
+		if (st->flash) {
+			b->probs = carve(&cv, (size_t)c->batch * c->heads * T * 4);
+			b->att = carve(&cv, N * H * 4);
+		} else {
+			b->probs = carve(&cv, (size_t)c->batch * c->heads * T * T * 4);
+		}
 		b->x_mid = carve(&cv, N * H * 4);
 		b->mean2 = carve(&cv, N * 4);
 		b->rstd2 = carve(&cv, N * 4);
@@ -248,6 +253,7 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	st->nblk = nblk;
 	st->N = qe_model_tokens(cfg);
 	st->vpad = qe_model_vocab_padded(cfg);
+	st->flash = qe_model_attn(cfg) == QE_ATTN_FLASH;
 	st->nlin = 4 * nblk + (st->last ? 1 : 0);
 	st->cap_params = 12 * nblk + 5;
 	st->params = calloc((size_t)st->cap_params, sizeof(*st->params));

@@ -40,12 +40,14 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 	return o->gemm(s, &ca.row, &L->wq_col, &out, NULL, 0);
 }
 
-/* Attention backward of every sequence of the microbatch. */
-static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-			      const float *probs)
+/* Attention backward of every sequence of the microbatch (flash: one op over the batch). */
+static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const float *dout, const block_tape *bt)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
+	const float *qkv = bt->qkv, *probs = bt->probs;
+	if (st->flash)
+		return st->b->ops->attn_flash_bwd(s, dqkv, dout, qkv, bt->att, bt->probs, c->batch, T, H, c->heads);
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_bwd(s, dqkv + b * T * 3 * H, dout + b * T * H, qkv + b * T * 3 * H,
 					    probs + (int64_t)b * c->heads * T * T, T, H, c->heads));
@@ -76,7 +78,7 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], N * H)); /* d x_mid */
 	/* attention half */
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
-	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt->qkv, bt->probs));
+	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
 	return o->layernorm_bwd(s, st->ws_h[0], grad + pi[bk->ln1w].grad_offset, grad + pi[bk->ln1b].grad_offset,
 				st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset, N, H);

@@ -104,11 +104,20 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
 	return st->b->ops->fp8_update_many(s, items, n, st->prec.recipe.history_len, st->prec.recipe);
 }
 
-/* Causal attention of every sequence of the microbatch: out, probs and qkv per sequence. */
-static int attention_forward(qe_stage *st, qe_stream *s, float *out, float *probs, const float *qkv)
+/*
+ * Causal attention of every sequence of the microbatch.  flash: one op over
+ * the batch, its output kept in the tape (att) for the backward; probs: per
+ * sequence, the output in out.  Returns where the output is.
+ */
+static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, float *out, float **res)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
+	float *probs = bt->probs;
+	const float *qkv = bt->qkv;
+	*res = st->flash ? bt->att : out;
+	if (st->flash)
+		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, qkv, c->batch, T, H, c->heads);
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_fwd(s, out + b * T * H, probs + (int64_t)b * c->heads * T * T, qkv + b * T * 3 * H,
 					    T, H, c->heads));
@@ -146,8 +155,9 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean1, bt->rstd1, bt->x_in, P + pi[bk->ln1w].offset,
 			     P + pi[bk->ln1b].offset, N, H));
 	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_h[0], bt->qkv, record));
-	QE_TRY(attention_forward(st, s, st->ws_h[1], bt->probs, bt->qkv));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[1], st->ws_h[2], record));
+	float *att;
+	QE_TRY(attention_forward(st, s, bt, st->ws_h[1], &att));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_PROJ, att, st->ws_h[2], record));
 	QE_TRY(o->add(s, bt->x_mid, bt->x_in, st->ws_h[2], N * H));
 	/* MLP half */
 	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean2, bt->rstd2, bt->x_mid, P + pi[bk->ln2w].offset,

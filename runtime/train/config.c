@@ -111,7 +111,8 @@ char *qe_train_config_to_json(const qe_train_config *c)
 		"eval_micro", c->eval_micro, "ckpt_every", c->ckpt_every, "log_every", c->log_every);
 	if (!o)
 		return NULL;
-	if (json_object_set_new(o, "arena", json_string(qe_arena_layout_name(c->arena)))) {
+	if (json_object_set_new(json_object_get(o, "model"), "attention", json_string(qe_attn_mode_name(c->model.attn))) ||
+	    json_object_set_new(o, "arena", json_string(qe_arena_layout_name(c->arena)))) {
 		json_decref(o);
 		return NULL;
 	}
@@ -173,6 +174,11 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	c->model.batch = 1;
 	if (!rc && bt && (!json_is_integer(bt) || (c->model.batch = (int)json_integer_value(bt)) < 1))
 		rc = qe_fail(QE_ECORRUPT, "run config: field 'model.batch'");
+	json_t *at = json_object_get(json_object_get(o, "model"), "attention");
+	qe_attn_mode am = QE_ATTN_AUTO;
+	if (!rc && at && (!json_is_string(at) || qe_attn_mode_parse(json_string_value(at), &am)))
+		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'model.attention'");
+	c->model.attn = (int)am;
 	json_t *md = json_object_get(json_object_get(o, "precision"), "mode");
 	if (!rc && md && (!json_is_string(md) || qe_prec_mode_parse(json_string_value(md), &c->prec.mode)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'precision.mode'");
@@ -203,6 +209,8 @@ int qe_train_config_compatible(const qe_train_config *a, const qe_train_config *
 	     "'%s' (layers %d, hidden %d, heads %d, ffn %d, seq %d, vocab %d, batch %d)",
 	     am->preset, am->layers, am->hidden, am->heads, am->ffn, am->seq, am->vocab, am->batch, bm->preset,
 	     bm->layers, bm->hidden, bm->heads, bm->ffn, bm->seq, bm->vocab, bm->batch);
+	DIFF(qe_model_attn(am) != qe_model_attn(bm), "model: checkpoint has %s attention, asked for %s",
+	     qe_attn_mode_name(qe_model_attn(am)), qe_attn_mode_name(qe_model_attn(bm)));
 	DIFF(a->prec.mode != b->prec.mode, "precision: checkpoint has %s, asked for %s", qe_prec_mode_name(a->prec.mode),
 	     qe_prec_mode_name(b->prec.mode));
 	DIFF(a->pp * a->chunks != b->pp * b->chunks,

@@ -969,6 +969,66 @@ static void test_embed(qe_rng *r)
 
 /* ---- attention, xent, adamw ------------------------------------------------------- */
 
+/*
+ * The flash attention against the cpu's (TF32 products on cuda: the same
+ * 4e-3 of max|cpu| bound as the batched attention), its forward also against
+ * the cpu's probabilities path (out: both are the same math in fp32, 1e-5),
+ * two cuda runs byte-identical (no atomics), and the backward from the cpu's
+ * out and lse on both sides.
+ */
+static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
+{
+	fresh_stream();
+	int64_t N = (int64_t)B * T, nq = N * 3 * H, no = N * H, nl = (int64_t)B * nh * T;
+	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f);
+	void *gq, *go, *gl, *gdo, *gdq, *go2, *gl2, *gdq2;
+	float *cq = pair(hq, nq * 4, &gq), *co = pair(NULL, no * 4, &go), *cl = pair(NULL, nl * 4, &gl);
+	float *cdo = pair(hdo, no * 4, &gdo), *cdq = pair(NULL, nq * 4, &gdq);
+	pair(NULL, no * 4, &go2);
+	pair(NULL, nl * 4, &gl2);
+	pair(NULL, nq * 4, &gdq2);
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, B, T, H, nh));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, B, T, H, nh));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, B, T, H, nh));
+	char what[96];
+	float *h = fetch(go, no * 4), *h2 = fetch(go2, no * 4);
+	snprintf(what, sizeof(what), "flash_fwd B=%d T=%d H=%d nh=%d out", B, T, H, nh);
+	close_to(what, co, h, no, 4e-3);
+	CHECK(bytes_diff(h, h2, no * 4) < 0, "%s: two cuda runs differ", what);
+	free(h);
+	free(h2);
+	h = fetch(gl, nl * 4);
+	h2 = fetch(gl2, nl * 4);
+	snprintf(what, sizeof(what), "flash_fwd B=%d T=%d H=%d nh=%d lse", B, T, H, nh);
+	close_to(what, cl, h, nl, 4e-3);
+	CHECK(bytes_diff(h, h2, nl * 4) < 0, "%s: two cuda runs differ", what);
+	free(h);
+	free(h2);
+	/* the cpu's flash output is the probabilities path's, sequence by sequence */
+	float *po = malloc((size_t)no * 4), *pp = malloc((size_t)nh * T * T * 4);
+	for (int b = 0; b < B; b++)
+		CHECK_OK(K.co->attn_fwd(K.cs, po + (int64_t)b * T * H, pp, cq + (int64_t)b * T * 3 * H, T, H, nh));
+	snprintf(what, sizeof(what), "flash_fwd cpu vs probs B=%d T=%d out", B, T);
+	close_to(what, po, co, no, 1e-5);
+	free(po);
+	free(pp);
+	/* backward from the cpu's out and lse on both sides */
+	up(go, co, no * 4);
+	up(gl, cl, nl * 4);
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, co, cl, B, T, H, nh));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, go, gl, B, T, H, nh));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, go, gl, B, T, H, nh));
+	h = fetch(gdq, nq * 4);
+	h2 = fetch(gdq2, nq * 4);
+	snprintf(what, sizeof(what), "flash_bwd B=%d T=%d H=%d nh=%d dqkv", B, T, H, nh);
+	close_to(what, cdq, h, nq, 4e-3);
+	CHECK(bytes_diff(h, h2, nq * 4) < 0, "%s: two cuda runs differ", what);
+	free(h);
+	free(h2);
+	free(hq);
+	free(hdo);
+}
+
 static void test_attn_case(qe_rng *r, int T, int H, int nh)
 {
 	fresh_stream();
@@ -1509,6 +1569,10 @@ int main(void)
 	test_attn_case(&r, 32, 64, 4);
 	test_attn_case(&r, 48, 96, 3);
 	test_attn_case(&r, 256, 256, 2);
+	test_flash_case(&r, 1, 64, 64, 4);    /* D 16, one tile */
+	test_flash_case(&r, 2, 100, 64, 2);   /* D 32, a partial tile, two sequences */
+	test_flash_case(&r, 2, 200, 128, 2);  /* D 64 */
+	test_flash_case(&r, 1, 1024, 768, 12); /* GPT-2's attention, one sequence */
 	printf("xent\n");
 	test_xent_case(&r, 32, 256, 256, 0);
 	test_xent_case(&r, 5, 1000, 1000, 1);

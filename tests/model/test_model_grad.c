@@ -4,7 +4,8 @@
  * the embedding stage, a middle block and the head with the loss: once with
  * one block per stage and one sequence per microbatch (vocabulary 32, padded
  * to 128), and once with two blocks per stage, two sequences per microbatch
- * and a vocabulary of 100 padded to 128.  Either way the padded logits are
+ * and a vocabulary of 100 padded to 128, and that again with the flash
+ * attention (two stages of two blocks).  Either way the padded logits are
  * masked out of the loss: their head rows get exactly zero gradient, and
  * changing them changes no bit of the loss.
  *
@@ -194,10 +195,13 @@ static void run_case(const qe_model_config *cfg, int nstages)
 int main(void)
 {
 	printf("seed %d, eps %g, bound |a-n| <= %g*max(|a|,|n|) + %g\n", SEED, EPS, RTOL, ATOL);
-	qe_model_config one = { "gradcheck", 32, 16, 32, 2, 8, 3, 1 };
+	qe_model_config one = { "gradcheck", 32, 16, 32, 2, 8, 3, 1, QE_ATTN_PROBS };
 	run_case(&one, 3);
 	/* two blocks per stage, two sequences per microbatch, vocabulary 100 padded to 128 */
-	qe_model_config multi = { "gradcheck-b2", 100, 16, 32, 2, 8, 6, 2 };
+	qe_model_config multi = { "gradcheck-b2", 100, 16, 32, 2, 8, 6, 2, QE_ATTN_PROBS };
 	run_case(&multi, 3);
+	/* the flash attention (output and log-sum-exp kept, probabilities recomputed), head dimension 16 */
+	qe_model_config flash = { "gradcheck-flash", 100, 16, 32, 1, 8, 4, 2, QE_ATTN_FLASH };
+	run_case(&flash, 2);
 	return qe_test_done("model_grad");
 }

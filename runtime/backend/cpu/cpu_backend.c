@@ -58,6 +58,8 @@ typedef enum cpu_op_kind {
 	OP_EMBED_BWD,
 	OP_ATTN_FWD,
 	OP_ATTN_BWD,
+	OP_FLASH_FWD,
+	OP_FLASH_BWD,
 	OP_XENT,
 	OP_ADAMW,
 	OP_SUM_VIEWS,
@@ -67,8 +69,8 @@ typedef enum cpu_op_kind {
 static const char *const op_names[OP_KIND_COUNT] = {
 	"copy",		 "fill",      "event_record", "stream_wait", "cast",	  "fp8_update",	   "fp8_update_many",
 	"gemm",		 "add",	      "add_inplace",  "bias_grad",   "gelu_fwd",  "gelu_bwd",	   "layernorm_fwd",
-	"layernorm_bwd", "embed_fwd", "embed_bwd",    "attn_fwd",    "attn_bwd",  "xent",	   "adamw",
-	"sum_views",
+	"layernorm_bwd", "embed_fwd", "embed_bwd",    "attn_fwd",    "attn_bwd",  "attn_flash_fwd",
+	"attn_flash_bwd", "xent",     "adamw",	      "sum_views",
 };
 
 /* One op call with its arguments; pointer arrays are owned by the graph once recorded. */
@@ -150,6 +152,12 @@ typedef struct cpu_op {
 			int64_t T, H;
 			int nh;
 		} ab;
+		struct {
+			float *a, *b;               /* forward: out, lse; backward: dqkv, dout (const) */
+			const float *qkv, *out, *lse; /* backward: out, lse */
+			int64_t B, T, H;
+			int nh;
+		} fl;
 		struct {
 			float *loss, *dlogits;
 			const float *logits;
@@ -434,6 +442,10 @@ static int check_op(const cpu_op *op)
 		}
 		return rc;
 	}
+	case OP_FLASH_FWD:
+	case OP_FLASH_BWD:
+		return qe__check_flash(nm, op->kind == OP_FLASH_BWD, op->u.fl.a, op->u.fl.b, op->u.fl.qkv, op->u.fl.out,
+				       op->u.fl.lse, op->u.fl.B, op->u.fl.T, op->u.fl.H, op->u.fl.nh);
 	case OP_XENT: {
 		return qe__check_xent(op->u.xe.logits, op->u.xe.tgt, op->u.xe.T, op->u.xe.V, op->u.xe.valid);
 	}
@@ -540,6 +552,14 @@ static int exec_op(qe_stream *s, const cpu_op *op)
 	case OP_ATTN_BWD:
 		rc = qe_cpu_attn_bwd(&s->scratch, op->u.ab.dqkv, op->u.ab.dout, op->u.ab.qkv, op->u.ab.probs,
 				     op->u.ab.T, op->u.ab.H, op->u.ab.nh);
+		break;
+	case OP_FLASH_FWD:
+		rc = qe_cpu_attn_flash_fwd(op->u.fl.a, op->u.fl.b, op->u.fl.qkv, op->u.fl.B, op->u.fl.T, op->u.fl.H,
+					   op->u.fl.nh);
+		break;
+	case OP_FLASH_BWD:
+		qe_cpu_attn_flash_bwd(op->u.fl.a, op->u.fl.b, op->u.fl.qkv, op->u.fl.out, op->u.fl.lse, op->u.fl.B,
+				      op->u.fl.T, op->u.fl.H, op->u.fl.nh);
 		break;
 	case OP_XENT:
 		rc = qe_cpu_xent(op->u.xe.loss, op->u.xe.dlogits, op->u.xe.logits, op->u.xe.tgt, op->u.xe.T, op->u.xe.V,
@@ -1015,6 +1035,36 @@ static int cpu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const floa
 	return submit(s, &op);
 }
 
+static int cpu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
+			      int64_t H, int nh)
+{
+	cpu_op op = { .kind = OP_FLASH_FWD };
+	op.u.fl.a = out;
+	op.u.fl.b = lse;
+	op.u.fl.qkv = qkv;
+	op.u.fl.B = batch;
+	op.u.fl.T = T;
+	op.u.fl.H = H;
+	op.u.fl.nh = nh;
+	return submit(s, &op);
+}
+
+static int cpu_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+			      const float *lse, int64_t batch, int64_t T, int64_t H, int nh)
+{
+	cpu_op op = { .kind = OP_FLASH_BWD };
+	op.u.fl.a = dqkv;
+	op.u.fl.b = (float *)dout; /* read only */
+	op.u.fl.qkv = qkv;
+	op.u.fl.out = out;
+	op.u.fl.lse = lse;
+	op.u.fl.B = batch;
+	op.u.fl.T = T;
+	op.u.fl.H = H;
+	op.u.fl.nh = nh;
+	return submit(s, &op);
+}
+
 static int cpu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
 		    int64_t V, int64_t valid, float grad_scale)
 {
@@ -1097,6 +1147,8 @@ static const qe_backend_ops cpu_ops = {
 	.embed_bwd = cpu_embed_bwd,
 	.attn_fwd = cpu_attn_fwd,
 	.attn_bwd = cpu_attn_bwd,
+	.attn_flash_fwd = cpu_attn_flash_fwd,
+	.attn_flash_bwd = cpu_attn_flash_bwd,
 	.xent = cpu_xent,
 	.adamw = cpu_adamw,
 	.sum_views = cpu_sum_views,

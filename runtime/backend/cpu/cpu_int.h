@@ -56,6 +56,9 @@ int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *
 void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const float *qkv, const float *probs,
 		    int64_t T, int64_t H, int nh);
+int qe_cpu_attn_flash_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int nh);
+void qe_cpu_attn_flash_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+			   int64_t B, int64_t T, int64_t H, int nh);
 int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,
 		int64_t valid, float grad_scale);
 void qe_cpu_adamw(const qe_adamw_args *a);

@@ -438,6 +438,97 @@ int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const fl
 	return QE_OK;
 }
 
+/* ---- flash-style attention (no T x T probabilities kept) ------------------- */
+
+/*
+ * Per sequence b, head h and row t: the scores of t2 <= t, their max, the
+ * sum of exp in t2 order, out = sum_t2 p * v_t2 in t2 order, lse = max +
+ * log(sum).  The backward recomputes p from lse, D_t = dout_t . out_t, and
+ * dq, dk, dv in (t, t2) order: the reference the cuda kernels are held to.
+ */
+int qe_cpu_attn_flash_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int nh)
+{
+	int64_t D = H / nh, C3 = 3 * H;
+	float scale = 1.0f / sqrtf((float)D);
+	float *sc = malloc((size_t)T * sizeof(float));
+	if (!sc)
+		return qe_fail(QE_ENOMEM, "attn_flash_fwd: out of host memory for %lld scores", (long long)T);
+	for (int64_t b = 0; b < B; b++) {
+		const float *x = qkv + b * T * C3;
+		float *o = out + b * T * H;
+		for (int h = 0; h < nh; h++) {
+			for (int64_t t = 0; t < T; t++) {
+				const float *q = x + t * C3 + h * D;
+				float mx = -INFINITY;
+				for (int64_t t2 = 0; t2 <= t; t2++) {
+					const float *k = x + t2 * C3 + H + h * D;
+					float v = 0.0f;
+					for (int64_t i = 0; i < D; i++)
+						v += q[i] * k[i];
+					sc[t2] = v * scale;
+					if (sc[t2] > mx)
+						mx = sc[t2];
+				}
+				float sum = 0.0f;
+				for (int64_t t2 = 0; t2 <= t; t2++) {
+					sc[t2] = expf(sc[t2] - mx);
+					sum += sc[t2];
+				}
+				float inv = 1.0f / sum, *orow = o + t * H + h * D;
+				for (int64_t i = 0; i < D; i++)
+					orow[i] = 0.0f;
+				for (int64_t t2 = 0; t2 <= t; t2++) {
+					const float *v = x + t2 * C3 + 2 * H + h * D;
+					float p = sc[t2] * inv;
+					for (int64_t i = 0; i < D; i++)
+						orow[i] += p * v[i];
+				}
+				lse[(b * nh + h) * T + t] = mx + logf(sum);
+			}
+		}
+	}
+	free(sc);
+	return QE_OK;
+}
+
+void qe_cpu_attn_flash_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+			   int64_t B, int64_t T, int64_t H, int nh)
+{
+	int64_t D = H / nh, C3 = 3 * H;
+	float scale = 1.0f / sqrtf((float)D);
+	memset(dqkv, 0, (size_t)(B * T * C3) * sizeof(float));
+	for (int64_t b = 0; b < B; b++) {
+		const float *x = qkv + b * T * C3, *dO = dout + b * T * H, *O = out + b * T * H;
+		float *dx = dqkv + b * T * C3;
+		for (int h = 0; h < nh; h++) {
+			for (int64_t t = 0; t < T; t++) {
+				const float *q = x + t * C3 + h * D, *dot = dO + t * H + h * D, *ot = O + t * H + h * D;
+				float Dt = 0.0f;
+				for (int64_t i = 0; i < D; i++)
+					Dt += dot[i] * ot[i];
+				float l = lse[(b * nh + h) * T + t];
+				float *dq = dx + t * C3 + h * D;
+				for (int64_t t2 = 0; t2 <= t; t2++) {
+					const float *k = x + t2 * C3 + H + h * D, *v = x + t2 * C3 + 2 * H + h * D;
+					float s = 0.0f, dp = 0.0f;
+					for (int64_t i = 0; i < D; i++) {
+						s += q[i] * k[i];
+						dp += dot[i] * v[i];
+					}
+					float p = expf(s * scale - l);
+					float ds = p * (dp - Dt) * scale;
+					float *dk = dx + t2 * C3 + H + h * D, *dv = dx + t2 * C3 + 2 * H + h * D;
+					for (int64_t i = 0; i < D; i++) {
+						dq[i] += ds * k[i];
+						dk[i] += ds * q[i];
+						dv[i] += p * dot[i];
+					}
+				}
+			}
+		}
+	}
+}
+
 /* ---- softmax cross-entropy ------------------------------------------------- */
 
 int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,

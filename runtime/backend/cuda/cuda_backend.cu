@@ -814,6 +814,30 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 	return op_end(s, rc, nm);
 }
 
+static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
+			     int64_t H, int nh)
+{
+	const char *nm = "attn_flash_fwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_flash(nm, 0, out, lse, qkv, NULL, NULL, batch, T, H, nh)))
+		rc = qe__cuda_attn_flash_fwd(s, out, lse, qkv, batch, T, H, nh);
+	return op_end(s, rc, nm);
+}
+
+static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+			     const float *lse, int64_t batch, int64_t T, int64_t H, int nh)
+{
+	const char *nm = "attn_flash_bwd";
+	int rc = op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_flash(nm, 1, dqkv, dout, qkv, out, lse, batch, T, H, nh)))
+		rc = qe__cuda_attn_flash_bwd(s, dqkv, dout, qkv, out, lse, batch, T, H, nh);
+	return op_end(s, rc, nm);
+}
+
 static int cu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
 		   int64_t V, int64_t valid, float grad_scale)
 {
@@ -902,6 +926,8 @@ static void fill_table(void)
 	o->embed_bwd = cu_embed_bwd;
 	o->attn_fwd = cu_attn_fwd;
 	o->attn_bwd = cu_attn_bwd;
+	o->attn_flash_fwd = cu_attn_flash_fwd;
+	o->attn_flash_bwd = cu_attn_flash_bwd;
 	o->xent = cu_xent;
 	o->adamw = cu_adamw;
 	o->sum_views = cu_sum_views;

@@ -128,6 +128,10 @@ int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *to
 int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		      int64_t H, int nh);
+int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H,
+			    int nh);
+int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+			    const float *lse, int64_t B, int64_t T, int64_t H, int nh);
 int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
 		  int64_t V, int64_t valid, float grad_scale);
 int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
