@@ -71,8 +71,7 @@ void ckpt_host_name(char *buf, size_t len)
 	buf[len - 1] = 0;
 }
 
-/* Make dir and its missing parents. */
-static int mkdirs(const char *dir)
+int ckpt_mkdirs(const char *dir)
 {
 	char p[CKPT_PATH_MAX];
 	if ((size_t)snprintf(p, sizeof(p), "%s", dir) >= sizeof(p))
@@ -169,7 +168,7 @@ int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int ra
 	}
 	if (rc != QE_ENOTFOUND)
 		return rc;
-	if ((rc = mkdirs(store_dir)))
+	if ((rc = ckpt_mkdirs(store_dir)))
 		return rc;
 	unsigned char rnd[8];
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {

@@ -36,6 +36,8 @@
 
 /* Paths: OUT buf (len bytes).  QE_EINVAL when the result does not fit. */
 int ckpt_rundir_catalog(const char *run_dir, char *buf, size_t len);
+/* Make dir and its missing parents (mkdir -p); the error names the folder that could not be made. */
+int ckpt_mkdirs(const char *dir);
 /* STORES: LOCAL/stores (QE_LOCAL_DIR) or RUN/stores. */
 int ckpt_rundir_stores(const char *run_dir, char *buf, size_t len);
 /* STORES/rank-R. */

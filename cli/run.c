@@ -28,8 +28,9 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 {
 	*out = NULL;
 	struct stat sb;
-	if (create && mkdir(dir, 0755) && errno != EEXIST)
-		return qe_fail(qe_errno_status(errno), "cannot create run directory '%s': %s", dir, strerror(errno));
+	int rc;
+	if (create && (rc = ckpt_mkdirs(dir)))
+		return qe_fail_ctx(rc, "cannot create run directory '%s'", dir);
 	if (stat(dir, &sb))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
 	if (!S_ISDIR(sb.st_mode))
@@ -79,8 +80,8 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, in
 	*dropped = -1;
 	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
 		return rc;
-	if (mkdir(dir, 0755) && errno != EEXIST)
-		return qe_fail(qe_errno_status(errno), "cannot create run directory '%s': %s", dir, strerror(errno));
+	if ((rc = ckpt_mkdirs(dir)))
+		return qe_fail_ctx(rc, "cannot create run directory '%s'", dir);
 	if ((rc = ckpt_fs_check(path, "the catalog")))
 		return rc;
 	struct timespec ts;
