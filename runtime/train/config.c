@@ -63,6 +63,16 @@ int qe_train_config_check(const qe_train_config *c)
 			       c->micro, c->pp);
 	if (c->steps < 0)
 		return qe_fail(QE_EINVAL, "--steps must be >= 0");
+	if (qe_prec_is_fp8(&c->prec) && strcmp(c->backend, "cuda") == 0) {
+		/* cuBLASLt's FP8 GEMMs take dimensions that are multiples of 16 (the vocabulary is padded) */
+		const qe_model_config *m = &c->model;
+		int64_t n = qe_model_tokens(m);
+		if (m->hidden % 16 || m->ffn % 16 || n % 16)
+			return qe_fail(QE_EINVAL,
+				       "model '%s': FP8 on cuda needs --hidden (%d), --ffn (%d) and batch x seq (%lld) to be "
+				       "multiples of 16 (or --precision bf16)",
+				       m->preset, m->hidden, m->ffn, (long long)n);
+	}
 	if (c->arena != QE_ARENA_PER_MB && c->arena != QE_ARENA_ACCUMULATE)
 		return qe_fail(QE_EINVAL, "--arena must be accumulate or per-mb (got %d)", (int)c->arena);
 	if (c->optim.lr <= 0)
