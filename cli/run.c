@@ -299,11 +299,12 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 	XXH3_freeState(h);
 	printf("{\"rank\":%d,\"params_fp\":\"%016llx\",\"pipeline_rank\":%d,\"replica\":%d,\"chunks\":%d,\"steps\":%lld,\"last_loss\":%.6f,"
 	       "\"graphs\":%d,\"replays\":%llu,\"handoffs\":%llu,\"capture_ms\":%.3f,\"arena_bytes\":%zu,"
-	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d,"
+	       "\"peak_live_tapes\":%d,\"delayed_dw\":%llu,\"arena_writes\":%llu,\"live_tapes\":%d,\"tape_slots\":%d,"
 	       "\"p2p\":\"%s\",\"link_sends\":%lld,\"link_bytes\":%lld,",
 	       qe_rank_index(r), pfp, qe_rank_pipeline_rank(r), qe_rank_replica(r), qe_rank_nchunks(r), (long long)k.steps,
 	       ctx->last_loss, k.graphs, (unsigned long long)k.replays, (unsigned long long)k.handoffs, k.capture_ms,
 	       k.arena_bytes, peak, (unsigned long long)delayed, (unsigned long long)k.arena_writes, k.live_tapes,
+	       k.tape_slots,
 	       k.device_links ? "device" : "host", (long long)k.link_sends, (long long)k.link_bytes);
 	/* Memory (rank_meter.h) and per-step times; growth from the end of this process's second step. */
 	cli_alloc_stats a;
@@ -361,8 +362,12 @@ int cli_rank_main(void *vjob)
 		rc = qe_data_load(cfg->data, &data);
 	if (!rc)
 		rc = qe_data_check_vocab(&data, cfg->model.vocab, cfg->model.preset);
-	if (!rc)
-		rc = qe_rank_create(cfg, b, comm, &r);
+	if (!rc) {
+		/* per-step traces read every microbatch's outputs at the step's end: one slot each */
+		qe_train_config rcfg = *cfg;
+		rcfg.full_slots = cfg->run_dir[0] && !job->no_trace;
+		rc = qe_rank_create(&rcfg, b, comm, &r);
+	}
 	if (!rc && job->json)
 		meter_sample(&ctx, r, NULL);
 	if (!rc && cfg->run_dir[0]) {

@@ -31,11 +31,12 @@ static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)
 	int rc;
 	ch->chunk = c;
 	ch->stage = qe_sched_stage_of(r->sched, r->pr, c);
-	if ((rc = qe_stage_create(r->b, &r->cfg.model, &r->cfg.prec, ch->stage, r->S, r->M, r->M, &ch->st)))
+	ch->nslots = r->nslots;
+	if ((rc = qe_stage_create(r->b, &r->cfg.model, &r->cfg.prec, ch->stage, r->S, ch->nslots, r->M, &ch->st)))
 		return qe_fail_ctx(rc, "rank %d: creating stage %d", r->rank, ch->stage);
 	if ((rc = qe_stage_init_params(ch->st, r->cfg.seed)) || (rc = qe_adamw_create(r->b, ch->st, &ch->opt)))
 		return rc;
-	if ((rc = qe_tape_pool_create(r->M, NULL, &ch->pool)))
+	if ((rc = qe_tape_pool_create(ch->nslots, NULL, &ch->pool)))
 		return qe_fail_ctx(rc, "rank %d stage %d: tape pool", r->rank, ch->stage);
 	ch->p_begin = *np;
 	ch->nmat = qe_stage_nmatrices(ch->st);
@@ -99,7 +100,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		goto fail_rc;
 	}
 	r->commit_cap = per_chunk;
-	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)))
+	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)) ||
+	    (rc = qe__rank_plan_slots(r, &r->nslots)))
 		goto fail_rc;
 	const qe_backend_ops *o = b->ops;
 	if ((rc = o->stream_create(b, &r->caller)) || (rc = o->stream_create(b, &r->gstream)) ||
@@ -119,7 +121,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
 		if ((rc = qe_stage_contract_init(&ch->sc, ch->stage, r->M, &r->ep, ch->pool, r->arena, ch->p_begin,
-						 ch->p_begin + ch->nmat)))
+						 ch->p_begin + ch->nmat)) ||
+		    (rc = qe_stage_contract_set_slots(&ch->sc, 0, ch->nslots)))
 			goto fail_rc;
 		ch->views = calloc((size_t)r->M * ch->nmat, sizeof(qe_tensor));
 		ch->scratch = calloc((size_t)ch->nmat, sizeof(qe_tensor));
@@ -154,6 +157,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			act = qe_stage_act_bytes(ch->st);
 	}
 	if (r->D > 1 && (rc = o->alloc(b, max_param * 4, (void **)&r->reduce_buf)))
+		goto fail_rc;
+	if ((rc = o->alloc(b, (size_t)r->M * sizeof(float), (void **)&r->loss_mb)))
 		goto fail_rc;
 	r->host_bytes = act > max_param * 4 ? act : max_param * 4;
 	if (!host_mem(r)) {
@@ -215,6 +220,8 @@ void qe_rank_free(qe_rank *r)
 		o->free(r->b, r->arena_mem);
 	if (r->reduce_buf)
 		o->free(r->b, r->reduce_buf);
+	if (r->loss_mb)
+		o->free(r->b, r->loss_mb);
 	free(r->host_buf);
 	free(r->commit_views);
 	if (r->ev_in)
@@ -324,6 +331,7 @@ void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out)
 	out->steps = r->steps;
 	qe__rank_links_counters(r, &out->device_links, &out->link_sends, &out->link_bytes);
 	out->live_tapes = 0;
+	out->tape_slots = r->nslots;
 	for (int c = 0; c < r->V; c++)
 		out->live_tapes += qe_tape_pool_live_refs(r->chunks[c].pool, QE_EPOCH_ANY, NULL, 0);
 }

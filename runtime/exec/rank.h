@@ -34,6 +34,7 @@ typedef struct qe_rank qe_rank;
 typedef struct qe_rank_counters {
 	int64_t steps;            /* optimizer steps committed by this process */
 	int live_tapes;           /* now, over local stages */
+	int tape_slots;           /* tape slots per local stage: M, or fewer (runtime/exec/slots.c) */
 	int peak_live_tapes;      /* max over the last step, summed over local stages' peaks */
 	uint64_t delayed_dw;      /* over the last step */
 	uint64_t arena_writes;    /* over the last step */

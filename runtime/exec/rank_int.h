@@ -27,7 +27,11 @@ typedef struct rank_chunk {
 	void *scratch_mem;
 	qe_graph *graphs[RANK_GRAPH_KINDS][QE_RANK_MAX_MICRO];
 	qe_rank_chunk_stats last;            /* resource counts of the last step */
+	int nslots;                          /* tape slots: microbatch m uses slot m % nslots (slots.c) */
 } rank_chunk;
+
+/* The tape slot of microbatch m on chunk ch. */
+static inline int rank_slot(const rank_chunk *ch, int m) { return m % ch->nslots; }
 
 typedef struct rank_links rank_links; /* links.c */
 
@@ -61,6 +65,8 @@ struct qe_rank {
 	uint64_t rng_record[2]; /* persisted: sampler seed and position */
 	uint8_t cache_record;   /* persisted: cache validity on restore (always 0) */
 	const float **commit_views; /* optimizer commit: commit_cap matrices x M view pointers */
+	float *loss_mb;             /* last stage: each microbatch's loss, copied out of its slot after F (backend memory) */
+	int nslots;                 /* tape slots per local chunk (slots.c) */
 	int commit_cap;
 };
 
@@ -79,6 +85,8 @@ int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
 /* Sum a float vector over a group of ranks in place (backend memory). */
 int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
 void qe__rank_drop_graphs(qe_rank *r);
+/* The tape slots each local chunk needs (slots.c): M, or fewer where the action list proves it. */
+int qe__rank_plan_slots(const qe_rank *r, int *out);
 
 /* Log the QE_PROFILE table (rank_step.c); nothing unless profiling. */
 void qe__rank_profile_report(const qe_rank *r);

@@ -39,9 +39,10 @@ static int physical_dw(qe_rank *r, rank_chunk *ch, qe_stream *s, int m)
 	if (acc < 0)
 		return qe_fail(QE_EINVAL, "rank %d stage %d: dW of microbatch %d outside the arena's %d", r->rank,
 			       ch->stage, m, r->M);
+	int slot = rank_slot(ch, m);
 	if (r->cfg.grad == QE_GRAD_DIRECT)
-		return qe_stage_backward_weight(ch->st, s, m, &ch->views[m * ch->nmat], acc);
-	QE_TRY(qe_stage_backward_weight(ch->st, s, m, ch->scratch, 0));
+		return qe_stage_backward_weight(ch->st, s, slot, &ch->views[m * ch->nmat], acc);
+	QE_TRY(qe_stage_backward_weight(ch->st, s, slot, ch->scratch, 0));
 	for (int j = 0; j < ch->nmat; j++) {
 		float *view = ch->views[m * ch->nmat + j].data;
 		if (acc)
@@ -57,9 +58,9 @@ static int physical_eager(qe_rank *r, rank_chunk *ch, qe_action_kind kind, int m
 {
 	switch (kind) {
 	case QE_ACT_F:
-		return qe_stage_forward(ch->st, r->caller, m, refresh);
+		return qe_stage_forward(ch->st, r->caller, rank_slot(ch, m), refresh);
 	case QE_ACT_DI:
-		return qe_stage_backward_input(ch->st, r->caller, m, m);
+		return qe_stage_backward_input(ch->st, r->caller, rank_slot(ch, m), m);
 	default:
 		return physical_dw(r, ch, r->caller, m);
 	}
@@ -82,9 +83,9 @@ static int capture_graphs(qe_rank *r)
 				int rc = o->capture_begin(r->gstream);
 				if (!rc) {
 					if (k == QE_ACT_F)
-						rc = qe_stage_forward(ch->st, r->gstream, m, m == 0);
+						rc = qe_stage_forward(ch->st, r->gstream, rank_slot(ch, m), m == 0);
 					else if (k == QE_ACT_DI)
-						rc = qe_stage_backward_input(ch->st, r->gstream, m, m);
+						rc = qe_stage_backward_input(ch->st, r->gstream, rank_slot(ch, m), m);
 					else
 						rc = physical_dw(r, ch, r->gstream, m);
 					qe_graph *g = NULL;
@@ -178,9 +179,11 @@ static int feed_data(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
 	int rc = qe_data_sample_batch(data, 0, r->cfg.seed, r->steps, r->dr, m, mc->batch, mc->seq, mc->vocab, mc->preset,
 				      tok, tgt);
 	if (!rc && first)
-		rc = r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, m), tok, (size_t)N * 4, QE_COPY_H2D);
+		rc = r->b->ops->copy(r->caller, qe_stage_slot_tokens(ch->st, rank_slot(ch, m)), tok, (size_t)N * 4,
+				     QE_COPY_H2D);
 	if (!rc && last)
-		rc = r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, m), tgt, (size_t)N * 4, QE_COPY_H2D);
+		rc = r->b->ops->copy(r->caller, qe_stage_slot_targets(ch->st, rank_slot(ch, m)), tgt, (size_t)N * 4,
+				     QE_COPY_H2D);
 	/* both backends have read a pageable source when copy returns (cuda stages it), as with the old stack buffers */
 	free(tok);
 	return rc;
@@ -198,8 +201,12 @@ static int act_f(qe_rank *r, rank_chunk *ch, const qe_data *data, int m)
 	/* hand the activation to the next stage when it lives here */
 	rank_chunk *next = qe__rank_chunk_of_stage(r, ch->stage + 1);
 	if (next)
-		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_input(next->st, m), qe_stage_slot_output(ch->st, m),
-				    qe_stage_act_bytes(ch->st), QE_COPY_D2D));
+		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_input(next->st, rank_slot(next, m)),
+				    qe_stage_slot_output(ch->st, rank_slot(ch, m)), qe_stage_act_bytes(ch->st), QE_COPY_D2D));
+	/* the last stage's loss leaves the slot at once: a later microbatch may take the slot */
+	if (qe_stage_is_last(ch->st))
+		QE_TRY(r->b->ops->copy(r->caller, r->loss_mb + m, qe_stage_slot_loss(ch->st, rank_slot(ch, m)), 4,
+				    QE_COPY_D2D));
 	return QE_OK;
 }
 
@@ -207,7 +214,8 @@ static int handoff_grad(qe_rank *r, rank_chunk *ch, int m)
 {
 	rank_chunk *prev = qe__rank_chunk_of_stage(r, ch->stage - 1);
 	if (prev)
-		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_dout(prev->st, m), qe_stage_slot_dinput(ch->st, m),
+		QE_TRY(r->b->ops->copy(r->caller, qe_stage_slot_dout(prev->st, rank_slot(prev, m)),
+				    qe_stage_slot_dinput(ch->st, rank_slot(ch, m)),
 				    qe_stage_act_bytes(ch->st), QE_COPY_D2D));
 	return QE_OK;
 }
@@ -255,14 +263,18 @@ static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
 	case QE_ACT_B:
 		return act_b(r, ch, a->mb);
 	case QE_ACT_SEND_ACT:
-		return qe__rank_send(r, peer, rank_tag(TAG_ACT, a->stage, a->mb), qe_stage_slot_output(ch->st, a->mb), act);
+		return qe__rank_send(r, peer, rank_tag(TAG_ACT, a->stage, a->mb),
+				     qe_stage_slot_output(ch->st, rank_slot(ch, a->mb)), act);
 	case QE_ACT_RECV_ACT:
-		return qe__rank_recv(r, peer, rank_tag(TAG_ACT, a->stage, a->mb), qe_stage_slot_input(ch->st, a->mb), act);
+		return qe__rank_recv(r, peer, rank_tag(TAG_ACT, a->stage, a->mb),
+				     qe_stage_slot_input(ch->st, rank_slot(ch, a->mb)), act);
 	case QE_ACT_SEND_GRAD:
-		return qe__rank_send(r, peer, rank_tag(TAG_GRAD, a->stage, a->mb), qe_stage_slot_dinput(ch->st, a->mb),
+		return qe__rank_send(r, peer, rank_tag(TAG_GRAD, a->stage, a->mb),
+				     qe_stage_slot_dinput(ch->st, rank_slot(ch, a->mb)),
 				     act);
 	case QE_ACT_RECV_GRAD:
-		return qe__rank_recv(r, peer, rank_tag(TAG_GRAD, a->stage, a->mb), qe_stage_slot_dout(ch->st, a->mb),
+		return qe__rank_recv(r, peer, rank_tag(TAG_GRAD, a->stage, a->mb),
+				     qe_stage_slot_dout(ch->st, rank_slot(ch, a->mb)),
 				     act);
 	default:
 		return qe_fail(QE_ESCHEDULE, "rank %d: unknown action kind %d", r->rank, a->kind);
@@ -366,8 +378,7 @@ static int step_loss(qe_rank *r, float *loss)
 	if (last) {
 		float sum = 0, l[QE_RANK_MAX_MICRO];
 		/* every microbatch's loss comes back, then one wait for all of them */
-		for (int m = 0; m < r->M; m++)
-			QE_TRY(r->b->ops->copy(r->caller, &l[m], qe_stage_slot_loss(last->st, m), 4, QE_COPY_D2H));
+		QE_TRY(r->b->ops->copy(r->caller, l, r->loss_mb, (size_t)r->M * sizeof(float), QE_COPY_D2H));
 		QE_TRY(qe__rank_sync(r, r->caller));
 		for (int m = 0; m < r->M; m++)
 			sum += l[m];

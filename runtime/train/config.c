@@ -36,6 +36,7 @@ void qe_train_config_default(qe_train_config *c)
 	c->ckpt_every = 0;
 	c->log_every = 1;
 	c->check_replicas = 1;
+	c->full_slots = 1;
 }
 
 int qe_train_config_check(const qe_train_config *c)

@@ -38,6 +38,13 @@ typedef struct qe_train_config {
 	int ckpt_every;          /* 0 = never */
 	int log_every;           /* progress line every N steps */
 	int check_replicas;      /* DP > 1: compare replicas' parameters after every step */
+	/*
+	 * Not part of the run (not in the JSON form): 1 keeps one tape slot per
+	 * microbatch, so every microbatch's outputs are still there at the end of
+	 * the step (per-step traces read them); 0 lets a rank without pipeline
+	 * peers use as few slots as its schedule needs (runtime/exec/slots.c).
+	 */
+	int full_slots;
 } qe_train_config;
 
 void qe_train_config_default(qe_train_config *c);
