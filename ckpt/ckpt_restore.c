@@ -557,6 +557,15 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 			qe_log(QE_LOG_WARN, "restore: cannot list the checkpoint's replica copies: %s", qe_last_error());
 		rc = make_plan(s, rows, &copies, &stores, asks, world, step, &plan, &nplan);
 		cat_tensor_rows_free(&copies);
+		cat_remote_rows remotes = { 0 };
+		if (rc == QE_ENOTFOUND && !cat_remote_list(s->cat, id, &remotes) && remotes.n) {
+			/* No copy in reach, but the checkpoint was pushed: say where, so the user can fall back to it. */
+			char why[CKPT_MSG];
+			snprintf(why, sizeof(why), "%s", qe_last_error());
+			rc = qe_fail(rc, "%s; it was pushed to %s: resume with --remote %s --from %lld", why, remotes.rows[0].url,
+				     remotes.rows[0].url, (long long)step);
+		}
+		cat_remote_rows_free(&remotes);
 		cat_store_rows_free(&stores);
 		if (rc)
 			ckpt__word_set(&w, rc, NULL);
