@@ -85,7 +85,8 @@ fail=0 killed=0
 for t in $(seq 0 $((trials - 1))); do
   ph=${phases[$((t % np))]}
   case $ph in row|commit|committed) rank=0 ;; *) rank=$((RANDOM % 2)) ;; esac
-  case $ph in replsend|replrecv|replwrite|chunk) count=$((1 + RANDOM % 24)) ;; row) count=$((1 + RANDOM % 48)) ;; *) count=$((1 + RANDOM % 2)) ;; esac
+  # a save: rank 0 stores 14 tensors and keeps 10 of rank 1, rank 1 stores 10 and keeps 14
+  case $ph in replsend|replrecv|replwrite|chunk) count=$((1 + RANDOM % 20)) ;; row) count=$((1 + RANDOM % 48)) ;; *) count=$((1 + RANDOM % 2)) ;; esac
   mode=""; [ $(((t / np) % 2)) -eq 1 ] && mode="--ckpt-async"
   rm -rf "$T/a" "$T/b"
   if QE_CKPT_KILL=$ph:$rank:$count job "t$t" "hostA:$T/a hostB:$T/b" train $C --pp 2 --steps 6 --ckpt-every 3 \
