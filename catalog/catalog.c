@@ -126,7 +126,20 @@ static const char schema_v3[] =
 	"  created TEXT NOT NULL DEFAULT " NOW_SQL ") WITHOUT ROWID;"
 	"CREATE INDEX tensors_store ON tensors(store_id);";
 
-static const char *const migrations[CAT_SCHEMA_VERSION] = { schema_v1, schema_v2, schema_v3 };
+/*
+ * Version 3 -> 4: replicas (--ckpt-replicas).  A tensor row names the store
+ * its rank wrote; each further store holding every chunk of it - a peer
+ * rank's store on another host - is one copies row, recorded in the same
+ * commit transaction, so restore, verify and list know every copy.
+ */
+static const char schema_v4[] =
+	"CREATE TABLE copies("
+	"  tensor_id INTEGER NOT NULL REFERENCES tensors(id) ON DELETE CASCADE,"
+	"  store_id TEXT NOT NULL CHECK (length(store_id) > 0),"
+	"  PRIMARY KEY (tensor_id, store_id)) WITHOUT ROWID;"
+	"CREATE INDEX copies_store ON copies(store_id);";
+
+static const char *const migrations[CAT_SCHEMA_VERSION] = { schema_v1, schema_v2, schema_v3, schema_v4 };
 
 /* --- errors and helpers ----------------------------------------------------------- */
 

@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 /* Schema version this build creates and migrates to. */
-#define CAT_SCHEMA_VERSION 3
+#define CAT_SCHEMA_VERSION 4
 /* PRAGMA application_id of a qeffect catalog ("qeCT"). */
 #define CAT_APPLICATION_ID 0x71654354
 
@@ -277,6 +277,30 @@ int cat_store_list(cat *c, const char *run_id, cat_store_rows *out);
 void cat_store_rows_free(cat_store_rows *l);
 /* The row of store_id in l, or NULL. */
 const cat_store *cat_store_find(const cat_store_rows *l, const char *store_id);
+
+/* --- replica copies (catalog/copies.c) ---------------------------------------- */
+
+/*
+ * Record that store_id (another rank's store, usually on another host) holds
+ * every chunk of tensor (stage, name) of pending checkpoint id, besides the
+ * store the tensor row names.  A copy already recorded is left as it is; the
+ * tensor's own store is QE_EINVAL.  QE_ENOTFOUND when there is no such tensor.
+ * Runs inside the caller's commit transaction (cat_begin_durable).
+ */
+int cat_ckpt_add_copy(cat *c, int64_t id, int stage, const char *name, const char *store_id);
+/*
+ * OUT *out: one row per recorded copy of a tensor of checkpoint id, by stage,
+ * name, store: the tensor's row (chunks included) with store_id naming the
+ * copy's store.  Free with cat_tensor_rows_free().
+ */
+int cat_ckpt_copies(cat *c, int64_t id, cat_tensor_rows *out);
+/*
+ * How redundant checkpoint id is: OUT *copies, the fewest stores holding any
+ * one of its tensors (1 + its copies), and *hosts, the fewest distinct hosts
+ * among them (stores without a stores row count as one unknown host).  Both
+ * 0 for a checkpoint without tensors.
+ */
+int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts);
 
 /* --- traces and losses --------------------------------------------------------- */
 

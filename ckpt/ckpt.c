@@ -40,7 +40,8 @@ double ckpt__now_ms(void)
 static int parse_kills(ckpt_session *s, const char *spec)
 {
 	static const char *phases[] = { "gate", "begin", "chunk", "sync", "synced", "rows",
-					"row", "commit", "committed", "read", "serve" };
+					"row", "commit", "committed", "read", "serve",
+					"replsend", "replrecv", "replwrite", "replsync", "replsynced", "replack" };
 	char buf[512];
 	if (strlen(spec) >= sizeof(buf))
 		return qe_fail(QE_EINVAL, "QE_CKPT_KILL is too long");
@@ -59,7 +60,7 @@ static int parse_kills(ckpt_session *s, const char *spec)
 		if (!known)
 			return qe_fail(QE_EINVAL,
 				       "QE_CKPT_KILL: unknown phase '%s' (gate, begin, chunk, sync, synced, rows, row, "
-				       "commit, committed, read, serve)",
+				       "commit, committed, replsend, replrecv, replwrite, replsync, replsynced, replack, read, serve)",
 				       phase);
 		ckpt_kill *k = &s->kills[s->nkill++];
 		snprintf(k->phase, sizeof(k->phase), "%s", phase);
@@ -110,6 +111,11 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 		}
 		s->chunk_bytes = (size_t)v;
 	}
+	int rrc = ckpt__repl_config(s);
+	if (rrc) {
+		free(s);
+		return rrc;
+	}
 	const char *kill = getenv("QE_CKPT_KILL");
 	if (kill && kill[0]) {
 		int rc = parse_kills(s, kill);
@@ -129,6 +135,7 @@ void ckpt_session_close(ckpt_session *s)
 		return;
 	if (s->pid == getpid()) {
 		forget_seen(s);
+		ckpt__repl_free(s);
 		store_close(s->st);
 		ckpt_unlock(s->store_lock);
 	}

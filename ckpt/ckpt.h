@@ -45,9 +45,19 @@
  *    (after the rank handed its rows to rank 0: rows in flight), row (rank 0,
  *    after each tensor row inside the commit transaction), commit (rank 0,
  *    just before the commit transaction), committed (rank 0, just after it,
- *    before telling the others).  Restore phases: read (after each tensor was
- *    read and checked), serve (after a rank sent a tensor to the rank that
- *    loads it).
+ *    before telling the others).  Replication phases (--ckpt-replicas, between
+ *    synced and rows): replsend (a source sent a tensor to a target),
+ *    replrecv (a target received one), replwrite (a target put its chunks),
+ *    replsync (a target, before flushing the copies), replsynced (after it),
+ *    replack (a source heard every target).  Restore phases: read (after each
+ *    tensor was read and checked), serve (after a rank sent a tensor to the
+ *    rank that loads it).
+ *  - QE_CKPT_REPLICAS=R (--ckpt-replicas, default 0): each rank's chunks are
+ *    also written into the stores of R ranks on other hosts before its rows
+ *    reach rank 0, and the commit records every copy (ckpt_replica.c).
+ *    Every rank must be given the same R; R above the number of other hosts
+ *    is refused at the first save (or ckpt_replicas_prepare).  A restore
+ *    reads a tensor from any copy a rank of the job sees.
  */
 #ifndef QE_CKPT_H
 #define QE_CKPT_H
@@ -78,6 +88,14 @@ typedef struct ckpt_result {
 	uint64_t runtime_state_bytes; /* everything but parameters and moments */
 	double ms;                    /* wall time of the call on this rank */
 } ckpt_result;
+
+/*
+ * Agree on replica targets now (collective over every rank): the ranks
+ * exchange their hosts and --ckpt-replicas, so a bad replica count fails at
+ * startup, naming the hosts, instead of at the first save.  Optional: the
+ * first save does it otherwise.  Returns 0, QE_EINVAL, QE_ECOMM.
+ */
+int ckpt_replicas_prepare(ckpt_session *s, qe_rank *r);
 
 /*
  * Take a checkpoint of the rank's current state (after step qe_rank_steps_done).

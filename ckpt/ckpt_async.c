@@ -186,7 +186,7 @@ static void *bg_main(void *arg)
 		rc = store_put_tensor(s->st, a->copies[i], it->bytes, s->chunk_bytes, &lists[i]);
 		if (rc)
 			qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
-		else
+		else if (!(rc = ckpt__repl_send(s, a->comm, a->id, a->copies[i], &lists[i])))
 			ckpt__maybe_kill(s, "chunk", a->rank);
 	}
 	if (!rc) {
@@ -198,10 +198,20 @@ static void *bg_main(void *arg)
 	}
 	if (!rc)
 		test_delay();
+	/* Replicas: the same exchange as a synchronous save, between the ranks' background threads. */
+	ckpt_copy_store *copies = NULL;
+	int ncopies = 0;
+	if (s->repl)
+		rc = ckpt__repl_finish(s, a->comm, a->id, rc, &copies, &ncopies);
 	if (!rc)
 		rc = ckpt__report_build(s, a->id, a->rank, a->replica, a->items, a->n, lists, &rep);
-	if (rc)
+	if (rc) {
+		free(copies);
 		ckpt__report_fail(&rep, a->id, a->rank, rc);
+	} else {
+		rep.copies = copies;
+		rep.ncopies = ncopies;
+	}
 	if (a->rank == 0) {
 		rc = collect_and_commit(a, &rep);
 		if (rc && a->bg_cat) {
@@ -460,6 +470,10 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 			*out = res;
 		return QE_OK;
 	}
+
+	/* Replica targets, agreed once per session on the training thread (collective). */
+	if ((rc = ckpt__repl_setup(s, r)))
+		return qe_fail_ctx(rc, "checkpoint at step %lld refused, nothing written", (long long)res.step);
 
 	/* 3. Rank 0 opens the attempt. */
 	ckpt_word w;

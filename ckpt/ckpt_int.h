@@ -19,7 +19,14 @@
 
 #define CKPT_MAX_KILLS 8
 /* Tags of the checkpoint service on the comm's service lane (qe_comm_svc_send). */
-enum { CKPT_SVC_XFER = 0x58430001u, CKPT_SVC_ASYNC_REPORT = 0x58430002u, CKPT_SVC_TRACE = 0x58430003u };
+enum {
+	CKPT_SVC_XFER = 0x58430001u,
+	CKPT_SVC_ASYNC_REPORT = 0x58430002u,
+	CKPT_SVC_TRACE = 0x58430003u,
+	CKPT_SVC_REPL = 0x58430004u,     /* a rank's chunks on their way to a replica (ckpt_replica.c) */
+	CKPT_SVC_REPL_ACK = 0x58430005u, /* the replica's answer: durable in its store, or why not */
+};
+#define CKPT_MAX_REPLICAS 8
 #define CKPT_MSG 1536
 
 typedef struct ckpt_kill {
@@ -51,6 +58,9 @@ struct ckpt_session {
 	int nseen;
 	size_t chunk_bytes;
 	pid_t pid;
+	/* --ckpt-replicas (ckpt_replica.c): QE_CKPT_REPLICAS, and the map once the ranks agreed on it. */
+	int replicas;
+	struct ckpt_repl *repl;
 	ckpt_kill kills[CKPT_MAX_KILLS];
 	int nkill;
 };
@@ -116,6 +126,40 @@ double ckpt__now_ms(void);
 int ckpt__is_runtime_state(qe_pstate_kind k);
 /* The checkpoint row's topology, schedule and recipe texts for the rank's configuration. */
 void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
+/* --- replicas (ckpt_replica.c) ----------------------------------------------------- */
+
+typedef struct ckpt_repl ckpt_repl;
+
+/* A peer's store that acknowledged a durable copy of every chunk of a rank's report. */
+typedef struct ckpt_copy_store {
+	ckpt_store_identity id;
+	char path[CKPT_PATH_MAX];
+} ckpt_copy_store;
+
+/* Read QE_CKPT_REPLICAS into s->replicas (QE_EINVAL naming a malformed one). */
+int ckpt__repl_config(ckpt_session *s);
+void ckpt__repl_free(ckpt_session *s);
+/*
+ * Collective, on the training thread, once per session (later calls return
+ * at once): the ranks agree on every rank's host and replica count, and each
+ * learns its targets and sources.  Refuses R larger than the number of other
+ * hosts, and ranks started with different R, naming them.
+ */
+int ckpt__repl_setup(ckpt_session *s, qe_rank *r);
+/* 1 when this rank sends copies (R > 0 and the map is set up). */
+int ckpt__repl_active(const ckpt_session *s);
+/* Send one tensor (already put in the own store: list is its chunks, data its bytes) to every target. */
+int ckpt__repl_send(ckpt_session *s, qe_comm *comm, int64_t id, const void *data, const store_chunk_list *list);
+/*
+ * After the own store's flush (own_rc: this rank's outcome so far, with its
+ * message): end the streams to the targets, keep and flush every source's
+ * copy and acknowledge it, then hear every target.  Every rank of the map
+ * calls it for every checkpoint, failure or not.  OUT *copies (malloc'd,
+ * free()) and *ncopies: the stores holding this rank's copy.  Returns
+ * own_rc, or the first failure of a target or of keeping a copy.
+ */
+int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ckpt_copy_store **copies, int *ncopies);
+
 /* --- reports: what a rank tells rank 0 (ckpt_report.c) --------------------------- */
 
 /*
@@ -135,6 +179,8 @@ typedef struct ckpt_report {
 	cat_tensor_rows rows; /* the catalog's row type; ids unused; freed with cat_tensor_rows_free */
 	int nshards;
 	cat_shard *shards;
+	int ncopies;             /* peers' stores that hold a copy of every row (--ckpt-replicas) */
+	ckpt_copy_store *copies; /* malloc'd, freed with the report */
 } ckpt_report;
 
 /*

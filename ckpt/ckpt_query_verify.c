@@ -5,7 +5,8 @@
  * chunk sizes must add up to its bytes.  A chunk shared by several tensors or
  * checkpoints (dedup) is re-hashed once, but a fault is reported against
  * every tensor that lists it, because the user needs to know which
- * checkpoints are damaged.  Chunks no checkpoint lists are counted as
+ * checkpoints are damaged.  With replicas (--ckpt-replicas) every copy is
+ * checked in its own store, and its faults say "replica".  Chunks no checkpoint lists are counted as
  * orphans: information (gc collects them), never a fault.
  */
 #include "ckpt_query_int.h"
@@ -86,14 +87,18 @@ static int check_chunk(store *st, ckq_entry *e, char *why, size_t len, ckpt_veri
 	return QE_OK;
 }
 
-/* seen[i]: chunks already checked in store i of the run's set; seen[count]: tensors whose store is not here. */
-static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_verify_report *v)
+/*
+ * seen[i]: chunks already checked in store i of the run's set; seen[count]:
+ * tensors whose store is not here.  tr: the checkpoint's tensor rows, or its
+ * replica copies (copy: each row names the replica's store), checked alike.
+ */
+static int verify_rows(ckpt_run *r, const cat_ckpt *ck, const cat_tensor_rows *trp, int copy, ckq_set *seen,
+		       ckpt_verify_report *v)
 {
-	cat_tensor_rows tr = { 0 };
-	int rc = cat_ckpt_tensors(r->cat, ck->id, &tr);
-	if (rc)
-		return qe_fail_ctx(rc, "run '%s': tensors of checkpoint step %lld", r->dir, (long long)ck->step);
+	const cat_tensor_rows tr = *trp;
+	int rc = QE_OK;
 	char why[256], first[256];
+	const char *pre = copy ? "replica: " : "";
 	for (size_t i = 0; i < tr.n && !rc; i++) {
 		const cat_tensor *t = &tr.rows[i];
 		size_t before = v->n_faults;
@@ -124,28 +129,29 @@ static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_veri
 			switch (e->state) {
 			case CHK_MISSING:
 				if (si < 0)
-					snprintf(why, sizeof(why), "chunk %zu of %zu (%llu bytes) is in %s, not on this host", k,
-						 t->n_chunks, (unsigned long long)c->size, where);
+					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is in %s, not on this host", pre,
+						 k, t->n_chunks, (unsigned long long)c->size, where);
 				else
-					snprintf(why, sizeof(why), "chunk %zu of %zu (%llu bytes) is not in the store", k,
-						 t->n_chunks, (unsigned long long)c->size);
+					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is not in the store %.120s", pre, k,
+						 t->n_chunks, (unsigned long long)c->size,
+						 ckpt_storeset_where(r->stores, si)->path);
 				rc = add_fault(v, CKPT_FAULT_MISSING, ck, t, (int64_t)k, &h, why);
 				break;
 			case CHK_CORRUPT:
-				snprintf(why, sizeof(why), "chunk %zu of %zu: %s", k, t->n_chunks,
+				snprintf(why, sizeof(why), "%schunk %zu of %zu: %s", pre, k, t->n_chunks,
 					 first[0] ? first : "its bytes do not match its hash");
 				rc = add_fault(v, CKPT_FAULT_CORRUPT, ck, t, (int64_t)k, &h, why);
 				break;
 			default:
 				if (e->size != c->size) {
 					snprintf(why, sizeof(why),
-						 "chunk %zu of %zu is stored with %llu bytes, the catalog lists %llu", k,
+						 "%schunk %zu of %zu is stored with %llu bytes, the catalog lists %llu", pre, k,
 						 t->n_chunks, (unsigned long long)e->size, (unsigned long long)c->size);
 					rc = add_fault(v, CKPT_FAULT_SIZE, ck, t, (int64_t)k, &h, why);
 				}
 			}
 		}
-		if (!rc && sum != t->bytes) {
+		if (!rc && sum != t->bytes && !copy) {
 			snprintf(why, sizeof(why), "the catalog lists %zu chunks of %llu bytes in all for a tensor of %llu bytes",
 				 t->n_chunks, (unsigned long long)sum, (unsigned long long)t->bytes);
 			rc = add_fault(v, CKPT_FAULT_CATALOG, ck, t, -1, NULL, why);
@@ -153,7 +159,24 @@ static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_veri
 		if (v->n_faults > before)
 			v->bad_tensors++;
 	}
+	return rc;
+}
+
+/* Every copy of every tensor of checkpoint ck: the rows' own stores, then the replicas'. */
+static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_verify_report *v)
+{
+	cat_tensor_rows tr = { 0 }, cp = { 0 };
+	int rc = cat_ckpt_tensors(r->cat, ck->id, &tr);
+	if (!rc)
+		rc = cat_ckpt_copies(r->cat, ck->id, &cp);
+	if (rc)
+		rc = qe_fail_ctx(rc, "run '%s': tensors of checkpoint step %lld", r->dir, (long long)ck->step);
+	if (!rc)
+		rc = verify_rows(r, ck, &tr, 0, seen, v);
+	if (!rc)
+		rc = verify_rows(r, ck, &cp, 1, seen, v);
 	cat_tensor_rows_free(&tr);
+	cat_tensor_rows_free(&cp);
 	return rc;
 }
 

@@ -22,7 +22,7 @@
 
 #define REPORT_MAGIC 0x50524551u /* "QERP" */
 #define ROWS_MAGIC 0x57524551u   /* "QERW" */
-#define WIRE_VERSION 1
+#define WIRE_VERSION 2 /* 2: a report lists the peers' stores holding copies of its rows */
 
 /* --- bytes ---------------------------------------------------------------------- */
 
@@ -294,6 +294,15 @@ int ckpt__report_encode(const ckpt_report *rep, void **buf, size_t *len)
 		w_u64(&w, (uint64_t)(int64_t)rep->shards[i].rank);
 		w_u64(&w, rep->shards[i].bytes);
 	}
+	w_u64(&w, (uint64_t)rep->ncopies);
+	for (int i = 0; i < rep->ncopies; i++) {
+		const ckpt_copy_store *c = &rep->copies[i];
+		w_str(&w, c->id.run_id);
+		w_u64(&w, (uint64_t)(int64_t)c->id.rank);
+		w_str(&w, c->id.store_id);
+		w_str(&w, c->id.host);
+		w_str(&w, c->path);
+	}
 	if (w.oom) {
 		free(w.p);
 		return qe_fail(QE_ENOMEM, "checkpoint report: out of memory");
@@ -332,6 +341,20 @@ int ckpt__report_decode(const void *buf, size_t len, const char *from, ckpt_repo
 		rep->shards[i].bytes = r_u64(&r);
 		rep->nshards++;
 	}
+	uint64_t nc = rc ? 0 : r_u64(&r);
+	if (!rc && (r.bad || nc > CKPT_MAX_REPLICAS))
+		rc = QE_ECORRUPT;
+	if (!rc && !(rep->copies = calloc((size_t)nc + 1, sizeof(ckpt_copy_store))))
+		rc = QE_ENOMEM;
+	for (uint64_t i = 0; !rc && i < nc; i++) {
+		ckpt_copy_store *c = &rep->copies[i];
+		r_strbuf(&r, c->id.run_id, sizeof(c->id.run_id));
+		c->id.rank = (int)(int64_t)r_u64(&r);
+		r_strbuf(&r, c->id.store_id, sizeof(c->id.store_id));
+		r_strbuf(&r, c->id.host, sizeof(c->id.host));
+		r_strbuf(&r, c->path, sizeof(c->path));
+		rep->ncopies++;
+	}
 	if (!rc && (r.bad || r.off != len))
 		rc = QE_ECORRUPT;
 	if (rc) {
@@ -352,6 +375,9 @@ void ckpt__report_free(ckpt_report *rep)
 	free(rep->shards);
 	rep->shards = NULL;
 	rep->nshards = 0;
+	free(rep->copies);
+	rep->copies = NULL;
+	rep->ncopies = 0;
 }
 
 /* --- the commit ------------------------------------------------------------------- */
@@ -371,6 +397,18 @@ static int add_report(ckpt_session *s, cat *c, int64_t id, const ckpt_report *re
 					 rep->rank);
 		else
 			ckpt__maybe_kill(s, "row", 0);
+	}
+	/* The peers' stores that acknowledged a durable copy of every row (--ckpt-replicas). */
+	for (int j = 0; j < rep->ncopies && !rc; j++) {
+		const ckpt_copy_store *cp = &rep->copies[j];
+		rc = cat_store_put(c, cp->id.store_id, s->run_id, cp->id.rank, cp->id.host, cp->path);
+		for (size_t i = 0; i < rep->rows.n && !rc; i++) {
+			const cat_tensor *t = &rep->rows.rows[i];
+			if ((rc = cat_ckpt_add_copy(c, id, t->stage, t->name, cp->id.store_id)))
+				rc = qe_fail_ctx(rc, "checkpoint: recording the copy of '%s' of stage %d from rank %d in "
+						     "store %s of rank %d on '%s'",
+						 t->name, t->stage, rep->rank, cp->id.store_id, cp->id.rank, cp->id.host);
+		}
 	}
 	for (int i = 0; i < rep->nshards && !rc; i++)
 		rc = cat_ckpt_add_shard(c, id, rep->shards[i].stage, rep->shards[i].rank, rep->shards[i].bytes);

@@ -5,8 +5,9 @@
  * restore is planned: rank 0 sends every rank the checkpoint's rows; each
  * rank matches its items with rows (same dtype, shape and size) and tells
  * rank 0 which stores it sees on its own disk; rank 0 decides who reads each
- * row - the rank that loads it when it sees the row's store, else the lowest
- * rank that does - and refuses, naming the tensors and the rank and host
+ * row - the rank that loads it when it sees the row's store or a replica's
+ * (--ckpt-replicas: the catalog's copies), else the lowest rank that sees
+ * the row's store, else the lowest that sees a replica - and refuses, naming the tensors and the rank and host
  * whose store held them, when no rank can reach a row.  Then every rank
  * reads what it serves and sends it on the comm's service lane, and reads or
  * receives its own rows; every chunk is re-hashed by the store that reads
@@ -192,6 +193,35 @@ static void describe_store(const cat_store_rows *stores, const char *store_id, c
 		snprintf(buf, len, "store %s (not described in the catalog)", store_id);
 }
 
+/* Whether rank a sees any copy of t: its own store's, or a replica's (copies: the checkpoint's copy rows). */
+static int sees_copy(const ask *a, const cat_tensor *t, const cat_tensor_rows *copies)
+{
+	if (sees(a, t->store_id))
+		return 1;
+	for (size_t i = 0; copies && i < copies->n; i++)
+		if (copies->rows[i].stage == t->stage && strcmp(copies->rows[i].name, t->name) == 0 &&
+		    sees(a, copies->rows[i].store_id))
+			return 1;
+	return 0;
+}
+
+/* Where the replicas of t lived, for the refusal: "; copies in store X of rank R on host 'H'". */
+static size_t describe_copies(const cat_store_rows *stores, const cat_tensor *t, const cat_tensor_rows *copies,
+			      char *buf, size_t len)
+{
+	size_t n = 0;
+	buf[0] = 0;
+	for (size_t i = 0; copies && i < copies->n && n < len - 1; i++) {
+		const cat_tensor *c = &copies->rows[i];
+		if (c->stage != t->stage || strcmp(c->name, t->name))
+			continue;
+		char where[400];
+		describe_store(stores, c->store_id, where, sizeof(where));
+		n += (size_t)snprintf(buf + n, len - n, ", and a replica in %s", where);
+	}
+	return n;
+}
+
 static int store_of(ckpt_session *s, const cat_tensor *t, store **out);
 
 /*
@@ -202,8 +232,8 @@ static int store_of(ckpt_session *s, const cat_tensor *t, store **out);
  * rank 0.  A row no rank can reach fails the plan, naming it and where its
  * store lived.  OUT *plan (malloc'd), *nplan.
  */
-static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_store_rows *stores, const ask *asks,
-		     int world, int64_t step, xfer **plan, int *nplan)
+static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_tensor_rows *copies,
+		     const cat_store_rows *stores, const ask *asks, int world, int64_t step, xfer **plan, int *nplan)
 {
 	int total = 0;
 	for (int q = 0; q < world; q++)
@@ -217,9 +247,13 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_sto
 	for (int q = 0; q < world; q++)
 		for (int i = 0; i < asks[q].nneed; i++) {
 			const cat_tensor *t = &rows->rows[asks[q].need[i]];
-			int src = sees(&asks[q], t->store_id) ? q : -1;
+			/* the rank that loads it, else the lowest that sees its own store, else the lowest that sees a replica */
+			int src = sees_copy(&asks[q], t, copies) ? q : -1;
 			for (int h = 0; h < world && src < 0; h++)
 				if (sees(&asks[h], t->store_id))
+					src = h;
+			for (int h = 0; h < world && src < 0; h++)
+				if (sees_copy(&asks[h], t, copies))
 					src = h;
 			store *any;
 			if (src < 0 && store_of(s, t, &any) == QE_OK)
@@ -227,12 +261,13 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_sto
 			qe_clear_error();
 			if (src < 0) {
 				if (nmissing++ < 4 && mlen < sizeof(missing) - 1) {
-					char where[400];
+					char where[400], reps[600];
 					describe_store(stores, t->store_id, where, sizeof(where));
+					describe_copies(stores, t, copies, reps, sizeof(reps));
 					mlen += (size_t)snprintf(missing + mlen, sizeof(missing) - mlen,
 								 "%stensor '%s' of stage %d (%zu chunks, needed by rank %d) "
-								 "is in %s, which no rank of this job can read",
-								 mlen ? "; " : "", t->name, t->stage, t->n_chunks, q, where);
+								 "is in %s%s, which no rank of this job can read",
+								 mlen ? "; " : "", t->name, t->stage, t->n_chunks, q, where, reps);
 				}
 				continue;
 			}
@@ -517,7 +552,20 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 		cat_store_rows stores = { 0 };
 		if (cat_store_list(s->cat, s->run_id, &stores))
 			qe_log(QE_LOG_WARN, "restore: cannot list the run's stores: %s", qe_last_error());
-		rc = make_plan(s, rows, &stores, asks, world, step, &plan, &nplan);
+		cat_tensor_rows copies = { 0 };
+		if (cat_ckpt_copies(s->cat, id, &copies))
+			qe_log(QE_LOG_WARN, "restore: cannot list the checkpoint's replica copies: %s", qe_last_error());
+		rc = make_plan(s, rows, &copies, &stores, asks, world, step, &plan, &nplan);
+		cat_tensor_rows_free(&copies);
+		cat_remote_rows remotes = { 0 };
+		if (rc == QE_ENOTFOUND && !cat_remote_list(s->cat, id, &remotes) && remotes.n) {
+			/* No copy in reach, but the checkpoint was pushed: say where, so the user can fall back to it. */
+			char why[CKPT_MSG];
+			snprintf(why, sizeof(why), "%s", qe_last_error());
+			rc = qe_fail(rc, "%s; it was pushed to %s: resume with --remote %s --from %lld", why, remotes.rows[0].url,
+				     remotes.rows[0].url, (long long)step);
+		}
+		cat_remote_rows_free(&remotes);
 		cat_store_rows_free(&stores);
 		if (rc)
 			ckpt__word_set(&w, rc, NULL);

@@ -5,7 +5,10 @@
  * Order matters for crash consistency: a rank's chunks are in its own store
  * and flushed (store_sync, once per checkpoint) before it sends rank 0 the
  * rows that name them, and rank 0 writes every rank's rows and the commit in
- * one durable transaction only after every rank reported success.  A process
+ * one durable transaction only after every rank reported success.  With
+ * --ckpt-replicas the rank's chunks also go to its replica targets as they
+ * are stored, and its rows leave only after every target acknowledged a
+ * flushed copy (ckpt_replica.c), so the commit records only durable copies.  A process
  * dying anywhere before that transaction leaves a 'pending' (or 'aborted')
  * row with no tensor rows, which no restore reads; dying after it leaves a
  * complete committed checkpoint.  Chunks written by a failed attempt stay in
@@ -88,11 +91,13 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 			host = copy;
 		}
 		rc = store_put_tensor(s->st, host, it->bytes, s->chunk_bytes, &lists[i]);
-		free(copy);
-		if (rc) {
+		if (rc)
 			rc = qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
+		else
+			rc = ckpt__repl_send(s, qe_rank_comm(r), id, host, &lists[i]);
+		free(copy);
+		if (rc)
 			goto out;
-		}
 		ckpt__maybe_kill(s, "chunk", rank);
 	}
 	ckpt__maybe_kill(s, "sync", rank);
@@ -233,6 +238,9 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 		return rc;
 	if (w.rc)
 		return qe_fail((int)w.rc, "checkpoint at step %lld refused, nothing written: %s", (long long)step, w.msg);
+	/* Replica targets, agreed once per session (collective; the same answer on every rank). */
+	if ((rc = ckpt__repl_setup(s, r)))
+		return qe_fail_ctx(rc, "checkpoint at step %lld refused, nothing written", (long long)step);
 
 	/* 2. Rank 0 opens the attempt: a pending row everyone writes under. */
 	memset(&w, 0, sizeof(w));
@@ -261,8 +269,18 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	rc = ckpt__store(s, rank);
 	if (!rc)
 		rc = write_shard(s, r, id, &rep);
-	if (rc)
+	/* 3b. Replicas: end the streams, keep the peers' copies, hear the targets (every rank, failure or not). */
+	ckpt_copy_store *copies = NULL;
+	int ncopies = 0;
+	if (s->repl)
+		rc = ckpt__repl_finish(s, qe_rank_comm(r), id, rc, &copies, &ncopies);
+	if (rc) {
+		ckpt__report_free(&rep);
 		ckpt__report_fail(&rep, id, rank, rc);
+	} else {
+		rep.copies = copies;
+		rep.ncopies = ncopies;
+	}
 	rep.id = id;
 
 	/* 4. Rank 0 gathers the rows and decides: commit when every rank succeeded, else abort. */

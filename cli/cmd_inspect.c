@@ -224,6 +224,11 @@ int cli_inspect_main(int argc, char **argv)
 					      (json_int_t)runtime, "params", (json_int_t)params, "adam_moments",
 					      (json_int_t)moments, "catalog_total", (json_int_t)ck.bytes,
 					      "catalog_runtime_state", (json_int_t)ck.runtime_state_bytes));
+		int copies = 0, hosts = 0;
+		if (!cat_ckpt_redundancy(ckpt_run_catalog(r), ck.id, &copies, &hosts)) {
+			json_object_set_new(o, "copies", json_integer(copies));
+			json_object_set_new(o, "hosts", json_integer(hosts));
+		}
 	} else {
 		printf("run %s (%s), checkpoint step %lld: id %lld, %s, created %s, committed %s\n", ckpt_run_id(r), dir,
 		       (long long)ck.step, (long long)ck.id, cat_status_name(ck.status), ck.created,
@@ -233,6 +238,10 @@ int cli_inspect_main(int argc, char **argv)
 		print_config(ckpt_run_config_json(r));
 		printf("checkpoint records: topology '%s', schedule '%s', recipe '%s'\n", ck.topology, ck.schedule,
 		       ck.recipe);
+		int copies = 0, hosts = 0;
+		if (!cat_ckpt_redundancy(ckpt_run_catalog(r), ck.id, &copies, &hosts) && copies)
+			printf("copies: every tensor in at least %d store%s on %d host%s (--ckpt-replicas %d)\n", copies,
+			       copies == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s", copies - 1);
 		printf("epochs: e_W %lld (catalog row %lld), steps done %lld, cache valid on restore %lld, rng seed %lld "
 		       "position %lld\n",
 		       (long long)e_w[0], (long long)ck.e_w, (long long)steps_done[0], (long long)cache_valid[0],

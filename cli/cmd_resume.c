@@ -16,6 +16,7 @@
 
 #include "ckpt/ckpt.h"
 #include "async_flag.h"
+#include "tier_flags.h"
 #include "cli.h"
 #include "resume_remote.h"
 #include "run.h"
@@ -35,6 +36,7 @@ static void help(FILE *f)
 		   "the run's values; a conflicting one is refused with exit status 2 and nothing is written.\n\n");
 	cli_train_flags_help(f, 1);
 	cli_async_flag_help(f);
+	cli_tier_flags_help(f);
 	cli_resume_remote_help(f);
 	fprintf(f, "\nexit status: 0 done, 1 the run cannot be resumed (no run, no committed checkpoint, corrupt\n"
 		   "or mismatched checkpoint, training failed), 2 bad usage or a conflicting flag.\n"
@@ -181,7 +183,8 @@ int cli_resume_main(int argc, char **argv)
 	if (rc)
 		return rc;
 	int async = 0;
-	if ((rc = cli_async_flag_extract("resume", &argc, argv, &async)))
+	if ((rc = cli_async_flag_extract("resume", &argc, argv, &async)) ||
+	    (rc = cli_tier_flags_extract("resume", &argc, argv)))
 		return rc;
 	cli_train_args a;
 	rc = cli_train_flags_parse("resume", argc, argv, &a, 1);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "async_flag.h"
+#include "tier_flags.h"
 #include "cli.h"
 #include "run.h"
 #include "runtime/core/status.h"
@@ -53,6 +54,7 @@ static void help(FILE *f)
 		   "same run id, its uncommitted attempts, traces and losses dropped, every rank's store emptied.\n\n");
 	cli_train_flags_help(f, 0);
 	cli_async_flag_help(f);
+	cli_tier_flags_help(f);
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
 }
 
@@ -60,6 +62,8 @@ int cli_train_main(int argc, char **argv)
 {
 	int async = 0;
 	int rc = cli_async_flag_extract("train", &argc, argv, &async);
+	if (!rc)
+		rc = cli_tier_flags_extract("train", &argc, argv);
 	if (rc)
 		return rc;
 	cli_train_args a;

@@ -387,6 +387,9 @@ int cli_rank_main(void *vjob)
 						    "from this rank's store",
 				       (unsigned long long)n, (unsigned long long)bytes);
 		}
+		/* Replica targets (--ckpt-replicas): agreed now, so a bad count fails before training. */
+		if (!rc && cfg->ckpt_every > 0)
+			rc = ckpt_replicas_prepare(ctx.ck, r);
 		if (!rc && job->ckpt_async)
 			rc = ckpt_async_open(ctx.ck, env.rank == 0 ? path : NULL, (ckpt_async_mode)job->ckpt_async, &ctx.async);
 		if (!rc && ctx.async && ckpt_async_prepare(ctx.async, r))

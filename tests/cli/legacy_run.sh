@@ -15,7 +15,7 @@ R="$T/run"
 "$Q" inspect --run-dir "$R" >"$T/inspect.txt" || { cat "$T/inspect.txt"; echo "FAIL: inspect of an old run"; exit 1; }
 "$Q" verify --run-dir "$R" >"$T/verify.txt" || { cat "$T/verify.txt"; echo "FAIL: verify of an old run"; exit 1; }
 ver=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('pragma user_version').fetchone()[0])" "$R/catalog.db")
-[ "$ver" = 3 ] || { echo "FAIL: the catalog was not migrated (schema $ver)"; exit 1; }
+[ "$ver" = 4 ] || { echo "FAIL: the catalog was not migrated (schema $ver)"; exit 1; }
 "$Q" train --preset tiny --pp 2 --micro 4 --amax-history 4 --steps 8 --quiet --run-dir "$T/ref" || { echo "FAIL: reference"; exit 1; }
 "$Q" resume --run-dir "$R" --steps 6 --ckpt-every 3 --quiet || { echo "FAIL: resume of an old run"; exit 1; }
 [ -f "$R/stores/rank-0/data.mdb" ] && [ -f "$R/stores/rank-1/data.mdb" ] || { ls -R "$R"; echo "FAIL: new checkpoints not in per-rank stores"; exit 1; }

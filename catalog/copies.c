@@ -1,0 +1,172 @@
+/*
+ * copies.c - the catalog's record of replica copies (schema version 4).
+ *
+ * With --ckpt-replicas R a rank's chunks are also written into the stores of
+ * R peer ranks on other hosts before its rows reach rank 0.  The tensor row
+ * keeps naming the store its own rank wrote; every further store that holds
+ * all of its chunks is one row of the copies table, added inside the same
+ * durable commit transaction as the tensor rows.  Deleting a checkpoint
+ * deletes its copies by cascade, so gc's referenced set (chunk hashes, store
+ * independent) stays the truth for every copy.
+ */
+#include "catalog_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/core/status.h"
+
+int cat_ckpt_add_copy(cat *c, int64_t id, int stage, const char *name, const char *store_id)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	if (!name || !store_id || !store_id[0])
+		return qe_fail(QE_EINVAL, "catalog '%s': a copy needs a tensor name and a store id", c->path);
+	if ((rc = cat_tx_begin(c)))
+		return rc;
+	sqlite3_stmt *st = NULL;
+	int64_t tid = -1;
+	char *own = NULL;
+	if (!(rc = cat_prepare(c, "SELECT id, store_id FROM tensors WHERE checkpoint_id = ? AND stage = ? AND name = ?",
+			       &st, "find the tensor of a copy"))) {
+		sqlite3_bind_int64(st, 1, id);
+		sqlite3_bind_int(st, 2, stage);
+		cat_bind_text(st, 3, name);
+		int src = sqlite3_step(st);
+		if (src == SQLITE_ROW) {
+			tid = sqlite3_column_int64(st, 0);
+			own = cat_col_strdup(st, 1);
+		} else if (src != SQLITE_DONE) {
+			rc = cat_sql_fail(c, src, "find the tensor of a copy");
+		}
+		sqlite3_finalize(st);
+	}
+	if (!rc && tid < 0)
+		rc = qe_fail(QE_ENOTFOUND, "catalog '%s': checkpoint %lld has no tensor '%s' of stage %d to record a copy of",
+			     c->path, (long long)id, name, stage);
+	if (!rc && own && strcmp(own, store_id) == 0)
+		rc = qe_fail(QE_EINVAL, "catalog '%s': store %s already holds tensor '%s' of stage %d of checkpoint %lld",
+			     c->path, store_id, name, stage, (long long)id);
+	free(own);
+	if (!rc && !(rc = cat_prepare(c, "INSERT INTO copies(tensor_id, store_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
+				      &st, "record a copy"))) {
+		sqlite3_bind_int64(st, 1, tid);
+		cat_bind_text(st, 2, store_id);
+		int src = sqlite3_step(st);
+		if (src != SQLITE_DONE)
+			rc = cat_sql_fail(c, src, "record a copy");
+		sqlite3_finalize(st);
+	}
+	return cat_tx_end(c, rc);
+}
+
+/* A read-only catalog of an older schema is read as it is: it has no copies table, so no copies. */
+static int has_copies(cat *c)
+{
+	int v = 0;
+	return cat_schema_version(c, &v) == QE_OK && v >= 4;
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+int cat_ckpt_copies(cat *c, int64_t id, cat_tensor_rows *out)
+{
+	memset(out, 0, sizeof(*out));
+	cat_tensor_rows prim = { 0 };
+	sqlite3_stmt *st = NULL;
+	int rc = cat_check(c);
+	if (rc || !has_copies(c))
+		return rc;
+	if ((rc = cat_ckpt_tensors(c, id, &prim)))
+		return rc;
+	size_t cap = 0;
+	if ((rc = cat_prepare(c,
+			      "SELECT c.tensor_id, c.store_id FROM copies c JOIN tensors t ON t.id = c.tensor_id"
+			      " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.store_id",
+			      &st, "list copies")))
+		goto out;
+	sqlite3_bind_int64(st, 1, id);
+	int src;
+	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t tid = sqlite3_column_int64(st, 0);
+		const cat_tensor *p = NULL;
+		for (size_t i = 0; i < prim.n && !p; i++)
+			if (prim.rows[i].id == tid)
+				p = &prim.rows[i];
+		if (!p)
+			continue; /* the tensor went between the two reads: not a copy any more */
+		if (out->n == cap) {
+			size_t ncap = cap ? 2 * cap : 16;
+			cat_tensor *v = realloc(out->rows, ncap * sizeof(*v));
+			if (!v) {
+				rc = qe_fail(QE_ENOMEM, "catalog '%s': list copies: out of memory", c->path);
+				break;
+			}
+			memset(v + cap, 0, (ncap - cap) * sizeof(*v));
+			out->rows = v;
+			cap = ncap;
+		}
+		cat_tensor *t = &out->rows[out->n++];
+		t->id = p->id;
+		t->stage = p->stage;
+		t->bytes = p->bytes;
+		t->name = dup_or_null(p->name);
+		t->dtype = dup_or_null(p->dtype);
+		t->shape = dup_or_null(p->shape);
+		t->kind = dup_or_null(p->kind);
+		t->store_id = cat_col_strdup(st, 1);
+		t->chunks = calloc(p->n_chunks + 1, sizeof(cat_chunk));
+		if (!t->name || !t->dtype || !t->shape || !t->kind || !t->store_id || !t->chunks) {
+			rc = qe_fail(QE_ENOMEM, "catalog '%s': list copies: out of memory", c->path);
+			break;
+		}
+		memcpy(t->chunks, p->chunks, p->n_chunks * sizeof(cat_chunk));
+		t->n_chunks = p->n_chunks;
+	}
+	if (!rc && src != SQLITE_DONE)
+		rc = cat_sql_fail(c, src, "list copies");
+	sqlite3_finalize(st);
+out:
+	cat_tensor_rows_free(&prim);
+	if (rc)
+		cat_tensor_rows_free(out);
+	return rc;
+}
+
+int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts)
+{
+	*copies = *hosts = 0;
+	sqlite3_stmt *st;
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	int with_copies = has_copies(c);
+	if ((rc = cat_prepare(c,
+			      with_copies ? "WITH holders(tid, sid) AS ("
+			      "  SELECT id, store_id FROM tensors WHERE checkpoint_id = ?1"
+			      "  UNION SELECT c.tensor_id, c.store_id FROM copies c JOIN tensors t ON t.id = c.tensor_id"
+			      "  WHERE t.checkpoint_id = ?1),"
+			      " per(n, h) AS (SELECT count(*), count(DISTINCT coalesce(s.host, '?' || h.sid))"
+			      "  FROM holders h LEFT JOIN stores s ON s.store_id = h.sid GROUP BY h.tid)"
+			      " SELECT coalesce(min(n), 0), coalesce(min(h), 0) FROM per"
+				  : "WITH holders(tid, sid) AS (SELECT id, store_id FROM tensors WHERE checkpoint_id = ?1),"
+			      " per(n, h) AS (SELECT count(*), count(DISTINCT coalesce(s.host, '?' || h.sid))"
+			      "  FROM holders h LEFT JOIN stores s ON s.store_id = h.sid GROUP BY h.tid)"
+			      " SELECT coalesce(min(n), 0), coalesce(min(h), 0) FROM per",
+			      &st, "count the copies of a checkpoint")))
+		return rc;
+	sqlite3_bind_int64(st, 1, id);
+	int src = sqlite3_step(st);
+	if (src == SQLITE_ROW) {
+		*copies = sqlite3_column_int(st, 0);
+		*hosts = sqlite3_column_int(st, 1);
+	} else {
+		rc = cat_sql_fail(c, src, "count the copies of a checkpoint");
+	}
+	sqlite3_finalize(st);
+	return rc;
+}
