@@ -218,7 +218,7 @@ if has gpt2; then
     say "gpt2: shard $SHARD ($(( $(stat -c %s "$SHARD") / 2 - 512 )) tokens), models $GPT2_MODELS, precisions $GPT2_PRECISIONS"
     # a model's weight in the part's time: deeper models take longer to set up, step and compile
     weight() { case $1 in gpt2) echo 2;; gpt2-medium) echo 3;; gpt2-large) echo 4;; gpt2-xl) echo 5;; *) echo 2;; esac; }
-    items=(${GPT2_MODELS//,/ }); wleft=0
+    IFS=, read -ra items <<<"$GPT2_MODELS"; wleft=0
     for pm in "${items[@]}"; do wleft=$(( wleft + $(weight "${pm%%:*}") )); done
     for pm in "${items[@]}"; do
       preset=${pm%%:*}; rest=${pm#*:}; M=${rest%%:*}; Bt=${rest#*:}; [ "$Bt" = "$rest" ] && Bt=1
