@@ -223,10 +223,13 @@ if has gpt2; then
     for pm in "${items[@]}"; do
       preset=${pm%%:*}; rest=${pm#*:}; M=${rest%%:*}; Bt=${rest#*:}; [ "$Bt" = "$rest" ] && Bt=1
       tag=$preset-m$M-b$Bt
-      # this model's share of what is left (8 s kept for the table), by weight; time a model
-      # does not use goes to the models after it
-      w=$(weight "$preset"); share=$(( (TOTAL - $(elapsed) - 8) * w / wleft )); wleft=$(( wleft - w ))
-      if [ "$share" -lt 40 ]; then say "-- gpt2 $tag skipped: ${share} s left for it"; continue; fi
+      # this model's share of what is left (8 s kept for the table), by weight;
+      # time a model does not use goes to the models after it; a share under 40 s is raised to
+      # 40 s (or what is left), taking from the models after it rather than skipping this one
+      left=$(( TOTAL - $(elapsed) - 8 ))
+      w=$(weight "$preset"); share=$(( left * w / wleft )); wleft=$(( wleft - w ))
+      [ "$share" -lt 40 ] && share=$(( left < 40 ? left : 40 ))
+      if [ "$share" -lt 20 ]; then say "-- gpt2 $tag skipped: ${share} s left for it"; continue; fi
       LQ=$(( share * GPT2_QE_SHARE / 100 )); [ $GT = 1 ] || LQ=$share
       t=$(date +%s)
       # shellcheck disable=SC2086
