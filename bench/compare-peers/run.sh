@@ -18,6 +18,16 @@
 #          the store from the page cache (restore only), train --ckpt-async (two async saves)
 #   pckpt  PyTorch DCP (bench/peers/run_peers.py ckpt): dcp.save / dcp.load / dcp.async_save of a
 #          state of the same shapes and bytes, on the same disk (CKPT_DIR)
+#   gpt2   (issue 20; not in the default PARTS: run it in a call of its own, PARTS=gpt2) GPT-2 on one
+#          GPU, seq 1024, against the PyTorch GPT-2 peer, on an llm.c token shard: for every item of
+#          GPT2_MODELS (PRESET:M:B), first qeffect bench step --pp 1 --presets PRESET:M:B --precision
+#          fp8,bf16 --configs captured_direct, then bench/peers/gpt2_torch.py --model PRESET --micro M
+#          --batch B (bf16 autocast, SDPA flash, fused AdamW, torch.compile), each its fresh-process
+#          trials under its share of the part's time; bench/compare-peers/gpt2_table.py prints the table
+#          (model, seq, batch, micro, tokens/s of qeffect fp8, qeffect bf16, PyTorch; llm.c's earlier
+#          number; ratios to the faster peer) last.  The data is GPT2_SHARD, else the first *_train.bin
+#          in DATA_DIR, else in BUILD_DIR: a package folder holding qeffect and a shard serves as both,
+#            PARTS=gpt2 bash bench/compare-peers/run.sh PKG PKG
 # then bench/compare-peers/table.py prints the table (system, schedule, precision, step ms,
 # ratio to qeffect captured zbv direct, checkpoint save GB/s, restore GB/s, training stall ms,
 # each with its trial count).  $OUT gets summary.txt, compare.json and compare-peers.tar.gz
@@ -31,6 +41,12 @@
 # kept for later parts PEER_MIN (100) QCKPT_MIN (90) DCP_MIN (70), RUN_LIMIT (90: one qeffect
 # training run), PEER_RUN_LIMIT (100: one torchrun job), CKPT_DIR (/tmp/compare-peers-ckpt),
 # DCP_REPS (2), DCP_VARIANTS, COLD (1: restores read from disk, not the page cache).
+# gpt2 knobs: GPT2_MODELS (gpt2:1:16,gpt2-medium:1:16,gpt2-xl:1:8), GPT2_SHARD, GPT2_PRECISIONS
+# (fp8,bf16), GPT2_CONFIGS (captured_direct; the table reads captured_direct), GPT2_QE_TRIALS (3),
+# GPT2_STEPS (20), GPT2_WARMUP (5), GPT2_PEER_TRIALS (2), GPT2_PEER_STEPS (30), GPT2_PEER_WARMUP (10),
+# GPT2_COMPILE (model|blocks|none), GPT2_QE_SHARE (40: percent of a model's time for qeffect),
+# GPT2_RUN_LIMIT (120: one qeffect run), GPT2_PEER_LIMIT (240: one PyTorch trial), GPT2_QE_FLAGS and
+# GPT2_PEER_FLAGS (extra flags, e.g. a tiny shape to try the part on the cpu), PYTHON (python3).
 set -u
 B=${1:-gpu-pkg}; DATA=${2:-gpu-data}
 OUT=${OUT:-/tmp/compare-peers-out}
@@ -74,6 +90,7 @@ has() { case ",$PARTS," in *,$1,*) return 0;; esac; return 1; }
 first=${QE_PRESETS%%,*}; CK_PRESET=${CK_PRESET:-${first%%:*}}; CK_M=${CK_M:-${first##*:}}
 
 Q=$(readlink -f "$B/qeffect" 2>/dev/null || echo "$B/qeffect")
+PY=${PYTHON:-python3}
 DATAF=$(readlink -f "$DATA/brown.jsonl" 2>/dev/null || echo "$DATA/brown.jsonl")
 say "== compare-peers $(date -u +%FT%TZ): parts $PARTS, backend $BACKEND, presets $QE_PRESETS, total budget $TOTAL s"
 if command -v nvidia-smi >/dev/null; then
@@ -83,9 +100,11 @@ else
 fi
 say "checkpoint disk: $CKPT_DIR ($(df -h "$CKPT_DIR" | awk 'NR==2 {print $4 " free of " $2 " on " $1}'))"
 [ -x "$Q" ] || say "no qeffect binary at $Q: the qeffect parts will fail"
-[ -r "$DATAF" ] || say "no data at $DATAF"
+if has qstep || has pstep || has qckpt; then [ -r "$DATAF" ] || say "no data at $DATAF"; fi
 HAVE_TORCH=0
-if python3 -c 'import torch' 2>/dev/null; then
+if ! has pstep && ! has pckpt; then
+  : # the gpt2 part checks its own $PY
+elif python3 -c 'import torch' 2>/dev/null; then
   HAVE_TORCH=1
   say "torch $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1)"
 else
@@ -173,12 +192,83 @@ if has pckpt && [ $HAVE_TORCH = 1 ]; then
   fi
 fi
 
-say ""
-say "== table"
-python3 "$HERE/table.py" "$R" "$R/compare.json" 2>&1 | tee -a "$S"
-say "== total $(elapsed) s"
+# ---- 5. GPT-2 on one GPU: qeffect bench step --pp 1 and the PyTorch GPT-2 peer, model by model
+if has gpt2; then
+  GPT2_MODELS=${GPT2_MODELS:-gpt2:1:16,gpt2-medium:1:16,gpt2-xl:1:8}; GPT2_MODELS=${GPT2_MODELS// /,}
+  GPT2_PRECISIONS=${GPT2_PRECISIONS:-fp8,bf16}; GPT2_CONFIGS=${GPT2_CONFIGS:-captured_direct}
+  GPT2_QE_TRIALS=${GPT2_QE_TRIALS:-3}; GPT2_STEPS=${GPT2_STEPS:-20}; GPT2_WARMUP=${GPT2_WARMUP:-5}
+  GPT2_PEER_TRIALS=${GPT2_PEER_TRIALS:-2}; GPT2_PEER_STEPS=${GPT2_PEER_STEPS:-30}; GPT2_PEER_WARMUP=${GPT2_PEER_WARMUP:-10}
+  GPT2_COMPILE=${GPT2_COMPILE:-model}; GPT2_QE_SHARE=${GPT2_QE_SHARE:-40}
+  GPT2_RUN_LIMIT=${GPT2_RUN_LIMIT:-120}; GPT2_PEER_LIMIT=${GPT2_PEER_LIMIT:-240}
+  G=$R/gpt2; mkdir -p "$G/peer"
+  SHARD=${GPT2_SHARD:-}
+  if [ -z "$SHARD" ]; then
+    for d in "$DATA" "$B"; do
+      SHARD=$(ls "$d"/*_train.bin 2>/dev/null | head -1); [ -n "$SHARD" ] && break
+    done
+  fi
+  [ -n "$SHARD" ] && SHARD=$(readlink -f "$SHARD")
+  GT=0
+  if $PY -c 'import torch' 2>/dev/null; then GT=1
+    say "gpt2: torch $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no gpu")' 2>&1)"
+  else say "gpt2: PyTorch peer skipped: $PY cannot import torch"; fi
+  if [ -z "$SHARD" ] || [ ! -r "$SHARD" ]; then
+    say "-- gpt2 skipped: no llm.c shard (GPT2_SHARD, or *_train.bin in $DATA or $B; make one with qeffect tokenize)"
+  else
+    say "gpt2: shard $SHARD ($(( $(stat -c %s "$SHARD") / 2 - 512 )) tokens), models $GPT2_MODELS, precisions $GPT2_PRECISIONS"
+    # a model's weight in the part's time: deeper models take longer to set up, step and compile
+    weight() { case $1 in gpt2) echo 2;; gpt2-medium) echo 3;; gpt2-large) echo 4;; gpt2-xl) echo 5;; *) echo 2;; esac; }
+    IFS=, read -ra items <<<"$GPT2_MODELS"; wleft=0
+    for pm in "${items[@]}"; do wleft=$(( wleft + $(weight "${pm%%:*}") )); done
+    for pm in "${items[@]}"; do
+      preset=${pm%%:*}; rest=${pm#*:}; M=${rest%%:*}; Bt=${rest#*:}; [ "$Bt" = "$rest" ] && Bt=1
+      tag=$preset-m$M-b$Bt
+      # this model's share of what is left (8 s kept for the table), by weight;
+      # time a model does not use goes to the models after it; a share under 40 s is raised to
+      # 40 s (or what is left), taking from the models after it rather than skipping this one
+      left=$(( TOTAL - $(elapsed) - 8 ))
+      w=$(weight "$preset"); share=$(( left * w / wleft )); wleft=$(( wleft - w ))
+      [ "$share" -lt 40 ] && share=$(( left < 40 ? left : 40 ))
+      if [ "$share" -lt 20 ]; then say "-- gpt2 $tag skipped: ${share} s left for it"; continue; fi
+      LQ=$(( share * GPT2_QE_SHARE / 100 )); [ $GT = 1 ] || LQ=$share
+      t=$(date +%s)
+      # shellcheck disable=SC2086
+      timeout -k 5 $((LQ + 25)) "$Q" bench step --backend "$BACKEND" --pp 1 --presets "$pm" --precision "$GPT2_PRECISIONS" \
+        --configs "$GPT2_CONFIGS" --trials "$GPT2_QE_TRIALS" --repl 0 --steps "$GPT2_STEPS" --warmup "$GPT2_WARMUP" \
+        --data "$SHARD" --budget-s "$LQ" --timeout-s "$GPT2_RUN_LIMIT" --out "$G/qe-$tag" $GPT2_QE_FLAGS >"$G/qe-$tag.txt" 2>&1
+      rc=$?
+      say "-- gpt2 qeffect $tag: exit $rc in $(( $(date +%s) - t )) s (budget $LQ s)$([ $rc -eq 124 ] && echo ', KILLED')"
+      grep -E ' main [0-9]+/[0-9]+:|failed|cut short' "$G/qe-$tag.txt" | tee -a "$S"
+      [ $GT = 1 ] || continue
+      # the peer gets the rest of this model's share (the qeffect runs may have taken less)
+      LP=$(( share - ($(date +%s) - t) ))
+      if [ "$LP" -lt 30 ]; then say "-- gpt2 PyTorch $tag skipped: ${LP} s left for it"; continue; fi
+      t=$(date +%s)
+      # shellcheck disable=SC2086
+      timeout -k 5 $((LP + 30)) $PY "$ROOT/bench/peers/gpt2_torch.py" --model "$preset" --micro "$M" --batch "$Bt" \
+        --seq 1024 --steps "$GPT2_PEER_STEPS" --warmup "$GPT2_PEER_WARMUP" --data "$SHARD" --compile "$GPT2_COMPILE" \
+        --trials "$GPT2_PEER_TRIALS" --budget-s "$LP" --timeout-s "$GPT2_PEER_LIMIT" --out "$G/peer" $GPT2_PEER_FLAGS \
+        >"$G/peer-$tag.txt" 2>&1
+      rc=$?
+      say "-- gpt2 PyTorch $tag: exit $rc in $(( $(date +%s) - t )) s (budget $LP s)$([ $rc -eq 124 ] && echo ', KILLED')"
+      grep -E '^peer' "$G/peer-$tag.txt" | tee -a "$S"
+    done
+  fi
+fi
+
+say "== total $(elapsed) s (before the tables)"
+if has qstep || has pstep || has qckpt || has pckpt; then say ""; say "== table"; fi
+if has qstep || has pstep || has qckpt || has pckpt; then
+  python3 "$HERE/table.py" "$R" "$R/compare.json" 2>&1 | tee -a "$S"
+fi
+if has gpt2; then
+  say ""
+  say "== GPT-2 table"
+  python3 "$HERE/gpt2_table.py" "$R/gpt2" "$R/gpt2-compare.json" 2>&1 | tee -a "$S"
+fi
 cp "$S" "$OUT/summary.txt"
 cp "$R/compare.json" "$OUT/compare.json" 2>/dev/null
+cp "$R/gpt2-compare.json" "$OUT/gpt2-compare.json" 2>/dev/null
 tar -C "$W" -czf "$OUT/compare-peers.tar.gz" compare-peers && echo "wrote $OUT/compare-peers.tar.gz ($(du -k "$OUT/compare-peers.tar.gz" | cut -f1) KiB)"
 rm -rf "$W"
 rmdir "$CKPT_DIR" 2>/dev/null

@@ -89,7 +89,7 @@ typedef struct bench_train_spec {
 	const char *exe;      /* this binary */
 	const char *backend, *preset, *data; /* data NULL: train's default */
 	int pp, micro, steps, warmup;        /* warmup: leading steps left out of the step time */
-	const char *const *flags;            /* NULL-terminated: schedule, backward, exec, grad */
+	const char *const *flags;            /* NULL-terminated: schedule, backward, exec, grad, other train flags (at most 59) */
 	const char *log_path;
 	double timeout_s;
 } bench_train_spec;

@@ -133,7 +133,7 @@ int bench_train(const bench_train_spec *spec, bench_train_run *out)
 	snprintf(smicro, sizeof(smicro), "%d", spec->micro);
 	snprintf(ssteps, sizeof(ssteps), "%d", spec->steps);
 	snprintf(spp, sizeof(spp), "%d", spec->pp);
-	const char *argv[48];
+	const char *argv[80];
 	int n = 0;
 	const char *fixed[] = { spec->exe, "train",  "--backend", spec->backend, "--preset", spec->preset, "--pp",
 				spp,	   "--micro", smicro,	"--steps",     ssteps,	   "--lr",	 "3e-4",
@@ -144,7 +144,7 @@ int bench_train(const bench_train_spec *spec, bench_train_run *out)
 		argv[n++] = "--data";
 		argv[n++] = spec->data;
 	}
-	for (int i = 0; spec->flags && spec->flags[i] && n < 46; i++)
+	for (int i = 0; spec->flags && spec->flags[i] && n < 78; i++)
 		argv[n++] = spec->flags[i];
 	argv[n] = NULL;
 	bench_child ch;

@@ -6,6 +6,8 @@
 # persistent growth, floor > 0 with the floor's parameter count matching the model, a PNG.
 # Failure paths: a failing run makes the bench exit 1 and is recorded; a run past its time
 # limit is killed; --budget-s cuts a series short and says so; bad flags exit 2.
+# bench step --pp 1 (one rank, one chunk): a row per precision and PRESET:M:B item, the
+# shape flags reach the children, tokens/s = micro x batch x seq / step time.
 set -u
 Q=${1:?usage: bench.sh QEFFECT [SHARED]}
 W=$(mktemp -d)
@@ -90,6 +92,33 @@ for se in ("main", "repl"):
 want(len(d["runs"]) == 10 and all(r["ok"] and len(r["slowest_step_ms"]) == 5 and len(r["ranks"]) == 2 for r in d["runs"]), "ten raw runs")
 '
 
+# 3b. step --pp 1 (one GPU mode of issue 20): a tiny GPT-2 shape, rows per precision, tokens/s
+"$Q" bench step --pp 1 --presets gpt2:2,gpt2:1:4 --layers 1 --hidden 32 --heads 2 --seq 64 --vocab 256 --batch 2 \
+  --trials 1 --repl 0 --steps 4 --warmup 2 --out p1 >p1.out 2>&1 || { cat p1.out; bad "bench step --pp 1 exited $?"; }
+grep -q 'tok/s' p1.out || bad "--pp 1 table lacks tok/s"
+grep -q 'pp 1, dp 1, 2 microbatches.*precision bf16' p1/logs/gpt2-m2-b2-bf16-main-1-captured_direct.log || bad "bf16 row's child is not --pp 1 bf16"
+grep -q 'hidden 32, heads 2, seq 64, batch 4' p1/logs/gpt2-m1-b4-fp8-main-1-reference_eager.log || bad "PRESET:M:B batch or shape flags not passed"
+py p1/step.json '
+want(d["pp"] == 1 and d["truncated"] is False, "pp 1, not truncated")
+want(d["shape_overrides"] == {"layers": 1, "hidden": 32, "heads": 2, "seq": 64, "vocab": 256}, "shape %s" % d["shape_overrides"])
+rows = [(p["preset"], p["micro"], p["batch"], p["precision"]) for p in d["presets"]]
+want(rows == [("gpt2", 2, 2, "fp8"), ("gpt2", 2, 2, "bf16"), ("gpt2", 1, 4, "fp8"), ("gpt2", 1, 4, "bf16")], "rows %s" % rows)
+for p in d["presets"]:
+    n = p["tag"]
+    want(p["pp"] == 1 and p["chunks_per_rank"] == 1 and p["seq"] == 64, n + ": pp, chunks, seq")
+    want(p["tokens_per_step"] == p["micro"] * p["batch"] * 64 == 256, n + ": tokens per step")
+    want(p["floor"] is None and p["chart"]["png"] == "step-%s.png" % n, n + ": no floor, chart")
+    cs = p["series"]["main"]
+    want([c["config"] for c in cs] == ["reference_eager", "captured_direct"], n + ": default configurations")
+    for c in cs:
+        cap = c["config"] == "captured_direct"
+        want(c["graphs"] == (3 * p["micro"] if cap else 0) == c["expected_graphs"], n + " " + c["config"] + ": graphs")
+        want(c["alloc_growth_bytes"] == 0, n + ": growth")
+        tps = p["tokens_per_step"] / (c["step_ms"] / 1e3)
+        want(abs(c["tokens_per_s"] - tps) < 1e-6 * tps and c["tokens_per_s_trials"] == [c["tokens_per_s"]], n + ": tokens/s")
+want(all(r["precision"] in ("fp8", "bf16") and len(r["ranks"]) == 1 for r in d["runs"]) and len(d["runs"]) == 8, "eight one-rank runs")
+'
+
 # 4. scale
 "$Q" bench scale --preset tiny --micro 2,4 --steps 4 --out c >c.out 2>&1 || { cat c.out; bad "bench scale exited $?"; }
 py c/scale.json '
@@ -126,7 +155,8 @@ py b/step.json '
 want(d["truncated"] is True and "budget" in d["truncated_why"], "truncated by the budget: %s" % d["truncated_why"])
 want(len(d["runs"]) == 1, "one run before the budget stopped it: %d" % len(d["runs"]))
 '
-for args in "step --warmup 1" "step --presets tiny:3" "step --configs nope" "scale --micro 2,,4" "handoff --procs 0" "nosuch" "floor --preset nope"; do
+for args in "step --pp 3" "step --pp 1 --configs captured_zbv_direct" "step --pp 1 --floor on" "step --batch 2 --floor on" "step --precision fp9" "step --precision fp8,fp8" "step --presets gpt2:1:0" "step --pp 1 --layers 0" \
+            "step --warmup 1" "step --presets tiny:3" "step --configs nope" "scale --micro 2,,4" "handoff --procs 0" "nosuch" "floor --preset nope"; do
   "$Q" bench $args >u.out 2>&1; rc=$?
   [ $rc -eq 2 ] || bad "bench $args: exit $rc, expected 2 ($(head -1 u.out))"
 done
