@@ -235,7 +235,7 @@ if has gpt2; then
       # shellcheck disable=SC2086
       timeout -k 5 $((LQ + 25)) "$Q" bench step --backend "$BACKEND" --pp 1 --presets "$pm" --precision "$GPT2_PRECISIONS" \
         --configs "$GPT2_CONFIGS" --trials "$GPT2_QE_TRIALS" --repl 0 --steps "$GPT2_STEPS" --warmup "$GPT2_WARMUP" \
-        --data "$SHARD" --budget-s "$LQ" --timeout-s "$GPT2_RUN_LIMIT" --out "$G/qe-$tag" $GPT2_QE_FLAGS >"$G/qe-$tag.txt" 2>&1
+        --data "$SHARD" --budget-s "$LQ" --timeout-s "$GPT2_RUN_LIMIT" --out "$G/qe-$tag" ${GPT2_QE_FLAGS:-} >"$G/qe-$tag.txt" 2>&1
       rc=$?
       say "-- gpt2 qeffect $tag: exit $rc in $(( $(date +%s) - t )) s (budget $LQ s)$([ $rc -eq 124 ] && echo ', KILLED')"
       grep -E ' main [0-9]+/[0-9]+:|failed|cut short' "$G/qe-$tag.txt" | tee -a "$S"
@@ -247,7 +247,7 @@ if has gpt2; then
       # shellcheck disable=SC2086
       timeout -k 5 $((LP + 30)) $PY "$ROOT/bench/peers/gpt2_torch.py" --model "$preset" --micro "$M" --batch "$Bt" \
         --seq 1024 --steps "$GPT2_PEER_STEPS" --warmup "$GPT2_PEER_WARMUP" --data "$SHARD" --compile "$GPT2_COMPILE" \
-        --trials "$GPT2_PEER_TRIALS" --budget-s "$LP" --timeout-s "$GPT2_PEER_LIMIT" --out "$G/peer" $GPT2_PEER_FLAGS \
+        --trials "$GPT2_PEER_TRIALS" --budget-s "$LP" --timeout-s "$GPT2_PEER_LIMIT" --out "$G/peer" ${GPT2_PEER_FLAGS:-} \
         >"$G/peer-$tag.txt" 2>&1
       rc=$?
       say "-- gpt2 PyTorch $tag: exit $rc in $(( $(date +%s) - t )) s (budget $LP s)$([ $rc -eq 124 ] && echo ', KILLED')"
