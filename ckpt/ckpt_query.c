@@ -160,7 +160,14 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 			goto fail;
 	}
 	cat_run run = { 0 };
-	if ((rc = cat_meta_get(r->cat, "run_id", &r->run_id)) || (rc = cat_run_get(r->cat, r->run_id, &run))) {
+	if (!(rc = cat_meta_get(r->cat, "run_id", &r->run_id)) && !r->run_id[0]) {
+		rc = qe_fail(QE_ENOTFOUND,
+			     "run directory '%s' has no run yet: its catalog (%s) was made, but the command that made it "
+			     "failed before it recorded the run; 'qeffect train --run-dir %s' starts it",
+			     dir, path, dir);
+		goto fail;
+	}
+	if (rc || (rc = cat_run_get(r->cat, r->run_id, &run))) {
 		rc = qe_fail_ctx(rc, "catalog '%s'", path);
 		goto fail;
 	}

@@ -500,7 +500,8 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 				rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 				break;
 			}
-			memcpy(asks[0].need, mine_ask->need, (size_t)mine_ask->nneed * sizeof(int64_t));
+			if (mine_ask->nneed) /* need is NULL then: memcpy from NULL is undefined even for 0 bytes */
+				memcpy(asks[0].need, mine_ask->need, (size_t)mine_ask->nneed * sizeof(int64_t));
 		} else if ((rc = ask_decode(blobs[q].data, blobs[q].size, q, rows->n, &asks[q]))) {
 			break;
 		}
