@@ -398,7 +398,7 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 		a->copies[i] = (char *)a->pool + off;
 		off += (it->bytes + 255) / 256 * 256;
 		if (it->on_device && it->bytes) {
-			if ((rc = qe_fault_hit(QE_FAULT_COPY) ? qe_fail(QE_EIO, "copy to the host") : b->ops->copy(NULL, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
+			if ((rc = ckpt__copy(b, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
 				return qe_fail_ctx(rc, "async checkpoint: copying '%s' of stage %d to the host", it->name,
 						   it->stage);
 		} else if (it->bytes) {

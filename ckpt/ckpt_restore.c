@@ -427,7 +427,7 @@ static int load_items(qe_rank *r, const qe_pstate_item *items, int n, void **buf
 		if (!it->bytes)
 			continue;
 		if (it->on_device) {
-			int rc = qe_fault_hit(QE_FAULT_COPY) ? qe_fail(QE_EIO, "copy to the device") : b->ops->copy(NULL, it->data, bufs[i], it->bytes, QE_COPY_H2D);
+			int rc = ckpt__copy(b, it->data, bufs[i], it->bytes, QE_COPY_H2D);
 			if (rc)
 				return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name,
 						   it->stage);

@@ -80,7 +80,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 					     it->name, it->stage, it->bytes);
 				goto out;
 			}
-			if ((rc = qe_fault_hit(QE_FAULT_COPY) ? qe_fail(QE_EIO, "copy to the host") : b->ops->copy(NULL, copy, it->data, it->bytes, QE_COPY_D2H))) {
+			if ((rc = ckpt__copy(b, copy, it->data, it->bytes, QE_COPY_D2H))) {
 				free(copy);
 				rc = qe_fail_ctx(rc, "checkpoint: copying '%s' of stage %d to the host", it->name,
 						 it->stage);
