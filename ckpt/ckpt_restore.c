@@ -566,9 +566,10 @@ static int plan_decode(const void *buf, size_t len, int world, size_t nrows, ckp
 		v[k].dst = (int)get64(p + sizeof(*w) + 24 + 24 * k);
 		if (v[k].row < 0 || (size_t)v[k].row >= nrows || v[k].src < 0 || v[k].src >= world || v[k].dst < 0 ||
 		    v[k].dst >= world) {
-			free(v);
-			return qe_fail(QE_ECOMM, "restore: rank 0's plan names row %lld from rank %d to rank %d",
-				       (long long)v[k].row, v[k].src, v[k].dst);
+			int rc = qe_fail(QE_ECOMM, "restore: rank 0's plan names row %lld from rank %d to rank %d",
+					 (long long)v[k].row, v[k].src, v[k].dst);
+			free(v); /* after the message, which reads v (it read freed memory) */
+			return rc;
 		}
 	}
 	*plan = v;
@@ -685,8 +686,10 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	free(me.seen);
 	free(abuf);
 	qe_comm_blobs_free(blobs, world);
-	if (rc)
+	if (rc) {
+		free(blob); /* rank 0's plan, built even when its own part failed (LeakSanitizer) */
 		goto out;
+	}
 	if ((rc = share_blob(r, blob, blob_len, &got, &got_len))) {
 		rc = qe_fail_ctx(rc, "restore: hearing rank 0's plan");
 		goto out;
