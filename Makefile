@@ -1,11 +1,12 @@
 # Thin wrapper: the build is CMake (CMakeLists.txt), the tests are ctest.
 #   make demo   install missing packages, build, run the CPU demo
 #   make test   install missing packages, build, run every test
+#   make test-sanitize   the same suite built with ASan, UBSan and LSan in build-sanitize/
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo clean gpu-build
+.PHONY: all deps configure build test test-sanitize demo clean gpu-build
 
 all: build
 
@@ -21,6 +22,22 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The whole suite under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer,
+# in its own build folder (no CUDA: CI has no GPU).  Shell tests run the sanitized qeffect
+# they are given, and forked ranks check for leaks before they leave (runtime/comm/launch.c).
+# The heavy tests' knobs are smaller here, so `make test` + this stay within CI's hour.
+SAN_BUILD ?= build-sanitize
+SAN_CFLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+SAN_ENV = ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_stack_use_after_return=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	QE_CRASH_TRIALS=$${QE_CRASH_TRIALS:-12} QE_FAULT_TRIALS=$${QE_FAULT_TRIALS:-2} QE_SHAPE_STEPS=$${QE_SHAPE_STEPS:-2}
+test-sanitize: deps
+	cmake -S . -B $(SAN_BUILD) -DQE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
+		-DCMAKE_C_FLAGS="$(SAN_CFLAGS)" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" $(CMAKE_FLAGS)
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	cd $(SAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
+
 demo: build
 	bash scripts/demo.sh $(BUILD)/qeffect
 
@@ -30,4 +47,4 @@ gpu-build: deps
 	cmake --build build-gpu -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) build-gpu
+	rm -rf $(BUILD) build-gpu $(SAN_BUILD)

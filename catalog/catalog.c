@@ -17,6 +17,7 @@
  */
 #include "catalog/catalog_int.h"
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -199,6 +200,18 @@ int cat_exec(cat *c, const char *sql, const char *what)
 	return rc == SQLITE_OK ? 0 : cat_sql_fail(c, rc, what);
 }
 
+int cat_exec_commit(cat *c, const char *what)
+{
+	if (qe_fault_hit(QE_FAULT_SQLITE_COMMIT))
+		return cat_sql_fail(c, SQLITE_IOERR, what);
+	return cat_exec(c, "COMMIT", what);
+}
+
+int cat_step(sqlite3_stmt *st)
+{
+	return qe_fault_hit(QE_FAULT_SQLITE_STEP) ? SQLITE_IOERR : sqlite3_step(st);
+}
+
 int cat_prepare(cat *c, const char *sql, sqlite3_stmt **st, const char *what)
 {
 	int rc = sqlite3_prepare_v2(c->db, sql, -1, st, NULL);
@@ -208,7 +221,7 @@ int cat_prepare(cat *c, const char *sql, sqlite3_stmt **st, const char *what)
 char *cat_col_strdup(sqlite3_stmt *st, int col)
 {
 	const unsigned char *t = sqlite3_column_text(st, col);
-	return strdup(t ? (const char *)t : "");
+	return qe_strdup(t ? (const char *)t : "");
 }
 
 int cat_bind_text(sqlite3_stmt *st, int idx, const char *s)
@@ -223,7 +236,7 @@ static int query_int(cat *c, const char *sql, int64_t *v, const char *what)
 	int rc = cat_prepare(c, sql, &st, what);
 	if (rc)
 		return rc;
-	int src = sqlite3_step(st);
+	int src = cat_step(st);
 	if (src == SQLITE_ROW) {
 		*v = sqlite3_column_int64(st, 0);
 		rc = 0;
@@ -253,7 +266,7 @@ int cat_tx_end(cat *c, int rc)
 		return rc;
 	}
 	if (rc == 0) {
-		int crc = cat_exec(c, "COMMIT", "commit");
+		int crc = cat_exec_commit(c, "commit");
 		if (crc == 0)
 			return 0;
 		rc = crc;
@@ -301,7 +314,7 @@ int cat_commit(cat *c)
 	if (!c->in_txn)
 		return qe_fail(QE_EINVAL, "catalog '%s': cat_commit without cat_begin", c->path);
 	int durable = c->in_txn == CAT_TXN_DURABLE;
-	rc = cat_exec(c, "COMMIT", "commit a transaction");
+	rc = cat_exec_commit(c, "commit a transaction");
 	if (rc && !sqlite3_get_autocommit(c->db))
 		sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
 	c->in_txn = 0;
@@ -340,7 +353,7 @@ static int quick_check(cat *c)
 	if (rc)
 		return rc;
 	int src;
-	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+	while ((src = cat_step(st)) == SQLITE_ROW) {
 		const char *row = (const char *)sqlite3_column_text(st, 0);
 		if (row && strcmp(row, "ok") != 0) {
 			size_t len = strlen(problems);
@@ -367,7 +380,7 @@ static int ensure_wal(cat *c)
 		int rc = cat_prepare(c, "PRAGMA journal_mode", &st, "read the journal mode");
 		if (rc)
 			return rc;
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		int is_wal = src == SQLITE_ROW && sqlite3_column_text(st, 0) &&
 			     strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
 		sqlite3_finalize(st);
@@ -425,7 +438,7 @@ static int migrate(cat *c, int target)
 			sqlite3_exec(c->db, "ROLLBACK", NULL, NULL, NULL);
 			return qe_fail_ctx(rc, "migration from version %lld", (long long)v);
 		}
-		if ((rc = cat_exec(c, "COMMIT", "commit a migration")))
+		if ((rc = cat_exec_commit(c, "commit a migration")))
 			return rc;
 	}
 }
@@ -457,7 +470,7 @@ static int open_read_only_fallback(cat *c, int busy_ms)
 	sqlite3_stmt *st = NULL;
 	int src = sqlite3_prepare_v2(c->db, "PRAGMA schema_version", -1, &st, NULL);
 	if (src == SQLITE_OK)
-		src = sqlite3_step(st);
+		src = cat_step(st);
 	sqlite3_finalize(st);
 	if ((src & 0xff) != SQLITE_CANTOPEN && (src & 0xff) != SQLITE_READONLY)
 		return 0; /* readable as it is, or an error the identification below reports */
@@ -490,6 +503,17 @@ static int open_read_only_fallback(cat *c, int busy_ms)
 	return 0;
 }
 
+/* Remove a catalog file this open created, with its -wal and -shm. */
+static void remove_created(const char *path)
+{
+	static const char *const tails[] = { "", "-wal", "-shm", "-journal" };
+	char p[4200];
+	for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++) {
+		snprintf(p, sizeof(p), "%s%s", path, tails[i]);
+		unlink(p);
+	}
+}
+
 int cat_open(const char *path, int create, cat **out)
 {
 	cat_opts o = { .create = create };
@@ -513,17 +537,19 @@ int cat_open_ex(const char *path, const cat_opts *opts, cat **out)
 		o.busy_timeout_ms = DEFAULT_BUSY_MS;
 	int target = o.max_version > 0 && o.max_version < CAT_SCHEMA_VERSION ? o.max_version : CAT_SCHEMA_VERSION;
 
+	int created = 0; /* the file is new: a failed open removes it, so no reader finds an empty database */
 	if (stat(path, &st) != 0) {
 		if (errno != ENOENT)
 			return qe_fail(QE_EIO, "catalog '%s': stat: %s", path, strerror(errno));
 		if (!o.create)
 			return qe_fail(QE_ENOTFOUND, "catalog '%s' does not exist", path);
+		created = 1;
 	} else if (!S_ISREG(st.st_mode)) {
 		return qe_fail(QE_EINVAL, "catalog '%s' is not a regular file", path);
 	}
 
-	cat *c = calloc(1, sizeof(*c));
-	if (!c || !(c->path = strdup(path))) {
+	cat *c = qe_calloc(1, sizeof(*c));
+	if (!c || !(c->path = qe_strdup(path))) {
 		free(c);
 		return qe_fail(QE_ENOMEM, "catalog '%s': allocate the handle", path);
 	}
@@ -583,6 +609,8 @@ int cat_open_ex(const char *path, const cat_opts *opts, cat **out)
 
 fail:
 	sqlite3_close_v2(c->db);
+	if (created)
+		remove_created(path);
 	free(c->path);
 	free(c);
 	return rc;
@@ -624,7 +652,7 @@ int cat_meta_get(cat *c, const char *key, char **value)
 	if ((rc = cat_prepare(c, "SELECT value FROM meta WHERE key = ?", &st, "read meta")))
 		return rc;
 	cat_bind_text(st, 1, key);
-	int src = sqlite3_step(st);
+	int src = cat_step(st);
 	if (src == SQLITE_ROW) {
 		*value = cat_col_strdup(st, 0);
 		rc = *value ? 0 : qe_fail(QE_ENOMEM, "catalog '%s': meta value", c->path);

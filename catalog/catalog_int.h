@@ -24,6 +24,11 @@ int cat_sql_fail(cat *c, int rc, const char *what);
 /* QE_EINVAL when c is NULL or used in a process other than the one that opened it. */
 int cat_check(cat *c);
 int cat_exec(cat *c, const char *sql, const char *what);
+/* COMMIT, failing with SQLITE_IOERR when QE_FAULT asks (runtime/core/fault.h); the
+ * transaction is then still open, as after a real failed COMMIT. */
+int cat_exec_commit(cat *c, const char *what);
+/* sqlite3_step, answering SQLITE_IOERR without stepping when QE_FAULT asks. */
+int cat_step(sqlite3_stmt *st);
 int cat_prepare(cat *c, const char *sql, sqlite3_stmt **st, const char *what);
 
 /*

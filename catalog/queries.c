@@ -10,6 +10,7 @@
  */
 #include "catalog/catalog_int.h"
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -21,7 +22,7 @@
 /* Step a statement that returns no rows. */
 static int step_done(cat *c, sqlite3_stmt *st, const char *what)
 {
-	int src = sqlite3_step(st);
+	int src = cat_step(st);
 	return src == SQLITE_DONE ? 0 : cat_sql_fail(c, src, what);
 }
 
@@ -36,7 +37,7 @@ static int grow(void **rows, size_t *cap, size_t n, size_t elem)
 	if (n < *cap)
 		return 0;
 	size_t ncap = *cap ? 2 * *cap : 16;
-	void *p = realloc(*rows, ncap * elem);
+	void *p = qe_realloc(*rows, ncap * elem);
 	if (!p)
 		return -1;
 	memset((char *)p + *cap * elem, 0, (ncap - *cap) * elem);
@@ -85,7 +86,7 @@ int cat_run_create(cat *c, const char *run_id, const char *config_json)
 	if (!rc) {
 		cat_bind_text(st, 1, run_id);
 		cat_bind_text(st, 2, config_json ? config_json : "{}");
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src == SQLITE_CONSTRAINT_UNIQUE)
 			rc = qe_fail(QE_EEXIST, "catalog '%s': run '%s' already exists", c->path, run_id);
 		else if (src == SQLITE_CONSTRAINT_CHECK)
@@ -122,7 +123,7 @@ int cat_run_restart(cat *c, const char *run_id, const char *config_json, int64_t
 			 &st, "count a run's committed checkpoints");
 	if (!rc) {
 		cat_bind_text(st, 1, run_id);
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src != SQLITE_ROW)
 			rc = cat_sql_fail(c, src, "count a run's committed checkpoints");
 		else if (sqlite3_column_int64(st, 0) == 0)
@@ -146,7 +147,7 @@ int cat_run_restart(cat *c, const char *run_id, const char *config_json, int64_t
 	if (!rc && !(rc = cat_prepare(c, "UPDATE runs SET config_json = ? WHERE run_id = ?", &st, "replace a run's configuration"))) {
 		cat_bind_text(st, 1, config_json ? config_json : "{}");
 		cat_bind_text(st, 2, run_id);
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src == SQLITE_CONSTRAINT_CHECK)
 			rc = qe_fail(QE_EINVAL, "catalog '%s': run '%s': the configuration is not valid JSON", c->path, run_id);
 		else if (src != SQLITE_DONE)
@@ -166,7 +167,7 @@ int cat_run_get(cat *c, const char *run_id, cat_run *out)
 	if ((rc = cat_prepare(c, "SELECT run_id, created, config_json FROM runs WHERE run_id = ?", &st, "read a run")))
 		return rc;
 	cat_bind_text(st, 1, run_id);
-	int src = sqlite3_step(st);
+	int src = cat_step(st);
 	if (src == SQLITE_ROW) {
 		out->run_id = cat_col_strdup(st, 0);
 		out->created = cat_col_strdup(st, 1);
@@ -226,7 +227,7 @@ static int ckpt_state(cat *c, int64_t id, cat_status *status, int64_t *step)
 	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
-	int src = sqlite3_step(st);
+	int src = cat_step(st);
 	if (src == SQLITE_ROW) {
 		*status = status_from(sqlite3_column_text(st, 0));
 		*step = sqlite3_column_int64(st, 1);
@@ -277,7 +278,7 @@ int cat_ckpt_begin(cat *c, const char *run_id, int64_t step, int64_t e_w, const 
 		cat_bind_text(st, 4, topology);
 		cat_bind_text(st, 5, schedule);
 		cat_bind_text(st, 6, recipe);
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src == SQLITE_CONSTRAINT_FOREIGNKEY)
 			rc = qe_fail(QE_ECATALOG, "catalog '%s': begin checkpoint of run '%s' step %lld: %s (no such run)",
 				     c->path, run_id, (long long)step, sqlite3_errmsg(c->db));
@@ -360,7 +361,7 @@ int cat_ckpt_add_tensor_in(cat *c, int64_t id, const char *store_id, int stage, 
 		cat_bind_text(st, 7, kind);
 		if (store_id && store_id[0])
 			cat_bind_text(st, 8, store_id);
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src == SQLITE_CONSTRAINT_UNIQUE)
 			rc = qe_fail(QE_EEXIST, "catalog '%s': tensor '%s' of stage %d is already in checkpoint %lld",
 				     c->path, name, stage, (long long)id);
@@ -573,7 +574,7 @@ static int ckpt_one(cat *c, const char *sql, const char *run_id, int64_t arg, ca
 		cat_bind_text(st, n++, run_id);
 	if (arg >= 0)
 		sqlite3_bind_int64(st, n, arg);
-	int src = sqlite3_step(st);
+	int src = cat_step(st);
 	if (src == SQLITE_ROW)
 		rc = ckpt_from_row(c, st, out);
 	else if (src == SQLITE_DONE)
@@ -622,7 +623,7 @@ int cat_ckpt_list(cat *c, const char *run_id, cat_ckpt_rows *out)
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
 	int src = SQLITE_DONE;
-	while (!rc && (src = sqlite3_step(st)) == SQLITE_ROW) {
+	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
 		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows)))
 			rc = nomem(c, "list checkpoints");
 		else if (!(rc = ckpt_from_row(c, st, &out->rows[out->n])))
@@ -661,7 +662,7 @@ int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 	size_t cap = 0, ccap = 0;
 	int src = SQLITE_DONE;
 	cat_tensor *cur = NULL;
-	while (!rc && (src = sqlite3_step(st)) == SQLITE_ROW) {
+	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
 		int64_t tid = sqlite3_column_int64(st, 0);
 		if (!cur || cur->id != tid) {
 			if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
@@ -732,7 +733,7 @@ int cat_ckpt_shards(cat *c, int64_t id, cat_shard_rows *out)
 	sqlite3_bind_int64(st, 1, id);
 	size_t cap = 0;
 	int src = SQLITE_DONE;
-	while (!rc && (src = sqlite3_step(st)) == SQLITE_ROW) {
+	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
 		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
 			rc = nomem(c, "list shards");
 			break;
@@ -771,7 +772,7 @@ int cat_referenced_chunks(cat *c, cat_chunk_cb cb, void *ctx)
 	cat_chunk *all = NULL;
 	size_t n = 0, cap = 0;
 	int src = SQLITE_DONE;
-	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+	while ((src = cat_step(st)) == SQLITE_ROW) {
 		if (sqlite3_column_bytes(st, 0) != 16) {
 			rc = qe_fail(QE_ECORRUPT, "catalog '%s': a chunk hash is not 16 bytes", c->path);
 			break;
@@ -854,7 +855,7 @@ int cat_trace_get(cat *c, const char *run_id, cat_trace_rows *out)
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
 	int src = SQLITE_DONE;
-	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+	while ((src = cat_step(st)) == SQLITE_ROW) {
 		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
 			rc = nomem(c, "read traces");
 			break;
@@ -930,7 +931,7 @@ int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
 	int src = SQLITE_DONE;
-	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+	while ((src = cat_step(st)) == SQLITE_ROW) {
 		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
 			rc = nomem(c, "read losses");
 			break;
@@ -974,7 +975,7 @@ int cat_remote_add(cat *c, int64_t id, const char *url, const char *manifest_has
 		sqlite3_bind_int64(st, 1, id);
 		cat_bind_text(st, 2, url);
 		cat_bind_text(st, 3, manifest_hash);
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src == SQLITE_CONSTRAINT_FOREIGNKEY)
 			rc = qe_fail(QE_ENOTFOUND, "catalog '%s': no checkpoint %lld to record a remote copy of", c->path,
 				     (long long)id);
@@ -997,7 +998,7 @@ int cat_remote_list(cat *c, int64_t id, cat_remote_rows *out)
 	sqlite3_bind_int64(st, 1, id);
 	size_t cap = 0;
 	int src = SQLITE_DONE;
-	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+	while ((src = cat_step(st)) == SQLITE_ROW) {
 		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
 			rc = nomem(c, "list remote copies");
 			break;
@@ -1034,7 +1035,7 @@ int cat_remote_delete(cat *c, int64_t id, const char *url, int *deleted)
 			       "forget a remote copy"))) {
 		sqlite3_bind_int64(st, 1, id);
 		cat_bind_text(st, 2, url);
-		int src = sqlite3_step(st);
+		int src = cat_step(st);
 		if (src != SQLITE_DONE)
 			rc = cat_sql_fail(c, src, "forget a remote copy");
 		else if (deleted)
@@ -1097,7 +1098,7 @@ int cat_store_list(cat *c, const char *run_id, cat_store_rows *out)
 	cat_bind_text(st, 1, run_id);
 	size_t cap = 0;
 	int src = SQLITE_DONE;
-	while (!rc && (src = sqlite3_step(st)) == SQLITE_ROW) {
+	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
 		if (grow((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
 			rc = nomem(c, "list stores");
 			break;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -86,7 +87,7 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 	*out = NULL;
 	if (!run_dir || !run_dir[0] || !run_id)
 		return qe_fail(QE_EINVAL, "checkpoint session: needs a run directory and a run id");
-	ckpt_session *s = calloc(1, sizeof(*s));
+	ckpt_session *s = qe_calloc(1, sizeof(*s));
 	if (!s)
 		return qe_fail(QE_ENOMEM, "checkpoint session: out of memory");
 	if ((size_t)snprintf(s->run_dir, sizeof(s->run_dir), "%s", run_dir) >= sizeof(s->run_dir) ||
@@ -140,6 +141,14 @@ void ckpt_session_close(ckpt_session *s)
 		ckpt_unlock(s->store_lock);
 	}
 	free(s);
+}
+
+int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
+{
+	if (qe_fault_hit(QE_FAULT_COPY))
+		return qe_fail(QE_EIO, "backend copy of %zu bytes %s", bytes,
+			       kind == QE_COPY_H2D ? "to the device" : "to the host");
+	return b->ops->copy(NULL, dst, src, bytes, kind);
 }
 
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank)
@@ -197,7 +206,7 @@ int ckpt__scan(ckpt_session *s)
 	int rc = ckpt_local_stores_scan(s->run_dir, s->run_id, &v, &n);
 	if (rc)
 		return rc;
-	if (!(s->seen = calloc((size_t)n + 1, sizeof(*s->seen)))) {
+	if (!(s->seen = qe_calloc((size_t)n + 1, sizeof(*s->seen)))) {
 		free(v);
 		return qe_fail(QE_ENOMEM, "checkpoint: out of memory");
 	}

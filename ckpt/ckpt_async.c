@@ -25,6 +25,7 @@
 
 #include "ckpt_int.h"
 #include "runtime/comm/comm.h"
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -91,7 +92,7 @@ int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode m
 		return qe_fail(QE_EINVAL, "async checkpoints: needs a session and a mode");
 	if (!catalog_path)
 		catalog_path = "";
-	ckpt_async *a = calloc(1, sizeof(*a));
+	ckpt_async *a = qe_calloc(1, sizeof(*a));
 	if (!a)
 		return qe_fail(QE_ENOMEM, "async checkpoints: out of memory");
 	if ((size_t)snprintf(a->cat_path, sizeof(a->cat_path), "%s", catalog_path) >= sizeof(a->cat_path)) {
@@ -115,7 +116,7 @@ int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode m
 static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 {
 	int world = a->comm ? qe_comm_world_size(a->comm) : 1, rc = QE_OK;
-	ckpt_report *reps = calloc((size_t)world, sizeof(*reps));
+	ckpt_report *reps = qe_calloc((size_t)world, sizeof(*reps));
 	if (!reps)
 		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
 	reps[0] = *own;
@@ -175,7 +176,7 @@ static void *bg_main(void *arg)
 {
 	ckpt_async *a = arg;
 	ckpt_session *s = a->s;
-	store_chunk_list *lists = calloc((size_t)a->n + 1, sizeof(*lists));
+	store_chunk_list *lists = qe_calloc((size_t)a->n + 1, sizeof(*lists));
 	ckpt_report rep;
 	memset(&rep, 0, sizeof(rep));
 	int rc = lists ? QE_OK : qe_fail(QE_ENOMEM, "checkpoint: out of memory");
@@ -396,7 +397,7 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 			items[keep++] = items[i];
 	a->items = items;
 	a->n = keep;
-	if (!(a->copies = calloc((size_t)keep + 1, sizeof(void *))))
+	if (!(a->copies = qe_calloc((size_t)keep + 1, sizeof(void *))))
 		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
 	qe_backend *b = qe_rank_backend(r);
 	if ((rc = pool_reserve(a, b, items, keep)))
@@ -407,7 +408,7 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 		a->copies[i] = (char *)a->pool + off;
 		off += (it->bytes + 255) / 256 * 256;
 		if (it->on_device && it->bytes) {
-			if ((rc = b->ops->copy(NULL, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
+			if ((rc = ckpt__copy(b, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
 				return qe_fail_ctx(rc, "async checkpoint: copying '%s' of stage %d to the host", it->name,
 						   it->stage);
 		} else if (it->bytes) {

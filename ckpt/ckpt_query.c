@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 #include "runtime/fp8/fp8.h"
 #include "runtime/model/model.h"
@@ -33,7 +34,7 @@ static size_t slot_of(const store_hash *h, size_t cap)
 static int set_grow(ckq_set *s)
 {
 	size_t cap = s->cap ? s->cap * 2 : 1024;
-	ckq_entry *e = calloc(cap, sizeof(*e));
+	ckq_entry *e = qe_calloc(cap, sizeof(*e));
 	if (!e)
 		return QE_ENOMEM;
 	for (size_t i = 0; i < s->cap; i++) {
@@ -132,9 +133,9 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
 	if (!S_ISDIR(sb.st_mode))
 		return qe_fail(QE_EINVAL, "run directory '%s' is not a directory", dir);
-	ckpt_run *r = calloc(1, sizeof(*r));
+	ckpt_run *r = qe_calloc(1, sizeof(*r));
 	size_t plen = CKPT_PATH_MAX;
-	if (!r || !(path = malloc(plen)) || !(r->dir = strdup(dir))) {
+	if (!r || !(path = qe_malloc(plen)) || !(r->dir = qe_strdup(dir))) {
 		rc = qe_fail(QE_ENOMEM, "run '%s': out of memory", dir);
 		goto fail;
 	}
@@ -159,7 +160,14 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 			goto fail;
 	}
 	cat_run run = { 0 };
-	if ((rc = cat_meta_get(r->cat, "run_id", &r->run_id)) || (rc = cat_run_get(r->cat, r->run_id, &run))) {
+	if (!(rc = cat_meta_get(r->cat, "run_id", &r->run_id)) && !r->run_id[0]) {
+		rc = qe_fail(QE_ENOTFOUND,
+			     "run directory '%s' has no run yet: its catalog (%s) was made, but the command that made it "
+			     "failed before it recorded the run; 'qeffect train --run-dir %s' starts it",
+			     dir, path, dir);
+		goto fail;
+	}
+	if (rc || (rc = cat_run_get(r->cat, r->run_id, &run))) {
 		rc = qe_fail_ctx(rc, "catalog '%s'", path);
 		goto fail;
 	}
@@ -303,8 +311,8 @@ int ckpt_q_read(ckpt_run *r, const cat_tensor *t, void **data)
 	}
 	if ((size_t)t->bytes != t->bytes)
 		return qe_fail(QE_ENOMEM, "tensor '%s' of stage %d: too large for this machine", t->name, t->stage);
-	void *buf = malloc(t->bytes ? (size_t)t->bytes : 1);
-	store_chunk *ch = malloc((t->n_chunks ? t->n_chunks : 1) * sizeof(*ch));
+	void *buf = qe_malloc(t->bytes ? (size_t)t->bytes : 1);
+	store_chunk *ch = qe_malloc((t->n_chunks ? t->n_chunks : 1) * sizeof(*ch));
 	if (!buf || !ch) {
 		free(buf);
 		free(ch);
@@ -373,8 +381,8 @@ int ckpt_q_fp8_meta(const cat_tensor *t, const void *data, ckpt_fp8_meta *out)
 		return qe_fail(QE_ECORRUPT, "fp8 meta '%s' of stage %d: shape %s needs %llu bytes, the tensor has %llu",
 			       t->name, t->stage, t->shape, (unsigned long long)(floats * 4),
 			       (unsigned long long)t->bytes);
-	out->values = malloc((size_t)t->bytes);
-	out->rows = calloc((size_t)(d[0] * d[1]), sizeof(*out->rows));
+	out->values = qe_malloc((size_t)t->bytes);
+	out->rows = qe_calloc((size_t)(d[0] * d[1]), sizeof(*out->rows));
 	if (!out->values || !out->rows) {
 		ckpt_fp8_meta_free(out);
 		return qe_fail(QE_ENOMEM, "fp8 meta: out of memory");

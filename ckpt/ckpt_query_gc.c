@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 /*
@@ -41,7 +42,7 @@ static int sync_catalog(const char *dir)
 				continue; /* no WAL: the last connection checkpointed and synced it */
 			return qe_fail(QE_EIO, "gc: cannot open '%s' to flush it: %s", path, strerror(errno));
 		}
-		int rc = fsync(fd);
+		int rc = qe_fsync(fd);
 		int e = errno;
 		close(fd);
 		if (rc)
@@ -70,8 +71,8 @@ int ckq_gc_plan(const cat_ckpt_rows *l, const ckpt_gc_policy *p, ckpt_gc_report 
 			if (l->rows[i].step > newest)
 				newest = l->rows[i].step;
 		}
-	g->items = calloc(l->n ? l->n : 1, sizeof(*g->items));
-	g->missing_pins = calloc(p->n_pins ? p->n_pins : 1, sizeof(int64_t));
+	g->items = qe_calloc(l->n ? l->n : 1, sizeof(*g->items));
+	g->missing_pins = qe_calloc(p->n_pins ? p->n_pins : 1, sizeof(int64_t));
 	if (!g->items || !g->missing_pins)
 		return qe_fail(QE_ENOMEM, "gc: out of memory");
 	/* Rows come by step then id, and at most one committed per step: the
@@ -199,7 +200,7 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 	out->keep_chunks = keep.n;
 	if (!ckpt_storeset_count(r->stores))
 		goto out; /* no store here: nothing to collect */
-	arr = malloc((keep.n ? keep.n : 1) * sizeof(*arr));
+	arr = qe_malloc((keep.n ? keep.n : 1) * sizeof(*arr));
 	if (!arr) {
 		rc = qe_fail(QE_ENOMEM, "gc: out of memory for %zu hashes", keep.n);
 		goto out;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 enum { CHK_OK = 1, CHK_MISSING, CHK_SIZE, CHK_CORRUPT };
@@ -31,7 +32,7 @@ static int add_fault(ckpt_verify_report *v, ckpt_fault_kind kind, const cat_ckpt
 	if ((v->n_faults & (v->n_faults - 1)) == 0) {
 		/* capacity doubles each time the count reaches a power of two */
 		size_t cap = v->n_faults ? v->n_faults * 2 : 1;
-		ckpt_fault *f = realloc(v->faults, cap * sizeof(*f));
+		ckpt_fault *f = qe_realloc(v->faults, cap * sizeof(*f));
 		if (!f)
 			return qe_fail(QE_ENOMEM, "verify: out of memory");
 		v->faults = f;
@@ -202,7 +203,7 @@ int ckpt_q_verify(ckpt_run *r, ckpt_verify_report *out)
 	cat_ckpt_rows l = { 0 };
 	ckq_set refs = { 0 };
 	int nset = ckpt_storeset_count(r->stores);
-	ckq_set *seen = calloc((size_t)nset + 1, sizeof(*seen));
+	ckq_set *seen = qe_calloc((size_t)nset + 1, sizeof(*seen));
 	if (!seen)
 		return qe_fail(QE_ENOMEM, "verify: out of memory");
 	int rc = cat_ckpt_list(r->cat, r->run_id, &l);

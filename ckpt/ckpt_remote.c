@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -89,7 +90,7 @@ static int known_has(const known_set *k, const cat_chunk *c)
 static int known_add_sorted(known_set *k, const cat_chunk *add, size_t n)
 {
 	/* add is sorted; merge. */
-	cat_chunk *v = malloc((k->n + n + 1) * sizeof(*v));
+	cat_chunk *v = qe_malloc((k->n + n + 1) * sizeof(*v));
 	if (!v)
 		return qe_fail(QE_ENOMEM, "out of memory");
 	size_t i = 0, j = 0, m = 0;
@@ -143,7 +144,7 @@ static int push_chunks(push_ctx *p, const cat_chunk *ch, size_t n, ckpt_push_res
 			qe_log(QE_LOG_WARN, "push: remote %s has %llu bytes, expected %llu: uploading it again", key,
 			       (unsigned long long)size, (unsigned long long)c->size);
 		if (c->size > p->cap) {
-			unsigned char *nb = realloc(p->buf, c->size ? c->size : 1);
+			unsigned char *nb = qe_realloc(p->buf, c->size ? c->size : 1);
 			if (!nb)
 				return qe_fail(QE_ENOMEM, "push: out of memory for a %llu-byte chunk",
 					       (unsigned long long)c->size);

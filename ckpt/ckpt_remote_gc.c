@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -77,7 +78,7 @@ static int grow(void **v, size_t *cap, size_t n, size_t elem)
 	if (n < *cap)
 		return QE_OK;
 	size_t c = *cap ? 2 * *cap : 64;
-	void *p = realloc(*v, c * elem);
+	void *p = qe_realloc(*v, c * elem);
 	if (!p)
 		return qe_fail(QE_ENOMEM, "remote gc: out of memory listing %zu objects", n);
 	*v = p;
@@ -150,7 +151,7 @@ static int read_manifest(store_remote *rem, const char *url, rman *m)
 		goto out;
 	}
 	m->bytes = man.bytes;
-	if (!(m->created = strdup(man.created))) {
+	if (!(m->created = qe_strdup(man.created))) {
 		rc = qe_fail(QE_ENOMEM, "remote gc: out of memory");
 		goto out;
 	}
@@ -195,7 +196,7 @@ static int decide(const rman_list *l, const char *only_run, const ckpt_gc_policy
 			b = e;
 			continue;
 		}
-		cat_ckpt_rows rows = { e - b, calloc(e - b, sizeof(cat_ckpt)) };
+		cat_ckpt_rows rows = { e - b, qe_calloc(e - b, sizeof(cat_ckpt)) };
 		if (!rows.rows)
 			return qe_fail(QE_ENOMEM, "remote gc: out of memory");
 		for (size_t i = b; i < e; i++)
@@ -364,8 +365,8 @@ int ckpt_remote_gc(const char *url, const store_remote_opts *ro, const char *run
 	}
 
 	/* 2. the decision */
-	out->items = calloc(man.n + 1, sizeof(*out->items));
-	out->missing_pins = calloc(p->n_pins + 1, sizeof(int64_t));
+	out->items = qe_calloc(man.n + 1, sizeof(*out->items));
+	out->missing_pins = qe_calloc(p->n_pins + 1, sizeof(int64_t));
 	if (!out->items || !out->missing_pins) {
 		rc = qe_fail(QE_ENOMEM, "remote gc: out of memory");
 		goto out;

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 double ckpt__remote_now_ms(void)
@@ -83,7 +84,7 @@ int ckpt__distinct_chunks(const cat_tensor_rows *t, cat_chunk **out, size_t *n)
 	*n = 0;
 	for (size_t i = 0; i < t->n; i++)
 		total += t->rows[i].n_chunks;
-	cat_chunk *all = calloc(total + 1, sizeof(*all));
+	cat_chunk *all = qe_calloc(total + 1, sizeof(*all));
 	if (!all)
 		return qe_fail(QE_ENOMEM, "out of memory listing %zu chunks", total);
 	size_t k = 0;
@@ -188,7 +189,7 @@ static int get_str(json_t *o, const char *key, char **out, const char *where, co
 	if (!json_is_string(v))
 		return qe_fail(QE_ECORRUPT, "manifest %s: %s%s'%s' is missing or not a string", where, ctx,
 			       ctx[0] ? ": " : "", key);
-	if (!(*out = strdup(json_string_value(v))))
+	if (!(*out = qe_strdup(json_string_value(v))))
 		return qe_fail(QE_ENOMEM, "out of memory");
 	return QE_OK;
 }
@@ -224,7 +225,7 @@ static int parse_tensor(json_t *o, size_t i, const char *where, cat_tensor *t)
 		return qe_fail(QE_ECORRUPT, "manifest %s: tensor '%s' (stage %d): 'chunks' is not an array", where, t->name,
 			       t->stage);
 	t->n_chunks = json_array_size(ch);
-	t->chunks = calloc(t->n_chunks + 1, sizeof(cat_chunk));
+	t->chunks = qe_calloc(t->n_chunks + 1, sizeof(cat_chunk));
 	if (!t->chunks)
 		return qe_fail(QE_ENOMEM, "out of memory");
 	uint64_t sum = 0;
@@ -297,8 +298,8 @@ int ckpt__manifest_parse(const char *text, size_t len, const char *where, ckpt_m
 		goto done;
 	}
 	out->shards.n = json_array_size(sh);
-	out->shards.rows = calloc(out->shards.n + 1, sizeof(cat_shard));
-	out->tensors.rows = calloc(json_array_size(ts) + 1, sizeof(cat_tensor));
+	out->shards.rows = qe_calloc(out->shards.n + 1, sizeof(cat_shard));
+	out->tensors.rows = qe_calloc(json_array_size(ts) + 1, sizeof(cat_tensor));
 	if (!out->shards.rows || !out->tensors.rows) {
 		rc = qe_fail(QE_ENOMEM, "out of memory");
 		goto done;

@@ -30,6 +30,7 @@
 
 #include <jansson.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -58,7 +59,7 @@ static int on_manifest_key(void *ctx, const char *key, uint64_t size)
 			return 0;
 		if (x->nsteps == x->cap) {
 			size_t cap = x->cap ? 2 * x->cap : 64;
-			int64_t *s = realloc(x->steps, cap * sizeof(*s));
+			int64_t *s = qe_realloc(x->steps, cap * sizeof(*s));
 			if (!s)
 				return qe_fail(QE_ENOMEM, "out of memory");
 			x->steps = s;
@@ -158,10 +159,10 @@ static int own_store(const char *store_dir, const char *run_id)
 		return qe_fail(QE_EIO, "cannot create '%s': %s", tmp, strerror(errno));
 	int n = snprintf(line, sizeof(line), "%s\n", run_id);
 	int rc = QE_OK;
-	if (write(fd, line, (size_t)n) != n || fsync(fd))
+	if (qe_write(fd, line, (size_t)n) != n || qe_fsync(fd))
 		rc = qe_fail(QE_EIO, "cannot write '%s': %s", tmp, strerror(errno));
 	close(fd);
-	if (!rc && rename(tmp, path))
+	if (!rc && qe_rename(tmp, path))
 		rc = qe_fail(QE_EIO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
 	if (rc) {
 		unlink(tmp);
@@ -169,7 +170,7 @@ static int own_store(const char *store_dir, const char *run_id)
 	}
 	int dfd = open(store_dir, O_RDONLY | O_DIRECTORY);
 	if (dfd >= 0) {
-		fsync(dfd);
+		qe_fsync(dfd);
 		close(dfd);
 	}
 	return QE_OK;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -40,7 +41,7 @@ static void w_put(wbuf *w, const void *src, size_t n)
 		size_t cap = w->cap ? w->cap : 256;
 		while (cap < w->n + n)
 			cap *= 2;
-		unsigned char *p = realloc(w->p, cap);
+		unsigned char *p = qe_realloc(w->p, cap);
 		if (!p) {
 			w->oom = 1;
 			return;
@@ -107,7 +108,7 @@ static char *r_strdup(rbuf *r)
 		r->bad = 1;
 		return NULL;
 	}
-	char *s = malloc((size_t)n + 1);
+	char *s = qe_malloc((size_t)n + 1);
 	if (!s) {
 		r->bad = 1;
 		return NULL;
@@ -147,7 +148,7 @@ static int get_rows(rbuf *r, cat_tensor_rows *rows)
 	/* every row takes at least 64 bytes on the wire */
 	if (r->bad || n > (r->n - r->off) / 64 + 1)
 		return r->bad = 1, QE_ECORRUPT;
-	if (!(rows->rows = calloc((size_t)n + 1, sizeof(cat_tensor))))
+	if (!(rows->rows = qe_calloc((size_t)n + 1, sizeof(cat_tensor))))
 		return QE_ENOMEM;
 	for (uint64_t i = 0; i < n && !r->bad; i++) {
 		cat_tensor *t = &rows->rows[rows->n++];
@@ -163,7 +164,7 @@ static int get_rows(rbuf *r, cat_tensor_rows *rows)
 			r->bad = 1;
 			break;
 		}
-		if (!(t->chunks = calloc((size_t)nc + 1, sizeof(cat_chunk)))) {
+		if (!(t->chunks = qe_calloc((size_t)nc + 1, sizeof(cat_chunk)))) {
 			r->bad = 1;
 			break;
 		}
@@ -218,8 +219,8 @@ int ckpt__report_build(ckpt_session *s, int64_t id, int rank, int replica, const
 	rep->rank = rank;
 	rep->store = s->ident;
 	snprintf(rep->store_path, sizeof(rep->store_path), "%s", s->store_dir);
-	if (!(rep->rows.rows = calloc((size_t)n + 1, sizeof(cat_tensor))) ||
-	    !(rep->shards = calloc((size_t)n + 1, sizeof(cat_shard))))
+	if (!(rep->rows.rows = qe_calloc((size_t)n + 1, sizeof(cat_tensor))) ||
+	    !(rep->shards = qe_calloc((size_t)n + 1, sizeof(cat_shard))))
 		goto oom;
 	for (int i = 0; i < n; i++) {
 		const qe_pstate_item *it = &items[i];
@@ -227,13 +228,13 @@ int ckpt__report_build(ckpt_session *s, int64_t id, int rank, int replica, const
 		char name[64], shape[96];
 		ckpt__catalog_key(it, replica, &t->stage, name, sizeof(name));
 		ckpt__shape_text(it, shape, sizeof(shape));
-		t->name = strdup(name);
-		t->dtype = strdup(qe_dtype_name(it->dtype));
-		t->shape = strdup(shape);
-		t->kind = strdup(qe_pstate_kind_name(it->kind));
-		t->store_id = strdup(s->ident.store_id);
+		t->name = qe_strdup(name);
+		t->dtype = qe_strdup(qe_dtype_name(it->dtype));
+		t->shape = qe_strdup(shape);
+		t->kind = qe_strdup(qe_pstate_kind_name(it->kind));
+		t->store_id = qe_strdup(s->ident.store_id);
 		t->bytes = it->bytes;
-		t->chunks = calloc(lists[i].n + 1, sizeof(cat_chunk));
+		t->chunks = qe_calloc(lists[i].n + 1, sizeof(cat_chunk));
 		if (!t->name || !t->dtype || !t->shape || !t->kind || !t->store_id || !t->chunks)
 			goto oom;
 		for (size_t k = 0; k < lists[i].n; k++) {
@@ -333,7 +334,7 @@ int ckpt__report_decode(const void *buf, size_t len, const char *from, ckpt_repo
 	uint64_t ns = rc ? 0 : r_u64(&r);
 	if (!rc && (r.bad || ns > (r.n - r.off) / 24))
 		rc = QE_ECORRUPT;
-	if (!rc && !(rep->shards = calloc((size_t)ns + 1, sizeof(cat_shard))))
+	if (!rc && !(rep->shards = qe_calloc((size_t)ns + 1, sizeof(cat_shard))))
 		rc = QE_ENOMEM;
 	for (uint64_t i = 0; !rc && i < ns; i++) {
 		rep->shards[i].stage = (int)(int64_t)r_u64(&r);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -125,7 +126,7 @@ static int match_items(qe_rank *r, const cat_tensor_rows *rows, int64_t step, co
 static void *ask_encode(const ask *a, size_t *len)
 {
 	*len = sizeof(a->w) + 16 + (size_t)a->nseen * CKPT_STORE_ID_MAX + (size_t)a->nneed * 8;
-	unsigned char *b = malloc(*len), *p = b;
+	unsigned char *b = qe_malloc(*len), *p = b;
 	if (!b)
 		return NULL;
 	memcpy(p, &a->w, sizeof(a->w));
@@ -155,7 +156,7 @@ static int ask_decode(const void *buf, size_t len, int from, size_t nrows, ask *
 	a->nseen = (int)ns;
 	a->nneed = (int)nn;
 	a->seen = (char (*)[CKPT_STORE_ID_MAX])(p + sizeof(a->w) + 16);
-	a->need = malloc((nn + 1) * sizeof(int64_t));
+	a->need = qe_malloc((nn + 1) * sizeof(int64_t));
 	if (!a->need)
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	const unsigned char *q = p + sizeof(a->w) + 16 + ns * CKPT_STORE_ID_MAX;
@@ -238,7 +239,7 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
 	int total = 0;
 	for (int q = 0; q < world; q++)
 		total += asks[q].nneed;
-	xfer *v = calloc((size_t)total + 1, sizeof(*v));
+	xfer *v = qe_calloc((size_t)total + 1, sizeof(*v));
 	if (!v)
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	char missing[CKPT_MSG] = "";
@@ -327,7 +328,7 @@ static int read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t ste
 	int rc = store_of(s, t, &st);
 	if (rc)
 		return rc;
-	store_chunk_list list = { t->n_chunks, calloc(t->n_chunks + 1, sizeof(store_chunk)) };
+	store_chunk_list list = { t->n_chunks, qe_calloc(t->n_chunks + 1, sizeof(store_chunk)) };
 	if (!list.chunks)
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	for (size_t k = 0; k < t->n_chunks; k++) {
@@ -372,7 +373,7 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 			continue;
 		const cat_tensor *t = &rows->rows[plan[k].row];
 		size_t len = 16 + (size_t)t->bytes;
-		unsigned char *buf = malloc(len > CKPT_MSG + 16 ? len : CKPT_MSG + 16);
+		unsigned char *buf = qe_malloc(len > CKPT_MSG + 16 ? len : CKPT_MSG + 16);
 		if (!buf)
 			return qe_fail(QE_ENOMEM, "restore: no host memory to serve '%s' of stage %d", t->name, t->stage);
 		put64(buf, (uint64_t)plan[k].row);
@@ -418,7 +419,7 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 				       (long long)plan[k].row);
 		const qe_pstate_item *it = &items[i];
 		const cat_tensor *t = &rows->rows[plan[k].row];
-		if (!(bufs[i] = malloc(it->bytes ? it->bytes : 1)))
+		if (!(bufs[i] = qe_malloc(it->bytes ? it->bytes : 1)))
 			return qe_fail(QE_ENOMEM, "restore: no host memory for '%s' of stage %d (%zu bytes)", t->name,
 				       t->stage, it->bytes);
 		if (plan[k].src == me) {
@@ -461,7 +462,7 @@ static int load_items(qe_rank *r, const qe_pstate_item *items, int n, void **buf
 		if (!it->bytes)
 			continue;
 		if (it->on_device) {
-			int rc = b->ops->copy(NULL, it->data, bufs[i], it->bytes, QE_COPY_H2D);
+			int rc = ckpt__copy(b, it->data, bufs[i], it->bytes, QE_COPY_H2D);
 			if (rc)
 				return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name,
 						   it->stage);
@@ -522,19 +523,20 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 	int world = comm ? qe_comm_world_size(comm) : 1;
 	ckpt_word w;
 	memset(&w, 0, sizeof(w));
-	ask *asks = calloc((size_t)world, sizeof(*asks));
+	ask *asks = qe_calloc((size_t)world, sizeof(*asks));
 	xfer *plan = NULL;
 	int nplan = 0, rc = asks ? QE_OK : qe_fail(QE_ENOMEM, "restore: out of memory");
 	size_t mlen = 0;
 	for (int q = 0; q < world && !rc; q++) {
 		if (world == 1) {
 			asks[0] = *mine_ask;
-			asks[0].need = malloc(((size_t)mine_ask->nneed + 1) * sizeof(int64_t));
+			asks[0].need = qe_malloc(((size_t)mine_ask->nneed + 1) * sizeof(int64_t));
 			if (!asks[0].need) {
 				rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 				break;
 			}
-			memcpy(asks[0].need, mine_ask->need, (size_t)mine_ask->nneed * sizeof(int64_t));
+			if (mine_ask->nneed) /* need is NULL then: memcpy from NULL is undefined even for 0 bytes */
+				memcpy(asks[0].need, mine_ask->need, (size_t)mine_ask->nneed * sizeof(int64_t));
 		} else if ((rc = ask_decode(blobs[q].data, blobs[q].size, q, rows->n, &asks[q]))) {
 			break;
 		}
@@ -575,7 +577,7 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 	free(asks);
 	w.id = id;
 	*len = sizeof(w) + 8 + (size_t)nplan * 24;
-	unsigned char *b = malloc(*len);
+	unsigned char *b = qe_malloc(*len);
 	if (!b) {
 		free(plan);
 		return NULL;
@@ -603,7 +605,7 @@ static int plan_decode(const void *buf, size_t len, int world, size_t nrows, ckp
 	uint64_t n = get64(p + sizeof(*w));
 	if (n > (len - sizeof(*w) - 8) / 24 || len != sizeof(*w) + 8 + n * 24)
 		return qe_fail(QE_ECOMM, "restore: rank 0's plan is garbled (%zu bytes)", len);
-	xfer *v = calloc((size_t)n + 1, sizeof(*v));
+	xfer *v = qe_calloc((size_t)n + 1, sizeof(*v));
 	if (!v)
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	for (uint64_t k = 0; k < n; k++) {
@@ -612,9 +614,10 @@ static int plan_decode(const void *buf, size_t len, int world, size_t nrows, ckp
 		v[k].dst = (int)get64(p + sizeof(*w) + 24 + 24 * k);
 		if (v[k].row < 0 || (size_t)v[k].row >= nrows || v[k].src < 0 || v[k].src >= world || v[k].dst < 0 ||
 		    v[k].dst >= world) {
-			free(v);
-			return qe_fail(QE_ECOMM, "restore: rank 0's plan names row %lld from rank %d to rank %d",
-				       (long long)v[k].row, v[k].src, v[k].dst);
+			int rc = qe_fail(QE_ECOMM, "restore: rank 0's plan names row %lld from rank %d to rank %d",
+					 (long long)v[k].row, v[k].src, v[k].dst);
+			free(v); /* after the message, which reads v (it read freed memory) */
+			return rc;
 		}
 	}
 	*plan = v;
@@ -693,13 +696,13 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	memset(&me, 0, sizeof(me));
 	if (!rc && !mine.rc)
 		rc = qe_rank_pstate(r, &items, &n);
-	if (!rc && !mine.rc && (!(bufs = calloc((size_t)n + 1, sizeof(void *))) || !(need = calloc((size_t)n + 1, 8))))
+	if (!rc && !mine.rc && (!(bufs = qe_calloc((size_t)n + 1, sizeof(void *))) || !(need = qe_calloc((size_t)n + 1, 8))))
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 	if (!rc && !mine.rc)
 		rc = match_items(r, &rows, found.step, items, n, need);
 	if (!rc && !mine.rc && !(rc = ckpt__store(s, rank)))
 		rc = ckpt__scan(s);
-	if (!rc && !mine.rc && s->nseen && !(me.seen = calloc((size_t)s->nseen, CKPT_STORE_ID_MAX)))
+	if (!rc && !mine.rc && s->nseen && !(me.seen = qe_calloc((size_t)s->nseen, CKPT_STORE_ID_MAX)))
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 	if (rc && !mine.rc)
 		ckpt__word_set(&mine, rc, NULL);
@@ -731,8 +734,10 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	free(me.seen);
 	free(abuf);
 	qe_comm_blobs_free(blobs, world);
-	if (rc)
+	if (rc) {
+		free(blob); /* rank 0's plan, built even when its own part failed (LeakSanitizer) */
 		goto out;
+	}
 	if ((rc = share_blob(r, blob, blob_len, &got, &got_len))) {
 		rc = qe_fail_ctx(rc, "restore: hearing rank 0's plan");
 		goto out;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -60,7 +61,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 	int n = 0, rc;
 	if ((rc = qe_rank_pstate(r, &items, &n)))
 		return rc;
-	if (!(lists = calloc((size_t)n + 1, sizeof(*lists)))) {
+	if (!(lists = qe_calloc((size_t)n + 1, sizeof(*lists)))) {
 		rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
 		goto out;
 	}
@@ -77,12 +78,12 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		const void *host = it->data;
 		void *copy = NULL;
 		if (it->on_device && it->bytes) {
-			if (!(copy = malloc(it->bytes))) {
+			if (!(copy = qe_malloc(it->bytes))) {
 				rc = qe_fail(QE_ENOMEM, "checkpoint: no host memory for '%s' of stage %d (%zu bytes)",
 					     it->name, it->stage, it->bytes);
 				goto out;
 			}
-			if ((rc = b->ops->copy(NULL, copy, it->data, it->bytes, QE_COPY_D2H))) {
+			if ((rc = ckpt__copy(b, copy, it->data, it->bytes, QE_COPY_D2H))) {
 				free(copy);
 				rc = qe_fail_ctx(rc, "checkpoint: copying '%s' of stage %d to the host", it->name,
 						 it->stage);
@@ -160,7 +161,7 @@ static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **rep
 		free(buf);
 		return QE_OK;
 	}
-	ckpt_report *v = calloc((size_t)world, sizeof(*v));
+	ckpt_report *v = qe_calloc((size_t)world, sizeof(*v));
 	if (!v) {
 		free(buf);
 		qe_comm_blobs_free(blobs, world);

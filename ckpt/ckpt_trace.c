@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 /* Wire form of one row: step i64, stage i32, fingerprint u64, category (NUL-padded). */
@@ -48,7 +49,7 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t 
 	qe_comm *comm = qe_rank_comm(r);
 	int world = comm ? qe_comm_world_size(comm) : 1, rank = qe_rank_index(r), rc;
 	if (rank != 0) {
-		trace_wire *w = calloc(n + 1, sizeof(*w));
+		trace_wire *w = qe_calloc(n + 1, sizeof(*w));
 		if (!w)
 			return qe_fail(QE_ENOMEM, "trace: out of memory");
 		for (size_t i = 0; i < n; i++) {
@@ -64,8 +65,8 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t 
 	if (!s->cat)
 		return qe_fail(QE_EINVAL, "trace: rank 0 has no catalog open");
 	size_t total = n, cap = n + 16;
-	cat_trace *all = calloc(cap, sizeof(*all));
-	void **bufs = calloc((size_t)world + 1, sizeof(void *));
+	cat_trace *all = qe_calloc(cap, sizeof(*all));
+	void **bufs = qe_calloc((size_t)world + 1, sizeof(void *));
 	if (!all || !bufs) {
 		free(all);
 		free(bufs);
@@ -86,7 +87,7 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t 
 		size_t m = len / sizeof(trace_wire);
 		if (total + m > cap) {
 			cap = 2 * (total + m);
-			cat_trace *p = realloc(all, cap * sizeof(*all));
+			cat_trace *p = qe_realloc(all, cap * sizeof(*all));
 			if (!p) {
 				rc = qe_fail(QE_ENOMEM, "trace: out of memory");
 				break;

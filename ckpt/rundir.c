@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -136,21 +137,21 @@ static int write_durable(const char *dir, const char *name, const char *text)
 	if (fd < 0)
 		return qe_fail(qe_errno_status(errno), "cannot create '%s': %s", tmp, strerror(errno));
 	size_t n = strlen(text);
-	if (write(fd, text, n) != (ssize_t)n || fsync(fd)) {
+	if (qe_write(fd, text, n) != (ssize_t)n || qe_fsync(fd)) {
 		rc = qe_fail(qe_errno_status(errno), "cannot write '%s': %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);
 		return rc;
 	}
 	close(fd);
-	if (rename(tmp, path)) {
+	if (qe_rename(tmp, path)) {
 		rc = qe_fail(qe_errno_status(errno), "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
 		unlink(tmp);
 		return rc;
 	}
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	if (dfd >= 0) {
-		fsync(dfd);
+		qe_fsync(dfd);
 		close(dfd);
 	}
 	return QE_OK;
@@ -210,7 +211,7 @@ static int push_store(ckpt_local_store **v, int *n, int *cap, const ckpt_store_i
 {
 	if (*n == *cap) {
 		int nc = *cap ? 2 * *cap : 8;
-		ckpt_local_store *p = realloc(*v, (size_t)nc * sizeof(*p));
+		ckpt_local_store *p = qe_realloc(*v, (size_t)nc * sizeof(*p));
 		if (!p)
 			return qe_fail(QE_ENOMEM, "store scan: out of memory");
 		*v = p;
@@ -296,11 +297,11 @@ struct ckpt_storeset {
 int ckpt_storeset_open(const char *run_dir, const char *run_id, int writable, ckpt_storeset **out)
 {
 	*out = NULL;
-	ckpt_storeset *s = calloc(1, sizeof(*s));
+	ckpt_storeset *s = qe_calloc(1, sizeof(*s));
 	if (!s)
 		return qe_fail(QE_ENOMEM, "stores: out of memory");
 	int rc = ckpt_local_stores_scan(run_dir, run_id, &s->where, &s->n);
-	if (!rc && !(s->st = calloc((size_t)s->n + 1, sizeof(store *))))
+	if (!rc && !(s->st = qe_calloc((size_t)s->n + 1, sizeof(store *))))
 		rc = qe_fail(QE_ENOMEM, "stores: out of memory");
 	for (int i = 0; !rc && i < s->n; i++) {
 		store_opts o = { 0 };
@@ -308,6 +309,14 @@ int ckpt_storeset_open(const char *run_dir, const char *run_id, int writable, ck
 		if ((rc = ckpt_fs_check(s->where[i].path, "a store")))
 			break;
 		rc = store_open(s->where[i].path, &o, &s->st[i]);
+		if (rc == QE_ENOTFOUND) {
+			/* Its creation never finished (the first write failed): it holds nothing. */
+			qe_log(QE_LOG_DEBUG, "skipping store '%s': %s", s->where[i].path, qe_last_error());
+			memmove(&s->where[i], &s->where[i + 1], (size_t)(s->n - i - 1) * sizeof(*s->where));
+			s->n--;
+			i--;
+			rc = QE_OK;
+		}
 	}
 	if (rc) {
 		ckpt_storeset_close(s);
@@ -423,7 +432,7 @@ int ckpt_lock_take(const char *path, const char *command, ckpt_lock **out)
 	int n = snprintf(text, sizeof(text), "pid %d on %s: %s\n", (int)getpid(), host, command ? command : "qeffect");
 	if (ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n)
 		qe_log(QE_LOG_WARN, "lock '%s': could not record the holder: %s", path, strerror(errno));
-	ckpt_lock *l = calloc(1, sizeof(*l));
+	ckpt_lock *l = qe_calloc(1, sizeof(*l));
 	if (!l) {
 		pthread_mutex_unlock(&held_mu);
 		close(fd);

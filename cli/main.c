@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 static const cli_command commands[] = {
@@ -145,6 +146,10 @@ int main(int argc, char **argv)
 {
 	if (take_storage_flags(&argc, argv))
 		return 2;
+	if (qe_fault_init()) {
+		fprintf(stderr, "qeffect: %s\n", qe_last_error());
+		return 2;
+	}
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

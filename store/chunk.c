@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "store/store_int.h"
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -120,7 +121,7 @@ static int add_bytes(store *s, MDB_txn *txn, int64_t delta, int *mdb_rc)
 	store_put_u64(buf, cur);
 	v.mv_size = 8;
 	v.mv_data = buf;
-	rc = mdb_put(txn, s->dbi_meta, &k, &v, 0);
+	rc = store__mdb_put(txn, s->dbi_meta, &k, &v, 0);
 	return rc ? (*mdb_rc = rc, store_mdb_fail(s, rc, "update the byte counter")) : 0;
 }
 
@@ -165,7 +166,7 @@ static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 		if (write) {
 			v.mv_size = STORE_VAL_HDR + ch->size;
 			v.mv_data = NULL;
-			rc = mdb_put(txn, s->dbi_chunks, &k, &v, MDB_RESERVE);
+			rc = store__mdb_put(txn, s->dbi_chunks, &k, &v, MDB_RESERVE);
 			if (rc)
 				return *mdb_rc = rc, store_mdb_fail(s, rc, "write a chunk");
 			unsigned char *p = v.mv_data;
@@ -191,7 +192,7 @@ static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 		}
 		/* Found or written, the chunk was just put: gc's grace starts now. */
 		MDB_val tv = { 8, stamp };
-		rc = mdb_put(txn, s->dbi_touch, &k, &tv, 0);
+		rc = store__mdb_put(txn, s->dbi_touch, &k, &tv, 0);
 		if (rc)
 			return *mdb_rc = rc, store_mdb_fail(s, rc, "record a chunk's put time");
 	}
@@ -255,7 +256,7 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 		return 0;
 
 	size_t n = (bytes + chunk_size - 1) / chunk_size;
-	store_chunk *chunks = calloc(n, sizeof(*chunks));
+	store_chunk *chunks = qe_calloc(n, sizeof(*chunks));
 	if (!chunks)
 		return qe_fail(QE_ENOMEM, "store '%s': chunk list of %zu entries", s->path, n);
 	for (size_t i = 0; i < n; i++)
@@ -432,7 +433,7 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 		return qe_fail(QE_EINVAL, "store '%s': the chunk list covers %llu bytes but the tensor has %zu", s->path,
 			       (unsigned long long)total, bytes);
 
-	const unsigned char **where = calloc(list->n + 1, sizeof(*where));
+	const unsigned char **where = qe_calloc(list->n + 1, sizeof(*where));
 	if (!where)
 		return qe_fail(QE_ENOMEM, "store '%s': get tensor: list of %zu chunks", s->path, list->n);
 	pthread_mutex_lock(&s->mu);

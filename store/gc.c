@@ -10,6 +10,7 @@
  */
 #include "store/store_int.h"
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -46,7 +47,7 @@ static int gc_visit(void *vctx, const store_hash *h, uint64_t size, uint64_t tou
 	}
 	if (c->n_doomed == c->cap_doomed) {
 		size_t ncap = c->cap_doomed ? 2 * c->cap_doomed : 256;
-		store_hash *nd = realloc(c->doomed, ncap * sizeof(*nd));
+		store_hash *nd = qe_realloc(c->doomed, ncap * sizeof(*nd));
 		if (!nd)
 			return c->oom = 1, QE_ENOMEM;
 		c->doomed = nd;
@@ -68,7 +69,7 @@ int store_gc(store *s, const store_hash *keep, size_t n_keep, uint64_t grace_s, 
 	memset(out, 0, sizeof(*out));
 	store_hash *sorted = NULL;
 	if (n_keep) {
-		sorted = malloc(n_keep * sizeof(*sorted));
+		sorted = qe_malloc(n_keep * sizeof(*sorted));
 		if (!sorted)
 			return qe_fail(QE_ENOMEM, "store '%s': gc: keep set of %zu hashes", s->path, n_keep);
 		memcpy(sorted, keep, n_keep * sizeof(*sorted));

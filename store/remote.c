@@ -33,6 +33,7 @@
 
 #include <openssl/evp.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -196,7 +197,7 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK)
 		return qe_fail(QE_EIO, "s3: libcurl failed to initialize: %s", curl_easy_strerror(curl_init_rc));
-	store_remote *r = calloc(1, sizeof(*r));
+	store_remote *r = qe_calloc(1, sizeof(*r));
 	if (!r)
 		return qe_fail(QE_ENOMEM, "s3: out of memory");
 	int rc = store_remote_parse_url(url, r->bucket, sizeof(r->bucket), r->prefix, sizeof(r->prefix));
@@ -243,9 +244,9 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 		rc = qe_fail(QE_EINVAL, "s3: no credentials for %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", url);
 		goto fail;
 	}
-	r->access_key = strdup(ak);
-	r->secret_key = strdup(sk);
-	r->session_token = tk && tk[0] ? strdup(tk) : NULL;
+	r->access_key = qe_strdup(ak);
+	r->secret_key = qe_strdup(sk);
+	r->session_token = tk && tk[0] ? qe_strdup(tk) : NULL;
 	if (!r->access_key || !r->secret_key || (tk && tk[0] && !r->session_token)) {
 		rc = qe_fail(QE_ENOMEM, "s3: out of memory");
 		goto fail;
@@ -362,7 +363,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ctx)
 		size_t cap = b->cap ? b->cap : 4096;
 		while (cap < b->n + n + 1)
 			cap *= 2;
-		char *p = realloc(b->p, cap);
+		char *p = qe_realloc(b->p, cap);
 		if (!p)
 			return 0;
 		b->p = p;
@@ -614,7 +615,7 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 	hdrs = t;
 	if (r->session_token) {
 		size_t tl = strlen(r->session_token) + 32;
-		if (!(tok = malloc(tl)))
+		if (!(tok = qe_malloc(tl)))
 			goto oom;
 		snprintf(tok, tl, "x-amz-security-token: %s", r->session_token);
 		if (!(t = curl_slist_append(hdrs, tok)))
@@ -686,7 +687,7 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 			curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, q->method);
 		}
 		r->stats.requests++;
-		CURLcode cc = curl_easy_perform(c);
+		CURLcode cc = qe_fault_hit(QE_FAULT_S3) ? CURLE_SEND_ERROR : curl_easy_perform(c);
 		if (cc == CURLE_OK) {
 			curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &p->status);
 			curl_off_t cl = -1;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -74,7 +75,7 @@ int remote__put_multipart(store_remote *r, const char *key, const void *data, si
 
 	/* <Part><PartNumber>N</PartNumber><ETag>"..."</ETag></Part> per part. */
 	size_t xml_cap = 128 + nparts * 256, xml_len = 0;
-	char *xml = malloc(xml_cap);
+	char *xml = qe_malloc(xml_cap);
 	if (!xml) {
 		rc = qe_fail(QE_ENOMEM, "s3: out of memory for %zu parts", nparts);
 		abort_upload(r, key, upload_enc);

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 int store_remote_check(store_remote *r)
@@ -85,7 +86,7 @@ int store_remote_get(store_remote *r, const char *key, size_t max_size, void **d
 	}
 	if (!p.body.p) {
 		/* An empty object: still hand out a NUL-terminated buffer. */
-		p.body.p = calloc(1, 1);
+		p.body.p = qe_calloc(1, 1);
 		if (!p.body.p)
 			return qe_fail(QE_ENOMEM, "s3: out of memory");
 	}
@@ -112,14 +113,14 @@ int store_remote_get_file(store_remote *r, const char *key, const char *path, ui
 	remote__resp_free(&p);
 	long got = -1;
 	if (!rc) {
-		if (fflush(f) || fsync(fileno(f)) || (got = ftell(f)) < 0)
+		if (fflush(f) || qe_fsync(fileno(f)) || (got = ftell(f)) < 0)
 			rc = qe_fail(QE_EIO, "s3: cannot write '%s': %s", tmp, strerror(errno));
 		else if (has_length && (uint64_t)got != length)
 			rc = qe_fail(QE_EIO, "s3: '%s': got %ld bytes of %llu", key, got, (unsigned long long)length);
 	}
 	if (fclose(f) && !rc)
 		rc = qe_fail(QE_EIO, "s3: cannot close '%s': %s", tmp, strerror(errno));
-	if (!rc && rename(tmp, path))
+	if (!rc && qe_rename(tmp, path))
 		rc = qe_fail(QE_EIO, "s3: cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
 	if (rc) {
 		unlink(tmp);

@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include "store/store_int.h"
 
+#include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -93,6 +94,20 @@ int store_mdb_fail(store *s, int mdb_rc, const char *what)
 		break;
 	}
 	return qe_fail(code, "store '%s': %s: %s", s->path, what, mdb_strerror(mdb_rc));
+}
+
+int store__mdb_put(MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags)
+{
+	return qe_fault_hit(QE_FAULT_LMDB_PUT) ? EIO : mdb_put(txn, dbi, k, v, flags);
+}
+
+int store__txn_commit(MDB_txn *txn)
+{
+	if (qe_fault_hit(QE_FAULT_LMDB_COMMIT)) {
+		mdb_txn_abort(txn);
+		return EIO;
+	}
+	return mdb_txn_commit(txn);
 }
 
 int store_check(store *s)
@@ -223,7 +238,7 @@ int store_write_at(store *s, const void *data, size_t size, uint64_t off)
 	const unsigned char *p = data;
 	while (size) {
 		size_t n = size < WRITE_PIECE ? size : WRITE_PIECE;
-		ssize_t w = pwrite(s->data_fd, p, n, (off_t)off);
+		ssize_t w = qe_pwrite(s->data_fd, p, n, (off_t)off);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
@@ -358,7 +373,7 @@ int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, c
 		qrc = fn(s, txn, ctx, &mdb_rc);
 		if (qrc == 0) {
 			/* commit frees the transaction even when it fails */
-			mdb_rc = mdb_txn_commit(txn);
+			mdb_rc = store__txn_commit(txn);
 			if (mdb_rc == 0)
 				break;
 			qrc = store_mdb_fail(s, mdb_rc, "commit");
@@ -379,7 +394,7 @@ int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, c
 
 static int mkdir_p(const char *dir)
 {
-	char *p = strdup(dir);
+	char *p = qe_strdup(dir);
 	if (!p)
 		return qe_fail(QE_ENOMEM, "store: copy path '%s'", dir);
 	int rc = 0;
@@ -421,6 +436,11 @@ static int open_dbs_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 		return *mdb_rc = rc, store_mdb_fail(s, rc, "open the main database");
 	MDB_dbi probe;
 	rc = mdb_dbi_open(txn, "meta", 0, &probe);
+	/* An empty environment is a store whose creation did not finish (its first
+	 * write transaction failed): a new store for a writer, none for a reader. */
+	if (rc == MDB_NOTFOUND && st.ms_entries == 0 && !ctx->create)
+		return qe_fail(QE_ENOTFOUND, "store: no store at '%s' (an empty LMDB environment: its creation did not finish)",
+			       s->path);
 	if (rc == MDB_NOTFOUND && (st.ms_entries > 0 || !ctx->create))
 		return qe_fail(QE_EUNSUPPORTED, "store '%s': not a qeffect store (an LMDB environment without its meta database)",
 			       s->path);
@@ -437,7 +457,7 @@ static int open_dbs_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 	if (rc == MDB_NOTFOUND && ctx->create) {
 		v.mv_size = strlen(STORE_FORMAT);
 		v.mv_data = (void *)STORE_FORMAT;
-		rc = mdb_put(txn, s->dbi_meta, &k, &v, 0);
+		rc = store__mdb_put(txn, s->dbi_meta, &k, &v, 0);
 		if (rc)
 			return *mdb_rc = rc, store_mdb_fail(s, rc, "write the store format");
 		return 0;
@@ -567,10 +587,10 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 		return qe_fail(QE_EINVAL, "store: '%s' is not a folder", dir);
 	}
 
-	store *s = calloc(1, sizeof(*s));
+	store *s = qe_calloc(1, sizeof(*s));
 	size_t dlen = strlen(dir);
-	datafile = malloc(dlen + sizeof("/data.mdb"));
-	if (!s || !datafile || !(s->path = strdup(dir))) {
+	datafile = qe_malloc(dlen + sizeof("/data.mdb"));
+	if (!s || !datafile || !(s->path = qe_strdup(dir))) {
 		rc = qe_fail(QE_ENOMEM, "store: allocate handle for '%s'", dir);
 		goto fail_alloc;
 	}
@@ -734,10 +754,10 @@ int store_sync(store *s)
 		return 0;
 	/* With WRITEMAP: msync of the map, which covers the pages chunk.c wrote
 	 * with pwrite (one page cache); the fdatasync makes that explicit. */
-	rc = mdb_env_sync(s->env, 1);
+	rc = qe_fault_hit(QE_FAULT_LMDB_SYNC) ? EIO : mdb_env_sync(s->env, 1);
 	if (rc)
 		return store_mdb_fail(s, rc, "sync to disk");
-	if (s->writemap && fdatasync(s->data_fd) != 0)
+	if (s->writemap && qe_fdatasync(s->data_fd) != 0)
 		return qe_fail(qe_errno_status(errno), "store '%s': sync data.mdb to disk: %s", s->path, strerror(errno));
 	return 0;
 }

@@ -52,6 +52,10 @@ struct store {
 
 /* Convert an LMDB code into a QE code with a message naming the store and what failed. */
 int store_mdb_fail(store *s, int mdb_rc, const char *what);
+/* mdb_put and mdb_txn_commit of a write transaction, each failing with EIO when
+ * QE_FAULT asks (runtime/core/fault.h); a failed commit frees txn, as LMDB's does. */
+int store__mdb_put(MDB_txn *txn, MDB_dbi dbi, MDB_val *k, MDB_val *v, unsigned flags);
+int store__txn_commit(MDB_txn *txn);
 /* QE_EINVAL when s is NULL, used after fork, or failed. Call before locking. */
 int store_check(store *s);
 

@@ -8,6 +8,7 @@
  */
 #include "store/store_int.h"
 
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 #include <stdlib.h>
@@ -46,7 +47,7 @@ static int list_chunks(store *s, struct chunk_entry **entries, size_t *n)
 		}
 		if (len == cap) {
 			size_t ncap = cap ? 2 * cap : 1024;
-			struct chunk_entry *ne = realloc(e, ncap * sizeof(*e));
+			struct chunk_entry *ne = qe_realloc(e, ncap * sizeof(*e));
 			if (!ne) {
 				rc = qe_fail(QE_ENOMEM, "store '%s': list of %zu chunks", s->path, ncap);
 				goto out_cursor;

@@ -4,6 +4,8 @@
  */
 #include "runtime/core/status.h"
 
+#include "runtime/core/fault.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +46,7 @@ int qe_errno_status(int err)
 int qe_vfail(int code, const char *fmt, va_list ap)
 {
 	vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
+	qe_fault__annotate(last_msg, sizeof(last_msg));
 	return code;
 }
 
@@ -68,6 +71,7 @@ int qe_fail_ctx(int code, const char *fmt, ...)
 		snprintf(last_msg, sizeof(last_msg), "%s: %s", prefix, old);
 	else
 		snprintf(last_msg, sizeof(last_msg), "%s: %s", prefix, qe_strerror(code));
+	qe_fault__annotate(last_msg, sizeof(last_msg));
 	return code;
 }
 

@@ -12,7 +12,8 @@ trap 'rm -rf "$T"' EXIT
 fail=0 n=0
 for t in "$SRC"/tests/catalog/test_*.c; do
   n=$((n + 1))
-  if ! "$CC" -std=gnu11 -O0 -g -I"$SRC" -I"$SRC/tests" -I"$SQLINC" -DQE_SHARED_DIR='""' -DQE_BIN='""' \
+  # shellcheck disable=SC2086 # QE_EXTRA_CFLAGS (the build's own C flags, e.g. sanitizers) is a list
+  if ! "$CC" -std=gnu11 -O0 -g ${QE_EXTRA_CFLAGS:-} -I"$SRC" -I"$SRC/tests" -I"$SQLINC" -DQE_SHARED_DIR='""' -DQE_BIN='""' \
        -DQE_SOURCE_DIR='""' -o "$T/t" "$t" "$SRC/tests/testlib.c" "$CAT" "$CORE" "$SQL" -ldl -lpthread -lm \
        >"$T/log" 2>&1; then
     grep -E "undefined reference|error" "$T/log" | head -5
