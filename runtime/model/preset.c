@@ -103,7 +103,16 @@ int qe_model_blocks_per_stage(const qe_model_config *c, int nstages, int *out)
 	return QE_OK;
 }
 
-static const char *attn_names[] = { "auto", "probs", "flash" };
+/* The index of s in names[0..n), or -1. */
+static int name_index(const char *const *names, int n, const char *s)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+static const char *const attn_names[] = { "auto", "probs", "flash" };
 
 const char *qe_attn_mode_name(qe_attn_mode m)
 {
@@ -112,12 +121,11 @@ const char *qe_attn_mode_name(qe_attn_mode m)
 
 int qe_attn_mode_parse(const char *s, qe_attn_mode *out)
 {
-	for (int i = 0; i < 3; i++)
-		if (strcmp(s, attn_names[i]) == 0) {
-			*out = (qe_attn_mode)i;
-			return QE_OK;
-		}
-	return qe_fail(QE_EINVAL, "unknown attention '%s' (known: auto, probs, flash)", s);
+	int i = name_index(attn_names, 3, s);
+	if (i < 0)
+		return qe_fail(QE_EINVAL, "unknown attention '%s' (known: auto, probs, flash)", s);
+	*out = (qe_attn_mode)i;
+	return QE_OK;
 }
 
 qe_attn_mode qe_model_attn(const qe_model_config *c)
@@ -127,7 +135,7 @@ qe_attn_mode qe_model_attn(const qe_model_config *c)
 	return c->seq > 256 && flash_head_dim(c) ? QE_ATTN_FLASH : QE_ATTN_PROBS;
 }
 
-static const char *prec_names[] = { "f32", "bf16", "fp8" };
+static const char *const prec_names[] = { "f32", "bf16", "fp8" };
 
 const char *qe_prec_mode_name(qe_prec_mode m)
 {
@@ -136,12 +144,11 @@ const char *qe_prec_mode_name(qe_prec_mode m)
 
 int qe_prec_mode_parse(const char *s, qe_prec_mode *out)
 {
-	for (int i = 0; i < 3; i++)
-		if (strcmp(s, prec_names[i]) == 0) {
-			*out = (qe_prec_mode)i;
-			return QE_OK;
-		}
-	return qe_fail(QE_EINVAL, "unknown precision '%s' (known: fp8, bf16, f32)", s);
+	int i = name_index(prec_names, 3, s);
+	if (i < 0)
+		return qe_fail(QE_EINVAL, "unknown precision '%s' (known: fp8, bf16, f32)", s);
+	*out = (qe_prec_mode)i;
+	return QE_OK;
 }
 
 const char *qe_linear_name(int kind)
