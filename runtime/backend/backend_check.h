@@ -6,11 +6,12 @@
  * message set (QE_EINVAL for missing pointers and bad counts, QE_ESHAPE for
  * shapes, dtypes and devices).
  *
- * There is one check per op of the table that takes arguments (qe__check_<op>,
- * in the order of backend.h), and a backend adds nothing of its own except
- * its limits, passed in (max_views, cublas_dims).  A pointer the op may take
- * as NULL, or that an op has never checked, is not an argument of its check:
- * the checks refuse exactly what they refused when each backend had its own.
+ * There is one check per op of the table that takes arguments (qe__check_<op>;
+ * the two flash ops share qe__check_flash), and a backend adds nothing of its
+ * own except its limits, passed in (max_views, cublas_dims).  A pointer the op
+ * may take as NULL, or that no backend ever checked (layernorm's mean and rstd
+ * forward, dw and db backward; embed_fwd's wpe), is not an argument of its
+ * check: the checks refuse exactly what each backend refused on its own.
  */
 #ifndef QE_BACKEND_CHECK_H
 #define QE_BACKEND_CHECK_H
