@@ -1,6 +1,8 @@
 /*
  * backend_check.c - the op argument checks shared by the backends (see
- * backend_check.h).
+ * backend_check.h): the only home of an op's argument rules, so that the cpu
+ * reference and the cuda backend cannot drift apart in what they refuse or in
+ * the words they refuse it with.
  */
 #include "runtime/backend/backend_check.h"
 
@@ -77,8 +79,24 @@ int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout
 	return qe__check_need(dout, T * H, nm, "dout");
 }
 
+int qe__check_copy(const void *dst, const void *src, size_t bytes, qe_copy_kind kind)
+{
+	if ((unsigned)kind > QE_COPY_D2D)
+		return qe_fail(QE_EINVAL, "copy: unknown kind %d", (int)kind);
+	if (bytes && (!dst || !src))
+		return qe_fail(QE_EINVAL, "copy: NULL %s for %zu bytes", dst ? "src" : "dst", bytes);
+	return QE_OK;
+}
+
+int qe__check_fill(const void *dst, size_t bytes)
+{
+	return qe__check_need(dst, (int64_t)bytes, "fill", "dst");
+}
+
 int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev)
 {
+	if (!a || !b || !c)
+		return qe_fail(QE_EINVAL, "gemm: NULL tensor descriptor");
 	char da[96], db[96], dc[96];
 	qe_tensor_describe(a, da, sizeof(da));
 	qe_tensor_describe(b, db, sizeof(db));
@@ -118,6 +136,8 @@ int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, q
 
 int qe__check_cast(const qe_cast_args *a, qe_device dev)
 {
+	if (!a)
+		return qe_fail(QE_EINVAL, "cast: NULL arguments");
 	const char *on = dev_name(dev);
 	char dx[96], dr[96], dcl[96];
 	qe_tensor_describe(&a->x, dx, sizeof(dx));
@@ -235,4 +255,180 @@ int qe__check_views(const float *const *views, int nviews, int64_t n, const char
 		if (n > 0 && !views[i])
 			return qe_fail(QE_EINVAL, "%s: view %d of %d is NULL", op, i, nviews);
 	return QE_OK;
+}
+
+/* n >= 0 and the k arrays of n floats named names[] present: the elementwise ops' rule. */
+static int check_floats(const char *op, int64_t n, int k, const float *const *p, const char *const *names)
+{
+	int rc = qe__check_size(n, op, "n");
+	for (int i = 0; i < k && !rc; i++)
+		rc = qe__check_need(p[i], n, op, names[i]);
+	return rc;
+}
+
+int qe__check_add(const float *y, const float *a, const float *b, int64_t n)
+{
+	return check_floats("add", n, 3, (const float *const[]){ y, a, b }, (const char *const[]){ "y", "a", "b" });
+}
+
+int qe__check_add_inplace(const float *y, const float *a, int64_t n)
+{
+	return check_floats("add_inplace", n, 2, (const float *const[]){ y, a }, (const char *const[]){ "y", "a" });
+}
+
+int qe__check_gelu_fwd(const float *y, const float *x, int64_t n)
+{
+	return check_floats("gelu_fwd", n, 2, (const float *const[]){ y, x }, (const char *const[]){ "y", "x" });
+}
+
+int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, int64_t n)
+{
+	return check_floats("gelu_bwd", n, 3, (const float *const[]){ dx, x, dy },
+			    (const char *const[]){ "dx", "x", "dy" });
+}
+
+int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t cols)
+{
+	const char *nm = "bias_grad";
+	int rc = qe__check_size(rows, nm, "rows");
+	if (!rc)
+		rc = qe__check_size(cols, nm, "cols");
+	if (!rc)
+		rc = qe__check_need(db, cols, nm, "db");
+	if (!rc)
+		rc = qe__check_need(dy, rows * cols, nm, "dy");
+	return rc;
+}
+
+int qe__check_layernorm_fwd(const float *y, const float *x, const float *w, const float *b, int64_t rows,
+			    int64_t cols)
+{
+	const char *nm = "layernorm_fwd";
+	int64_t n = rows * cols;
+	int rc = qe__check_size(rows, nm, "rows");
+	if (!rc)
+		rc = qe__check_size(cols, nm, "cols");
+	if (!rc && rows > 0 && cols == 0)
+		rc = qe_fail(QE_EINVAL, "layernorm_fwd: %lld rows of 0 columns", (long long)rows);
+	if (!rc)
+		rc = qe__check_need(y, n, nm, "y");
+	if (!rc)
+		rc = qe__check_need(x, n, nm, "x");
+	if (!rc)
+		rc = qe__check_need(w, n, nm, "w");
+	if (!rc)
+		rc = qe__check_need(b, n, nm, "b");
+	return rc;
+}
+
+int qe__check_layernorm_bwd(const float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+			    const float *w, int64_t rows, int64_t cols)
+{
+	const char *nm = "layernorm_bwd";
+	int64_t n = rows * cols;
+	int rc = qe__check_size(rows, nm, "rows");
+	if (!rc)
+		rc = qe__check_size(cols, nm, "cols");
+	if (!rc)
+		rc = qe__check_need(dx, n, nm, "dx");
+	if (!rc)
+		rc = qe__check_need(dy, n, nm, "dy");
+	if (!rc)
+		rc = qe__check_need(x, n, nm, "x");
+	if (!rc)
+		rc = qe__check_need(mean, rows, nm, "mean");
+	if (!rc)
+		rc = qe__check_need(rstd, rows, nm, "rstd");
+	if (!rc)
+		rc = qe__check_need(w, n, nm, "w");
+	return rc;
+}
+
+int qe__check_embed_fwd(const float *out, const int32_t *tok, const float *wte, int64_t T, int64_t H)
+{
+	const char *nm = "embed_fwd";
+	int rc = qe__check_size(T, nm, "T");
+	if (!rc)
+		rc = qe__check_size(H, nm, "H");
+	if (!rc)
+		rc = qe__check_need(out, T * H, nm, "out");
+	if (!rc)
+		rc = qe__check_need(tok, T, nm, "tok");
+	if (!rc)
+		rc = qe__check_need(wte, T * H, nm, "wte");
+	return rc;
+}
+
+/* attn_fwd/bwd's sizes: T, H >= 0, whole heads, and on cuda cuBLAS's int dimensions. */
+static int check_attn_sizes(const char *nm, int64_t T, int64_t H, int nh, int cublas_dims)
+{
+	int rc = qe__check_size(T, nm, "T");
+	if (!rc)
+		rc = qe__check_size(H, nm, "H");
+	if (!rc && (nh < 1 || H % nh != 0))
+		rc = qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
+	if (!rc && cublas_dims && (T > INT32_MAX || H > INT32_MAX / 3))
+		rc = qe_fail(QE_EUNSUPPORTED, "%s: T=%lld, H=%lld exceed cuBLAS's int dimensions", nm, (long long)T,
+			     (long long)H);
+	return rc;
+}
+
+int qe__check_attn_fwd(const float *out, const float *probs, const float *qkv, int64_t T, int64_t H, int nh,
+		       int cublas_dims)
+{
+	const char *nm = "attn_fwd";
+	int rc = check_attn_sizes(nm, T, H, nh, cublas_dims);
+	if (!rc)
+		rc = qe__check_need(out, T * H, nm, "out");
+	if (!rc)
+		rc = qe__check_need(probs, T * H, nm, "probs");
+	if (!rc)
+		rc = qe__check_need(qkv, T * H, nm, "qkv");
+	return rc;
+}
+
+int qe__check_attn_bwd(const float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
+		       int64_t H, int nh, int cublas_dims)
+{
+	const char *nm = "attn_bwd";
+	int rc = check_attn_sizes(nm, T, H, nh, cublas_dims);
+	if (!rc)
+		rc = qe__check_need(dqkv, T * H, nm, "dqkv");
+	if (!rc)
+		rc = qe__check_need(dout, T * H, nm, "dout");
+	if (!rc)
+		rc = qe__check_need(qkv, T * H, nm, "qkv");
+	if (!rc)
+		rc = qe__check_need(probs, T * H, nm, "probs");
+	return rc;
+}
+
+int qe__check_adamw(const qe_adamw_args *a, int max_views)
+{
+	const char *nm = "adamw";
+	if (!a)
+		return qe_fail(QE_EINVAL, "adamw: NULL arguments");
+	int rc = qe__check_size(a->n, nm, "n");
+	if (!rc)
+		rc = qe__check_need(a->param, a->n, nm, "param");
+	if (!rc)
+		rc = qe__check_need(a->m, a->n, nm, "m");
+	if (!rc)
+		rc = qe__check_need(a->v, a->n, nm, "v");
+	if (!rc)
+		rc = qe__check_views(a->grads, a->nviews, a->n, nm, max_views);
+	if (!rc && a->step < 1)
+		rc = qe_fail(QE_EINVAL, "adamw: step %lld; steps are 1-based", (long long)a->step);
+	return rc;
+}
+
+int qe__check_sum_views(const float *out, const float *const *views, int nviews, int64_t n, int max_views)
+{
+	const char *nm = "sum_views";
+	int rc = qe__check_size(n, nm, "n");
+	if (!rc)
+		rc = qe__check_need(out, n, nm, "out");
+	if (!rc)
+		rc = qe__check_views(views, nviews, n, nm, max_views);
+	return rc;
 }

@@ -5,10 +5,18 @@
  * the tensors must live on differs.  Each returns QE_OK or a status with the
  * message set (QE_EINVAL for missing pointers and bad counts, QE_ESHAPE for
  * shapes, dtypes and devices).
+ *
+ * There is one check per op of the table that takes arguments (qe__check_<op>;
+ * the two flash ops share qe__check_flash), and a backend adds nothing of its
+ * own except its limits, passed in (max_views, cublas_dims).  A pointer the op
+ * may take as NULL, or that no backend ever checked (layernorm's mean and rstd
+ * forward, dw and db backward; embed_fwd's wpe), is not an argument of its
+ * check: the checks refuse exactly what each backend refused on its own.
  */
 #ifndef QE_BACKEND_CHECK_H
 #define QE_BACKEND_CHECK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "runtime/backend/backend.h"
@@ -17,9 +25,16 @@
 int qe__check_need(const void *p, int64_t count, const char *op, const char *name);
 /* A size argument must not be negative. */
 int qe__check_size(int64_t v, const char *op, const char *name);
-/* The TN GEMM's operands: shapes, dtypes, scales, device dev, and C overlapping neither. */
+/* copy: a known kind, and dst and src present when bytes > 0. */
+int qe__check_copy(const void *dst, const void *src, size_t bytes, qe_copy_kind kind);
+/* fill: dst present when bytes > 0. */
+int qe__check_fill(const void *dst, size_t bytes);
+/*
+ * The TN GEMM's operands: shapes, dtypes, scales, device dev, and C
+ * overlapping neither.  A NULL descriptor is refused (QE_EINVAL).
+ */
 int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev);
-/* The cast's input, outputs and scale pointers, on device dev. */
+/* The cast's input, outputs and scale pointers, on device dev; a NULL a is refused (QE_EINVAL). */
 int qe__check_cast(const qe_cast_args *a, qe_device dev);
 /*
  * The format a (checked) cast scales into: that of the outputs it writes,
@@ -46,5 +61,37 @@ int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V
 int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V);
 /* nviews in 1..max_views (0: no upper bound) non-NULL views of n floats. */
 int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views);
+
+/* The elementwise ops: n >= 0 and each array of n floats present. */
+int qe__check_add(const float *y, const float *a, const float *b, int64_t n);
+int qe__check_add_inplace(const float *y, const float *a, int64_t n);
+int qe__check_gelu_fwd(const float *y, const float *x, int64_t n);
+int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, int64_t n);
+/* bias_grad: rows, cols >= 0, db [cols] and dy [rows, cols] present. */
+int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t cols);
+/* layernorm_fwd: rows, cols >= 0, no rows of 0 columns, y, x, w and b present. */
+int qe__check_layernorm_fwd(const float *y, const float *x, const float *w, const float *b, int64_t rows,
+			    int64_t cols);
+/* layernorm_bwd: rows, cols >= 0, dx, dy, x, mean, rstd and w present. */
+int qe__check_layernorm_bwd(const float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+			    const float *w, int64_t rows, int64_t cols);
+/* embed_fwd: T, H >= 0, out, tok and wte present. */
+int qe__check_embed_fwd(const float *out, const int32_t *tok, const float *wte, int64_t T, int64_t H);
+/*
+ * attn_fwd/bwd: T, H >= 0, H a multiple of nh >= 1, and (forward) out, probs,
+ * qkv or (backward) dqkv, dout, qkv, probs present.  cublas_dims nonzero
+ * (cuda): T and 3H must also fit cuBLAS's int dimensions (QE_EUNSUPPORTED).
+ */
+int qe__check_attn_fwd(const float *out, const float *probs, const float *qkv, int64_t T, int64_t H, int nh,
+		       int cublas_dims);
+int qe__check_attn_bwd(const float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
+		       int64_t H, int nh, int cublas_dims);
+/*
+ * adamw: a present, n >= 0, param, m, v present, grads as qe__check_views
+ * (max_views as there), and a 1-based step.
+ */
+int qe__check_adamw(const qe_adamw_args *a, int max_views);
+/* sum_views: n >= 0, out present, views as qe__check_views (max_views as there). */
+int qe__check_sum_views(const float *out, const float *const *views, int nviews, int64_t n, int max_views);
 
 #endif

@@ -1,13 +1,13 @@
 /*
  * cpu_int.h - private interface between the cpu backend's op machinery
- * (cpu_backend.c: streams, capture, argument checks) and its kernels
- * (cpu_kernels.c, cpu_gemm.c).
+ * (cpu_ops.c: the op list's checks and dispatch; cpu_stream.c: streams and
+ * capture) and its kernels (cpu_kernels.c, cpu_gemm.c).
  *
  * Kernels receive arguments already checked for shape, dtype and NULLs by
- * cpu_backend.c; they check only what depends on data (token ids) and return
- * a status.  Scratch memory belongs to the stream, so a kernel never touches
- * the backend allocator (forbidden while capturing) and two streams used from
- * two threads never share a buffer.
+ * cpu_ops.c (through backend_check.c); they check only what depends on data
+ * (token ids) and return a status.  Scratch memory belongs to the stream, so
+ * a kernel never touches the backend allocator (forbidden while capturing)
+ * and two streams used from two threads never share a buffer.
  */
 #ifndef QE_CPU_INT_H
 #define QE_CPU_INT_H

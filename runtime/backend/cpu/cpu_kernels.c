@@ -9,7 +9,7 @@
  * contract other modules rely on (gradient views summed in view order,
  * embedding scatter in t order, the column sums in the grouped row order of
  * colsum.h, which the cuda backend follows too) the comment says so.
- * Arguments were checked by cpu_backend.c; only data-dependent checks
+ * Arguments were checked by cpu_ops.c; only data-dependent checks
  * (token ids) remain here.
  */
 #include "runtime/backend/cpu/cpu_int.h"

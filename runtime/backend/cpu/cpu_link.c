@@ -53,6 +53,7 @@
  */
 #define _GNU_SOURCE
 #include "runtime/backend/cpu/cpu_link.h"
+#include "runtime/backend/cpu/cpu_stream.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -3,8 +3,8 @@
  * and the cpu device links (cpu_link.c).
  *
  * The link ops are the table's entries (backend.h says what they promise).
- * The two stream helpers let cpu_link.c apply the cpu streams' rules (sticky
- * failure, refusal while capturing) without seeing the stream's layout.
+ * cpu_link.c applies the cpu streams' rules (sticky failure, refusal while
+ * capturing) through the helpers of cpu_stream.h.
  */
 #ifndef QE_CPU_LINK_H
 #define QE_CPU_LINK_H
@@ -21,14 +21,5 @@ void qe__cpu_link_close(qe_link *l);
 
 /* Close the listening sockets of ids b made that no link_open took (backend teardown). */
 void qe__cpu_link_forget(qe_backend *b);
-
-/*
- * Whether an op that runs outside the op list may run on s now: QE_OK, or the
- * stream's earlier failure, QE_EINVAL for the default (NULL) stream, or
- * QE_ECAPTURE while s captures; each with a message naming op.
- */
-int qe__cpu_stream_enter(qe_stream *s, const char *op);
-/* Make s fail with rc (sticky, as after any failed op); returns rc. */
-int qe__cpu_stream_fail(qe_stream *s, int rc);
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * cuda_backend.cu - the cuda op table: memory, streams, events, CUDA graphs,
- * the default stream, and the argument checks of every op (the same checks
- * and messages as the cpu backend, so both refuse the same calls).
+ * the default stream, and the op wrappers.  Each wrapper runs the op's
+ * argument check from backend_check.c, the one the cpu backend runs too, so
+ * both refuse the same calls with the same messages; only cuda's limits
+ * (QE_CUDA_MAX_VIEWS, cuBLAS's int dimensions) are passed in.
  *
  * Every op goes one way: resolve the stream (NULL -> the process-wide
  * default stream, under a lock), fail fast if the stream failed earlier,
@@ -241,21 +243,6 @@ int qe__cuda_scratch(qe_stream *s, size_t bytes, const char *op, void **out)
 	return QE_OK;
 }
 
-/* ---- checks (backend_check.c has those shared with the cpu backend) ------------------- */
-
-static int check_attn(const char *nm, int64_t T, int64_t H, int nh)
-{
-	int rc = qe__check_size(T, nm, "T");
-	if (!rc)
-		rc = qe__check_size(H, nm, "H");
-	if (!rc && (nh < 1 || H % nh != 0))
-		rc = qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
-	if (!rc && (T > INT32_MAX || H > INT32_MAX / 3))
-		rc = qe_fail(QE_EUNSUPPORTED, "%s: T=%lld, H=%lld exceed cuBLAS's int dimensions", nm, (long long)T,
-			     (long long)H);
-	return rc;
-}
-
 /* ---- memory ------------------------------------------------------------------ */
 
 static int cu_alloc(qe_backend *b, size_t bytes, void **out)
@@ -343,11 +330,8 @@ static int cu_copy(qe_stream *s, void *dst, const void *src, size_t bytes, qe_co
 		return rc;
 	static const cudaMemcpyKind kinds[3] = { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
 						 cudaMemcpyDeviceToDevice };
-	if ((unsigned)kind > QE_COPY_D2D)
-		rc = qe_fail(QE_EINVAL, "copy: unknown kind %d", (int)kind);
-	else if (bytes && (!dst || !src))
-		rc = qe_fail(QE_EINVAL, "copy: NULL %s for %zu bytes", dst ? "src" : "dst", bytes);
-	else if (bytes) {
+	rc = qe__check_copy(dst, src, bytes, kind);
+	if (!rc && bytes) {
 		cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[kind], s->cs);
 		if (e != cudaSuccess)
 			rc = qe__cuda_err(e, "copy", "cudaMemcpyAsync");
@@ -360,7 +344,7 @@ static int cu_fill(qe_stream *s, void *dst, uint8_t byte, size_t bytes)
 	int rc = op_begin(&s, "fill");
 	if (rc)
 		return rc;
-	rc = qe__check_need(dst, (int64_t)bytes, "fill", "dst");
+	rc = qe__check_fill(dst, bytes);
 	if (!rc && bytes) {
 		cudaError_t e = cudaMemsetAsync(dst, byte, bytes, s->cs);
 		if (e != cudaSuccess)
@@ -632,7 +616,7 @@ static int cu_cast(qe_stream *s, const qe_cast_args *a)
 	int rc = op_begin(&s, "cast");
 	if (rc)
 		return rc;
-	rc = a ? qe__check_cast(a, QE_DEV_CUDA) : qe_fail(QE_EINVAL, "cast: NULL arguments");
+	rc = qe__check_cast(a, QE_DEV_CUDA);
 	if (!rc)
 		rc = qe__cuda_cast(s, a);
 	return op_end(s, rc, "cast");
@@ -667,8 +651,7 @@ static int cu_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tens
 	int rc = op_begin(&s, "gemm");
 	if (rc)
 		return rc;
-	rc = (a && b && c) ? qe__check_gemm(a, b, c, QE_DEV_CUDA)
-			   : qe_fail(QE_EINVAL, "gemm: NULL tensor descriptor");
+	rc = qe__check_gemm(a, b, c, QE_DEV_CUDA);
 	if (!rc)
 		rc = qe__cuda_gemm(s, a, b, c, bias, accumulate);
 	return op_end(s, rc, "gemm");
@@ -679,8 +662,7 @@ static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_
 	int rc = op_begin(&s, "add");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(n, "add", "n")) && !(rc = qe__check_need(y, n, "add", "y")) && !(rc = qe__check_need(a, n, "add", "a")) &&
-	    !(rc = qe__check_need(b, n, "add", "b")))
+	if (!(rc = qe__check_add(y, a, b, n)))
 		rc = qe__cuda_add(s, y, a, b, n);
 	return op_end(s, rc, "add");
 }
@@ -690,8 +672,7 @@ static int cu_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)
 	int rc = op_begin(&s, "add_inplace");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(n, "add_inplace", "n")) && !(rc = qe__check_need(y, n, "add_inplace", "y")) &&
-	    !(rc = qe__check_need(a, n, "add_inplace", "a")))
+	if (!(rc = qe__check_add_inplace(y, a, n)))
 		rc = qe__cuda_add_inplace(s, y, a, n);
 	return op_end(s, rc, "add_inplace");
 }
@@ -702,8 +683,7 @@ static int cu_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, 
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(rows, nm, "rows")) && !(rc = qe__check_size(cols, nm, "cols")) &&
-	    !(rc = qe__check_need(db, cols, nm, "db")) && !(rc = qe__check_need(dy, rows * cols, nm, "dy")))
+	if (!(rc = qe__check_bias_grad(db, dy, rows, cols)))
 		rc = qe__cuda_bias_grad(s, db, dy, rows, cols);
 	return op_end(s, rc, nm);
 }
@@ -713,8 +693,7 @@ static int cu_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
 	int rc = op_begin(&s, "gelu_fwd");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(n, "gelu_fwd", "n")) && !(rc = qe__check_need(y, n, "gelu_fwd", "y")) &&
-	    !(rc = qe__check_need(x, n, "gelu_fwd", "x")))
+	if (!(rc = qe__check_gelu_fwd(y, x, n)))
 		rc = qe__cuda_gelu_fwd(s, y, x, n);
 	return op_end(s, rc, "gelu_fwd");
 }
@@ -724,8 +703,7 @@ static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy,
 	int rc = op_begin(&s, "gelu_bwd");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(n, "gelu_bwd", "n")) && !(rc = qe__check_need(dx, n, "gelu_bwd", "dx")) &&
-	    !(rc = qe__check_need(x, n, "gelu_bwd", "x")) && !(rc = qe__check_need(dy, n, "gelu_bwd", "dy")))
+	if (!(rc = qe__check_gelu_bwd(dx, x, dy, n)))
 		rc = qe__cuda_gelu_bwd(s, dx, x, dy, n);
 	return op_end(s, rc, "gelu_bwd");
 }
@@ -737,13 +715,8 @@ static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, co
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(rows, nm, "rows")) && !(rc = qe__check_size(cols, nm, "cols"))) {
-		if (rows > 0 && cols == 0)
-			rc = qe_fail(QE_EINVAL, "layernorm_fwd: %lld rows of 0 columns", (long long)rows);
-		else if (!(rc = qe__check_need(y, rows * cols, nm, "y")) && !(rc = qe__check_need(x, rows * cols, nm, "x")) &&
-			 !(rc = qe__check_need(w, rows * cols, nm, "w")) && !(rc = qe__check_need(b, rows * cols, nm, "b")))
-			rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
-	}
+	if (!(rc = qe__check_layernorm_fwd(y, x, w, b, rows, cols)))
+		rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
 	return op_end(s, rc, nm);
 }
 
@@ -751,14 +724,10 @@ static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const
 			    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
 {
 	const char *nm = "layernorm_bwd";
-	int64_t rc_n = rows * cols;
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(rows, nm, "rows")) && !(rc = qe__check_size(cols, nm, "cols")) &&
-	    !(rc = qe__check_need(dx, rc_n, nm, "dx")) && !(rc = qe__check_need(dy, rc_n, nm, "dy")) && !(rc = qe__check_need(x, rc_n, nm, "x")) &&
-	    !(rc = qe__check_need(mean, rows, nm, "mean")) && !(rc = qe__check_need(rstd, rows, nm, "rstd")) &&
-	    !(rc = qe__check_need(w, rc_n, nm, "w")))
+	if (!(rc = qe__check_layernorm_bwd(dx, dy, x, mean, rstd, w, rows, cols)))
 		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols);
 	return op_end(s, rc, nm);
 }
@@ -770,8 +739,7 @@ static int cu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const floa
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(T, nm, "T")) && !(rc = qe__check_size(H, nm, "H")) && !(rc = qe__check_need(out, T * H, nm, "out")) &&
-	    !(rc = qe__check_need(tok, T, nm, "tok")) && !(rc = qe__check_need(wte, T * H, nm, "wte")))
+	if (!(rc = qe__check_embed_fwd(out, tok, wte, T, H)))
 		rc = qe__cuda_embed_fwd(s, out, tok, wte, wpe, T, H);
 	return op_end(s, rc, nm);
 }
@@ -794,8 +762,7 @@ static int cu_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv,
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = qe__check_need(out, T * H, nm, "out")) &&
-	    !(rc = qe__check_need(probs, T * H, nm, "probs")) && !(rc = qe__check_need(qkv, T * H, nm, "qkv")))
+	if (!(rc = qe__check_attn_fwd(out, probs, qkv, T, H, nh, 1)))
 		rc = qe__cuda_attn_fwd(s, out, probs, qkv, T, H, nh);
 	return op_end(s, rc, nm);
 }
@@ -807,9 +774,7 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = check_attn(nm, T, H, nh)) && !(rc = qe__check_need(dqkv, T * H, nm, "dqkv")) &&
-	    !(rc = qe__check_need(dout, T * H, nm, "dout")) && !(rc = qe__check_need(qkv, T * H, nm, "qkv")) &&
-	    !(rc = qe__check_need(probs, T * H, nm, "probs")))
+	if (!(rc = qe__check_attn_bwd(dqkv, dout, qkv, probs, T, H, nh, 1)))
 		rc = qe__cuda_attn_bwd(s, dqkv, dout, qkv, probs, T, H, nh);
 	return op_end(s, rc, nm);
 }
@@ -856,16 +821,8 @@ static int cu_adamw(qe_stream *s, const qe_adamw_args *a)
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!a)
-		rc = qe_fail(QE_EINVAL, "adamw: NULL arguments");
-	else if (!(rc = qe__check_size(a->n, nm, "n")) && !(rc = qe__check_need(a->param, a->n, nm, "param")) &&
-		 !(rc = qe__check_need(a->m, a->n, nm, "m")) && !(rc = qe__check_need(a->v, a->n, nm, "v")) &&
-		 !(rc = qe__check_views(a->grads, a->nviews, a->n, nm, QE_CUDA_MAX_VIEWS))) {
-		if (a->step < 1)
-			rc = qe_fail(QE_EINVAL, "adamw: step %lld; steps are 1-based", (long long)a->step);
-		else
-			rc = qe__cuda_adamw(s, a);
-	}
+	if (!(rc = qe__check_adamw(a, QE_CUDA_MAX_VIEWS)))
+		rc = qe__cuda_adamw(s, a);
 	return op_end(s, rc, nm);
 }
 
@@ -875,8 +832,7 @@ static int cu_sum_views(qe_stream *s, float *out, const float *const *views, int
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_size(n, nm, "n")) && !(rc = qe__check_need(out, n, nm, "out")) &&
-	    !(rc = qe__check_views(views, nviews, n, nm, QE_CUDA_MAX_VIEWS)))
+	if (!(rc = qe__check_sum_views(out, views, nviews, n, QE_CUDA_MAX_VIEWS)))
 		rc = qe__cuda_sum_views(s, out, views, nviews, n);
 	return op_end(s, rc, nm);
 }
