@@ -207,7 +207,7 @@ int main(void)
 			/* A job killed before it created its catalog is not a run at all. */
 			CHECK(rs == 1 && (tu_log_has("no committed checkpoint") || tu_log_has("has no catalog") ||
 					  tu_log_has("does not exist") || tu_log_has("empty database") ||
-					  tu_log_has("run_id")),
+					  tu_log_has("run_id") || tu_log_has("has no run yet")),
 			      "trial %d (%s): resume with nothing committed exited %d", trial, what, rs);
 			if (rs != 1)
 				tu_show_log();

