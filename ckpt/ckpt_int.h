@@ -15,6 +15,7 @@
 #include "ckpt.h"
 #include "ckpt/rundir.h"
 #include "runtime/exec/pstate.h"
+#include "store/remote.h"
 #include "store/store.h"
 
 #define CKPT_MAX_KILLS 8
@@ -25,6 +26,8 @@ enum {
 	CKPT_SVC_TRACE = 0x58430003u,
 	CKPT_SVC_REPL = 0x58430004u,     /* a rank's chunks on their way to a replica (ckpt_replica.c) */
 	CKPT_SVC_REPL_ACK = 0x58430005u, /* the replica's answer: durable in its store, or why not */
+	CKPT_SVC_PERSIST_PLAN = 0x58430021u, /* rank 0's push thread: the chunks a rank uploads (ckpt_persist.c) */
+	CKPT_SVC_PERSIST_DONE = 0x58430022u, /* a rank's push thread: its uploads are done, or why not */
 };
 #define CKPT_MAX_REPLICAS 8
 #define CKPT_MSG 1536
@@ -216,5 +219,24 @@ int ckpt__commit_reports(ckpt_session *s, cat *c, int64_t id, const ckpt_report 
  */
 int ckpt__rows_encode(const cat_tensor_rows *rows, void **buf, size_t *len);
 int ckpt__rows_decode(const void *buf, size_t len, const char *from, cat_tensor_rows *rows);
+
+/* --- restore from a pushed copy (ckpt_restore_s3.c) ----------------------------------- */
+
+/* A plan's source for a row that the loading rank fetches from S3 itself. */
+#define CKPT_SRC_S3 (-1)
+
+/*
+ * Rank 0: whether the checkpoint's pushed copy (remotes: its catalog rows)
+ * can serve a restore: the base URL s3://BUCKET/PREFIX of the first copy
+ * whose manifest the server has (endpoint: QE_CKPT_REMOTE_ENDPOINT, else
+ * AWS_ENDPOINT_URL).  OUT base; on failure err says what S3 answered.
+ */
+int ckpt__s3_probe(const cat_remote_rows *remotes, char *base, size_t blen, char *err, size_t elen);
+/*
+ * Read row t's chunks from base (opening *rem on first use; the caller
+ * closes it), each re-hashed against its name, into dst (t->bytes).
+ */
+int ckpt__s3_read_row(ckpt_session *s, const char *base, store_remote **rem, const cat_tensor *t, void *dst,
+		      int64_t step);
 
 #endif

@@ -234,7 +234,8 @@ static int store_of(ckpt_session *s, const cat_tensor *t, store **out);
  * store lived.  OUT *plan (malloc'd), *nplan.
  */
 static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_tensor_rows *copies,
-		     const cat_store_rows *stores, const ask *asks, int world, int64_t step, xfer **plan, int *nplan)
+		     const cat_store_rows *stores, const ask *asks, int world, int64_t step, int s3, xfer **plan,
+		     int *nplan)
 {
 	int total = 0;
 	for (int q = 0; q < world; q++)
@@ -260,6 +261,8 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
 			if (src < 0 && store_of(s, t, &any) == QE_OK)
 				src = 0; /* every chunk is in some store of rank 0's host (pulled from S3) */
 			qe_clear_error();
+			if (src < 0 && s3)
+				src = CKPT_SRC_S3; /* the loading rank fetches it from the pushed copy (ckpt_restore_s3.c) */
 			if (src < 0) {
 				if (nmissing++ < 4 && mlen < sizeof(missing) - 1) {
 					char where[400], reps[600];
@@ -405,9 +408,10 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 
 /* The rank's own rows, read here or received from the rank that reads them. */
 static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const xfer *plan, int nplan,
-		 const qe_pstate_item *items, const int64_t *need, int n, void **bufs, int64_t step)
+		 const qe_pstate_item *items, const int64_t *need, int n, void **bufs, int64_t step, const char *s3_url)
 {
 	int me = qe_rank_index(r), rc = QE_OK;
+	store_remote *s3 = NULL; /* opened at the first row fetched from S3 */
 	for (int k = 0; k < nplan && !rc; k++) {
 		if (plan[k].dst != me)
 			continue;
@@ -424,6 +428,8 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 				       t->stage, it->bytes);
 		if (plan[k].src == me) {
 			rc = read_row(s, t, bufs[i], step);
+		} else if (plan[k].src == CKPT_SRC_S3) {
+			rc = ckpt__s3_read_row(s, s3_url, &s3, t, bufs[i], step);
 		} else {
 			void *msg = NULL;
 			size_t len = 0;
@@ -450,6 +456,7 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 		if (!rc)
 			ckpt__maybe_kill(s, "read", me);
 	}
+	store_remote_close(s3);
 	return rc;
 }
 
@@ -557,16 +564,24 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 		cat_tensor_rows copies = { 0 };
 		if (cat_ckpt_copies(s->cat, id, &copies))
 			qe_log(QE_LOG_WARN, "restore: cannot list the checkpoint's replica copies: %s", qe_last_error());
-		rc = make_plan(s, rows, &copies, &stores, asks, world, step, &plan, &nplan);
-		cat_tensor_rows_free(&copies);
+		rc = make_plan(s, rows, &copies, &stores, asks, world, step, 0, &plan, &nplan);
 		cat_remote_rows remotes = { 0 };
 		if (rc == QE_ENOTFOUND && !cat_remote_list(s->cat, id, &remotes) && remotes.n) {
-			/* No copy in reach, but the checkpoint was pushed: say where, so the user can fall back to it. */
-			char why[CKPT_MSG];
+			/* No copy in reach, but the checkpoint was pushed: fetch what is missing from there, or say why not. */
+			char why[CKPT_MSG], base[1024], s3err[CKPT_MSG];
 			snprintf(why, sizeof(why), "%s", qe_last_error());
-			rc = qe_fail(rc, "%s; it was pushed to %s: resume with --remote %s --from %lld", why, remotes.rows[0].url,
-				     remotes.rows[0].url, (long long)step);
+			int prc = ckpt__s3_probe(&remotes, base, sizeof(base), s3err, sizeof(s3err));
+			if (!prc) {
+				qe_clear_error();
+				rc = make_plan(s, rows, &copies, &stores, asks, world, step, 1, &plan, &nplan);
+				if (!rc)
+					snprintf(w.msg, sizeof(w.msg), "%s", base); /* every rank fetches from there */
+			} else {
+				rc = qe_fail(rc, "%s; it was pushed to %s, but fetching from there failed too: %s", why,
+					     remotes.rows[0].url, s3err);
+			}
 		}
+		cat_tensor_rows_free(&copies);
 		cat_remote_rows_free(&remotes);
 		cat_store_rows_free(&stores);
 		if (rc)
@@ -612,7 +627,8 @@ static int plan_decode(const void *buf, size_t len, int world, size_t nrows, ckp
 		v[k].row = (int64_t)get64(p + sizeof(*w) + 8 + 24 * k);
 		v[k].src = (int)get64(p + sizeof(*w) + 16 + 24 * k);
 		v[k].dst = (int)get64(p + sizeof(*w) + 24 + 24 * k);
-		if (v[k].row < 0 || (size_t)v[k].row >= nrows || v[k].src < 0 || v[k].src >= world || v[k].dst < 0 ||
+		if (v[k].row < 0 || (size_t)v[k].row >= nrows || (v[k].src < 0 && v[k].src != CKPT_SRC_S3) ||
+		    v[k].src >= world || v[k].dst < 0 ||
 		    v[k].dst >= world) {
 			int rc = qe_fail(QE_ECOMM, "restore: rank 0's plan names row %lld from rank %d to rank %d",
 					 (long long)v[k].row, v[k].src, v[k].dst);
@@ -756,7 +772,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	memset(&mine, 0, sizeof(mine));
 	rc = world > 1 ? serve(s, comm, rank, &rows, plan, nplan, found.step) : QE_OK;
 	if (!rc)
-		rc = fetch(s, r, &rows, plan, nplan, items, need, n, bufs, found.step);
+		rc = fetch(s, r, &rows, plan, nplan, items, need, n, bufs, found.step, w.msg);
 	ckpt__word_set(&mine, rc, NULL);
 	if ((rc = agree(r, &mine, &w)))
 		goto out;

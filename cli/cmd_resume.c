@@ -227,6 +227,8 @@ int cli_resume_main(int argc, char **argv)
 			status = 2;
 		}
 	}
+	if (!status)
+		status = cli_tier_flags_check("resume", merged.ckpt_every);
 	cat_ckpt ck = { 0 };
 	if (!status && (rc = ckpt_find(dir, c, run_id, a.from_step, &ck)))
 		status = cli_report("resume", rc, "nothing to resume from");

@@ -55,6 +55,7 @@ static void help(FILE *f)
 	cli_train_flags_help(f, 0);
 	cli_async_flag_help(f);
 	cli_tier_flags_help(f);
+	cli_tier_remote_help(f);
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
 }
 
@@ -79,7 +80,8 @@ int cli_train_main(int argc, char **argv)
 		fprintf(stderr, "qeffect train: %s\n", qe_last_error());
 		return 2;
 	}
-	if ((rc = check_run_flags(&a.cfg)) || (rc = cli_run_nproc_check("train", &a.cfg, a.nproc)))
+	if ((rc = check_run_flags(&a.cfg)) || (rc = cli_tier_flags_check("train", a.cfg.ckpt_every)) ||
+	    (rc = cli_run_nproc_check("train", &a.cfg, a.nproc)))
 		return rc;
 	/* The data is read (and so checked) before anything goes to disk; forked ranks share this copy. */
 	qe_data data;

@@ -20,7 +20,9 @@ void cli_resume_remote_help(FILE *f)
 	fprintf(f, "\nresuming from object storage (see 'qeffect pull --help'):\n"
 		   "  --remote URL           s3://BUCKET/PREFIX: pull the checkpoint (--from STEP, default the\n"
 		   "                         latest there) into --run-dir first, creating it when missing\n"
-		   "  --endpoint URL         the S3 server (default AWS_ENDPOINT_URL, else AWS)\n"
+		   "  --endpoint URL         the S3 server (default AWS_ENDPOINT_URL, else AWS); without --remote,\n"
+		   "                         where the restore fetches what no store or replica holds from the\n"
+		   "                         checkpoint's pushed copy (the catalog records its URL)\n"
 		   "  --remote-run-id ID     which run under PREFIX (needed when there are several)\n");
 }
 
@@ -87,9 +89,15 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	}
 	*argc = out;
 	argv[out] = NULL;
+	/* The ranks read them too: --ckpt-persist-every pushes to --remote, and a restore fetches what no
+	 * store holds from the checkpoint's pushed copy through --endpoint (ckpt_persist.h, ckpt_restore_s3.c). */
+	if (url)
+		setenv("QE_CKPT_REMOTE", url, 1);
+	if (endpoint)
+		setenv("QE_CKPT_REMOTE_ENDPOINT", endpoint, 1);
 	if (help || !url) {
-		if (!url && (endpoint || run_id)) {
-			fprintf(stderr, "qeffect resume: --endpoint and --remote-run-id go with --remote\n");
+		if (!url && run_id) {
+			fprintf(stderr, "qeffect resume: --remote-run-id goes with --remote\n");
 			return 2;
 		}
 		return 0;

@@ -22,6 +22,7 @@
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
 #include "rank_meter.h"
+#include "run_tiers.h"
 #include "train_flags.h"
 
 int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
@@ -157,6 +158,7 @@ typedef struct rank_ctx {
 	cat *cat;
 	ckpt_session *ck;
 	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
+	cli_run_tiers *tiers; /* --ckpt-persist-every, --ckpt-keep (run_tiers.h); NULL when neither */
 	float last_loss;
 	/* --json: each step's wall time on this rank and the memory it holds (rank_meter.h) */
 	double *step_ms;
@@ -241,6 +243,7 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	rank_ctx *ctx = vctx;
 	int rc;
 	ctx->last_loss = rep->loss;
+	cli_run_tiers_step(ctx->tiers);
 	if (ctx->job->json)
 		meter_sample(ctx, r, rep);
 	/* Traces and losses go to rank 0's catalog; data-parallel replicas hold
@@ -264,8 +267,20 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	}
 	const qe_train_config *cfg = &ctx->job->cfg;
 	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0) {
-		if (ctx->async)
-			return async_checkpoint(ctx, r, rep->step);
+		if (ctx->async) {
+			/* Retention needs no write in flight: the previous one is waited for first. */
+			if (cli_run_tiers_retains(ctx->tiers)) {
+				ckpt_async_result done;
+				if ((rc = ckpt_async_drain(ctx->async, &done)))
+					return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
+				print_async_done(ctx, r, done.done_step, done.done_ms);
+				if ((rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
+					return rc;
+			}
+			if ((rc = async_checkpoint(ctx, r, rep->step)))
+				return rc;
+			return cli_run_tiers_point(ctx->tiers, r);
+		}
 		ckpt_result res;
 		if ((rc = ckpt_save(ctx->ck, r, &res)))
 			return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
@@ -273,6 +288,8 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 			printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
 			       (long long)rep->step, (unsigned long long)res.bytes,
 			       (unsigned long long)res.runtime_state_bytes, res.ms);
+		if ((rc = cli_run_tiers_point(ctx->tiers, r)) || (rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
+			return rc;
 	}
 	return QE_OK;
 }
@@ -307,6 +324,7 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 	       k.tape_slots,
 	       k.device_links ? "device" : "host", (long long)k.link_sends, (long long)k.link_bytes);
 	/* Memory (rank_meter.h) and per-step times; growth from the end of this process's second step. */
+	cli_run_tiers_json(ctx->tiers);
 	cli_alloc_stats a;
 	cli_rank_meter_get(&a);
 	printf("\"alloc_setup_bytes\":%zu,\"alloc_peak_bytes\":%zu,\"alloc_live_bytes\":%zu,\"alloc_growth_bytes\":%lld,"
@@ -403,6 +421,14 @@ int cli_rank_main(void *vjob)
 			printf("resumed from checkpoint step %lld (%llu bytes) in %.1f ms\n", (long long)res.step,
 			       (unsigned long long)res.bytes, res.ms);
 	}
+	/* The tiers start after a restore: only checkpoints of this job's steps are pushed. */
+	if (!rc && ctx.ck && cfg->ckpt_every > 0) {
+		char path[CKPT_PATH_MAX];
+		rc = ckpt_rundir_catalog(cfg->run_dir, path, sizeof(path));
+		if (!rc)
+			rc = cli_run_tiers_open(ctx.ck, r, env.rank == 0 ? path : NULL, qe_rank_steps_done(r), job->quiet,
+						&ctx.tiers);
+	}
 	if (!rc) {
 		qe_train_hooks hooks = { &ctx, on_step, ctx.ck != NULL && !job->no_trace };
 		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
@@ -426,6 +452,9 @@ int cli_rank_main(void *vjob)
 		if (rc && !drc)
 			qe_fail(rc, "%s", first);
 	}
+	/* The last push (waited for, with progress) and the last retention, after the last commit. */
+	if (!rc && ctx.tiers)
+		rc = cli_run_tiers_end(ctx.tiers, ctx.ck, r);
 	if (!rc && job->json)
 		print_counters(r, &ctx);
 	if (rc) {
@@ -433,6 +462,7 @@ int cli_rank_main(void *vjob)
 			qe_errname(rc));
 		qe_rank_abandon(r);
 	}
+	cli_run_tiers_close(ctx.tiers);
 	ckpt_async_close(ctx.async);
 	ckpt_session_close(ctx.ck);
 	cat_close(ctx.cat);

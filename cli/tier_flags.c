@@ -1,6 +1,6 @@
 /*
  * tier_flags.c - parsing the checkpoint tier flags of train and resume
- * (tier_flags.h).
+ * (tier_flags.h): replicas, the persistent tier and retention per tier.
  */
 #include "tier_flags.h"
 
@@ -8,13 +8,35 @@
 #include <string.h>
 
 #include "cli.h"
+#include "runtime/core/status.h"
+#include "store/remote.h"
 
 void cli_tier_flags_help(FILE *f)
 {
 	fprintf(f, "  --ckpt-replicas R      also write every rank's checkpoint chunks into the stores of R ranks\n"
 		   "                         on R other hosts before the commit, which records every copy; a\n"
 		   "                         restore on a host that lost its disk reads them over the comm\n"
-		   "                         (default 0; needs ranks on at least R+1 hosts)\n");
+		   "                         (default 0; needs ranks on at least R+1 hosts)\n"
+		   "  --ckpt-keep N          keep the N latest local checkpoints: at each checkpoint boundary older\n"
+		   "                         ones are dropped (catalog rows first, then every rank's unreferenced\n"
+		   "                         chunks older than QE_CKPT_KEEP_GRACE_S, default 600 s); one being\n"
+		   "                         pushed, or due for a push that failed, is kept (default: keep all)\n"
+		   "  --ckpt-persist-every K2\n"
+		   "                         also push every K2-th step's committed checkpoint to --remote in the\n"
+		   "                         background (K2 a multiple of --ckpt-every): every rank uploads its own\n"
+		   "                         chunks, rank 0 writes the manifest last; training does not wait.  A\n"
+		   "                         failed push is reported and tried again at the next checkpoint (or\n"
+		   "                         left for 'qeffect push'); the end of training waits for a running one\n"
+		   "  --ckpt-persist-keep N2 keep the N2 latest pushed checkpoints of the run on the remote (older\n"
+		   "                         manifests deleted, then chunks no manifest lists; default: keep all)\n");
+}
+
+void cli_tier_remote_help(FILE *f)
+{
+	fprintf(f, "  --remote URL           s3://BUCKET/PREFIX, where --ckpt-persist-every pushes\n"
+		   "  --endpoint URL         the S3 server (default AWS_ENDPOINT_URL, else AWS); also where a\n"
+		   "                         restore fetches what no store or replica holds, when the checkpoint\n"
+		   "                         was pushed\n");
 }
 
 /* "--flag VALUE" or "--flag=VALUE" at argv[i]: 1 and *val (NULL when missing), *used slots; else 0. */
@@ -33,6 +55,35 @@ static int flag_value(int argc, char **argv, int i, const char *flag, const char
 	return 1;
 }
 
+/* A count flag's value into the variable env: 0 or 2 after a usage error. */
+static int count_flag(const char *cmd, const char *flag, const char *v, long lo, long hi, const char *env)
+{
+	long n = lo - 1;
+	if (!v || cli_parse_long(cmd, flag, v, &n))
+		n = lo - 1;
+	if (n < lo || n > hi) {
+		fprintf(stderr, "qeffect %s: %s needs a count in %ld..%ld, got '%s'\n", cmd, flag, lo, hi, v ? v : "");
+		return 2;
+	}
+	char buf[32];
+	snprintf(buf, sizeof(buf), "%ld", n);
+	setenv(env, buf, 1);
+	return 0;
+}
+
+static const struct {
+	const char *flag, *env;
+	long lo, hi;
+	int text;      /* a text value (URL), not a count */
+	int train_only; /* resume takes it through resume_remote.c */
+} tier_flags[] = {
+	{ "--ckpt-keep", "QE_CKPT_KEEP", 1, 1000000, 0, 0 },
+	{ "--ckpt-persist-every", "QE_CKPT_PERSIST_EVERY", 1, 1L << 40, 0, 0 },
+	{ "--ckpt-persist-keep", "QE_CKPT_PERSIST_KEEP", 1, 1000000, 0, 0 },
+	{ "--remote", "QE_CKPT_REMOTE", 0, 0, 1, 1 },
+	{ "--endpoint", "QE_CKPT_REMOTE_ENDPOINT", 0, 0, 1, 1 },
+};
+
 int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 {
 	int out = 1;
@@ -44,6 +95,26 @@ int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 				argv[out++] = argv[i++];
 			break;
 		}
+		int found = 0;
+		for (size_t k = 0; k < sizeof(tier_flags) / sizeof(tier_flags[0]) && !found; k++) {
+			if ((tier_flags[k].train_only && strcmp(cmd, "train")) ||
+			    !flag_value(*argc, argv, i, tier_flags[k].flag, &v, &used))
+				continue;
+			found = 1;
+			if (tier_flags[k].text) {
+				if (!v || !v[0]) {
+					fprintf(stderr, "qeffect %s: %s needs a value\n", cmd, tier_flags[k].flag);
+					return 2;
+				}
+				setenv(tier_flags[k].env, v, 1);
+			} else if (count_flag(cmd, tier_flags[k].flag, v, tier_flags[k].lo, tier_flags[k].hi,
+					      tier_flags[k].env)) {
+				return 2;
+			}
+			i += used;
+		}
+		if (found)
+			continue;
 		if (!flag_value(*argc, argv, i, "--ckpt-replicas", &v, &used)) {
 			argv[out++] = argv[i++];
 			continue;
@@ -64,4 +135,59 @@ int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 	*argc = out;
 	argv[out] = NULL;
 	return 0;
+}
+
+int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
+{
+	cli_tiers t;
+	cli_tiers_get(&t);
+	if (t.persist_keep && !t.persist_every) {
+		fprintf(stderr, "qeffect %s: --ckpt-persist-keep goes with --ckpt-persist-every\n", cmd);
+		return 2;
+	}
+	if ((t.keep || t.persist_every) && ckpt_every <= 0) {
+		fprintf(stderr, "qeffect %s: --%s needs --ckpt-every K (the local checkpoints it builds on)\n", cmd,
+			t.persist_every ? "ckpt-persist-every" : "ckpt-keep");
+		return 2;
+	}
+	if (!t.persist_every)
+		return 0;
+	if (t.persist_every % ckpt_every) {
+		fprintf(stderr,
+			"qeffect %s: --ckpt-persist-every %lld is not a multiple of --ckpt-every %lld: only checkpoints that "
+			"are taken can be pushed (make --ckpt-persist-every a multiple of --ckpt-every)\n",
+			cmd, (long long)t.persist_every, (long long)ckpt_every);
+		return 2;
+	}
+	if (!t.remote) {
+		fprintf(stderr, "qeffect %s: --ckpt-persist-every needs --remote s3://BUCKET/PREFIX (where to push)\n", cmd);
+		return 2;
+	}
+	char bucket[128], prefix[1024];
+	if (store_remote_parse_url(t.remote, bucket, sizeof(bucket), prefix, sizeof(prefix))) {
+		fprintf(stderr, "qeffect %s: --remote: %s\n", cmd, qe_last_error());
+		return 2;
+	}
+	return 0;
+}
+
+static long env_long(const char *name)
+{
+	const char *v = getenv(name);
+	return v && v[0] ? atol(v) : 0;
+}
+
+void cli_tiers_get(cli_tiers *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->keep = (int)env_long("QE_CKPT_KEEP");
+	t->persist_every = env_long("QE_CKPT_PERSIST_EVERY");
+	t->persist_keep = (int)env_long("QE_CKPT_PERSIST_KEEP");
+	const char *r = getenv("QE_CKPT_REMOTE"), *e = getenv("QE_CKPT_REMOTE_ENDPOINT");
+	t->remote = r && r[0] ? r : NULL;
+	t->endpoint = e && e[0] ? e : NULL;
+	const char *g = getenv("QE_CKPT_KEEP_GRACE_S");
+	t->keep_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
+	g = getenv("QE_CKPT_PERSIST_GRACE_S");
+	t->persist_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
 }

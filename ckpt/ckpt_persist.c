@@ -1,0 +1,696 @@
+/*
+ * ckpt_persist.c - the background push of every K2-th committed checkpoint
+ * to S3 (`--ckpt-persist-every`; protocol and guarantees in ckpt_persist.h).
+ *
+ * Why the pieces are where they are: the choice of what to push is rank 0's
+ * alone, read from its catalog, so a push only ever starts for a checkpoint
+ * that is committed there; the broadcast of that choice is the only thing
+ * training waits for.  Each rank uploads from its own store because no other
+ * process can read it (stores are on the ranks' own disks).  The manifest is
+ * written by rank 0 after every rank said its uploads are done - the same
+ * ordering as `qeffect push`, so a crash or a failure at any moment leaves
+ * either a complete remote checkpoint or none.  The threads talk only on
+ * the comm's service lane, and every rank's thread answers rank 0 exactly
+ * once per push, so a push that failed on one rank never leaves another
+ * waiting for a message that will not come.
+ */
+#include "ckpt_persist.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt_int.h"
+#include "ckpt_remote_int.h"
+#include "runtime/comm/comm.h"
+#include "runtime/core/fault.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+#define PLAN_MSG 512
+
+/* Rank 0's word at a persist point. */
+typedef struct point_word {
+	int64_t id;   /* the checkpoint to push; 0: none */
+	int64_t step;
+	int64_t busy;
+} point_word;
+
+/* The head of a plan (rank 0 to rank q), followed by n x (16-byte hash, 8-byte size). */
+typedef struct plan_head {
+	int64_t id;
+	int64_t step;
+	int64_t rc; /* non-zero: rank 0 could not plan; nothing to upload, answer at once */
+	uint64_t n;
+	char msg[PLAN_MSG];
+} plan_head;
+
+/* A rank's answer to its plan. */
+typedef struct done_msg {
+	int64_t id;
+	int64_t rc;
+	uint64_t uploaded, present, bytes;
+	char msg[CKPT_MSG];
+} done_msg;
+
+struct ckpt_persist {
+	ckpt_session *s;
+	char url[1024];
+	char endpoint[512];
+	int has_endpoint;
+	int64_t every;
+	int keep;
+	uint64_t grace_s;
+	int64_t min_step;
+	char cat_path[CKPT_PATH_MAX];
+	int rank, world;
+	qe_comm *comm;
+	/* the push in flight */
+	pthread_t th;
+	int running;
+	pthread_mutex_t mu;
+	int finished;
+	int64_t id, step;
+	ckpt_persist_progress prog;
+	/* its outcome (rank 0 has the full one) */
+	int reported;  /* the outcome was handed out in an event */
+	int rc;
+	char msg[1024];
+	char done_url[1400];
+	uint64_t chunks, uploaded, bytes_up;
+	int remote_dropped;
+	double t0, ms;
+	cat *bg_cat; /* rank 0's thread's own catalog handle */
+};
+
+static void opts_of(const ckpt_persist *p, store_remote_opts *ro)
+{
+	memset(ro, 0, sizeof(*ro));
+	ro->retries = -1;
+	ro->endpoint = p->has_endpoint ? p->endpoint : NULL;
+}
+
+int ckpt_persist_open(ckpt_session *s, const ckpt_persist_opts *o, ckpt_persist **out)
+{
+	*out = NULL;
+	char bucket[128], prefix[1024];
+	if (!s || !o || !o->url || o->every < 1)
+		return qe_fail(QE_EINVAL, "persist: needs a session, a URL and a period >= 1");
+	int rc = store_remote_parse_url(o->url, bucket, sizeof(bucket), prefix, sizeof(prefix));
+	if (rc)
+		return rc;
+	if (o->keep < 0)
+		return qe_fail(QE_EINVAL, "persist: remote retention keeps at least 1 checkpoint (0: all), got %d", o->keep);
+	ckpt_persist *p = qe_calloc(1, sizeof(*p));
+	if (!p)
+		return qe_fail(QE_ENOMEM, "persist: out of memory");
+	if ((size_t)snprintf(p->url, sizeof(p->url), "%s", o->url) >= sizeof(p->url) ||
+	    (o->endpoint && (size_t)snprintf(p->endpoint, sizeof(p->endpoint), "%s", o->endpoint) >= sizeof(p->endpoint)) ||
+	    (size_t)snprintf(p->cat_path, sizeof(p->cat_path), "%s", o->catalog_path ? o->catalog_path : "") >=
+		    sizeof(p->cat_path)) {
+		free(p);
+		return qe_fail(QE_EINVAL, "persist: URL, endpoint or catalog path too long");
+	}
+	p->has_endpoint = o->endpoint && o->endpoint[0];
+	p->s = s;
+	p->every = o->every;
+	p->keep = o->keep;
+	p->grace_s = o->grace_s;
+	p->min_step = o->min_step;
+	p->step = -1;
+	p->reported = 1;
+	pthread_mutex_init(&p->mu, NULL);
+	*out = p;
+	return QE_OK;
+}
+
+/* ---- small message helpers ----------------------------------------------------- */
+
+static void set_progress(ckpt_persist *p, const char *phase, uint64_t total, uint64_t done, int ranks_done)
+{
+	pthread_mutex_lock(&p->mu);
+	p->prog.phase = phase;
+	p->prog.chunks_total = total;
+	p->prog.chunks_done = done;
+	p->prog.ranks_done = ranks_done;
+	pthread_mutex_unlock(&p->mu);
+}
+
+/*
+ * Upload chunks[0..n) (each 24 bytes: hash, size little-endian) from this
+ * rank's own store.  OUT counters.
+ */
+static int upload(ckpt_persist *p, store_remote *rem, const unsigned char *chunks, uint64_t n, uint64_t *uploaded,
+		  uint64_t *present, uint64_t *bytes)
+{
+	ckpt_session *s = p->s;
+	unsigned char *buf = NULL;
+	size_t cap = 0;
+	int rc = QE_OK;
+	if (!s->st && n)
+		return qe_fail(QE_EINVAL, "persist: rank %d has no store open", p->rank);
+	for (uint64_t i = 0; i < n && !rc; i++) {
+		const unsigned char *c = chunks + 24 * i;
+		uint64_t size = 0;
+		for (int b = 0; b < 8; b++)
+			size |= (uint64_t)c[16 + b] << (8 * b);
+		char key[64];
+		ckpt__chunk_key(c, key, sizeof(key));
+		int exists = 0;
+		uint64_t have = 0;
+		if ((rc = store_remote_head(rem, key, &exists, &have)))
+			break;
+		if (exists && have == size) {
+			(*present)++;
+		} else {
+			if (size > cap) {
+				unsigned char *nb = qe_realloc(buf, size ? size : 1);
+				if (!nb) {
+					rc = qe_fail(QE_ENOMEM, "persist: out of memory for a %llu-byte chunk",
+						     (unsigned long long)size);
+					break;
+				}
+				buf = nb;
+				cap = size;
+			}
+			store_hash h;
+			uint64_t got = 0;
+			memcpy(h.b, c, 16);
+			if ((rc = store_get_chunk(s->st, &h, buf, cap, &got))) {
+				qe_fail_ctx(rc, "reading chunk %s from the store of rank %d on host '%s'", key + 7, p->rank,
+					    s->host);
+				break;
+			}
+			if (got != size) {
+				rc = qe_fail(QE_ECORRUPT, "chunk %s of rank %d has %llu bytes, the catalog says %llu", key + 7,
+					     p->rank, (unsigned long long)got, (unsigned long long)size);
+				break;
+			}
+			if ((rc = store_remote_put(rem, key, buf, (size_t)got)))
+				break;
+			(*uploaded)++;
+			*bytes += got;
+		}
+		if (p->rank == 0)
+			set_progress(p, "uploading", n, i + 1, 0);
+	}
+	free(buf);
+	return rc;
+}
+
+static int open_remote(ckpt_persist *p, store_remote **rem)
+{
+	store_remote_opts ro;
+	opts_of(p, &ro);
+	int rc = store_remote_open(p->url, &ro, rem);
+	if (!rc)
+		rc = store_remote_check(*rem);
+	return rc;
+}
+
+/* ---- rank 0's plan -------------------------------------------------------------- */
+
+typedef struct rank_chunks {
+	unsigned char *v; /* n x 24 bytes */
+	uint64_t n, cap;
+} rank_chunks;
+
+static int chunk_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, 16);
+}
+
+static int rank_chunks_add(rank_chunks *rc, const cat_chunk *c)
+{
+	if (rc->n == rc->cap) {
+		uint64_t cap = rc->cap ? 2 * rc->cap : 64;
+		unsigned char *nv = qe_realloc(rc->v, cap * 24);
+		if (!nv)
+			return qe_fail(QE_ENOMEM, "persist: out of memory");
+		rc->v = nv;
+		rc->cap = cap;
+	}
+	unsigned char *e = rc->v + 24 * rc->n++;
+	memcpy(e, c->hash, 16);
+	for (int b = 0; b < 8; b++)
+		e[16 + b] = (unsigned char)(c->size >> (8 * b));
+	return QE_OK;
+}
+
+/* Sort and drop duplicates (identical chunks are stored once per store). */
+static void rank_chunks_unique(rank_chunks *rc)
+{
+	if (!rc->n)
+		return;
+	qsort(rc->v, rc->n, 24, chunk_cmp);
+	uint64_t m = 1;
+	for (uint64_t i = 1; i < rc->n; i++)
+		if (memcmp(rc->v + 24 * i, rc->v + 24 * (m - 1), 16))
+			memmove(rc->v + 24 * m++, rc->v + 24 * i, 24);
+	rc->n = m;
+}
+
+/* Every rank's chunks of checkpoint id: each row's chunks go to the rank whose store the row names. */
+static int plan_ranks(ckpt_persist *p, const cat_tensor_rows *tensors, const cat_store_rows *stores, rank_chunks *per)
+{
+	for (size_t t = 0; t < tensors->n; t++) {
+		const cat_tensor *row = &tensors->rows[t];
+		const cat_store *st = cat_store_find(stores, row->store_id);
+		if (!st || st->rank < 0 || st->rank >= p->world)
+			return qe_fail(QE_ENOTFOUND,
+				       "persist of step %lld: tensor '%s' of stage %d is in store %s, which no rank of this "
+				       "job writes (push it with 'qeffect push')",
+				       (long long)p->step, row->name, row->stage, row->store_id[0] ? row->store_id : "RUN/store");
+		for (size_t k = 0; k < row->n_chunks; k++) {
+			int rc = rank_chunks_add(&per[st->rank], &row->chunks[k]);
+			if (rc)
+				return rc;
+		}
+	}
+	for (int q = 0; q < p->world; q++)
+		rank_chunks_unique(&per[q]);
+	return QE_OK;
+}
+
+static int send_plan(ckpt_persist *p, int q, int rc, const char *why, const rank_chunks *rcq)
+{
+	uint64_t n = rc ? 0 : rcq->n;
+	size_t len = sizeof(plan_head) + 24 * n;
+	unsigned char *buf = qe_malloc(len);
+	if (!buf)
+		return qe_fail(QE_ENOMEM, "persist: out of memory");
+	plan_head h;
+	memset(&h, 0, sizeof(h));
+	h.id = p->id;
+	h.step = p->step;
+	h.rc = rc;
+	h.n = n;
+	snprintf(h.msg, sizeof(h.msg), "%s", why ? why : "");
+	memcpy(buf, &h, sizeof(h));
+	if (n)
+		memcpy(buf + sizeof(h), rcq->v, 24 * n);
+	int src = qe_comm_svc_send(p->comm, q, CKPT_SVC_PERSIST_PLAN, buf, len);
+	free(buf);
+	return src;
+}
+
+/* QE_CKPT_PERSIST_PAUSE=STEP:FILE (see ckpt_persist.h). */
+static void pause_maybe(int64_t step)
+{
+	const char *v = getenv("QE_CKPT_PERSIST_PAUSE");
+	long long at = -1;
+	int n = 0;
+	if (!v || sscanf(v, "%lld:%n", &at, &n) != 1 || !n || at != step || !v[n])
+		return;
+	FILE *f = fopen(v + n, "w");
+	if (!f) {
+		qe_log(QE_LOG_WARN, "persist: test pause: cannot create '%s': %s", v + n, strerror(errno));
+		return;
+	}
+	fclose(f);
+	qe_log(QE_LOG_INFO, "persist: test pause before the manifest of step %lld: waiting for '%s' to go", (long long)step, v + n);
+	for (int i = 0; i < 30000 && access(v + n, F_OK) == 0; i++)
+		usleep(10000);
+}
+
+/* Rank 0's thread: plan, own uploads, every rank's report, manifest, catalog, remote retention. */
+static int push_rank0(ckpt_persist *p)
+{
+	cat_ckpt ck = { 0 };
+	cat_run run = { 0 };
+	cat_tensor_rows tensors = { 0 };
+	cat_shard_rows shards = { 0 };
+	cat_store_rows stores = { 0 };
+	store_remote *rem = NULL;
+	rank_chunks *per = qe_calloc((size_t)p->world, sizeof(*per));
+	char *text = NULL;
+	char key[256];
+	int rc = per ? QE_OK : qe_fail(QE_ENOMEM, "persist: out of memory");
+	set_progress(p, "planning", 0, 0, 0);
+	if (!rc && !p->bg_cat)
+		rc = cat_open(p->cat_path, 0, &p->bg_cat);
+	if (!rc)
+		rc = cat_ckpt_get_id(p->bg_cat, p->id, &ck);
+	if (!rc && ck.status != CAT_COMMITTED)
+		rc = qe_fail(QE_EINVAL, "persist: checkpoint %lld (step %lld) is not committed", (long long)p->id,
+			     (long long)p->step);
+	if (!rc && !(rc = cat_run_get(p->bg_cat, p->s->run_id, &run)) && !(rc = cat_ckpt_tensors(p->bg_cat, p->id, &tensors)) &&
+	    !(rc = cat_ckpt_shards(p->bg_cat, p->id, &shards)) && !(rc = cat_store_list(p->bg_cat, p->s->run_id, &stores)) &&
+	    !(rc = plan_ranks(p, &tensors, &stores, per)) && !(rc = ckpt__manifest_key(ck.run_id, ck.step, key, sizeof(key))))
+		rc = ckpt__manifest_build(&ck, run.config_json, &shards, &tensors, &text);
+	/* Every rank hears a plan (a failed one too), so every rank answers. */
+	char why[PLAN_MSG];
+	snprintf(why, sizeof(why), "%s", rc ? qe_last_error() : "");
+	int comm_rc = QE_OK;
+	for (int q = 1; q < p->world && !comm_rc; q++)
+		comm_rc = send_plan(p, q, rc, why, &per[q]);
+	for (int q = 0; q < p->world && per; q++)
+		p->chunks += per[q].n;
+	if (!rc && !comm_rc)
+		rc = open_remote(p, &rem);
+	uint64_t present = 0;
+	if (!rc && !comm_rc)
+		rc = upload(p, rem, per[0].v, per[0].n, &p->uploaded, &present, &p->bytes_up);
+	char msg[1024];
+	size_t mlen = (size_t)snprintf(msg, sizeof(msg), "%s", rc ? qe_last_error() : "");
+	/* Every other rank's report, whatever happened here. */
+	set_progress(p, "waiting for ranks", per ? per[0].n : 0, per ? per[0].n : 0, 1);
+	for (int q = 1; q < p->world && !comm_rc; q++) {
+		void *buf = NULL;
+		size_t len = 0;
+		int rrc = qe_comm_svc_recv(p->comm, q, CKPT_SVC_PERSIST_DONE, &buf, &len);
+		done_msg d;
+		memset(&d, 0, sizeof(d));
+		if (rrc) {
+			d.rc = rrc;
+			snprintf(d.msg, sizeof(d.msg), "no report: %s", qe_last_error());
+			comm_rc = rrc;
+		} else if (len != sizeof(d)) {
+			d.rc = QE_ECOMM;
+			snprintf(d.msg, sizeof(d.msg), "a report of %zu bytes", len);
+		} else {
+			memcpy(&d, buf, sizeof(d));
+			d.msg[sizeof(d.msg) - 1] = 0;
+			if (d.id != p->id) {
+				d.rc = QE_ECOMM;
+				snprintf(d.msg, sizeof(d.msg), "a report for checkpoint %lld", (long long)d.id);
+			}
+		}
+		free(buf);
+		if (d.rc && !rc) {
+			rc = (int)d.rc;
+			mlen = 0;
+		}
+		if (d.rc && mlen < sizeof(msg) - 1)
+			mlen += (size_t)snprintf(msg + mlen, sizeof(msg) - mlen, "%srank %d: %s", mlen ? "; " : "", q, d.msg);
+		p->uploaded += d.uploaded;
+		p->bytes_up += d.bytes;
+		set_progress(p, "waiting for ranks", per ? per[0].n : 0, per ? per[0].n : 0, q + 1);
+	}
+	if (comm_rc && !rc) {
+		rc = comm_rc;
+		snprintf(msg, sizeof(msg), "%s", qe_last_error());
+	}
+	if (rc) {
+		qe_fail(rc, "%s", msg);
+		goto out;
+	}
+	/* The remote commit, then the local record of it. */
+	set_progress(p, "manifest", per[0].n, per[0].n, p->world);
+	pause_maybe(p->step);
+	size_t tlen = strlen(text);
+	char hash[33];
+	if ((rc = store_remote_put(rem, key, text, tlen))) {
+		qe_fail_ctx(rc, "writing the manifest (the remote commit)");
+		goto out;
+	}
+	ckpt__manifest_hash(text, tlen, hash);
+	ckpt__remote_object_url(p->url, key, p->done_url, sizeof(p->done_url));
+	if ((rc = cat_remote_add(p->bg_cat, p->id, p->done_url, hash))) {
+		qe_fail_ctx(rc, "committed remotely at %s, but recording it in the catalog failed", p->done_url);
+		goto out;
+	}
+	if (p->keep > 0) {
+		set_progress(p, "retention", per[0].n, per[0].n, p->world);
+		ckpt_gc_policy pol = { .keep_last = p->keep, .grace_s = p->grace_s };
+		ckpt_remote_gc_report g;
+		store_remote_opts ro;
+		opts_of(p, &ro);
+		int grc = ckpt_remote_gc(p->url, &ro, p->s->run_dir, p->s->run_id, &pol, &g);
+		if (grc)
+			qe_log(QE_LOG_WARN, "persist: step %lld pushed to %s, but the remote retention (keep %d) failed: %s",
+			       (long long)p->step, p->done_url, p->keep, qe_last_error());
+		else
+			p->remote_dropped = (int)g.dropped;
+		ckpt_remote_gc_report_free(&g);
+	}
+out:
+	if (per)
+		for (int q = 0; q < p->world; q++)
+			free(per[q].v);
+	free(per);
+	free(text);
+	store_remote_close(rem);
+	cat_ckpt_release(&ck);
+	cat_run_release(&run);
+	cat_tensor_rows_free(&tensors);
+	cat_shard_rows_free(&shards);
+	cat_store_rows_free(&stores);
+	return rc;
+}
+
+/* Another rank's thread: its plan, its uploads, exactly one report. */
+static int push_rank(ckpt_persist *p)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	done_msg d;
+	memset(&d, 0, sizeof(d));
+	d.id = p->id;
+	int rc = qe_comm_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_PLAN, &buf, &len);
+	if (rc)
+		return qe_fail_ctx(rc, "persist: waiting for rank 0's plan");
+	plan_head h;
+	if (len < sizeof(h)) {
+		free(buf);
+		rc = qe_fail(QE_ECOMM, "persist: rank 0's plan is %zu bytes", len);
+	} else {
+		memcpy(&h, buf, sizeof(h));
+		h.msg[sizeof(h.msg) - 1] = 0;
+		if (len != sizeof(h) + 24 * h.n || h.id != p->id)
+			rc = qe_fail(QE_ECOMM, "persist: rank 0's plan is garbled (%zu bytes, checkpoint %lld)", len,
+				     (long long)h.id);
+		else if (h.rc)
+			rc = qe_fail((int)h.rc, "rank 0: %s", h.msg);
+	}
+	store_remote *rem = NULL;
+	uint64_t present = 0;
+	if (!rc && !(rc = open_remote(p, &rem)))
+		rc = upload(p, rem, (unsigned char *)buf + sizeof(h), h.n, &d.uploaded, &present, &d.bytes);
+	store_remote_close(rem);
+	free(buf);
+	d.rc = rc;
+	d.present = present;
+	snprintf(d.msg, sizeof(d.msg), "%s", rc ? qe_last_error() : "");
+	p->uploaded = d.uploaded;
+	p->bytes_up = d.bytes;
+	int src = qe_comm_svc_send(p->comm, 0, CKPT_SVC_PERSIST_DONE, &d, sizeof(d));
+	if (rc)
+		return qe_fail(rc, "%s", d.msg);
+	return src;
+}
+
+static void *bg_main(void *arg)
+{
+	ckpt_persist *p = arg;
+	int rc = p->rank == 0 ? push_rank0(p) : push_rank(p);
+	pthread_mutex_lock(&p->mu);
+	p->rc = rc;
+	snprintf(p->msg, sizeof(p->msg), "%s", rc ? qe_last_error() : "");
+	p->ms = ckpt__now_ms() - p->t0;
+	p->finished = 1;
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+/* ---- the collective part ------------------------------------------------------ */
+
+int ckpt_persist_busy(ckpt_persist *p)
+{
+	if (!p || !p->running)
+		return 0;
+	pthread_mutex_lock(&p->mu);
+	int f = p->finished;
+	pthread_mutex_unlock(&p->mu);
+	return !f;
+}
+
+int64_t ckpt_persist_inflight(ckpt_persist *p)
+{
+	return p && p->running ? p->step : -1;
+}
+
+static void join(ckpt_persist *p)
+{
+	if (!p->running)
+		return;
+	pthread_join(p->th, NULL);
+	p->running = 0;
+	p->reported = 0;
+}
+
+static void take_event(ckpt_persist *p, ckpt_persist_event *ev)
+{
+	if (p->reported)
+		return;
+	p->reported = 1;
+	ev->done = 1;
+	ev->done_step = p->step;
+	ev->done_rc = p->rc;
+	snprintf(ev->done_msg, sizeof(ev->done_msg), "%s", p->msg);
+	snprintf(ev->done_url, sizeof(ev->done_url), "%s", p->rc ? p->url : p->done_url);
+	ev->chunks = p->chunks;
+	ev->chunks_uploaded = p->uploaded;
+	ev->bytes_uploaded = p->bytes_up;
+	ev->remote_dropped = p->remote_dropped;
+	ev->done_ms = p->ms;
+}
+
+/* Rank 0: the newest committed checkpoint of this job due for the remote and not there yet. */
+static int choose(ckpt_persist *p, point_word *w)
+{
+	cat_ckpt_rows all = { 0 };
+	int rc = cat_ckpt_list(p->s->cat, p->s->run_id, &all);
+	if (rc)
+		return rc;
+	for (size_t i = all.n; i-- > 0;) {
+		const cat_ckpt *c = &all.rows[i];
+		if (c->status != CAT_COMMITTED || c->step <= p->min_step || c->step % p->every)
+			continue;
+		cat_remote_rows rem = { 0 };
+		char key[256], url[1400];
+		int there = 0;
+		if ((rc = cat_remote_list(p->s->cat, c->id, &rem)))
+			break;
+		if (!ckpt__manifest_key(c->run_id, c->step, key, sizeof(key))) {
+			ckpt__remote_object_url(p->url, key, url, sizeof(url));
+			for (size_t k = 0; k < rem.n; k++)
+				there |= strcmp(rem.rows[k].url, url) == 0;
+		}
+		cat_remote_rows_free(&rem);
+		if (!there) {
+			w->id = c->id;
+			w->step = c->step;
+		}
+		break; /* only the newest due one: older unpushed ones are left for `qeffect push` */
+	}
+	cat_ckpt_rows_free(&all);
+	return rc;
+}
+
+int64_t ckpt_persist_due(ckpt_persist *p)
+{
+	if (!p || !p->s->cat)
+		return -1;
+	point_word w;
+	memset(&w, 0, sizeof(w));
+	if (choose(p, &w))
+		return -1;
+	return w.id ? w.step : -1;
+}
+
+int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev)
+{
+	ckpt_persist_event dummy;
+	if (!ev)
+		ev = &dummy;
+	memset(ev, 0, sizeof(*ev));
+	ev->step = ev->done_step = -1;
+	p->rank = qe_rank_index(r);
+	p->comm = qe_rank_comm(r);
+	p->world = p->comm ? qe_comm_world_size(p->comm) : 1;
+	point_word w;
+	memset(&w, 0, sizeof(w));
+	if (p->rank == 0) {
+		if (ckpt_persist_busy(p)) {
+			w.busy = 1;
+		} else {
+			join(p);
+			if (choose(p, &w)) {
+				qe_log(QE_LOG_WARN, "persist: cannot read the catalog to choose a checkpoint: %s", qe_last_error());
+				memset(&w, 0, sizeof(w));
+			}
+		}
+		take_event(p, ev);
+	}
+	if (p->world > 1) {
+		int rc = qe_comm_bcast(p->comm, 0, &w, sizeof(w));
+		if (rc)
+			return qe_fail_ctx(rc, "persist: hearing rank 0's choice");
+	}
+	ev->busy = (int)w.busy;
+	if (w.busy || !w.id)
+		return QE_OK;
+	/* Rank 0's thread finishes last (it waits for every report): the others' are done or about to be. */
+	join(p);
+	if (p->rank != 0)
+		p->reported = 1;
+	p->id = w.id;
+	p->step = w.step;
+	p->finished = 0;
+	p->rc = 0;
+	p->msg[0] = p->done_url[0] = 0;
+	p->chunks = p->uploaded = p->bytes_up = 0;
+	p->remote_dropped = 0;
+	memset(&p->prog, 0, sizeof(p->prog));
+	p->prog.step = w.step;
+	p->prog.ranks_total = p->world;
+	p->t0 = ckpt__now_ms();
+	int rc = pthread_create(&p->th, NULL, bg_main, p);
+	if (rc) {
+		/* Every rank's thread answers rank 0 once: one that never started makes rank 0's wait fail on the
+		 * comm's time-out, and that push is reported failed; training is not stopped. */
+		qe_log(QE_LOG_WARN, "persist: rank %d cannot start the push thread of step %lld: %s", p->rank,
+		       (long long)w.step, strerror(rc));
+		return QE_OK;
+	}
+	p->running = 1;
+	ev->started = 1;
+	ev->step = w.step;
+	return QE_OK;
+}
+
+/* Wait for the push in flight, telling cb about once a second (rank 0). */
+static void wait_push(ckpt_persist *p, ckpt_persist_progress_cb cb, void *ctx)
+{
+	for (int i = 0; p->running && ckpt_persist_busy(p); i++) {
+		if (cb && p->rank == 0 && i % 20 == 0 && i) {
+			ckpt_persist_progress pr;
+			pthread_mutex_lock(&p->mu);
+			pr = p->prog;
+			pthread_mutex_unlock(&p->mu);
+			if (!pr.phase)
+				pr.phase = "starting";
+			cb(ctx, &pr);
+		}
+		usleep(50000);
+	}
+	join(p);
+}
+
+int ckpt_persist_finish(ckpt_persist *p, qe_rank *r, ckpt_persist_progress_cb cb, void *ctx, ckpt_persist_event *ev)
+{
+	ckpt_persist_event first;
+	memset(&first, 0, sizeof(first));
+	wait_push(p, cb, ctx);
+	int rc = ckpt_persist_point(p, r, &first);
+	if (rc)
+		return rc;
+	wait_push(p, cb, ctx);
+	ckpt_persist_event last;
+	memset(&last, 0, sizeof(last));
+	last.step = last.done_step = -1;
+	if (p->rank == 0)
+		take_event(p, &last);
+	/* The point's event holds the push that finished before it; the last one wins when both exist. */
+	*ev = last.done ? last : first;
+	ev->started = first.started;
+	ev->step = first.step;
+	if (last.done && first.done && first.done_rc)
+		qe_log(QE_LOG_WARN, "persist: the background push of step %lld to %s failed: %s", (long long)first.done_step,
+		       first.done_url, first.done_msg);
+	return QE_OK;
+}
+
+void ckpt_persist_close(ckpt_persist *p)
+{
+	if (!p)
+		return;
+	join(p);
+	cat_close(p->bg_cat);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
