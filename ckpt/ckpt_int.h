@@ -223,7 +223,7 @@ int ckpt__rows_decode(const void *buf, size_t len, const char *from, cat_tensor_
 /* --- restore from a pushed copy (ckpt_restore_s3.c) ----------------------------------- */
 
 /* A plan's source for a row that the loading rank fetches from S3 itself. */
-#define CKPT_SRC_S3 (-1)
+#define CKPT_SRC_S3 (-2)
 
 /*
  * Rank 0: whether the checkpoint's pushed copy (remotes: its catalog rows)

@@ -84,6 +84,11 @@ struct ckpt_persist {
 	int remote_dropped;
 	double t0, ms;
 	cat *bg_cat; /* rank 0's thread's own catalog handle */
+	/* rank 0: the step whose last push failed, and the steps given up after two failures */
+	int64_t failed_step;
+	int64_t pushed_upto; /* the newest step pushed by this job: older ones are never pushed again */
+	int64_t given_up[64];
+	int ngiven_up;
 };
 
 static void opts_of(const ckpt_persist *p, store_remote_opts *ro)
@@ -121,6 +126,8 @@ int ckpt_persist_open(ckpt_session *s, const ckpt_persist_opts *o, ckpt_persist 
 	p->grace_s = o->grace_s;
 	p->min_step = o->min_step;
 	p->step = -1;
+	p->failed_step = -1;
+	p->pushed_upto = -1;
 	p->reported = 1;
 	pthread_mutex_init(&p->mu, NULL);
 	*out = p;
@@ -513,6 +520,15 @@ int64_t ckpt_persist_inflight(ckpt_persist *p)
 	return p && p->running ? p->step : -1;
 }
 
+/* A step whose push failed twice in this job is left for `qeffect push`. */
+static int given_up(const ckpt_persist *p, int64_t step)
+{
+	for (int i = 0; i < p->ngiven_up; i++)
+		if (p->given_up[i] == step)
+			return 1;
+	return 0;
+}
+
 static void join(ckpt_persist *p)
 {
 	if (!p->running)
@@ -520,6 +536,17 @@ static void join(ckpt_persist *p)
 	pthread_join(p->th, NULL);
 	p->running = 0;
 	p->reported = 0;
+	if (p->rank == 0 && !p->rc && p->step > p->pushed_upto)
+		p->pushed_upto = p->step;
+	if (p->rank != 0 || !p->rc)
+		return;
+	if (p->failed_step == p->step) {
+		if (p->ngiven_up < (int)(sizeof(p->given_up) / sizeof(p->given_up[0])))
+			p->given_up[p->ngiven_up++] = p->step;
+		qe_log(QE_LOG_WARN, "persist: the push of step %lld failed twice; it is left for 'qeffect push'",
+		       (long long)p->step);
+	}
+	p->failed_step = p->step;
 }
 
 static void take_event(ckpt_persist *p, ckpt_persist_event *ev)
@@ -539,16 +566,23 @@ static void take_event(ckpt_persist *p, ckpt_persist_event *ev)
 	ev->done_ms = p->ms;
 }
 
-/* Rank 0: the newest committed checkpoint of this job due for the remote and not there yet. */
+/*
+ * Rank 0: the oldest committed checkpoint of this job due for the remote and
+ * not there yet, so that pushes that fall behind (or failed once) catch up
+ * in order; retention keeps it meanwhile (ckpt_persist_due).
+ */
 static int choose(ckpt_persist *p, point_word *w)
 {
 	cat_ckpt_rows all = { 0 };
 	int rc = cat_ckpt_list(p->s->cat, p->s->run_id, &all);
 	if (rc)
 		return rc;
-	for (size_t i = all.n; i-- > 0;) {
+	for (size_t i = 0; i < all.n && !w->id; i++) {
 		const cat_ckpt *c = &all.rows[i];
-		if (c->status != CAT_COMMITTED || c->step <= p->min_step || c->step % p->every)
+		/* older than what this job pushed: the remote retention may have dropped it since */
+		if (c->status != CAT_COMMITTED || c->step <= p->min_step || c->step <= p->pushed_upto ||
+		    c->step % p->every || given_up(p, c->step) ||
+		    (p->running && c->step == p->step))
 			continue;
 		cat_remote_rows rem = { 0 };
 		char key[256], url[1400];
@@ -565,7 +599,6 @@ static int choose(ckpt_persist *p, point_word *w)
 			w->id = c->id;
 			w->step = c->step;
 		}
-		break; /* only the newest due one: older unpushed ones are left for `qeffect push` */
 	}
 	cat_ckpt_rows_free(&all);
 	return rc;
@@ -582,11 +615,9 @@ int64_t ckpt_persist_due(ckpt_persist *p)
 	return w.id ? w.step : -1;
 }
 
-int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev)
+/* final: the end of training, where a push that just failed is not followed by another. */
+static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 {
-	ckpt_persist_event dummy;
-	if (!ev)
-		ev = &dummy;
 	memset(ev, 0, sizeof(*ev));
 	ev->step = ev->done_step = -1;
 	p->rank = qe_rank_index(r);
@@ -599,7 +630,8 @@ int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev)
 			w.busy = 1;
 		} else {
 			join(p);
-			if (choose(p, &w)) {
+			int just_failed = !p->reported && p->rc;
+			if (!(final && just_failed) && choose(p, &w)) {
 				qe_log(QE_LOG_WARN, "persist: cannot read the catalog to choose a checkpoint: %s", qe_last_error());
 				memset(&w, 0, sizeof(w));
 			}
@@ -643,6 +675,12 @@ int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev)
 	return QE_OK;
 }
 
+int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev)
+{
+	ckpt_persist_event dummy;
+	return point(p, r, ev ? ev : &dummy, 0);
+}
+
 /* Wait for the push in flight, telling cb about once a second (rank 0). */
 static void wait_push(ckpt_persist *p, ckpt_persist_progress_cb cb, void *ctx)
 {
@@ -658,30 +696,22 @@ static void wait_push(ckpt_persist *p, ckpt_persist_progress_cb cb, void *ctx)
 		}
 		usleep(50000);
 	}
-	join(p);
 }
 
-int ckpt_persist_finish(ckpt_persist *p, qe_rank *r, ckpt_persist_progress_cb cb, void *ctx, ckpt_persist_event *ev)
+int ckpt_persist_finish(ckpt_persist *p, qe_rank *r, ckpt_persist_progress_cb cb, void *ctx,
+			ckpt_persist_event_cb on_event, void *ev_ctx)
 {
-	ckpt_persist_event first;
-	memset(&first, 0, sizeof(first));
-	wait_push(p, cb, ctx);
-	int rc = ckpt_persist_point(p, r, &first);
-	if (rc)
-		return rc;
-	wait_push(p, cb, ctx);
-	ckpt_persist_event last;
-	memset(&last, 0, sizeof(last));
-	last.step = last.done_step = -1;
-	if (p->rank == 0)
-		take_event(p, &last);
-	/* The point's event holds the push that finished before it; the last one wins when both exist. */
-	*ev = last.done ? last : first;
-	ev->started = first.started;
-	ev->step = first.step;
-	if (last.done && first.done && first.done_rc)
-		qe_log(QE_LOG_WARN, "persist: the background push of step %lld to %s failed: %s", (long long)first.done_step,
-		       first.done_url, first.done_msg);
+	for (;;) {
+		ckpt_persist_event ev;
+		wait_push(p, cb, ctx);
+		int rc = point(p, r, &ev, 1);
+		if (rc)
+			return rc;
+		if (on_event)
+			on_event(ev_ctx, &ev);
+		if (!ev.started)
+			break;
+	}
 	return QE_OK;
 }
 

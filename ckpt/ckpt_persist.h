@@ -11,10 +11,12 @@
  * Protocol.  At each persist point (a collective call on the training
  * thread, made at every checkpoint boundary and once at the end) rank 0
  * decides, from its catalog alone: when its push thread is still running,
- * nothing starts (the point is "busy"); otherwise the newest committed
+ * nothing starts (the point is "busy"); otherwise the oldest committed
  * checkpoint of this job whose step is a multiple of K2 and that has no
- * remote copy at the URL yet - so a push starts only after the commit, and a
- * failed one is tried again at the next point - and broadcasts the choice.
+ * remote copy at the URL yet - so a push starts only after the commit,
+ * pushes that fall behind catch up in order, and a failed one is tried again
+ * at the next point (after a second failure it is left for `qeffect push`) -
+ * and broadcasts the choice.
  * Then every rank starts a thread and returns:
  *  - rank 0's thread reads the checkpoint's rows on its own catalog handle
  *    and sends every rank the chunks its store holds (the rows name the
@@ -98,13 +100,16 @@ int ckpt_persist_open(ckpt_session *s, const ckpt_persist_opts *o, ckpt_persist 
  */
 int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev);
 /*
- * At the end of training (collective): wait for the push in flight, take one
- * last point (the last due checkpoint may have committed since), wait for
- * that push too.  cb (may be NULL) hears the progress about once a second
- * while rank 0 waits.  OUT *ev: the last push's outcome (done == 0 when
- * nothing was pushed).
+ * At the end of training (collective): wait for the push in flight, then
+ * push every due checkpoint not yet on the remote, one after the other,
+ * waiting for each - until none is left or a push fails (the rest is left
+ * for `qeffect push`).  cb (may be NULL) hears the progress about once a
+ * second while rank 0 waits; on_event (may be NULL) hears every point's
+ * event (a finished push: done).
  */
-int ckpt_persist_finish(ckpt_persist *p, qe_rank *r, ckpt_persist_progress_cb cb, void *ctx, ckpt_persist_event *ev);
+typedef void (*ckpt_persist_event_cb)(void *ctx, const ckpt_persist_event *ev);
+int ckpt_persist_finish(ckpt_persist *p, qe_rank *r, ckpt_persist_progress_cb cb, void *ctx,
+			ckpt_persist_event_cb on_event, void *ev_ctx);
 /* 1 while this rank's push thread runs. */
 int ckpt_persist_busy(ckpt_persist *p);
 /* The step whose push is in flight, -1 when none (rank 0: local retention pins it). */

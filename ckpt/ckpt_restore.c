@@ -263,7 +263,7 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
 			qe_clear_error();
 			if (src < 0 && s3)
 				src = CKPT_SRC_S3; /* the loading rank fetches it from the pushed copy (ckpt_restore_s3.c) */
-			if (src < 0) {
+			if (src == -1) {
 				if (nmissing++ < 4 && mlen < sizeof(missing) - 1) {
 					char where[400], reps[600];
 					describe_store(stores, t->store_id, where, sizeof(where));
@@ -577,8 +577,9 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 				if (!rc)
 					snprintf(w.msg, sizeof(w.msg), "%s", base); /* every rank fetches from there */
 			} else {
-				rc = qe_fail(rc, "%s; it was pushed to %s, but fetching from there failed too: %s", why,
-					     remotes.rows[0].url, s3err);
+				/* S3's answer first: the list of what is missing is long and the message is bounded. */
+				rc = qe_fail(rc, "no store or replica in reach, and the pushed copy %s cannot serve it either (%s); %s",
+					     remotes.rows[0].url, s3err, why);
 			}
 		}
 		cat_tensor_rows_free(&copies);

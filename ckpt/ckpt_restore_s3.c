@@ -68,7 +68,8 @@ int ckpt__s3_probe(const cat_remote_rows *remotes, char *base, size_t blen, char
 			qe_log(QE_LOG_INFO, "restore: what no rank can reach comes from %s (endpoint %s)", base,
 			       store_remote_endpoint(rem));
 		else if (el < elen - 1)
-			el += (size_t)snprintf(err + el, elen - el, "%s%s", el ? "; " : "", qe_last_error());
+			el += (size_t)snprintf(err + el, elen - el, "%s%s (endpoint %s)", el ? "; " : "", qe_last_error(),
+					       rem ? store_remote_endpoint(rem) : (ro.endpoint ? ro.endpoint : "from AWS_ENDPOINT_URL"));
 		store_remote_close(rem);
 		if (!rc)
 			return QE_OK;

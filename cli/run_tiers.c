@@ -177,6 +177,21 @@ int cli_run_tiers_retain(cli_run_tiers *t, ckpt_session *ck, qe_rank *r)
 	return QE_OK;
 }
 
+/* Every point's event in the final wait: finished pushes reported, started ones counted. */
+static void on_event(void *ctx, const ckpt_persist_event *ev)
+{
+	cli_run_tiers *t = ctx;
+	report_done(t, ev);
+	if (ev->started) {
+		t->pushes_started++;
+		if (t->rank == 0 && !t->quiet) {
+			printf("checkpoint step %lld: pushing it to %s in the background (end of training)\n", (long long)ev->step,
+			       t->cfg.remote);
+			fflush(stdout);
+		}
+	}
+}
+
 static void progress(void *ctx, const ckpt_persist_progress *p)
 {
 	cli_run_tiers *t = ctx;
@@ -199,13 +214,9 @@ int cli_run_tiers_end(cli_run_tiers *t, ckpt_session *ck, qe_rank *r)
 			       (long long)ckpt_persist_inflight(t->persist));
 			fflush(stdout);
 		}
-		ckpt_persist_event ev;
-		int rc = ckpt_persist_finish(t->persist, r, progress, t, &ev);
+		int rc = ckpt_persist_finish(t->persist, r, progress, t, on_event, t);
 		if (rc)
 			return rc;
-		if (ev.started)
-			t->pushes_started++;
-		report_done(t, &ev);
 	}
 	return cli_run_tiers_retain(t, ck, r);
 }
