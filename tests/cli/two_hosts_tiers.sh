@@ -96,6 +96,7 @@ steps=$(grep -o 'checkpoints/[^/]*/[0-9]*/manifest.json' "$T/ls1.txt" | cut -d/ 
 for m in $(grep -o 'tiers/checkpoints/[^ ]*manifest.json' "$T/ls1.txt"); do
   curl -s -f --aws-sigv4 aws:amz:us-east-1:s3 -u S3RVER:S3RVER -H "x-amz-content-sha256: $EMPTY_SHA" \
     "$EP/qe-test/$m" >"$T/m.json" || fail "fetching $m"
+  cp "$T/m.json" "$T/m$(cut -d/ -f4 <<<"$m").json"
   python3 - "$T/m.json" "$T/ls1.txt" <<'EOF' || fail "manifest $m lists chunks the remote lacks"
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -106,6 +107,14 @@ for t in m['tensors']:
         assert have.get(k) == str(c['size']), (k, c['size'], have.get(k))
 EOF
 done
+# the remote retention (grace 0 here) left no chunk that no remaining manifest lists
+python3 - "$T/ls1.txt" "$T"/m8.json "$T"/m12.json <<'EOF' || fail "the remote keeps chunks no manifest lists (retention did not collect step 4's)"
+import json, sys
+listed = {l.split()[0] for l in open(sys.argv[1]) if l.startswith('tiers/chunks/')}
+ref = {'tiers/chunks/' + c['hash'] for f in sys.argv[2:] for t in json.load(open(f))['tensors'] for c in t['chunks']}
+assert listed == ref, (len(listed), len(ref))
+EOF
+[ "$(jfield "$J" keep_chunks_deleted)" -gt 0 ] || fail "--ckpt-keep deleted no chunk from rank 0's store"
 n=$(sqlite3 "$T/a/catalog.db" "select group_concat(c.step) from remotes r join checkpoints c on c.id = r.checkpoint_id")
 [ "$n" = 12 ] || fail "the catalog records pushed copies of steps '$n', want '12' (10 was never due; 8 was dropped locally)"
 [ "$(committed "$T/a")" = "10 12" ] || fail "local checkpoints are '$(committed "$T/a")', want '10 12' (--ckpt-keep 2)"
