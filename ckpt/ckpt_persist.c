@@ -663,8 +663,8 @@ static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 	p->t0 = ckpt__now_ms();
 	int rc = pthread_create(&p->th, NULL, bg_main, p);
 	if (rc) {
-		/* Every rank's thread answers rank 0 once: one that never started makes rank 0's wait fail on the
-		 * comm's time-out, and that push is reported failed; training is not stopped. */
+		/* A thread that never started never answers: rank 0's wait (or this rank's, for the plan) ends
+		 * at the comm's time-out, which fails the comm and so the job - as a rank out of threads would. */
 		qe_log(QE_LOG_WARN, "persist: rank %d cannot start the push thread of step %lld: %s", p->rank,
 		       (long long)w.step, strerror(rc));
 		return QE_OK;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt_remote.h"
 #include "cli.h"
@@ -19,7 +20,8 @@ void cli_resume_remote_help(FILE *f)
 {
 	fprintf(f, "\nresuming from object storage (see 'qeffect pull --help'):\n"
 		   "  --remote URL           s3://BUCKET/PREFIX: pull the checkpoint (--from STEP, default the\n"
-		   "                         latest there) into --run-dir first, creating it when missing\n"
+		   "                         latest there) into --run-dir first, creating it when missing; with\n"
+		   "                         --ckpt-persist-every, where to push (no pull when --run-dir holds the run)\n"
 		   "  --endpoint URL         the S3 server (default AWS_ENDPOINT_URL, else AWS); without --remote,\n"
 		   "                         where the restore fetches what no store or replica holds from the\n"
 		   "                         checkpoint's pushed copy (the catalog records its URL)\n"
@@ -47,7 +49,7 @@ static int flag_value(int argc, char **argv, int i, const char *flag, const char
 int cli_resume_remote_prepare(int *argc, char **argv)
 {
 	const char *url = NULL, *endpoint = NULL, *run_id = NULL, *run_dir = NULL, *from = NULL;
-	int help = 0, quiet = 0;
+	int help = 0, quiet = 0, persist = 0;
 	int out = 1;
 	for (int i = 1; i < *argc;) {
 		const char *v;
@@ -82,6 +84,8 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 			help = 1;
 		else if (strcmp(argv[i], "--quiet") == 0)
 			quiet = 1;
+		else if (strncmp(argv[i], "--ckpt-persist-every", 20) == 0)
+			persist = 1;
 		if (!used)
 			used = 1;
 		for (int k = 0; k < used && i < *argc; k++)
@@ -109,6 +113,12 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	long step = -1;
 	if (from && cli_parse_long("resume", "--from", from, &step))
 		return 2;
+	/* With the persistent tier, --remote names where to push: a run that is here needs no pull (a
+	 * tensor no store holds is fetched from its pushed copy by the restore itself). */
+	char cat_path[4200];
+	snprintf(cat_path, sizeof(cat_path), "%s/catalog.db", run_dir);
+	if (persist && access(cat_path, F_OK) == 0)
+		return 0;
 	store_remote_opts ro = { 0 };
 	ro.retries = -1;
 	ro.endpoint = endpoint;

@@ -12,9 +12,9 @@
 #     the copy of 12, and the local catalog keeps steps 10 and 12;
 #  3. host B loses its stores (R = 0): a resume whose endpoint is unreachable refuses,
 #     naming the tensors, rank 1's store on host 'hostB' and S3's error, and loads nothing;
-#  4. with the right endpoint (and no --remote) the restore fetches rank 1's tensors from
-#     the pushed copy and the resumed run is bit-exact (`qeffect compare`) against an
-#     uninterrupted one;
+#  4. with the right endpoint (no pull) the restore fetches rank 1's tensors from the pushed
+#     copy and the resumed run is bit-exact (`qeffect compare`) against an uninterrupted one;
+#     it keeps pushing (--ckpt-persist-every on resume: step 16 appears);
 #  5. S3 goes down while a background push is held: training finishes (exit 0), reports
 #     the failure (stderr: step, URL, error; --json persist_failed), and every local
 #     checkpoint is committed (nothing lost).
@@ -135,7 +135,8 @@ echo "ok: S3 unreachable: refused naming rank 1's store on hostB and the S3 erro
 
 # --- 4. the same with S3 reachable: rank 1's tensors come from the pushed copy ----------------
 job s3 "hostA:$T/a hostB:$T/b" resume --run-dir "$P" --from 12 --steps 16 --quiet --endpoint "$EP" \
-  || { show s3; fail "resume falling back to the pushed copy"; }
+  --ckpt-persist-every 4 --remote $R || { show s3; fail "resume falling back to the pushed copy"; }
+s3ls | grep -q "checkpoints/.*/16/manifest.json" || fail "the resumed job did not push step 16 (--ckpt-persist-every on resume)"
 grep -q "fetched .* from s3://qe-test/tiers" "$T/s3.rank1.log" || { show s3; fail "rank 1 did not fetch from S3"; }
 out=$("$Q" compare "$T/ref" "$T/a") || { echo "$out"; fail "the run resumed from S3 differs from the uninterrupted one"; }
 echo "ok: host B lost its stores; restore fetched its tensors from S3 and resumed bit-exact: $(tail -1 <<<"$out")"
