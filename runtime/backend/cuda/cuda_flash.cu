@@ -7,8 +7,12 @@
  *
  * Layout (backend.h attn_flash_*): sequence b, token t, head h: q at
  * qkv[(b*T + t)*3H + h*D], k at +H, v at +2H; out[(b*T + t)*H + h*D];
- * lse[(b*nh + h)*T + t].  Tiles are 64 queries x 64 keys; a block of four
- * warps owns 64 rows (16 a warp) of queries (forward, dQ) or keys (dK, dV).
+ * lse[(b*nh + h)*T + t].  A block of W warps owns 16 W rows (16 a warp) of
+ * queries (forward, dQ) or keys (dK, dV) and walks the other side in tiles
+ * of 64; a warp skips a tile the causal mask hides from all of its rows.
+ * W is 4 (64 rows a block), or 8 with QE_FLASH_ROWS=128 (a tuning knob:
+ * each tile loaded then serves twice the products, but fewer blocks fit an
+ * SM; on the H200 gpt2 at seq 1024 took 119.3 ms a step with 4, 126.1 with 8).
  *
  * Scores, probabilities and their gradients stay in registers, in the
  * accumulator layout of the MMA: lane (g = lane/4, c = lane%4) holds, of
@@ -41,12 +45,12 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/backend/cuda/cuda_int.h"
 
-#define FL_TILE 64    /* queries or keys per tile */
-#define FL_WARPS 4    /* 16 rows each */
-#define FL_THREADS (FL_WARPS * 32)
+#define FL_TILE 64    /* queries or keys per tile walked */
 #define FL_NS (FL_TILE / 8) /* 8-column slices of a 16 x 64 score tile */
 #define FL_LOG2E 1.4426950408889634f
 #define FL_LN2 0.6931471805599453f
@@ -70,16 +74,18 @@ __device__ __forceinline__ void mma_tf32(float *d, const float *a, float b0, flo
 }
 
 /*
- * Rows [r0, r0+64) of an [N, ld] tensor's columns col..col+D into s (stride
+ * Rows [r0, r0+ROWS) of an [N, ld] tensor's columns col..col+D into s (stride
  * D+4), float4 at a time (16-byte aligned: the launchers check), rounded to
  * TF32; zeros beyond T.
  */
-template <int D>
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void load_rows4(float *s, const float *x, int64_t ld, int64_t col, int64_t row_base, int r0,
 					   int T)
 {
 	const int LD = D + 4, Q = D / 4;
-	for (int i = threadIdx.x; i < FL_TILE * Q; i += FL_THREADS) {
+	/* NT (the block's threads) a compile-time stride: the loop unrolls and its loads are in flight together */
+#pragma unroll
+	for (int i = threadIdx.x; i < ROWS * Q; i += NT) {
 		int r = i / Q, c = (i - r * Q) * 4, t = r0 + r;
 		float4 v = t < T ? *(const float4 *)(x + (row_base + t) * ld + col + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 		v.x = to_tf32(v.x);
@@ -90,19 +96,19 @@ __device__ __forceinline__ void load_rows4(float *s, const float *x, int64_t ld,
 	}
 }
 
-/* rows [r0, r0+64) of one of q (part 0), k (1), v (2) of head h into s */
-template <int D>
+/* rows [r0, r0+ROWS) of one of q (part 0), k (1), v (2) of head h into s */
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void load_tile(float *s, const float *qkv, int64_t row_base, int r0, int T, int H, int part,
 					  int h)
 {
-	load_rows4<D>(s, qkv, 3 * (int64_t)H, (int64_t)part * H + h * D, row_base, r0, T);
+	load_rows4<D, ROWS, NT>(s, qkv, 3 * (int64_t)H, (int64_t)part * H + h * D, row_base, r0, T);
 }
 
-/* rows [r0, r0+64) of an [N, H] tensor's head h into s */
-template <int D>
+/* rows [r0, r0+ROWS) of an [N, H] tensor's head h into s */
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void load_rows(float *s, const float *x, int64_t row_base, int r0, int T, int H, int h)
 {
-	load_rows4<D>(s, x, H, (int64_t)h * D, row_base, r0, T);
+	load_rows4<D, ROWS, NT>(s, x, H, (int64_t)h * D, row_base, r0, T);
 }
 
 /*
@@ -150,33 +156,36 @@ template <int D> __device__ __forceinline__ void mm_py(float (*out)[4], float (*
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-template <int D>
-__global__ void __launch_bounds__(FL_THREADS) flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int H,
-								int nh, float scale)
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int H,
+							    int nh, float scale)
 {
 	extern __shared__ __align__(16) float sm[];
-	const int LD = D + 4;
-	float *Qs = sm, *Ks = Qs + FL_TILE * LD, *Vs = Ks + FL_TILE * LD;
-	const int nqt = (T + FL_TILE - 1) / FL_TILE;
+	const int LD = D + 4, R = 16 * W;
+	float *Qs = sm, *Ks = Qs + R * LD, *Vs = Ks + FL_TILE * LD;
+	const int nqt = (T + R - 1) / R;
 	const int qt = nqt - 1 - (int)blockIdx.x; /* the longest rows first */
 	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T;
-	const int q0 = qt * FL_TILE;
-	const int ra = q0 + w * 16 + g, rb = ra + 8; /* this lane's two rows */
+	const int q0 = qt * R, wlast = q0 + w * 16 + 15; /* the warp's last row */
+	const int ra = q0 + w * 16 + g, rb = ra + 8;     /* this lane's two rows */
+	const int nkt = min((T + FL_TILE - 1) / FL_TILE, (q0 + R - 1) / FL_TILE + 1);
 	const float sl2 = scale * FL_LOG2E;
-	load_tile<D>(Qs, qkv, base, q0, T, H, 0, h);
+	load_tile<D, R, W * 32>(Qs, qkv, base, q0, T, H, 0, h);
 	float o[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
 		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-	for (int kt = 0; kt <= qt; kt++) {
+	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * FL_TILE;
 		__syncthreads(); /* the previous tile's K, V are no longer read */
-		load_tile<D>(Ks, qkv, base, k0, T, H, 1, h);
-		load_tile<D>(Vs, qkv, base, k0, T, H, 2, h);
+		load_tile<D, FL_TILE, W * 32>(Ks, qkv, base, k0, T, H, 1, h);
+		load_tile<D, FL_TILE, W * 32>(Vs, qkv, base, k0, T, H, 2, h);
 		__syncthreads();
+		if (k0 > wlast)
+			continue; /* every key of the tile is after every row of the warp */
 		float sc[FL_NS][4];
 		mm_xyt<D>(sc, Qs + w * 16 * LD, Ks, lane);
 		float xa = -INFINITY, xb = -INFINITY;
@@ -274,36 +283,38 @@ template <int D> __global__ void flash_dot_kernel(float *Dt, const float *dout, 
 		Dt[i] = s;
 }
 
-template <int D>
-__global__ void __launch_bounds__(FL_THREADS) flash_dq_kernel(float *dqkv, const float *dout, const float *qkv,
-							       const float *lse, const float *Dt, int T, int H, int nh,
-							       float scale)
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) flash_dq_kernel(float *dqkv, const float *dout, const float *qkv,
+							   const float *lse, const float *Dt, int T, int H, int nh, float scale)
 {
 	extern __shared__ __align__(16) float sm[];
-	const int LD = D + 4;
-	float *Qs = sm, *dOs = Qs + FL_TILE * LD, *Ks = dOs + FL_TILE * LD, *Vs = Ks + FL_TILE * LD;
-	const int nqt = (T + FL_TILE - 1) / FL_TILE;
+	const int LD = D + 4, R = 16 * W;
+	float *Qs = sm, *dOs = Qs + R * LD, *Ks = dOs + R * LD, *Vs = Ks + FL_TILE * LD;
+	const int nqt = (T + R - 1) / R;
 	const int qt = nqt - 1 - (int)blockIdx.x;
 	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int q0 = qt * FL_TILE;
+	const int q0 = qt * R, wlast = q0 + w * 16 + 15;
 	const int ra = q0 + w * 16 + g, rb = ra + 8;
+	const int nkt = min((T + FL_TILE - 1) / FL_TILE, (q0 + R - 1) / FL_TILE + 1);
 	const float sl2 = scale * FL_LOG2E;
-	load_tile<D>(Qs, qkv, base, q0, T, H, 0, h);
-	load_rows<D>(dOs, dout, base, q0, T, H, h);
+	load_tile<D, R, W * 32>(Qs, qkv, base, q0, T, H, 0, h);
+	load_rows<D, R, W * 32>(dOs, dout, base, q0, T, H, h);
 	const float la = ra < T ? lse[hrow + ra] * FL_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * FL_LOG2E : 0.0f;
 	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
 	float dq[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
 		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-	for (int kt = 0; kt <= qt; kt++) {
+	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * FL_TILE;
 		__syncthreads();
-		load_tile<D>(Ks, qkv, base, k0, T, H, 1, h);
-		load_tile<D>(Vs, qkv, base, k0, T, H, 2, h);
+		load_tile<D, FL_TILE, W * 32>(Ks, qkv, base, k0, T, H, 1, h);
+		load_tile<D, FL_TILE, W * 32>(Vs, qkv, base, k0, T, H, 2, h);
 		__syncthreads();
+		if (k0 > wlast)
+			continue;
 		float sc[FL_NS][4], dp[FL_NS][4];
 		mm_xyt<D>(sc, Qs + w * 16 * LD, Ks, lane);
 		mm_xyt<D>(dp, dOs + w * 16 * LD, Vs, lane);
@@ -327,40 +338,41 @@ __global__ void __launch_bounds__(FL_THREADS) flash_dq_kernel(float *dqkv, const
 	}
 }
 
-template <int D>
-__global__ void __launch_bounds__(FL_THREADS) flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
-								const float *lse, const float *Dt, int T, int H, int nh,
-								float scale)
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
+							    const float *lse, const float *Dt, int T, int H, int nh, float scale)
 {
 	extern __shared__ __align__(16) float sm[];
-	const int LD = D + 4;
-	float *Ks = sm, *Vs = Ks + FL_TILE * LD, *Qs = Vs + FL_TILE * LD, *dOs = Qs + FL_TILE * LD;
+	const int LD = D + 4, R = 16 * W;
+	float *Ks = sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *dOs = Qs + FL_TILE * LD;
 	float *lse_s = dOs + FL_TILE * LD, *dt_s = lse_s + FL_TILE;
 	const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int k0 = kt * FL_TILE, nqt = (T + FL_TILE - 1) / FL_TILE;
+	const int k0 = kt * R, nqt = (T + FL_TILE - 1) / FL_TILE, wfirst = k0 + w * 16; /* the warp's first key */
 	const int ka = k0 + w * 16 + g, kb = ka + 8; /* this lane's two key rows */
 	const float sl2 = scale * FL_LOG2E;
-	load_tile<D>(Ks, qkv, base, k0, T, H, 1, h);
-	load_tile<D>(Vs, qkv, base, k0, T, H, 2, h);
+	load_tile<D, R, W * 32>(Ks, qkv, base, k0, T, H, 1, h);
+	load_tile<D, R, W * 32>(Vs, qkv, base, k0, T, H, 2, h);
 	float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++) {
 		dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
 		dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
 	}
-	for (int qt = kt; qt < nqt; qt++) {
+	for (int qt = k0 / FL_TILE; qt < nqt; qt++) {
 		const int q0 = qt * FL_TILE;
 		__syncthreads();
-		load_tile<D>(Qs, qkv, base, q0, T, H, 0, h);
-		load_rows<D>(dOs, dout, base, q0, T, H, h);
-		for (int i = threadIdx.x; i < FL_TILE; i += FL_THREADS) {
+		load_tile<D, FL_TILE, W * 32>(Qs, qkv, base, q0, T, H, 0, h);
+		load_rows<D, FL_TILE, W * 32>(dOs, dout, base, q0, T, H, h);
+		for (int i = threadIdx.x; i < FL_TILE; i += W * 32) {
 			int t = q0 + i;
 			lse_s[i] = t < T ? lse[hrow + t] * FL_LOG2E : 0.0f;
 			dt_s[i] = t < T ? Dt[hrow + t] : 0.0f;
 		}
 		__syncthreads();
+		if (q0 + FL_TILE - 1 < wfirst)
+			continue; /* every query of the tile is before every key of the warp */
 		float st[FL_NS][4], dpt[FL_NS][4];
 		mm_xyt<D>(st, Ks + w * 16 * LD, Qs, lane);   /* S^T: keys x queries */
 		mm_xyt<D>(dpt, Vs + w * 16 * LD, dOs, lane); /* dP^T */
@@ -394,9 +406,23 @@ __global__ void __launch_bounds__(FL_THREADS) flash_dkv_kernel(float *dqkv, cons
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
-static size_t fwd_smem(int D) { return (size_t)3 * FL_TILE * (D + 4) * 4; }
-static size_t dq_smem(int D) { return (size_t)4 * FL_TILE * (D + 4) * 4; }
-static size_t dkv_smem(int D) { return ((size_t)4 * FL_TILE * (D + 4) + 2 * FL_TILE) * 4; }
+static size_t fwd_smem(int D, int W) { return (size_t)(16 * W + 2 * FL_TILE) * (D + 4) * 4; }
+static size_t dq_smem(int D, int W) { return (size_t)(2 * 16 * W + 2 * FL_TILE) * (D + 4) * 4; }
+static size_t dkv_smem(int D, int W) { return ((size_t)(2 * 16 * W + 2 * FL_TILE) * (D + 4) + 2 * FL_TILE) * 4; }
+
+/*
+ * Warps a block (16 rows each): 4 unless QE_FLASH_ROWS=128 asks for 8 (the
+ * file comment says why 4).  Read once per process.
+ */
+static int flash_warps(void)
+{
+	static int w;
+	if (!w) {
+		const char *e = getenv("QE_FLASH_ROWS");
+		w = e && strcmp(e, "128") == 0 ? 8 : 4;
+	}
+	return w;
+}
 
 template <typename K> static int set_smem(K kernel, size_t bytes, const char *op, const char *name)
 {
@@ -404,38 +430,38 @@ template <typename K> static int set_smem(K kernel, size_t bytes, const char *op
 	return e == cudaSuccess ? QE_OK : qe__cuda_err(e, op, name);
 }
 
-template <int D>
+template <int D, int W>
 static int fwd_launch(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_fwd";
-	size_t sm = fwd_smem(D);
-	int rc = set_smem(flash_fwd_kernel<D>, sm, op, "cudaFuncSetAttribute(flash_fwd_kernel)");
+	size_t sm = fwd_smem(D, W);
+	int rc = set_smem(flash_fwd_kernel<D, W>, sm, op, "cudaFuncSetAttribute(flash_fwd_kernel)");
 	if (rc)
 		return rc;
-	dim3 grid((unsigned)((T + FL_TILE - 1) / FL_TILE), (unsigned)nh, (unsigned)B);
-	flash_fwd_kernel<D><<<grid, FL_THREADS, sm, s->cs>>>(out, lse, qkv, T, H, nh, 1.0f / sqrtf((float)D));
+	dim3 grid((unsigned)((T + 16 * W - 1) / (16 * W)), (unsigned)nh, (unsigned)B);
+	flash_fwd_kernel<D, W><<<grid, W * 32, sm, s->cs>>>(out, lse, qkv, T, H, nh, 1.0f / sqrtf((float)D));
 	return qe__cuda_launched(op, "flash_fwd_kernel");
 }
 
-template <int D>
+template <int D, int W>
 static int bwd_launch(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
 		      const float *lse, float *Dt, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_bwd";
 	int rc;
-	if ((rc = set_smem(flash_dq_kernel<D>, dq_smem(D), op, "cudaFuncSetAttribute(flash_dq_kernel)")) ||
-	    (rc = set_smem(flash_dkv_kernel<D>, dkv_smem(D), op, "cudaFuncSetAttribute(flash_dkv_kernel)")))
+	if ((rc = set_smem(flash_dq_kernel<D, W>, dq_smem(D, W), op, "cudaFuncSetAttribute(flash_dq_kernel)")) ||
+	    (rc = set_smem(flash_dkv_kernel<D, W>, dkv_smem(D, W), op, "cudaFuncSetAttribute(flash_dkv_kernel)")))
 		return rc;
 	int64_t rows = B * nh * T;
 	flash_dot_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, dout, out, rows, T, H, nh);
 	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
 		return rc;
-	dim3 grid((unsigned)((T + FL_TILE - 1) / FL_TILE), (unsigned)nh, (unsigned)B);
+	dim3 grid((unsigned)((T + 16 * W - 1) / (16 * W)), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
-	flash_dq_kernel<D><<<grid, FL_THREADS, dq_smem(D), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
+	flash_dq_kernel<D, W><<<grid, W * 32, dq_smem(D, W), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
 	if ((rc = qe__cuda_launched(op, "flash_dq_kernel")))
 		return rc;
-	flash_dkv_kernel<D><<<grid, FL_THREADS, dkv_smem(D), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
+	flash_dkv_kernel<D, W><<<grid, W * 32, dkv_smem(D, W), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
 	return qe__cuda_launched(op, "flash_dkv_kernel");
 }
 
@@ -459,11 +485,14 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 			       (long long)T, (long long)H);
 	switch (H / nh) {
 	case 16:
-		return fwd_launch<16>(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? fwd_launch<16, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
+					  : fwd_launch<16, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	case 32:
-		return fwd_launch<32>(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? fwd_launch<32, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
+					  : fwd_launch<32, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	case 64:
-		return fwd_launch<64>(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? fwd_launch<64, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
+					  : fwd_launch<64, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %lld", (long long)(H / nh));
 	}
@@ -488,11 +517,14 @@ extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *d
 		return rc;
 	switch (H / nh) {
 	case 16:
-		return bwd_launch<16>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? bwd_launch<16, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
+					  : bwd_launch<16, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
 	case 32:
-		return bwd_launch<32>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? bwd_launch<32, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
+					  : bwd_launch<32, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
 	case 64:
-		return bwd_launch<64>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? bwd_launch<64, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
+					  : bwd_launch<64, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "%s: head dimension %lld", op, (long long)(H / nh));
 	}

@@ -91,7 +91,22 @@ __global__ void colsum_fin_kernel(float *__restrict__ dw, float *__restrict__ db
 	if (j >= cols)
 		return;
 	float sw = 0.0f, sb = 0.0f;
-	for (int64_t g = 0; g < groups; g++) {
+	int64_t g = 0;
+	/* sixteen groups' loads in flight at once, then their adds in group order */
+	for (; g + 16 <= groups; g += 16) {
+		float vb[16], vw[16];
+#pragma unroll
+		for (int u = 0; u < 16; u++) {
+			vb[u] = pb[(g + u) * cols + j];
+			vw[u] = pw ? pw[(g + u) * cols + j] : 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < 16; u++) {
+			sb += vb[u];
+			sw += vw[u];
+		}
+	}
+	for (; g < groups; g++) {
 		if (pw)
 			sw += pw[g * cols + j];
 		sb += pb[g * cols + j];
@@ -265,12 +280,17 @@ __global__ void embed_next_kernel(int32_t *next, int32_t *head, const int32_t *t
 	{
 		int32_t tk = tok[t], nx = -1;
 		bool ok = tk >= 0 && tk < V;
-		if (ok)
-			for (int64_t u = t + 1; u < T; u++)
-				if (tok[u] == tk) {
-					nx = (int32_t)u;
-					break;
-				}
+		/* eight loads in flight at once, checked in position order */
+		for (int64_t u = t + 1; ok && nx < 0 && u < T; u += 8) {
+			int32_t v[8];
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				v[k] = u + k < T ? tok[u + k] : -1;
+#pragma unroll
+			for (int k = 0; k < 8; k++)
+				if (nx < 0 && v[k] == tk)
+					nx = (int32_t)(u + k);
+		}
 		next[t] = nx;
 		head[t] = ok ? 1 : 0;
 	}
@@ -323,14 +343,24 @@ __global__ void xent_row_kernel(float *rowloss, float *dlogits, const float *log
 	int32_t tg = tgt[t];
 	bool valid = tg >= 0 && tg < nvalid;
 	float lt = valid ? l[tg] : 0.0f; /* read before any thread may overwrite it */
-	float mx = -INFINITY;
-	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
-		mx = fmaxf(mx, l[v]);
+	/*
+	 * One pass for the max and the sum (online softmax): each thread keeps
+	 * its running max mx and sum of exp(l - mx), rescaled when mx grows;
+	 * the block then takes the max of the maxima and sums every thread's
+	 * sum brought to it.  The row is read twice in all, not three times.
+	 */
+	float mx = -INFINITY, part = 0.0f;
+	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x) {
+		float lv = l[v];
+		if (lv > mx) {
+			part = part * expf(mx - lv) + 1.0f;
+			mx = lv;
+		} else {
+			part += expf(lv - mx);
+		}
+	}
 	float maxv = block_max(mx, sh);
-	float part = 0.0f;
-	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
-		part += expf(l[v] - maxv);
-	float sum = block_sum(part, sh);
+	float sum = block_sum(mx == -INFINITY ? 0.0f : part * expf(mx - maxv), sh);
 	if (threadIdx.x == 0) {
 		if (!valid)
 			atomicOr(err, QE_CUDA_ERR_TARGET);
@@ -365,9 +395,20 @@ __global__ void xent_loss_kernel(float *loss, const float *rowloss, int64_t T)
 		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
 			tile[i] = rowloss[t0 + i];
 		__syncthreads();
-		if (threadIdx.x == 0)
-			for (int64_t i = 0; i < n; i++)
+		if (threadIdx.x == 0) {
+			int64_t i = 0;
+			for (; i + 16 <= n; i += 16) {
+				float v[16];
+#pragma unroll
+				for (int k = 0; k < 16; k++)
+					v[k] = tile[i + k];
+#pragma unroll
+				for (int k = 0; k < 16; k++)
+					total += (double)v[k];
+			}
+			for (; i < n; i++)
 				total += (double)tile[i];
+		}
 	}
 	if (threadIdx.x == 0)
 		*loss = (float)(total / (double)T);
@@ -785,7 +826,8 @@ extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const 
 	if (rc)
 		return rc;
 	int32_t *head = next + T;
-	embed_next_kernel<<<grid_for(T), THREADS, 0, s->cs>>>(next, head, tok, T, V);
+	/* 64-thread blocks: each thread's scan is serial, so spread them over more SMs */
+	embed_next_kernel<<<(unsigned)((T + 63) / 64), 64, 0, s->cs>>>(next, head, tok, T, V);
 	if ((rc = qe__cuda_launched(op, "embed_next_kernel")))
 		return rc;
 	embed_mark_kernel<<<grid_for(T), THREADS, 0, s->cs>>>(head, next, T);
