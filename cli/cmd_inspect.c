@@ -21,7 +21,7 @@
 #include "ckpt/rundir.h"
 #include "run_args.h"
 #include "runtime/core/status.h"
-#include "runtime/train/config.h"
+#include "runtime/job/config.h"
 
 #define NO_STAGE (-1000)
 

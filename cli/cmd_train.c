@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "run.h"
 #include "runtime/core/status.h"
-#include "runtime/train/data.h"
+#include "runtime/job/data.h"
 #include "train_flags.h"
 
 /*

@@ -5,7 +5,7 @@
  * file is the same bytes on any host; the header is written last, over the
  * zeros left for it, once the count is known.
  */
-#include "runtime/train/shard.h"
+#include "runtime/job/shard.h"
 
 #include <errno.h>
 #include <fcntl.h>

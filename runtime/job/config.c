@@ -1,7 +1,7 @@
 /*
  * config.c - defaults, checks, names and the JSON form of a run's config.
  */
-#include "runtime/train/config.h"
+#include "runtime/job/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>

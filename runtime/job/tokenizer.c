@@ -14,7 +14,7 @@
  * last of equal keys winning as in the package's dictZip), and the piece
  * cache (bytes -> a run of token ids), cleared when it grows past a bound.
  */
-#include "runtime/train/tokenizer.h"
+#include "runtime/job/tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
