@@ -1,7 +1,8 @@
 /*
  * rank.c - building a rank (schedule, local stages, optimizer state, tape
  * pools, stage contracts, gradient arena, streams), the checkpoint gate,
- * restart bookkeeping, and the message helpers the executor uses.
+ * restart bookkeeping and the rank's accessors.  Messages between ranks are
+ * links.c's, the step is rank_step.c's.
  */
 #include "runtime/exec/rank_int.h"
 
@@ -11,19 +12,6 @@
 
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
-
-static int host_mem(const qe_rank *r)
-{
-	return r->b->ops->device == QE_DEV_CPU;
-}
-
-rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s)
-{
-	for (int c = 0; c < r->V; c++)
-		if (r->chunks[c].stage == s)
-			return &r->chunks[c];
-	return NULL;
-}
 
 static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)[40], int cap, int *np)
 {
@@ -85,8 +73,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			       QE_RANK_MAX_MICRO);
 	}
 	r->pr = r->rank % r->P;
-	const char *prof = getenv("QE_PROFILE");
-	r->profile = prof && *prof && strcmp(prof, "0") != 0;
+	qe__rank_profile_init(r);
 	r->dr = r->rank / r->P;
 	qe_sched_config sc = { cfg->schedule, r->P, r->M, r->V, cfg->backward };
 	/* every chunk holds layers / S blocks of four matrices, and the last stage the head */
@@ -161,7 +148,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	if ((rc = o->alloc(b, (size_t)r->M * sizeof(float), (void **)&r->loss_mb)))
 		goto fail_rc;
 	r->host_bytes = act > max_param * 4 ? act : max_param * 4;
-	if (!host_mem(r)) {
+	if (!qe__rank_host_mem(r)) {
 		r->host_buf = malloc(r->host_bytes);
 		if (!r->host_buf) {
 			rc = qe_fail(QE_ENOMEM, "rank: out of host memory for staging");
@@ -234,52 +221,6 @@ void qe_rank_free(qe_rank *r)
 		o->stream_destroy(r->gstream);
 	qe_sched_free(r->sched);
 	free(r);
-}
-
-int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes)
-{
-	int rc;
-	if (!r->comm)
-		return qe_fail(QE_ECOMM, "rank %d: send to rank %d without a communicator", r->rank, peer);
-	if (r->links)
-		return qe__rank_link_send(r, peer, src, bytes);
-	if (!host_mem(r)) {
-		if ((rc = r->b->ops->copy(r->caller, r->host_buf, src, bytes, QE_COPY_D2H)) ||
-		    (rc = r->b->ops->stream_sync(r->caller)))
-			return rc;
-		src = r->host_buf;
-	}
-	return qe_comm_send(r->comm, peer, tag, src, bytes);
-}
-
-int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes)
-{
-	int rc;
-	if (!r->comm)
-		return qe_fail(QE_ECOMM, "rank %d: receive from rank %d without a communicator", r->rank, peer);
-	if (r->links)
-		return qe__rank_link_recv(r, peer, dst, bytes);
-	if (host_mem(r))
-		return qe_comm_recv(r->comm, peer, tag, dst, bytes);
-	if ((rc = qe_comm_recv(r->comm, peer, tag, r->host_buf, bytes)))
-		return rc;
-	return r->b->ops->copy(r->caller, dst, r->host_buf, bytes, QE_COPY_H2D);
-}
-
-int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size)
-{
-	int rc;
-	if (!r->comm || (group_size == 1 && group) || r->world == 1)
-		return QE_OK;
-	if (qe__rank_links_reduce_ready(r) && group)
-		return qe__rank_link_allreduce(r, buf, n, group, group_size);
-	if (host_mem(r))
-		return qe_comm_allreduce_sum_f32(r->comm, buf, n, group, group_size);
-	if ((rc = r->b->ops->copy(r->caller, r->host_buf, buf, n * 4, QE_COPY_D2H)) ||
-	    (rc = qe__rank_sync(r, r->caller)) ||
-	    (rc = qe_comm_allreduce_sum_f32(r->comm, r->host_buf, n, group, group_size)))
-		return rc;
-	return r->b->ops->copy(r->caller, buf, r->host_buf, n * 4, QE_COPY_H2D);
 }
 
 int qe_rank_quiescent(qe_rank *r)
