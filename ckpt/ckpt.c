@@ -11,7 +11,7 @@
  * another run than the stores beside it, and is refused instead of reading
  * or writing chunks of the wrong run.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
  * save builds them; only the chunks come from host copies taken at the
  * boundary instead of the live state.
  */
-#include "ckpt_async.h"
+#include "ckpt/ckpt_async.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/rundir.h"
 #include "runtime/exec/pstate.h"
 #include "store/store.h"

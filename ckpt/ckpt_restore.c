@@ -18,7 +18,7 @@
  * found by (global stage, name), so the pipeline mapping of the checkpoint
  * does not matter.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
  * row through the same functions (ckpt__report_build, ckpt__describe), so
  * both saves record alike.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

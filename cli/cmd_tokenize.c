@@ -31,7 +31,7 @@
 
 #include <jansson.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "runtime/core/status.h"
 #include "runtime/job/shard.h"
 #include "runtime/job/tokenizer.h"

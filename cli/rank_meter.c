@@ -7,7 +7,7 @@
  * so implementations that cast it to their private struct are unaffected.
  * Live blocks are kept in a small array (a rank allocates a few dozen).
  */
-#include "rank_meter.h"
+#include "cli/rank_meter.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -7,7 +7,9 @@ same lines, and this test fails if it stops doing so.  Every quoted #include of 
 library source (runtime/, ckpt/, store/, catalog/, cli/: .c, .h and .cu; not tests/
 or bench/) must name a file of its own folder or of a folder below it in its stack.
 An include of a folder above, or of a peer on the same level (the braces: peers do
-not know each other), is a violation, printed with file:line.
+not know each other), is a violation, printed with file:line.  So is one that does not
+name the file by its path from the repository root ("runtime/exec/rank_int.h", never
+"rank_int.h" or "../exec/rank_int.h"): one include style everywhere (issue 17 item 9).
 
 Before it checks the tree, the test checks itself: it copies the library into a
 scratch directory, plants one upward include of each kind, and fails unless every
@@ -117,6 +119,9 @@ def check(root):
                     inc = m.group(1)
                     # as the compiler looks: beside the file first, then from the root (-I SOURCE_DIR)
                     local = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+                    if os.path.exists(os.path.join(root, local)) and local != inc:
+                        bad.append(f'{rel}:{ln}: "{inc}" names {local}: include it by its path from the repository root')
+                        continue
                     if os.path.exists(os.path.join(root, local)):
                         target = local
                     elif os.path.exists(os.path.join(root, inc)):
@@ -153,6 +158,8 @@ PLANTS = [
     ("store/zz_probe.c", "ckpt/ckpt.h", "ckpt is above store"),
     ("ckpt/zz_probe.c", "runtime/backend/backend.h", "ckpt reaches the runtime only through"),
     ("runtime/model/zz_probe.c", "cli/cli.h", "cli is above model"),
+    ("ckpt/zz_probe.c", "ckpt_int.h", "by its path from the repository root"),
+    ("runtime/exec/zz_probe.h", "../core/status.h", "by its path from the repository root"),
 ]
 
 
@@ -214,7 +221,7 @@ def main():
         print(f"tolerated: {rel} -> {inc}")
     ok = self_check(root)
     if ok:
-        print(f"self-check: all {len(PLANTS)} planted upward includes found, nothing else")
+        print(f"self-check: all {len(PLANTS)} planted includes found, nothing else")
     bad, n = check(root)
     for v in bad:
         print("VIOLATION: " + v)
