@@ -84,25 +84,25 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	int np = 0;
 	if (!aparams || !anames || !r->commit_views) {
 		rc = qe_fail(QE_ENOMEM, "rank: out of host memory for %d matrix parameters", cap);
-		goto fail_rc;
+		goto free_rank;
 	}
 	r->commit_cap = per_chunk;
 	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)) ||
 	    (rc = qe__rank_plan_slots(r, &r->nslots)))
-		goto fail_rc;
+		goto free_rank;
 	const qe_backend_ops *o = b->ops;
 	if ((rc = o->stream_create(b, &r->caller)) || (rc = o->stream_create(b, &r->gstream)) ||
 	    (rc = o->event_create(b, &r->ev_in)) || (rc = o->event_create(b, &r->ev_tail)))
-		goto fail_rc;
+		goto free_rank;
 	for (int c = 0; c < r->V; c++)
 		if ((rc = setup_chunk(r, c, aparams, anames, cap, &np)))
-			goto fail_rc;
+			goto free_rank;
 	size_t abytes = qe_arena_bytes(aparams, np, r->M, cfg->arena);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
 	    (rc = qe_arena_create(aparams, np, r->M, cfg->arena,
 				  cfg->grad == QE_GRAD_COPY ? QE_ARENA_COPY : QE_ARENA_DIRECT, r->arena_mem, abytes,
 				  o->device, &r->arena)))
-		goto fail_rc;
+		goto free_rank;
 	qe_epoch_init(&r->ep, 0);
 	size_t max_param = 0, act = 0;
 	for (int c = 0; c < r->V; c++) {
@@ -110,18 +110,18 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		if ((rc = qe_stage_contract_init(&ch->sc, ch->stage, r->M, &r->ep, ch->pool, r->arena, ch->p_begin,
 						 ch->p_begin + ch->nmat)) ||
 		    (rc = qe_stage_contract_set_slots(&ch->sc, 0, ch->nslots)))
-			goto fail_rc;
+			goto free_rank;
 		ch->views = calloc((size_t)r->M * ch->nmat, sizeof(qe_tensor));
 		ch->scratch = calloc((size_t)ch->nmat, sizeof(qe_tensor));
 		if (!ch->views || !ch->scratch) {
 			rc = qe_fail(QE_ENOMEM, "rank: out of host memory");
-			goto fail_rc;
+			goto free_rank;
 		}
 		size_t sbytes = 0;
 		for (int j = 0; j < ch->nmat; j++) {
 			for (int m = 0; m < r->M; m++)
 				if ((rc = qe_arena_view(r->arena, ch->p_begin + j, m, &ch->views[m * ch->nmat + j])))
-					goto fail_rc;
+					goto free_rank;
 			qe_tensor sh = qe_stage_matrix_grad_shape(ch->st, j);
 			sbytes += (qe_tensor_nbytes(&sh) + 255) / 256 * 256;
 		}
@@ -132,7 +132,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		}
 		if (cfg->grad == QE_GRAD_COPY) {
 			if ((rc = o->alloc(b, sbytes, &ch->scratch_mem)))
-				goto fail_rc;
+				goto free_rank;
 			char *p = ch->scratch_mem;
 			for (int j = 0; j < ch->nmat; j++) {
 				ch->scratch[j] = qe_stage_matrix_grad_shape(ch->st, j);
@@ -144,19 +144,19 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			act = qe_stage_act_bytes(ch->st);
 	}
 	if (r->D > 1 && (rc = o->alloc(b, max_param * 4, (void **)&r->reduce_buf)))
-		goto fail_rc;
+		goto free_rank;
 	if ((rc = o->alloc(b, (size_t)r->M * sizeof(float), (void **)&r->loss_mb)))
-		goto fail_rc;
+		goto free_rank;
 	r->host_bytes = act > max_param * 4 ? act : max_param * 4;
 	if (!qe__rank_host_mem(r)) {
 		r->host_buf = malloc(r->host_bytes);
 		if (!r->host_buf) {
 			rc = qe_fail(QE_ENOMEM, "rank: out of host memory for staging");
-			goto fail_rc;
+			goto free_rank;
 		}
 	}
 	if ((rc = qe__rank_links_open(r, act, r->D > 1 ? max_param : 0)))
-		goto fail_rc;
+		goto free_rank;
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
 	r->ctr.arena_bytes = as.capacity_bytes;
@@ -164,7 +164,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	free(anames);
 	*out = r;
 	return QE_OK;
-fail_rc:
+free_rank:
 	free(aparams);
 	free(anames);
 	qe_rank_free(r);
