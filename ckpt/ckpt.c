@@ -143,14 +143,6 @@ void ckpt_session_close(ckpt_session *s)
 	free(s);
 }
 
-int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
-{
-	if (qe_fault_hit(QE_FAULT_COPY))
-		return qe_fail(QE_EIO, "backend copy of %zu bytes %s", bytes,
-			       kind == QE_COPY_H2D ? "to the device" : "to the host");
-	return b->ops->copy(NULL, dst, src, bytes, kind);
-}
-
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank)
 {
 	for (int i = 0; i < s->nkill; i++) {

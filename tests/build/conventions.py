@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""conventions.py - two habits of runtime/README.md's "Conventions here", checked.
+"""conventions.py - habits of runtime/README.md's "Conventions here" and DESIGN.md section 2, checked.
 
 1. QE_TRY (runtime/core/status.h) is the one macro that hides a return.  It is
    kept only where a hidden return can leak nothing: a function that uses it
@@ -11,9 +11,12 @@
    "cleanup" or "bail".  The .cu files of runtime/backend/cuda/ are left out
    for now (two such labels remain there), as are ckpt/, store/, catalog/ and
    cli/, whose labels predate the rule.
+3. The checkpoint service never calls a backend op (DESIGN.md section 2): no
+   "ops->" in ckpt/, store/ or catalog/.  An item's bytes move through
+   runtime/exec/pstate.h (qe_pstate_read/write, qe_pstate_host_alloc/free).
 
 Before it checks the tree, the test checks itself: it plants one offence of
-each kind in a scratch copy and fails unless both are reported.
+each kind in a scratch copy and fails unless every one is reported.
 
 usage: conventions.py SOURCE_DIR
 """
@@ -27,6 +30,8 @@ LIBRARY = ["runtime", "ckpt", "store", "catalog", "cli"]
 GENERIC = {"out", "fail", "done", "err", "error", "cleanup", "bail"}
 LABEL_SKIP = ("runtime/backend/cuda/",)
 ALLOC = re.compile(r"\b(malloc|calloc|realloc|strdup|aligned_alloc)\s*\(|->alloc\s*\(|\bgoto\s+\w+\s*;")
+NO_OPS = ("ckpt/", "store/", "catalog/")
+OPS = re.compile(r"\bops->")
 LABEL = re.compile(r"^([a-z_][a-z0-9_]*):\s*$")
 
 
@@ -62,6 +67,11 @@ def check(root):
                             ln = start + 1 + text[: m.start()].count("\n")
                             bad.append(f"{rel}:{ln}: QE_TRY in a function that has something to undo "
                                        f"({m.group(0).strip()}): use the goto chain")
+                    if rel.startswith(NO_OPS):
+                        for k, line in enumerate(body):
+                            if OPS.search(line):
+                                bad.append(f"{rel}:{start + 1 + k}: the checkpoint service calls a backend op: "
+                                           f"go through runtime/exec/pstate.h")
                     if rel.startswith("runtime/") and not rel.startswith(LABEL_SKIP):
                         for k, line in enumerate(body):
                             m = LABEL.match(line)
@@ -78,6 +88,9 @@ PLANTS = [
     ("runtime/sched/zz_probe.c",
      "int zz_c(void)\n{\n\tint rc = 0;\n\tgoto out;\nout:\n\treturn rc;\n}\n",
      "cleanup label 'out'"),
+    ("ckpt/zz_probe.c",
+     "int zz_d(qe_backend *b, void *d, const void *s)\n{\n\treturn b->ops->copy(NULL, d, s, 4, 0);\n}\n",
+     "calls a backend op"),
 ]
 
 
@@ -114,7 +127,7 @@ def main():
     root = sys.argv[1]
     ok = self_check(root)
     if ok:
-        print(f"self-check: both planted offences found, nothing else")
+        print(f"self-check: all {len(PLANTS)} planted offences found, nothing else")
     bad = check(root)
     for v in bad:
         print("VIOLATION: " + v)
