@@ -16,6 +16,7 @@
  */
 #include "ckpt_job_int.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,9 +243,22 @@ int ckj_census(ckj *j, const char *run_id, int rc0, const cat_store_rows *known)
 
 /* ---- rounds ------------------------------------------------------------------------------ */
 
+/* QE_JOB_KILL=OP:RANK (ckpt_job.h): this rank dies on receiving task OP, as a crashed host would. */
+static void maybe_die(const ckj *j, const char *op)
+{
+	const char *v = getenv("QE_JOB_KILL");
+	char want[32];
+	int rank = -1;
+	if (!v || !op || sscanf(v, "%31[^:]:%d", want, &rank) != 2 || strcmp(want, op) || rank != j->rank)
+		return;
+	qe_log(QE_LOG_WARN, "job: QE_JOB_KILL: rank %d dies at task '%s'", j->rank, op);
+	raise(SIGKILL);
+}
+
 static json_t *serve_one(ckj *j, json_t *task, ckj_serve_fn fn, void *ctx)
 {
 	const char *op = json_string_value(json_object_get(task, "op"));
+	maybe_die(j, op);
 	if (op && strcmp(op, "census") == 0)
 		return census_answer(j, task);
 	if (!fn)

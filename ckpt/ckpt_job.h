@@ -16,6 +16,10 @@
  * once the job is over, whatever rank 0 found (rank 0 reports it) - or a
  * QE_E* code when this rank lost rank 0.  Errors on rank 0 name the rank and
  * host at fault ("rank 1 on host 'b7': ...").  Nothing here prints or exits.
+ *
+ * Test hook (like QE_CKPT_KILL): QE_JOB_KILL=OP:RANK makes rank RANK die by
+ * SIGKILL when it receives task OP ("census", "verify", "gc", "push",
+ * "pull"), so a test can check that rank 0 names the dead rank and its host.
  */
 #ifndef QE_CKPT_JOB_H
 #define QE_CKPT_JOB_H

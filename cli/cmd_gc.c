@@ -27,7 +27,7 @@
 static void help(FILE *f)
 {
 	fprintf(f, "usage: qeffect gc --run-dir DIR --keep-last N [--keep-every K] [--pin STEP]...\n"
-		   "                 [--grace SECONDS] [--dry-run] [--json]\n"
+		   "                 [--grace SECONDS] [--dry-run] [--nproc N] [--json]\n"
 		   "       qeffect gc --remote s3://BUCKET/PREFIX [--endpoint URL] [--run-dir DIR] [--run-id ID]\n"
 		   "                 --keep-last N [--keep-every K] [--pin STEP]... [--grace SECONDS] [--dry-run] [--json]\n\n"
 		   "Drop the checkpoints of a run that are not kept, then delete the store chunks that no\n"
@@ -41,6 +41,12 @@ static void help(FILE *f)
 		   "Catalog rows go first (one transaction, flushed), chunks after, so a crash never\n"
 		   "leaves a committed checkpoint with missing chunks.  The store file does not shrink:\n"
 		   "LMDB reuses the freed pages.  --dry-run decides and counts, changing nothing.\n"
+		   "\n"
+		   "Alone, gc collects the stores on this host's disk.  As a job (--nproc N, or one process\n"
+		   "per host under a launcher: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the same command\n"
+		   "line everywhere) rank 0 (the host with the catalog) drops the rows, then sends every rank\n"
+		   "the chunks to keep, and each rank collects the stores on its own disk, in parallel.\n"
+		   "  --nproc N       fork N local ranks (as train --nproc)\n"
 		   "\n"
 		   "With --remote, the same policy applies to the manifests under PREFIX/checkpoints/, per run\n"
 		   "(or only run ID with --run-id): dropped manifests are deleted first, then every object\n"

@@ -5,7 +5,8 @@
 # --ckpt-every:
 #  1. verify (job) is clean; a chunk damaged in host B's store only is reported naming rank 1
 #     and host B, and verify exits 1; host A alone (no job) cannot see that store;
-#     a store that cannot be opened is named the same way;
+#     a store that cannot be opened, and a rank killed during the job (QE_JOB_KILL), are
+#     named the same way;
 #  2. push (job) uploads each host's chunks from that host and writes one manifest carrying
 #     the rows; pull (job) into two fresh hosts lands each rank's chunks in its own store
 #     (stores/rank-R on its host, none in RUN/store) and the catalog on host A only; the
@@ -87,6 +88,11 @@ if job v3 "$AB" verify --run-dir "$P"; then show v3; fail "verify (job) passed a
 grep -q "rank 1 on host 'hostB'" "$T/v3.rank0.log" || { show v3; fail "the unreadable store's rank and host are not named"; }
 echo "verify (job), host B's store unreadable: $(grep -o "rank 1 on host 'hostB'[^(]*" "$T/v3.rank0.log" | head -1 | cut -c1-160)"
 rm -rf "$T/b"; mv "$T/b-intact" "$T/b"
+
+# a rank that dies in the middle of the job: rank 0 names it and its host, exit 1
+if QE_JOB_KILL=verify:1 job v4 "$AB" verify --run-dir "$P"; then show v4; fail "verify (job) passed although rank 1 died"; fi
+grep -q "rank 1 on host 'hostB' did not answer" "$T/v4.rank0.log" || { show v4; fail "the dead rank and its host are not named"; }
+echo "verify (job), rank 1 killed: $(grep -o "rank 1 on host 'hostB' did not answer.*" "$T/v4.rank0.log" | head -1 | cut -c1-160)"
 
 # --- 2. push and pull as jobs -------------------------------------------------------------------
 if s3_start_server; then
