@@ -12,12 +12,17 @@
  *     (the manifest's shards, modulo the job's size: the rank that loads it
  *     when the run resumes with the same mapping);
  *  3. each rank opens its own store STORES/rank-R (created with its identity
- *     when missing, its lock held) and fetches what it lacks - when the
- *     checkpoint is already committed here, what no store of its host holds
- *     - re-hashing every chunk against its name, then syncs the store;
+ *     when missing, its lock held) and fetches what it lacks, re-hashing
+ *     every chunk against its name, then syncs the store;
  *  4. rank 0 inserts the checkpoint with each row naming the store that now
  *     holds it, records those stores, and commits (the local commit point),
  *     then records the remote copy.
+ * When the checkpoint is already committed here, only the tensors whose
+ * store (and every copy's) no rank of the job sees are fetched - a host lost
+ * its store - each into the store of its rank, and rank 0 points their rows
+ * at those stores in one durable transaction: the run is whole again for
+ * this job's hosts (the lost store's chunks, should it come back, are
+ * orphans that gc collects).
  * A failure before 4 commits nothing; fetched chunks stay for a retry or gc.
  */
 #include "ckpt_job_int.h"
@@ -40,26 +45,6 @@ typedef struct pull_job {
 } pull_job;
 
 /* ---- a rank's part -------------------------------------------------------------------------- */
-
-/* Drop from want the chunks some store of this host already holds (the checkpoint is committed here). */
-static int held_here(ckj *j, ckq_set *want, uint64_t *present)
-{
-	ckpt_storeset *set = NULL;
-	int rc = ckpt_storeset_open(j->run_dir, j->run_id, 0, &set);
-	for (size_t i = 0; !rc && i < want->cap; i++) {
-		if (!want->e[i].used)
-			continue;
-		int found = 0;
-		for (int k = 0; !rc && !found && k < ckpt_storeset_count(set); k++)
-			rc = store_has_chunk(ckpt_storeset_at(set, k), &want->e[i].h, &found, NULL);
-		if (found) {
-			want->e[i].state = 1;
-			(*present)++;
-		}
-	}
-	ckpt_storeset_close(set);
-	return rc;
-}
 
 static int fetch(pull_job *pj, store *st, ckq_entry *e, uint64_t *fetched, uint64_t *bytes, uint64_t *present)
 {
@@ -99,7 +84,6 @@ static json_t *serve_pull(ckj *j, json_t *task, void *ctx)
 {
 	pull_job *pj = ctx;
 	json_t *ch = json_object_get(task, "chunks");
-	int here = json_is_true(json_object_get(task, "here"));
 	ckq_set want = { 0 };
 	uint64_t fetched = 0, bytes = 0, present = 0;
 	char dir[CKPT_PATH_MAX], what[128];
@@ -115,8 +99,6 @@ static json_t *serve_pull(ckj *j, json_t *task, void *ctx)
 		if (!(rc = ckj_chunk_get(ch, i, &h, &size)) && !ckq_set_add(&want, &h, size, NULL))
 			rc = qe_fail(QE_ENOMEM, "pull: out of memory");
 	}
-	if (!rc && here)
-		rc = held_here(j, &want, &present);
 	snprintf(what, sizeof(what), "qeffect pull (rank %d)", j->rank);
 	if (!rc && !(rc = ckpt_rundir_rank_store(j->run_dir, j->rank, dir, sizeof(dir))) &&
 	    !(rc = ckpt_fs_check(dir, "the store of rank")) &&
@@ -190,6 +172,57 @@ abort : {
 }
 }
 
+/*
+ * The checkpoint is committed here already: tensor t is lost when no rank of
+ * the job sees the store its row names, nor a copy's (a host lost its store,
+ * or the run moved to other hosts).
+ */
+static int lost(ckj *j, cat *c, int64_t id, const cat_tensor *mt, const cat_tensor_rows *local)
+{
+	const cat_tensor *t = NULL;
+	for (size_t i = 0; i < local->n && !t; i++)
+		if (local->rows[i].stage == mt->stage && strcmp(local->rows[i].name, mt->name) == 0)
+			t = &local->rows[i];
+	if (!t)
+		return 0; /* the manifest and the catalog disagree: ckpt__pull_already_here matched them */
+	const char *sid = t->store_id ? t->store_id : "";
+	ckpt_job_store *s = ckj_store_find(j, sid, NULL);
+	if (s && s->rank >= 0)
+		return 0;
+	cat_tensor_rows cp = { 0 };
+	int reach = 0;
+	if (cat_ckpt_copies(c, id, &cp) == QE_OK)
+		for (size_t i = 0; i < cp.n && !reach; i++)
+			if (cp.rows[i].stage == t->stage && strcmp(cp.rows[i].name, t->name) == 0) {
+				ckpt_job_store *x = ckj_store_find(j, cp.rows[i].store_id, NULL);
+				reach = x && x->rank >= 0;
+			}
+	qe_clear_error();
+	cat_tensor_rows_free(&cp);
+	return !reach;
+}
+
+/*
+ * The lost tensors were fetched again into the stores of the ranks they went
+ * to: their rows now name those stores, in one durable transaction.
+ */
+static int move_rows(cat *c, const ckpt_manifest *m, int64_t id, char (*store_of)[CKPT_STORE_ID_MAX],
+		     const int *receiver)
+{
+	int rc = cat_begin_durable(c);
+	for (size_t i = 0; !rc && i < m->tensors.n; i++)
+		if (receiver[i] >= 0)
+			rc = cat_ckpt_move_tensor(c, id, m->tensors.rows[i].stage, m->tensors.rows[i].name,
+						  store_of[receiver[i]]);
+	if (rc) {
+		char saved[2048];
+		snprintf(saved, sizeof(saved), "%s", qe_last_error());
+		cat_rollback(c);
+		return qe_fail(rc, "pull: pointing the fetched tensors at their new stores: %s", saved);
+	}
+	return cat_commit(c);
+}
+
 /* The run a pull without --run-id fills: run_dir's own when it has one. */
 static void run_of_dir(const char *run_dir, char *want, size_t len)
 {
@@ -217,6 +250,8 @@ static int pull_rank0(ckj *j, pull_job *pj, const char *run_dir, const char *run
 	char(*store_of)[CKPT_STORE_ID_MAX] = qe_calloc((size_t)j->world, CKPT_STORE_ID_MAX);
 	json_t **tasks = qe_calloc((size_t)j->world, sizeof(*tasks)), **ans = qe_calloc((size_t)j->world, sizeof(*ans));
 	int rc = sets && store_of && tasks && ans ? QE_OK : qe_fail(QE_ENOMEM, "pull: out of memory"), here = 0;
+	size_t nlost = 0;
+	cat_tensor_rows local = { 0 }; /* the catalog's rows, when the checkpoint is already here */
 	if (run_id && run_id[0]) {
 		if (!ckpt__valid_run_id(run_id))
 			rc = qe_fail(QE_EINVAL, "pull: '%s' is not a run id", run_id);
@@ -242,9 +277,16 @@ static int pull_rank0(ckj *j, pull_job *pj, const char *run_dir, const char *run
 		goto out;
 	/* every tensor to the rank that saved its stage; each rank's distinct chunks */
 	ckq_set all = { 0 };
+	if (here && (rc = cat_ckpt_tensors(c, res->ckpt_id, &local)))
+		goto fail;
 	for (size_t i = 0; !rc && i < m.tensors.n; i++) {
 		const cat_tensor *t = &m.tensors.rows[i];
 		receiver[i] = saver(&m, t->stage) % j->world;
+		if (here && !lost(j, c, res->ckpt_id, t, &local)) {
+			receiver[i] = -1; /* its store is in reach: nothing to fetch */
+			continue;
+		}
+		nlost += here;
 		for (size_t k = 0; !rc && k < t->n_chunks; k++) {
 			store_hash h;
 			memcpy(h.b, t->chunks[k].hash, STORE_HASH_BYTES);
@@ -260,7 +302,7 @@ static int pull_rank0(ckj *j, pull_job *pj, const char *run_dir, const char *run
 		for (size_t i = 0; !rc && ch && i < sets[q].cap; i++)
 			if (sets[q].e[i].used)
 				rc = ckj_chunk_add(ch, &sets[q].e[i].h, sets[q].e[i].size);
-		if (!ch || !(tasks[q] = json_pack("{s:s,s:b,s:o}", "op", "pull", "here", here, "chunks", ch)))
+		if (!ch || !(tasks[q] = json_pack("{s:s,s:o}", "op", "pull", "chunks", ch)))
 			rc = qe_fail(QE_ENOMEM, "pull: out of memory");
 	}
 	if (!rc && (rc = ckj_round(j, tasks, ans, serve_pull, pj)))
@@ -294,16 +336,21 @@ static int pull_rank0(ckj *j, pull_job *pj, const char *run_dir, const char *run
 			s->present = ckj_u64(ans[q], "present");
 		}
 		/* the catalog knows every store that holds a row */
-		if (!here && sid && sets[q].n && (rc = cat_store_put(c, sid, m.run_id, q, host ? host : "", path ? path : "")))
+		if (sid && sets[q].n &&
+		    (rc = cat_store_put(c, sid, m.run_id, q, host ? host : "", path ? path : "")))
 			rc = qe_fail_ctx(rc, "pull: recording the store of rank %d", q);
 	}
 	res->chunks_present = res->chunks >= res->chunks_fetched ? res->chunks - res->chunks_fetched : 0;
-	if (!rc && here)
-		res->up_to_date = res->chunks_fetched == 0;
-	else if (!rc)
+	if (!rc && here) {
+		res->up_to_date = nlost == 0;
+		if (nlost)
+			rc = move_rows(c, &m, res->ckpt_id, store_of, receiver);
+	} else if (!rc) {
 		rc = insert(c, &m, store_of, receiver, res);
+	}
 	if (!rc)
 		res->ms = ckpt__remote_now_ms() - t0;
+fail:
 	ckj_finish(j, rc);
 out:
 	if (!rc && where) {
@@ -322,6 +369,7 @@ out:
 	free(tasks);
 	free(ans);
 	ckpt__manifest_release(&m);
+	cat_tensor_rows_free(&local);
 	cat_close(c);
 	return rc;
 }

@@ -11,7 +11,8 @@
 #     the rows; pull (job) into two fresh hosts lands each rank's chunks in its own store
 #     (stores/rank-R on its host, none in RUN/store) and the catalog on host A only; the
 #     pulled run resumes bit-exact against the uninterrupted one (qeffect compare); a pull
-#     without a launcher fills stores/rank-0, not the old shared RUN/store;
+#     without a launcher fills stores/rank-0, not the old shared RUN/store; after host B
+#     loses its store, the same pull job refills it (recorded as copies) and the run resumes;
 #  3. gc (job) after a resume to step 9 with --keep-last 1 drops two checkpoints and deletes
 #     their chunks on both hosts; verify (job) then finds one intact checkpoint and no orphans.
 # The S3 parts run against s3rver as the other S3 tests (SKIP without node unless
@@ -120,6 +121,14 @@ PY
   [ -f "$T/pa/stores/rank-0/data.mdb" ] && [ -f "$T/pb/stores/rank-1/data.mdb" ] && [ ! -e "$T/pa/store" ] \
     && [ ! -e "$T/pb/store" ] && [ ! -e "$T/pa/stores/rank-1" ] || { ls -R "$T/pa" "$T/pb"; fail "pull (job): chunks must land in each rank's own store"; }
   job pv "hostA:$T/pa hostB:$T/pb" verify --run-dir "$P" || { show pv; fail "verify (job) of the pulled run"; }
+  # host B loses its store; the same pull (job) again fetches only host B's tensors, into a new
+  # store there, recorded as copies, and the run is whole again
+  rm -rf "$T/pb/stores"
+  job pull2 "hostA:$T/pa hostB:$T/pb" pull --run-dir "$P" --remote $R --endpoint "$EP" --step 3 --json \
+    || { show pull2; fail "pull (job) after host B lost its store"; }
+  grep -q '"up_to_date":false' "$T/pull2.rank0.log" && [ -f "$T/pb/stores/rank-1/data.mdb" ] \
+    || { show pull2; ls -R "$T/pb"; fail "pull (job) did not refill host B's store"; }
+  job pv2 "hostA:$T/pa hostB:$T/pb" verify --run-dir "$P" || { show pv2; fail "verify (job) after the second pull"; }
   job pres "hostA:$T/pa hostB:$T/pb" resume --run-dir "$P" --steps 6 --quiet || { show pres; fail "resume of the pulled run"; }
   grep -q "served" "$T"/pres.rank*.log && { show pres; fail "the pulled run's ranks had to send each other their tensors"; }
   out=$("$Q" compare "$T/ref" "$T/pa" --steps 4:6) || { echo "$out"; fail "the pulled run resumed differently from the uninterrupted one"; }
