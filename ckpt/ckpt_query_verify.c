@@ -157,7 +157,7 @@ static int verify_rows(ckpt_run *r, const cat_ckpt *ck, const cat_tensor_rows *t
 			switch (e->state) {
 			case CKQ_CHK_MISSING:
 				if (!x)
-					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is in %s, %s", pre, k,
+					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is in %.160s, %s", pre, k,
 						 t->n_chunks, (unsigned long long)c->size, where, not_here);
 				else
 					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is not in the store %.120s", pre, k,
