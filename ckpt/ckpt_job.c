@@ -14,7 +14,7 @@
  * as its answer; one that dies or stops answering fails the comm, and the
  * round's error names that rank and its host as the census heard it.
  */
-#include "ckpt_job_int.h"
+#include "ckpt/ckpt_job_int.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -13,8 +13,8 @@
  * leaves orphans, which the next gc collects; a store no rank of the job
  * sees keeps its orphans until a job that reaches it runs.
  */
-#include "ckpt_job_int.h"
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_job_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

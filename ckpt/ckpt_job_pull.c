@@ -25,9 +25,9 @@
  * orphans that gc collects).
  * A failure before 4 commits nothing; fetched chunks stay for a retry or gc.
  */
-#include "ckpt_job_int.h"
-#include "ckpt_query_int.h"
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_job_int.h"
+#include "ckpt/ckpt_query_int.h"
+#include "ckpt/ckpt_remote_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,9 +14,9 @@
  * manifest.  A chunk no rank of the job can read fails the push before the
  * manifest, naming the tensor and the store's rank and host.
  */
-#include "ckpt_job_int.h"
-#include "ckpt_query_int.h"
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_job_int.h"
+#include "ckpt/ckpt_query_int.h"
+#include "ckpt/ckpt_remote_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,8 +13,8 @@
  * both forms find the same faults; each fault names the store's rank and
  * host and the rank that checked it.
  */
-#include "ckpt_job_int.h"
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_job_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

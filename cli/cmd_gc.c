@@ -13,9 +13,9 @@
 
 #include <jansson.h>
 
-#include "cli.h"
-#include "run.h"
-#include "store_job.h"
+#include "cli/cli.h"
+#include "cli/run.h"
+#include "cli/store_job.h"
 #include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/ckpt_remote.h"

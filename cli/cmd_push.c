@@ -8,10 +8,10 @@
 
 #include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_remote.h"
-#include "cli.h"
-#include "run.h"
-#include "remote_flags.h"
-#include "store_job.h"
+#include "cli/cli.h"
+#include "cli/run.h"
+#include "cli/remote_flags.h"
+#include "cli/store_job.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)

@@ -12,12 +12,12 @@
 
 #include <jansson.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/rundir.h"
-#include "run_args.h"
-#include "store_job.h"
+#include "cli/run_args.h"
+#include "cli/store_job.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)

@@ -4,7 +4,7 @@
  * cmd_resume.c so the resume command stays about resuming; it calls
  * cli_resume_remote_prepare() first thing.
  */
-#include "resume_remote.h"
+#include "cli/resume_remote.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -12,8 +12,8 @@
 
 #include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_remote.h"
-#include "cli.h"
-#include "run.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/status.h"
 
 void cli_resume_remote_help(FILE *f)

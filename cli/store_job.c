@@ -3,13 +3,13 @@
  * that hold a run's stores (store_job.h).  The rank body is the command's;
  * this file joins the comm around it, as cli_rank_main does for training.
  */
-#include "store_job.h"
+#include "cli/store_job.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
