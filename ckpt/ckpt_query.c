@@ -86,6 +86,8 @@ ckq_entry *ckq_set_add(ckq_set *s, const store_hash *h, uint64_t size, int *adde
 
 void ckq_set_free(ckq_set *s)
 {
+	for (size_t i = 0; i < s->cap; i++)
+		free(s->e[i].why);
 	free(s->e);
 	memset(s, 0, sizeof(*s));
 }
