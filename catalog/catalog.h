@@ -289,6 +289,13 @@ const cat_store *cat_store_find(const cat_store_rows *l, const char *store_id);
  */
 int cat_ckpt_add_copy(cat *c, int64_t id, int stage, const char *name, const char *store_id);
 /*
+ * Make tensor (stage, name) of checkpoint id name store_id as the store
+ * holding its chunks (a pull that fetched it again after its store was
+ * lost).  QE_ENOTFOUND when there is no such tensor.  Inside the caller's
+ * transaction when one is open.
+ */
+int cat_ckpt_move_tensor(cat *c, int64_t id, int stage, const char *name, const char *store_id);
+/*
  * OUT *out: one row per recorded copy of a tensor of checkpoint id, by stage,
  * name, store: the tensor's row (chunks included) with store_id naming the
  * copy's store.  Free with cat_tensor_rows_free().

@@ -9,7 +9,7 @@
  * deletes its copies by cascade, so gc's referenced set (chunk hashes, store
  * independent) stays the truth for every copy.
  */
-#include "catalog_int.h"
+#include "catalog/catalog_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -169,4 +169,31 @@ int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts)
 	}
 	sqlite3_finalize(st);
 	return rc;
+}
+
+int cat_ckpt_move_tensor(cat *c, int64_t id, int stage, const char *name, const char *store_id)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	if (!name || !store_id)
+		return qe_fail(QE_EINVAL, "catalog '%s': moving a tensor needs its name and a store id", c->path);
+	if ((rc = cat_tx_begin(c)))
+		return rc;
+	sqlite3_stmt *st = NULL;
+	if (!(rc = cat_prepare(c, "UPDATE tensors SET store_id = ? WHERE checkpoint_id = ? AND stage = ? AND name = ?", &st,
+			       "move a tensor to another store"))) {
+		cat_bind_text(st, 1, store_id);
+		sqlite3_bind_int64(st, 2, id);
+		sqlite3_bind_int(st, 3, stage);
+		cat_bind_text(st, 4, name);
+		int src = sqlite3_step(st);
+		if (src != SQLITE_DONE)
+			rc = cat_sql_fail(c, src, "move a tensor to another store");
+		else if (sqlite3_changes(c->db) == 0)
+			rc = qe_fail(QE_ENOTFOUND, "catalog '%s': checkpoint %lld has no tensor '%s' of stage %d to move",
+				     c->path, (long long)id, name, stage);
+		sqlite3_finalize(st);
+	}
+	return cat_tx_end(c, rc);
 }

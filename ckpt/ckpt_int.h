@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/rundir.h"
 #include "runtime/exec/pstate.h"
 #include "store/remote.h"
@@ -86,9 +86,6 @@ typedef struct ckpt_word {
 
 /* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
-/* The backend's copy of checkpoint data (b->ops->copy, default stream), failing with
- * QE_EIO when QE_FAULT asks for a copy fault (runtime/core/fault.h). */
-int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_kind kind);
 
 /* Fill w from rc and the thread's last message. */
 void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -14,7 +14,7 @@
  * once per push, so a push that failed on one rank never leaves another
  * waiting for a message that will not come.
  */
-#include "ckpt_persist.h"
+#include "ckpt/ckpt_persist.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,8 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt_int.h"
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_remote_int.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"

@@ -7,7 +7,7 @@
  * The decoders take bytes, not a store, so tests can check them against
  * values they wrote themselves.
  */
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -86,6 +86,8 @@ ckq_entry *ckq_set_add(ckq_set *s, const store_hash *h, uint64_t size, int *adde
 
 void ckq_set_free(ckq_set *s)
 {
+	for (size_t i = 0; i < s->cap; i++)
+		free(s->e[i].why);
 	free(s->e);
 	memset(s, 0, sizeof(*s));
 }

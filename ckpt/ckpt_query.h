@@ -163,6 +163,11 @@ typedef struct ckpt_fault {
 	int64_t chunk;              /* index in the tensor's chunk list; -1: the tensor as a whole */
 	char hash[STORE_HASH_HEX];  /* "" for a tensor-level fault */
 	char why[256];
+	/* Where: the store's owner rank and host (-1 and "" when no store is named), and the
+	 * rank of a verify job that checked it (-1: this process, or no rank could). */
+	int rank;
+	char host[64];
+	int checked_by;
 } ckpt_fault;
 
 typedef struct ckpt_verify_report {

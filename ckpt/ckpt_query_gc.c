@@ -11,7 +11,7 @@
  * the store's grace period (its chunks are stored, and touched again when
  * deduplicated, before the catalog lists them).
  */
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -154,18 +154,14 @@ static int planned_keep_set(ckpt_run *r, const ckpt_gc_report *g, ckq_set *keep)
 	return QE_OK;
 }
 
-int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
+int ckq_gc_catalog(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out, ckq_set *keep)
 {
 	memset(out, 0, sizeof(*out));
 	if (p->keep_last < 1)
 		return qe_fail(QE_EINVAL, "gc: keep-last must be at least 1 (gc never drops the latest committed checkpoint)");
 	if (p->keep_every < 0)
 		return qe_fail(QE_EINVAL, "gc: keep-every must be >= 0, got %lld", (long long)p->keep_every);
-	if (!p->dry_run && ckpt_storeset_count(r->stores) && !(r->flags & CKPT_RUN_WRITE))
-		return qe_fail(QE_EINVAL, "gc: run '%s' was opened without CKPT_RUN_WRITE", r->dir);
 	cat_ckpt_rows l = { 0 };
-	ckq_set keep = { 0 };
-	store_hash *arr = NULL;
 	int rc = cat_ckpt_list(r->cat, r->run_id, &l);
 	if (rc) {
 		rc = qe_fail_ctx(rc, "run '%s'", r->dir);
@@ -191,14 +187,30 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 		if ((rc = sync_catalog(r->dir)))
 			goto out; /* rows are gone, chunks stay: the next gc collects them */
 	}
-	/* 2. chunks: keep whatever the catalog still lists */
-	rc = p->dry_run ? planned_keep_set(r, out, &keep) : ckq_set_referenced(r->cat, &keep);
-	if (rc) {
+	/* 2. what every store keeps: whatever the catalog still lists */
+	rc = p->dry_run ? planned_keep_set(r, out, keep) : ckq_set_referenced(r->cat, keep);
+	if (rc)
 		rc = qe_fail_ctx(rc, "run '%s': chunks to keep", r->dir);
-		goto out;
+	else
+		out->keep_chunks = keep->n;
+	goto out;
+catalog_failed:
+	rc = qe_fail_ctx(rc, "run '%s': dropping checkpoints from the catalog (nothing was dropped)", r->dir);
+out:
+	cat_ckpt_rows_free(&l);
+	return rc;
+}
+
+int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
+{
+	if (!p->dry_run && ckpt_storeset_count(r->stores) && !(r->flags & CKPT_RUN_WRITE)) {
+		memset(out, 0, sizeof(*out));
+		return qe_fail(QE_EINVAL, "gc: run '%s' was opened without CKPT_RUN_WRITE", r->dir);
 	}
-	out->keep_chunks = keep.n;
-	if (!ckpt_storeset_count(r->stores))
+	ckq_set keep = { 0 };
+	store_hash *arr = NULL;
+	int rc = ckq_gc_catalog(r, p, out, &keep);
+	if (rc || !ckpt_storeset_count(r->stores))
 		goto out; /* no store here: nothing to collect */
 	arr = qe_malloc((keep.n ? keep.n : 1) * sizeof(*arr));
 	if (!arr) {
@@ -225,13 +237,9 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 		out->store.deleted += one.deleted;
 		out->store.bytes_reclaimed += one.bytes_reclaimed;
 	}
-	goto out;
-catalog_failed:
-	rc = qe_fail_ctx(rc, "run '%s': dropping checkpoints from the catalog (nothing was dropped)", r->dir);
 out:
 	free(arr);
 	ckq_set_free(&keep);
-	cat_ckpt_rows_free(&l);
 	return rc;
 }
 

@@ -9,7 +9,7 @@
  * checked in its own store, and its faults say "replica".  Chunks no checkpoint lists are counted as
  * orphans: information (gc collects them), never a fault.
  */
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,16 +18,21 @@
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
-enum { CHK_OK = 1, CHK_MISSING, CHK_SIZE, CHK_CORRUPT };
-
 const char *ckpt_fault_name(ckpt_fault_kind k)
 {
 	static const char *n[] = { "missing", "size", "corrupt", "catalog" };
 	return (unsigned)k < 4 ? n[k] : "?";
 }
 
+/* Where a fault is: the store's owner rank and host, and the job rank that checked it. */
+typedef struct fault_at {
+	int rank;
+	const char *host;
+	int checked_by;
+} fault_at;
+
 static int add_fault(ckpt_verify_report *v, ckpt_fault_kind kind, const cat_ckpt *ck, const cat_tensor *t,
-		     int64_t chunk, const store_hash *h, const char *why)
+		     int64_t chunk, const store_hash *h, const char *why, const fault_at *at)
 {
 	if ((v->n_faults & (v->n_faults - 1)) == 0) {
 		/* capacity doubles each time the count reaches a power of two */
@@ -48,67 +53,89 @@ static int add_fault(ckpt_verify_report *v, ckpt_fault_kind kind, const cat_ckpt
 	if (h)
 		store_hash_hex(h, f->hash);
 	snprintf(f->why, sizeof(f->why), "%s", why);
+	f->rank = at->rank;
+	snprintf(f->host, sizeof(f->host), "%s", at->host ? at->host : "");
+	f->checked_by = at->checked_by;
 	return QE_OK;
 }
 
-/* Check one distinct chunk against the store; sets e->state and e->size (stored size). */
-static int check_chunk(store *st, ckq_entry *e, char *why, size_t len, ckpt_verify_report *v)
+int ckq_check_chunk(store *st, ckq_entry *e, uint64_t *chunks, uint64_t *bytes)
 {
 	int present = 0;
 	uint64_t size = 0;
 	if (!st) {
-		e->state = CHK_MISSING;
+		e->state = CKQ_CHK_MISSING;
 		return QE_OK;
 	}
 	int rc = store_has_chunk(st, &e->h, &present, &size);
 	if (rc)
 		return rc;
 	if (!present) {
-		e->state = CHK_MISSING;
+		e->state = CKQ_CHK_MISSING;
 		return QE_OK;
 	}
 	rc = store_chunk_verify(st, &e->h);
-	v->chunks++;
-	v->bytes += size;
+	(*chunks)++;
+	*bytes += size;
 	if (rc == QE_ECORRUPT) {
-		e->state = CHK_CORRUPT;
-		snprintf(why, len, "%s", qe_last_error());
+		e->state = CKQ_CHK_CORRUPT;
+		free(e->why);
+		e->why = qe_strdup(qe_last_error());
 		qe_clear_error();
 		return QE_OK;
 	}
 	if (rc == QE_ENOTFOUND) {
-		e->state = CHK_MISSING;
+		e->state = CKQ_CHK_MISSING;
 		return QE_OK;
 	}
 	if (rc)
 		return rc;
-	e->state = CHK_OK;
+	e->state = CKQ_CHK_OK;
 	/* e->size was the listed size; keep the stored one for the size check */
 	e->size = size;
 	return QE_OK;
 }
 
+static int vstore_find(ckq_vstore *vs, int nvs, const char *store_id)
+{
+	for (int i = 0; i < nvs; i++)
+		if (strcmp(vs[i].store_id, store_id) == 0)
+			return i;
+	return -1;
+}
+
 /*
- * seen[i]: chunks already checked in store i of the run's set; seen[count]:
- * tensors whose store is not here.  tr: the checkpoint's tensor rows, or its
- * replica copies (copy: each row names the replica's store), checked alike.
+ * unseen: chunks of rows whose store is not among vs.  tr: the checkpoint's
+ * tensor rows, or its replica copies (copy: each row names the replica's
+ * store), checked alike.
  */
-static int verify_rows(ckpt_run *r, const cat_ckpt *ck, const cat_tensor_rows *trp, int copy, ckq_set *seen,
+static int verify_rows(ckpt_run *r, const cat_ckpt *ck, const cat_tensor_rows *trp, int copy, ckq_vstore *vs,
+		       int nvs, ckq_set *unseen, const cat_store_rows *known, const char *not_here,
 		       ckpt_verify_report *v)
 {
 	const cat_tensor_rows tr = *trp;
 	int rc = QE_OK;
-	char why[256], first[256];
+	char why[256];
 	const char *pre = copy ? "replica: " : "";
 	for (size_t i = 0; i < tr.n && !rc; i++) {
 		const cat_tensor *t = &tr.rows[i];
 		size_t before = v->n_faults;
-		int si = ckpt_storeset_find(r->stores, t->store_id);
-		int nset = ckpt_storeset_count(r->stores);
-		store *st = si >= 0 ? ckpt_storeset_at(r->stores, si) : NULL;
+		int si = vstore_find(vs, nvs, t->store_id);
+		ckq_vstore *x = si >= 0 ? &vs[si] : NULL;
 		char where[400] = "";
-		if (si < 0)
+		fault_at at = { -1, "", -1 };
+		if (x) {
+			at.rank = x->owner;
+			at.host = x->host;
+			at.checked_by = x->checked_by;
+		} else {
+			const cat_store *cs = t->store_id[0] ? cat_store_find(known, t->store_id) : NULL;
+			if (cs) {
+				at.rank = cs->rank;
+				at.host = cs->host;
+			}
 			ckq_describe_store(r, t->store_id, where, sizeof(where));
+		}
 		uint64_t sum = 0;
 		v->tensors++;
 		for (size_t k = 0; k < t->n_chunks && !rc; k++) {
@@ -119,43 +146,43 @@ static int verify_rows(ckpt_run *r, const cat_ckpt *ck, const cat_tensor_rows *t
 			v->chunk_refs++;
 			v->ref_bytes += c->size;
 			int added;
-			ckq_entry *e = ckq_set_add(&seen[si >= 0 ? si : nset], &h, c->size, &added);
+			ckq_entry *e = ckq_set_add(x ? &x->seen : unseen, &h, c->size, &added);
 			if (!e) {
 				rc = qe_fail(QE_ENOMEM, "verify: out of memory");
 				break;
 			}
-			first[0] = 0;
-			if (added && (rc = check_chunk(st, e, first, sizeof(first), v)))
+			/* a store checked by another rank reported every chunk it was given: a new one is missing */
+			if (added && (rc = ckq_check_chunk(x ? x->st : NULL, e, &v->chunks, &v->bytes)))
 				break;
 			switch (e->state) {
-			case CHK_MISSING:
-				if (si < 0)
-					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is in %s, not on this host", pre,
-						 k, t->n_chunks, (unsigned long long)c->size, where);
+			case CKQ_CHK_MISSING:
+				if (!x)
+					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is in %.160s, %s", pre, k,
+						 t->n_chunks, (unsigned long long)c->size, where, not_here);
 				else
 					snprintf(why, sizeof(why), "%schunk %zu of %zu (%llu bytes) is not in the store %.120s", pre, k,
-						 t->n_chunks, (unsigned long long)c->size,
-						 ckpt_storeset_where(r->stores, si)->path);
-				rc = add_fault(v, CKPT_FAULT_MISSING, ck, t, (int64_t)k, &h, why);
+						 t->n_chunks, (unsigned long long)c->size, x->path);
+				rc = add_fault(v, CKPT_FAULT_MISSING, ck, t, (int64_t)k, &h, why, &at);
 				break;
-			case CHK_CORRUPT:
+			case CKQ_CHK_CORRUPT:
 				snprintf(why, sizeof(why), "%schunk %zu of %zu: %s", pre, k, t->n_chunks,
-					 first[0] ? first : "its bytes do not match its hash");
-				rc = add_fault(v, CKPT_FAULT_CORRUPT, ck, t, (int64_t)k, &h, why);
+					 e->why ? e->why : "its bytes do not match its hash");
+				rc = add_fault(v, CKPT_FAULT_CORRUPT, ck, t, (int64_t)k, &h, why, &at);
 				break;
 			default:
 				if (e->size != c->size) {
 					snprintf(why, sizeof(why),
 						 "%schunk %zu of %zu is stored with %llu bytes, the catalog lists %llu", pre, k,
 						 t->n_chunks, (unsigned long long)e->size, (unsigned long long)c->size);
-					rc = add_fault(v, CKPT_FAULT_SIZE, ck, t, (int64_t)k, &h, why);
+					rc = add_fault(v, CKPT_FAULT_SIZE, ck, t, (int64_t)k, &h, why, &at);
 				}
 			}
 		}
 		if (!rc && sum != t->bytes && !copy) {
+			fault_at none = { -1, "", -1 };
 			snprintf(why, sizeof(why), "the catalog lists %zu chunks of %llu bytes in all for a tensor of %llu bytes",
 				 t->n_chunks, (unsigned long long)sum, (unsigned long long)t->bytes);
-			rc = add_fault(v, CKPT_FAULT_CATALOG, ck, t, -1, NULL, why);
+			rc = add_fault(v, CKPT_FAULT_CATALOG, ck, t, -1, NULL, why, &none);
 		}
 		if (v->n_faults > before)
 			v->bad_tensors++;
@@ -163,21 +190,43 @@ static int verify_rows(ckpt_run *r, const cat_ckpt *ck, const cat_tensor_rows *t
 	return rc;
 }
 
-/* Every copy of every tensor of checkpoint ck: the rows' own stores, then the replicas'. */
-static int verify_ckpt(ckpt_run *r, const cat_ckpt *ck, ckq_set *seen, ckpt_verify_report *v)
+int ckq_verify_walk(ckpt_run *r, ckq_vstore *vs, int nvs, const char *not_here, ckpt_verify_report *out)
 {
-	cat_tensor_rows tr = { 0 }, cp = { 0 };
-	int rc = cat_ckpt_tensors(r->cat, ck->id, &tr);
-	if (!rc)
-		rc = cat_ckpt_copies(r->cat, ck->id, &cp);
-	if (rc)
-		rc = qe_fail_ctx(rc, "run '%s': tensors of checkpoint step %lld", r->dir, (long long)ck->step);
-	if (!rc)
-		rc = verify_rows(r, ck, &tr, 0, seen, v);
-	if (!rc)
-		rc = verify_rows(r, ck, &cp, 1, seen, v);
-	cat_tensor_rows_free(&tr);
-	cat_tensor_rows_free(&cp);
+	cat_ckpt_rows l = { 0 };
+	cat_store_rows known = { 0 };
+	ckq_set unseen = { 0 };
+	int rc = cat_ckpt_list(r->cat, r->run_id, &l);
+	if (!rc && (rc = cat_store_list(r->cat, r->run_id, &known)))
+		qe_clear_error(), rc = QE_OK; /* a schema-2 catalog has no stores table to describe */
+	if (rc) {
+		rc = qe_fail_ctx(rc, "run '%s'", r->dir);
+		goto out;
+	}
+	for (size_t i = 0; i < l.n && !rc; i++) {
+		const cat_ckpt *ck = &l.rows[i];
+		if (ck->status != CAT_COMMITTED) {
+			out->skipped++;
+			continue;
+		}
+		out->checkpoints++;
+		/* every copy of every tensor: the rows' own stores, then the replicas' */
+		cat_tensor_rows tr = { 0 }, cp = { 0 };
+		rc = cat_ckpt_tensors(r->cat, ck->id, &tr);
+		if (!rc)
+			rc = cat_ckpt_copies(r->cat, ck->id, &cp);
+		if (rc)
+			rc = qe_fail_ctx(rc, "run '%s': tensors of checkpoint step %lld", r->dir, (long long)ck->step);
+		if (!rc)
+			rc = verify_rows(r, ck, &tr, 0, vs, nvs, &unseen, &known, not_here, out);
+		if (!rc)
+			rc = verify_rows(r, ck, &cp, 1, vs, nvs, &unseen, &known, not_here, out);
+		cat_tensor_rows_free(&tr);
+		cat_tensor_rows_free(&cp);
+	}
+out:
+	cat_ckpt_rows_free(&l);
+	cat_store_rows_free(&known);
+	ckq_set_free(&unseen);
 	return rc;
 }
 
@@ -189,6 +238,7 @@ typedef struct orphan_ctx {
 static int count_orphan(void *vctx, const store_hash *h, uint64_t size, uint64_t touched)
 {
 	orphan_ctx *ctx = vctx;
+	(void)touched;
 	ctx->v->store_chunks++;
 	if (!ckq_set_find(ctx->refs, h)) {
 		ctx->v->orphans++;
@@ -197,46 +247,45 @@ static int count_orphan(void *vctx, const store_hash *h, uint64_t size, uint64_t
 	return 0;
 }
 
+int ckq_count_orphans(store *st, const ckq_set *refs, ckpt_verify_report *v)
+{
+	orphan_ctx oc = { refs, v };
+	return store_iterate_chunks(st, count_orphan, &oc);
+}
+
 int ckpt_q_verify(ckpt_run *r, ckpt_verify_report *out)
 {
 	memset(out, 0, sizeof(*out));
-	cat_ckpt_rows l = { 0 };
 	ckq_set refs = { 0 };
-	int nset = ckpt_storeset_count(r->stores);
-	ckq_set *seen = qe_calloc((size_t)nset + 1, sizeof(*seen));
-	if (!seen)
+	int nset = ckpt_storeset_count(r->stores), rc = QE_OK;
+	ckq_vstore *vs = qe_calloc((size_t)nset + 1, sizeof(*vs));
+	if (!vs)
 		return qe_fail(QE_ENOMEM, "verify: out of memory");
-	int rc = cat_ckpt_list(r->cat, r->run_id, &l);
-	if (rc) {
-		rc = qe_fail_ctx(rc, "run '%s'", r->dir);
-		goto out;
+	for (int i = 0; i < nset; i++) {
+		const ckpt_local_store *w = ckpt_storeset_where(r->stores, i);
+		snprintf(vs[i].store_id, sizeof(vs[i].store_id), "%s", w->id.store_id);
+		snprintf(vs[i].host, sizeof(vs[i].host), "%s", w->id.host);
+		snprintf(vs[i].path, sizeof(vs[i].path), "%s", w->path);
+		vs[i].owner = w->id.store_id[0] ? w->id.rank : -1;
+		vs[i].checked_by = -1;
+		vs[i].st = ckpt_storeset_at(r->stores, i);
 	}
-	for (size_t i = 0; i < l.n && !rc; i++) {
-		if (l.rows[i].status != CAT_COMMITTED) {
-			out->skipped++;
-			continue;
-		}
-		out->checkpoints++;
-		rc = verify_ckpt(r, &l.rows[i], seen, out);
-	}
-	if (rc)
+	if ((rc = ckq_verify_walk(r, vs, nset, "not on this host", out)))
 		goto out;
 	if (nset) {
 		if ((rc = ckq_set_referenced(r->cat, &refs))) {
 			rc = qe_fail_ctx(rc, "run '%s': referenced chunks", r->dir);
 			goto out;
 		}
-		orphan_ctx oc = { &refs, out };
 		for (int i = 0; i < nset && !rc; i++)
-			if ((rc = store_iterate_chunks(ckpt_storeset_at(r->stores, i), count_orphan, &oc)))
+			if ((rc = ckq_count_orphans(ckpt_storeset_at(r->stores, i), &refs, out)))
 				rc = qe_fail_ctx(rc, "run '%s': listing the store '%s'", r->dir,
 						 ckpt_storeset_where(r->stores, i)->path);
 	}
 out:
-	cat_ckpt_rows_free(&l);
-	for (int i = 0; i <= nset; i++)
-		ckq_set_free(&seen[i]);
-	free(seen);
+	for (int i = 0; i < nset; i++)
+		ckq_set_free(&vs[i].seen);
+	free(vs);
 	ckq_set_free(&refs);
 	return rc;
 }

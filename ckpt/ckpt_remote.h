@@ -11,6 +11,7 @@
  *                                            what the checkpoint is: run id, step, e_W,
  *                                            the run's configuration, shards, and every
  *                                            tensor's catalog row with its chunk list
+ *                                            and the store that held it
  *
  * The manifest is written last: its presence is the remote commit.  A push
  * that fails part way (server gone, credentials refused) leaves chunks but

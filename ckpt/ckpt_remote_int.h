@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "catalog/catalog.h"
-#include "ckpt_remote.h"
+#include "ckpt/ckpt_remote.h"
 #include "store/store.h"
 
 /* A checkpoint as a manifest describes it.  Strings and rows are owned (ckpt__manifest_release). */
@@ -60,5 +60,17 @@ int ckpt__valid_run_id(const char *id);
 int ckpt__distinct_chunks(const cat_tensor_rows *t, cat_chunk **out, size_t *n);
 
 double ckpt__remote_now_ms(void);
+
+/*
+ * For the distributed pull (ckpt_job_pull.c), from ckpt_remote_pull.c: find
+ * (want_run "" or NULL: the only run under url; step < 0: its latest), fetch
+ * and check a manifest (OUT *m, released with ckpt__manifest_release; its URL
+ * and hash); open or create the run directory's catalog for m's run; whether
+ * the same checkpoint from the same manifest is already committed there.
+ */
+int ckpt__pull_manifest(store_remote *rem, const char *url, const char *want_run, int64_t step, ckpt_manifest *m,
+			char *manifest_url, size_t url_len, char hash[33]);
+int ckpt__pull_open_local(const char *run_dir, const ckpt_manifest *m, cat **c, int *created);
+int ckpt__pull_already_here(cat *c, const ckpt_manifest *m, const char *url, const char *hash, int64_t *id);
 
 #endif

@@ -8,7 +8,7 @@
  * catalog's manifest hash stays the same).  A reader checks every field
  * before using any: a manifest is input from the network.
  */
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_remote_int.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -132,9 +132,11 @@ int ckpt__manifest_build(const cat_ckpt *ck, const char *config_json, const cat_
 			json_decref(ch);
 			break;
 		}
-		bad |= json_array_append_new(ts, json_pack("{s:i,s:s,s:s,s:s,s:s,s:I,s:o}", "stage", t->stage, "name",
+		/* "store": the store that held the chunks when pushed (information; a pull names its own). */
+		bad |= json_array_append_new(ts, json_pack("{s:i,s:s,s:s,s:s,s:s,s:I,s:o,s:s}", "stage", t->stage, "name",
 							   t->name, "kind", t->kind, "dtype", t->dtype, "shape", t->shape,
-							   "bytes", (json_int_t)t->bytes, "chunks", ch));
+							   "bytes", (json_int_t)t->bytes, "chunks", ch, "store",
+							   t->store_id ? t->store_id : ""));
 	}
 	if (!bad) {
 		bad |= json_object_set_new(m, "format", json_string(CKPT_MANIFEST_FORMAT));
@@ -220,6 +222,10 @@ static int parse_tensor(json_t *o, size_t i, const char *where, cat_tensor *t)
 	    (rc = get_int(o, "bytes", 0, &v, where, ctx)))
 		return rc;
 	t->bytes = (uint64_t)v;
+	/* optional (manifests before per-rank stores have none) */
+	json_t *so = json_object_get(o, "store");
+	if (!(t->store_id = qe_strdup(json_is_string(so) ? json_string_value(so) : "")))
+		return qe_fail(QE_ENOMEM, "out of memory");
 	json_t *ch = json_object_get(o, "chunks");
 	if (!json_is_array(ch))
 		return qe_fail(QE_ECORRUPT, "manifest %s: tensor '%s' (stage %d): 'chunks' is not an array", where, t->name,

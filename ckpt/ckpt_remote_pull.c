@@ -17,7 +17,7 @@
  * row and chunks, and pulling again finishes the job (present chunks are not
  * fetched twice).
  */
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_remote_int.h"
 #include "ckpt/rundir.h"
 
 #include <errno.h>
@@ -450,4 +450,43 @@ out:
 	cat_close(p.cat);
 	store_remote_close(p.rem);
 	return rc;
+}
+
+/* ---- for the distributed pull (ckpt_job_pull.c) ----------------------------------- */
+
+int ckpt__pull_manifest(store_remote *rem, const char *url, const char *want_run, int64_t step, ckpt_manifest *m,
+			char *manifest_url, size_t url_len, char hash[33])
+{
+	char run[64], key[256];
+	int64_t at = -1;
+	void *text = NULL;
+	size_t len = 0;
+	int rc;
+	snprintf(run, sizeof(run), "%s", want_run ? want_run : "");
+	if (!run[0] && (rc = pick_run(rem, url, run)))
+		return rc;
+	if ((rc = pick_step(rem, url, run, step, &at)) || (rc = ckpt__manifest_key(run, at, key, sizeof(key))))
+		return rc;
+	ckpt__remote_object_url(url, key, manifest_url, url_len);
+	if ((rc = store_remote_get(rem, key, (size_t)1 << 30, &text, &len)) ||
+	    (rc = ckpt__manifest_parse(text, len, manifest_url, m))) {
+		free(text);
+		return rc;
+	}
+	ckpt__manifest_hash(text, len, hash);
+	free(text);
+	if (strcmp(m->run_id, run) || m->step != at)
+		return qe_fail(QE_ECORRUPT, "manifest %s describes run '%s' step %lld, not what its key says", manifest_url,
+			       m->run_id, (long long)m->step);
+	return QE_OK;
+}
+
+int ckpt__pull_open_local(const char *run_dir, const ckpt_manifest *m, cat **c, int *created)
+{
+	return open_local(run_dir, m, c, created);
+}
+
+int ckpt__pull_already_here(cat *c, const ckpt_manifest *m, const char *url, const char *hash, int64_t *id)
+{
+	return already_here(c, m, url, hash, id);
 }

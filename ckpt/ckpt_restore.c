@@ -18,7 +18,7 @@
  * found by (global stage, name), so the pipeline mapping of the checkpoint
  * does not matter.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,13 +463,12 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 /* Copy the checked host buffers into the rank's state. */
 static int load_items(qe_rank *r, const qe_pstate_item *items, int n, void **bufs)
 {
-	qe_backend *b = qe_rank_backend(r);
 	for (int i = 0; i < n; i++) {
 		const qe_pstate_item *it = &items[i];
 		if (!it->bytes)
 			continue;
 		if (it->on_device) {
-			int rc = ckpt__copy(b, it->data, bufs[i], it->bytes, QE_COPY_H2D);
+			int rc = qe_pstate_write(r, it, bufs[i]);
 			if (rc)
 				return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name,
 						   it->stage);

@@ -13,13 +13,13 @@
  * join the others in host memory and, like them, load only after every rank
  * has read everything.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_remote_int.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"

@@ -19,14 +19,14 @@
  * chunks of a write in progress are in a store before the catalog lists
  * them, and only the grace period would protect them.
  */
-#include "ckpt_persist.h"
+#include "ckpt/ckpt_persist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_int.h"
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_int.h"
+#include "ckpt/ckpt_query_int.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"

@@ -16,7 +16,7 @@
  * row through the same functions (ckpt__report_build, ckpt__describe), so
  * both saves record alike.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +65,6 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
 		goto out;
 	}
-	qe_backend *b = qe_rank_backend(r);
 	/* Replicas other than 0 write only what may differ between replicas (FP8 meta: amax
 	 * histories of inputs and gradients are per replica; small records). */
 	int keep = 0;
@@ -83,7 +82,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 					     it->name, it->stage, it->bytes);
 				goto out;
 			}
-			if ((rc = ckpt__copy(b, copy, it->data, it->bytes, QE_COPY_D2H))) {
+			if ((rc = qe_pstate_read(r, it, copy))) {
 				free(copy);
 				rc = qe_fail_ctx(rc, "checkpoint: copying '%s' of stage %d to the host", it->name,
 						 it->stage);

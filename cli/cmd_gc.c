@@ -13,8 +13,10 @@
 
 #include <jansson.h>
 
-#include "cli.h"
-#include "run.h"
+#include "cli/cli.h"
+#include "cli/run.h"
+#include "cli/store_job.h"
+#include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/ckpt_remote.h"
 #include "runtime/core/status.h"
@@ -25,7 +27,7 @@
 static void help(FILE *f)
 {
 	fprintf(f, "usage: qeffect gc --run-dir DIR --keep-last N [--keep-every K] [--pin STEP]...\n"
-		   "                 [--grace SECONDS] [--dry-run] [--json]\n"
+		   "                 [--grace SECONDS] [--dry-run] [--nproc N] [--json]\n"
 		   "       qeffect gc --remote s3://BUCKET/PREFIX [--endpoint URL] [--run-dir DIR] [--run-id ID]\n"
 		   "                 --keep-last N [--keep-every K] [--pin STEP]... [--grace SECONDS] [--dry-run] [--json]\n\n"
 		   "Drop the checkpoints of a run that are not kept, then delete the store chunks that no\n"
@@ -39,6 +41,12 @@ static void help(FILE *f)
 		   "Catalog rows go first (one transaction, flushed), chunks after, so a crash never\n"
 		   "leaves a committed checkpoint with missing chunks.  The store file does not shrink:\n"
 		   "LMDB reuses the freed pages.  --dry-run decides and counts, changing nothing.\n"
+		   "\n"
+		   "Alone, gc collects the stores on this host's disk.  As a job (--nproc N, or one process\n"
+		   "per host under a launcher: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the same command\n"
+		   "line everywhere) rank 0 (the host with the catalog) drops the rows, then sends every rank\n"
+		   "the chunks to keep, and each rank collects the stores on its own disk, in parallel.\n"
+		   "  --nproc N       fork N local ranks (as train --nproc)\n"
 		   "\n"
 		   "With --remote, the same policy applies to the manifests under PREFIX/checkpoints/, per run\n"
 		   "(or only run ID with --run-id): dropped manifests are deleted first, then every object\n"
@@ -121,19 +129,134 @@ static void remote_print(const char *url, const ckpt_remote_gc_report *g, int dr
 static int gc_run(const char *dir, const char *remote, const char *endpoint, const char *run_id, long keep_last,
 		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int json);
 
+/* The report of a local gc; job: where each store is and what went there (the job form), or NULL. */
+static void local_print(const char *dir, const ckpt_gc_report *g, const ckpt_job_report *job, int dry, int json,
+			long grace)
+{
+	if (json) {
+		json_t *o = json_object(), *a = json_array(), *mp = json_array();
+		for (size_t i = 0; i < g->n; i++)
+			json_array_append_new(a, json_pack("{s:I,s:I,s:s,s:I,s:b,s:s}", "id", (json_int_t)g->items[i].id,
+							   "step", (json_int_t)g->items[i].step, "status",
+							   cat_status_name(g->items[i].status), "bytes",
+							   (json_int_t)g->items[i].bytes, "dropped", g->items[i].drop, "why",
+							   g->items[i].why));
+		for (size_t i = 0; i < g->n_missing_pins; i++)
+			json_array_append_new(mp, json_integer(g->missing_pins[i]));
+		json_object_set_new(o, "run_dir", json_string(dir));
+		json_object_set_new(o, "dry_run", json_boolean(dry));
+		json_object_set_new(o, "checkpoints", a);
+		json_object_set_new(o, "dropped", json_integer((json_int_t)g->dropped));
+		json_object_set_new(o, "dropped_bytes", json_integer((json_int_t)g->dropped_bytes));
+		json_object_set_new(o, "kept", json_integer((json_int_t)g->kept));
+		json_object_set_new(o, "missing_pins", mp);
+		json_object_set_new(o, "keep_chunks", json_integer((json_int_t)g->keep_chunks));
+		json_object_set_new(o, "chunks_examined", json_integer((json_int_t)g->store.examined));
+		json_object_set_new(o, "chunks_deleted", json_integer((json_int_t)g->store.deleted));
+		json_object_set_new(o, "chunks_young", json_integer((json_int_t)g->store.young));
+		json_object_set_new(o, "bytes_reclaimed", json_integer((json_int_t)g->store.bytes_reclaimed));
+		json_object_set_new(o, "grace_s", json_integer(grace));
+		if (job) {
+			json_t *sa = json_array();
+			for (size_t i = 0; i < job->n; i++) {
+				const ckpt_job_store *x = &job->stores[i];
+				json_array_append_new(sa, json_pack("{s:s,s:i,s:i,s:s,s:s,s:I,s:I,s:I,s:I}", "store_id",
+								    x->store_id, "owner", x->owner, "rank", x->rank, "host",
+								    x->host, "path", x->path, "examined",
+								    (json_int_t)x->gc.examined, "deleted", (json_int_t)x->gc.deleted,
+								    "young", (json_int_t)x->gc.young, "bytes_reclaimed",
+								    (json_int_t)x->gc.bytes_reclaimed));
+			}
+			json_object_set_new(o, "ranks", json_integer(job->world));
+			json_object_set_new(o, "stores", sa);
+		}
+		char *s = json_dumps(o, JSON_INDENT(2));
+		if (s)
+			puts(s);
+		free(s);
+		json_decref(o);
+	} else {
+		const char *would = dry ? "would drop" : "dropped";
+		for (size_t i = 0; i < g->n; i++)
+			printf("%-11s step %6lld  %-9s  %12llu bytes  %s\n", g->items[i].drop ? would : "kept",
+			       (long long)g->items[i].step, cat_status_name(g->items[i].status),
+			       (unsigned long long)g->items[i].bytes, g->items[i].why);
+		for (size_t i = 0; i < g->n_missing_pins; i++)
+			printf("note: pinned step %lld has no checkpoint\n", (long long)g->missing_pins[i]);
+		printf("%s%s %llu checkpoints (%llu logical bytes), kept %llu; chunks: %llu examined, %llu still "
+		       "referenced, %llu %s, %llu bytes %s\n",
+		       dry ? "dry run: " : "", would, (unsigned long long)g->dropped, (unsigned long long)g->dropped_bytes,
+		       (unsigned long long)g->kept, (unsigned long long)g->store.examined,
+		       (unsigned long long)g->keep_chunks, (unsigned long long)g->store.deleted,
+		       dry ? "would be deleted" : "deleted", (unsigned long long)g->store.bytes_reclaimed,
+		       dry ? "would be reclaimed" : "reclaimed");
+		for (size_t i = 0; job && i < job->n; i++) {
+			const ckpt_job_store *x = &job->stores[i];
+			if (x->rank < 0)
+				printf("store %s of rank %d on host '%s': no rank of this job sees it; its unreferenced chunks "
+				       "stay until a gc reaches it\n",
+				       x->store_id, x->owner, x->host);
+			else
+				printf("store %s of rank %d on host '%s' (rank %d): %llu chunks examined, %llu %s\n",
+				       x->store_id[0] ? x->store_id : "RUN/store", x->owner, x->host, x->rank,
+				       (unsigned long long)x->gc.examined, (unsigned long long)x->gc.deleted,
+				       dry ? "would be deleted" : "deleted");
+		}
+		if (g->store.young)
+			printf("%llu unreferenced chunks were put within the last %ld s and were left for a later gc "
+			       "(--grace)\n",
+			       (unsigned long long)g->store.young, grace);
+	}
+}
+
+typedef struct gc_job_args {
+	const char *dir;
+	ckpt_gc_policy p;
+	int json;
+	long grace;
+} gc_job_args;
+
+/* A rank of the gc job (every rank runs it; rank 0 prints). */
+static int gc_job(qe_comm *comm, void *varg)
+{
+	gc_job_args *a = varg;
+	ckpt_lock *lock = NULL;
+	int rank0 = !comm || qe_comm_rank(comm) == 0, rc = 0;
+	ckpt_gc_report g;
+	ckpt_job_report where;
+	memset(&g, 0, sizeof(g));
+	/* under an external launcher rank 0 takes the run's lock itself (forked ranks share the parent's) */
+	if (rank0 && !a->p.dry_run && getenv("RANK") && !cli_store_job_forked())
+		rc = cli_run_lock(a->dir, "gc", 0, &lock);
+	rc = rc ? rc : ckpt_job_gc(comm, a->dir, &a->p, &g, &where);
+	int status = 0;
+	if (rc && !rank0)
+		fprintf(stderr, "qeffect gc: %s (%s)\n", qe_last_error(), qe_errname(rc));
+	else if (rc)
+		status = cli_report("gc", rc, a->dir);
+	else if (rank0) {
+		local_print(a->dir, &g, &where, a->p.dry_run, a->json, a->grace);
+		ckpt_job_report_free(&where);
+	}
+	ckpt_gc_report_free(&g);
+	ckpt_unlock(lock);
+	return rc ? (status ? status : 1) : 0;
+}
+
 int cli_gc_main(int argc, char **argv)
 {
 	const char *dir = NULL, *remote = NULL, *endpoint = NULL, *run_id = NULL;
 	long keep_last = -1, keep_every = 0, grace = DEFAULT_GRACE, v;
 	int64_t pins[MAX_PINS];
 	size_t npins = 0;
-	int json = 0, dry = 0, rc;
+	int json = 0, dry = 0, rc, nproc = 0;
 	static const struct option opts[] = { { "run-dir", 1, 0, 'r' },	{ "keep-last", 1, 0, 'n' },
 					       { "keep-every", 1, 0, 'k' }, { "pin", 1, 0, 'p' },
 					       { "grace", 1, 0, 'g' },	{ "dry-run", 0, 0, 'd' },
 					       { "json", 0, 0, 'j' },	{ "help", 0, 0, 'h' },
 					       { "remote", 1, 0, 'R' },	{ "endpoint", 1, 0, 'E' },
-					       { "run-id", 1, 0, 'I' },	{ 0, 0, 0, 0 } };
+					       { "run-id", 1, 0, 'I' },	{ "nproc", 1, 0, 'N' },
+					       { 0, 0, 0, 0 } };
 	int c;
 	optind = 1;
 	opterr = 0;
@@ -198,6 +321,10 @@ int cli_gc_main(int argc, char **argv)
 		case 'I':
 			run_id = optarg;
 			break;
+		case 'N':
+			if ((rc = cli_store_job_nproc("gc", optarg, &nproc)))
+				return rc;
+			break;
 		default:
 			fprintf(stderr, "qeffect gc: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
 			return 2;
@@ -217,10 +344,22 @@ int cli_gc_main(int argc, char **argv)
 	}
 	/* gc writes the run (catalog rows, chunks, remote records): one writer at a time.  A dry run
 	 * only reads. */
+	if (remote && nproc) {
+		fprintf(stderr, "qeffect gc: --nproc goes with --run-dir alone (a remote gc is one process)\n");
+		return 2;
+	}
+	int as_job = !remote && cli_store_job_wanted(nproc);
 	ckpt_lock *lock = NULL;
-	if (dir && !dry && (rc = cli_run_lock(dir, "gc", 0, &lock)))
+	if (dir && !dry && cli_store_job_locks(as_job) && (rc = cli_run_lock(dir, "gc", 0, &lock)))
 		return cli_report("gc", rc, dir);
-	rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins, npins, grace, dry, json);
+	if (as_job) {
+		gc_job_args a = { dir, { .keep_last = (int)keep_last, .keep_every = keep_every, .pins = pins,
+					 .n_pins = npins, .grace_s = (uint64_t)grace, .dry_run = dry },
+				  json, grace };
+		rc = cli_store_job_run("gc", nproc, gc_job, &a);
+	} else {
+		rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins, npins, grace, dry, json);
+	}
 	ckpt_unlock(lock);
 	return rc;
 }
@@ -267,54 +406,8 @@ static int gc_run(const char *dir, const char *remote, const char *endpoint, con
 	int status = 0;
 	if (rc)
 		status = cli_report("gc", rc, dir);
-	if (!rc && json) {
-		json_t *o = json_object(), *a = json_array(), *mp = json_array();
-		for (size_t i = 0; i < g.n; i++)
-			json_array_append_new(a, json_pack("{s:I,s:I,s:s,s:I,s:b,s:s}", "id", (json_int_t)g.items[i].id,
-							   "step", (json_int_t)g.items[i].step, "status",
-							   cat_status_name(g.items[i].status), "bytes",
-							   (json_int_t)g.items[i].bytes, "dropped", g.items[i].drop, "why",
-							   g.items[i].why));
-		for (size_t i = 0; i < g.n_missing_pins; i++)
-			json_array_append_new(mp, json_integer(g.missing_pins[i]));
-		json_object_set_new(o, "run_dir", json_string(dir));
-		json_object_set_new(o, "dry_run", json_boolean(dry));
-		json_object_set_new(o, "checkpoints", a);
-		json_object_set_new(o, "dropped", json_integer((json_int_t)g.dropped));
-		json_object_set_new(o, "dropped_bytes", json_integer((json_int_t)g.dropped_bytes));
-		json_object_set_new(o, "kept", json_integer((json_int_t)g.kept));
-		json_object_set_new(o, "missing_pins", mp);
-		json_object_set_new(o, "keep_chunks", json_integer((json_int_t)g.keep_chunks));
-		json_object_set_new(o, "chunks_examined", json_integer((json_int_t)g.store.examined));
-		json_object_set_new(o, "chunks_deleted", json_integer((json_int_t)g.store.deleted));
-		json_object_set_new(o, "chunks_young", json_integer((json_int_t)g.store.young));
-		json_object_set_new(o, "bytes_reclaimed", json_integer((json_int_t)g.store.bytes_reclaimed));
-		json_object_set_new(o, "grace_s", json_integer(grace));
-		char *s = json_dumps(o, JSON_INDENT(2));
-		if (s)
-			puts(s);
-		free(s);
-		json_decref(o);
-	} else if (!rc) {
-		const char *would = dry ? "would drop" : "dropped";
-		for (size_t i = 0; i < g.n; i++)
-			printf("%-11s step %6lld  %-9s  %12llu bytes  %s\n", g.items[i].drop ? would : "kept",
-			       (long long)g.items[i].step, cat_status_name(g.items[i].status),
-			       (unsigned long long)g.items[i].bytes, g.items[i].why);
-		for (size_t i = 0; i < g.n_missing_pins; i++)
-			printf("note: pinned step %lld has no checkpoint\n", (long long)g.missing_pins[i]);
-		printf("%s%s %llu checkpoints (%llu logical bytes), kept %llu; chunks: %llu examined, %llu still "
-		       "referenced, %llu %s, %llu bytes %s\n",
-		       dry ? "dry run: " : "", would, (unsigned long long)g.dropped, (unsigned long long)g.dropped_bytes,
-		       (unsigned long long)g.kept, (unsigned long long)g.store.examined,
-		       (unsigned long long)g.keep_chunks, (unsigned long long)g.store.deleted,
-		       dry ? "would be deleted" : "deleted", (unsigned long long)g.store.bytes_reclaimed,
-		       dry ? "would be reclaimed" : "reclaimed");
-		if (g.store.young)
-			printf("%llu unreferenced chunks were put within the last %ld s and were left for a later gc "
-			       "(--grace)\n",
-			       (unsigned long long)g.store.young, grace);
-	}
+	else
+		local_print(dir, &g, NULL, dry, json, grace);
 	ckpt_gc_report_free(&g);
 	ckpt_run_close(r);
 	return status;

@@ -6,27 +6,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_remote.h"
-#include "cli.h"
-#include "run.h"
-#include "remote_flags.h"
+#include "cli/cli.h"
+#include "cli/run.h"
+#include "cli/remote_flags.h"
+#include "cli/store_job.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)
 {
 	fprintf(f,
 		"usage: qeffect push --run-dir DIR --remote s3://BUCKET/PREFIX [--endpoint URL] [--step S | --all]\n"
-		"                    [--json] [--quiet]\n\n"
+		"                    [--nproc N] [--json] [--quiet]\n\n"
 		"Copy committed checkpoints of the run in DIR to object storage (AWS S3 or any S3-compatible\n"
 		"server), default the latest committed one.  Chunks go to PREFIX/chunks/<content hash> and are\n"
 		"sent only when the remote lacks them; the manifest PREFIX/checkpoints/RUN/STEP/manifest.json is\n"
 		"written last - its presence is the remote commit, so an interrupted push leaves no checkpoint\n"
-		"behind and running it again finishes it.  Each pushed copy is recorded in DIR/catalog.db.\n\n"
+		"behind and running it again finishes it.  Each pushed copy is recorded in DIR/catalog.db.\n"
+		"The manifest carries the checkpoint's catalog rows (every tensor with its chunks and store).\n\n"
+		"Alone, push reads the stores on this host's disk only.  As a job (--nproc N, or one process per\n"
+		"host under a launcher: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the same command line\n"
+		"everywhere) every rank uploads the chunks of the stores on its own disk, in parallel, and rank\n"
+		"0 (the host with the catalog) writes the manifest once all are there.\n\n"
 		"  --run-dir DIR      the run to push from\n"
 		"  --remote URL       s3://BUCKET/PREFIX\n"
 		"  --endpoint URL     the server (http://host:port); default AWS_ENDPOINT_URL, else AWS\n"
 		"  --step S           push the committed checkpoint at step S\n"
 		"  --all              push every committed checkpoint\n"
+		"  --nproc N          fork N local ranks (as train --nproc)\n"
 		"  --json             one JSON line per pushed checkpoint\n"
 		"  --quiet            print nothing on success\n\n"
 		"environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION\n"
@@ -66,6 +74,38 @@ static int on_pushed(void *ctx, const ckpt_push_result *r)
 	return 0;
 }
 
+typedef struct push_job_args {
+	const cli_remote_args *a;
+	push_out *o;
+	const store_remote_opts *ro;
+} push_job_args;
+
+/* A rank of the push job (every rank runs it; rank 0 prints and holds the run's lock). */
+static int push_job(qe_comm *comm, void *varg)
+{
+	push_job_args *j = varg;
+	const cli_remote_args *a = j->a;
+	int rank0 = !comm || qe_comm_rank(comm) == 0, rc = 0;
+	ckpt_lock *lock = NULL;
+	if (rank0 && !cli_store_job_forked())
+		rc = cli_run_lock(a->run_dir, "push", 0, &lock);
+	if (!rc)
+		rc = ckpt_job_push(comm, a->run_dir, a->remote, j->ro,
+				   a->all ? CKPT_PUSH_ALL : (a->step >= 0 ? a->step : CKPT_PUSH_LATEST), on_pushed, j->o, NULL);
+	ckpt_unlock(lock);
+	if (rc && !rank0) {
+		fprintf(stderr, "qeffect push: %s (%s)\n", qe_last_error(), qe_errname(rc));
+		return 1;
+	}
+	if (rc) {
+		char what[160];
+		snprintf(what, sizeof(what), "push to %s failed%s", a->remote,
+			 j->o->n ? " (the checkpoints reported above were pushed)" : "; nothing was committed remotely");
+		return cli_report("push", rc, what);
+	}
+	return 0;
+}
+
 int cli_push_main(int argc, char **argv)
 {
 	cli_remote_args a;
@@ -85,6 +125,14 @@ int cli_push_main(int argc, char **argv)
 	cli_remote_store_opts(&a, &ro);
 	/* push records each remote copy in the run's catalog: it writes the run. */
 	ckpt_lock *lock = NULL;
+	if (cli_store_job_wanted(a.nproc)) {
+		push_job_args j = { &a, &o, &ro };
+		if (cli_store_job_locks(1) && (rc = cli_run_lock(a.run_dir, "push", 0, &lock)))
+			return cli_report("push", rc, a.run_dir);
+		rc = cli_store_job_run("push", a.nproc, push_job, &j);
+		ckpt_unlock(lock);
+		return rc;
+	}
 	if ((rc = cli_run_lock(a.run_dir, "push", 0, &lock)))
 		return cli_report("push", rc, a.run_dir);
 	rc = ckpt_remote_push(a.run_dir, a.remote, &ro, a.all ? CKPT_PUSH_ALL : (a.step >= 0 ? a.step : CKPT_PUSH_LATEST),

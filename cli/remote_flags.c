@@ -3,21 +3,21 @@
  * pull` (remote_flags.h).  getopt_long with the same option set as before
  * the two commands shared it, so abbreviations and messages are unchanged.
  */
-#include "remote_flags.h"
+#include "cli/remote_flags.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
-enum { O_RUNDIR = 1, O_REMOTE, O_ENDPOINT, O_STEP, O_JSON, O_QUIET, O_HELP, O_ALL, O_RUNID };
+enum { O_RUNDIR = 1, O_REMOTE, O_ENDPOINT, O_STEP, O_JSON, O_QUIET, O_HELP, O_ALL, O_RUNID, O_NPROC };
 
 static const struct option every_opt[] = { { "run-dir", 1, 0, O_RUNDIR }, { "remote", 1, 0, O_REMOTE },
 					   { "endpoint", 1, 0, O_ENDPOINT }, { "step", 1, 0, O_STEP },
 					   { "all", 0, 0, O_ALL },	     { "run-id", 1, 0, O_RUNID },
 					   { "json", 0, 0, O_JSON },	     { "quiet", 0, 0, O_QUIET },
-					   { "help", 0, 0, O_HELP } };
+					   { "help", 0, 0, O_HELP },	     { "nproc", 1, 0, O_NPROC } };
 
 #define N_OPTS (sizeof(every_opt) / sizeof(every_opt[0]))
 
@@ -72,6 +72,17 @@ int cli_remote_flags_parse(const char *cmd, int argc, char **argv, unsigned acce
 		case O_QUIET:
 			out->quiet = 1;
 			break;
+		case O_NPROC: {
+			long v;
+			if (cli_parse_long(cmd, "--nproc", optarg, &v))
+				return 2;
+			if (v < 1 || v > 256) {
+				fprintf(stderr, "qeffect %s: --nproc must be 1..256, got %ld\n", cmd, v);
+				return 2;
+			}
+			out->nproc = (int)v;
+			break;
+		}
 		default:
 			fprintf(stderr, "qeffect %s: unknown flag or missing value '%s' (see --help)\n", cmd,
 				argv[optind - 1]);

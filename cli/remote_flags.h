@@ -1,6 +1,6 @@
 /*
  * remote_flags.h - the flags `qeffect push` and `qeffect pull` share
- * (--run-dir, --remote, --endpoint, --step, --json, --quiet, --help) and the
+ * (--run-dir, --remote, --endpoint, --step, --json, --quiet, --nproc, --help) and the
  * one each adds (push --all, pull --run-id), parsed in one place so the two
  * commands name, check and report them the same way.
  */
@@ -22,6 +22,7 @@ typedef struct cli_remote_args {
 	int all;              /* --all (CLI_REMOTE_ALL) */
 	int json;
 	int quiet;
+	int nproc;            /* --nproc N: run as a job of N local ranks (store_job.h); 0 when absent */
 } cli_remote_args;
 
 /*

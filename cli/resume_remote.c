@@ -4,16 +4,17 @@
  * cmd_resume.c so the resume command stays about resuming; it calls
  * cli_resume_remote_prepare() first thing.
  */
-#include "resume_remote.h"
+#include "cli/resume_remote.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_remote.h"
-#include "cli.h"
-#include "run.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/status.h"
 
 void cli_resume_remote_help(FILE *f)
@@ -132,7 +133,8 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	int rc = cli_run_lock(run_dir, "resume --remote (pull)", 1, &lock);
 	if (rc)
 		return cli_report("resume", rc, run_dir);
-	rc = ckpt_remote_pull(run_dir, url, &ro, run_id, step, &r);
+	/* a job of one: the chunks land in this host's stores/rank-0 (ckpt/ckpt_job.h) */
+	rc = ckpt_job_pull(NULL, run_dir, url, &ro, run_id, step, &r, NULL);
 	ckpt_unlock(lock);
 	if (rc)
 		return cli_report("resume", rc, "pulling the checkpoint failed; nothing was resumed");

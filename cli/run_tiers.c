@@ -10,7 +10,7 @@
  * training goes on; only a comm failure (the ranks can no longer agree) is
  * returned.
  */
-#include "run_tiers.h"
+#include "cli/run_tiers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
-#include "tier_flags.h"
+#include "cli/tier_flags.h"
 
 #define MAX_EVENTS 256
 
