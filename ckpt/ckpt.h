@@ -58,6 +58,11 @@
  *    Every rank must be given the same R; R above the number of other hosts
  *    is refused at the first save (or ckpt_replicas_prepare).  A restore
  *    reads a tensor from any copy a rank of the job sees.
+ *  - QE_CKPT_REMOTE_ENDPOINT (resume --endpoint; else AWS_ENDPOINT_URL): the
+ *    S3 server a restore fetches from when no rank reaches a tensor in any
+ *    store or replica and the catalog records a pushed copy of the
+ *    checkpoint (ckpt_restore_s3.c).  The persistent tier and retention
+ *    while training are ckpt_persist.h's.
  */
 #ifndef QE_CKPT_H
 #define QE_CKPT_H
