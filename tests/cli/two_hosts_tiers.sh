@@ -136,7 +136,8 @@ echo "ok: S3 unreachable: refused naming rank 1's store on hostB and the S3 erro
 # --- 4. the same with S3 reachable: rank 1's tensors come from the pushed copy ----------------
 job s3 "hostA:$T/a hostB:$T/b" resume --run-dir "$P" --from 12 --steps 16 --quiet --endpoint "$EP" \
   --ckpt-persist-every 4 --remote $R || { show s3; fail "resume falling back to the pushed copy"; }
-s3ls | grep -q "checkpoints/.*/16/manifest.json" || fail "the resumed job did not push step 16 (--ckpt-persist-every on resume)"
+s3ls >"$T/ls2.txt" || fail "listing the remote"
+grep -q "checkpoints/.*/16/manifest.json" "$T/ls2.txt" || fail "the resumed job did not push step 16 (--ckpt-persist-every on resume)"
 grep -q "fetched .* from s3://qe-test/tiers" "$T/s3.rank1.log" || { show s3; fail "rank 1 did not fetch from S3"; }
 out=$("$Q" compare "$T/ref" "$T/a") || { echo "$out"; fail "the run resumed from S3 differs from the uninterrupted one"; }
 echo "ok: host B lost its stores; restore fetched its tensors from S3 and resumed bit-exact: $(tail -1 <<<"$out")"
