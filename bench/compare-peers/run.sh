@@ -40,7 +40,8 @@
 # part QE_STEP_BUDGET (130) PEER_BUDGET (170) QE_CKPT_LIMIT (160) DCP_LIMIT (100), minimum time
 # kept for later parts PEER_MIN (100) QCKPT_MIN (90) DCP_MIN (70), RUN_LIMIT (90: one qeffect
 # training run), PEER_RUN_LIMIT (100: one torchrun job), CKPT_DIR (/tmp/compare-peers-ckpt),
-# DCP_REPS (2), DCP_VARIANTS, COLD (1: restores read from disk, not the page cache).
+# DCP_REPS (2), DCP_VARIANTS, DCP_NPROC (2: DCP's ranks, one a GPU; 1 beside bench/ckpt/e2e.sh
+# RANKS=1 on a one-GPU machine), COLD (1: restores read from disk, not the page cache).
 # gpt2 knobs: GPT2_MODELS (gpt2:1:16,gpt2-medium:1:16,gpt2-xl:1:8), GPT2_SHARD, GPT2_PRECISIONS
 # (fp8,bf16), GPT2_CONFIGS (captured_direct; the table reads captured_direct), GPT2_QE_TRIALS (3),
 # GPT2_STEPS (20), GPT2_WARMUP (5), GPT2_PEER_TRIALS (2), GPT2_PEER_STEPS (30), GPT2_PEER_WARMUP (10),
@@ -184,7 +185,7 @@ if has pckpt && [ $HAVE_TORCH = 1 ]; then
     t=$(date +%s)
     timeout -k 5 $((L + 10)) python3 "$ROOT/bench/peers/run_peers.py" ckpt --preset "$CK_PRESET" --dir "$CKPT_DIR/dcp" \
       --out "$R/peers" --reps "$DCP_REPS" --variants "$DCP_VARIANTS" --cold "$COLD" --budget-s "$DB" \
-      --timeout-s "$L" >"$R/peers-ckpt.txt" 2>&1
+      --timeout-s "$L" --nproc "${DCP_NPROC:-2}" >"$R/peers-ckpt.txt" 2>&1
     rc=$?
     say "-- DCP: exit $rc in $(( $(date +%s) - t )) s (limit $L s, reps started until $DB s)$([ $rc -eq 124 ] && echo ', KILLED')"
     grep -E '^dcp' "$R/peers-ckpt.txt" | tee -a "$S"

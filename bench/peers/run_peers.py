@@ -148,7 +148,7 @@ def cmd_ckpt(a):
     log = os.path.join(a.out, "logs", "dcp-%s.log" % a.preset)
     args = ["--preset", a.preset, "--dir", a.dir, "--out", res, "--reps", str(a.reps), "--variants", a.variants,
             "--cold", str(a.cold), "--budget-s", str(a.budget_s)]
-    rc, secs = launch("dcp_ckpt.py", args, log, a.timeout_s)
+    rc, secs = launch("dcp_ckpt.py", args, log, a.timeout_s, nproc=a.nproc)
     r = read_result(res) or dict(ok=False, variants={})
     r["exit"] = rc
     r["job_wall_s"] = secs
@@ -189,6 +189,7 @@ def main():
     c.add_argument("--cold", type=int, default=1)
     c.add_argument("--budget-s", type=float, default=0)
     c.add_argument("--timeout-s", type=float, default=120)
+    c.add_argument("--nproc", type=int, default=2, help="ranks (one per GPU; 1 on a one-GPU machine)")
     a = ap.parse_args()
     (cmd_step if a.cmd == "step" else cmd_ckpt)(a)
 

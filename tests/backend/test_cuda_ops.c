@@ -1570,6 +1570,7 @@ int main(void)
 	test_layernorm_case(&r, 5, 48, 0);
 	test_layernorm_case(&r, 3, 1001, 1); /* not whole float4s: the scalar kernels */
 	test_layernorm_case(&r, 333, 96, 1); /* six row groups of colsum.h, the last of 13 rows */
+	test_layernorm_case(&r, 9, 1600, 1); /* gpt2-xl's width: 400 float4s a row */
 	test_embed(&r);
 	printf("attention\n");
 	test_attn_case(&r, 32, 64, 4);
