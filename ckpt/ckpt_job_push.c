@@ -36,6 +36,11 @@ typedef struct push_job {
 
 /* ---- a rank's part ------------------------------------------------------------------------ */
 
+static int read_store(void *ctx, const store_hash *h, void *dst, size_t cap, uint64_t *size)
+{
+	return store_get_chunk((store *)ctx, h, dst, cap, size);
+}
+
 static int upload_store(push_job *pj, json_t *s, json_t *out)
 {
 	const char *id = json_string_value(json_object_get(s, "id"));
@@ -44,51 +49,25 @@ static int upload_store(push_job *pj, json_t *s, json_t *out)
 	store *st = NULL;
 	store_opts o = { 0 };
 	o.read_only = 1;
-	uint64_t up = 0, present = 0, bytes = 0;
 	int rc = id && path ? store_open(path, &o, &st) : qe_fail(QE_ECORRUPT, "push: a store of the task has no path");
 	if (rc)
 		return qe_fail_ctx(rc, "cannot open its store '%s'", path ? path : "?");
+	char where[CKPT_PATH_MAX + 16];
+	snprintf(where, sizeof(where), "its store '%s'", path);
+	/* the job's buffer lives across stores and tasks: lend it to the uploader and take it back */
+	ckpt__uploader u = { .rem = pj->rem, .buf = pj->buf, .cap = pj->cap };
 	for (size_t i = 0; !rc && i < json_array_size(chunks); i++) {
 		store_hash h;
-		uint64_t size, got = 0, rsize = 0;
-		int exists = 0;
-		char key[64];
-		if ((rc = ckj_chunk_get(chunks, i, &h, &size)))
-			break;
-		ckpt__chunk_key(h.b, key, sizeof(key));
-		if ((rc = store_remote_head(pj->rem, key, &exists, &rsize)))
-			break;
-		if (exists && rsize == size) {
-			present++;
-			continue;
-		}
-		if (size > pj->cap) {
-			unsigned char *nb = qe_realloc(pj->buf, size ? size : 1);
-			if (!nb) {
-				rc = qe_fail(QE_ENOMEM, "push: out of memory for a %llu-byte chunk", (unsigned long long)size);
-				break;
-			}
-			pj->buf = nb;
-			pj->cap = size;
-		}
-		if ((rc = store_get_chunk(st, &h, pj->buf, pj->cap, &got))) {
-			rc = qe_fail_ctx(rc, "reading chunk %s from its store '%s'", key + 7, path);
-			break;
-		}
-		if (got != size) {
-			rc = qe_fail(QE_ECORRUPT, "chunk %s in its store '%s' has %llu bytes, the catalog says %llu", key + 7,
-				     path, (unsigned long long)got, (unsigned long long)size);
-			break;
-		}
-		if ((rc = store_remote_put(pj->rem, key, pj->buf, (size_t)got)))
-			break;
-		up++;
-		bytes += got;
+		uint64_t size;
+		if (!(rc = ckj_chunk_get(chunks, i, &h, &size)))
+			rc = ckpt__upload_chunk(&u, h.b, size, read_store, st, where);
 	}
+	pj->buf = u.buf;
+	pj->cap = u.cap;
 	store_close(st);
 	if (!rc)
-		json_array_append_new(out, json_pack("{s:s,s:I,s:I,s:I}", "id", id, "uploaded", (json_int_t)up, "present",
-						     (json_int_t)present, "bytes", (json_int_t)bytes));
+		json_array_append_new(out, json_pack("{s:s,s:I,s:I,s:I}", "id", id, "uploaded", (json_int_t)u.uploaded,
+						     "present", (json_int_t)u.present, "bytes", (json_int_t)u.bytes));
 	return rc;
 }
 

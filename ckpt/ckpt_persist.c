@@ -150,61 +150,34 @@ static void set_progress(ckpt_persist *p, const char *phase, uint64_t total, uin
  * Upload chunks[0..n) (each 24 bytes: hash, size little-endian) from this
  * rank's own store.  OUT counters.
  */
+static int read_own_store(void *ctx, const store_hash *h, void *dst, size_t cap, uint64_t *size)
+{
+	return store_get_chunk((store *)ctx, h, dst, cap, size);
+}
+
 static int upload(ckpt_persist *p, store_remote *rem, const unsigned char *chunks, uint64_t n, uint64_t *uploaded,
 		  uint64_t *present, uint64_t *bytes)
 {
 	ckpt_session *s = p->s;
-	unsigned char *buf = NULL;
-	size_t cap = 0;
+	ckpt__uploader u = { .rem = rem };
+	char where[320];
 	int rc = QE_OK;
 	if (!s->st && n)
 		return qe_fail(QE_EINVAL, "persist: rank %d has no store open", p->rank);
+	snprintf(where, sizeof(where), "the store of rank %d on host '%s'", p->rank, s->host);
 	for (uint64_t i = 0; i < n && !rc; i++) {
 		const unsigned char *c = chunks + 24 * i;
 		uint64_t size = 0;
 		for (int b = 0; b < 8; b++)
 			size |= (uint64_t)c[16 + b] << (8 * b);
-		char key[64];
-		ckpt__chunk_key(c, key, sizeof(key));
-		int exists = 0;
-		uint64_t have = 0;
-		if ((rc = store_remote_head(rem, key, &exists, &have)))
-			break;
-		if (exists && have == size) {
-			(*present)++;
-		} else {
-			if (size > cap) {
-				unsigned char *nb = qe_realloc(buf, size ? size : 1);
-				if (!nb) {
-					rc = qe_fail(QE_ENOMEM, "persist: out of memory for a %llu-byte chunk",
-						     (unsigned long long)size);
-					break;
-				}
-				buf = nb;
-				cap = size;
-			}
-			store_hash h;
-			uint64_t got = 0;
-			memcpy(h.b, c, 16);
-			if ((rc = store_get_chunk(s->st, &h, buf, cap, &got))) {
-				qe_fail_ctx(rc, "reading chunk %s from the store of rank %d on host '%s'", key + 7, p->rank,
-					    s->host);
-				break;
-			}
-			if (got != size) {
-				rc = qe_fail(QE_ECORRUPT, "chunk %s of rank %d has %llu bytes, the catalog says %llu", key + 7,
-					     p->rank, (unsigned long long)got, (unsigned long long)size);
-				break;
-			}
-			if ((rc = store_remote_put(rem, key, buf, (size_t)got)))
-				break;
-			(*uploaded)++;
-			*bytes += got;
-		}
+		rc = ckpt__upload_chunk(&u, c, size, read_own_store, s->st, where);
 		if (p->rank == 0)
 			set_progress(p, "uploading", n, i + 1, 0);
 	}
-	free(buf);
+	*uploaded += u.uploaded;
+	*present += u.present;
+	*bytes += u.bytes;
+	ckpt__uploader_release(&u);
 	return rc;
 }
 

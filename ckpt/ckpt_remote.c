@@ -121,51 +121,32 @@ typedef struct push_ctx {
 	size_t cap;
 } push_ctx;
 
+static int read_storeset(void *ctx, const store_hash *h, void *dst, size_t cap, uint64_t *size)
+{
+	return ckpt_storeset_get_chunk((ckpt_storeset *)ctx, h, dst, cap, size);
+}
+
 static int push_chunks(push_ctx *p, const cat_chunk *ch, size_t n, ckpt_push_result *res)
 {
-	int rc;
-	for (size_t i = 0; i < n; i++) {
-		const cat_chunk *c = &ch[i];
-		char key[64];
-		ckpt__chunk_key(c->hash, key, sizeof(key));
-		if (known_has(&p->known, c)) {
+	ckpt__uploader u = { .rem = p->rem, .buf = p->buf, .cap = p->cap };
+	int rc = QE_OK;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (known_has(&p->known, &ch[i])) { /* an earlier checkpoint of this push sent it */
 			res->chunks_present++;
 			continue;
 		}
-		int exists = 0;
-		uint64_t size = 0;
-		if ((rc = store_remote_head(p->rem, key, &exists, &size)))
-			return qe_fail_ctx(rc, "push of step %lld", (long long)res->step);
-		if (exists && size == c->size) {
-			res->chunks_present++;
-			continue;
-		}
-		if (exists)
-			qe_log(QE_LOG_WARN, "push: remote %s has %llu bytes, expected %llu: uploading it again", key,
-			       (unsigned long long)size, (unsigned long long)c->size);
-		if (c->size > p->cap) {
-			unsigned char *nb = qe_realloc(p->buf, c->size ? c->size : 1);
-			if (!nb)
-				return qe_fail(QE_ENOMEM, "push: out of memory for a %llu-byte chunk",
-					       (unsigned long long)c->size);
-			p->buf = nb;
-			p->cap = c->size;
-		}
-		store_hash h;
-		uint64_t got = 0;
-		memcpy(h.b, c->hash, 16);
-		if ((rc = ckpt_storeset_get_chunk(p->st, &h, p->buf, p->cap, &got)))
-			return qe_fail_ctx(rc, "push of step %lld: reading local chunk", (long long)res->step);
-		if (got != c->size)
-			return qe_fail(QE_ECORRUPT, "push of step %lld: local chunk %s has %llu bytes, the catalog says %llu",
-				       (long long)res->step, key + 7, (unsigned long long)got, (unsigned long long)c->size);
-		if ((rc = store_remote_put(p->rem, key, p->buf, (size_t)got)))
-			return qe_fail_ctx(rc, "push of step %lld: chunk %zu of %zu", (long long)res->step, i + 1, n);
-		res->chunks_uploaded++;
-		res->bytes_uploaded += got;
-		pause_maybe(&p->pause);
+		uint64_t up = u.uploaded;
+		if ((rc = ckpt__upload_chunk(&u, ch[i].hash, ch[i].size, read_storeset, p->st, "the run's stores")))
+			qe_fail_ctx(rc, "push of step %lld: chunk %zu of %zu", (long long)res->step, i + 1, n);
+		else if (u.uploaded > up)
+			pause_maybe(&p->pause);
 	}
-	return known_add_sorted(&p->known, ch, n);
+	p->buf = u.buf;
+	p->cap = u.cap;
+	res->chunks_present += u.present;
+	res->chunks_uploaded += u.uploaded;
+	res->bytes_uploaded += u.bytes;
+	return rc ? rc : known_add_sorted(&p->known, ch, n);
 }
 
 static int push_one(push_ctx *p, const cat_ckpt *ck, ckpt_push_result *res)

@@ -48,6 +48,32 @@ void ckpt__manifest_release(ckpt_manifest *m);
 int ckpt__manifest_key(const char *run_id, int64_t step, char *buf, size_t len);
 /* "chunks/<32 hex>" */
 void ckpt__chunk_key(const unsigned char hash[16], char *buf, size_t len);
+
+/*
+ * Uploading chunks (ckpt_remote_upload.c): rem is the caller's open remote;
+ * buf grows to the largest chunk read and is freed by ckpt__uploader_release;
+ * the counters add up what each ckpt__upload_chunk did.
+ */
+typedef struct ckpt__uploader {
+	store_remote *rem;
+	unsigned char *buf;
+	size_t cap;
+	uint64_t uploaded, present, bytes;
+} ckpt__uploader;
+
+/* Reads chunk h (re-hashed) into dst: store_get_chunk and ckpt_storeset_get_chunk fit this. */
+typedef int (*ckpt__chunk_read_fn)(void *ctx, const store_hash *h, void *dst, size_t cap, uint64_t *size);
+
+/*
+ * The chunk of `hash` and `size` to the remote unless an object of that key
+ * and size is there (counted as present); else read through read(ctx),
+ * checked against size and PUT (counted as uploaded).  `where` names the
+ * store in errors.  Errors: the remote's, read's (with the chunk and where),
+ * QE_ECORRUPT for a size that differs from the catalog's, QE_ENOMEM.
+ */
+int ckpt__upload_chunk(ckpt__uploader *u, const unsigned char hash[16], uint64_t size, ckpt__chunk_read_fn read,
+		       void *ctx, const char *where);
+void ckpt__uploader_release(ckpt__uploader *u);
 /* "s3://BUCKET/PREFIX/" + key */
 void ckpt__remote_object_url(const char *url, const char *key, char *buf, size_t len);
 /* XXH3-128 of the bytes as 32 hex digits. */
