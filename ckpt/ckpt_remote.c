@@ -194,10 +194,10 @@ out:
 
 static int open_run(const char *run_dir, cat **c, cat_run *run)
 {
-	char path[1100], *id = NULL;
+	char path[CKPT_PATH_MAX], *id = NULL;
 	int rc;
-	if ((size_t)snprintf(path, sizeof(path), "%s/catalog.db", run_dir) >= sizeof(path))
-		return qe_fail(QE_EINVAL, "run directory path too long: '%s'", run_dir);
+	if ((rc = ckpt_rundir_catalog(run_dir, path, sizeof(path))))
+		return rc;
 	if (access(path, F_OK))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", run_dir, path);
 	if ((rc = cat_open(path, 0, c)))

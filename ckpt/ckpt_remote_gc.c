@@ -18,6 +18,7 @@
  */
 #include "ckpt/ckpt_query_int.h"
 #include "ckpt/ckpt_remote_int.h"
+#include "ckpt/rundir.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -306,10 +307,11 @@ out:
 
 static int open_local(const char *run_dir, cat **c, char **run_id)
 {
-	char path[1100];
-	if ((size_t)snprintf(path, sizeof(path), "%s/catalog.db", run_dir) >= sizeof(path))
-		return qe_fail(QE_EINVAL, "run directory path too long: '%s'", run_dir);
-	int rc = cat_open(path, 0, c);
+	char path[CKPT_PATH_MAX];
+	int rc = ckpt_rundir_catalog(run_dir, path, sizeof(path));
+	if (rc)
+		return rc;
+	rc = cat_open(path, 0, c);
 	if (!rc && (rc = cat_meta_get(*c, "run_id", run_id)))
 		rc = qe_fail_ctx(rc, "catalog '%s'", path);
 	return rc;

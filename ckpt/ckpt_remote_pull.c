@@ -193,11 +193,11 @@ static char *config_for(const char *config_json, const char *run_dir)
 /* Open (or create) the run directory's catalog for run m->run_id. */
 static int open_local(const char *run_dir, const ckpt_manifest *m, cat **c, int *created)
 {
-	char path[1100];
+	char path[CKPT_PATH_MAX];
 	int rc;
 	*created = 0;
-	if ((size_t)snprintf(path, sizeof(path), "%s/catalog.db", run_dir) >= sizeof(path))
-		return qe_fail(QE_EINVAL, "run directory path too long: '%s'", run_dir);
+	if ((rc = ckpt_rundir_catalog(run_dir, path, sizeof(path))))
+		return rc;
 	if (mkdir(run_dir, 0755) && errno != EEXIST)
 		return qe_fail(QE_EIO, "cannot create run directory '%s': %s", run_dir, strerror(errno));
 	int fresh = access(path, F_OK) != 0;
@@ -377,8 +377,9 @@ int ckpt_remote_pull(const char *run_dir, const char *url, const store_remote_op
 		snprintf(want_run, sizeof(want_run), "%s", run_id);
 	} else {
 		/* A directory that already holds a run pulls that run. */
-		char path[1100];
-		snprintf(path, sizeof(path), "%s/catalog.db", run_dir);
+		char path[CKPT_PATH_MAX];
+		if (ckpt_rundir_catalog(run_dir, path, sizeof(path)))
+			path[0] = 0; /* too long: taken as no run here, the pull's own open names the error */
 		cat *c = NULL;
 		char *id = NULL;
 		if (access(path, F_OK) == 0 && cat_open(path, 0, &c) == QE_OK && cat_meta_get(c, "run_id", &id) == QE_OK &&
