@@ -137,6 +137,7 @@ void ckpt_session_close(ckpt_session *s)
 	if (s->pid == getpid()) {
 		forget_seen(s);
 		ckpt__repl_free(s);
+		ckpt__ring_free(&s->ring);
 		store_close(s->st);
 		ckpt_unlock(s->store_lock);
 	}
@@ -147,7 +148,7 @@ int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_
 {
 	if (qe_fault_hit(QE_FAULT_COPY))
 		return qe_fail(QE_EIO, "backend copy of %zu bytes %s", bytes,
-			       kind == QE_COPY_H2D ? "to the device" : "to the host");
+			       kind == QE_COPY_H2D ? "to the device" : kind == QE_COPY_D2H ? "to the host" : "on the device");
 	return b->ops->copy(NULL, dst, src, bytes, kind);
 }
 

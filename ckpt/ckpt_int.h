@@ -8,6 +8,7 @@
 #ifndef QE_CKPT_INT_H
 #define QE_CKPT_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -42,6 +43,34 @@ typedef struct ckpt_seen_store {
 	store *st; /* NULL until opened; the session's own store is s->st, never opened twice */
 } ckpt_seen_store;
 
+/* --- the ring of reused host buffers and the hand-off between two threads (ckpt_pipe.c) --- */
+
+#define CKPT_RING_SLOTS 3
+/* Host buffers from the backend's host_alloc (page-locked on cuda), kept by the session. */
+typedef struct ckpt_ring {
+	qe_backend *b;
+	void *slot[CKPT_RING_SLOTS];
+	size_t slot_bytes;
+} ckpt_ring;
+
+/* One message through the pipe: bytes [off, off + len) of item `item` in its slot. */
+typedef struct ckpt_piece {
+	int item;
+	size_t off, len;
+	int last;    /* the item's last piece */
+	int in_slot; /* the bytes are in the message's slot (else the filler wrote them in place) */
+} ckpt_piece;
+
+typedef struct ckpt_pipe {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t filled, drained;
+	int closed, stop;
+	int rc; /* the first failure of either side, with its message */
+	char msg_text[CKPT_MSG];
+	ckpt_piece msg[CKPT_RING_SLOTS];
+} ckpt_pipe;
+
 struct ckpt_session {
 	char run_dir[1024];
 	char run_id[64];
@@ -63,6 +92,7 @@ struct ckpt_session {
 	struct ckpt_repl *repl;
 	ckpt_kill kills[CKPT_MAX_KILLS];
 	int nkill;
+	ckpt_ring ring; /* save and restore move device bytes through it; freed with the session */
 };
 
 /*
@@ -86,6 +116,26 @@ void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
 /* The backend's copy of checkpoint data (b->ops->copy, default stream), failing with
  * QE_EIO when QE_FAULT asks for a copy fault (runtime/core/fault.h). */
 int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_kind kind);
+
+/* Bytes per piece of a save or restore: QE_CKPT_PIECE_BYTES or 64 MiB, a whole number of chunks. */
+size_t ckpt__piece_bytes(const ckpt_session *s);
+/* s->ring with slots of at least slot_bytes from backend b (reallocated when smaller or another backend's). */
+int ckpt__ring_get(ckpt_session *s, qe_backend *b, size_t slot_bytes);
+void ckpt__ring_free(ckpt_ring *g);
+void ckpt__pipe_init(ckpt_pipe *p);
+void ckpt__pipe_destroy(ckpt_pipe *p);
+/* Filling side: the next free message and its slot (NULL once stopped); post hands it over. */
+ckpt_piece *ckpt__pipe_fill_wait(ckpt_pipe *p, int *slot);
+void ckpt__pipe_fill_post(ckpt_pipe *p);
+/* Filling side: no more messages. */
+void ckpt__pipe_close(ckpt_pipe *p);
+/* Draining side: the next filled message and its slot (NULL when closed and empty, or stopped). */
+ckpt_piece *ckpt__pipe_drain_wait(ckpt_pipe *p, int *slot);
+void ckpt__pipe_drain_done(ckpt_pipe *p);
+/* Either side: stop with rc and the calling thread's last message (the first failure is kept). */
+void ckpt__pipe_fail(ckpt_pipe *p, int rc);
+/* The pipe's failure, re-raised on the calling thread (qe_fail), or 0. */
+int ckpt__pipe_rc(ckpt_pipe *p);
 
 /* Fill w from rc and the thread's last message. */
 void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -127,18 +127,9 @@ static int add_bytes(store *s, MDB_txn *txn, int64_t delta, int *mdb_rc)
 
 /* --- put -------------------------------------------------------------------------- */
 
-struct put_ctx {
-	const unsigned char *data; /* base of the tensor */
-	const store_chunk *chunks; /* with offsets implied by chunk_size */
-	size_t chunk_size;
-	size_t first, end; /* chunk index range of this transaction */
-	uint64_t now;
-	uint64_t written; /* chunks written (not deduplicated), for the log */
-};
-
-static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
+int store__put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 {
-	struct put_ctx *c = vctx;
+	struct store_put_ctx *c = vctx;
 	int64_t delta = 0;
 	char hex[STORE_HASH_HEX];
 	unsigned char stamp[8];
@@ -275,7 +266,7 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 			pthread_mutex_destroy(&h.mu);
 		}
 	}
-	struct put_ctx c = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .now = (uint64_t)time(NULL) };
+	struct store_put_ctx c = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .now = (uint64_t)time(NULL) };
 	rc = 0;
 	for (size_t first = 0; first < n;) {
 		/* A transaction holds about txn_bytes of chunks, at least one. */
@@ -292,7 +283,7 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 					      &chunks[i].hash);
 		c.first = first;
 		c.end = end;
-		rc = store_write_txn(s, batch + (end - first) * 64, put_body, &c, "put tensor");
+		rc = store_write_txn(s, batch + (end - first) * 64, store__put_body, &c, "put tensor");
 		if (rc)
 			break;
 		first = end;
@@ -323,9 +314,9 @@ int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash)
 		return qe_fail(QE_EINVAL, "store '%s': bad chunk of %zu bytes", s->path, size);
 	store_chunk ch = { .size = size };
 	store_hash_of(data, size, &ch.hash);
-	struct put_ctx c = { .data = data, .chunks = &ch, .chunk_size = size, .first = 0, .end = 1,
+	struct store_put_ctx c = { .data = data, .chunks = &ch, .chunk_size = size, .first = 0, .end = 1,
 			     .now = (uint64_t)time(NULL) };
-	rc = store_write_txn(s, size + 64, put_body, &c, "put chunk");
+	rc = store_write_txn(s, size + 64, store__put_body, &c, "put chunk");
 	if (!rc && hash)
 		*hash = ch.hash;
 	return rc;
@@ -464,6 +455,24 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	pthread_mutex_unlock(&s->mu);
 	free(where);
 	return rc;
+}
+
+void store_prefetch(store *s, const store_chunk_list *list)
+{
+	if (store_check(s) || !list || !list->chunks)
+		return;
+	pthread_mutex_lock(&s->mu);
+	MDB_txn *txn;
+	if (!store_read_begin(s, &txn)) {
+		for (size_t i = 0; i < list->n; i++) {
+			const unsigned char *payload = NULL;
+			uint64_t got = 0;
+			if (!locate_chunk(s, txn, &list->chunks[i].hash, list->chunks[i].size, i, list->n, &payload, &got))
+				read_ahead(s, payload, got);
+		}
+		mdb_txn_abort(txn);
+	}
+	pthread_mutex_unlock(&s->mu);
 }
 
 int store_get_chunk(store *s, const store_hash *h, void *dst, size_t cap, uint64_t *size)
