@@ -267,4 +267,38 @@ int ckpt__commit_reports(ckpt_session *s, cat *c, int64_t id, const ckpt_report 
 int ckpt__rows_encode(const cat_tensor_rows *rows, void **buf, size_t *len);
 int ckpt__rows_decode(const void *buf, size_t len, const char *from, cat_tensor_rows *rows);
 
+/* --- restore (ckpt_restore.c plans and moves rows; ckpt_restore_read.c reads, stages, loads) --- */
+
+/*
+ * Where a rank's rows wait until every rank agreed: buf[i] for item i,
+ * device memory of b when on_dev[i], else host memory.
+ */
+typedef struct staging {
+	void **buf;
+	unsigned char *on_dev; /* buf[i] is device memory of the rank's backend */
+	int n;
+	qe_backend *b;
+} staging;
+/* 1 when device items are staged on the device: not on cpu; QE_CKPT_STAGING=device|host overrides. */
+int ckpt__want_device_staging(qe_backend *b);
+/* Staging for item i: on the device when dev allows and the item is a device array, else host memory. */
+int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev);
+void ckpt__stage_free(staging *g);
+/* A row and the item it fills. */
+typedef struct own_row {
+	const cat_tensor *t;
+	int item;
+} own_row;
+/* Read rows[0..nrows) from this host's stores into their staging, re-hashed, kill point "read" after each. */
+int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
+		   int64_t step);
+/* After agreement: every staged row into the rank's state. */
+int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g);
+/* One row of t into host memory dst, re-hashed by the store; errors name the tensor, rank and host. */
+int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step);
+/* The store on this host holding t's chunks (its own, another rank's, or a replica's copy). */
+int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out);
+/* The run-wide records checked against the catalog row and this run (stage -1 only). */
+int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step);
+
 #endif

@@ -20,6 +20,7 @@
  */
 #include "ckpt_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@
 #include "runtime/core/status.h"
 
 /* Consistency of the run-wide records with the catalog row and this run. */
-static int check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step)
+int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step)
 {
 	int64_t v[2];
 	if (it->stage >= 0)
@@ -223,7 +224,6 @@ static size_t describe_copies(const cat_store_rows *stores, const cat_tensor *t,
 	return n;
 }
 
-static int store_of(ckpt_session *s, const cat_tensor *t, store **out);
 
 /*
  * Rank 0: who reads what.  Every row a rank needs is read by that rank when
@@ -257,7 +257,7 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
 				if (sees_copy(&asks[h], t, copies))
 					src = h;
 			store *any;
-			if (src < 0 && store_of(s, t, &any) == QE_OK)
+			if (src < 0 && ckpt__store_of(s, t, &any) == QE_OK)
 				src = 0; /* every chunk is in some store of rank 0's host (pulled from S3) */
 			qe_clear_error();
 			if (src < 0) {
@@ -296,7 +296,7 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
  * pulled from S3 into this host's RUN/store serves as well).  OUT *out, or
  * QE_ENOTFOUND.
  */
-static int store_of(ckpt_session *s, const cat_tensor *t, store **out)
+int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out)
 {
 	for (int i = 0; i < s->nseen; i++)
 		if (strcmp(s->seen[i].where.id.store_id, t->store_id) == 0)
@@ -322,10 +322,10 @@ static int store_of(ckpt_session *s, const cat_tensor *t, store **out)
 		       t->name, t->stage, t->store_id[0] ? t->store_id : "RUN/store");
 }
 
-static int read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step)
+int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step)
 {
 	store *st;
-	int rc = store_of(s, t, &st);
+	int rc = ckpt__store_of(s, t, &st);
 	if (rc)
 		return rc;
 	store_chunk_list list = { t->n_chunks, qe_calloc(t->n_chunks + 1, sizeof(store_chunk)) };
@@ -378,7 +378,7 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 			return qe_fail(QE_ENOMEM, "restore: no host memory to serve '%s' of stage %d", t->name, t->stage);
 		put64(buf, (uint64_t)plan[k].row);
 		/* After a failure every later destination still hears why, so nobody waits for a timeout. */
-		int rc = first ? first : read_row(s, t, buf + 16, step);
+		int rc = first ? first : ckpt__read_row(s, t, buf + 16, step);
 		put64(buf + 8, (uint64_t)(int64_t)rc);
 		if (rc && !first) {
 			first = rc;
@@ -403,74 +403,83 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 	return first ? qe_fail(first, "%s", why) : QE_OK;
 }
 
-/* The rank's own rows, read here or received from the rank that reads them. */
+/* The rank's own rows: first those read here (ckpt_pipe.c), then those received from the ranks that read them. */
 static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const xfer *plan, int nplan,
-		 const qe_pstate_item *items, const int64_t *need, int n, void **bufs, int64_t step)
+		 const qe_pstate_item *items, const int64_t *need, int n, staging *g, int64_t step)
 {
-	int me = qe_rank_index(r), rc = QE_OK;
+	int me = qe_rank_index(r), rc = QE_OK, nown = 0;
+	qe_backend *b = qe_rank_backend(r);
+	int dev = ckpt__want_device_staging(b);
+	g->b = b;
+	g->n = n;
+	if (!(g->buf = qe_calloc((size_t)n + 1, sizeof(void *))) || !(g->on_dev = qe_calloc((size_t)n + 1, 1)))
+		return qe_fail(QE_ENOMEM, "restore: out of memory");
+	own_row *own = qe_calloc((size_t)nplan + 1, sizeof(*own));
+	int *item_of = qe_calloc((size_t)nplan + 1, sizeof(int));
+	if (!own || !item_of) {
+		free(own);
+		free(item_of);
+		return qe_fail(QE_ENOMEM, "restore: out of memory");
+	}
 	for (int k = 0; k < nplan && !rc; k++) {
+		item_of[k] = -1;
 		if (plan[k].dst != me)
 			continue;
 		int i = 0;
 		while (i < n && need[i] != plan[k].row)
 			i++;
-		if (i == n)
-			return qe_fail(QE_ECOMM, "restore: the plan gives rank %d row %lld it did not ask for", me,
-				       (long long)plan[k].row);
+		if (i == n) {
+			rc = qe_fail(QE_ECOMM, "restore: the plan gives rank %d row %lld it did not ask for", me,
+				     (long long)plan[k].row);
+			break;
+		}
+		item_of[k] = i;
+		if (g->buf[i]) {
+			rc = qe_fail(QE_ECOMM, "restore: the plan gives rank %d row %lld twice", me, (long long)plan[k].row);
+			break;
+		}
+		rc = ckpt__stage_alloc(g, i, &items[i], dev && plan[k].src == me);
+		if (!rc && plan[k].src == me) {
+			own[nown].t = &rows->rows[plan[k].row];
+			own[nown++].item = i;
+		}
+	}
+	if (!rc && nown)
+		rc = ckpt__read_own(s, r, own, nown, items, g, step);
+	for (int k = 0; k < nplan && !rc; k++) {
+		if (plan[k].dst != me || plan[k].src == me)
+			continue;
+		int i = item_of[k];
 		const qe_pstate_item *it = &items[i];
 		const cat_tensor *t = &rows->rows[plan[k].row];
-		if (!(bufs[i] = qe_malloc(it->bytes ? it->bytes : 1)))
-			return qe_fail(QE_ENOMEM, "restore: no host memory for '%s' of stage %d (%zu bytes)", t->name,
-				       t->stage, it->bytes);
-		if (plan[k].src == me) {
-			rc = read_row(s, t, bufs[i], step);
-		} else {
-			void *msg = NULL;
-			size_t len = 0;
-			if ((rc = qe_comm_svc_recv(qe_rank_comm(r), plan[k].src, CKPT_SVC_XFER, &msg, &len)))
-				return qe_fail_ctx(rc, "restore: receiving '%s' of stage %d from rank %d", t->name, t->stage,
-						   plan[k].src);
-			const unsigned char *p = msg;
-			int64_t got_row = len >= 16 ? (int64_t)get64(p) : -1, their = len >= 16 ? (int64_t)get64(p + 8) : 0;
-			if (got_row != plan[k].row)
-				rc = qe_fail(QE_ECOMM, "restore: rank %d sent row %lld, expected '%s' of stage %d", plan[k].src,
-					     (long long)got_row, t->name, t->stage);
-			else if (their)
-				rc = qe_fail((int)their, "rank %d could not read '%s' of stage %d for rank %d: %.*s",
-					     plan[k].src, t->name, t->stage, me, (int)(len - 16), (const char *)p + 16);
-			else if (len - 16 != t->bytes)
-				rc = qe_fail(QE_ECOMM, "restore: rank %d sent %zu bytes of '%s' of stage %d, expected %llu",
-					     plan[k].src, len - 16, t->name, t->stage, (unsigned long long)t->bytes);
-			else if (!(rc = check_received(t, p + 16, plan[k].src)))
-				memcpy(bufs[i], p + 16, (size_t)t->bytes);
-			free(msg);
+		void *msg = NULL;
+		size_t len = 0;
+		if ((rc = qe_comm_svc_recv(qe_rank_comm(r), plan[k].src, CKPT_SVC_XFER, &msg, &len))) {
+			rc = qe_fail_ctx(rc, "restore: receiving '%s' of stage %d from rank %d", t->name, t->stage, plan[k].src);
+			break;
 		}
+		const unsigned char *p = msg;
+		int64_t got_row = len >= 16 ? (int64_t)get64(p) : -1, their = len >= 16 ? (int64_t)get64(p + 8) : 0;
+		if (got_row != plan[k].row)
+			rc = qe_fail(QE_ECOMM, "restore: rank %d sent row %lld, expected '%s' of stage %d", plan[k].src,
+				     (long long)got_row, t->name, t->stage);
+		else if (their)
+			rc = qe_fail((int)their, "rank %d could not read '%s' of stage %d for rank %d: %.*s", plan[k].src,
+				     t->name, t->stage, me, (int)(len - 16), (const char *)p + 16);
+		else if (len - 16 != t->bytes)
+			rc = qe_fail(QE_ECOMM, "restore: rank %d sent %zu bytes of '%s' of stage %d, expected %llu", plan[k].src,
+				     len - 16, t->name, t->stage, (unsigned long long)t->bytes);
+		else if (!(rc = check_received(t, p + 16, plan[k].src)))
+			memcpy(g->buf[i], p + 16, (size_t)t->bytes);
+		free(msg);
 		if (!rc)
-			rc = check_record(r, it, bufs[i], step);
+			rc = ckpt__check_record(r, it, g->buf[i], step);
 		if (!rc)
 			ckpt__maybe_kill(s, "read", me);
 	}
+	free(own);
+	free(item_of);
 	return rc;
-}
-
-/* Copy the checked host buffers into the rank's state. */
-static int load_items(qe_rank *r, const qe_pstate_item *items, int n, void **bufs)
-{
-	qe_backend *b = qe_rank_backend(r);
-	for (int i = 0; i < n; i++) {
-		const qe_pstate_item *it = &items[i];
-		if (!it->bytes)
-			continue;
-		if (it->on_device) {
-			int rc = ckpt__copy(b, it->data, bufs[i], it->bytes, QE_COPY_H2D);
-			if (rc)
-				return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name,
-						   it->stage);
-		} else {
-			memcpy(it->data, bufs[i], it->bytes);
-		}
-	}
-	return QE_OK;
 }
 
 /* Rank 0, after a successful restore: attempts a crashed writer left pending will never commit. */
@@ -632,7 +641,9 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	qe_comm *comm = qe_rank_comm(r);
 	int world = comm ? qe_comm_world_size(comm) : 1;
 	qe_pstate_item *items = NULL;
-	void **bufs = NULL, *blob = NULL;
+	void *blob = NULL;
+	staging g;
+	memset(&g, 0, sizeof(g));
 	size_t blob_len = 0;
 	int64_t *need = NULL;
 	xfer *plan = NULL;
@@ -696,7 +707,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	memset(&me, 0, sizeof(me));
 	if (!rc && !mine.rc)
 		rc = qe_rank_pstate(r, &items, &n);
-	if (!rc && !mine.rc && (!(bufs = qe_calloc((size_t)n + 1, sizeof(void *))) || !(need = qe_calloc((size_t)n + 1, 8))))
+	if (!rc && !mine.rc && !(need = qe_calloc((size_t)n + 1, 8)))
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 	if (!rc && !mine.rc)
 		rc = match_items(r, &rows, found.step, items, n, need);
@@ -756,7 +767,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	memset(&mine, 0, sizeof(mine));
 	rc = world > 1 ? serve(s, comm, rank, &rows, plan, nplan, found.step) : QE_OK;
 	if (!rc)
-		rc = fetch(s, r, &rows, plan, nplan, items, need, n, bufs, found.step);
+		rc = fetch(s, r, &rows, plan, nplan, items, need, n, &g, found.step);
 	ckpt__word_set(&mine, rc, NULL);
 	if ((rc = agree(r, &mine, &w)))
 		goto out;
@@ -767,7 +778,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	}
 
 	/* 6. Everyone read everything: load, then rebuild process-local state. */
-	if ((rc = load_items(r, items, n, bufs)))
+	if ((rc = ckpt__load_items(r, items, n, &g)))
 		goto out;
 	if ((rc = qe_rank_pstate_loaded(r)))
 		goto out;
@@ -787,9 +798,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		out->ms = ckpt__now_ms() - t0;
 	}
 out:
-	for (int i = 0; bufs && i < n; i++)
-		free(bufs[i]);
-	free(bufs);
+	ckpt__stage_free(&g);
 	free(need);
 	free(plan);
 	free(items);
