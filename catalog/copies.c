@@ -9,7 +9,7 @@
  * deletes its copies by cascade, so gc's referenced set (chunk hashes, store
  * independent) stays the truth for every copy.
  */
-#include "catalog_int.h"
+#include "catalog/catalog_int.h"
 
 #include <stdlib.h>
 #include <string.h>

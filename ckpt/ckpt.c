@@ -11,7 +11,7 @@
  * another run than the stores beside it, and is refused instead of reading
  * or writing chunks of the wrong run.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -142,14 +142,6 @@ void ckpt_session_close(ckpt_session *s)
 		ckpt_unlock(s->store_lock);
 	}
 	free(s);
-}
-
-int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
-{
-	if (qe_fault_hit(QE_FAULT_COPY))
-		return qe_fail(QE_EIO, "backend copy of %zu bytes %s", bytes,
-			       kind == QE_COPY_H2D ? "to the device" : kind == QE_COPY_D2H ? "to the host" : "on the device");
-	return b->ops->copy(NULL, dst, src, bytes, kind);
 }
 
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank)

@@ -13,7 +13,7 @@
  * save builds them; only the chunks come from host copies taken at the
  * boundary instead of the live state.
  */
-#include "ckpt_async.h"
+#include "ckpt/ckpt_async.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
@@ -353,10 +353,10 @@ static int pool_reserve(ckpt_async *a, qe_backend *b, const qe_pstate_item *item
 	if (need <= a->pool_bytes && b == a->pool_b)
 		return QE_OK;
 	if (a->pool)
-		a->pool_b->ops->host_free(a->pool_b, a->pool);
+		qe_pstate_host_free(a->pool_b, a->pool);
 	a->pool = NULL;
 	a->pool_bytes = 0;
-	int rc = b->ops->host_alloc(b, need, &a->pool);
+	int rc = qe_pstate_host_alloc(b, need, &a->pool);
 	if (rc)
 		return qe_fail_ctx(rc, "async checkpoint: no host memory for the snapshot (%zu bytes)", need);
 	a->pool_bytes = need;
@@ -408,7 +408,7 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 		a->copies[i] = (char *)a->pool + off;
 		off += (it->bytes + 255) / 256 * 256;
 		if (it->on_device && it->bytes) {
-			if ((rc = ckpt__copy(b, a->copies[i], it->data, it->bytes, QE_COPY_D2H)))
+			if ((rc = qe_pstate_read(r, it, a->copies[i])))
 				return qe_fail_ctx(rc, "async checkpoint: copying '%s' of stage %d to the host", it->name,
 						   it->stage);
 		} else if (it->bytes) {
@@ -572,7 +572,7 @@ void ckpt_async_close(ckpt_async *a)
 	if (ckpt_async_drain(a, NULL))
 		qe_log(QE_LOG_WARN, "%s", qe_last_error());
 	if (a->pool)
-		a->pool_b->ops->host_free(a->pool_b, a->pool);
+		qe_pstate_host_free(a->pool_b, a->pool);
 	cat_close(a->bg_cat);
 	pthread_mutex_destroy(&a->mu);
 	free(a);

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/rundir.h"
 #include "runtime/exec/pstate.h"
 #include "store/store.h"
@@ -113,9 +113,6 @@ typedef struct ckpt_word {
 
 /* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
-/* The backend's copy of checkpoint data (b->ops->copy, default stream), failing with
- * QE_EIO when QE_FAULT asks for a copy fault (runtime/core/fault.h). */
-int ckpt__copy(qe_backend *b, void *dst, const void *src, size_t bytes, qe_copy_kind kind);
 
 /* Bytes per piece of a save or restore: QE_CKPT_PIECE_BYTES or 64 MiB, a whole number of chunks. */
 size_t ckpt__piece_bytes(const ckpt_session *s);
@@ -277,10 +274,10 @@ typedef struct staging {
 	void **buf;
 	unsigned char *on_dev; /* buf[i] is device memory of the rank's backend */
 	int n;
-	qe_backend *b;
+	qe_rank *r;
 } staging;
 /* 1 when device items are staged on the device: not on cpu; QE_CKPT_STAGING=device|host overrides. */
-int ckpt__want_device_staging(qe_backend *b);
+int ckpt__want_device_staging(qe_rank *r);
 /* Staging for item i: on the device when dev allows and the item is a device array, else host memory. */
 int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev);
 void ckpt__stage_free(staging *g);

@@ -4,11 +4,11 @@
  * helper thread.
  *
  * A save copies each piece of an item off the device into the next slot on
- * the training thread (backend calls stay on the thread that owns the
- * device) while a helper thread hashes and writes the previous slot into
+ * the training thread (qe_pstate_read_at: device copies stay on the
+ * thread that owns the device) while a helper thread hashes and writes the previous slot into
  * the store; a restore is the mirror image: the helper reads and re-hashes
  * chunks into a slot while the training thread copies the previous slot to
- * the device.  The slots come from the backend's host_alloc (page-locked on
+ * the device.  The slots come from qe_pstate_host_alloc (page-locked on
  * cuda, so device copies run at full speed and need no bounce buffer;
  * plain memory on cpu) and live as long as the session, so no checkpoint
  * pays for pinning again.
@@ -18,7 +18,7 @@
  * taken, the draining side while none is filled.  Either side may stop the
  * pipe (a failure); the other then sees no more messages and gives up too.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +47,7 @@ void ckpt__ring_free(ckpt_ring *g)
 {
 	for (int i = 0; i < CKPT_RING_SLOTS; i++)
 		if (g->slot[i])
-			g->b->ops->host_free(g->b, g->slot[i]);
+			qe_pstate_host_free(g->b, g->slot[i]);
 	memset(g, 0, sizeof(*g));
 }
 
@@ -59,7 +59,7 @@ int ckpt__ring_get(ckpt_session *s, qe_backend *b, size_t slot_bytes)
 	ckpt__ring_free(g);
 	g->b = b;
 	for (int i = 0; i < CKPT_RING_SLOTS; i++) {
-		int rc = b->ops->host_alloc(b, slot_bytes, &g->slot[i]);
+		int rc = qe_pstate_host_alloc(b, slot_bytes, &g->slot[i]);
 		if (rc) {
 			g->slot[i] = NULL;
 			ckpt__ring_free(g);

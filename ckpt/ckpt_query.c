@@ -7,7 +7,7 @@
  * The decoders take bytes, not a store, so tests can check them against
  * values they wrote themselves.
  */
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <errno.h>
 #include <math.h>

@@ -11,7 +11,7 @@
  * the store's grace period (its chunks are stored, and touched again when
  * deduplicated, before the catalog lists them).
  */
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
  * checked in its own store, and its faults say "replica".  Chunks no checkpoint lists are counted as
  * orphans: information (gc collects them), never a fault.
  */
-#include "ckpt_query_int.h"
+#include "ckpt/ckpt_query_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
  * A failure in 2 or 3 leaves no manifest, so the remote never shows a
  * checkpoint whose chunks are not all there.
  */
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_remote_int.h"
 #include "ckpt/rundir.h"
 
 #include <errno.h>

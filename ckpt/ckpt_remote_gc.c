@@ -16,8 +16,8 @@
  * grace period (a push uploads its chunks before its manifest).  Anything cut
  * short leaves orphan chunks, which the next gc collects.
  */
-#include "ckpt_query_int.h"
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_query_int.h"
+#include "ckpt/ckpt_remote_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

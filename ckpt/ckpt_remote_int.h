@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "catalog/catalog.h"
-#include "ckpt_remote.h"
+#include "ckpt/ckpt_remote.h"
 #include "store/store.h"
 
 /* A checkpoint as a manifest describes it.  Strings and rows are owned (ckpt__manifest_release). */

@@ -8,7 +8,7 @@
  * catalog's manifest hash stays the same).  A reader checks every field
  * before using any: a manifest is input from the network.
  */
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_remote_int.h"
 
 #include <ctype.h>
 #include <stdio.h>

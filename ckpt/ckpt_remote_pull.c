@@ -17,7 +17,7 @@
  * row and chunks, and pulling again finishes the job (present chunks are not
  * fetched twice).
  */
-#include "ckpt_remote_int.h"
+#include "ckpt/ckpt_remote_int.h"
 #include "ckpt/rundir.h"
 
 #include <errno.h>

@@ -35,7 +35,7 @@
  * replsync (target, before its flush), replsynced (after it), replack
  * (source, after every target acknowledged).
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <errno.h>
 #include <stdio.h>

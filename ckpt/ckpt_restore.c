@@ -18,7 +18,7 @@
  * found by (global stage, name), so the pipeline mapping of the checkpoint
  * does not matter.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -408,9 +408,8 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 		 const qe_pstate_item *items, const int64_t *need, int n, staging *g, int64_t step)
 {
 	int me = qe_rank_index(r), rc = QE_OK, nown = 0;
-	qe_backend *b = qe_rank_backend(r);
-	int dev = ckpt__want_device_staging(b);
-	g->b = b;
+	int dev = ckpt__want_device_staging(r);
+	g->r = r;
 	g->n = n;
 	if (!(g->buf = qe_calloc((size_t)n + 1, sizeof(void *))) || !(g->on_dev = qe_calloc((size_t)n + 1, 1)))
 		return qe_fail(QE_ENOMEM, "restore: out of memory");

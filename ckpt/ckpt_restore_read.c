@@ -7,7 +7,7 @@
  * once everyone agreed.  ckpt_restore.c plans, moves rows between ranks and
  * decides; see its header for the protocol.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -29,20 +29,20 @@
  * at the load.
  */
 
-int ckpt__want_device_staging(qe_backend *b)
+int ckpt__want_device_staging(qe_rank *r)
 {
 	const char *e = getenv("QE_CKPT_STAGING");
 	if (e && strcmp(e, "device") == 0)
 		return 1;
 	if (e && strcmp(e, "host") == 0)
 		return 0;
-	return b->ops->name && strcmp(b->ops->name, "cpu") != 0;
+	return qe_pstate_has_device(r);
 }
 
 int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev)
 {
 	if (dev && it->on_device && it->stage >= 0 && it->bytes) {
-		if (!g->b->ops->alloc(g->b, it->bytes, &g->buf[i])) {
+		if (!qe_pstate_stage_alloc(g->r, it->bytes, &g->buf[i])) {
 			g->on_dev[i] = 1;
 			return QE_OK;
 		}
@@ -61,7 +61,7 @@ void ckpt__stage_free(staging *g)
 {
 	for (int i = 0; g->buf && i < g->n; i++) {
 		if (g->on_dev && g->on_dev[i])
-			g->b->ops->free(g->b, g->buf[i]);
+			qe_pstate_stage_free(g->r, g->buf[i]);
 		else
 			free(g->buf[i]);
 	}
@@ -205,7 +205,7 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 		int i = rows[m->item].item;
 		const qe_pstate_item *it = &items[i];
 		if (m->in_slot && m->len)
-			rc = ckpt__copy(b, (unsigned char *)g->buf[i] + m->off, s->ring.slot[slot], m->len, QE_COPY_H2D);
+			rc = qe_pstate_stage_put(r, g->buf[i], m->off, s->ring.slot[slot], m->len);
 		if (rc)
 			rc = qe_fail_ctx(rc, "restore: copying '%s' of stage %d to its device staging", it->name, it->stage);
 		if (!rc && m->last && !g->on_dev[i])
@@ -227,18 +227,11 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 /* Everyone agreed: copy the staged rows into the rank's state. */
 int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g)
 {
-	qe_backend *b = qe_rank_backend(r);
 	for (int i = 0; i < n; i++) {
 		const qe_pstate_item *it = &items[i];
 		if (!it->bytes)
 			continue;
-		int rc = QE_OK;
-		if (g->on_dev[i])
-			rc = ckpt__copy(b, it->data, g->buf[i], it->bytes, QE_COPY_D2D);
-		else if (it->on_device)
-			rc = ckpt__copy(b, it->data, g->buf[i], it->bytes, QE_COPY_H2D);
-		else
-			memcpy(it->data, g->buf[i], it->bytes);
+		int rc = g->on_dev[i] ? qe_pstate_stage_load(r, it, g->buf[i]) : qe_pstate_write(r, it, g->buf[i]);
 		if (rc)
 			return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name, it->stage);
 	}

@@ -16,7 +16,7 @@
  * row through the same functions (ckpt__report_build, ckpt__describe), so
  * both saves record alike.
  */
-#include "ckpt_int.h"
+#include "ckpt/ckpt_int.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -110,7 +110,7 @@ static void *save_writer(void *arg)
  * chunks, device items through the ring's slots (the backend's copy, on the
  * thread that owns the device), host items handed over in place.
  */
-static int copy_pieces(ckpt_session *s, qe_backend *b, const qe_pstate_item *items, int n, ckpt_pipe *p)
+static int copy_pieces(ckpt_session *s, qe_rank *r, const qe_pstate_item *items, int n, ckpt_pipe *p)
 {
 	size_t piece = s->ring.slot_bytes;
 	for (int i = 0; i < n; i++) {
@@ -128,7 +128,7 @@ static int copy_pieces(ckpt_session *s, qe_backend *b, const qe_pstate_item *ite
 			m->last = off + len == it->bytes;
 			if (it->on_device && len) {
 				m->in_slot = 1;
-				int rc = ckpt__copy(b, s->ring.slot[slot], (const unsigned char *)it->data + off, len, QE_COPY_D2H);
+				int rc = qe_pstate_read_at(r, it, off, len, s->ring.slot[slot]);
 				if (rc) {
 					rc = qe_fail_ctx(rc, "checkpoint: copying '%s' of stage %d to the host", it->name, it->stage);
 					ckpt__pipe_fail(p, rc);
@@ -159,7 +159,6 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		rc = qe_fail(QE_ENOMEM, "checkpoint: out of memory");
 		goto out;
 	}
-	qe_backend *b = qe_rank_backend(r);
 	/* Replicas other than 0 write only what may differ between replicas (FP8 meta: amax
 	 * histories of inputs and gradients are per replica; small records). */
 	int keep = 0;
@@ -167,7 +166,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		if (replica == 0 || !ckpt__shared_by_replicas(&items[i]))
 			items[keep++] = items[i];
 	n = keep;
-	if ((rc = ckpt__ring_get(s, b, ckpt__piece_bytes(s))))
+	if ((rc = ckpt__ring_get(s, qe_rank_backend(r), ckpt__piece_bytes(s))))
 		goto out;
 	save_job j = { .s = s, .comm = qe_rank_comm(r), .id = id, .rank = rank, .items = items, .lists = lists };
 	ckpt__pipe_init(&j.pipe);
@@ -177,7 +176,7 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		rc = qe_fail(QE_ENOMEM, "checkpoint: rank %d could not start its writer thread", rank);
 		goto out;
 	}
-	rc = copy_pieces(s, b, items, n, &j.pipe);
+	rc = copy_pieces(s, r, items, n, &j.pipe);
 	ckpt__pipe_close(&j.pipe);
 	pthread_join(tid, NULL);
 	int wrc = ckpt__pipe_rc(&j.pipe);

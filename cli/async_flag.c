@@ -1,7 +1,7 @@
 /*
  * async_flag.c - parsing --ckpt-async for train and resume (async_flag.h).
  */
-#include "async_flag.h"
+#include "cli/async_flag.h"
 
 #include <string.h>
 

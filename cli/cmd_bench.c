@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cli/bench/bench.h"
-#include "cli.h"
+#include "cli/cli.h"
 
 static const struct {
 	const char *name;

@@ -9,8 +9,8 @@
 
 #include <jansson.h>
 
-#include "cli.h"
-#include "run.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/status.h"
 #include "runtime/train/trace.h"
 

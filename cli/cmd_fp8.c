@@ -7,7 +7,7 @@
  * float32 bit patterns and prints the four codes in the vector file's column
  * order, so a diff against that file is the whole test (tests/cli/fp8_cast.sh).
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <math.h>

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
-#include "cli.h"
-#include "run.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/ckpt_remote.h"
 #include "runtime/core/status.h"

@@ -16,12 +16,12 @@
 
 #include <jansson.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/rundir.h"
-#include "run_args.h"
+#include "cli/run_args.h"
 #include "runtime/core/status.h"
-#include "runtime/train/config.h"
+#include "runtime/job/config.h"
 
 #define NO_STAGE (-1000)
 

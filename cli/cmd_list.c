@@ -9,9 +9,9 @@
 
 #include <jansson.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "ckpt/ckpt_query.h"
-#include "run_args.h"
+#include "cli/run_args.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)

@@ -19,8 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "gnuplot.h"
+#include "cli/cli.h"
+#include "cli/gnuplot.h"
 #include "ckpt/ckpt_query.h"
 #include "runtime/core/status.h"
 

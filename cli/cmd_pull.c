@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "ckpt/ckpt_remote.h"
-#include "cli.h"
-#include "run.h"
-#include "remote_flags.h"
+#include "cli/cli.h"
+#include "cli/run.h"
+#include "cli/remote_flags.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)

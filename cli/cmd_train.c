@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "async_flag.h"
-#include "tier_flags.h"
-#include "cli.h"
-#include "run.h"
+#include "cli/async_flag.h"
+#include "cli/tier_flags.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/status.h"
-#include "runtime/train/data.h"
-#include "train_flags.h"
+#include "runtime/job/data.h"
+#include "cli/train_flags.h"
 
 /*
  * What can be known wrong before the run directory is touched: a run that

@@ -3,7 +3,7 @@
  * gnuplot draws.  One copy for `qeffect plot` and the bench charts.
  */
 #define _GNU_SOURCE
-#include "gnuplot.h"
+#include "cli/gnuplot.h"
 
 #include <errno.h>
 #include <stdio.h>

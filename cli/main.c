@@ -1,7 +1,7 @@
 /*
  * main.c - `qeffect`, the command users run: dispatch to a subcommand.
  */
-#include "cli.h"
+#include "cli/cli.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * so implementations that cast it to their private struct are unaffected.
  * Live blocks are kept in a small array (a rank allocates a few dozen).
  */
-#include "rank_meter.h"
+#include "cli/rank_meter.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -15,11 +15,6 @@
 #include <unistd.h>
 
 #include "runtime/core/status.h"
-
-#ifdef QE_WITH_CUDA
-/* The probe is the only CUDA call outside the backend: a plain C runtime query. */
-#include <cuda_runtime_api.h>
-#endif
 
 typedef struct block {
 	void *p;
@@ -116,19 +111,17 @@ static int probe_rss(size_t *used)
 	return 0;
 }
 
-int cli_rank_meter_probe(const qe_backend *b, size_t *used, const char **what)
+int cli_rank_meter_probe(qe_backend *b, size_t *used, const char **what)
 {
 	*used = 0;
 	*what = "rss";
-#ifdef QE_WITH_CUDA
 	if (b && b->ops->device == QE_DEV_CUDA) {
 		size_t free_b = 0, total = 0;
 		*what = "cuda_used";
-		if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
+		if (b->ops->mem_info(b, &free_b, &total) != QE_OK)
 			return -1;
 		*used = total - free_b;
 		return 0;
 	}
-#endif
 	return probe_rss(used);
 }

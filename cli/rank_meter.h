@@ -15,9 +15,10 @@
  *    counted: memory a backend takes for itself (cuda: per-stream cuBLASLt
  *    workspace and scratch, instantiated graphs, the context; cpu: stream
  *    scratch), host staging buffers, communicator buffers.
- *  - a memory probe: on a cuda backend the device's used bytes
- *    (cudaMemGetInfo: total - free, which includes everything above and what
- *    the allocator count misses); on cpu the process's resident set (VmRSS).
+ *  - a memory probe: on a cuda backend the device's used bytes (the
+ *    backend's mem_info op: total - free, which includes everything above and
+ *    what the allocator count misses); on cpu the process's resident set
+ *    (VmRSS), since there the backend's memory is the process's own.
  *
  * One backend per process is metered (ranks are processes).  Thread-safe.
  */
@@ -51,6 +52,6 @@ void cli_rank_meter_get(cli_alloc_stats *out);
  * measure ("cuda_used" or "rss", a static string).  Returns 0, or -1 when the
  * probe is unavailable (the value is then 0).
  */
-int cli_rank_meter_probe(const qe_backend *b, size_t *used, const char **what);
+int cli_rank_meter_probe(qe_backend *b, size_t *used, const char **what);
 
 #endif

@@ -3,13 +3,13 @@
  * pull` (remote_flags.h).  getopt_long with the same option set as before
  * the two commands shared it, so abbreviations and messages are unchanged.
  */
-#include "remote_flags.h"
+#include "cli/remote_flags.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 enum { O_RUNDIR = 1, O_REMOTE, O_ENDPOINT, O_STEP, O_JSON, O_QUIET, O_HELP, O_ALL, O_RUNID };
 

@@ -4,15 +4,15 @@
  * cmd_resume.c so the resume command stays about resuming; it calls
  * cli_resume_remote_prepare() first thing.
  */
-#include "resume_remote.h"
+#include "cli/resume_remote.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_remote.h"
-#include "cli.h"
-#include "run.h"
+#include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/status.h"
 
 void cli_resume_remote_help(FILE *f)

@@ -1,7 +1,7 @@
 /*
  * run.c - run directories and the rank process body shared by train and resume.
  */
-#include "run.h"
+#include "cli/run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,8 +21,8 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
-#include "rank_meter.h"
-#include "train_flags.h"
+#include "cli/rank_meter.h"
+#include "cli/train_flags.h"
 
 int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 {

@@ -9,7 +9,7 @@
 
 #include "catalog/catalog.h"
 #include "ckpt/rundir.h"
-#include "runtime/train/config.h"
+#include "runtime/job/config.h"
 #include "runtime/train/train.h"
 
 /*

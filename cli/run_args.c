@@ -2,12 +2,12 @@
  * run_args.c - command-line parsing shared by the commands that read one run
  * directory (run_args.h).
  */
-#include "run_args.h"
+#include "cli/run_args.h"
 
 #include <getopt.h>
 #include <stdio.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 int cli_run_args_unknown(const char *cmd, char **argv)
 {

@@ -2,12 +2,12 @@
  * tier_flags.c - parsing the checkpoint tier flags of train and resume
  * (tier_flags.h).
  */
-#include "tier_flags.h"
+#include "cli/tier_flags.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 void cli_tier_flags_help(FILE *f)
 {

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "runtime/core/status.h"
-#include "train_flags.h"
+#include "cli/train_flags.h"
 
 void cli_train_flags_help(FILE *f, int for_resume)
 {

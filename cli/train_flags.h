@@ -6,7 +6,7 @@
 #ifndef CLI_TRAIN_FLAGS_H
 #define CLI_TRAIN_FLAGS_H
 
-#include "runtime/train/config.h"
+#include "runtime/job/config.h"
 
 enum {
 	CLI_F_PRESET = 1 << 0, CLI_F_PP = 1 << 1, CLI_F_DP = 1 << 2, CLI_F_MICRO = 1 << 3, CLI_F_CHUNKS = 1 << 4,

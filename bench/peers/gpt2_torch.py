@@ -91,7 +91,7 @@ def model_shape(a):
 
 
 # ---------------------------------------------------------------------------------------------
-# data: llm.c shards (runtime/train/shard.c writes them; llm.c's dev/data reads them)
+# data: llm.c shards (runtime/job/shard.c writes them; llm.c's dev/data reads them)
 
 def read_shard(path):
     """The tokens of an llm.c shard as array('H'); ValueError naming the file when it is not one."""

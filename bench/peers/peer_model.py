@@ -2,7 +2,7 @@
 
 What the peer benchmarks (pp_step.py, dcp_ckpt.py) share, so that they run the model qeffect
 runs (runtime/model/preset.c, stage.c, stage_forward.c) on the data it reads
-(runtime/train/data.c):
+(runtime/job/data.c):
 
   - presets: vocab, hidden, ffn, heads, seq, layers; four layers, one per virtual stage,
     micro-batch size 1;
@@ -110,7 +110,7 @@ def checkpoint_bytes(cfg, stages, nstages, history=AMAX_HISTORY):
 
 
 # ---------------------------------------------------------------------------------------------
-# data: the same bytes qeffect trains on (runtime/train/data.c load_jsonl)
+# data: the same bytes qeffect trains on (runtime/job/data.c load_jsonl)
 
 def load_train_bytes(path):
     """The training split as bytes: every record's UTF-8 text plus '\\n', records with index

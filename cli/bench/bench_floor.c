@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "cli/bench/bench.h"
 #include "cli/cli.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/status.h"

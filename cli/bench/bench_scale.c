@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "cli/bench/bench.h"
 #include "cli/cli.h"
 #include "runtime/core/status.h"
 #include "runtime/model/model.h"

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "cli/bench/bench.h"
 
 int bench_preset_micro(const char *s, char *preset, size_t len, int *micro)
 {

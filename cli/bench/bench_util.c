@@ -7,7 +7,7 @@
  * processes with it, and dies with us (PR_SET_PDEATHSIG) so that a bench
  * killed by an outer timeout leaves nothing running on the GPUs.
  */
-#include "bench.h"
+#include "cli/bench/bench.h"
 #include "cli/gnuplot.h"
 
 #include <errno.h>

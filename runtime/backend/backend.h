@@ -113,6 +113,14 @@ typedef struct qe_backend_ops {
 	 */
 	int (*host_alloc)(qe_backend *b, size_t bytes, void **out);
 	void (*host_free)(qe_backend *b, void *p);
+	/*
+	 * The memory this backend allocates from: *free_bytes and *total_bytes
+	 * (both required).  cuda: the device's, by cudaMemGetInfo, so total - free
+	 * counts every user of the device, this process's context included.
+	 * cpu: the host's RAM (sysinfo); its memory is the process's, which a
+	 * per-process measure (the resident set) describes better.
+	 */
+	int (*mem_info)(qe_backend *b, size_t *free_bytes, size_t *total_bytes);
 
 	/* streams, events, graphs */
 	int (*stream_create)(qe_backend *b, qe_stream **out);

@@ -93,6 +93,13 @@ int qe__check_fill(const void *dst, size_t bytes)
 	return qe__check_need(dst, (int64_t)bytes, "fill", "dst");
 }
 
+int qe__check_mem_info(const size_t *free_bytes, const size_t *total_bytes)
+{
+	if (!free_bytes || !total_bytes)
+		return qe_fail(QE_EINVAL, "mem_info: NULL %s pointer", free_bytes ? "total_bytes" : "free_bytes");
+	return QE_OK;
+}
+
 int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev)
 {
 	if (!a || !b || !c)

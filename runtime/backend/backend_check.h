@@ -29,6 +29,8 @@ int qe__check_size(int64_t v, const char *op, const char *name);
 int qe__check_copy(const void *dst, const void *src, size_t bytes, qe_copy_kind kind);
 /* fill: dst present when bytes > 0. */
 int qe__check_fill(const void *dst, size_t bytes);
+/* mem_info: both out pointers present. */
+int qe__check_mem_info(const size_t *free_bytes, const size_t *total_bytes);
 /*
  * The TN GEMM's operands: shapes, dtypes, scales, device dev, and C
  * overlapping neither.  A NULL descriptor is refused (QE_EINVAL).

@@ -75,16 +75,16 @@ int qe_comm_allreduce_sum_f32(qe_comm *c, float *buf, size_t n, const int *group
 	}
 	rc = check_group(c, group, group_size);
 	if (rc)
-		goto out;
+		goto free_gathered;
 	root = group[0];
 	if (group_size == 1)
-		goto out;
+		goto free_gathered;
 	if (c->rank != root) {
 		rc = qe_comm_post(c, root, QE_KIND_COLL, QE_COLL_ALLREDUCE_IN, buf, bytes);
 		if (!rc)
 			rc = qe_comm_take(c, root, QE_LANE_COLL, QE_COLL_ALLREDUCE_OUT, bytes, buf ? (void *)buf : &rc,
 					  NULL, NULL);
-		goto out;
+		goto free_gathered;
 	}
 	/* Root: acc = x[g0]; acc += x[g1]; acc += x[g2]; ... element by element. */
 	for (int i = 1; i < group_size; i++) {
@@ -92,7 +92,7 @@ int qe_comm_allreduce_sum_f32(qe_comm *c, float *buf, size_t n, const int *group
 		const float *x;
 		rc = qe_comm_take(c, group[i], QE_LANE_COLL, QE_COLL_ALLREDUCE_IN, bytes, NULL, &part, NULL);
 		if (rc)
-			goto out;
+			goto free_gathered;
 		x = part;
 		for (size_t k = 0; k < n; k++)
 			buf[k] += x[k];
@@ -100,8 +100,8 @@ int qe_comm_allreduce_sum_f32(qe_comm *c, float *buf, size_t n, const int *group
 	}
 	for (int i = 1; i < group_size; i++)
 		if ((rc = qe_comm_post(c, group[i], QE_KIND_COLL, QE_COLL_ALLREDUCE_OUT, buf, bytes)))
-			goto out;
-out:
+			goto free_gathered;
+free_gathered:
 	free(all);
 	return rc;
 }

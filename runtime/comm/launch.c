@@ -267,7 +267,7 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 		/* Built before fork: only async-signal-safe calls stand between fork and exec. */
 		if (spec->argv && !(envp = child_environ(vals, nvals))) {
 			rc = qe_fail(QE_ENOMEM, "launch: environment of rank %d", r);
-			goto abort;
+			goto kill_ranks;
 		}
 		pid = fork();
 		if (pid == 0)
@@ -276,14 +276,14 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 		explicit_bzero(vals[VAR_SECRET], sizeof(vals[VAR_SECRET]));
 		if (pid < 0) {
 			rc = qe_fail(QE_EIO, "launch: fork of rank %d of %d: %s", r, nproc, strerror(errno));
-			goto abort;
+			goto kill_ranks;
 		}
 		out->ranks[r].pid = pid;
 	}
 	explicit_bzero(secret, sizeof(secret));
 	return supervise(out);
 
-abort:
+kill_ranks:
 	explicit_bzero(secret, sizeof(secret));
 	for (int r = 0; r < nproc; r++) {
 		int st;

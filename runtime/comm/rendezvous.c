@@ -643,7 +643,7 @@ static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd,
 	acceptor a = { .env = env, .key = key, .lo = lo, .hi = hi, .taken = taken, .hosts_wanted = hosts != NULL };
 	if (!taken || !pend || !pf) {
 		rc = qe_fail(QE_ENOMEM, "rank %d: rendezvous table", env->rank);
-		goto out;
+		goto drop_pending;
 	}
 	while (got < want) {
 		int64_t now = qe_comm_now_ms(), wake = deadline;
@@ -666,7 +666,7 @@ static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd,
 								 used ? ", " : "", k);
 			rc = qe_fail(QE_ECOMM, "rank %d: rendezvous timed out: %d of %d ranks joined (missing: %s)", env->rank,
 				     got, want, missing);
-			goto out;
+			goto drop_pending;
 		}
 		pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 		for (int i = 0; i < np; i++)
@@ -674,7 +674,7 @@ static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd,
 		r = poll(pf, (nfds_t)(1 + np), wake - now > INT_MAX ? INT_MAX : (int)(wake - now));
 		if (r < 0 && errno != EINTR) {
 			rc = qe_fail(QE_ECOMM, "rank %d: rendezvous: poll: %s", env->rank, strerror(errno));
-			goto out;
+			goto drop_pending;
 		}
 		if (r <= 0)
 			continue;
@@ -730,7 +730,7 @@ static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd,
 			np++;
 		}
 	}
-out:
+drop_pending:
 	for (int i = 0; i < np; i++) {
 		if (!rc)
 			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: its handshake was unfinished when every rank had joined",
@@ -790,18 +790,18 @@ static int rendezvous_root(const qe_dist_env *env, const qe_auth_key *key, int64
 	if (rc)
 		return rc;
 	if ((rc = qe_auth_policy(key, 0, world, where)))
-		goto out;
+		goto close_listener;
 	hosts = calloc((size_t)world, RDV_HOST);
 	ports = calloc((size_t)world, sizeof(int));
 	table = calloc((size_t)world, ENTRY_SIZE);
 	if (!hosts || !ports || !table) {
 		rc = qe_fail(QE_ENOMEM, "rank 0: rendezvous table for %d ranks", world);
-		goto out;
+		goto close_listener;
 	}
 	qe_log(QE_LOG_DEBUG, "rank 0: waiting for %d ranks on port %d", world - 1, env->master_port);
 	rc = accept_ranks(env, key, lfd, 1, world - 1, deadline, fds, hosts, ports);
 	if (rc)
-		goto out;
+		goto close_listener;
 	for (int r = 1; r < world; r++) {
 		memcpy(table + (size_t)r * ENTRY_SIZE, hosts[r], RDV_HOST);
 		put_u32(table + (size_t)r * ENTRY_SIZE + RDV_HOST, (uint32_t)ports[r]);
@@ -812,10 +812,10 @@ static int rendezvous_root(const qe_dist_env *env, const qe_auth_key *key, int64
 			io = xfer(fds[r], table, (size_t)world * ENTRY_SIZE, 1, deadline);
 		if (io != IO_OK) {
 			rc = qe_fail(QE_ECOMM, "rank 0: sending the rank table to rank %d failed: %s", r, io_text(io));
-			goto out;
+			goto close_listener;
 		}
 	}
-out:
+close_listener:
 	close(lfd);
 	free(hosts);
 	free(ports);
@@ -905,16 +905,16 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 	if (!rc)
 		rc = read_verdict(self, fd0, "rank 0", env->master_addr, env->master_port, deadline);
 	if (rc)
-		goto out;
+		goto close_listener;
 	table = malloc((size_t)world * ENTRY_SIZE);
 	if (!table) {
 		rc = qe_fail(QE_ENOMEM, "rank %d: rendezvous table for %d ranks", self, world);
-		goto out;
+		goto close_listener;
 	}
 	io = xfer(fd0, table, (size_t)world * ENTRY_SIZE, 0, deadline);
 	if (io != IO_OK) {
 		rc = qe_fail(QE_ECOMM, "rank %d: reading the rank table from rank 0: %s", self, io_text(io));
-		goto out;
+		goto close_listener;
 	}
 
 	h.port = 0;
@@ -926,19 +926,19 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 		snprintf(what, sizeof(what), "rank %d", j);
 		rc = connect_retry(self, what, host, port, deadline, &fds[j]);
 		if (rc)
-			goto out;
+			goto close_listener;
 		rc = say_hello(env, key, fds[j], j, what, host, port, &h, deadline);
 		if (!rc)
 			rc = read_verdict(self, fds[j], what, host, port, deadline);
 		if (rc)
-			goto out;
+			goto close_listener;
 	}
 	if (self + 1 < world) {
 		rc = accept_ranks(env, key, lfd, self + 1, world - 1, deadline, fds, NULL, NULL);
 		if (rc)
-			goto out;
+			goto close_listener;
 	}
-out:
+close_listener:
 	close(lfd);
 	free(table);
 	return rc;

@@ -699,7 +699,7 @@ int qe_comm_open(const qe_dist_env *env, int timeout_ms, qe_comm **out)
 	c->peers = calloc((size_t)c->world, sizeof(*c->peers));
 	if (!c->peers) {
 		rc = qe_fail(QE_ENOMEM, "qe_comm_open: %d peers", c->world);
-		goto fail;
+		goto stop_transport;
 	}
 	for (int p = 0; p < c->world; p++)
 		c->peers[p].fd = -1;
@@ -711,18 +711,18 @@ int qe_comm_open(const qe_dist_env *env, int timeout_ms, qe_comm **out)
 	fds = malloc((size_t)c->world * sizeof(int));
 	if (c->wake_fd < 0 || !fds) {
 		rc = qe_fail(QE_ENOMEM, "qe_comm_open: eventfd or socket table: %s", strerror(errno));
-		goto fail;
+		goto stop_transport;
 	}
 	rc = qe_comm_rendezvous(env, timeout_ms, fds);
 	if (rc)
-		goto fail;
+		goto stop_transport;
 	for (int p = 0; p < c->world; p++)
 		c->peers[p].fd = fds[p];
 	free(fds);
 	fds = NULL;
 	rc = qe_comm_transport_start(c);
 	if (rc)
-		goto fail;
+		goto stop_transport;
 	/* Everyone connected everywhere before anyone returns. */
 	{
 		int keep = c->timeout_ms;
@@ -731,13 +731,13 @@ int qe_comm_open(const qe_dist_env *env, int timeout_ms, qe_comm **out)
 		c->timeout_ms = keep;
 		if (rc) {
 			qe_fail_ctx(rc, "rank %d: rendezvous barrier", c->rank);
-			goto fail;
+			goto stop_transport;
 		}
 	}
 	qe_log(QE_LOG_DEBUG, "rank %d of %d: connected (run id '%s')", c->rank, c->world, env->run_id);
 	*out = c;
 	return 0;
-fail:
+stop_transport:
 	free(fds);
 	qe_comm_transport_stop(c);
 	comm_free(c);

@@ -76,7 +76,14 @@ void qe_clear_error(void);
  */
 int qe_errno_status(int err);
 
-/* Evaluate a call returning a status; return that status from the caller when it is not QE_OK. */
+/*
+ * Evaluate a call returning a status; return that status from the caller when
+ * it is not QE_OK.  The one macro that hides a return, against STYLE.md's
+ * rule, and kept on purpose (runtime/README.md, "Conventions here"): only in
+ * a function that holds nothing to undo - no goto cleanup chain, no
+ * allocation - where a straight run of calls each sets its own message.
+ * tests/build/conventions.py (ctest build_conventions) enforces that.
+ */
 #define QE_TRY(expr)                   \
 	do {                           \
 		int qe_try_rc_ = (expr); \

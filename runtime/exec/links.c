@@ -19,7 +19,8 @@
  * aborts every link (NCCL returns from the waiting kernels) and fails.
  *
  * QE_P2P=host keeps the host path (to compare the two, or where NCCL
- * misbehaves); the messages are the same bytes either way.
+ * misbehaves); the messages are the same bytes either way.  The executor's
+ * send, recv and all-reduce (the end of this file) choose between the two.
  */
 #include "runtime/exec/rank_int.h"
 
@@ -440,13 +441,6 @@ void qe_rank_abandon(qe_rank *r)
 		abort_links(r);
 }
 
-static double mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* 0 while every link and the host comm are healthy; else the failure, links aborted. */
 static int links_health(qe_rank *r)
 {
@@ -475,7 +469,7 @@ int qe__rank_sync(qe_rank *r, qe_stream *s)
 	const qe_backend_ops *o = r->b->ops;
 	if (!r->links)
 		return o->stream_sync(s);
-	double deadline = mono_ms() + qe_comm_env(r->comm)->timeout_ms;
+	double deadline = qe__rank_now_ms() + qe_comm_env(r->comm)->timeout_ms;
 	long nap_us = 2;
 	for (;;) {
 		int rc = o->stream_query(s);
@@ -483,7 +477,7 @@ int qe__rank_sync(qe_rank *r, qe_stream *s)
 			return rc;
 		if ((rc = links_health(r)))
 			return rc;
-		if (mono_ms() > deadline) {
+		if (qe__rank_now_ms() > deadline) {
 			abort_links(r);
 			return qe_fail(QE_ECOMM, "rank %d: device work still waiting on a peer after %d ms", r->rank,
 				       qe_comm_env(r->comm)->timeout_ms);
@@ -504,4 +498,52 @@ int qe__rank_links_quiesce(qe_rank *r)
 			return qe_fail_ctx(rc, "rank %d: sends to rank %d did not complete", r->rank, L->out[i].peer);
 	}
 	return QE_OK;
+}
+
+/* ---- messages: over the links, or through the host comm ------------------ */
+
+int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes)
+{
+	int rc;
+	if (!r->comm)
+		return qe_fail(QE_ECOMM, "rank %d: send to rank %d without a communicator", r->rank, peer);
+	if (r->links)
+		return qe__rank_link_send(r, peer, src, bytes);
+	if (!qe__rank_host_mem(r)) {
+		if ((rc = r->b->ops->copy(r->caller, r->host_buf, src, bytes, QE_COPY_D2H)) ||
+		    (rc = r->b->ops->stream_sync(r->caller)))
+			return rc;
+		src = r->host_buf;
+	}
+	return qe_comm_send(r->comm, peer, tag, src, bytes);
+}
+
+int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes)
+{
+	int rc;
+	if (!r->comm)
+		return qe_fail(QE_ECOMM, "rank %d: receive from rank %d without a communicator", r->rank, peer);
+	if (r->links)
+		return qe__rank_link_recv(r, peer, dst, bytes);
+	if (qe__rank_host_mem(r))
+		return qe_comm_recv(r->comm, peer, tag, dst, bytes);
+	if ((rc = qe_comm_recv(r->comm, peer, tag, r->host_buf, bytes)))
+		return rc;
+	return r->b->ops->copy(r->caller, dst, r->host_buf, bytes, QE_COPY_H2D);
+}
+
+int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size)
+{
+	int rc;
+	if (!r->comm || (group_size == 1 && group) || r->world == 1)
+		return QE_OK;
+	if (qe__rank_links_reduce_ready(r) && group)
+		return qe__rank_link_allreduce(r, buf, n, group, group_size);
+	if (qe__rank_host_mem(r))
+		return qe_comm_allreduce_sum_f32(r->comm, buf, n, group, group_size);
+	if ((rc = r->b->ops->copy(r->caller, r->host_buf, buf, n * 4, QE_COPY_D2H)) ||
+	    (rc = qe__rank_sync(r, r->caller)) ||
+	    (rc = qe_comm_allreduce_sum_f32(r->comm, r->host_buf, n, group, group_size)))
+		return rc;
+	return r->b->ops->copy(r->caller, buf, r->host_buf, n * 4, QE_COPY_H2D);
 }

@@ -1,7 +1,9 @@
 /*
  * pstate.c - the rank's persistent items.  Run-wide records live in a small
  * host struct of the rank that the checkpoint fills on restore; they are
- * applied by qe_rank_pstate_loaded.
+ * applied by qe_rank_pstate_loaded.  The copies of an item's bytes and the
+ * host staging the checkpoint uses go through the backend here, so ckpt calls
+ * no backend op.
  */
 #include "runtime/exec/pstate.h"
 
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "runtime/exec/rank_int.h"
+#include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
 const char *qe_pstate_kind_name(qe_pstate_kind k)
@@ -84,4 +87,81 @@ int qe_rank_pstate_loaded(qe_rank *r)
 			return qe_fail_ctx(rc, "restore: sharing the step and epoch of rank 0");
 	}
 	return qe_rank_restart(r, rec[0], rec[1]);
+}
+
+/* The backend's copy of checkpoint data, where QE_FAULT=copy:N strikes. */
+static int item_copy(qe_rank *r, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
+{
+	if (qe_fault_hit(QE_FAULT_COPY))
+		return qe_fail(QE_EIO, "backend copy of %zu bytes %s", bytes,
+			       kind == QE_COPY_H2D ? "to the device" : kind == QE_COPY_D2H ? "to the host" : "on the device");
+	return r->b->ops->copy(NULL, dst, src, bytes, kind);
+}
+
+int qe_pstate_read(qe_rank *r, const qe_pstate_item *it, void *dst)
+{
+	if (it->on_device)
+		return item_copy(r, dst, it->data, it->bytes, QE_COPY_D2H);
+	if (it->bytes)
+		memcpy(dst, it->data, it->bytes);
+	return QE_OK;
+}
+
+int qe_pstate_write(qe_rank *r, const qe_pstate_item *it, const void *src)
+{
+	if (it->on_device)
+		return item_copy(r, it->data, src, it->bytes, QE_COPY_H2D);
+	if (it->bytes)
+		memcpy(it->data, src, it->bytes);
+	return QE_OK;
+}
+
+int qe_pstate_read_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t len, void *dst)
+{
+	if (off > it->bytes || len > it->bytes - off)
+		return qe_fail(QE_EINVAL, "bytes %zu..%zu of an item of %zu bytes", off, off + len, it->bytes);
+	const unsigned char *src = (const unsigned char *)it->data + off;
+	if (it->on_device)
+		return item_copy(r, dst, src, len, QE_COPY_D2H);
+	if (len)
+		memcpy(dst, src, len);
+	return QE_OK;
+}
+
+int qe_pstate_has_device(qe_rank *r)
+{
+	return r->b->ops->device != QE_DEV_CPU;
+}
+
+int qe_pstate_stage_alloc(qe_rank *r, size_t bytes, void **out)
+{
+	return r->b->ops->alloc(r->b, bytes, out);
+}
+
+int qe_pstate_stage_put(qe_rank *r, void *stage, size_t off, const void *src, size_t len)
+{
+	return item_copy(r, (unsigned char *)stage + off, src, len, QE_COPY_H2D);
+}
+
+int qe_pstate_stage_load(qe_rank *r, const qe_pstate_item *it, const void *stage)
+{
+	if (!it->on_device)
+		return qe_fail(QE_EINVAL, "device staging loaded into a host item");
+	return item_copy(r, it->data, stage, it->bytes, QE_COPY_D2D);
+}
+
+void qe_pstate_stage_free(qe_rank *r, void *stage)
+{
+	if (stage)
+		r->b->ops->free(r->b, stage);
+}
+
+int qe_pstate_host_alloc(qe_backend *b, size_t bytes, void **out)
+{
+	return b->ops->host_alloc(b, bytes, out);
+}
+
+void qe_pstate_host_free(qe_backend *b, void *p)
+{
+	b->ops->host_free(b, p);
 }

@@ -1,7 +1,8 @@
 /*
  * rank.c - building a rank (schedule, local stages, optimizer state, tape
  * pools, stage contracts, gradient arena, streams), the checkpoint gate,
- * restart bookkeeping, and the message helpers the executor uses.
+ * restart bookkeeping and the rank's accessors.  Messages between ranks are
+ * links.c's, the step is rank_step.c's.
  */
 #include "runtime/exec/rank_int.h"
 
@@ -11,19 +12,6 @@
 
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
-
-static int host_mem(const qe_rank *r)
-{
-	return r->b->ops->device == QE_DEV_CPU;
-}
-
-rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s)
-{
-	for (int c = 0; c < r->V; c++)
-		if (r->chunks[c].stage == s)
-			return &r->chunks[c];
-	return NULL;
-}
 
 static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)[40], int cap, int *np)
 {
@@ -85,8 +73,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			       QE_RANK_MAX_MICRO);
 	}
 	r->pr = r->rank % r->P;
-	const char *prof = getenv("QE_PROFILE");
-	r->profile = prof && *prof && strcmp(prof, "0") != 0;
+	qe__rank_profile_init(r);
 	r->dr = r->rank / r->P;
 	qe_sched_config sc = { cfg->schedule, r->P, r->M, r->V, cfg->backward };
 	/* every chunk holds layers / S blocks of four matrices, and the last stage the head */
@@ -97,25 +84,25 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	int np = 0;
 	if (!aparams || !anames || !r->commit_views) {
 		rc = qe_fail(QE_ENOMEM, "rank: out of host memory for %d matrix parameters", cap);
-		goto fail_rc;
+		goto free_rank;
 	}
 	r->commit_cap = per_chunk;
 	if ((rc = qe_sched_build(&sc, &r->sched)) || (rc = qe_sched_validate(r->sched)) ||
 	    (rc = qe__rank_plan_slots(r, &r->nslots)))
-		goto fail_rc;
+		goto free_rank;
 	const qe_backend_ops *o = b->ops;
 	if ((rc = o->stream_create(b, &r->caller)) || (rc = o->stream_create(b, &r->gstream)) ||
 	    (rc = o->event_create(b, &r->ev_in)) || (rc = o->event_create(b, &r->ev_tail)))
-		goto fail_rc;
+		goto free_rank;
 	for (int c = 0; c < r->V; c++)
 		if ((rc = setup_chunk(r, c, aparams, anames, cap, &np)))
-			goto fail_rc;
+			goto free_rank;
 	size_t abytes = qe_arena_bytes(aparams, np, r->M, cfg->arena);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
 	    (rc = qe_arena_create(aparams, np, r->M, cfg->arena,
 				  cfg->grad == QE_GRAD_COPY ? QE_ARENA_COPY : QE_ARENA_DIRECT, r->arena_mem, abytes,
 				  o->device, &r->arena)))
-		goto fail_rc;
+		goto free_rank;
 	qe_epoch_init(&r->ep, 0);
 	size_t max_param = 0, act = 0;
 	for (int c = 0; c < r->V; c++) {
@@ -123,18 +110,18 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		if ((rc = qe_stage_contract_init(&ch->sc, ch->stage, r->M, &r->ep, ch->pool, r->arena, ch->p_begin,
 						 ch->p_begin + ch->nmat)) ||
 		    (rc = qe_stage_contract_set_slots(&ch->sc, 0, ch->nslots)))
-			goto fail_rc;
+			goto free_rank;
 		ch->views = calloc((size_t)r->M * ch->nmat, sizeof(qe_tensor));
 		ch->scratch = calloc((size_t)ch->nmat, sizeof(qe_tensor));
 		if (!ch->views || !ch->scratch) {
 			rc = qe_fail(QE_ENOMEM, "rank: out of host memory");
-			goto fail_rc;
+			goto free_rank;
 		}
 		size_t sbytes = 0;
 		for (int j = 0; j < ch->nmat; j++) {
 			for (int m = 0; m < r->M; m++)
 				if ((rc = qe_arena_view(r->arena, ch->p_begin + j, m, &ch->views[m * ch->nmat + j])))
-					goto fail_rc;
+					goto free_rank;
 			qe_tensor sh = qe_stage_matrix_grad_shape(ch->st, j);
 			sbytes += (qe_tensor_nbytes(&sh) + 255) / 256 * 256;
 		}
@@ -145,7 +132,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		}
 		if (cfg->grad == QE_GRAD_COPY) {
 			if ((rc = o->alloc(b, sbytes, &ch->scratch_mem)))
-				goto fail_rc;
+				goto free_rank;
 			char *p = ch->scratch_mem;
 			for (int j = 0; j < ch->nmat; j++) {
 				ch->scratch[j] = qe_stage_matrix_grad_shape(ch->st, j);
@@ -157,19 +144,19 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 			act = qe_stage_act_bytes(ch->st);
 	}
 	if (r->D > 1 && (rc = o->alloc(b, max_param * 4, (void **)&r->reduce_buf)))
-		goto fail_rc;
+		goto free_rank;
 	if ((rc = o->alloc(b, (size_t)r->M * sizeof(float), (void **)&r->loss_mb)))
-		goto fail_rc;
+		goto free_rank;
 	r->host_bytes = act > max_param * 4 ? act : max_param * 4;
-	if (!host_mem(r)) {
+	if (!qe__rank_host_mem(r)) {
 		r->host_buf = malloc(r->host_bytes);
 		if (!r->host_buf) {
 			rc = qe_fail(QE_ENOMEM, "rank: out of host memory for staging");
-			goto fail_rc;
+			goto free_rank;
 		}
 	}
 	if ((rc = qe__rank_links_open(r, act, r->D > 1 ? max_param : 0)))
-		goto fail_rc;
+		goto free_rank;
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);
 	r->ctr.arena_bytes = as.capacity_bytes;
@@ -177,7 +164,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	free(anames);
 	*out = r;
 	return QE_OK;
-fail_rc:
+free_rank:
 	free(aparams);
 	free(anames);
 	qe_rank_free(r);
@@ -234,52 +221,6 @@ void qe_rank_free(qe_rank *r)
 		o->stream_destroy(r->gstream);
 	qe_sched_free(r->sched);
 	free(r);
-}
-
-int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes)
-{
-	int rc;
-	if (!r->comm)
-		return qe_fail(QE_ECOMM, "rank %d: send to rank %d without a communicator", r->rank, peer);
-	if (r->links)
-		return qe__rank_link_send(r, peer, src, bytes);
-	if (!host_mem(r)) {
-		if ((rc = r->b->ops->copy(r->caller, r->host_buf, src, bytes, QE_COPY_D2H)) ||
-		    (rc = r->b->ops->stream_sync(r->caller)))
-			return rc;
-		src = r->host_buf;
-	}
-	return qe_comm_send(r->comm, peer, tag, src, bytes);
-}
-
-int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes)
-{
-	int rc;
-	if (!r->comm)
-		return qe_fail(QE_ECOMM, "rank %d: receive from rank %d without a communicator", r->rank, peer);
-	if (r->links)
-		return qe__rank_link_recv(r, peer, dst, bytes);
-	if (host_mem(r))
-		return qe_comm_recv(r->comm, peer, tag, dst, bytes);
-	if ((rc = qe_comm_recv(r->comm, peer, tag, r->host_buf, bytes)))
-		return rc;
-	return r->b->ops->copy(r->caller, dst, r->host_buf, bytes, QE_COPY_H2D);
-}
-
-int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size)
-{
-	int rc;
-	if (!r->comm || (group_size == 1 && group) || r->world == 1)
-		return QE_OK;
-	if (qe__rank_links_reduce_ready(r) && group)
-		return qe__rank_link_allreduce(r, buf, n, group, group_size);
-	if (host_mem(r))
-		return qe_comm_allreduce_sum_f32(r->comm, buf, n, group, group_size);
-	if ((rc = r->b->ops->copy(r->caller, r->host_buf, buf, n * 4, QE_COPY_D2H)) ||
-	    (rc = qe__rank_sync(r, r->caller)) ||
-	    (rc = qe_comm_allreduce_sum_f32(r->comm, r->host_buf, n, group, group_size)))
-		return rc;
-	return r->b->ops->copy(r->caller, buf, r->host_buf, n * 4, QE_COPY_H2D);
 }
 
 int qe_rank_quiescent(qe_rank *r)

@@ -25,8 +25,8 @@
 #include "runtime/model/model.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/sched/sched.h"
-#include "runtime/train/config.h"
-#include "runtime/train/data.h"
+#include "runtime/job/config.h"
+#include "runtime/job/data.h"
 
 typedef struct qe_rank qe_rank;
 

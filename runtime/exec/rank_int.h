@@ -1,9 +1,14 @@
 /*
  * rank_int.h - the inside of a qe_rank, shared by rank.c (setup),
- * rank_step.c (actions, graphs, optimizer) and rank_eval.c.
+ * rank_step.c (actions, graphs, optimizer), rank_eval.c, links.c (messages
+ * and sums between ranks), profile.c (QE_PROFILE), slots.c, replicas.c and
+ * pstate.c.  The files depend one way: rank.c and rank_step.c call links.c,
+ * profile.c and slots.c, never each other.
  */
 #ifndef QE_RANK_INT_H
 #define QE_RANK_INT_H
+
+#include <time.h>
 
 #include "runtime/exec/rank.h"
 
@@ -35,6 +40,16 @@ static inline int rank_slot(const rank_chunk *ch, int m) { return m % ch->nslots
 
 typedef struct rank_links rank_links; /* links.c */
 
+/* QE_PROFILE=1: wall ms per action kind (each action waited for), summed over steps. */
+#define RANK_PROF_ROWS 16
+enum { RANK_PROF_OTHER = 13, RANK_PROF_LOSS = 14, RANK_PROF_OPTIM = 15 }; /* rows past the action kinds */
+typedef struct rank_profile {
+	int on;
+	double ms[RANK_PROF_ROWS];
+	int64_t n[RANK_PROF_ROWS];
+	int64_t steps;       /* steps summed (the first two, warmup and capture, are left out) */
+} rank_profile;
+
 struct qe_rank {
 	qe_train_config cfg;
 	qe_backend *b;
@@ -53,11 +68,7 @@ struct qe_rank {
 	int64_t steps;       /* steps done (the data position) */
 	int64_t steps_here;  /* steps run by this process (graph warmup) */
 	int graphs_ready;
-	/* QE_PROFILE=1: wall ms per action kind (each action waited for), summed over steps */
-	int profile;
-	double prof_ms[16];
-	int64_t prof_n[16];
-	int64_t prof_steps;  /* steps summed (the first two, warmup and capture, are left out) */
+	rank_profile prof;   /* QE_PROFILE=1 (profile.c) */
 	rank_links *links;   /* device links to the pipeline peers; NULL: messages go through host memory */
 	qe_rank_counters ctr;
 	int peak_live_step;
@@ -78,18 +89,55 @@ static inline uint32_t rank_tag(int kind, int stage, int mb)
 }
 
 /* Local chunk holding global stage s, or NULL. */
-rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s);
-/* Send/receive device (or host) memory to/from global rank peer. */
-int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes);
-int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
-/* Sum a float vector over a group of ranks in place (backend memory). */
-int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
+static inline rank_chunk *qe__rank_chunk_of_stage(qe_rank *r, int s)
+{
+	for (int c = 0; c < r->V; c++)
+		if (r->chunks[c].stage == s)
+			return &r->chunks[c];
+	return NULL;
+}
+
+/* Whether the backend's memory is host memory (messages need no staging). */
+static inline int qe__rank_host_mem(const qe_rank *r) { return r->b->ops->device == QE_DEV_CPU; }
+
+/* The monotonic clock in ms (profile, capture time, link deadlines). */
+static inline double qe__rank_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Destroy every captured graph (rank.c); they are captured again after the next warmup step. */
 void qe__rank_drop_graphs(qe_rank *r);
 /* The tape slots each local chunk needs (slots.c): M, or fewer where the action list proves it. */
 int qe__rank_plan_slots(const qe_rank *r, int *out);
 
-/* Log the QE_PROFILE table (rank_step.c); nothing unless profiling. */
+/*
+ * The profile (profile.c).  init: reads QE_PROFILE.  step_begin: at the third
+ * step here, clears what warmup and capture added.  start: the clock to pass
+ * to note (0 unless profiling).  note: waits for the caller stream's work
+ * and charges the wall time since t0 to row kind (an action kind or
+ * RANK_PROF_*).  step_end: one more step summed.  report: logs the table;
+ * nothing unless profiling.
+ */
+void qe__rank_profile_init(qe_rank *r);
+void qe__rank_profile_step_begin(qe_rank *r);
+double qe__rank_profile_start(const qe_rank *r);
+int qe__rank_profile_note(qe_rank *r, int kind, double t0);
+void qe__rank_profile_step_end(qe_rank *r);
 void qe__rank_profile_report(const qe_rank *r);
+
+/*
+ * Messages between ranks (links.c).  send/recv: device (or host) memory
+ * to/from global rank peer, over the device links when open, else through
+ * the host comm (staged in host_buf when the backend is not host memory).
+ * allreduce: sum a float vector over a group of ranks in place (backend
+ * memory); the replica group's sum goes over the links when they carry it.
+ */
+int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes);
+int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
+int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
 
 /*
  * Device links (links.c).  open: a no-op unless the backend has links, the

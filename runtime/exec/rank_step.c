@@ -3,6 +3,7 @@
  * each compute action bracketed by its contract (check, physical action,
  * commit), in eager mode or by replaying captured graphs with the two-way
  * stream handoff; then the optimizer commit under the epoch relation.
+ * Messages go through links.c, the QE_PROFILE rows through profile.c.
  */
 #include "runtime/exec/rank_int.h"
 
@@ -11,17 +12,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* ---- physical actions ----------------------------------------------------- */
 
@@ -74,7 +67,7 @@ static int physical_eager(qe_rank *r, rank_chunk *ch, qe_action_kind kind, int m
 static int capture_graphs(qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
-	double t0 = now_ms();
+	double t0 = qe__rank_now_ms();
 	QE_TRY(qe__rank_sync(r, r->caller));
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
@@ -101,7 +94,7 @@ static int capture_graphs(qe_rank *r)
 			}
 		}
 	}
-	r->ctr.capture_ms += now_ms() - t0;
+	r->ctr.capture_ms += qe__rank_now_ms() - t0;
 	r->graphs_ready = 1;
 	return QE_OK;
 }
@@ -281,42 +274,6 @@ static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
 	}
 }
 
-/* ---- profile (QE_PROFILE=1) ------------------------------------------------ */
-
-/* Profile rows past the schedule's action kinds. */
-enum { PROF_LOSS = 14, PROF_OPTIM = 15 };
-
-/* Wait for the action's device work and charge the wall time since t0 to its kind. */
-static int profile_note(qe_rank *r, int kind, double t0)
-{
-	QE_TRY(qe__rank_sync(r, r->caller));
-	if (kind < 0 || kind >= 16)
-		kind = 13;
-	r->prof_ms[kind] += now_ms() - t0;
-	r->prof_n[kind]++;
-	return QE_OK;
-}
-
-void qe__rank_profile_report(const qe_rank *r)
-{
-	static const char *names[16] = { [QE_ACT_F] = "F", [QE_ACT_DI] = "dI", [QE_ACT_DW] = "dW", [QE_ACT_B] = "B",
-					 [QE_ACT_SEND_ACT] = "send act", [QE_ACT_RECV_ACT] = "recv act",
-					 [QE_ACT_SEND_GRAD] = "send grad", [QE_ACT_RECV_GRAD] = "recv grad",
-					 [13] = "other", [PROF_LOSS] = "loss", [PROF_OPTIM] = "optimizer" };
-	if (!r->profile || r->prof_steps < 1)
-		return;
-	double total = 0;
-	for (int k = 0; k < 16; k++)
-		total += r->prof_ms[k];
-	qe_log(QE_LOG_INFO, "profile, rank %d, %lld steps, every action waited for (ms per step):", r->rank,
-	       (long long)r->prof_steps);
-	for (int k = 0; k < 16; k++)
-		if (r->prof_n[k])
-			qe_log(QE_LOG_INFO, "  %-10s %9.3f ms/step  %6.1f%%  (%lld calls, %.3f ms each)",
-			       names[k] ? names[k] : "?", r->prof_ms[k] / (double)r->prof_steps,
-			       100.0 * r->prof_ms[k] / total, (long long)r->prof_n[k], r->prof_ms[k] / (double)r->prof_n[k]);
-}
-
 /* ---- optimizer commit --------------------------------------------------- */
 
 static int optimizer_commit(qe_rank *r)
@@ -399,16 +356,12 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 		memset(&r->chunks[c].last, 0, sizeof(r->chunks[c].last));
 	r->peak_live_step = 0;
 	qe_dw_rule_reset(&r->dw);
-	if (r->profile && r->steps_here == 2) {
-		memset(r->prof_ms, 0, sizeof(r->prof_ms));
-		memset(r->prof_n, 0, sizeof(r->prof_n));
-		r->prof_steps = 0;
-	}
+	qe__rank_profile_step_begin(r);
 	for (int i = 0; i < list->n; i++) {
-		double t0 = r->profile ? now_ms() : 0;
+		double t0 = qe__rank_profile_start(r);
 		int rc = run_action(r, &list->actions[i], data);
-		if (!rc && r->profile)
-			rc = profile_note(r, list->actions[i].kind, t0);
+		if (!rc)
+			rc = qe__rank_profile_note(r, list->actions[i].kind, t0);
 		if (rc) {
 			char what[96];
 			qe_sched_action_describe(&list->actions[i], what, sizeof(what));
@@ -431,19 +384,18 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 	for (int c = 0; c < r->V; c++)
 		r->ctr.delayed_dw += r->chunks[c].last.delayed_dw;
 	r->ctr.peak_live_tapes = r->peak_live_step;
-	double t0 = r->profile ? now_ms() : 0;
+	double t0 = qe__rank_profile_start(r);
 	QE_TRY(step_loss(r, loss));
-	if (r->profile)
-		QE_TRY(profile_note(r, PROF_LOSS, t0));
-	t0 = r->profile ? now_ms() : 0;
+	QE_TRY(qe__rank_profile_note(r, RANK_PROF_LOSS, t0));
+	t0 = qe__rank_profile_start(r);
 	int rc = optimizer_commit(r);
-	if (!rc && r->profile)
-		rc = profile_note(r, PROF_OPTIM, t0);
+	if (!rc)
+		rc = qe__rank_profile_note(r, RANK_PROF_OPTIM, t0);
 	if (rc)
 		return qe_fail_ctx(rc, "step %lld, rank %d: optimizer commit", (long long)r->steps, r->rank);
 	r->steps++;
 	r->steps_here++;
-	r->prof_steps++;
+	qe__rank_profile_step_end(r);
 	if (r->cfg.check_replicas && (rc = qe_rank_check_replicas(r)))
 		return rc;
 	return QE_OK;

@@ -266,7 +266,7 @@ int qe_sched_add_comm(qe_sched *s)
 	int rc = 0;
 	if (!withsend || !out || !fifo || !head || !got) {
 		rc = qe_fail(QE_ENOMEM, "message insertion for %d ranks", P);
-		goto out;
+		goto drop_lists;
 	}
 	/* 1. sends right after their producers; note each pair's send order. */
 	for (int r = 0; r < P && !rc; r++) {
@@ -320,7 +320,7 @@ int qe_sched_add_comm(qe_sched *s)
 				rc = put(&out[r], r, *a);
 		}
 	}
-out:
+drop_lists:
 	if (!rc) {
 		for (int r = 0; r < P; r++) {
 			free(s->ranks[r].actions);

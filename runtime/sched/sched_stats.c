@@ -77,7 +77,7 @@ int qe_sched_stats(const qe_sched *s, qe_sched_rank_stats *out)
 	long *clock = calloc((size_t)P, sizeof(long));
 	if (!sent || !pc || !clock) {
 		rc = qe_fail(QE_ENOMEM, "schedule timing of %d ranks", P);
-		goto out;
+		goto free_work;
 	}
 	for (size_t i = 0; i < 2 * cells; i++)
 		sent[i] = -1;
@@ -110,7 +110,7 @@ int qe_sched_stats(const qe_sched *s, qe_sched_rank_stats *out)
 	for (int r = 0; r < P; r++) {
 		if (pc[r] != s->ranks[r].n) {
 			rc = qe_fail(QE_ESCHEDULE, "schedule timing: rank %d stuck at action %d after validation", r, pc[r]);
-			goto out;
+			goto free_work;
 		}
 		out[r].finish = clock[r];
 		if (clock[r] > makespan)
@@ -120,7 +120,7 @@ int qe_sched_stats(const qe_sched *s, qe_sched_rank_stats *out)
 		out[r].makespan = makespan;
 		out[r].bubble = makespan ? 1.0 - (double)out[r].busy / (double)makespan : 0.0;
 	}
-out:
+free_work:
 	free(clock);
 	free(pc);
 	free(sent);

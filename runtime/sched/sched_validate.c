@@ -286,7 +286,7 @@ static int simulate(const qe_sched *s)
 	size_t total = 0;
 	if (!ch || !pc) {
 		rc = qe_fail(QE_ENOMEM, "schedule simulation of %d ranks", P);
-		goto out;
+		goto free_work;
 	}
 	/* Size each channel by its sends, then carve one array. */
 	for (int r = 0; r < P; r++)
@@ -300,7 +300,7 @@ static int simulate(const qe_sched *s)
 	store = malloc((total ? total : 1) * sizeof(int));
 	if (!store) {
 		rc = qe_fail(QE_ENOMEM, "schedule simulation: %zu messages", total);
-		goto out;
+		goto free_work;
 	}
 	for (size_t c = 0, off = 0; c < nch; c++) {
 		ch[c].msg = store + off;
@@ -329,7 +329,7 @@ static int simulate(const qe_sched *s)
 							 "messages out of order: the channel from rank %d holds %s "
 							 "(rank %d action %d) first",
 							 a->peer, got, a->peer, c->msg[c->head]);
-						goto out;
+						goto free_work;
 					}
 					c->head++;
 				}
@@ -354,7 +354,7 @@ static int simulate(const qe_sched *s)
 	if (blocked) {
 		rc = qe_fail(QE_ESCHEDULE, "deadlock: %d of %d ranks blocked on a recv whose send never comes: %s",
 			     blocked, P, msg);
-		goto out;
+		goto free_work;
 	}
 	for (size_t c = 0; c < nch; c++)
 		if (ch[c].head != ch[c].tail) {
@@ -363,9 +363,9 @@ static int simulate(const qe_sched *s)
 			qe_sched_action_describe(&s->ranks[src].actions[ch[c].msg[ch[c].head]], what, sizeof(what));
 			rc = qe_fail(QE_ESCHEDULE, "rank %d action %d %s: never received by rank %d", src,
 				     ch[c].msg[ch[c].head], what, dst);
-			goto out;
+			goto free_work;
 		}
-out:
+free_work:
 	free(store);
 	free(pc);
 	free(ch);
@@ -383,7 +383,7 @@ int qe_sched_validate(const qe_sched *s)
 		v.pos[t] = malloc(cells * sizeof(int));
 		if (!v.pos[t]) {
 			rc = qe_fail(QE_ENOMEM, "validation tables for %d stages x %d microbatches", s->S, s->M);
-			goto out;
+			goto free_positions;
 		}
 		memset(v.pos[t], 0xff, cells * sizeof(int)); /* all -1 */
 	}
@@ -393,7 +393,7 @@ int qe_sched_validate(const qe_sched *s)
 		rc = check_complete(&v);
 	if (!rc)
 		rc = simulate(s);
-out:
+free_positions:
 	for (int t = 0; t < T_N; t++)
 		free(v.pos[t]);
 	return rc;

@@ -108,7 +108,7 @@ static void h_dev_sum(hasher *h, const float *const *views, int nv, size_t n)
 	float *acc = malloc(piece * 4), *tmp = host ? NULL : malloc(piece * 4);
 	if (!acc || (!host && !tmp)) {
 		h->rc = qe_fail(QE_ENOMEM, "trace: out of memory for the gradient sum");
-		goto out;
+		goto free_buffers;
 	}
 	for (size_t off = 0; off < n && !h->rc; off += piece) {
 		size_t k = n - off < piece ? n - off : piece;
@@ -129,7 +129,7 @@ static void h_dev_sum(hasher *h, const float *const *views, int nv, size_t n)
 		if (!h->rc)
 			h_host(h, acc, k * 4);
 	}
-out:
+free_buffers:
 	free(acc);
 	free(tmp);
 }

@@ -810,12 +810,17 @@ static void test_elementwise(qe_rng *r)
 	close_to("gelu_bwd", cy, h, n, 1e-5);
 	free(h);
 
-	int rows = 37, cols = 192;
-	CHECK_OK(K.co->bias_grad(K.cs, cy, ca, rows, cols));
-	CHECK_OK(K.go->bias_grad(K.gs, gy, ga, rows, cols));
-	h = fetch(gy, cols * 4);
-	same_bytes("bias_grad 37x192", cy, h, cols * 4);
-	free(h);
+	/* 37 rows: one group of colsum.h; 1000: 16 groups, the last of 40 rows (rows x cols <= n) */
+	for (int k = 0; k < 2; k++) {
+		int rows = k ? 1000 : 37, cols = k ? 9 : 192;
+		char what[64];
+		CHECK_OK(K.co->bias_grad(K.cs, cy, ca, rows, cols));
+		CHECK_OK(K.go->bias_grad(K.gs, gy, ga, rows, cols));
+		h = fetch(gy, cols * 4);
+		snprintf(what, sizeof(what), "bias_grad %dx%d", rows, cols);
+		same_bytes(what, cy, h, cols * 4);
+		free(h);
+	}
 
 	/* sum_views with out aliasing view 0 (the DP all-reduce case); view 0 must start equal on both sides */
 	up(gy, cy, n * 4);
@@ -889,8 +894,8 @@ static void test_embed(qe_rng *r)
 {
 	printf("embedding\n");
 	fresh_stream();
-	int T = 32, H = 64, V = 256;
-	int32_t tok[32];
+	int T = 512, H = 64, V = 256;
+	int32_t tok[512];
 	for (int t = 0; t < T; t++)
 		tok[t] = (int32_t)qe_rng_below(r, 10) * 25; /* repeats */
 	float *hwte = rnd(r, (int64_t)V * H, 0.02f), *hwpe = rnd(r, (int64_t)T * H, 0.01f), *hd = rnd(r, T * H, 1.0f);
@@ -920,14 +925,14 @@ static void test_embed(qe_rng *r)
 	free(h);
 
 	/* rows_written: three calls on fresh zeroed buffers, clearing only the previous call's rows */
-	int32_t rows0[32];
+	int32_t rows0[512];
 	for (int t = 0; t < T; t++)
 		rows0[t] = t == 3 ? V + 7 : -1; /* an id outside [0, V) is skipped */
 	void *grows, *gdw2;
 	int32_t *crows = pair(rows0, sizeof(rows0), &grows);
 	float *cdw2 = pair(NULL, (size_t)V * H * 4, &gdw2);
 	for (int k = 0; k < 3; k++) {
-		int32_t tk[32];
+		int32_t tk[512];
 		for (int t = 0; t < T; t++)
 			tk[t] = (int32_t)qe_rng_below(r, 12) * 21;
 		memcpy(ctok, tk, sizeof(tk));
@@ -1564,6 +1569,7 @@ int main(void)
 	test_layernorm_case(&r, 7, 1000, 1);
 	test_layernorm_case(&r, 5, 48, 0);
 	test_layernorm_case(&r, 3, 1001, 1); /* not whole float4s: the scalar kernels */
+	test_layernorm_case(&r, 333, 96, 1); /* six row groups of colsum.h, the last of 13 rows */
 	test_embed(&r);
 	printf("attention\n");
 	test_attn_case(&r, 32, 64, 4);

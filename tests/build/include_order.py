@@ -7,7 +7,9 @@ same lines, and this test fails if it stops doing so.  Every quoted #include of 
 library source (runtime/, ckpt/, store/, catalog/, cli/: .c, .h and .cu; not tests/
 or bench/) must name a file of its own folder or of a folder below it in its stack.
 An include of a folder above, or of a peer on the same level (the braces: peers do
-not know each other), is a violation, printed with file:line.
+not know each other), is a violation, printed with file:line.  So is one that does not
+name the file by its path from the repository root ("runtime/exec/rank_int.h", never
+"rank_int.h" or "../exec/rank_int.h"): one include style everywhere (issue 17 item 9).
 
 Before it checks the tree, the test checks itself: it copies the library into a
 scratch directory, plants one upward include of each kind, and fails unless every
@@ -27,24 +29,13 @@ RUNTIME = [["core"], ["fp8", "contract", "sched", "comm"], ["backend"], ["model"
            ["job"], ["exec"], ["train"]]
 SERVICE = [["core"], ["store", "catalog"], ["ckpt"], ["cli"]]
 
-# Where a unit's files are.  runtime/job/ is planned (issue 17, item 2); until the move,
-# its files live in runtime/train/ (PLACED below).
+# Where a unit's files are.
 FOLDERS = {
     "core": "runtime/core", "fp8": "runtime/fp8", "contract": "runtime/contract",
     "sched": "runtime/sched", "comm": "runtime/comm", "backend": "runtime/backend",
     "model": "runtime/model", "optim": "runtime/optim", "job": "runtime/job",
     "exec": "runtime/exec", "train": "runtime/train",
     "store": "store", "catalog": "catalog", "ckpt": "ckpt", "cli": "cli",
-}
-
-# Files whose folder is not their level.  The known kink of issue 17 item 2: the run
-# configuration and the data loader are the job level (below exec, which includes them
-# from runtime/exec/rank.h), but still live in runtime/train/.  When they move to
-# runtime/job/, delete these lines.  Any other include of runtime/train/ from below
-# train is a violation.
-PLACED = {
-    "runtime/train/config.h": "job", "runtime/train/config.c": "job",
-    "runtime/train/data.h": "job", "runtime/train/data.c": "job",
 }
 
 # What a service unit may include of the runtime besides runtime/core.  DESIGN section 2:
@@ -79,8 +70,6 @@ def order_lines():
 
 def unit_of(rel):
     """The unit of a repository-relative path, or None outside the library."""
-    if rel in PLACED:
-        return PLACED[rel]
     best = None
     for unit, folder in FOLDERS.items():
         if rel.startswith(folder + "/") and (best is None or len(folder) > len(FOLDERS[best])):
@@ -130,6 +119,9 @@ def check(root):
                     inc = m.group(1)
                     # as the compiler looks: beside the file first, then from the root (-I SOURCE_DIR)
                     local = os.path.normpath(os.path.join(os.path.dirname(rel), inc))
+                    if os.path.exists(os.path.join(root, local)) and local != inc:
+                        bad.append(f'{rel}:{ln}: "{inc}" names {local}: include it by its path from the repository root')
+                        continue
                     if os.path.exists(os.path.join(root, local)):
                         target = local
                     elif os.path.exists(os.path.join(root, inc)):
@@ -161,10 +153,13 @@ PLANTS = [
     ("runtime/fp8/zz_probe.c", "runtime/sched/sched.h", "fp8 and sched are peers"),
     ("runtime/backend/cuda/zz_probe.cu", "runtime/model/model.h", "model is above backend"),
     ("runtime/exec/zz_probe.c", "runtime/train/train.h", "train is above exec"),
-    ("runtime/train/data.c", "runtime/exec/rank.h", "exec is above job"),
+    ("runtime/job/data.c", "runtime/exec/rank.h", "exec is above job"),
+    ("runtime/job/config.h", "runtime/train/train.h", "train is above job"),
     ("store/zz_probe.c", "ckpt/ckpt.h", "ckpt is above store"),
     ("ckpt/zz_probe.c", "runtime/backend/backend.h", "ckpt reaches the runtime only through"),
     ("runtime/model/zz_probe.c", "cli/cli.h", "cli is above model"),
+    ("ckpt/zz_probe.c", "ckpt_int.h", "by its path from the repository root"),
+    ("runtime/exec/zz_probe.h", "../core/status.h", "by its path from the repository root"),
 ]
 
 
@@ -220,14 +215,13 @@ def main():
     print("dependency order (each folder may include only its own and those to its left):")
     for line in order_lines():
         print("  " + line)
-    print("job is planned (runtime/job/); its files now:", ", ".join(sorted(PLACED)))
     for unit, allowed in BRIDGES.items():
         print(f"{unit} may also include: {', '.join(allowed)}")
     for rel, inc in sorted(EXCEPTIONS):
         print(f"tolerated: {rel} -> {inc}")
     ok = self_check(root)
     if ok:
-        print(f"self-check: all {len(PLANTS)} planted upward includes found, nothing else")
+        print(f"self-check: all {len(PLANTS)} planted includes found, nothing else")
     bad, n = check(root)
     for v in bad:
         print("VIOLATION: " + v)

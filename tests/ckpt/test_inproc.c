@@ -26,8 +26,8 @@
 #include "runtime/comm/comm.h"
 #include "runtime/exec/pstate.h"
 #include "runtime/exec/rank.h"
-#include "runtime/train/config.h"
-#include "runtime/train/data.h"
+#include "runtime/job/config.h"
+#include "runtime/job/data.h"
 
 static qe_data g_data;
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "model_util.h"
-#include "runtime/train/data.h"
+#include "runtime/job/data.h"
 
 #define SEED 7
 #define M 4

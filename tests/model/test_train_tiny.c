@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "model_util.h"
-#include "runtime/train/data.h"
+#include "runtime/job/data.h"
 
 #define SEED 42
 #define M 2

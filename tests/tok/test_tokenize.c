@@ -1,6 +1,6 @@
 /*
  * test_tokenize.c - the shard writer and the GPT-2 encoder as a library
- * (runtime/train/shard.h, runtime/train/tokenizer.h).
+ * (runtime/job/shard.h, runtime/job/tokenizer.h).
  *
  * Shard writer: the bytes of a published shard (little-endian header and
  * tokens), nothing at the path before publish, a token past uint16 refused by
@@ -25,8 +25,8 @@
 #include <sys/stat.h>
 
 #include "runtime/core/status.h"
-#include "runtime/train/shard.h"
-#include "runtime/train/tokenizer.h"
+#include "runtime/job/shard.h"
+#include "runtime/job/tokenizer.h"
 #include "testlib.h"
 
 static int has_tmp(const char *dir)

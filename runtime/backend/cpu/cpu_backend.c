@@ -12,10 +12,13 @@
  */
 #include "runtime/backend/cpu/cpu_backend.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
+#include "runtime/backend/backend_check.h"
 #include "runtime/backend/cpu/cpu_link.h"
 #include "runtime/backend/cpu/cpu_ops.h"
 #include "runtime/backend/cpu/cpu_stream.h"
@@ -73,6 +76,21 @@ static void cpu_host_free(qe_backend *b, void *p)
 	free(p);
 }
 
+/* The host's RAM: what sysinfo reports free and in total. */
+static int cpu_mem_info(qe_backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+	(void)b;
+	int rc = qe__check_mem_info(free_bytes, total_bytes);
+	if (rc)
+		return rc;
+	struct sysinfo si;
+	if (sysinfo(&si) != 0)
+		return qe_fail(QE_EIO, "mem_info: sysinfo: %s", strerror(errno));
+	*free_bytes = (size_t)si.freeram * si.mem_unit;
+	*total_bytes = (size_t)si.totalram * si.mem_unit;
+	return QE_OK;
+}
+
 /* ---- the table ---------------------------------------------------------------- */
 
 static const qe_backend_ops cpu_ops = {
@@ -82,6 +100,7 @@ static const qe_backend_ops cpu_ops = {
 	.free = cpu_free,
 	.host_alloc = cpu_host_alloc,
 	.host_free = cpu_host_free,
+	.mem_info = cpu_mem_info,
 	.stream_create = qe__cpu_stream_create,
 	.stream_destroy = qe__cpu_stream_destroy,
 	.stream_sync = qe__cpu_stream_sync,

@@ -179,7 +179,8 @@ static void colsum(float *out, const float *dy, const float *x, const float *mea
 		float *o = out + j0;
 		for (int64_t j = 0; j < nj; j++)
 			o[j] = 0.0f;
-		for (int g = 0; g < QE_COLSUM_GROUPS; g++) {
+		int64_t ng = qe_colsum_groups(rows);
+		for (int64_t g = 0; g < ng; g++) {
 			for (int64_t j = 0; j < nj; j++)
 				part[j] = 0.0f;
 			int64_t r1 = qe_colsum_group_start(rows, g + 1);

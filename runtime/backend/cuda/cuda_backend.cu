@@ -429,6 +429,21 @@ static void cu_host_free(qe_backend *b, void *p)
 		cudaFreeHost(p);
 }
 
+/* The current device's free and total bytes (every process's use counted). */
+static int cu_mem_info(qe_backend *b, size_t *free_bytes, size_t *total_bytes)
+{
+	(void)b;
+	int rc = qe__check_mem_info(free_bytes, total_bytes);
+	if (rc)
+		return rc;
+	cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		return qe__cuda_err(e, "mem_info", "cudaMemGetInfo");
+	}
+	return QE_OK;
+}
+
 static int cu_stream_query(qe_stream *s)
 {
 	if (!s)
@@ -858,6 +873,7 @@ static void fill_table(void)
 	o->stream_query = cu_stream_query;
 	o->host_alloc = cu_host_alloc;
 	o->host_free = cu_host_free;
+	o->mem_info = cu_mem_info;
 	o->event_create = cu_event_create;
 	o->event_destroy = cu_event_destroy;
 	o->event_record = cu_event_record;

@@ -1,24 +1,42 @@
 /*
  * cuda_flash.cu - causal multi-head attention without the T x T
- * probabilities (flash-style), forward and backward, on tensor cores (WMMA,
- * TF32 operands, fp32 accumulation), deterministic: every sum runs in a fixed
- * order and no kernel uses atomics, so two runs give the same bytes.
+ * probabilities (flash-style), forward and backward, on tensor cores
+ * (mma.sync m16n8k8, TF32 operands, fp32 accumulation), deterministic: every
+ * sum runs in a fixed order and no kernel uses atomics, so two runs give the
+ * same bytes.
  *
  * Layout (backend.h attn_flash_*): sequence b, token t, head h: q at
  * qkv[(b*T + t)*3H + h*D], k at +H, v at +2H; out[(b*T + t)*H + h*D];
- * lse[(b*nh + h)*T + t].  Tiles are 64 queries x 64 keys; a block of four
- * warps owns 64 rows (16 a warp) of queries (forward, dQ) or keys (dK, dV).
+ * lse[(b*nh + h)*T + t].  A block of W warps owns 16 W rows (16 a warp) of
+ * queries (forward, dQ) or keys (dK, dV) and walks the other side in tiles
+ * of 64; a warp skips a tile the causal mask hides from all of its rows.
+ * W is 4 (64 rows a block), or 8 with QE_FLASH_ROWS=128 (a tuning knob:
+ * each tile loaded then serves twice the products, but fewer blocks fit an
+ * SM; on the H200 gpt2 at seq 1024 took 119.3 ms a step with 4, 126.1 with 8).
  *
- * TF32 rounding happens once, when a tile is loaded into shared memory (and
- * where P and dS are written), never per fragment.
+ * Scores, probabilities and their gradients stay in registers, in the
+ * accumulator layout of the MMA: lane (g = lane/4, c = lane%4) holds, of
+ * each 8-column slice n of a warp's 16 x 64 tile, rows g and g+8 at columns
+ * 8n + 2c and 8n + 2c + 1.  A second product over the tile's columns (P V,
+ * dS K, P^T dO, dS^T Q) takes those registers as its A operand as they are:
+ * the A operand's lane holds columns c and c+4 of an 8-wide step, so the
+ * step's k index c stands for column 2c and c+4 for column 2c+1, and the B
+ * operand is read from shared memory in the same order (rows 2c and 2c+1 of
+ * the slice).  Only the order of the terms inside one MMA changes; the
+ * hardware sums them in a fixed way, so the result is still deterministic.
  *
- * Forward, per query tile: for each key tile up to the diagonal, S = Q K^T
- * (WMMA), the online softmax of each row in shared memory (running max m and
- * sum l, the output rows rescaled by exp(m_old - m_new)), O += P V (WMMA);
- * then out = O / l and lse = m + log l.
- * Backward, with Dt = dout_t . out_t (one small kernel):
+ * TF32 rounding happens once, when a tile is loaded into shared memory, and
+ * where P and dS become an operand; never per fragment.  Shared rows have a
+ * stride of D + 4 floats, which keeps every fragment load free of bank
+ * conflicts for D = 16, 32 and 64.
+ *
+ * Forward, per query tile: for each key tile up to the diagonal, S = Q K^T,
+ * the online softmax of each row (running max m and sum l; the output rows
+ * rescaled by exp(m_old - m_new)), O += P V; then out = O / l and
+ * lse = m + log l.  Exponentials are exp2 of log2(e)-scaled scores.
+ * Backward, with Dt = dout_t . out_t (flash_dot_kernel):
  *   dQ kernel, per query tile, over key tiles <= it:  P = exp(S - lse),
- *     dP = dO V^T, dS = P (dP - Dt), dQ += dS K (accumulators in registers);
+ *     dP = dO V^T, dS = P (dP - Dt), dQ += dS K;
  *   dK/dV kernel, per key tile, over query tiles >= it: with S^T = K Q^T and
  *     dP^T = V dO^T, dV += P^T dO and dK += dS^T Q.
  * Splitting dQ from dK/dV (each recomputes S) is what removes the atomics a
@@ -26,311 +44,385 @@
  * beyond T) are exactly zero in P and dS.
  */
 #include <math.h>
-#include <mma.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "runtime/backend/cuda/cuda_int.h"
 
-using namespace nvcuda;
+#define FL_TILE 64    /* queries or keys per tile walked */
+#define FL_NS (FL_TILE / 8) /* 8-column slices of a 16 x 64 score tile */
+#define FL_LOG2E 1.4426950408889634f
+#define FL_LN2 0.6931471805599453f
 
-#define FL_TILE 64    /* queries or keys per tile */
-#define FL_WARPS 4    /* 16 rows each */
-#define FL_THREADS (FL_WARPS * 32)
-#define FL_LS (FL_TILE + 8) /* padded row stride of the score tiles (floats) */
+/* fp32 -> TF32, round to nearest (ties away), as the bits of a float */
+__device__ __forceinline__ float to_tf32(float x)
+{
+	uint32_t r;
+	asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+	return __uint_as_float(r);
+}
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::col_major> frag_bt; /* B = X^T */
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> frag_b;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 8, float> frag_c;
+/* d += A . B for one m16n8k8 step: a[4], b[2] hold TF32 values */
+__device__ __forceinline__ void mma_tf32(float *d, const float *a, float b0, float b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+		       "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
 
 /*
- * Rows [r0, r0+64) of an [N, ld] tensor's columns col..col+D into s (stride
- * D+8), float4 at a time (16-byte aligned: the launchers check), rounded to
- * TF32; zeros beyond T.  Every tile in shared memory that feeds a product
- * holds TF32 values already (P and dS are rounded where they are written),
- * so no fragment is converted after loading.
+ * Rows [r0, r0+ROWS) of an [N, ld] tensor's columns col..col+D into s (stride
+ * D+4), float4 at a time (16-byte aligned: the launchers check), rounded to
+ * TF32; zeros beyond T.
  */
-template <int D>
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void load_rows4(float *s, const float *x, int64_t ld, int64_t col, int64_t row_base, int r0,
 					   int T)
 {
-	const int LD = D + 8, Q = D / 4;
-	for (int i = threadIdx.x; i < FL_TILE * Q; i += FL_THREADS) {
+	const int LD = D + 4, Q = D / 4;
+	/* NT (the block's threads) a compile-time stride: the loop unrolls and its loads are in flight together */
+#pragma unroll
+	for (int i = threadIdx.x; i < ROWS * Q; i += NT) {
 		int r = i / Q, c = (i - r * Q) * 4, t = r0 + r;
 		float4 v = t < T ? *(const float4 *)(x + (row_base + t) * ld + col + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-		/* rounded to TF32 once here, so the fragments loaded from s need no conversion */
-		v.x = wmma::__float_to_tf32(v.x);
-		v.y = wmma::__float_to_tf32(v.y);
-		v.z = wmma::__float_to_tf32(v.z);
-		v.w = wmma::__float_to_tf32(v.w);
+		v.x = to_tf32(v.x);
+		v.y = to_tf32(v.y);
+		v.z = to_tf32(v.z);
+		v.w = to_tf32(v.w);
 		*(float4 *)(s + r * LD + c) = v;
 	}
 }
 
-/* rows [r0, r0+64) of one of q (part 0), k (1), v (2) of head h into s */
-template <int D>
+/* rows [r0, r0+ROWS) of one of q (part 0), k (1), v (2) of head h into s */
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void load_tile(float *s, const float *qkv, int64_t row_base, int r0, int T, int H, int part,
 					  int h)
 {
-	load_rows4<D>(s, qkv, 3 * (int64_t)H, (int64_t)part * H + h * D, row_base, r0, T);
+	load_rows4<D, ROWS, NT>(s, qkv, 3 * (int64_t)H, (int64_t)part * H + h * D, row_base, r0, T);
 }
 
-/* rows [r0, r0+64) of an [N, H] tensor's head h into s */
-template <int D>
+/* rows [r0, r0+ROWS) of an [N, H] tensor's head h into s */
+template <int D, int ROWS, int NT>
 __device__ __forceinline__ void load_rows(float *s, const float *x, int64_t row_base, int r0, int T, int H, int h)
 {
-	load_rows4<D>(s, x, H, (int64_t)h * D, row_base, r0, T);
+	load_rows4<D, ROWS, NT>(s, x, H, (int64_t)h * D, row_base, r0, T);
 }
 
-/* A warp's 16 x 64 product X_w (16 x D, stride LD) . Y^T (Y: 64 x D, stride LD) into out (stride FL_LS). */
-template <int D> __device__ __forceinline__ void mm_abt(float *out, const float *xw, const float *y)
+/*
+ * acc[n] = X_w . Y^T for the warp: X_w is the warp's 16 rows (stride D+4) of
+ * shared memory, Y the tile's 64 rows; acc[n] is columns 8n..8n+7.
+ */
+template <int D> __device__ __forceinline__ void mm_xyt(float (*acc)[4], const float *xw, const float *y, int lane)
 {
-	const int LD = D + 8;
-	frag_a a[D / 8]; /* the warp's rows, loaded once for the four column tiles */
+	const int LD = D + 4, g = lane >> 2, c = lane & 3;
+#pragma unroll
+	for (int n = 0; n < FL_NS; n++)
+		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
 	for (int k = 0; k < D / 8; k++) {
-		wmma::load_matrix_sync(a[k], xw + k * 8, LD);
-	}
-	for (int n = 0; n < FL_TILE / 16; n++) {
-		frag_c c;
-		wmma::fill_fragment(c, 0.0f);
-		for (int k = 0; k < D / 8; k++) {
-			frag_bt b;
-			wmma::load_matrix_sync(b, y + n * 16 * LD + k * 8, LD);
-			wmma::mma_sync(c, a[k], b, c);
+		float a[4];
+		a[0] = xw[g * LD + 8 * k + c];
+		a[1] = xw[(g + 8) * LD + 8 * k + c];
+		a[2] = xw[g * LD + 8 * k + c + 4];
+		a[3] = xw[(g + 8) * LD + 8 * k + c + 4];
+#pragma unroll
+		for (int n = 0; n < FL_NS; n++) {
+			const float *yr = y + (8 * n + g) * LD + 8 * k + c;
+			mma_tf32(acc[n], a, yr[0], yr[4]);
 		}
-		wmma::store_matrix_sync(out + n * 16, c, FL_LS, wmma::mem_row_major);
 	}
 }
 
-/* acc[n] += P_w (16 x 64, stride FL_LS) . Y (64 x D, stride LD), n over the D/16 column tiles. */
-template <int D> __device__ __forceinline__ void mm_acc(frag_c *acc, const float *pw, const float *y)
+/*
+ * out[n] += P . Y over the tile's 64 columns: p[j] holds the accumulator
+ * layout of slice j (TF32 values), Y the tile's 64 rows (stride D+4); out[n]
+ * is columns 8n..8n+7 of the D.
+ */
+template <int D> __device__ __forceinline__ void mm_py(float (*out)[4], float (*p)[4], const float *y, int lane)
 {
-	const int LD = D + 8;
-	for (int k = 0; k < FL_TILE / 8; k++) {
-		frag_a a;
-		wmma::load_matrix_sync(a, pw + k * 8, FL_LS);
-		for (int n = 0; n < D / 16; n++) {
-			frag_b b;
-			wmma::load_matrix_sync(b, y + k * 8 * LD + n * 16, LD);
-			wmma::mma_sync(acc[n], a, b, acc[n]);
-		}
+	const int LD = D + 4, g = lane >> 2, c = lane & 3;
+#pragma unroll
+	for (int j = 0; j < FL_NS; j++) {
+		float a[4] = { p[j][0], p[j][2], p[j][1], p[j][3] };
+		const float *y0 = y + (8 * j + 2 * c) * LD + g;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++)
+			mma_tf32(out[n], a, y0[8 * n], y0[LD + 8 * n]);
 	}
 }
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-template <int D>
-__global__ void __launch_bounds__(FL_THREADS) flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int H,
-								int nh, float scale)
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) flash_fwd_kernel(float *out, float *lse, const float *qkv, int T, int H,
+							    int nh, float scale)
 {
-	extern __shared__ __align__(32) float sm[];
-	const int LD = D + 8;
-	float *Qs = sm, *Ks = Qs + FL_TILE * LD, *Vs = Ks + FL_TILE * LD, *Ss = Vs + FL_TILE * LD;
-	float *Os = Ss + FL_WARPS * 16 * FL_LS;
-	const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	extern __shared__ __align__(16) float sm[];
+	const int LD = D + 4, R = 16 * W;
+	float *Qs = sm, *Ks = Qs + R * LD, *Vs = Ks + FL_TILE * LD;
+	const int nqt = (T + R - 1) / R;
+	const int qt = nqt - 1 - (int)blockIdx.x; /* the longest rows first */
+	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T;
-	const int q0 = qt * FL_TILE;
-	float *Sw = Ss + w * 16 * FL_LS, *Ow = Os + w * 16 * LD;
-	load_tile<D>(Qs, qkv, base, q0, T, H, 0, h);
-	for (int i = lane; i < 16 * D; i += 32)
-		Ow[(i / D) * LD + i % D] = 0.0f;
-	/* two lanes per row: lane r*2 + half takes the half's 32 columns */
-	const int r = lane >> 1, half = lane & 1, tq = q0 + w * 16 + r;
-	float m = -INFINITY, l = 0.0f;
-	for (int kt = 0; kt <= qt; kt++) {
+	const int q0 = qt * R, wlast = q0 + w * 16 + 15; /* the warp's last row */
+	const int ra = q0 + w * 16 + g, rb = ra + 8;     /* this lane's two rows */
+	const int nkt = min((T + FL_TILE - 1) / FL_TILE, (q0 + R - 1) / FL_TILE + 1);
+	const float sl2 = scale * FL_LOG2E;
+	load_tile<D, R, W * 32>(Qs, qkv, base, q0, T, H, 0, h);
+	float o[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * FL_TILE;
 		__syncthreads(); /* the previous tile's K, V are no longer read */
-		load_tile<D>(Ks, qkv, base, k0, T, H, 1, h);
-		load_tile<D>(Vs, qkv, base, k0, T, H, 2, h);
+		load_tile<D, FL_TILE, W * 32>(Ks, qkv, base, k0, T, H, 1, h);
+		load_tile<D, FL_TILE, W * 32>(Vs, qkv, base, k0, T, H, 2, h);
 		__syncthreads();
-		mm_abt<D>(Sw, Qs + w * 16 * LD, Ks);
-		__syncwarp();
-		float *srow = Sw + r * FL_LS + half * 32;
-		float mx = -INFINITY;
-		for (int j = 0; j < 32; j++) {
-			int tk = k0 + half * 32 + j;
-			float v = (tk <= tq && tk < T) ? srow[j] * scale : -INFINITY;
-			srow[j] = v;
-			mx = fmaxf(mx, v);
+		if (k0 > wlast)
+			continue; /* every key of the tile is after every row of the warp */
+		float sc[FL_NS][4];
+		mm_xyt<D>(sc, Qs + w * 16 * LD, Ks, lane);
+		float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+		for (int n = 0; n < FL_NS; n++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+				float v = (key <= row && key < T) ? sc[n][e] * sl2 : -INFINITY;
+				sc[n][e] = v;
+			}
+			xa = fmaxf(xa, fmaxf(sc[n][0], sc[n][1]));
+			xb = fmaxf(xb, fmaxf(sc[n][2], sc[n][3]));
 		}
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-		float mnew = fmaxf(m, mx);
-		float alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew);
-		float sum = 0.0f;
-		for (int j = 0; j < 32; j++) {
-			float p = srow[j] == -INFINITY ? 0.0f : expf(srow[j] - mnew);
-			srow[j] = wmma::__float_to_tf32(p);
-			sum += p;
+		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+		float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+		float aa = na == -INFINITY ? 1.0f : exp2f(ma - na), ab = nb == -INFINITY ? 1.0f : exp2f(mb - nb);
+		float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+		for (int n = 0; n < FL_NS; n++) {
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float m = e < 2 ? na : nb;
+				float pv = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - m);
+				if (e < 2)
+					sa += pv;
+				else
+					sb += pv;
+				sc[n][e] = to_tf32(pv);
+			}
 		}
-		/* the pair's halves in a fixed order: the lower half's sum first */
-		float other = __shfl_xor_sync(0xffffffffu, sum, 1);
-		sum = half ? other + sum : sum + other;
-		l = l * alpha + sum;
-		m = mnew;
-		float *orow = Ow + r * LD + half * (D / 2);
-		for (int j = 0; j < D / 2; j++)
-			orow[j] *= alpha;
-		__syncwarp();
-		frag_c acc[D / 16];
-		for (int n = 0; n < D / 16; n++)
-			wmma::load_matrix_sync(acc[n], Ow + n * 16, LD, wmma::mem_row_major);
-		mm_acc<D>(acc, Sw, Vs);
-		for (int n = 0; n < D / 16; n++)
-			wmma::store_matrix_sync(Ow + n * 16, acc[n], LD, wmma::mem_row_major);
-		__syncwarp();
+		/* the quad's partial sums in a fixed butterfly */
+		sa += __shfl_xor_sync(0xffffffffu, sa, 1);
+		sa += __shfl_xor_sync(0xffffffffu, sa, 2);
+		sb += __shfl_xor_sync(0xffffffffu, sb, 1);
+		sb += __shfl_xor_sync(0xffffffffu, sb, 2);
+		la = la * aa + sa;
+		lb = lb * ab + sb;
+		ma = na;
+		mb = nb;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			o[n][0] *= aa;
+			o[n][1] *= aa;
+			o[n][2] *= ab;
+			o[n][3] *= ab;
+		}
+		mm_py<D>(o, sc, Vs, lane);
 	}
-	if (tq < T) {
-		float inv = 1.0f / l;
-		const float *orow = Ow + r * LD + half * (D / 2);
-		float *o = out + (base + tq) * H + h * D + half * (D / 2);
-		for (int j = 0; j < D / 2; j++)
-			o[j] = orow[j] * inv;
-		if (half == 0)
-			lse[((int64_t)b * nh + h) * T + tq] = m + logf(l);
+	const float ia = 1.0f / la, ib = 1.0f / lb;
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		int col = h * D + 8 * n + 2 * c;
+		if (ra < T)
+			*(float2 *)(out + (base + ra) * H + col) = make_float2(o[n][0] * ia, o[n][1] * ia);
+		if (rb < T)
+			*(float2 *)(out + (base + rb) * H + col) = make_float2(o[n][2] * ib, o[n][3] * ib);
+	}
+	if (c == 0) {
+		int64_t hrow = ((int64_t)b * nh + h) * T;
+		if (ra < T)
+			lse[hrow + ra] = ma * FL_LN2 + logf(la);
+		if (rb < T)
+			lse[hrow + rb] = mb * FL_LN2 + logf(lb);
 	}
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
 
-/* Dt[b, h, t] = dout_t . out_t over head h's D columns, in column order. */
-__global__ void flash_dot_kernel(float *Dt, const float *dout, const float *out, int64_t B, int T, int H, int nh)
+/*
+ * Dt[b, h, t] = dout_t . out_t over head h's D columns: D/4 lanes a row,
+ * a float4 each, then a fixed butterfly over those lanes.
+ */
+template <int D> __global__ void flash_dot_kernel(float *Dt, const float *dout, const float *out, int64_t rows, int T,
+						  int H, int nh)
 {
-	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (i >= B * nh * T)
-		return;
-	int t = (int)(i % T), h = (int)((i / T) % nh);
-	int64_t b = i / ((int64_t)T * nh);
-	int D = H / nh;
-	const float *a = dout + (b * T + t) * H + h * D, *o = out + (b * T + t) * H + h * D;
+	const int LPR = D / 4;
+	int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR; /* (b, h, t) row */
+	int part = threadIdx.x % LPR;
 	float s = 0.0f;
-	for (int c = 0; c < D; c++)
-		s += a[c] * o[c];
-	Dt[i] = s;
+	if (i < rows) {
+		int t = (int)(i % T), h = (int)((i / T) % nh);
+		int64_t b = i / ((int64_t)T * nh);
+		int64_t at = (b * T + t) * H + h * D + part * 4;
+		float4 a = *(const float4 *)(dout + at), o = *(const float4 *)(out + at);
+		s = a.x * o.x + a.y * o.y + a.z * o.z + a.w * o.w;
+	}
+#pragma unroll
+	for (int m = 1; m < LPR; m <<= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, m);
+	if (i < rows && part == 0)
+		Dt[i] = s;
 }
 
-template <int D>
-__global__ void __launch_bounds__(FL_THREADS) flash_dq_kernel(float *dqkv, const float *dout, const float *qkv,
-							       const float *lse, const float *Dt, int T, int H, int nh,
-							       float scale)
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) flash_dq_kernel(float *dqkv, const float *dout, const float *qkv,
+							   const float *lse, const float *Dt, int T, int H, int nh, float scale)
 {
-	extern __shared__ __align__(32) float sm[];
-	const int LD = D + 8;
-	float *Qs = sm, *dOs = Qs + FL_TILE * LD, *Ks = dOs + FL_TILE * LD, *Vs = Ks + FL_TILE * LD;
-	float *Ss = Vs + FL_TILE * LD, *Ps = Ss + FL_WARPS * 16 * FL_LS;
-	const int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	extern __shared__ __align__(16) float sm[];
+	const int LD = D + 4, R = 16 * W;
+	float *Qs = sm, *dOs = Qs + R * LD, *Ks = dOs + R * LD, *Vs = Ks + FL_TILE * LD;
+	const int nqt = (T + R - 1) / R;
+	const int qt = nqt - 1 - (int)blockIdx.x;
+	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int q0 = qt * FL_TILE;
-	float *Sw = Ss + w * 16 * FL_LS, *dPw = Ps + w * 16 * FL_LS;
-	load_tile<D>(Qs, qkv, base, q0, T, H, 0, h);
-	load_rows<D>(dOs, dout, base, q0, T, H, h);
-	const int r = lane >> 1, half = lane & 1, tq = q0 + w * 16 + r;
-	const float lq = tq < T ? lse[hrow + tq] : 0.0f, dq_t = tq < T ? Dt[hrow + tq] : 0.0f;
-	frag_c acc[D / 16];
-	for (int n = 0; n < D / 16; n++)
-		wmma::fill_fragment(acc[n], 0.0f);
-	for (int kt = 0; kt <= qt; kt++) {
+	const int q0 = qt * R, wlast = q0 + w * 16 + 15;
+	const int ra = q0 + w * 16 + g, rb = ra + 8;
+	const int nkt = min((T + FL_TILE - 1) / FL_TILE, (q0 + R - 1) / FL_TILE + 1);
+	const float sl2 = scale * FL_LOG2E;
+	load_tile<D, R, W * 32>(Qs, qkv, base, q0, T, H, 0, h);
+	load_rows<D, R, W * 32>(dOs, dout, base, q0, T, H, h);
+	const float la = ra < T ? lse[hrow + ra] * FL_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * FL_LOG2E : 0.0f;
+	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	float dq[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * FL_TILE;
 		__syncthreads();
-		load_tile<D>(Ks, qkv, base, k0, T, H, 1, h);
-		load_tile<D>(Vs, qkv, base, k0, T, H, 2, h);
+		load_tile<D, FL_TILE, W * 32>(Ks, qkv, base, k0, T, H, 1, h);
+		load_tile<D, FL_TILE, W * 32>(Vs, qkv, base, k0, T, H, 2, h);
 		__syncthreads();
-		mm_abt<D>(Sw, Qs + w * 16 * LD, Ks);
-		mm_abt<D>(dPw, dOs + w * 16 * LD, Vs);
-		__syncwarp();
-		float *srow = Sw + r * FL_LS + half * 32, *prow = dPw + r * FL_LS + half * 32;
-		for (int j = 0; j < 32; j++) {
-			int tk = k0 + half * 32 + j;
-			float p = (tk <= tq && tk < T && tq < T) ? expf(srow[j] * scale - lq) : 0.0f;
-			srow[j] = wmma::__float_to_tf32(p * (prow[j] - dq_t)); /* dS */
-		}
-		__syncwarp();
-		mm_acc<D>(acc, Sw, Ks);
-		__syncwarp();
+		if (k0 > wlast)
+			continue;
+		float sc[FL_NS][4], dp[FL_NS][4];
+		mm_xyt<D>(sc, Qs + w * 16 * LD, Ks, lane);
+		mm_xyt<D>(dp, dOs + w * 16 * LD, Vs, lane);
+#pragma unroll
+		for (int n = 0; n < FL_NS; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+				float p = (key <= row && key < T && row < T) ? exp2f(sc[n][e] * sl2 - (e < 2 ? la : lb)) : 0.0f;
+				sc[n][e] = to_tf32(p * (dp[n][e] - (e < 2 ? da : db))); /* dS */
+			}
+		mm_py<D>(dq, sc, Ks, lane);
 	}
-	/* through shared memory (Sw's rows are free now) to scale and scatter the rows */
-	float *stage = Qs + w * 16 * LD; /* this warp's own rows of Q, no longer read */
-	__syncthreads();
-	for (int n = 0; n < D / 16; n++)
-		wmma::store_matrix_sync(stage + n * 16, acc[n], LD, wmma::mem_row_major);
-	__syncwarp();
-	if (tq < T) {
-		const float *srow = stage + r * LD + half * (D / 2);
-		float *dq = dqkv + (base + tq) * 3 * H + h * D + half * (D / 2);
-		for (int j = 0; j < D / 2; j++)
-			dq[j] = srow[j] * scale;
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		int col = h * D + 8 * n + 2 * c;
+		if (ra < T)
+			*(float2 *)(dqkv + (base + ra) * 3 * H + col) = make_float2(dq[n][0] * scale, dq[n][1] * scale);
+		if (rb < T)
+			*(float2 *)(dqkv + (base + rb) * 3 * H + col) = make_float2(dq[n][2] * scale, dq[n][3] * scale);
 	}
 }
 
-template <int D>
-__global__ void __launch_bounds__(FL_THREADS) flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
-								const float *lse, const float *Dt, int T, int H, int nh,
-								float scale)
+template <int D, int W>
+__global__ void __launch_bounds__(W * 32) flash_dkv_kernel(float *dqkv, const float *dout, const float *qkv,
+							    const float *lse, const float *Dt, int T, int H, int nh, float scale)
 {
-	extern __shared__ __align__(32) float sm[];
-	const int LD = D + 8;
-	float *Ks = sm, *Vs = Ks + FL_TILE * LD, *Qs = Vs + FL_TILE * LD, *dOs = Qs + FL_TILE * LD;
-	float *Ss = dOs + FL_TILE * LD, *Ps = Ss + FL_WARPS * 16 * FL_LS;
-	float *lse_s = Ps + FL_WARPS * 16 * FL_LS, *dt_s = lse_s + FL_TILE;
+	extern __shared__ __align__(16) float sm[];
+	const int LD = D + 4, R = 16 * W;
+	float *Ks = sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *dOs = Qs + FL_TILE * LD;
+	float *lse_s = dOs + FL_TILE * LD, *dt_s = lse_s + FL_TILE;
 	const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int k0 = kt * FL_TILE, nqt = (T + FL_TILE - 1) / FL_TILE;
-	float *STw = Ss + w * 16 * FL_LS, *dPTw = Ps + w * 16 * FL_LS;
-	load_tile<D>(Ks, qkv, base, k0, T, H, 1, h);
-	load_tile<D>(Vs, qkv, base, k0, T, H, 2, h);
-	/* lane pair per key row: lane r*2 + half takes 32 of the tile's query columns */
-	const int r = lane >> 1, half = lane & 1, tk = k0 + w * 16 + r;
-	frag_c dk[D / 16], dv[D / 16];
-	for (int n = 0; n < D / 16; n++) {
-		wmma::fill_fragment(dk[n], 0.0f);
-		wmma::fill_fragment(dv[n], 0.0f);
+	const int k0 = kt * R, nqt = (T + FL_TILE - 1) / FL_TILE, wfirst = k0 + w * 16; /* the warp's first key */
+	const int ka = k0 + w * 16 + g, kb = ka + 8; /* this lane's two key rows */
+	const float sl2 = scale * FL_LOG2E;
+	load_tile<D, R, W * 32>(Ks, qkv, base, k0, T, H, 1, h);
+	load_tile<D, R, W * 32>(Vs, qkv, base, k0, T, H, 2, h);
+	float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+		dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
 	}
-	for (int qt = kt; qt < nqt; qt++) {
+	for (int qt = k0 / FL_TILE; qt < nqt; qt++) {
 		const int q0 = qt * FL_TILE;
 		__syncthreads();
-		load_tile<D>(Qs, qkv, base, q0, T, H, 0, h);
-		load_rows<D>(dOs, dout, base, q0, T, H, h);
-		for (int i = threadIdx.x; i < FL_TILE; i += FL_THREADS) {
+		load_tile<D, FL_TILE, W * 32>(Qs, qkv, base, q0, T, H, 0, h);
+		load_rows<D, FL_TILE, W * 32>(dOs, dout, base, q0, T, H, h);
+		for (int i = threadIdx.x; i < FL_TILE; i += W * 32) {
 			int t = q0 + i;
-			lse_s[i] = t < T ? lse[hrow + t] : 0.0f;
+			lse_s[i] = t < T ? lse[hrow + t] * FL_LOG2E : 0.0f;
 			dt_s[i] = t < T ? Dt[hrow + t] : 0.0f;
 		}
 		__syncthreads();
-		mm_abt<D>(STw, Ks + w * 16 * LD, Qs);  /* S^T: keys x queries */
-		mm_abt<D>(dPTw, Vs + w * 16 * LD, dOs); /* dP^T */
-		__syncwarp();
-		float *srow = STw + r * FL_LS + half * 32, *prow = dPTw + r * FL_LS + half * 32;
-		for (int j = 0; j < 32; j++) {
-			int c = half * 32 + j, tq = q0 + c;
-			float p = (tk <= tq && tq < T && tk < T) ? expf(srow[j] * scale - lse_s[c]) : 0.0f;
-			srow[j] = wmma::__float_to_tf32(p);                       /* P^T */
-			prow[j] = wmma::__float_to_tf32(p * (prow[j] - dt_s[c])); /* dS^T */
-		}
-		__syncwarp();
-		mm_acc<D>(dv, STw, dOs);
-		mm_acc<D>(dk, dPTw, Qs);
-		__syncwarp();
+		if (q0 + FL_TILE - 1 < wfirst)
+			continue; /* every query of the tile is before every key of the warp */
+		float st[FL_NS][4], dpt[FL_NS][4];
+		mm_xyt<D>(st, Ks + w * 16 * LD, Qs, lane);   /* S^T: keys x queries */
+		mm_xyt<D>(dpt, Vs + w * 16 * LD, dOs, lane); /* dP^T */
+#pragma unroll
+		for (int n = 0; n < FL_NS; n++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
+				float p = (key <= tq && tq < T && key < T) ? exp2f(st[n][e] * sl2 - lse_s[qc]) : 0.0f;
+				st[n][e] = to_tf32(p);                         /* P^T */
+				dpt[n][e] = to_tf32(p * (dpt[n][e] - dt_s[qc])); /* dS^T */
+			}
+		mm_py<D>(dv, st, dOs, lane);
+		mm_py<D>(dk, dpt, Qs, lane);
 	}
-	__syncthreads();
-	float *stage = Qs + w * 16 * LD; /* Q is no longer read: each warp its own 16 rows */
-	for (int pass = 0; pass < 2; pass++) {
-		for (int n = 0; n < D / 16; n++)
-			wmma::store_matrix_sync(stage + n * 16, pass ? dv[n] : dk[n], LD, wmma::mem_row_major);
-		__syncwarp();
-		if (tk < T) {
-			const float *srow = stage + r * LD + half * (D / 2);
-			float *o = dqkv + (base + tk) * 3 * H + (pass ? 2 : 1) * H + h * D + half * (D / 2);
-			float f = pass ? 1.0f : scale;
-			for (int j = 0; j < D / 2; j++)
-				o[j] = srow[j] * f;
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		int col = h * D + 8 * n + 2 * c;
+		if (ka < T) {
+			float *r = dqkv + (base + ka) * 3 * H + col;
+			*(float2 *)(r + H) = make_float2(dk[n][0] * scale, dk[n][1] * scale);
+			*(float2 *)(r + 2 * H) = make_float2(dv[n][0], dv[n][1]);
 		}
-		__syncwarp();
+		if (kb < T) {
+			float *r = dqkv + (base + kb) * 3 * H + col;
+			*(float2 *)(r + H) = make_float2(dk[n][2] * scale, dk[n][3] * scale);
+			*(float2 *)(r + 2 * H) = make_float2(dv[n][2], dv[n][3]);
+		}
 	}
 }
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
-static size_t fwd_smem(int D) { return ((size_t)3 * FL_TILE * (D + 8) + FL_WARPS * 16 * FL_LS + FL_WARPS * 16 * (D + 8)) * 4; }
-static size_t dq_smem(int D) { return ((size_t)4 * FL_TILE * (D + 8) + 2 * FL_WARPS * 16 * FL_LS) * 4; }
-static size_t dkv_smem(int D) { return ((size_t)4 * FL_TILE * (D + 8) + 2 * FL_WARPS * 16 * FL_LS + 2 * FL_TILE) * 4; }
+static size_t fwd_smem(int D, int W) { return (size_t)(16 * W + 2 * FL_TILE) * (D + 4) * 4; }
+static size_t dq_smem(int D, int W) { return (size_t)(2 * 16 * W + 2 * FL_TILE) * (D + 4) * 4; }
+static size_t dkv_smem(int D, int W) { return ((size_t)(2 * 16 * W + 2 * FL_TILE) * (D + 4) + 2 * FL_TILE) * 4; }
+
+/*
+ * Warps a block (16 rows each): 4 unless QE_FLASH_ROWS=128 asks for 8 (the
+ * file comment says why 4).  Read once per process.
+ */
+static int flash_warps(void)
+{
+	static int w;
+	if (!w) {
+		const char *e = getenv("QE_FLASH_ROWS");
+		w = e && strcmp(e, "128") == 0 ? 8 : 4;
+	}
+	return w;
+}
 
 template <typename K> static int set_smem(K kernel, size_t bytes, const char *op, const char *name)
 {
@@ -338,34 +430,38 @@ template <typename K> static int set_smem(K kernel, size_t bytes, const char *op
 	return e == cudaSuccess ? QE_OK : qe__cuda_err(e, op, name);
 }
 
-template <int D>
+template <int D, int W>
 static int fwd_launch(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_fwd";
-	size_t sm = fwd_smem(D);
-	int rc = set_smem(flash_fwd_kernel<D>, sm, op, "cudaFuncSetAttribute(flash_fwd_kernel)");
+	size_t sm = fwd_smem(D, W);
+	int rc = set_smem(flash_fwd_kernel<D, W>, sm, op, "cudaFuncSetAttribute(flash_fwd_kernel)");
 	if (rc)
 		return rc;
-	dim3 grid((unsigned)((T + FL_TILE - 1) / FL_TILE), (unsigned)nh, (unsigned)B);
-	flash_fwd_kernel<D><<<grid, FL_THREADS, sm, s->cs>>>(out, lse, qkv, T, H, nh, 1.0f / sqrtf((float)D));
+	dim3 grid((unsigned)((T + 16 * W - 1) / (16 * W)), (unsigned)nh, (unsigned)B);
+	flash_fwd_kernel<D, W><<<grid, W * 32, sm, s->cs>>>(out, lse, qkv, T, H, nh, 1.0f / sqrtf((float)D));
 	return qe__cuda_launched(op, "flash_fwd_kernel");
 }
 
-template <int D>
-static int bwd_launch(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *lse, const float *Dt,
-		      int64_t B, int T, int H, int nh)
+template <int D, int W>
+static int bwd_launch(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+		      const float *lse, float *Dt, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_bwd";
 	int rc;
-	if ((rc = set_smem(flash_dq_kernel<D>, dq_smem(D), op, "cudaFuncSetAttribute(flash_dq_kernel)")) ||
-	    (rc = set_smem(flash_dkv_kernel<D>, dkv_smem(D), op, "cudaFuncSetAttribute(flash_dkv_kernel)")))
+	if ((rc = set_smem(flash_dq_kernel<D, W>, dq_smem(D, W), op, "cudaFuncSetAttribute(flash_dq_kernel)")) ||
+	    (rc = set_smem(flash_dkv_kernel<D, W>, dkv_smem(D, W), op, "cudaFuncSetAttribute(flash_dkv_kernel)")))
 		return rc;
-	dim3 grid((unsigned)((T + FL_TILE - 1) / FL_TILE), (unsigned)nh, (unsigned)B);
+	int64_t rows = B * nh * T;
+	flash_dot_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, dout, out, rows, T, H, nh);
+	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
+		return rc;
+	dim3 grid((unsigned)((T + 16 * W - 1) / (16 * W)), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
-	flash_dq_kernel<D><<<grid, FL_THREADS, dq_smem(D), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
+	flash_dq_kernel<D, W><<<grid, W * 32, dq_smem(D, W), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
 	if ((rc = qe__cuda_launched(op, "flash_dq_kernel")))
 		return rc;
-	flash_dkv_kernel<D><<<grid, FL_THREADS, dkv_smem(D), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
+	flash_dkv_kernel<D, W><<<grid, W * 32, dkv_smem(D, W), s->cs>>>(dqkv, dout, qkv, lse, Dt, T, H, nh, scale);
 	return qe__cuda_launched(op, "flash_dkv_kernel");
 }
 
@@ -381,19 +477,22 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 {
 	if (B * T == 0)
 		return QE_OK;
-	int rc = aligned16("attn_flash_fwd", "qkv", qkv);
-	if (rc)
+	int rc;
+	if ((rc = aligned16("attn_flash_fwd", "qkv", qkv)) || (rc = aligned16("attn_flash_fwd", "out", out)))
 		return rc;
 	if (T > INT32_MAX / 4 || 3 * H > INT32_MAX || B > 65535)
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: batch %lld x T %lld x H %lld is too large", (long long)B,
 			       (long long)T, (long long)H);
 	switch (H / nh) {
 	case 16:
-		return fwd_launch<16>(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? fwd_launch<16, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
+					  : fwd_launch<16, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	case 32:
-		return fwd_launch<32>(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? fwd_launch<32, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
+					  : fwd_launch<32, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	case 64:
-		return fwd_launch<64>(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? fwd_launch<64, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
+					  : fwd_launch<64, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %lld", (long long)(H / nh));
 	}
@@ -411,20 +510,21 @@ extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *d
 	float *Dt = NULL;
 	int64_t rows = B * nh * T;
 	int rc;
-	if ((rc = aligned16(op, "qkv", qkv)) || (rc = aligned16(op, "dout", dout)))
+	if ((rc = aligned16(op, "qkv", qkv)) || (rc = aligned16(op, "dout", dout)) || (rc = aligned16(op, "out", out)) ||
+	    (rc = aligned16(op, "dqkv", dqkv)))
 		return rc;
 	if ((rc = qe__cuda_scratch(s, (size_t)rows * sizeof(float), op, (void **)&Dt)))
 		return rc;
-	flash_dot_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, s->cs>>>(Dt, dout, out, B, (int)T, (int)H, nh);
-	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
-		return rc;
 	switch (H / nh) {
 	case 16:
-		return bwd_launch<16>(s, dqkv, dout, qkv, lse, Dt, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? bwd_launch<16, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
+					  : bwd_launch<16, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
 	case 32:
-		return bwd_launch<32>(s, dqkv, dout, qkv, lse, Dt, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? bwd_launch<32, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
+					  : bwd_launch<32, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
 	case 64:
-		return bwd_launch<64>(s, dqkv, dout, qkv, lse, Dt, B, (int)T, (int)H, nh);
+		return flash_warps() == 4 ? bwd_launch<64, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
+					  : bwd_launch<64, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "%s: head dimension %lld", op, (long long)(H / nh));
 	}

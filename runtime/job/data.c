@@ -3,7 +3,7 @@
  * the deterministic sampler.  A shard named X_train.bin with X_val.bin beside
  * it (`qeffect tokenize` output) takes its held-out stream from X_val.bin.
  */
-#include "runtime/train/data.h"
+#include "runtime/job/data.h"
 
 #include <errno.h>
 #include <stdio.h>

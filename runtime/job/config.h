@@ -5,8 +5,8 @@
  * process rebuilds exactly the same run, and a resume with a conflicting
  * model or recipe flag can be refused by comparing fields.
  */
-#ifndef QE_TRAIN_CONFIG_H
-#define QE_TRAIN_CONFIG_H
+#ifndef QE_JOB_CONFIG_H
+#define QE_JOB_CONFIG_H
 
 #include <stdint.h>
 

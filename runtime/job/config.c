@@ -1,7 +1,7 @@
 /*
  * config.c - defaults, checks, names and the JSON form of a run's config.
  */
-#include "runtime/train/config.h"
+#include "runtime/job/config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,7 +161,7 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	int rc = QE_OK;
 	if (r) {
 		rc = qe_fail(QE_ECORRUPT, "run config: %s", err.text);
-		goto out;
+		goto free_json;
 	}
 	snprintf(c->model.preset, sizeof(c->model.preset), "%s", preset);
 	c->prec.mode = fp8 ? QE_PREC_FP8 : QE_PREC_F32;
@@ -198,7 +198,7 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	c->arena = QE_ARENA_PER_MB;
 	if (!rc && ar && (!json_is_string(ar) || qe_arena_layout_parse(json_string_value(ar), &c->arena)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'arena'");
-out:
+free_json:
 	json_decref(o);
 	return rc;
 }

@@ -2,7 +2,7 @@
  * shard.h - writing llm.c token shards: a 256 x int32 little-endian header
  * (header[0] = 20240520 magic, header[1] = 1 version, header[2] = token
  * count, the rest 0), then the tokens as little-endian uint16.
- * runtime/train/data.c reads them.
+ * runtime/job/data.c reads them.
  *
  * A shard is written the durable way, in two steps so that a command writing
  * several can make all of them complete before showing any: tokens stream into

@@ -5,7 +5,7 @@
  * file is the same bytes on any host; the header is written last, over the
  * zeros left for it, once the count is known.
  */
-#include "runtime/train/shard.h"
+#include "runtime/job/shard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,20 +79,20 @@ int qe_shard_finish(qe_shard_writer *w)
 	put32(hdr + 8, (int32_t)w->ntokens);
 	const char *step = "write the header of";
 	if (fseek(w->f, 0, SEEK_SET) || fwrite(hdr, sizeof(hdr), 1, w->f) != 1)
-		goto fail;
+		goto report_step;
 	step = "flush";
 	if (fflush(w->f))
-		goto fail;
+		goto report_step;
 	step = "fsync";
 	if (fsync(fileno(w->f)))
-		goto fail;
+		goto report_step;
 	step = "close";
 	FILE *f = w->f;
 	w->f = NULL;
 	if (fclose(f))
-		goto fail;
+		goto report_step;
 	return QE_OK;
-fail:
+report_step:
 	return qe_fail(QE_EIO, "cannot %s '%s': %s", step, w->tmp, strerror(errno));
 }
 

@@ -14,7 +14,7 @@
  * last of equal keys winning as in the package's dictZip), and the piece
  * cache (bytes -> a run of token ids), cleared when it grows past a bound.
  */
-#include "runtime/train/tokenizer.h"
+#include "runtime/job/tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -245,10 +245,10 @@ static int load_vocab(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 	int rc = QE_OK;
 	if (!json_is_object(root)) {
 		rc = qe_fail(QE_ECORRUPT, "'%s': not a JSON object of token -> id", path);
-		goto out;
+		goto free_json;
 	}
 	if ((rc = sm_init(&e->vocab, json_object_size(root))))
-		goto out;
+		goto free_json;
 	const char *k;
 	json_t *v;
 	char buf[1024];
@@ -259,19 +259,19 @@ static int load_vocab(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 		if (n <= 0) {
 			rc = qe_fail(QE_ECORRUPT, "'%s': token \"%.60s\" is empty or has a character outside GPT-2's byte alphabet",
 				     path, k);
-			goto out;
+			goto free_json;
 		}
 		if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65535) {
 			rc = qe_fail(QE_ECORRUPT, "'%s': token \"%.60s\" has no id in 0..65535", path, k);
-			goto out;
+			goto free_json;
 		}
 		int id = (int)json_integer_value(v);
 		if ((rc = sm_put(&e->vocab, buf, (size_t)n, id, 0)))
-			goto out;
+			goto free_json;
 		if (id + 1 > e->vocab_size)
 			e->vocab_size = id + 1;
 	}
-out:
+free_json:
 	json_decref(root);
 	return rc;
 }
@@ -290,7 +290,7 @@ static int load_merges(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 			char *t = realloc(text, cap);
 			if (!t) {
 				rc = qe_fail(QE_ENOMEM, "tokenizer: out of memory reading '%s'", path);
-				goto out;
+				goto close_file;
 			}
 			text = t;
 		}
@@ -299,10 +299,10 @@ static int load_merges(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 	} while (got);
 	if (ferror(f)) {
 		rc = qe_fail(QE_EIO, "cannot read '%s': %s", path, strerror(errno));
-		goto out;
+		goto close_file;
 	}
 	if ((rc = sm_init(&e->ranks, 65536)))
-		goto out;
+		goto close_file;
 	/*
 	 * Encoder.js: lines = text.split('\n'); merges = lines.slice(1, -1): the
 	 * first line ("#version: 0.2") and the last element (empty after the final
@@ -338,22 +338,22 @@ static int load_merges(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 		}
 		if (np != 2 || pl[0] + pl[1] + 1 > sizeof(key)) {
 			rc = qe_fail(QE_ECORRUPT, "'%s' line %zu: a merge is two pieces, found %d", path, lineno, np);
-			goto out;
+			goto close_file;
 		}
 		long n0 = stand_in_to_bytes(byte_of, p[0], pl[0], key);
 		long n1 = n0 > 0 ? stand_in_to_bytes(byte_of, p[1], pl[1], key + n0 + 1) : -1;
 		if (n0 <= 0 || n1 <= 0) {
 			rc = qe_fail(QE_ECORRUPT, "'%s' line %zu: a piece has a character outside GPT-2's byte alphabet", path,
 				     lineno);
-			goto out;
+			goto close_file;
 		}
 		key[n0] = ',';
 		if ((rc = sm_put(&e->ranks, key, (size_t)(n0 + 1 + n1), rank++, 0)))
-			goto out;
+			goto close_file;
 	}
 	if (rank == 0)
 		rc = qe_fail(QE_ECORRUPT, "'%s': no merges", path);
-out:
+close_file:
 	free(text);
 	fclose(f);
 	return rc;
@@ -389,15 +389,15 @@ int qe_gpt2_open(const char *dir, qe_gpt2 **out)
 	int rc;
 	snprintf(path, sizeof(path), "%s/encoder.json", dir);
 	if ((rc = load_vocab(e, path, byte_of)))
-		goto fail;
+		goto free_encoder;
 	snprintf(path, sizeof(path), "%s/vocab.bpe", dir);
 	if ((rc = load_merges(e, path, byte_of)))
-		goto fail;
+		goto free_encoder;
 	if ((rc = compile_pattern(e)) || (rc = sm_init(&e->cache, 1 << 16)))
-		goto fail;
+		goto free_encoder;
 	*out = e;
 	return QE_OK;
-fail:
+free_encoder:
 	qe_gpt2_free(e);
 	return rc;
 }
