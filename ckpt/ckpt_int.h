@@ -114,6 +114,13 @@ typedef struct ckpt_word {
 /* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
 
+/*
+ * 1 when item bytes take the device path (the ring's slots on a save, device
+ * staging on a restore): device items, and with QE_CKPT_STAGING=device every
+ * array of a stage too, so that tests on the cpu backend (whose items live
+ * in host memory) run the path cuda takes.
+ */
+int ckpt__device_path(const qe_pstate_item *it);
 /* Bytes per piece of a save or restore: QE_CKPT_PIECE_BYTES or 64 MiB, a whole number of chunks. */
 size_t ckpt__piece_bytes(const ckpt_session *s);
 /* s->ring with slots of at least slot_bytes from backend b (reallocated when smaller or another backend's). */
@@ -268,11 +275,14 @@ int ckpt__rows_decode(const void *buf, size_t len, const char *from, cat_tensor_
 
 /*
  * Where a rank's rows wait until every rank agreed: buf[i] for item i,
- * device memory of b when on_dev[i], else host memory.
+ * device staging of rank r (qe_pstate_stage_*) when on_dev[i], else host
+ * memory: mapped (huge pages where the kernel allows) when mapped[i] > 0
+ * (its length), else malloc'd.
  */
 typedef struct staging {
 	void **buf;
-	unsigned char *on_dev; /* buf[i] is device memory of the rank's backend */
+	unsigned char *on_dev;
+	size_t *mapped;
 	int n;
 	qe_rank *r;
 } staging;

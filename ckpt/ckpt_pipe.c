@@ -29,6 +29,14 @@
 /* Piece size: 64 MiB by default (QE_CKPT_PIECE_BYTES for tests), rounded to whole chunks. */
 #define CKPT_PIECE_DEFAULT ((size_t)64 << 20)
 
+int ckpt__device_path(const qe_pstate_item *it)
+{
+	if (it->on_device)
+		return 1;
+	const char *e = getenv("QE_CKPT_STAGING");
+	return e && strcmp(e, "device") == 0 && it->stage >= 0 && it->kind != QE_PSTATE_RUNTIME;
+}
+
 size_t ckpt__piece_bytes(const ckpt_session *s)
 {
 	size_t want = CKPT_PIECE_DEFAULT;

@@ -411,7 +411,8 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 	int dev = ckpt__want_device_staging(r);
 	g->r = r;
 	g->n = n;
-	if (!(g->buf = qe_calloc((size_t)n + 1, sizeof(void *))) || !(g->on_dev = qe_calloc((size_t)n + 1, 1)))
+	if (!(g->buf = qe_calloc((size_t)n + 1, sizeof(void *))) || !(g->on_dev = qe_calloc((size_t)n + 1, 1)) ||
+	    !(g->mapped = qe_calloc((size_t)n + 1, sizeof(size_t))))
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	own_row *own = qe_calloc((size_t)nplan + 1, sizeof(*own));
 	int *item_of = qe_calloc((size_t)nplan + 1, sizeof(int));
@@ -764,10 +765,12 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 
 	/* 5. Every rank serves what others read from its disk, then reads and checks its own; nothing loads yet. */
 	memset(&mine, 0, sizeof(mine));
+	double t_read = ckpt__now_ms();
 	rc = world > 1 ? serve(s, comm, rank, &rows, plan, nplan, found.step) : QE_OK;
 	if (!rc)
 		rc = fetch(s, r, &rows, plan, nplan, items, need, n, &g, found.step);
 	ckpt__word_set(&mine, rc, NULL);
+	double t_agree = ckpt__now_ms();
 	if ((rc = agree(r, &mine, &w)))
 		goto out;
 	if (w.rc) {
@@ -777,8 +780,21 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	}
 
 	/* 6. Everyone read everything: load, then rebuild process-local state. */
+	double t_load = ckpt__now_ms();
 	if ((rc = ckpt__load_items(r, items, n, &g)))
 		goto out;
+	{
+		uint64_t staged = 0, on_dev = 0;
+		for (int i = 0; i < n; i++) {
+			staged += items[i].bytes;
+			on_dev += g.on_dev[i] ? items[i].bytes : 0;
+		}
+		qe_log(QE_LOG_INFO,
+		       "restore: rank %d on %s: %llu bytes (%llu staged on the device) planned in %.0f ms, read and checked "
+		       "in %.0f ms, agreed in %.0f ms, loaded in %.0f ms",
+		       rank, s->host, (unsigned long long)staged, (unsigned long long)on_dev, t_read - t0, t_agree - t_read,
+		       t_load - t_agree, ckpt__now_ms() - t_load);
+	}
 	if ((rc = qe_rank_pstate_loaded(r)))
 		goto out;
 	if (qe_rank_steps_done(r) != found.step) {

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
@@ -29,6 +30,9 @@
  * at the load.
  */
 
+/* Host staging at least this large is mapped rather than malloc'd. */
+#define HOST_MAP_MIN ((size_t)8 << 20)
+
 int ckpt__want_device_staging(qe_rank *r)
 {
 	const char *e = getenv("QE_CKPT_STAGING");
@@ -41,7 +45,7 @@ int ckpt__want_device_staging(qe_rank *r)
 
 int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev)
 {
-	if (dev && it->on_device && it->stage >= 0 && it->bytes) {
+	if (dev && it->stage >= 0 && it->bytes && ckpt__device_path(it)) {
 		if (!qe_pstate_stage_alloc(g->r, it->bytes, &g->buf[i])) {
 			g->on_dev[i] = 1;
 			return QE_OK;
@@ -50,6 +54,17 @@ int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev)
 		qe_log(QE_LOG_INFO, "restore: no device memory to stage '%s' of stage %d (%zu bytes): staged on the host (%s)",
 		       it->name, it->stage, it->bytes, qe_last_error());
 		qe_clear_error();
+	}
+	if (it->bytes >= HOST_MAP_MIN && !qe_fault_hit(QE_FAULT_ALLOC)) {
+		/* A large buffer the store preads into: mapped with huge pages where the kernel
+		 * allows them (MADV_HUGEPAGE), so its first touch costs 512 times fewer faults. */
+		void *p = mmap(NULL, it->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p != MAP_FAILED) {
+			madvise(p, it->bytes, MADV_HUGEPAGE);
+			g->buf[i] = p;
+			g->mapped[i] = it->bytes;
+			return QE_OK;
+		}
 	}
 	if (!(g->buf[i] = qe_malloc(it->bytes ? it->bytes : 1)))
 		return qe_fail(QE_ENOMEM, "restore: no host memory for '%s' of stage %d (%zu bytes)", it->name, it->stage,
@@ -62,11 +77,14 @@ void ckpt__stage_free(staging *g)
 	for (int i = 0; g->buf && i < g->n; i++) {
 		if (g->on_dev && g->on_dev[i])
 			qe_pstate_stage_free(g->r, g->buf[i]);
+		else if (g->mapped && g->mapped[i])
+			munmap(g->buf[i], g->mapped[i]);
 		else
 			free(g->buf[i]);
 	}
 	free(g->buf);
 	free(g->on_dev);
+	free(g->mapped);
 	memset(g, 0, sizeof(*g));
 }
 

@@ -126,7 +126,7 @@ static int copy_pieces(ckpt_session *s, qe_rank *r, const qe_pstate_item *items,
 			m->off = off;
 			m->len = len;
 			m->last = off + len == it->bytes;
-			if (it->on_device && len) {
+			if (len && ckpt__device_path(it)) {
 				m->in_slot = 1;
 				int rc = qe_pstate_read_at(r, it, off, len, s->ring.slot[slot]);
 				if (rc) {

@@ -87,7 +87,8 @@ int qe_pstate_read_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t l
  * whose "device" is host memory: staging there is plain host memory).
  * stage_alloc: bytes of device memory (zeroed, as every device allocation);
  * stage_put: len bytes of host memory src to stage + off; stage_load: the
- * staging (it->bytes) into a device item, a copy on the device; stage_free
+ * staging (it->bytes) into a device item (on cpu, any item), a copy on the
+ * device; stage_free
  * (NULL is a no-op).  The copies are synchronous, through the default
  * stream, with the QE_FAULT=copy hook.
  */
