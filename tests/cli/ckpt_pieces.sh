@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ckpt_pieces.sh - saves and restores move device bytes in pieces through a ring of reused
 # buffers (ckpt_pipe.c); this checks that the pieces change nothing a checkpoint records:
-#  - the catalog's tensor rows and chunk hashes of a run saved in pieces of 3 chunks, of one
-#    chunk, and whole (the default piece is larger than every tensor here) are byte-identical;
+#  - the catalog's tensor rows and chunk hashes of a run saved in pieces of 3 chunks through the
+#    ring, of one chunk in place, and whole (the default piece is larger than every tensor here)
+#    are byte-identical;
 #  - a resume read through device staging (QE_CKPT_STAGING=device: the cpu backend's "device"
 #    memory, so the staging, ring and load code of the cuda path runs here) in small pieces
 #    matches the uninterrupted run bit for bit (`compare`), under the same mapping and another;
@@ -20,8 +21,13 @@ rows() { # the checkpoint rows of a run, without its random store ids
 }
 command -v sqlite3 >/dev/null || { echo "FAIL: sqlite3 is needed to read the catalogs"; exit 1; }
 "$Q" train $C --pp 2 --steps 4 --run-dir "$T/full" || exit 1
+# 12288: 3-chunk pieces copied through the ring's slots (the device path, forced on cpu); 1: one-chunk
+# pieces handed over in place (host items); 0: the default piece, larger than any tensor here
 for p in 12288 1 0; do
-	QE_CKPT_PIECE_BYTES=$p "$Q" train $C --pp 2 --steps 4 --ckpt-every 2 --run-dir "$T/p$p" || { echo "FAIL: train with pieces of $p bytes"; exit 1; }
+	staging=host
+	[ "$p" = 12288 ] && staging=device
+	QE_CKPT_STAGING=$staging QE_CKPT_PIECE_BYTES=$p "$Q" train $C --pp 2 --steps 4 --ckpt-every 2 --run-dir "$T/p$p" ||
+		{ echo "FAIL: train with pieces of $p bytes"; exit 1; }
 	rows "$T/p$p" >"$T/rows$p"
 done
 n=$(wc -l <"$T/rows0")
