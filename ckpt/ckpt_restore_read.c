@@ -108,27 +108,28 @@ static size_t piece_end(const cat_tensor *t, size_t k, size_t cap, size_t *len)
 	return end;
 }
 
-static void sub_list(const cat_tensor *t, size_t k, size_t end, store_chunk *buf, store_chunk_list *l)
+/* t's chunks as the store's list type, in buf (t->n_chunks entries). */
+static void chunk_list(const cat_tensor *t, store_chunk *buf, store_chunk_list *l)
 {
-	for (size_t c = k; c < end; c++) {
-		memcpy(buf[c - k].hash.b, t->chunks[c].hash, STORE_HASH_BYTES);
-		buf[c - k].size = t->chunks[c].size;
+	for (size_t c = 0; c < t->n_chunks; c++) {
+		memcpy(buf[c].hash.b, t->chunks[c].hash, STORE_HASH_BYTES);
+		buf[c].size = t->chunks[c].size;
 	}
-	l->n = end - k;
+	l->n = t->n_chunks;
 	l->chunks = buf;
 }
 
 /*
  * The helper thread: each own row read and re-hashed by the store, host
  * rows straight into their staging, device rows a piece at a time into the
- * ring's slots, the next piece's chunks asked of the kernel ahead.
+ * ring's slots (store_get_chunks, which reads the next chunk ahead).
  */
 static void *restore_reader(void *arg)
 {
 	read_job *j = arg;
 	ckpt_session *s = j->s;
 	size_t cap = s->ring.slot_bytes;
-	store_chunk *cur = NULL, *nxt = NULL;
+	store_chunk *cur = NULL;
 	int rc = QE_OK;
 	for (int r = 0; r < j->nrows && !rc; r++) {
 		const cat_tensor *t = j->rows[r].t;
@@ -150,26 +151,18 @@ static void *restore_reader(void *arg)
 		if ((rc = ckpt__store_of(s, t, &st)))
 			break;
 		free(cur);
-		free(nxt);
-		cur = qe_calloc(t->n_chunks + 1, sizeof(*cur));
-		nxt = qe_calloc(t->n_chunks + 1, sizeof(*nxt));
-		if (!cur || !nxt) {
+		if (!(cur = qe_calloc(t->n_chunks + 1, sizeof(*cur)))) {
 			rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 			break;
 		}
+		store_chunk_list l;
+		chunk_list(t, cur, &l);
 		size_t off = 0, len, end;
 		for (size_t k = 0; k < t->n_chunks && !rc; k = end) {
-			store_chunk_list l, ahead;
 			end = piece_end(t, k, cap, &len);
-			sub_list(t, k, end, cur, &l);
-			if (end < t->n_chunks) {
-				size_t alen, aend = piece_end(t, end, cap, &alen);
-				sub_list(t, end, aend, nxt, &ahead);
-				store_prefetch(st, &ahead);
-			}
 			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
 				goto out;
-			if ((rc = store_get_tensor(st, &l, s->ring.slot[slot], len))) {
+			if ((rc = store_get_chunks(st, &l, k, end - k, s->ring.slot[slot], len))) {
 				rc = qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s",
 						 t->name, t->stage, t->n_chunks, (long long)j->step, s->rank, s->host);
 				break;
@@ -189,7 +182,6 @@ static void *restore_reader(void *arg)
 		ckpt__pipe_close(&j->pipe);
 out:
 	free(cur);
-	free(nxt);
 	return NULL;
 }
 

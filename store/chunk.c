@@ -406,15 +406,18 @@ static int check_hash(store *s, const store_hash *h, const void *data, size_t si
 		       idx, count, store_hash_hex(h, want_hex), size, store_hash_hex(&got, got_hex));
 }
 
-int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes)
+int store_get_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, void *dst, size_t bytes)
 {
 	int rc = store_check(s);
 	if (rc)
 		return rc;
 	if (!list || (list->n && !list->chunks) || (bytes && !dst))
 		return qe_fail(QE_EINVAL, "store '%s': get tensor: NULL list or destination", s->path);
+	if (first > list->n || count > list->n - first)
+		return qe_fail(QE_EINVAL, "store '%s': chunks %zu..%zu of a list of %zu", s->path, first, first + count,
+			       list->n);
 	uint64_t total = 0;
-	for (size_t i = 0; i < list->n; i++) {
+	for (size_t i = first; i < first + count; i++) {
 		if (list->chunks[i].size > STORE_MAX_CHUNK)
 			return qe_fail(QE_EINVAL, "store '%s': chunk %zu of the list has size %llu", s->path, i,
 				       (unsigned long long)list->chunks[i].size);
@@ -423,8 +426,9 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	if (total != bytes)
 		return qe_fail(QE_EINVAL, "store '%s': the chunk list covers %llu bytes but the tensor has %zu", s->path,
 			       (unsigned long long)total, bytes);
-
-	const unsigned char **where = qe_calloc(list->n + 1, sizeof(*where));
+	/* the range and, to read ahead, the chunk after it */
+	size_t span = count + (first + count < list->n ? 1 : 0);
+	const unsigned char **where = qe_calloc(span + 1, sizeof(*where));
 	if (!where)
 		return qe_fail(QE_ENOMEM, "store '%s': get tensor: list of %zu chunks", s->path, list->n);
 	pthread_mutex_lock(&s->mu);
@@ -433,21 +437,28 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	if (!rc) {
 		/* Look every chunk up first (a missing one fails before any copy),
 		 * then copy each while the kernel reads the next one ahead, and hash
-		 * the copy: what is checked is exactly what the caller gets. */
+		 * the copy: what is checked is exactly what the caller gets.  The
+		 * chunk after the range is only read ahead (a caller reading a
+		 * tensor range by range keeps the disk busy while it hashes). */
 		uint64_t got;
-		for (size_t i = 0; i < list->n && !rc; i++)
-			rc = locate_chunk(s, txn, &list->chunks[i].hash, list->chunks[i].size, i, list->n, &where[i], &got);
-		if (!rc && list->n)
-			read_ahead(s, where[0], list->chunks[0].size);
+		for (size_t k = 0; k < count && !rc; k++)
+			rc = locate_chunk(s, txn, &list->chunks[first + k].hash, list->chunks[first + k].size, first + k,
+					  list->n, &where[k], &got);
+		if (!rc && span > count &&
+		    locate_chunk(s, txn, &list->chunks[first + count].hash, list->chunks[first + count].size,
+				 first + count, list->n, &where[count], &got))
+			qe_clear_error(); /* a bad next chunk is the next call's failure */
+		if (!rc && count)
+			read_ahead(s, where[0], list->chunks[first].size);
 		size_t off = 0;
-		for (size_t i = 0; i < list->n && !rc; i++) {
-			const store_chunk *ch = &list->chunks[i];
+		for (size_t k = 0; k < count && !rc; k++) {
+			const store_chunk *ch = &list->chunks[first + k];
 			unsigned char *to = (unsigned char *)dst + off;
-			if (i + 1 < list->n)
-				read_ahead(s, where[i + 1], list->chunks[i + 1].size);
-			rc = copy_located(s, where[i], ch->size, to);
+			if (k + 1 < span && where[k + 1])
+				read_ahead(s, where[k + 1], list->chunks[first + k + 1].size);
+			rc = copy_located(s, where[k], ch->size, to);
 			if (!rc)
-				rc = check_hash(s, &ch->hash, to, (size_t)ch->size, i, list->n);
+				rc = check_hash(s, &ch->hash, to, (size_t)ch->size, first + k, list->n);
 			off += (size_t)ch->size;
 		}
 		mdb_txn_abort(txn);
@@ -457,22 +468,9 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	return rc;
 }
 
-void store_prefetch(store *s, const store_chunk_list *list)
+int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes)
 {
-	if (store_check(s) || !list || !list->chunks)
-		return;
-	pthread_mutex_lock(&s->mu);
-	MDB_txn *txn;
-	if (!store_read_begin(s, &txn)) {
-		for (size_t i = 0; i < list->n; i++) {
-			const unsigned char *payload = NULL;
-			uint64_t got = 0;
-			if (!locate_chunk(s, txn, &list->chunks[i].hash, list->chunks[i].size, i, list->n, &payload, &got))
-				read_ahead(s, payload, got);
-		}
-		mdb_txn_abort(txn);
-	}
-	pthread_mutex_unlock(&s->mu);
+	return store_get_chunks(s, list, 0, list ? list->n : 0, dst, bytes);
 }
 
 int store_get_chunk(store *s, const store_hash *h, void *dst, size_t cap, uint64_t *size)

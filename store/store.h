@@ -147,6 +147,13 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
  * dst holds garbage after a failure.
  */
 int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes);
+/*
+ * Chunks [first, first + count) of list into dst (bytes long: their sizes'
+ * sum), re-hashed as store_get_tensor does; messages number the chunks
+ * within the whole list.  The chunk after the range is read ahead (no
+ * wait), so a tensor read range by range keeps the disk busy.
+ */
+int store_get_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, void *dst, size_t bytes);
 
 /*
  * A tensor of `bytes` put in pieces (the caller copies each from the device
@@ -169,8 +176,6 @@ int store_stream_begin(store *s, size_t bytes, size_t chunk_size, store_stream *
 int store_stream_put(store_stream *w, const void *data, size_t len, store_chunk_list *piece);
 int store_stream_end(store_stream *w, store_chunk_list *out);
 void store_stream_abort(store_stream *w);
-/* Ask the kernel to start reading the chunks of list (no wait; absent ones are skipped). */
-void store_prefetch(store *s, const store_chunk_list *list);
 
 /* Store one chunk (for replication pulls).  OUT *hash (may be NULL): its hash. */
 int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash);

@@ -125,6 +125,17 @@ int main(void)
 	unsigned char *back = malloc(4 * CHUNK);
 	CHECK_OK(store_get_tensor(s, &l, back, 4 * CHUNK));
 	CHECK(memcmp(back, buf, 4 * CHUNK) == 0, "bytes differ after the aborted streams");
+	/* ranges of a list: the same bytes as the slice of the whole, the chunk index in range */
+	unsigned char *part = malloc(4 * CHUNK);
+	CHECK_OK(store_get_chunks(s, &l, 1, 2, part, 2 * CHUNK));
+	CHECK(memcmp(part, buf + CHUNK, 2 * CHUNK) == 0, "chunks 1..3 differ from the slice");
+	CHECK_OK(store_get_chunks(s, &l, 3, 1, part, CHUNK));
+	CHECK(memcmp(part, buf + 3 * CHUNK, CHUNK) == 0, "the last chunk differs from the slice");
+	rc = store_get_chunks(s, &l, 3, 2, part, 2 * CHUNK);
+	CHECK(rc == QE_EINVAL, "a range past the list gave %s", qe_errname(rc));
+	rc = store_get_chunks(s, &l, 1, 2, part, CHUNK);
+	CHECK(rc == QE_EINVAL, "a range with the wrong byte count gave %s", qe_errname(rc));
+	free(part);
 	store_chunk_list_free(&l);
 	/* a read-only handle refuses a stream */
 	store_close(s);
