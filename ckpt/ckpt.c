@@ -137,6 +137,7 @@ void ckpt_session_close(ckpt_session *s)
 	if (s->pid == getpid()) {
 		forget_seen(s);
 		ckpt__repl_free(s);
+		ckpt__ring_free(&s->ring);
 		store_close(s->st);
 		ckpt_unlock(s->store_lock);
 	}

@@ -8,6 +8,7 @@
 #ifndef QE_CKPT_INT_H
 #define QE_CKPT_INT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -45,6 +46,34 @@ typedef struct ckpt_seen_store {
 	store *st; /* NULL until opened; the session's own store is s->st, never opened twice */
 } ckpt_seen_store;
 
+/* --- the ring of reused host buffers and the hand-off between two threads (ckpt_pipe.c) --- */
+
+#define CKPT_RING_SLOTS 3
+/* Host buffers from the backend's host_alloc (page-locked on cuda), kept by the session. */
+typedef struct ckpt_ring {
+	qe_backend *b;
+	void *slot[CKPT_RING_SLOTS];
+	size_t slot_bytes;
+} ckpt_ring;
+
+/* One message through the pipe: bytes [off, off + len) of item `item` in its slot. */
+typedef struct ckpt_piece {
+	int item;
+	size_t off, len;
+	int last;    /* the item's last piece */
+	int in_slot; /* the bytes are in the message's slot (else the filler wrote them in place) */
+} ckpt_piece;
+
+typedef struct ckpt_pipe {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t filled, drained;
+	int closed, stop;
+	int rc; /* the first failure of either side, with its message */
+	char msg_text[CKPT_MSG];
+	ckpt_piece msg[CKPT_RING_SLOTS];
+} ckpt_pipe;
+
 struct ckpt_session {
 	char run_dir[1024];
 	char run_id[64];
@@ -66,6 +95,7 @@ struct ckpt_session {
 	struct ckpt_repl *repl;
 	ckpt_kill kills[CKPT_MAX_KILLS];
 	int nkill;
+	ckpt_ring ring; /* save and restore move device bytes through it; freed with the session */
 };
 
 /*
@@ -86,6 +116,33 @@ typedef struct ckpt_word {
 
 /* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
+
+/*
+ * 1 when item bytes take the device path (the ring's slots on a save, device
+ * staging on a restore): device items, and with QE_CKPT_STAGING=device every
+ * array of a stage too, so that tests on the cpu backend (whose items live
+ * in host memory) run the path cuda takes.
+ */
+int ckpt__device_path(const qe_pstate_item *it);
+/* Bytes per piece of a save or restore: QE_CKPT_PIECE_BYTES or 64 MiB, a whole number of chunks. */
+size_t ckpt__piece_bytes(const ckpt_session *s);
+/* s->ring with slots of at least slot_bytes from backend b (reallocated when smaller or another backend's). */
+int ckpt__ring_get(ckpt_session *s, qe_backend *b, size_t slot_bytes);
+void ckpt__ring_free(ckpt_ring *g);
+void ckpt__pipe_init(ckpt_pipe *p);
+void ckpt__pipe_destroy(ckpt_pipe *p);
+/* Filling side: the next free message and its slot (NULL once stopped); post hands it over. */
+ckpt_piece *ckpt__pipe_fill_wait(ckpt_pipe *p, int *slot);
+void ckpt__pipe_fill_post(ckpt_pipe *p);
+/* Filling side: no more messages. */
+void ckpt__pipe_close(ckpt_pipe *p);
+/* Draining side: the next filled message and its slot (NULL when closed and empty, or stopped). */
+ckpt_piece *ckpt__pipe_drain_wait(ckpt_pipe *p, int *slot);
+void ckpt__pipe_drain_done(ckpt_pipe *p);
+/* Either side: stop with rc and the calling thread's last message (the first failure is kept). */
+void ckpt__pipe_fail(ckpt_pipe *p, int rc);
+/* The pipe's failure, re-raised on the calling thread (qe_fail), or 0. */
+int ckpt__pipe_rc(ckpt_pipe *p);
 
 /* Fill w from rc and the thread's last message. */
 void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -235,5 +292,42 @@ int ckpt__s3_probe(const cat_remote_rows *remotes, char *base, size_t blen, char
  */
 int ckpt__s3_read_row(ckpt_session *s, const char *base, store_remote **rem, const cat_tensor *t, void *dst,
 		      int64_t step);
+
+/* --- restore (ckpt_restore.c plans and moves rows; ckpt_restore_read.c reads, stages, loads) --- */
+
+/*
+ * Where a rank's rows wait until every rank agreed: buf[i] for item i,
+ * device staging of rank r (qe_pstate_stage_*) when on_dev[i], else host
+ * memory: mapped (huge pages where the kernel allows) when mapped[i] > 0
+ * (its length), else malloc'd.
+ */
+typedef struct staging {
+	void **buf;
+	unsigned char *on_dev;
+	size_t *mapped;
+	int n;
+	qe_rank *r;
+} staging;
+/* 1 when device items are staged on the device: not on cpu; QE_CKPT_STAGING=device|host overrides. */
+int ckpt__want_device_staging(qe_rank *r);
+/* Staging for item i: on the device when dev allows and the item is a device array, else host memory. */
+int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev);
+void ckpt__stage_free(staging *g);
+/* A row and the item it fills. */
+typedef struct own_row {
+	const cat_tensor *t;
+	int item;
+} own_row;
+/* Read rows[0..nrows) from this host's stores into their staging, re-hashed, kill point "read" after each. */
+int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
+		   int64_t step);
+/* After agreement: every staged row into the rank's state. */
+int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g);
+/* One row of t into host memory dst, re-hashed by the store; errors name the tensor, rank and host. */
+int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step);
+/* The store on this host holding t's chunks (its own, another rank's, or a replica's copy). */
+int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out);
+/* The run-wide records checked against the catalog row and this run (stage -1 only). */
+int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step);
 
 #endif

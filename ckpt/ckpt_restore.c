@@ -20,6 +20,7 @@
  */
 #include "ckpt/ckpt_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@
 #include "runtime/core/status.h"
 
 /* Consistency of the run-wide records with the catalog row and this run. */
-static int check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step)
+int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step)
 {
 	int64_t v[2];
 	if (it->stage >= 0)
@@ -223,7 +224,6 @@ static size_t describe_copies(const cat_store_rows *stores, const cat_tensor *t,
 	return n;
 }
 
-static int store_of(ckpt_session *s, const cat_tensor *t, store **out);
 
 /*
  * Rank 0: who reads what.  Every row a rank needs is read by that rank when
@@ -258,7 +258,7 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
 				if (sees_copy(&asks[h], t, copies))
 					src = h;
 			store *any;
-			if (src < 0 && store_of(s, t, &any) == QE_OK)
+			if (src < 0 && ckpt__store_of(s, t, &any) == QE_OK)
 				src = 0; /* every chunk is in some store of rank 0's host (pulled from S3) */
 			qe_clear_error();
 			if (src < 0 && s3)
@@ -299,7 +299,7 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
  * pulled from S3 into this host's RUN/store serves as well).  OUT *out, or
  * QE_ENOTFOUND.
  */
-static int store_of(ckpt_session *s, const cat_tensor *t, store **out)
+int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out)
 {
 	for (int i = 0; i < s->nseen; i++)
 		if (strcmp(s->seen[i].where.id.store_id, t->store_id) == 0)
@@ -325,10 +325,10 @@ static int store_of(ckpt_session *s, const cat_tensor *t, store **out)
 		       t->name, t->stage, t->store_id[0] ? t->store_id : "RUN/store");
 }
 
-static int read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step)
+int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step)
 {
 	store *st;
-	int rc = store_of(s, t, &st);
+	int rc = ckpt__store_of(s, t, &st);
 	if (rc)
 		return rc;
 	store_chunk_list list = { t->n_chunks, qe_calloc(t->n_chunks + 1, sizeof(store_chunk)) };
@@ -381,7 +381,7 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 			return qe_fail(QE_ENOMEM, "restore: no host memory to serve '%s' of stage %d", t->name, t->stage);
 		put64(buf, (uint64_t)plan[k].row);
 		/* After a failure every later destination still hears why, so nobody waits for a timeout. */
-		int rc = first ? first : read_row(s, t, buf + 16, step);
+		int rc = first ? first : ckpt__read_row(s, t, buf + 16, step);
 		put64(buf + 8, (uint64_t)(int64_t)rc);
 		if (rc && !first) {
 			first = rc;
@@ -406,77 +406,93 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 	return first ? qe_fail(first, "%s", why) : QE_OK;
 }
 
-/* The rank's own rows, read here or received from the rank that reads them. */
+/* The rank's own rows: first those read here (ckpt_pipe.c), then those received from the ranks that read them. */
 static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const xfer *plan, int nplan,
-		 const qe_pstate_item *items, const int64_t *need, int n, void **bufs, int64_t step, const char *s3_url)
+		 const qe_pstate_item *items, const int64_t *need, int n, staging *g, int64_t step, const char *s3_url)
 {
-	int me = qe_rank_index(r), rc = QE_OK;
+	int me = qe_rank_index(r), rc = QE_OK, nown = 0;
+	int dev = ckpt__want_device_staging(r);
 	store_remote *s3 = NULL; /* opened at the first row fetched from S3 */
+	g->r = r;
+	g->n = n;
+	if (!(g->buf = qe_calloc((size_t)n + 1, sizeof(void *))) || !(g->on_dev = qe_calloc((size_t)n + 1, 1)) ||
+	    !(g->mapped = qe_calloc((size_t)n + 1, sizeof(size_t))))
+		return qe_fail(QE_ENOMEM, "restore: out of memory");
+	own_row *own = qe_calloc((size_t)nplan + 1, sizeof(*own));
+	int *item_of = qe_calloc((size_t)nplan + 1, sizeof(int));
+	if (!own || !item_of) {
+		free(own);
+		free(item_of);
+		return qe_fail(QE_ENOMEM, "restore: out of memory");
+	}
 	for (int k = 0; k < nplan && !rc; k++) {
+		item_of[k] = -1;
 		if (plan[k].dst != me)
 			continue;
 		int i = 0;
 		while (i < n && need[i] != plan[k].row)
 			i++;
-		if (i == n)
-			return qe_fail(QE_ECOMM, "restore: the plan gives rank %d row %lld it did not ask for", me,
-				       (long long)plan[k].row);
+		if (i == n) {
+			rc = qe_fail(QE_ECOMM, "restore: the plan gives rank %d row %lld it did not ask for", me,
+				     (long long)plan[k].row);
+			break;
+		}
+		item_of[k] = i;
+		if (g->buf[i]) {
+			rc = qe_fail(QE_ECOMM, "restore: the plan gives rank %d row %lld twice", me, (long long)plan[k].row);
+			break;
+		}
+		rc = ckpt__stage_alloc(g, i, &items[i], dev && plan[k].src == me);
+		if (!rc && plan[k].src == me) {
+			own[nown].t = &rows->rows[plan[k].row];
+			own[nown++].item = i;
+		}
+	}
+	if (!rc && nown)
+		rc = ckpt__read_own(s, r, own, nown, items, g, step);
+	for (int k = 0; k < nplan && !rc; k++) {
+		if (plan[k].dst != me || plan[k].src == me)
+			continue;
+		int i = item_of[k];
 		const qe_pstate_item *it = &items[i];
 		const cat_tensor *t = &rows->rows[plan[k].row];
-		if (!(bufs[i] = qe_malloc(it->bytes ? it->bytes : 1)))
-			return qe_fail(QE_ENOMEM, "restore: no host memory for '%s' of stage %d (%zu bytes)", t->name,
-				       t->stage, it->bytes);
-		if (plan[k].src == me) {
-			rc = read_row(s, t, bufs[i], step);
-		} else if (plan[k].src == CKPT_SRC_S3) {
-			rc = ckpt__s3_read_row(s, s3_url, &s3, t, bufs[i], step);
-		} else {
-			void *msg = NULL;
-			size_t len = 0;
-			if ((rc = qe_comm_svc_recv(qe_rank_comm(r), plan[k].src, CKPT_SVC_XFER, &msg, &len)))
-				return qe_fail_ctx(rc, "restore: receiving '%s' of stage %d from rank %d", t->name, t->stage,
-						   plan[k].src);
-			const unsigned char *p = msg;
-			int64_t got_row = len >= 16 ? (int64_t)get64(p) : -1, their = len >= 16 ? (int64_t)get64(p + 8) : 0;
-			if (got_row != plan[k].row)
-				rc = qe_fail(QE_ECOMM, "restore: rank %d sent row %lld, expected '%s' of stage %d", plan[k].src,
-					     (long long)got_row, t->name, t->stage);
-			else if (their)
-				rc = qe_fail((int)their, "rank %d could not read '%s' of stage %d for rank %d: %.*s",
-					     plan[k].src, t->name, t->stage, me, (int)(len - 16), (const char *)p + 16);
-			else if (len - 16 != t->bytes)
-				rc = qe_fail(QE_ECOMM, "restore: rank %d sent %zu bytes of '%s' of stage %d, expected %llu",
-					     plan[k].src, len - 16, t->name, t->stage, (unsigned long long)t->bytes);
-			else if (!(rc = check_received(t, p + 16, plan[k].src)))
-				memcpy(bufs[i], p + 16, (size_t)t->bytes);
-			free(msg);
+		if (plan[k].src == CKPT_SRC_S3) { /* host staging (stage_alloc above), filled from the pushed copy */
+			rc = ckpt__s3_read_row(s, s3_url, &s3, t, g->buf[i], step);
+			if (!rc)
+				rc = ckpt__check_record(r, it, g->buf[i], step);
+			if (!rc)
+				ckpt__maybe_kill(s, "read", me);
+			continue;
 		}
+		void *msg = NULL;
+		size_t len = 0;
+		if ((rc = qe_comm_svc_recv(qe_rank_comm(r), plan[k].src, CKPT_SVC_XFER, &msg, &len))) {
+			rc = qe_fail_ctx(rc, "restore: receiving '%s' of stage %d from rank %d", t->name, t->stage, plan[k].src);
+			break;
+		}
+		const unsigned char *p = msg;
+		int64_t got_row = len >= 16 ? (int64_t)get64(p) : -1, their = len >= 16 ? (int64_t)get64(p + 8) : 0;
+		if (got_row != plan[k].row)
+			rc = qe_fail(QE_ECOMM, "restore: rank %d sent row %lld, expected '%s' of stage %d", plan[k].src,
+				     (long long)got_row, t->name, t->stage);
+		else if (their)
+			rc = qe_fail((int)their, "rank %d could not read '%s' of stage %d for rank %d: %.*s", plan[k].src,
+				     t->name, t->stage, me, (int)(len - 16), (const char *)p + 16);
+		else if (len - 16 != t->bytes)
+			rc = qe_fail(QE_ECOMM, "restore: rank %d sent %zu bytes of '%s' of stage %d, expected %llu", plan[k].src,
+				     len - 16, t->name, t->stage, (unsigned long long)t->bytes);
+		else if (!(rc = check_received(t, p + 16, plan[k].src)))
+			memcpy(g->buf[i], p + 16, (size_t)t->bytes);
+		free(msg);
 		if (!rc)
-			rc = check_record(r, it, bufs[i], step);
+			rc = ckpt__check_record(r, it, g->buf[i], step);
 		if (!rc)
 			ckpt__maybe_kill(s, "read", me);
 	}
 	store_remote_close(s3);
+	free(own);
+	free(item_of);
 	return rc;
-}
-
-/* Copy the checked host buffers into the rank's state. */
-static int load_items(qe_rank *r, const qe_pstate_item *items, int n, void **bufs)
-{
-	for (int i = 0; i < n; i++) {
-		const qe_pstate_item *it = &items[i];
-		if (!it->bytes)
-			continue;
-		if (it->on_device) {
-			int rc = qe_pstate_write(r, it, bufs[i]);
-			if (rc)
-				return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name,
-						   it->stage);
-		} else {
-			memcpy(it->data, bufs[i], it->bytes);
-		}
-	}
-	return QE_OK;
 }
 
 /* Rank 0, after a successful restore: attempts a crashed writer left pending will never commit. */
@@ -648,7 +664,9 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	qe_comm *comm = qe_rank_comm(r);
 	int world = comm ? qe_comm_world_size(comm) : 1;
 	qe_pstate_item *items = NULL;
-	void **bufs = NULL, *blob = NULL;
+	void *blob = NULL;
+	staging g;
+	memset(&g, 0, sizeof(g));
 	size_t blob_len = 0;
 	int64_t *need = NULL;
 	xfer *plan = NULL;
@@ -712,7 +730,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	memset(&me, 0, sizeof(me));
 	if (!rc && !mine.rc)
 		rc = qe_rank_pstate(r, &items, &n);
-	if (!rc && !mine.rc && (!(bufs = qe_calloc((size_t)n + 1, sizeof(void *))) || !(need = qe_calloc((size_t)n + 1, 8))))
+	if (!rc && !mine.rc && !(need = qe_calloc((size_t)n + 1, 8)))
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 	if (!rc && !mine.rc)
 		rc = match_items(r, &rows, found.step, items, n, need);
@@ -770,10 +788,12 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 
 	/* 5. Every rank serves what others read from its disk, then reads and checks its own; nothing loads yet. */
 	memset(&mine, 0, sizeof(mine));
+	double t_read = ckpt__now_ms();
 	rc = world > 1 ? serve(s, comm, rank, &rows, plan, nplan, found.step) : QE_OK;
 	if (!rc)
-		rc = fetch(s, r, &rows, plan, nplan, items, need, n, bufs, found.step, w.msg);
+		rc = fetch(s, r, &rows, plan, nplan, items, need, n, &g, found.step, w.msg);
 	ckpt__word_set(&mine, rc, NULL);
+	double t_agree = ckpt__now_ms();
 	if ((rc = agree(r, &mine, &w)))
 		goto out;
 	if (w.rc) {
@@ -783,8 +803,21 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	}
 
 	/* 6. Everyone read everything: load, then rebuild process-local state. */
-	if ((rc = load_items(r, items, n, bufs)))
+	double t_load = ckpt__now_ms();
+	if ((rc = ckpt__load_items(r, items, n, &g)))
 		goto out;
+	{
+		uint64_t staged = 0, on_dev = 0;
+		for (int i = 0; i < n; i++) {
+			staged += items[i].bytes;
+			on_dev += g.on_dev[i] ? items[i].bytes : 0;
+		}
+		qe_log(QE_LOG_INFO,
+		       "restore: rank %d on %s: %llu bytes (%llu staged on the device) planned in %.0f ms, read and checked "
+		       "in %.0f ms, agreed in %.0f ms, loaded in %.0f ms",
+		       rank, s->host, (unsigned long long)staged, (unsigned long long)on_dev, t_read - t0, t_agree - t_read,
+		       t_load - t_agree, ckpt__now_ms() - t_load);
+	}
 	if ((rc = qe_rank_pstate_loaded(r)))
 		goto out;
 	if (qe_rank_steps_done(r) != found.step) {
@@ -803,9 +836,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		out->ms = ckpt__now_ms() - t0;
 	}
 out:
-	for (int i = 0; bufs && i < n; i++)
-		free(bufs[i]);
-	free(bufs);
+	ckpt__stage_free(&g);
 	free(need);
 	free(plan);
 	free(items);

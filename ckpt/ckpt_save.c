@@ -18,6 +18,7 @@
  */
 #include "ckpt/ckpt_int.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,9 +50,102 @@ void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t
 		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
 }
 
+/* The writing side of a save's pipe: every piece into the rank's store (and to its replica targets). */
+typedef struct save_job {
+	ckpt_session *s;
+	qe_comm *comm;
+	int64_t id;
+	int rank;
+	const qe_pstate_item *items;
+	store_chunk_list *lists;
+	ckpt_pipe pipe;
+} save_job;
+
+/*
+ * The helper thread: hashes and writes each piece the training thread
+ * copied off the device, in order, while the next one is being copied.  A
+ * tensor is one stream (store_stream_*), so its chunks are exactly those of
+ * a whole-tensor put; its last piece ends the stream, and then the "chunk"
+ * kill point is passed as before.
+ */
+static void *save_writer(void *arg)
+{
+	save_job *j = arg;
+	store_stream *w = NULL;
+	ckpt_piece *m;
+	int slot;
+	while ((m = ckpt__pipe_drain_wait(&j->pipe, &slot))) {
+		const qe_pstate_item *it = &j->items[m->item];
+		const void *src = m->in_slot ? j->s->ring.slot[slot] : (const unsigned char *)it->data + m->off;
+		store_chunk_list piece = { 0, NULL };
+		int rc = QE_OK;
+		if (m->off == 0)
+			rc = store_stream_begin(j->s->st, it->bytes, j->s->chunk_bytes, &w);
+		if (!rc)
+			rc = store_stream_put(w, src, m->len, &piece);
+		if (!rc)
+			rc = ckpt__repl_send(j->s, j->comm, j->id, src, &piece);
+		else
+			rc = qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
+		if (!rc && m->last) {
+			rc = store_stream_end(w, &j->lists[m->item]);
+			w = NULL;
+			if (rc)
+				rc = qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
+		}
+		if (rc) {
+			ckpt__pipe_fail(&j->pipe, rc);
+			break;
+		}
+		if (m->last)
+			ckpt__maybe_kill(j->s, "chunk", j->rank);
+		ckpt__pipe_drain_done(&j->pipe);
+	}
+	store_stream_abort(w);
+	return NULL;
+}
+
+/*
+ * The copying side, on the training thread: every item in pieces of whole
+ * chunks, device items through the ring's slots (the backend's copy, on the
+ * thread that owns the device), host items handed over in place.
+ */
+static int copy_pieces(ckpt_session *s, qe_rank *r, const qe_pstate_item *items, int n, ckpt_pipe *p)
+{
+	size_t piece = s->ring.slot_bytes;
+	for (int i = 0; i < n; i++) {
+		const qe_pstate_item *it = &items[i];
+		size_t off = 0;
+		do {
+			size_t len = it->bytes - off < piece ? it->bytes - off : piece;
+			int slot;
+			ckpt_piece *m = ckpt__pipe_fill_wait(p, &slot);
+			if (!m)
+				return QE_OK; /* the writer stopped: its failure is the answer */
+			m->item = i;
+			m->off = off;
+			m->len = len;
+			m->last = off + len == it->bytes;
+			if (len && ckpt__device_path(it)) {
+				m->in_slot = 1;
+				int rc = qe_pstate_read_at(r, it, off, len, s->ring.slot[slot]);
+				if (rc) {
+					rc = qe_fail_ctx(rc, "checkpoint: copying '%s' of stage %d to the host", it->name, it->stage);
+					ckpt__pipe_fail(p, rc);
+					return rc;
+				}
+			}
+			ckpt__pipe_fill_post(p);
+			off += len;
+		} while (off < it->bytes);
+	}
+	return QE_OK;
+}
+
 /*
  * This rank's part: every item's chunks into its own store, one flush, then
- * its rows into *rep for rank 0.
+ * its rows into *rep for rank 0.  Device copies, hashing and writes overlap
+ * (ckpt_pipe.c); the chunks are those a whole-tensor put makes.
  */
 static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep)
 {
@@ -72,34 +166,23 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		if (replica == 0 || !ckpt__shared_by_replicas(&items[i]))
 			items[keep++] = items[i];
 	n = keep;
-	for (int i = 0; i < n; i++) {
-		qe_pstate_item *it = &items[i];
-		const void *host = it->data;
-		void *copy = NULL;
-		if (it->on_device && it->bytes) {
-			if (!(copy = qe_malloc(it->bytes))) {
-				rc = qe_fail(QE_ENOMEM, "checkpoint: no host memory for '%s' of stage %d (%zu bytes)",
-					     it->name, it->stage, it->bytes);
-				goto out;
-			}
-			if ((rc = qe_pstate_read(r, it, copy))) {
-				free(copy);
-				rc = qe_fail_ctx(rc, "checkpoint: copying '%s' of stage %d to the host", it->name,
-						 it->stage);
-				goto out;
-			}
-			host = copy;
-		}
-		rc = store_put_tensor(s->st, host, it->bytes, s->chunk_bytes, &lists[i]);
-		if (rc)
-			rc = qe_fail_ctx(rc, "checkpoint: storing '%s' of stage %d", it->name, it->stage);
-		else
-			rc = ckpt__repl_send(s, qe_rank_comm(r), id, host, &lists[i]);
-		free(copy);
-		if (rc)
-			goto out;
-		ckpt__maybe_kill(s, "chunk", rank);
+	if ((rc = ckpt__ring_get(s, qe_rank_backend(r), ckpt__piece_bytes(s))))
+		goto out;
+	save_job j = { .s = s, .comm = qe_rank_comm(r), .id = id, .rank = rank, .items = items, .lists = lists };
+	ckpt__pipe_init(&j.pipe);
+	pthread_t tid;
+	if (pthread_create(&tid, NULL, save_writer, &j)) {
+		ckpt__pipe_destroy(&j.pipe);
+		rc = qe_fail(QE_ENOMEM, "checkpoint: rank %d could not start its writer thread", rank);
+		goto out;
 	}
+	rc = copy_pieces(s, r, items, n, &j.pipe);
+	ckpt__pipe_close(&j.pipe);
+	pthread_join(tid, NULL);
+	int wrc = ckpt__pipe_rc(&j.pipe);
+	ckpt__pipe_destroy(&j.pipe);
+	if (rc || (rc = wrc))
+		goto out;
 	ckpt__maybe_kill(s, "sync", rank);
 	if ((rc = store_sync(s->st))) {
 		rc = qe_fail_ctx(rc, "checkpoint: flushing the store");

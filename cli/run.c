@@ -167,6 +167,13 @@ typedef struct rank_ctx {
 	size_t alloc_setup, alloc_base, alloc_last;
 	size_t mem_setup, mem_base, mem_last, mem_peak;
 	const char *mem_probe;
+	/* --json: every synchronous checkpoint this process saved (all ranks' bytes, the save's
+	 * wall time from the gate to the commit) and the restore it started from */
+	struct { long long step; unsigned long long bytes; double ms; } ckpts[64];
+	int nckpts;
+	long long restore_step;
+	unsigned long long restore_bytes;
+	double restore_ms;
 } rank_ctx;
 
 static double unix_ms(void)
@@ -284,6 +291,11 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 		ckpt_result res;
 		if ((rc = ckpt_save(ctx->ck, r, &res)))
 			return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
+		if (ctx->nckpts < (int)(sizeof(ctx->ckpts) / sizeof(ctx->ckpts[0]))) {
+			ctx->ckpts[ctx->nckpts].step = (long long)rep->step;
+			ctx->ckpts[ctx->nckpts].bytes = (unsigned long long)res.bytes;
+			ctx->ckpts[ctx->nckpts++].ms = res.ms;
+		}
 		if (qe_rank_index(r) == 0 && !ctx->job->quiet)
 			printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
 			       (long long)rep->step, (unsigned long long)res.bytes,
@@ -335,7 +347,15 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 	       (long long)ctx->mem_last - (long long)ctx->mem_base, ctx->first_step_end_unix_ms);
 	for (int i = 0; i < ctx->nsteps; i++)
 		printf("%s%.3f", i ? "," : "", ctx->step_ms[i]);
-	printf("]}\n");
+	printf("],\"ckpts\":[");
+	for (int i = 0; i < ctx->nckpts; i++)
+		printf("%s{\"step\":%lld,\"bytes\":%llu,\"ms\":%.3f}", i ? "," : "", ctx->ckpts[i].step,
+		       ctx->ckpts[i].bytes, ctx->ckpts[i].ms);
+	printf("]");
+	if (ctx->restore_ms > 0)
+		printf(",\"restore\":{\"step\":%lld,\"bytes\":%llu,\"ms\":%.3f}", ctx->restore_step, ctx->restore_bytes,
+		       ctx->restore_ms);
+	printf("}\n");
 	fflush(stdout);
 }
 
@@ -417,6 +437,11 @@ int cli_rank_main(void *vjob)
 	if (!rc && job->resume) {
 		ckpt_result res;
 		rc = ckpt_restore(ctx.ck, r, job->from_step, &res);
+		if (!rc) {
+			ctx.restore_step = (long long)res.step;
+			ctx.restore_bytes = (unsigned long long)res.bytes;
+			ctx.restore_ms = res.ms;
+		}
 		if (!rc && env.rank == 0 && !job->quiet)
 			printf("resumed from checkpoint step %lld (%llu bytes) in %.1f ms\n", (long long)res.step,
 			       (unsigned long long)res.bytes, res.ms);

@@ -127,18 +127,9 @@ static int add_bytes(store *s, MDB_txn *txn, int64_t delta, int *mdb_rc)
 
 /* --- put -------------------------------------------------------------------------- */
 
-struct put_ctx {
-	const unsigned char *data; /* base of the tensor */
-	const store_chunk *chunks; /* with offsets implied by chunk_size */
-	size_t chunk_size;
-	size_t first, end; /* chunk index range of this transaction */
-	uint64_t now;
-	uint64_t written; /* chunks written (not deduplicated), for the log */
-};
-
-static int put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
+int store__put_body(store *s, MDB_txn *txn, void *vctx, int *mdb_rc)
 {
-	struct put_ctx *c = vctx;
+	struct store_put_ctx *c = vctx;
 	int64_t delta = 0;
 	char hex[STORE_HASH_HEX];
 	unsigned char stamp[8];
@@ -275,7 +266,7 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 			pthread_mutex_destroy(&h.mu);
 		}
 	}
-	struct put_ctx c = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .now = (uint64_t)time(NULL) };
+	struct store_put_ctx c = { .data = data, .chunks = chunks, .chunk_size = chunk_size, .now = (uint64_t)time(NULL) };
 	rc = 0;
 	for (size_t first = 0; first < n;) {
 		/* A transaction holds about txn_bytes of chunks, at least one. */
@@ -292,7 +283,7 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 					      &chunks[i].hash);
 		c.first = first;
 		c.end = end;
-		rc = store_write_txn(s, batch + (end - first) * 64, put_body, &c, "put tensor");
+		rc = store_write_txn(s, batch + (end - first) * 64, store__put_body, &c, "put tensor");
 		if (rc)
 			break;
 		first = end;
@@ -323,9 +314,9 @@ int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash)
 		return qe_fail(QE_EINVAL, "store '%s': bad chunk of %zu bytes", s->path, size);
 	store_chunk ch = { .size = size };
 	store_hash_of(data, size, &ch.hash);
-	struct put_ctx c = { .data = data, .chunks = &ch, .chunk_size = size, .first = 0, .end = 1,
+	struct store_put_ctx c = { .data = data, .chunks = &ch, .chunk_size = size, .first = 0, .end = 1,
 			     .now = (uint64_t)time(NULL) };
-	rc = store_write_txn(s, size + 64, put_body, &c, "put chunk");
+	rc = store_write_txn(s, size + 64, store__put_body, &c, "put chunk");
 	if (!rc && hash)
 		*hash = ch.hash;
 	return rc;
@@ -415,15 +406,18 @@ static int check_hash(store *s, const store_hash *h, const void *data, size_t si
 		       idx, count, store_hash_hex(h, want_hex), size, store_hash_hex(&got, got_hex));
 }
 
-int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes)
+int store_get_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, void *dst, size_t bytes)
 {
 	int rc = store_check(s);
 	if (rc)
 		return rc;
 	if (!list || (list->n && !list->chunks) || (bytes && !dst))
 		return qe_fail(QE_EINVAL, "store '%s': get tensor: NULL list or destination", s->path);
+	if (first > list->n || count > list->n - first)
+		return qe_fail(QE_EINVAL, "store '%s': chunks %zu..%zu of a list of %zu", s->path, first, first + count,
+			       list->n);
 	uint64_t total = 0;
-	for (size_t i = 0; i < list->n; i++) {
+	for (size_t i = first; i < first + count; i++) {
 		if (list->chunks[i].size > STORE_MAX_CHUNK)
 			return qe_fail(QE_EINVAL, "store '%s': chunk %zu of the list has size %llu", s->path, i,
 				       (unsigned long long)list->chunks[i].size);
@@ -432,8 +426,9 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	if (total != bytes)
 		return qe_fail(QE_EINVAL, "store '%s': the chunk list covers %llu bytes but the tensor has %zu", s->path,
 			       (unsigned long long)total, bytes);
-
-	const unsigned char **where = qe_calloc(list->n + 1, sizeof(*where));
+	/* the range and, to read ahead, the chunk after it */
+	size_t span = count + (first + count < list->n ? 1 : 0);
+	const unsigned char **where = qe_calloc(span + 1, sizeof(*where));
 	if (!where)
 		return qe_fail(QE_ENOMEM, "store '%s': get tensor: list of %zu chunks", s->path, list->n);
 	pthread_mutex_lock(&s->mu);
@@ -442,21 +437,28 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	if (!rc) {
 		/* Look every chunk up first (a missing one fails before any copy),
 		 * then copy each while the kernel reads the next one ahead, and hash
-		 * the copy: what is checked is exactly what the caller gets. */
+		 * the copy: what is checked is exactly what the caller gets.  The
+		 * chunk after the range is only read ahead (a caller reading a
+		 * tensor range by range keeps the disk busy while it hashes). */
 		uint64_t got;
-		for (size_t i = 0; i < list->n && !rc; i++)
-			rc = locate_chunk(s, txn, &list->chunks[i].hash, list->chunks[i].size, i, list->n, &where[i], &got);
-		if (!rc && list->n)
-			read_ahead(s, where[0], list->chunks[0].size);
+		for (size_t k = 0; k < count && !rc; k++)
+			rc = locate_chunk(s, txn, &list->chunks[first + k].hash, list->chunks[first + k].size, first + k,
+					  list->n, &where[k], &got);
+		if (!rc && span > count &&
+		    locate_chunk(s, txn, &list->chunks[first + count].hash, list->chunks[first + count].size,
+				 first + count, list->n, &where[count], &got))
+			qe_clear_error(); /* a bad next chunk is the next call's failure */
+		if (!rc && count)
+			read_ahead(s, where[0], list->chunks[first].size);
 		size_t off = 0;
-		for (size_t i = 0; i < list->n && !rc; i++) {
-			const store_chunk *ch = &list->chunks[i];
+		for (size_t k = 0; k < count && !rc; k++) {
+			const store_chunk *ch = &list->chunks[first + k];
 			unsigned char *to = (unsigned char *)dst + off;
-			if (i + 1 < list->n)
-				read_ahead(s, where[i + 1], list->chunks[i + 1].size);
-			rc = copy_located(s, where[i], ch->size, to);
+			if (k + 1 < span && where[k + 1])
+				read_ahead(s, where[k + 1], list->chunks[first + k + 1].size);
+			rc = copy_located(s, where[k], ch->size, to);
 			if (!rc)
-				rc = check_hash(s, &ch->hash, to, (size_t)ch->size, i, list->n);
+				rc = check_hash(s, &ch->hash, to, (size_t)ch->size, first + k, list->n);
 			off += (size_t)ch->size;
 		}
 		mdb_txn_abort(txn);
@@ -464,6 +466,11 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
 	pthread_mutex_unlock(&s->mu);
 	free(where);
 	return rc;
+}
+
+int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes)
+{
+	return store_get_chunks(s, list, 0, list ? list->n : 0, dst, bytes);
 }
 
 int store_get_chunk(store *s, const store_hash *h, void *dst, size_t cap, uint64_t *size)

@@ -324,6 +324,44 @@ static int adopt_map(store *s)
 	return set_map(s, 0, "adopt the map size grown by another process");
 }
 
+size_t store__map_room(store *s)
+{
+	MDB_envinfo info;
+	if (mdb_env_info(s->env, &info))
+		return 0;
+	size_t used = used_bytes(s, &info);
+	return info.me_mapsize > used ? info.me_mapsize - used : 0;
+}
+
+int store__write_begin(store *s, size_t expect_bytes, MDB_txn **txn)
+{
+	int qrc;
+	*txn = NULL;
+	if (s->read_only)
+		return qe_fail(QE_EINVAL, "store '%s': write: the store is open read-only", s->path);
+	for (int attempt = 0; attempt < MAX_TXN_ATTEMPTS; attempt++) {
+		/* Always the up-front grow (even for grow_on_full_only): a transaction that stays
+		 * open over several pieces cannot be run again after MDB_MAP_FULL. */
+		if ((qrc = ensure_room(s, expect_bytes)))
+			return qrc;
+		if ((qrc = reserve_blocks(s, expect_bytes + expect_bytes / 8 + MIB)))
+			return qrc;
+		int rc = mdb_txn_begin(s->env, NULL, 0, txn);
+		if (rc == MDB_MAP_RESIZED) {
+			s->adopts++;
+			if ((qrc = adopt_map(s)))
+				return qrc;
+			continue;
+		}
+		if (rc) {
+			*txn = NULL;
+			return store_mdb_fail(s, rc, "begin a write transaction");
+		}
+		return 0;
+	}
+	return qe_fail(QE_ESTORE, "store '%s': the map keeps being resized; gave up", s->path);
+}
+
 int store_read_begin(store *s, MDB_txn **txn)
 {
 	for (int i = 0; i < MAX_TXN_ATTEMPTS; i++) {

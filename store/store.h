@@ -147,6 +147,35 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
  * dst holds garbage after a failure.
  */
 int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t bytes);
+/*
+ * Chunks [first, first + count) of list into dst (bytes long: their sizes'
+ * sum), re-hashed as store_get_tensor does; messages number the chunks
+ * within the whole list.  The chunk after the range is read ahead (no
+ * wait), so a tensor read range by range keeps the disk busy.
+ */
+int store_get_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, void *dst, size_t bytes);
+
+/*
+ * A tensor of `bytes` put in pieces (the caller copies each from the device
+ * into a small reused buffer): the same chunks, hashes and stored values as
+ * store_put_tensor of the whole tensor with the same chunk_size.  Every
+ * piece but the last is a whole number of chunks; the pieces add up to
+ * bytes.  The write transaction stays open between calls (it holds the
+ * handle's mutex, so other threads' calls on this handle wait): make every
+ * call of one stream on one thread, and do not wait between them for
+ * another thread that uses the handle.  A failed put or end releases
+ * everything (end or abort still frees the stream); chunks of transactions
+ * already committed stay, as with store_put_tensor.
+ * begin OUT *out: the stream.  put OUT *piece (may be NULL): the piece's
+ * chunks, pointing into the stream (valid until end or abort).  end OUT
+ * *out: the whole tensor's chunk list (store_chunk_list_free), after the
+ * last commit; it frees the stream.
+ */
+typedef struct store_stream store_stream;
+int store_stream_begin(store *s, size_t bytes, size_t chunk_size, store_stream **out);
+int store_stream_put(store_stream *w, const void *data, size_t len, store_chunk_list *piece);
+int store_stream_end(store_stream *w, store_chunk_list *out);
+void store_stream_abort(store_stream *w);
 
 /* Store one chunk (for replication pulls).  OUT *hash (may be NULL): its hash. */
 int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash);

@@ -76,6 +76,29 @@ typedef int (*store_txn_fn)(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
  */
 int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, const char *what);
 
+/* Chunks of one write transaction: chunks[first..end) of the bytes at data,
+ * chunk i at data + i * chunk_size (chunk.c's put, stream.c's pieces). */
+struct store_put_ctx {
+	const unsigned char *data; /* base of the tensor (or of a piece) */
+	const store_chunk *chunks; /* hashed; offsets implied by chunk_size */
+	size_t chunk_size;
+	size_t first, end; /* chunk index range of this transaction */
+	uint64_t now;
+	uint64_t written; /* chunks written (not deduplicated), for the log */
+};
+/* A store_txn_fn (ctx: struct store_put_ctx): look each chunk up, write the
+ * absent ones, stamp every one's put time, update the byte counter. */
+int store__put_body(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
+/*
+ * The start of a write transaction that stays open over several calls
+ * (stream.c): with s->mu held, no transaction open, make room for about
+ * expect_bytes (map and file blocks) and begin one.  On failure s->mu is
+ * still held; the caller unlocks.
+ */
+int store__write_begin(store *s, size_t expect_bytes, MDB_txn **txn);
+/* Bytes of the map beyond its last used page (s->mu held). */
+size_t store__map_room(store *s);
+
 /* The offset in data.mdb of value bytes val (len long, as mdb_get or an
  * MDB_RESERVE put returned them), read from the header of the overflow page
  * that holds them.  LMDB's API does not give the map's address; its file

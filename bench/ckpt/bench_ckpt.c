@@ -22,8 +22,13 @@
  * fadvises DONTNEED on its files; the output says which worked, because a
  * warm read measures memory, not the disk.
  *
+ * --plain measures only the plain write and read (the baseline that
+ * bench/ckpt/e2e.sh puts beside a real qeffect save and restore), and
+ * --bytes N sets the exact total instead of --gib.
+ *
  * Not a test: run it by hand or through bench/ckpt/run.sh.
- *   bench_ckpt [--dir DIR] [--gib G] [--writers 1,2,4] [--reps R] [--chunk-mib M] [--json OUT] [--keep]
+ *   bench_ckpt [--dir DIR] [--gib G | --bytes N] [--writers 1,2,4] [--reps R] [--chunk-mib M] [--plain]
+ *              [--json OUT] [--keep]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -334,7 +339,8 @@ int main(int argc, char **argv)
 	const char *dir = "/tmp/qe-bench-ckpt", *json = NULL, *wlist = "1,2,4";
 	double gib = 2.0;
 	long chunk_mib = 64;
-	int reps = 3, keep = 0;
+	int reps = 3, keep = 0, plain = 0;
+	size_t exact = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--dir") && i + 1 < argc)
 			dir = argv[++i];
@@ -350,13 +356,19 @@ int main(int argc, char **argv)
 			json = argv[++i];
 		else if (!strcmp(argv[i], "--keep"))
 			keep = 1;
+		else if (!strcmp(argv[i], "--plain"))
+			plain = 1;
+		else if (!strcmp(argv[i], "--bytes") && i + 1 < argc)
+			exact = (size_t)strtoull(argv[++i], NULL, 10);
 		else {
 			fprintf(stderr, "usage: bench_ckpt [--dir DIR] [--gib G] [--writers 1,2,4] [--reps R] [--chunk-mib M] "
-					"[--json OUT] [--keep]\n");
+					"[--bytes N] [--plain] [--json OUT] [--keep]\n");
 			return 2;
 		}
 	}
-	size_t total = (size_t)(gib * (double)(1ull << 30));
+	size_t total = exact ? exact : (size_t)(gib * (double)(1ull << 30));
+	if (exact)
+		gib = (double)exact / (double)(1ull << 30);
 	size_t chunk = (size_t)chunk_mib << 20;
 	config cf[MAX_CONFIGS];
 	int ncf = 0;
@@ -396,6 +408,18 @@ int main(int argc, char **argv)
 			/* alternate which goes first, so neither always finds the disk busier */
 			int first_w = r % 2 ? OP_SAVE : OP_WRITE, second_w = r % 2 ? OP_WRITE : OP_SAVE;
 			int first_r = r % 2 ? OP_RESTORE : OP_READ, second_r = r % 2 ? OP_READ : OP_RESTORE;
+			if (plain) {
+				failed = pool_run(&p, PH_PREP) || timed(&p, OP_WRITE, &k->s[OP_WRITE][r]);
+				if (!failed) {
+					how = drop_caches(&p);
+					failed = timed(&p, OP_READ, &k->s[OP_READ][r]) || pool_run(&p, PH_VERIFY);
+				}
+				if (!failed)
+					printf("  writers %d rep %d: write %.3f s, read %.3f s\n", k->writers, r,
+					       k->s[OP_WRITE][r], k->s[OP_READ][r]);
+				fflush(stdout);
+				continue;
+			}
 			failed = pool_run(&p, PH_PREP) || timed(&p, first_w, &k->s[first_w][r]) ||
 				 timed(&p, second_w, &k->s[second_w][r]);
 			if (!failed) {
@@ -433,13 +457,18 @@ int main(int argc, char **argv)
 			config *k = &cf[c];
 			fprintf(f, "    {\"writers\": %d", k->writers);
 			for (int op = 0; op < N_OPS; op++) {
+				if (plain && (op == OP_SAVE || op == OP_RESTORE))
+					continue;
 				fprintf(f, ", \"%s\": {\"median_s\": %.6f, \"gb_per_s\": %.4f, \"s\": [", op_name[op], k->med[op],
 					(double)total / k->med[op] / 1e9);
 				for (int r = 0; r < reps; r++)
 					fprintf(f, "%s%.6f", r ? ", " : "", k->s[op][r]);
 				fprintf(f, "]}");
 			}
-			fprintf(f, ", \"save_vs_write\": %.4f, \"restore_vs_read\": %.4f}%s\n", k->med[OP_WRITE] / k->med[OP_SAVE],
+			if (plain)
+				fprintf(f, "}%s\n", c + 1 < ncf ? "," : "");
+			else
+				fprintf(f, ", \"save_vs_write\": %.4f, \"restore_vs_read\": %.4f}%s\n", k->med[OP_WRITE] / k->med[OP_SAVE],
 				k->med[OP_READ] / k->med[OP_RESTORE], c + 1 < ncf ? "," : "");
 		}
 		fprintf(f, "  ]\n}\n");
@@ -459,6 +488,10 @@ int main(int argc, char **argv)
 		double g[N_OPS];
 		for (int op = 0; op < N_OPS; op++)
 			g[op] = (double)total / k->med[op] / 1e9;
+		if (plain) {
+			printf("%-8d %12.3f %12s %7s %12.3f\n", k->writers, g[OP_WRITE], "-", "-", g[OP_READ]);
+			continue;
+		}
 		printf("%-8d %12.3f %12.3f %6.0f%% %12.3f %12.3f %6.0f%%\n", k->writers, g[OP_WRITE], g[OP_SAVE],
 		       100 * g[OP_SAVE] / g[OP_WRITE], g[OP_READ], g[OP_RESTORE], 100 * g[OP_RESTORE] / g[OP_READ]);
 	}

@@ -94,7 +94,7 @@ static int item_copy(qe_rank *r, void *dst, const void *src, size_t bytes, qe_co
 {
 	if (qe_fault_hit(QE_FAULT_COPY))
 		return qe_fail(QE_EIO, "backend copy of %zu bytes %s", bytes,
-			       kind == QE_COPY_H2D ? "to the device" : "to the host");
+			       kind == QE_COPY_H2D ? "to the device" : kind == QE_COPY_D2H ? "to the host" : "on the device");
 	return r->b->ops->copy(NULL, dst, src, bytes, kind);
 }
 
@@ -114,6 +114,47 @@ int qe_pstate_write(qe_rank *r, const qe_pstate_item *it, const void *src)
 	if (it->bytes)
 		memcpy(it->data, src, it->bytes);
 	return QE_OK;
+}
+
+int qe_pstate_read_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t len, void *dst)
+{
+	if (off > it->bytes || len > it->bytes - off)
+		return qe_fail(QE_EINVAL, "bytes %zu..%zu of an item of %zu bytes", off, off + len, it->bytes);
+	const unsigned char *src = (const unsigned char *)it->data + off;
+	if (it->on_device)
+		return item_copy(r, dst, src, len, QE_COPY_D2H);
+	if (len)
+		memcpy(dst, src, len);
+	return QE_OK;
+}
+
+int qe_pstate_has_device(qe_rank *r)
+{
+	return r->b->ops->device != QE_DEV_CPU;
+}
+
+int qe_pstate_stage_alloc(qe_rank *r, size_t bytes, void **out)
+{
+	return r->b->ops->alloc(r->b, bytes, out);
+}
+
+int qe_pstate_stage_put(qe_rank *r, void *stage, size_t off, const void *src, size_t len)
+{
+	return item_copy(r, (unsigned char *)stage + off, src, len, QE_COPY_H2D);
+}
+
+int qe_pstate_stage_load(qe_rank *r, const qe_pstate_item *it, const void *stage)
+{
+	/* on cpu "device" memory is host memory: a host item takes it too (tests of the device path) */
+	if (!it->on_device && r->b->ops->device != QE_DEV_CPU)
+		return qe_fail(QE_EINVAL, "device staging loaded into a host item");
+	return item_copy(r, it->data, stage, it->bytes, QE_COPY_D2D);
+}
+
+void qe_pstate_stage_free(qe_rank *r, void *stage)
+{
+	if (stage)
+		r->b->ops->free(r->b, stage);
 }
 
 int qe_pstate_host_alloc(qe_backend *b, size_t bytes, void **out)

@@ -73,6 +73,32 @@ int qe_pstate_read(qe_rank *r, const qe_pstate_item *it, void *dst);
 int qe_pstate_write(qe_rank *r, const qe_pstate_item *it, const void *src);
 
 /*
+ * Bytes [off, off + len) of an item into host memory dst: a save copies a
+ * large item off the device in pieces.  Same copy and fault hook as
+ * qe_pstate_read; QE_EINVAL when the range leaves the item.
+ */
+int qe_pstate_read_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t len, void *dst);
+
+/*
+ * Device staging of a restore: memory like the item's (the rank's device),
+ * apart from it, that a restore fills while it reads and checks, and copies
+ * into the item only once every rank agreed.  qe_pstate_has_device: 1 when
+ * device items live in device memory of their own (not the cpu backend,
+ * whose "device" is host memory: staging there is plain host memory).
+ * stage_alloc: bytes of device memory (zeroed, as every device allocation);
+ * stage_put: len bytes of host memory src to stage + off; stage_load: the
+ * staging (it->bytes) into a device item (on cpu, any item), a copy on the
+ * device; stage_free
+ * (NULL is a no-op).  The copies are synchronous, through the default
+ * stream, with the QE_FAULT=copy hook.
+ */
+int qe_pstate_has_device(qe_rank *r);
+int qe_pstate_stage_alloc(qe_rank *r, size_t bytes, void **out);
+int qe_pstate_stage_put(qe_rank *r, void *stage, size_t off, const void *src, size_t len);
+int qe_pstate_stage_load(qe_rank *r, const qe_pstate_item *it, const void *stage);
+void qe_pstate_stage_free(qe_rank *r, void *stage);
+
+/*
  * Host memory that item copies run fastest through (the backend's
  * host_alloc: page-locked on cuda, plain on cpu), for staging that is
  * reused, such as an async checkpoint's snapshot pool.  Not zeroed.  It

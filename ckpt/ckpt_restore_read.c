@@ -1,0 +1,250 @@
+/*
+ * ckpt_restore_read.c - a restore's reading and loading on one rank: where
+ * rows wait until every rank agreed (staging, apart from the live state),
+ * the rows a rank reads from its own disk streamed through the ring of
+ * page-locked buffers by a helper thread (read and re-hash) while the
+ * training thread copies the previous piece to the device, and the load
+ * once everyone agreed.  ckpt_restore.c plans, moves rows between ranks and
+ * decides; see its header for the protocol.
+ */
+#include "ckpt/ckpt_int.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "runtime/core/fault.h"
+#include "runtime/core/log.h"
+#include "runtime/core/status.h"
+
+/*
+ * Where a rank's rows wait until every rank agreed: staging apart from the
+ * live state, so a failed restore leaves the rank as it was.  A device item
+ * (not a run-wide record) is staged on the device when the backend has
+ * device memory (not the cpu backend; QE_CKPT_STAGING=device|host forces
+ * the choice, for tests): chunks are read into the ring's page-locked slots
+ * and copied up while the next ones are read, and the load is one copy on
+ * the device.  Everything else, and a device item whose staging allocation
+ * fails, is staged in plain host memory, read there directly, and copied in
+ * at the load.
+ */
+
+/* Host staging at least this large is mapped rather than malloc'd. */
+#define HOST_MAP_MIN ((size_t)8 << 20)
+
+int ckpt__want_device_staging(qe_rank *r)
+{
+	const char *e = getenv("QE_CKPT_STAGING");
+	if (e && strcmp(e, "device") == 0)
+		return 1;
+	if (e && strcmp(e, "host") == 0)
+		return 0;
+	return qe_pstate_has_device(r);
+}
+
+int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev)
+{
+	if (dev && it->stage >= 0 && it->bytes && ckpt__device_path(it)) {
+		if (!qe_pstate_stage_alloc(g->r, it->bytes, &g->buf[i])) {
+			g->on_dev[i] = 1;
+			return QE_OK;
+		}
+		g->buf[i] = NULL;
+		qe_log(QE_LOG_INFO, "restore: no device memory to stage '%s' of stage %d (%zu bytes): staged on the host (%s)",
+		       it->name, it->stage, it->bytes, qe_last_error());
+		qe_clear_error();
+	}
+	if (it->bytes >= HOST_MAP_MIN && !qe_fault_hit(QE_FAULT_ALLOC)) {
+		/* A large buffer the store preads into: mapped with huge pages where the kernel
+		 * allows them (MADV_HUGEPAGE), so its first touch costs 512 times fewer faults. */
+		void *p = mmap(NULL, it->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p != MAP_FAILED) {
+			madvise(p, it->bytes, MADV_HUGEPAGE);
+			g->buf[i] = p;
+			g->mapped[i] = it->bytes;
+			return QE_OK;
+		}
+	}
+	if (!(g->buf[i] = qe_malloc(it->bytes ? it->bytes : 1)))
+		return qe_fail(QE_ENOMEM, "restore: no host memory for '%s' of stage %d (%zu bytes)", it->name, it->stage,
+			       it->bytes);
+	return QE_OK;
+}
+
+void ckpt__stage_free(staging *g)
+{
+	for (int i = 0; g->buf && i < g->n; i++) {
+		if (g->on_dev && g->on_dev[i])
+			qe_pstate_stage_free(g->r, g->buf[i]);
+		else if (g->mapped && g->mapped[i])
+			munmap(g->buf[i], g->mapped[i]);
+		else
+			free(g->buf[i]);
+	}
+	free(g->buf);
+	free(g->on_dev);
+	free(g->mapped);
+	memset(g, 0, sizeof(*g));
+}
+
+
+typedef struct read_job {
+	ckpt_session *s;
+	own_row *rows;
+	int nrows;
+	staging *g;
+	int64_t step;
+	ckpt_pipe pipe;
+} read_job;
+
+/* Chunks [k, end) of t: as many as fit `cap` bytes, at least one. */
+static size_t piece_end(const cat_tensor *t, size_t k, size_t cap, size_t *len)
+{
+	size_t end = k, sum = 0;
+	while (end < t->n_chunks && (end == k || sum + t->chunks[end].size <= cap))
+		sum += t->chunks[end++].size;
+	*len = sum;
+	return end;
+}
+
+/* t's chunks as the store's list type, in buf (t->n_chunks entries). */
+static void chunk_list(const cat_tensor *t, store_chunk *buf, store_chunk_list *l)
+{
+	for (size_t c = 0; c < t->n_chunks; c++) {
+		memcpy(buf[c].hash.b, t->chunks[c].hash, STORE_HASH_BYTES);
+		buf[c].size = t->chunks[c].size;
+	}
+	l->n = t->n_chunks;
+	l->chunks = buf;
+}
+
+/*
+ * The helper thread: each own row read and re-hashed by the store, host
+ * rows straight into their staging, device rows a piece at a time into the
+ * ring's slots (store_get_chunks, which reads the next chunk ahead).
+ */
+static void *restore_reader(void *arg)
+{
+	read_job *j = arg;
+	ckpt_session *s = j->s;
+	size_t cap = s->ring.slot_bytes;
+	store_chunk *cur = NULL;
+	int rc = QE_OK;
+	for (int r = 0; r < j->nrows && !rc; r++) {
+		const cat_tensor *t = j->rows[r].t;
+		int i = j->rows[r].item, slot;
+		ckpt_piece *m;
+		if (!j->g->on_dev[i]) {
+			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
+				break;
+			rc = ckpt__read_row(s, t, j->g->buf[i], j->step);
+			if (rc)
+				break;
+			m->item = r;
+			m->len = (size_t)t->bytes;
+			m->last = 1;
+			ckpt__pipe_fill_post(&j->pipe);
+			continue;
+		}
+		store *st;
+		if ((rc = ckpt__store_of(s, t, &st)))
+			break;
+		free(cur);
+		if (!(cur = qe_calloc(t->n_chunks + 1, sizeof(*cur)))) {
+			rc = qe_fail(QE_ENOMEM, "restore: out of memory");
+			break;
+		}
+		store_chunk_list l;
+		chunk_list(t, cur, &l);
+		size_t off = 0, len, end;
+		for (size_t k = 0; k < t->n_chunks && !rc; k = end) {
+			end = piece_end(t, k, cap, &len);
+			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
+				goto out;
+			if ((rc = store_get_chunks(st, &l, k, end - k, s->ring.slot[slot], len))) {
+				rc = qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s",
+						 t->name, t->stage, t->n_chunks, (long long)j->step, s->rank, s->host);
+				break;
+			}
+			m->item = r;
+			m->off = off;
+			m->len = len;
+			m->last = end == t->n_chunks;
+			m->in_slot = 1;
+			ckpt__pipe_fill_post(&j->pipe);
+			off += len;
+		}
+	}
+	if (rc)
+		ckpt__pipe_fail(&j->pipe, rc);
+	else
+		ckpt__pipe_close(&j->pipe);
+out:
+	free(cur);
+	return NULL;
+}
+
+/* The training thread's side of reading its own rows: each slot copied into its device staging. */
+int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
+		    int64_t step)
+{
+	qe_backend *b = qe_rank_backend(r);
+	int me = qe_rank_index(r), rc = QE_OK;
+	size_t biggest = 0;
+	for (int k = 0; k < nrows; k++)
+		if (g->on_dev[rows[k].item])
+			for (size_t c = 0; c < rows[k].t->n_chunks; c++)
+				if (rows[k].t->chunks[c].size > biggest)
+					biggest = (size_t)rows[k].t->chunks[c].size;
+	if (biggest) {
+		size_t piece = ckpt__piece_bytes(s);
+		if ((rc = ckpt__ring_get(s, b, piece > biggest ? piece : biggest)))
+			return rc;
+	}
+	read_job j = { .s = s, .rows = rows, .nrows = nrows, .g = g, .step = step };
+	ckpt__pipe_init(&j.pipe);
+	pthread_t tid;
+	if (pthread_create(&tid, NULL, restore_reader, &j)) {
+		ckpt__pipe_destroy(&j.pipe);
+		return qe_fail(QE_ENOMEM, "restore: rank %d could not start its reader thread", me);
+	}
+	ckpt_piece *m;
+	int slot;
+	while ((m = ckpt__pipe_drain_wait(&j.pipe, &slot))) {
+		int i = rows[m->item].item;
+		const qe_pstate_item *it = &items[i];
+		if (m->in_slot && m->len)
+			rc = qe_pstate_stage_put(r, g->buf[i], m->off, s->ring.slot[slot], m->len);
+		if (rc)
+			rc = qe_fail_ctx(rc, "restore: copying '%s' of stage %d to its device staging", it->name, it->stage);
+		if (!rc && m->last && !g->on_dev[i])
+			rc = ckpt__check_record(r, it, g->buf[i], step);
+		if (rc) {
+			ckpt__pipe_fail(&j.pipe, rc);
+			break;
+		}
+		if (m->last)
+			ckpt__maybe_kill(s, "read", me);
+		ckpt__pipe_drain_done(&j.pipe);
+	}
+	pthread_join(tid, NULL);
+	int prc = ckpt__pipe_rc(&j.pipe);
+	ckpt__pipe_destroy(&j.pipe);
+	return rc ? rc : prc;
+}
+
+/* Everyone agreed: copy the staged rows into the rank's state. */
+int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g)
+{
+	for (int i = 0; i < n; i++) {
+		const qe_pstate_item *it = &items[i];
+		if (!it->bytes)
+			continue;
+		int rc = g->on_dev[i] ? qe_pstate_stage_load(r, it, g->buf[i]) : qe_pstate_write(r, it, g->buf[i]);
+		if (rc)
+			return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name, it->stage);
+	}
+	return QE_OK;
+}
+
