@@ -126,6 +126,7 @@ print("{\"ranks\": %s, \"bytes\": %d, \"save_s\": %.4f, \"save_gb_s\": %.4f, \"p
       % (n, b, sm, sg, pw, pwg, sg / pwg, rb, rm, rg, pr, prg, rg / prg))' \
 		"$n" "$bytes" "$rbytes" "$save_ms" "$restore_ms" "$pw" "$pr")
 	rows+=("$(echo "$row" | head -1)")
+	echo "== $n rank(s): ranks bytes save_s save_GB/s write_GB/s save% rest_s rest_GB/s read_GB/s rest%: $(echo "$row" | head -1)" # as it goes: a killed run keeps its rows
 	j=$(echo "$row" | tail -1)
 	json_rows="$json_rows${json_rows:+,
 }    ${j%\}}, \"stored_bytes\": $stored, \"restore_cache_drop\": \"$how\", \"plain_cache_drop\": \"$phow\"}"
