@@ -19,12 +19,7 @@
 # QE_S3_REQUIRED=1).  unshare needs root; if it is refused the test fails rather than skipping.
 set -u
 Q=${1:?usage: two_hosts_jobs.sh QEFFECT [SHARED]}
-Q=$(readlink -f "$Q")
-. "$(dirname "$0")/../../scripts/s3-test-lib.sh"
-P="$T/mnt"
-mkdir -p "$P"
-. "$(dirname "$0")/lib/hosts.sh"
-hosts_usable || fail "unshare -m is refused here (needs root): the two-host simulation cannot run"
+. "$(dirname "$0")/lib/s3-hosts.sh"
 export QE_COMM_TIMEOUT_MS=60000 QE_CKPT_CHUNK_BYTES=65536 QE_JOB_SECRET=two-hosts-jobs-secret
 C="--preset tiny --micro 4 --amax-history 4 --quiet"
 AB="hostA:$T/a hostB:$T/b"

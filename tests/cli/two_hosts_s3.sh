@@ -9,12 +9,7 @@
 # B's store (two_hosts_jobs.sh pushes as a two-host job).
 set -u
 Q=${1:?usage: two_hosts_s3.sh QEFFECT [SHARED]}
-Q=$(readlink -f "$Q")
-. "$(dirname "$0")/../../scripts/s3-test-lib.sh"
-P="$T/mnt"
-mkdir -p "$P"
-. "$(dirname "$0")/lib/hosts.sh"
-hosts_usable || fail "unshare -m is refused here (needs root): the two-host simulation cannot run"
+. "$(dirname "$0")/lib/s3-hosts.sh"
 if ! s3_start_server; then
   skip "s3rver 3.7.1 could not be installed or started (see above)"
 fi

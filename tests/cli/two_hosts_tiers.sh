@@ -21,12 +21,7 @@
 # SKIP without node (s3rver) unless QE_S3_REQUIRED=1.
 set -u
 Q=${1:?usage: two_hosts_tiers.sh QEFFECT [SHARED]}
-Q=$(readlink -f "$Q")
-. "$(dirname "$0")/../../scripts/s3-test-lib.sh"
-P="$T/mnt"
-mkdir -p "$P"
-. "$(dirname "$0")/lib/hosts.sh"
-hosts_usable || fail "unshare -m is refused here (needs root): the two-host simulation cannot run"
+. "$(dirname "$0")/lib/s3-hosts.sh"
 command -v curl >/dev/null || skip "curl is not installed"
 command -v python3 >/dev/null || skip "python3 is not installed"
 s3_start_server || skip "s3rver 3.7.1 could not be installed or started (see above)"
