@@ -62,6 +62,7 @@ typedef struct ckpt_piece {
 	size_t off, len;
 	int last;    /* the item's last piece */
 	int in_slot; /* the bytes are in the message's slot (else the filler wrote them in place) */
+	size_t chunk, nchunks; /* restore: the item's chunks the slot holds, still to be re-hashed (0: none) */
 } ckpt_piece;
 
 typedef struct ckpt_pipe {
@@ -318,6 +319,14 @@ typedef struct own_row {
 	const cat_tensor *t;
 	int item;
 } own_row;
+/* The restore's read-ahead hints (ckpt_prefetch.c): a thread asking the kernel to read
+ * rows' chunks (each in stores[row], open) at most ckpt__read_ahead_bytes() beyond what
+ * the reader reported consumed.  NULL when off or it cannot start: only a hint. */
+typedef struct ckpt_prefetch ckpt_prefetch;
+uint64_t ckpt__read_ahead_bytes(void);
+ckpt_prefetch *ckpt__prefetch_start(const own_row *rows, store *const *stores, int nrows);
+void ckpt__prefetch_advance(ckpt_prefetch *p, uint64_t bytes);
+void ckpt__prefetch_stop(ckpt_prefetch *p);
 /* Read rows[0..nrows) from this host's stores into their staging, re-hashed, kill point "read" after each. */
 int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
 		   int64_t step);

@@ -2,7 +2,8 @@
  * ckpt_restore_read.c - a restore's reading and loading on one rank: where
  * rows wait until every rank agreed (staging, apart from the live state),
  * the rows a rank reads from its own disk streamed through the ring of
- * page-locked buffers by a helper thread (read and re-hash) while the
+ * page-locked buffers by a helper thread (read and re-hash), with a second
+ * one keeping reads in flight ahead of it (ckpt_prefetch.c), while the
  * training thread copies the previous piece to the device, and the load
  * once everyone agreed.  ckpt_restore.c plans, moves rows between ranks and
  * decides; see its header for the protocol.
@@ -95,6 +96,8 @@ typedef struct read_job {
 	int nrows;
 	staging *g;
 	int64_t step;
+	store **stores; /* [nrows]: each row's store, opened before the threads start */
+	ckpt_prefetch *ahead;
 	ckpt_pipe pipe;
 } read_job;
 
@@ -120,9 +123,13 @@ static void chunk_list(const cat_tensor *t, store_chunk *buf, store_chunk_list *
 }
 
 /*
- * The helper thread: each own row read and re-hashed by the store, host
- * rows straight into their staging, device rows a piece at a time into the
- * ring's slots (store_get_chunks, which reads the next chunk ahead).
+ * The helper thread: each own row read by the store, host rows straight
+ * into their staging (re-hashed there, store_get_tensor), device rows a
+ * piece at a time into the ring's slots (store_read_chunks, which reads the
+ * next chunk ahead).  A slot's chunks are re-hashed by the training thread
+ * before it copies them up (check_piece): the copy out of the page cache is
+ * this thread's whole work, hashing would halve its pace, and the training
+ * thread is otherwise idle while it waits for the next slot.
  */
 static void *restore_reader(void *arg)
 {
@@ -141,15 +148,14 @@ static void *restore_reader(void *arg)
 			rc = ckpt__read_row(s, t, j->g->buf[i], j->step);
 			if (rc)
 				break;
+			ckpt__prefetch_advance(j->ahead, t->bytes);
 			m->item = r;
 			m->len = (size_t)t->bytes;
 			m->last = 1;
 			ckpt__pipe_fill_post(&j->pipe);
 			continue;
 		}
-		store *st;
-		if ((rc = ckpt__store_of(s, t, &st)))
-			break;
+		store *st = j->stores[r];
 		free(cur);
 		if (!(cur = qe_calloc(t->n_chunks + 1, sizeof(*cur)))) {
 			rc = qe_fail(QE_ENOMEM, "restore: out of memory");
@@ -162,7 +168,7 @@ static void *restore_reader(void *arg)
 			end = piece_end(t, k, cap, &len);
 			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
 				goto out;
-			if ((rc = store_get_chunks(st, &l, k, end - k, s->ring.slot[slot], len))) {
+			if ((rc = store_read_chunks(st, &l, k, end - k, s->ring.slot[slot], len))) {
 				rc = qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s",
 						 t->name, t->stage, t->n_chunks, (long long)j->step, s->rank, s->host);
 				break;
@@ -172,7 +178,10 @@ static void *restore_reader(void *arg)
 			m->len = len;
 			m->last = end == t->n_chunks;
 			m->in_slot = 1;
+			m->chunk = k;
+			m->nchunks = end - k;
 			ckpt__pipe_fill_post(&j->pipe);
+			ckpt__prefetch_advance(j->ahead, len);
 			off += len;
 		}
 	}
@@ -185,7 +194,29 @@ out:
 	return NULL;
 }
 
-/* The training thread's side of reading its own rows: each slot copied into its device staging. */
+/* Re-hash the chunks a slot holds (m) of tensor t from store st: what is checked is what is copied up. */
+static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ckpt_piece *m, const void *slot,
+		       int64_t step)
+{
+	/* the whole tensor's list (only the piece's entries filled), so that a
+	 * message numbers the chunk within the tensor, as a read of all of it would */
+	store_chunk *c = qe_calloc(t->n_chunks + 1, sizeof(*c));
+	if (!c)
+		return qe_fail(QE_ENOMEM, "restore: out of memory");
+	for (size_t k = m->chunk; k < m->chunk + m->nchunks; k++) {
+		memcpy(c[k].hash.b, t->chunks[k].hash, STORE_HASH_BYTES);
+		c[k].size = t->chunks[k].size;
+	}
+	store_chunk_list l = { t->n_chunks, c };
+	int rc = store_check_chunks(st, &l, m->chunk, m->nchunks, slot, m->len);
+	free(c);
+	if (rc)
+		rc = qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s", t->name,
+				 t->stage, t->n_chunks, (long long)step, s->rank, s->host);
+	return rc;
+}
+
+/* The training thread's side of reading its own rows: each slot re-hashed and copied into its device staging. */
 int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
 		    int64_t step)
 {
@@ -202,11 +233,24 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 		if ((rc = ckpt__ring_get(s, b, piece > biggest ? piece : biggest)))
 			return rc;
 	}
-	read_job j = { .s = s, .rows = rows, .nrows = nrows, .g = g, .step = step };
+	/* Every row's store opened here, on this thread, so that neither helper thread opens one. */
+	store **stores = qe_calloc((size_t)nrows + 1, sizeof(*stores));
+	if (!stores)
+		return qe_fail(QE_ENOMEM, "restore: rank %d: out of memory", me);
+	for (int k = 0; k < nrows && !rc; k++)
+		rc = ckpt__store_of(s, rows[k].t, &stores[k]);
+	if (rc) {
+		free(stores);
+		return rc;
+	}
+	read_job j = { .s = s, .rows = rows, .nrows = nrows, .g = g, .step = step, .stores = stores };
 	ckpt__pipe_init(&j.pipe);
+	j.ahead = ckpt__prefetch_start(rows, stores, nrows);
 	pthread_t tid;
 	if (pthread_create(&tid, NULL, restore_reader, &j)) {
+		ckpt__prefetch_stop(j.ahead);
 		ckpt__pipe_destroy(&j.pipe);
+		free(stores);
 		return qe_fail(QE_ENOMEM, "restore: rank %d could not start its reader thread", me);
 	}
 	ckpt_piece *m;
@@ -214,9 +258,10 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 	while ((m = ckpt__pipe_drain_wait(&j.pipe, &slot))) {
 		int i = rows[m->item].item;
 		const qe_pstate_item *it = &items[i];
-		if (m->in_slot && m->len)
-			rc = qe_pstate_stage_put(r, g->buf[i], m->off, s->ring.slot[slot], m->len);
-		if (rc)
+		if (m->in_slot && m->nchunks)
+			rc = check_piece(s, stores[m->item], rows[m->item].t, m, s->ring.slot[slot], step);
+		if (!rc && m->in_slot && m->len &&
+		    (rc = qe_pstate_stage_put(r, g->buf[i], m->off, s->ring.slot[slot], m->len)))
 			rc = qe_fail_ctx(rc, "restore: copying '%s' of stage %d to its device staging", it->name, it->stage);
 		if (!rc && m->last && !g->on_dev[i])
 			rc = ckpt__check_record(r, it, g->buf[i], step);
@@ -229,6 +274,8 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 		ckpt__pipe_drain_done(&j.pipe);
 	}
 	pthread_join(tid, NULL);
+	ckpt__prefetch_stop(j.ahead);
+	free(stores);
 	int prc = ckpt__pipe_rc(&j.pipe);
 	ckpt__pipe_destroy(&j.pipe);
 	return rc ? rc : prc;

@@ -154,6 +154,25 @@ int store_get_tensor(store *s, const store_chunk_list *list, void *dst, size_t b
  * wait), so a tensor read range by range keeps the disk busy.
  */
 int store_get_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, void *dst, size_t bytes);
+/*
+ * store_get_chunks split in two, for a reader that hashes on another thread
+ * than the one that reads: store_read_chunks copies the chunks into dst
+ * without re-hashing them (sizes and presence are still checked), and
+ * store_check_chunks re-hashes chunks [first, first + count) held in buf
+ * (bytes long) against their keys, failing as store_get_chunks would.  Bytes
+ * read this way are untrusted until checked.
+ */
+int store_read_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, void *dst, size_t bytes);
+int store_check_chunks(store *s, const store_chunk_list *list, size_t first, size_t count, const void *buf,
+		       size_t bytes);
+/*
+ * Ask the kernel to start reading chunks [first, first + count) of list
+ * from the disk (no wait), for a reader that will store_get_chunks them
+ * soon.  Only a hint: a missing or damaged chunk is skipped here and is the
+ * read's failure.  The lookups hold the handle's lock briefly; the hints are
+ * given outside it, so a concurrent read is not held up.
+ */
+void store_prefetch_chunks(store *s, const store_chunk_list *list, size_t first, size_t count);
 
 /*
  * A tensor of `bytes` put in pieces (the caller copies each from the device

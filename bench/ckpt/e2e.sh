@@ -21,7 +21,12 @@
 #   EXTRA    more train flags (for example "--layers 2 --seq 32" to make a
 #            preset fit a small machine)
 #   REPS     repetitions of the plain baseline (default 1; medians)
+#   AHEAD    comma list of restore read-ahead windows in MiB (QE_CKPT_READ_AHEAD_MIB; 0 is
+#            off): one more cold restore for each, printed and in e2e.json's restore_ahead_ms
 #   KEEP=1   keep the runs and plain files
+#   DCP=1    also PyTorch DCP (bench/peers/run_peers.py ckpt: dcp.save and a cold dcp.load) of
+#            the same preset with the same N ranks and stage placement on the same disk (cpu
+#            backend: host tensors over gloo; cuda: one GPU per rank); its GB/s join the row
 # Cold reads: /proc/sys/vm/drop_caches when writable (root), else fadvise
 # DONTNEED on every file of the run (bench/compare-peers/dropcache.py); the
 # JSON says which.
@@ -36,6 +41,8 @@ EXEC=${EXEC:-graph}
 STEPS=${STEPS:-2}
 EXTRA=${EXTRA:-}
 REPS=${REPS:-1}
+AHEAD=${AHEAD:-}
+DCP=${DCP:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 BENCH=$(dirname "$Q")/bench_ckpt
 [ -x "$Q" ] || { echo "e2e.sh: $Q is not an executable" >&2; exit 2; }
@@ -105,6 +112,19 @@ for n in "${counts[@]}"; do
 		>"$OUT/resume-$n.log" 2>&1 || { echo "e2e.sh: resume failed, see $OUT/resume-$n.log" >&2; tail -5 "$OUT/resume-$n.log" >&2; exit 1; }
 	rbytes=$(json_field "$OUT/resume-$n.log" restore bytes)
 	restore_ms=$(json_field "$OUT/resume-$n.log" restore ms)
+	grep -h "restore: rank" "$OUT/resume-$n.log" || true
+	ahead_json=""
+	IFS=, read -r -a windows <<<"$AHEAD"
+	for w in "${windows[@]}"; do
+		drop_cache "$run" >/dev/null
+		QE_CKPT_READ_AHEAD_MIB=$w "$Q" resume --run-dir "$run" --backend "$BACKEND" --pp "$n" --exec "$EXEC" --trace off \
+			--steps "$STEPS" --json >"$OUT/resume-$n-ahead$w.log" 2>&1 ||
+			{ echo "e2e.sh: resume (read-ahead $w MiB) failed, see $OUT/resume-$n-ahead$w.log" >&2; exit 1; }
+		wms=$(json_field "$OUT/resume-$n-ahead$w.log" restore ms)
+		echo "== $n rank(s): cold restore, read-ahead $w MiB: $wms ms ($(python3 -c "print('%.3f' % ($rbytes / $wms / 1e6))") GB/s)"
+		grep -h "restore: rank" "$OUT/resume-$n-ahead$w.log" || true
+		ahead_json="$ahead_json${ahead_json:+, }\"$w\": $wms"
+	done
 	stored=$(du -s -B1 "$run/stores" | cut -f1) # blocks held (data.mdb is sparse)
 	[ "${KEEP:-0}" = 1 ] || rm -rf "$run"
 	echo "== $n rank(s): plain write+fsync and cold read of $bytes bytes, $n writers"
@@ -125,11 +145,36 @@ print("{\"ranks\": %s, \"bytes\": %d, \"save_s\": %.4f, \"save_gb_s\": %.4f, \"p
       "\"restore_gb_s\": %.4f, \"plain_read_s\": %.4f, \"plain_read_gb_s\": %.4f, \"restore_vs_plain\": %.4f}"
       % (n, b, sm, sg, pw, pwg, sg / pwg, rb, rm, rg, pr, prg, rg / prg))' \
 		"$n" "$bytes" "$rbytes" "$save_ms" "$restore_ms" "$pw" "$pr")
+	dcp_json=""
+	if [ "$DCP" = 1 ]; then
+		layers=0
+		case "$PRESET" in tiny | small | h2048 | h4096) [ "$n" -gt 4 ] && layers=$n ;; esac
+		seq=$(echo "$EXTRA" | grep -o -- '--seq [0-9]*' | awk '{print $2}' || true)
+		dev=cuda; [ "$BACKEND" = cpu ] && dev=cpu
+		echo "== $n rank(s): PyTorch DCP save and cold load, $n ranks ($dev)"
+		python3 "$here/../peers/run_peers.py" ckpt --preset "$PRESET" --dir "$work/dcp-$n" --out "$OUT/dcp-$n" \
+			--reps 1 --variants save,load --cold 1 --nproc "$n" --device "$dev" --schedule interleaved \
+			--layers "$layers" --seq "${seq:-0}" --timeout-s 400 >"$OUT/dcp-$n.log" 2>&1 || true
+		rm -rf "$work/dcp-$n"
+		read -r ds dl db < <(python3 -c '
+import json, sys
+try:
+    d = json.load(open(sys.argv[1])); v = d.get("variants", {})
+    g = lambda k: v.get(k, {}).get("gbps_median")
+    print(g("save") or "null", g("load") or "null", int(d.get("bytes_total") or 0))
+except Exception:
+    print("null null 0")' "$OUT/dcp-$n/peers-ckpt.json")
+		echo "== $n rank(s): DCP $db bytes: save $ds GB/s, cold load $dl GB/s (qeffect $(echo "$row" | head -1 | awk '{print $4" / "$8}') GB/s)"
+		grep -h "^dcp" "$OUT/dcp-$n.log" | head -4 || true
+		dcp_json="\"dcp_bytes\": $db, \"dcp_save_gb_s\": $ds, \"dcp_load_gb_s\": $dl, "
+		row="$(echo "$row" | head -1) $(printf '%8s %8s' "$ds" "$dl")
+$(echo "$row" | tail -1)"
+	fi
 	rows+=("$(echo "$row" | head -1)")
 	echo "== $n rank(s): ranks bytes save_s save_GB/s write_GB/s save% rest_s rest_GB/s read_GB/s rest%: $(echo "$row" | head -1)" # as it goes: a killed run keeps its rows
 	j=$(echo "$row" | tail -1)
 	json_rows="$json_rows${json_rows:+,
-}    ${j%\}}, \"stored_bytes\": $stored, \"restore_cache_drop\": \"$how\", \"plain_cache_drop\": \"$phow\"}"
+}    ${j%\}}, $dcp_json\"restore_ahead_ms\": {$ahead_json}, \"stored_bytes\": $stored, \"restore_cache_drop\": \"$how\", \"plain_cache_drop\": \"$phow\"}"
 done
 
 cat >"$OUT/e2e.json" <<EOF
@@ -144,6 +189,7 @@ $json_rows
 EOF
 echo
 echo "save: train --json (gate to commit, all ranks); restore: resume --json, cold; plain: bench_ckpt --plain, N writers"
-printf '%-5s %14s %8s %8s %8s %7s %8s %8s %8s %7s\n' ranks bytes save_s save_GB/s write_GB/s save% rest_s rest_GB/s read_GB/s rest%
+printf '%-5s %14s %8s %8s %8s %7s %8s %8s %8s %7s%s\n' ranks bytes save_s save_GB/s write_GB/s save% rest_s rest_GB/s read_GB/s rest% \
+	"$([ "$DCP" = 1 ] && printf ' %8s %8s' dcp_save dcp_load)"
 for r in "${rows[@]}"; do echo "$r"; done
 echo "wrote $OUT/e2e.json"

@@ -55,6 +55,11 @@ def parse():
     ap.add_argument("--budget-s", type=float, default=0, help="start no rep past this many seconds (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint directories")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                    help="where the state lives: cuda (one GPU per rank, NCCL) or cpu (host tensors, gloo; "
+                         "any number of ranks on one machine, beside qeffect's cpu backend)")
+    ap.add_argument("--layers", type=int, default=0, help="override the preset's layer count (as qeffect --layers)")
+    ap.add_argument("--seq", type=int, default=0, help="override the preset's sequence length (as qeffect --seq)")
     return ap.parse_args()
 
 
@@ -127,15 +132,30 @@ def run(a, doc):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
 
-    rank, world, local, dev = pm.torchrun_rank()
-    # async_save needs a CPU backend in the group; NCCL for the GPU tensors
-    dist.init_process_group("cpu:gloo,cuda:nccl", timeout=datetime.timedelta(seconds=300))
+    if a.device == "cpu":
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
+    else:
+        rank, world, local, dev = pm.torchrun_rank()
+        # async_save needs a CPU backend in the group; NCCL for the GPU tensors
+        dist.init_process_group("cpu:gloo,cuda:nccl", timeout=datetime.timedelta(seconds=300))
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
     doc["torch"] = torch.__version__
+    doc["device"] = a.device
     cfg = pm.preset(a.preset)
+    if a.layers:
+        cfg["layers"] = a.layers
+    if a.seq:
+        cfg["seq"] = a.seq
     nstages = 2 * world
     mine = pm.stages_of_rank(a.schedule, rank, world, nstages)
     sd = build_state(cfg, mine, nstages, a.layout, dev)
-    torch.cuda.synchronize()
+    sync()
     nb = torch.tensor([float(sum(v.numel() * v.element_size() for v in sd.values())), float(len(sd))], device=dev,
                       dtype=torch.float64)
     dist.all_reduce(nb)
@@ -157,7 +177,7 @@ def run(a, doc):
         return p
 
     def begin():
-        torch.cuda.synchronize()
+        sync()
         dist.barrier()
         return time.perf_counter()
 
@@ -189,7 +209,7 @@ def run(a, doc):
         dropped = drop_cache(last_save[0]) if a.cold else 0
         t = begin()
         dcp.load(sd, checkpoint_id=last_save[0])
-        torch.cuda.synchronize()
+        sync()
         dt = tmax(time.perf_counter() - t)
         ok = bool(torch.isclose(checksum(sd), ref, rtol=1e-9, atol=0.0).item())
         okt = torch.tensor([1.0 if ok else 0.0], device=dev)

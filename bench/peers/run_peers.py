@@ -147,7 +147,8 @@ def cmd_ckpt(a):
     res = os.path.join(a.out, "logs", "dcp-%s.json" % a.preset)
     log = os.path.join(a.out, "logs", "dcp-%s.log" % a.preset)
     args = ["--preset", a.preset, "--dir", a.dir, "--out", res, "--reps", str(a.reps), "--variants", a.variants,
-            "--cold", str(a.cold), "--budget-s", str(a.budget_s)]
+            "--cold", str(a.cold), "--budget-s", str(a.budget_s), "--device", a.device, "--schedule", a.schedule,
+            "--layers", str(a.layers), "--seq", str(a.seq)]
     rc, secs = launch("dcp_ckpt.py", args, log, a.timeout_s, nproc=a.nproc)
     r = read_result(res) or dict(ok=False, variants={})
     r["exit"] = rc
@@ -189,7 +190,11 @@ def main():
     c.add_argument("--cold", type=int, default=1)
     c.add_argument("--budget-s", type=float, default=0)
     c.add_argument("--timeout-s", type=float, default=120)
-    c.add_argument("--nproc", type=int, default=2, help="ranks (one per GPU; 1 on a one-GPU machine)")
+    c.add_argument("--nproc", type=int, default=2, help="ranks (one per GPU; 1 on a one-GPU machine; any with --device cpu)")
+    c.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="state on the GPUs or in host memory (gloo)")
+    c.add_argument("--schedule", choices=["zbv", "interleaved"], default="zbv", help="stage placement of the state")
+    c.add_argument("--layers", type=int, default=0, help="override the preset's layer count")
+    c.add_argument("--seq", type=int, default=0, help="override the preset's sequence length")
     a = ap.parse_args()
     (cmd_step if a.cmd == "step" else cmd_ckpt)(a)
 

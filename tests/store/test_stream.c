@@ -135,6 +135,19 @@ int main(void)
 	CHECK(rc == QE_EINVAL, "a range past the list gave %s", qe_errname(rc));
 	rc = store_get_chunks(s, &l, 1, 2, part, CHUNK);
 	CHECK(rc == QE_EINVAL, "a range with the wrong byte count gave %s", qe_errname(rc));
+	/* read and check split: the same bytes; a changed byte is caught by the check, naming the chunk */
+	memset(part, 0, 4 * CHUNK);
+	CHECK_OK(store_read_chunks(s, &l, 1, 2, part, 2 * CHUNK));
+	CHECK(memcmp(part, buf + CHUNK, 2 * CHUNK) == 0, "read chunks 1..3 differ from the slice");
+	CHECK_OK(store_check_chunks(s, &l, 1, 2, part, 2 * CHUNK));
+	part[CHUNK + 7] ^= 1;
+	rc = store_check_chunks(s, &l, 1, 2, part, 2 * CHUNK);
+	CHECK(rc == QE_ECORRUPT && strstr(qe_last_error(), "chunk 2 of 4"), "a changed byte in chunk 2 gave %s: %s",
+	      qe_errname(rc), qe_last_error());
+	rc = store_check_chunks(s, &l, 1, 2, part, CHUNK);
+	CHECK(rc == QE_EINVAL, "a check with too few bytes gave %s", qe_errname(rc));
+	rc = store_read_chunks(s, &l, 3, 2, part, 2 * CHUNK);
+	CHECK(rc == QE_EINVAL, "a read range past the list gave %s", qe_errname(rc));
 	free(part);
 	store_chunk_list_free(&l);
 	/* a read-only handle refuses a stream */
