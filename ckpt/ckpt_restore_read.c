@@ -198,16 +198,13 @@ out:
 static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ckpt_piece *m, const void *slot,
 		       int64_t step)
 {
-	/* the whole tensor's list (only the piece's entries filled), so that a
-	 * message numbers the chunk within the tensor, as a read of all of it would */
+	/* the whole tensor's list, so that a message numbers the chunk within
+	 * the tensor, as a read of all of it would */
 	store_chunk *c = qe_calloc(t->n_chunks + 1, sizeof(*c));
 	if (!c)
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
-	for (size_t k = m->chunk; k < m->chunk + m->nchunks; k++) {
-		memcpy(c[k].hash.b, t->chunks[k].hash, STORE_HASH_BYTES);
-		c[k].size = t->chunks[k].size;
-	}
-	store_chunk_list l = { t->n_chunks, c };
+	store_chunk_list l;
+	chunk_list(t, c, &l);
 	int rc = store_check_chunks(st, &l, m->chunk, m->nchunks, slot, m->len);
 	free(c);
 	if (rc)
