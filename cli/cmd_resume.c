@@ -7,12 +7,16 @@
  * backend, cadences): checkpoints are keyed by global stage, so any mapping
  * of the same stages restores.  A model, recipe, seed, microbatch, learning
  * rate or data flag that differs from the run would silently make another
- * run, so it is refused before anything starts or is written.
+ * run, so it is refused before anything starts or is written.  Data is the
+ * exception in form, not in substance: another path is accepted when it holds
+ * the same tokens (check_data).
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "cli/async_flag.h"
@@ -21,6 +25,7 @@
 #include "cli/resume_remote.h"
 #include "cli/run.h"
 #include "runtime/core/status.h"
+#include "runtime/job/data.h"
 #include "cli/train_flags.h"
 
 static void help(FILE *f)
@@ -33,7 +38,9 @@ static void help(FILE *f)
 		   "done (default: the run's --steps); N equal to the checkpoint's step only restores.\n\n"
 		   "The mapping may change (a --pp 2 checkpoint resumes under --pp 1 or --pp 4).  Model,\n"
 		   "recipe, seed, microbatch, learning-rate and data flags are accepted only when they equal\n"
-		   "the run's values; a conflicting one is refused with exit status 2 and nothing is written.\n\n");
+		   "the run's values; a conflicting one is refused with exit status 2 and nothing is written.\n"
+		   "--data may name another path (another host's copy) when its tokens have the fingerprint the\n"
+		   "run recorded; without --data the run's own data path must be readable here.\n\n");
 	cli_train_flags_help(f, 1);
 	cli_async_flag_help(f);
 	cli_tier_flags_help(f);
@@ -132,10 +139,63 @@ static int check_conflicts(const cli_train_args *a, const qe_train_config *s)
 		snprintf(y, sizeof(y), "learning rate %g", (double)s->optim.lr);
 		return conflict("--lr", x, y);
 	}
-	if ((f & CLI_F_DATA) && !same_file(g->data, s->data)) {
-		snprintf(y, sizeof(y), "data '%.140s'", s->data);
-		return conflict("--data", g->data, y);
+	return 0;
+}
+
+/* The fingerprint of the tokens in path; exit status 2 (printed) when it cannot be read. */
+static int fingerprint_of(const char *flag, const char *path, uint64_t *out)
+{
+	qe_data d;
+	if (qe_data_load(path, &d)) {
+		fprintf(stderr, "qeffect resume: %s: %s\n", flag, qe_last_error());
+		return 2;
 	}
+	*out = qe_data_fingerprint(&d);
+	qe_data_free(&d);
+	return 0;
+}
+
+/*
+ * Which file the resumed ranks read.  Hosts differ: the run's data may lie
+ * at another path here, so --data names it, and it is accepted when its
+ * tokens have the run's fingerprint (or, for a run recorded before
+ * fingerprints, the file it was trained on, read here).  Without --data the
+ * run's own path must be readable; a refusal says what to pass.
+ */
+static int check_data(const cli_train_args *a, const qe_train_config *s, qe_train_config *m)
+{
+	const char *given = (a->given & CLI_F_DATA) ? a->cfg.data : NULL;
+	if (!given) {
+		if (s->data[0] && access(s->data, R_OK)) {
+			fprintf(stderr,
+				"qeffect resume: the run's data '%s' cannot be read on this host (%s): pass --data PATH "
+				"naming a copy of it\n",
+				s->data, strerror(errno));
+			return 2;
+		}
+		return 0;
+	}
+	if (same_file(given, s->data))
+		return 0;
+	uint64_t want = s->data_fingerprint, got;
+	int rc = fingerprint_of("--data", given, &got);
+	if (rc)
+		return rc;
+	char x[600], y[600];
+	if (!want && s->data[0] && access(s->data, R_OK) == 0 && (rc = fingerprint_of("the run's data", s->data, &want)))
+		return rc;
+	if (!want) {
+		fprintf(stderr,
+			"qeffect resume: warning: the run was recorded before data fingerprints and its data '%s' is not "
+			"on this host: trusting that --data '%s' holds the same tokens\n",
+			s->data, given);
+	} else if (got != want) {
+		snprintf(x, sizeof(x), "'%.280s' (tokens %016llx)", given, (unsigned long long)got);
+		snprintf(y, sizeof(y), "data '%.280s' (tokens %016llx)", s->data, (unsigned long long)want);
+		return conflict("--data", x, y);
+	}
+	snprintf(m->data, sizeof(m->data), "%s", given);
+	m->data_fingerprint = got;
 	return 0;
 }
 
@@ -217,6 +277,8 @@ int cli_resume_main(int argc, char **argv)
 	int status = check_conflicts(&a, &saved);
 	qe_train_config merged = saved;
 	char why[256];
+	if (!status)
+		status = check_data(&a, &saved, &merged);
 	if (!status) {
 		apply_mapping(&a, &merged);
 		if (qe_train_config_check(&merged)) {

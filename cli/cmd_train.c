@@ -94,6 +94,7 @@ int cli_train_main(int argc, char **argv)
 		qe_data_free(&data);
 		return 2;
 	}
+	a.cfg.data_fingerprint = qe_data_fingerprint(&data); /* lets a resume find the same tokens at another path */
 	cli_rank_job job;
 	cli_rank_job_init(&job, &a, async);
 	job.data = &data;

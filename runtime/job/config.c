@@ -127,6 +127,14 @@ char *qe_train_config_to_json(const qe_train_config *c)
 		json_decref(o);
 		return NULL;
 	}
+	if (c->data_fingerprint) {
+		char hex[17];
+		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)c->data_fingerprint);
+		if (json_object_set_new(o, "data_fingerprint", json_string(hex))) {
+			json_decref(o);
+			return NULL;
+		}
+	}
 	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(o);
 	return s;
@@ -198,6 +206,15 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	c->arena = QE_ARENA_PER_MB;
 	if (!rc && ar && (!json_is_string(ar) || qe_arena_layout_parse(json_string_value(ar), &c->arena)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'arena'");
+	/* "data_fingerprint" is newer still: runs recorded without it cannot have their data checked */
+	json_t *fpj = json_object_get(o, "data_fingerprint");
+	if (!rc && fpj) {
+		const char *hex = json_is_string(fpj) ? json_string_value(fpj) : "";
+		char *end = NULL;
+		c->data_fingerprint = strtoull(hex, &end, 16);
+		if (strlen(hex) != 16 || *end || !c->data_fingerprint)
+			rc = qe_fail(QE_ECORRUPT, "run config: field 'data_fingerprint' is not 16 hex digits");
+	}
 free_json:
 	json_decref(o);
 	return rc;

@@ -32,6 +32,7 @@ typedef struct qe_train_config {
 	int64_t steps;           /* train until this step count is reached */
 	uint64_t seed;
 	char data[512];          /* JSONL or llm.c shard; "" = built-in text */
+	uint64_t data_fingerprint; /* qe_data_fingerprint of its tokens; 0 = not recorded (older runs) */
 	char run_dir[512];       /* "" = no run directory (no traces, no checkpoints) */
 	int eval_every;          /* 0 = never */
 	int eval_micro;          /* held-out microbatches per evaluation */

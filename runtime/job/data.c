@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <xxhash.h>
 
 #include "runtime/core/rng.h"
 #include "runtime/core/status.h"
@@ -194,6 +195,13 @@ static int load_shard(const char *path, FILE *f, qe_data *d)
 	d->records = 1;
 	d->vocab = maxtok + 1;
 	return QE_OK;
+}
+
+uint64_t qe_data_fingerprint(const qe_data *d)
+{
+	/* The train stream's hash seeds the held-out one's: a token moved across the split changes it. */
+	uint64_t h = XXH3_64bits(d->train, (size_t)d->ntrain * sizeof(int32_t));
+	return XXH3_64bits_withSeed(d->heldout, (size_t)d->nheldout * sizeof(int32_t), h ^ (uint64_t)d->ntrain);
 }
 
 int qe_data_load(const char *path, qe_data *out)

@@ -30,6 +30,12 @@ typedef struct qe_data {
  */
 int qe_data_load(const char *path, qe_data *out);
 void qe_data_free(qe_data *d);
+/*
+ * XXH3 of the token streams (train, then held-out seeded by the train
+ * stream's hash and length).  Two files with one fingerprint train the same run, wherever they
+ * lie; a run records it so a resume can accept its data at another path.
+ */
+uint64_t qe_data_fingerprint(const qe_data *d);
 
 /*
  * Fill tokens[T] and targets[T] (the next tokens) of microbatch m of replica
