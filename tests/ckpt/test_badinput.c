@@ -99,7 +99,14 @@ int main(void)
 	refused("--micro 8", a, 2, "--micro 8", "4 microbatches", no_skip, "--steps 4 --micro 8");
 	refused("--lr 0.5", a, 2, "--lr 0.5", "learning rate", no_skip, "--steps 4 --lr 0.5");
 	refused("--fp8 off", a, 2, "--fp8 off", "fp8 on", no_skip, "--steps 4 --fp8 off");
-	refused("--data", a, 2, "--data /etc/hostname", NULL, no_skip, "--steps 4 --data /etc/hostname");
+	/* --data naming a file that is not a corpus: refused naming the flag and the file (a corpus
+	 * with other tokens is tests/cli/data_moved.sh) */
+	char junk[460], junk_msg[520], junk_arg[560];
+	snprintf(junk, sizeof(junk), "%s/not-a-corpus.txt", tu_tmp);
+	sh("printf 'plain words, not JSON\\n' > '%s'%s", junk, "");
+	snprintf(junk_msg, sizeof(junk_msg), "data '%s' line 1: not JSON", junk);
+	snprintf(junk_arg, sizeof(junk_arg), "--steps 4 --data '%s'", junk);
+	refused("--data", a, 2, "qeffect resume: --data:", junk_msg, no_skip, junk_arg);
 
 	/* no checkpoint to resume from */
 	refused("--from 5", a, 1, "no committed checkpoint at step 5", "committed steps: 3", no_skip, "--steps 6 --from 5");
