@@ -1,10 +1,11 @@
 /*
  * ckpt_restore_read.c - a restore's reading and loading on one rank: where
  * rows wait until every rank agreed (staging, apart from the live state),
- * the rows a rank reads from its own disk streamed through the ring of
- * page-locked buffers by a helper thread (read and re-hash), with a second
- * one keeping reads in flight ahead of it (ckpt_prefetch.c), while the
- * training thread copies the previous piece to the device, and the load
+ * the rows a rank reads from its own disk streamed piece by piece by a
+ * helper thread (device rows through the ring of page-locked buffers, host
+ * rows straight into their staging), with a second one keeping reads in
+ * flight ahead of it (ckpt_prefetch.c), while the training thread re-hashes
+ * the previous piece and copies it to the device, and the load
  * once everyone agreed.  ckpt_restore.c plans, moves rows between ranks and
  * decides; see its header for the protocol.
  */
@@ -123,38 +124,28 @@ static void chunk_list(const cat_tensor *t, store_chunk *buf, store_chunk_list *
 }
 
 /*
- * The helper thread: each own row read by the store, host rows straight
- * into their staging (re-hashed there, store_get_tensor), device rows a
- * piece at a time into the ring's slots (store_read_chunks, which reads the
- * next chunk ahead).  A slot's chunks are re-hashed by the training thread
- * before it copies them up (check_piece): the copy out of the page cache is
- * this thread's whole work, hashing would halve its pace, and the training
- * thread is otherwise idle while it waits for the next slot.
+ * The helper thread: each own row read by the store a piece at a time
+ * (store_read_chunks, which reads the next chunk ahead), without
+ * re-hashing: device rows into the ring's slots, host rows straight into
+ * their staging at the piece's offset.  Every piece is re-hashed by the
+ * training thread (check_piece) before it is trusted: the copy out of the
+ * page cache is this thread's whole work, hashing would halve its pace,
+ * and the training thread is otherwise idle while it waits for the next
+ * piece.  Host rows use the ring's pipe for its order and its failure path
+ * only; their bytes never pass through a slot.
  */
 static void *restore_reader(void *arg)
 {
 	read_job *j = arg;
 	ckpt_session *s = j->s;
-	size_t cap = s->ring.slot_bytes;
+	size_t host_cap = ckpt__piece_bytes(s);
 	store_chunk *cur = NULL;
 	int rc = QE_OK;
 	for (int r = 0; r < j->nrows && !rc; r++) {
 		const cat_tensor *t = j->rows[r].t;
-		int i = j->rows[r].item, slot;
+		int i = j->rows[r].item, slot, dev = j->g->on_dev[i];
+		size_t cap = dev ? s->ring.slot_bytes : host_cap;
 		ckpt_piece *m;
-		if (!j->g->on_dev[i]) {
-			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
-				break;
-			rc = ckpt__read_row(s, t, j->g->buf[i], j->step);
-			if (rc)
-				break;
-			ckpt__prefetch_advance(j->ahead, t->bytes);
-			m->item = r;
-			m->len = (size_t)t->bytes;
-			m->last = 1;
-			ckpt__pipe_fill_post(&j->pipe);
-			continue;
-		}
 		store *st = j->stores[r];
 		free(cur);
 		if (!(cur = qe_calloc(t->n_chunks + 1, sizeof(*cur)))) {
@@ -164,11 +155,20 @@ static void *restore_reader(void *arg)
 		store_chunk_list l;
 		chunk_list(t, cur, &l);
 		size_t off = 0, len, end;
+		if (t->n_chunks == 0) {
+			/* an empty row still completes its item (its record is checked at the last piece) */
+			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
+				goto out;
+			*m = (ckpt_piece){ .item = r, .last = 1 };
+			ckpt__pipe_fill_post(&j->pipe);
+			continue;
+		}
 		for (size_t k = 0; k < t->n_chunks && !rc; k = end) {
 			end = piece_end(t, k, cap, &len);
 			if (!(m = ckpt__pipe_fill_wait(&j->pipe, &slot)))
 				goto out;
-			if ((rc = store_read_chunks(st, &l, k, end - k, s->ring.slot[slot], len))) {
+			void *dst = dev ? s->ring.slot[slot] : (unsigned char *)j->g->buf[i] + off;
+			if ((rc = store_read_chunks(st, &l, k, end - k, dst, len))) {
 				rc = qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s",
 						 t->name, t->stage, t->n_chunks, (long long)j->step, s->rank, s->host);
 				break;
@@ -177,7 +177,7 @@ static void *restore_reader(void *arg)
 			m->off = off;
 			m->len = len;
 			m->last = end == t->n_chunks;
-			m->in_slot = 1;
+			m->in_slot = dev;
 			m->chunk = k;
 			m->nchunks = end - k;
 			ckpt__pipe_fill_post(&j->pipe);
@@ -194,8 +194,8 @@ out:
 	return NULL;
 }
 
-/* Re-hash the chunks a slot holds (m) of tensor t from store st: what is checked is what is copied up. */
-static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ckpt_piece *m, const void *slot,
+/* Re-hash the chunks of piece m of tensor t from store st, held at buf: what is checked is what is loaded. */
+static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ckpt_piece *m, const void *buf,
 		       int64_t step)
 {
 	/* the whole tensor's list, so that a message numbers the chunk within
@@ -205,7 +205,7 @@ static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ck
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	store_chunk_list l;
 	chunk_list(t, c, &l);
-	int rc = store_check_chunks(st, &l, m->chunk, m->nchunks, slot, m->len);
+	int rc = store_check_chunks(st, &l, m->chunk, m->nchunks, buf, m->len);
 	free(c);
 	if (rc)
 		rc = qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s", t->name,
@@ -213,7 +213,7 @@ static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ck
 	return rc;
 }
 
-/* The training thread's side of reading its own rows: each slot re-hashed and copied into its device staging. */
+/* The training thread's side of reading its own rows: each piece re-hashed, a slot's copied into its device staging. */
 int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
 		    int64_t step)
 {
@@ -255,8 +255,9 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 	while ((m = ckpt__pipe_drain_wait(&j.pipe, &slot))) {
 		int i = rows[m->item].item;
 		const qe_pstate_item *it = &items[i];
-		if (m->in_slot && m->nchunks)
-			rc = check_piece(s, stores[m->item], rows[m->item].t, m, s->ring.slot[slot], step);
+		if (m->nchunks)
+			rc = check_piece(s, stores[m->item], rows[m->item].t, m,
+					 m->in_slot ? s->ring.slot[slot] : (unsigned char *)g->buf[i] + m->off, step);
 		if (!rc && m->in_slot && m->len &&
 		    (rc = qe_pstate_stage_put(r, g->buf[i], m->off, s->ring.slot[slot], m->len)))
 			rc = qe_fail_ctx(rc, "restore: copying '%s' of stage %d to its device staging", it->name, it->stage);
