@@ -289,6 +289,13 @@ const cat_store *cat_store_find(const cat_store_rows *l, const char *store_id);
  */
 int cat_ckpt_add_copy(cat *c, int64_t id, int stage, const char *name, const char *store_id);
 /*
+ * Forget every copy store_id holds of a checkpoint other than keep_id (a
+ * store that keeps only the newest checkpoint: the memory tier).  OUT
+ * *dropped (may be NULL): how many copy rows went.  Runs inside the caller's
+ * commit transaction, so the store's claim moves to keep_id atomically.
+ */
+int cat_copies_drop_store_except(cat *c, const char *store_id, int64_t keep_id, int64_t *dropped);
+/*
  * Make tensor (stage, name) of checkpoint id name store_id as the store
  * holding its chunks (a pull that fetched it again after its store was
  * lost).  QE_ENOTFOUND when there is no such tensor.  Inside the caller's
@@ -308,6 +315,11 @@ int cat_ckpt_copies(cat *c, int64_t id, cat_tensor_rows *out);
  * 0 for a checkpoint without tensors.
  */
 int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts);
+/*
+ * The same over some stores only: those whose id begins with prefix (match
+ * 1) or does not (match 0).  A tensor no selected store holds makes both 0.
+ */
+int cat_ckpt_redundancy_of(cat *c, int64_t id, const char *prefix, int match, int *copies, int *hosts);
 
 /* --- traces and losses --------------------------------------------------------- */
 

@@ -11,6 +11,7 @@
  */
 #include "catalog/catalog_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,34 @@ int cat_ckpt_add_copy(cat *c, int64_t id, int stage, const char *name, const cha
 		int src = sqlite3_step(st);
 		if (src != SQLITE_DONE)
 			rc = cat_sql_fail(c, src, "record a copy");
+		sqlite3_finalize(st);
+	}
+	return cat_tx_end(c, rc);
+}
+
+int cat_copies_drop_store_except(cat *c, const char *store_id, int64_t keep_id, int64_t *dropped)
+{
+	int rc = cat_check(c);
+	if (dropped)
+		*dropped = 0;
+	if (rc)
+		return rc;
+	if (!store_id || !store_id[0])
+		return qe_fail(QE_EINVAL, "catalog '%s': dropping copies needs a store id", c->path);
+	if ((rc = cat_tx_begin(c)))
+		return rc;
+	sqlite3_stmt *st = NULL;
+	if (!(rc = cat_prepare(c,
+			       "DELETE FROM copies WHERE store_id = ? AND tensor_id IN"
+			       " (SELECT id FROM tensors WHERE checkpoint_id != ?)",
+			       &st, "drop a store's older copies"))) {
+		cat_bind_text(st, 1, store_id);
+		sqlite3_bind_int64(st, 2, keep_id);
+		int src = sqlite3_step(st);
+		if (src != SQLITE_DONE)
+			rc = cat_sql_fail(c, src, "drop a store's older copies");
+		else if (dropped)
+			*dropped = sqlite3_changes(c->db);
 		sqlite3_finalize(st);
 	}
 	return cat_tx_end(c, rc);
@@ -137,29 +166,31 @@ out:
 	return rc;
 }
 
-int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts)
+int cat_ckpt_redundancy_of(cat *c, int64_t id, const char *prefix, int match, int *copies, int *hosts)
 {
 	*copies = *hosts = 0;
 	sqlite3_stmt *st;
 	int rc = cat_check(c);
 	if (rc)
 		return rc;
-	int with_copies = has_copies(c);
-	if ((rc = cat_prepare(c,
-			      with_copies ? "WITH holders(tid, sid) AS ("
-			      "  SELECT id, store_id FROM tensors WHERE checkpoint_id = ?1"
-			      "  UNION SELECT c.tensor_id, c.store_id FROM copies c JOIN tensors t ON t.id = c.tensor_id"
-			      "  WHERE t.checkpoint_id = ?1),"
-			      " per(n, h) AS (SELECT count(*), count(DISTINCT coalesce(s.host, '?' || h.sid))"
-			      "  FROM holders h LEFT JOIN stores s ON s.store_id = h.sid GROUP BY h.tid)"
-			      " SELECT coalesce(min(n), 0), coalesce(min(h), 0) FROM per"
-				  : "WITH holders(tid, sid) AS (SELECT id, store_id FROM tensors WHERE checkpoint_id = ?1),"
-			      " per(n, h) AS (SELECT count(*), count(DISTINCT coalesce(s.host, '?' || h.sid))"
-			      "  FROM holders h LEFT JOIN stores s ON s.store_id = h.sid GROUP BY h.tid)"
-			      " SELECT coalesce(min(n), 0), coalesce(min(h), 0) FROM per",
-			      &st, "count the copies of a checkpoint")))
+	/* every tensor of the checkpoint, with the selected stores that hold it (none counts 0) */
+	char sql[1024];
+	snprintf(sql, sizeof(sql), "%s"
+		 " sel(tid, sid) AS (SELECT tid, sid FROM holders WHERE (substr(sid, 1, length(?2)) = ?2) = ?3),"
+		 " per(n, h) AS (SELECT count(s.sid), count(DISTINCT coalesce(st.host, '?' || s.sid))"
+		 "  FROM tensors t LEFT JOIN sel s ON s.tid = t.id LEFT JOIN stores st ON st.store_id = s.sid"
+		 "  WHERE t.checkpoint_id = ?1 GROUP BY t.id)"
+		 " SELECT coalesce(min(n), 0), coalesce(min(h), 0) FROM per",
+		 has_copies(c) ? "WITH holders(tid, sid) AS ("
+				 "  SELECT id, store_id FROM tensors WHERE checkpoint_id = ?1"
+				 "  UNION SELECT c.tensor_id, c.store_id FROM copies c JOIN tensors t ON t.id = c.tensor_id"
+				 "  WHERE t.checkpoint_id = ?1),"
+			       : "WITH holders(tid, sid) AS (SELECT id, store_id FROM tensors WHERE checkpoint_id = ?1),");
+	if ((rc = cat_prepare(c, sql, &st, "count the copies of a checkpoint")))
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
+	cat_bind_text(st, 2, prefix ? prefix : "");
+	sqlite3_bind_int(st, 3, match ? 1 : 0);
 	int src = sqlite3_step(st);
 	if (src == SQLITE_ROW) {
 		*copies = sqlite3_column_int(st, 0);
@@ -169,6 +200,11 @@ int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts)
 	}
 	sqlite3_finalize(st);
 	return rc;
+}
+
+int cat_ckpt_redundancy(cat *c, int64_t id, int *copies, int *hosts)
+{
+	return cat_ckpt_redundancy_of(c, id, "", 1, copies, hosts);
 }
 
 int cat_ckpt_move_tensor(cat *c, int64_t id, int stage, const char *name, const char *store_id)

@@ -42,7 +42,7 @@ static int parse_kills(ckpt_session *s, const char *spec)
 {
 	static const char *phases[] = { "gate", "begin", "chunk", "sync", "synced", "rows",
 					"row", "commit", "committed", "read", "serve",
-					"replsend", "replrecv", "replwrite", "replsync", "replsynced", "replack" };
+					"replsend", "replrecv", "replwrite", "replsync", "replsynced", "replack", "memgc" };
 	char buf[512];
 	if (strlen(spec) >= sizeof(buf))
 		return qe_fail(QE_EINVAL, "QE_CKPT_KILL is too long");
@@ -137,6 +137,7 @@ void ckpt_session_close(ckpt_session *s)
 	if (s->pid == getpid()) {
 		forget_seen(s);
 		ckpt__repl_free(s);
+		ckpt__mem_close(s);
 		ckpt__ring_free(&s->ring);
 		store_close(s->st);
 		ckpt_unlock(s->store_lock);

@@ -49,7 +49,10 @@
  *    synced and rows): replsend (a source sent a tensor to a target),
  *    replrecv (a target received one), replwrite (a target put its chunks),
  *    replsync (a target, before flushing the copies), replsynced (after it),
- *    replack (a source heard every target).  Restore phases: read (after each
+ *    replack (a source heard every target), memgc (a memory-tier target
+ *    that learned of a commit, before it drops the replaced copy: after a
+ *    synchronous save, or at the next boundary of async ones).  Restore
+ *    phases: read (after each
  *    tensor was read and checked), serve (after a rank sent a tensor to the
  *    rank that loads it).
  *  - QE_CKPT_REPLICAS=R (--ckpt-replicas, default 0): each rank's chunks are
@@ -57,7 +60,12 @@
  *    reach rank 0, and the commit records every copy (ckpt_replica.c).
  *    Every rank must be given the same R; R above the number of other hosts
  *    is refused at the first save (or ckpt_replicas_prepare).  A restore
- *    reads a tensor from any copy a rank of the job sees.
+ *    reads a tensor from any copy a rank of the job sees, a memory-tier copy
+ *    first.
+ *  - QE_CKPT_MEMORY_DIR=MEM (--ckpt-memory): the memory tier; replica
+ *    targets keep the latest committed checkpoint's copies in MEM too
+ *    (ckpt_memtier.c).  Every command that reads stores (restore, verify,
+ *    the jobs) also looks there.
  *  - QE_CKPT_REMOTE_ENDPOINT (resume --endpoint; else AWS_ENDPOINT_URL): the
  *    S3 server a restore fetches from when no rank reaches a tensor in any
  *    store or replica and the catalog records a pushed copy of the
@@ -92,6 +100,9 @@ typedef struct ckpt_result {
 	uint64_t bytes;               /* all tensors of the checkpoint */
 	uint64_t runtime_state_bytes; /* everything but parameters and moments */
 	double ms;                    /* wall time of the call on this rank */
+	/* A restore: the bytes this rank read from stores on its own host, by tier (the rest came over the
+	 * comm or from S3).  Memory: the memory tier's stores (--ckpt-memory); disk: every other store. */
+	uint64_t read_disk_bytes, read_memory_bytes;
 } ckpt_result;
 
 /*

@@ -458,6 +458,12 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	}
 	if ((rc = agree(r, &mine, &all)))
 		return rc;
+	/* The memory tier (ckpt_memtier.c): with no write in flight anywhere and no failure reported, the
+	 * last write committed, so what it replaced in memory goes; after a failure memory keeps everything. */
+	if (all.rc)
+		ckpt__mem_forget(s);
+	else if (!all.busy && s->mem_id >= 0)
+		ckpt__mem_committed(s, s->mem_id);
 	if (all.rc) {
 		if (out)
 			*out = res;

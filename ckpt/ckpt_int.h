@@ -97,6 +97,16 @@ struct ckpt_session {
 	ckpt_kill kills[CKPT_MAX_KILLS];
 	int nkill;
 	ckpt_ring ring; /* save and restore move device bytes through it; freed with the session */
+	/* The memory tier (ckpt_memtier.c): this rank's memory store, and what it keeps for checkpoint mem_id. */
+	char mem_dir[CKPT_PATH_MAX];
+	store *mem_st;
+	ckpt_store_identity mem_ident;
+	int64_t mem_id;       /* -1: no keep list */
+	int mem_failed;       /* a chunk of mem_id did not reach memory: no memory copy of mem_id */
+	store_hash *mem_keep; /* the chunks kept for mem_id */
+	size_t mem_nkeep, mem_cap;
+	/* The restore in progress: bytes read from this host's stores, [0] disk, [1] memory tier. */
+	uint64_t read_bytes[2];
 };
 
 /*
@@ -196,6 +206,23 @@ typedef struct ckpt_copy_store {
 	ckpt_store_identity id;
 	char path[CKPT_PATH_MAX];
 } ckpt_copy_store;
+
+/* --- the memory tier (ckpt_memtier.c; see its header for the protocol) ------------- */
+
+/* Open rank's memory store when QE_CKPT_MEMORY_DIR is set (refusing a folder not in memory). */
+int ckpt__mem_open(ckpt_session *s, int rank);
+int ckpt__mem_active(const ckpt_session *s);
+/* Copies of checkpoint id begin to arrive: a new keep list (a no-op when it is id's already). */
+void ckpt__mem_begin(ckpt_session *s, int64_t id);
+/* Keep chunk h (size bytes at data) in memory too; a failure is a warning and drops id's memory copy. */
+int ckpt__mem_put(ckpt_session *s, const void *data, size_t size, const store_hash *h);
+/* 1 and OUT *out (the memory store) when every chunk of id is in memory and flushed; else 0. */
+int ckpt__mem_finish(ckpt_session *s, int64_t id, ckpt_copy_store *out);
+/* Checkpoint id is committed: drop every memory chunk not kept for it (kill phase memgc first). */
+void ckpt__mem_committed(ckpt_session *s, int64_t id);
+/* The last checkpoint's outcome is unknown or failed: keep everything. */
+void ckpt__mem_forget(ckpt_session *s);
+void ckpt__mem_close(ckpt_session *s);
 
 /* Read QE_CKPT_REPLICAS into s->replicas (QE_EINVAL naming a malformed one). */
 int ckpt__repl_config(ckpt_session *s);
@@ -334,8 +361,14 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g);
 /* One row of t into host memory dst, re-hashed by the store; errors name the tensor, rank and host. */
 int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step);
-/* The store on this host holding t's chunks (its own, another rank's, or a replica's copy). */
+/*
+ * The store on this host holding t's chunks: a memory-tier store first (no
+ * disk read), then the one the row names, then any other (another rank's,
+ * a replica's copy).
+ */
 int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out);
+/* A restore is about to read bytes of a row from st, one of the seen stores: counted by tier. */
+void ckpt__count_read(ckpt_session *s, const store *st, uint64_t bytes);
 /* The run-wide records checked against the catalog row and this run (stage -1 only). */
 int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step);
 

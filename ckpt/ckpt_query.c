@@ -462,3 +462,12 @@ int ckpt_q_summarize(const cat_tensor *t, const void *data, ckpt_summary *out)
 	}
 	return QE_OK;
 }
+
+int ckpt_q_redundancy(ckpt_run *r, int64_t id, ckpt_redundancy *out)
+{
+	memset(out, 0, sizeof(*out));
+	int rc = cat_ckpt_redundancy_of(r->cat, id, CKPT_MEMORY_STORE_PREFIX, 0, &out->copies, &out->hosts);
+	if (!rc)
+		rc = cat_ckpt_redundancy_of(r->cat, id, CKPT_MEMORY_STORE_PREFIX, 1, &out->memory_copies, &out->memory_hosts);
+	return rc;
+}

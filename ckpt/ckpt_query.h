@@ -73,6 +73,16 @@ int ckpt_q_list(ckpt_run *r, cat_ckpt_rows *out);
  * the step and lists what exists.  OUT *out: released with cat_ckpt_release().
  */
 int ckpt_q_select(ckpt_run *r, int64_t step, cat_ckpt *out);
+/*
+ * How many stores, on how many hosts, hold every tensor of checkpoint id
+ * (the fewest over its tensors): on disk (the rank's own store and its
+ * replicas, --ckpt-replicas) and in the memory tier (--ckpt-memory).
+ */
+typedef struct ckpt_redundancy {
+	int copies, hosts;               /* disk */
+	int memory_copies, memory_hosts; /* memory tier; 0 when some tensor has no copy in memory */
+} ckpt_redundancy;
+int ckpt_q_redundancy(ckpt_run *r, int64_t id, ckpt_redundancy *out);
 
 /*
  * Run-wide records (pstate stage -1) sit in the catalog at stage 0 under
@@ -173,6 +183,8 @@ typedef struct ckpt_fault {
 typedef struct ckpt_verify_report {
 	uint64_t checkpoints;       /* committed checkpoints checked */
 	uint64_t skipped;           /* pending or aborted checkpoints not checked */
+	uint64_t memory_unchecked;  /* memory-tier copies not checked: no memory folder named here
+	                             * (QE_CKPT_MEMORY_DIR, --ckpt-memory) */
 	uint64_t tensors;           /* tensor rows checked */
 	uint64_t chunk_refs;        /* chunk references checked (a shared chunk counts per reference) */
 	uint64_t chunks;            /* distinct chunks re-hashed */

@@ -91,6 +91,8 @@ void ckpt__repl_free(ckpt_session *s)
 typedef struct repl_hello {
 	int64_t replicas;
 	char host[CKPT_HOST_MAX];
+	int64_t mem_rc;      /* opening its memory store (--ckpt-memory) */
+	char mem_msg[CKPT_MSG];
 } repl_hello;
 
 /* The k-th rank (by rank order) of host h. */
@@ -183,6 +185,9 @@ int ckpt__repl_setup(ckpt_session *s, qe_rank *r)
 	memset(&hello, 0, sizeof(hello));
 	hello.replicas = s->replicas;
 	snprintf(hello.host, sizeof(hello.host), "%s", s->host);
+	/* The memory tier's store, opened now so that a folder not in memory fails every rank before any write. */
+	if (s->replicas > 0 && (hello.mem_rc = ckpt__mem_open(s, me)))
+		snprintf(hello.mem_msg, sizeof(hello.mem_msg), "%s", qe_last_error());
 	/* rank 0's answer: a word, then the host table */
 	size_t alen = sizeof(ckpt_word) + (size_t)world * CKPT_HOST_MAX;
 	unsigned char *answer = calloc(1, alen);
@@ -209,7 +214,10 @@ int ckpt__repl_setup(ckpt_session *s, qe_rank *r)
 				break;
 			}
 			h.host[sizeof(h.host) - 1] = 0;
-			if (h.replicas != s->replicas)
+			h.mem_msg[sizeof(h.mem_msg) - 1] = 0;
+			if (h.mem_rc)
+				ckpt__word_set(&w, (int)h.mem_rc, "%s", h.mem_msg);
+			else if (h.replicas != s->replicas)
 				ckpt__word_set(&w, QE_EINVAL,
 					       "replicas: rank %d on '%s' was started with --ckpt-replicas %lld, rank 0 with %d "
 					       "(give every host the same command line)",
@@ -337,7 +345,7 @@ int ckpt__repl_send(ckpt_session *s, qe_comm *comm, int64_t id, const void *data
 /* ---- the target side ------------------------------------------------------------ */
 
 /* One data message from source q into the own store: every chunk re-hashed as it is put. */
-static int keep_tensor(ckpt_session *s, int q, const unsigned char *p, size_t len)
+static int keep_tensor(ckpt_session *s, int q, int64_t id, const unsigned char *p, size_t len)
 {
 	uint64_t n = get64(p + 32);
 	if (!s->st)
@@ -363,6 +371,10 @@ static int keep_tensor(ckpt_session *s, int q, const unsigned char *p, size_t le
 		if (rc)
 			return qe_fail_ctx(rc, "replicas: rank %d on '%s' keeping a chunk of rank %d in its store '%s'", s->rank,
 					   s->host, q, s->store_dir);
+		if (ckpt__mem_active(s)) {
+			ckpt__mem_begin(s, id);
+			ckpt__mem_put(s, p + off, (size_t)size, &got);
+		}
 		off += (size_t)size;
 	}
 	if (off != len)
@@ -401,7 +413,7 @@ static int drain_source(ckpt_session *s, qe_comm *comm, int q, int64_t id, int *
 		}
 		ckpt__maybe_kill(s, "replrecv", s->rank);
 		if (!rc) {
-			rc = keep_tensor(s, q, p, len);
+			rc = keep_tensor(s, q, id, p, len);
 			if (!rc) {
 				(*got)++;
 				ckpt__maybe_kill(s, "replwrite", s->rank);
@@ -411,51 +423,32 @@ static int drain_source(ckpt_session *s, qe_comm *comm, int q, int64_t id, int *
 	}
 }
 
-/* An acknowledgement: magic, id, rc, then the store's identity and path, or why it failed. */
-static int send_ack(ckpt_session *s, qe_comm *comm, int q, int64_t id, int rc, const char *why)
+/*
+ * An acknowledgement: magic, id, rc, then the identity and path of each of
+ * ACK_STORES stores that now hold the copy - the target's disk store, then
+ * its memory store (--ckpt-memory; an empty identity when it holds none) -
+ * then why it failed.
+ */
+#define ACK_STORES 2
+#define ACK_STORE_BYTES (8 + 64 + CKPT_STORE_ID_MAX + CKPT_HOST_MAX + CKPT_PATH_MAX)
+#define ACK_BYTES (24 + ACK_STORES * ACK_STORE_BYTES + CKPT_MSG)
+
+static unsigned char *put_store(unsigned char *p, const ckpt_store_identity *id, const char *path)
 {
-	size_t len = 24 + 8 + 64 + CKPT_STORE_ID_MAX + CKPT_HOST_MAX + CKPT_PATH_MAX + CKPT_MSG;
-	unsigned char *b = calloc(1, len);
-	if (!b)
-		return qe_fail(QE_ENOMEM, "replicas: out of memory");
-	put64(b, REPL_MAGIC);
-	put64(b + 8, (uint64_t)id);
-	put64(b + 16, (uint64_t)(int64_t)rc);
-	unsigned char *p = b + 24;
-	put64(p, (uint64_t)(int64_t)s->ident.rank);
+	put64(p, (uint64_t)(int64_t)id->rank);
 	p += 8;
-	snprintf((char *)p, 64, "%s", s->ident.run_id);
+	snprintf((char *)p, 64, "%s", id->run_id);
 	p += 64;
-	snprintf((char *)p, CKPT_STORE_ID_MAX, "%s", s->ident.store_id);
+	snprintf((char *)p, CKPT_STORE_ID_MAX, "%s", id->store_id);
 	p += CKPT_STORE_ID_MAX;
-	snprintf((char *)p, CKPT_HOST_MAX, "%s", s->ident.host);
+	snprintf((char *)p, CKPT_HOST_MAX, "%s", id->host);
 	p += CKPT_HOST_MAX;
-	snprintf((char *)p, CKPT_PATH_MAX, "%s", s->store_dir);
-	p += CKPT_PATH_MAX;
-	snprintf((char *)p, CKPT_MSG, "%s", why ? why : "");
-	int src = qe_comm_svc_send(comm, q, CKPT_SVC_REPL_ACK, b, len);
-	free(b);
-	if (src)
-		return qe_fail_ctx(src, "replicas: rank %d answering rank %d", s->rank, q);
-	return QE_OK;
+	snprintf((char *)p, CKPT_PATH_MAX, "%s", path);
+	return p + CKPT_PATH_MAX;
 }
 
-static int read_ack(ckpt_session *s, qe_comm *comm, int t, int64_t id, ckpt_copy_store *out)
+static const unsigned char *get_store(const unsigned char *q, ckpt_copy_store *out)
 {
-	void *msg = NULL;
-	size_t len = 0, want = 24 + 8 + 64 + CKPT_STORE_ID_MAX + CKPT_HOST_MAX + CKPT_PATH_MAX + CKPT_MSG;
-	int rc = qe_comm_svc_recv(comm, t, CKPT_SVC_REPL_ACK, &msg, &len);
-	if (rc)
-		return qe_fail_ctx(rc, "replicas: rank %d on '%s' waiting for rank %d on '%s' to keep its copy", s->rank,
-				   s->host, t, s->repl->host[t]);
-	unsigned char *p = msg;
-	if (len != want || get64(p) != REPL_MAGIC || (int64_t)get64(p + 8) != id) {
-		free(msg);
-		return qe_fail(QE_ECOMM, "replicas: rank %d answered %zu bytes that are no acknowledgement of checkpoint %lld",
-			       t, len, (long long)id);
-	}
-	int theirs = (int)(int64_t)get64(p + 16);
-	unsigned char *q = p + 24;
 	memset(out, 0, sizeof(*out));
 	out->id.rank = (int)(int64_t)get64(q);
 	q += 8;
@@ -470,7 +463,47 @@ static int read_ack(ckpt_session *s, qe_comm *comm, int t, int64_t id, ckpt_copy
 	q += CKPT_HOST_MAX;
 	memcpy(out->path, q, CKPT_PATH_MAX);
 	out->path[CKPT_PATH_MAX - 1] = 0;
-	q += CKPT_PATH_MAX;
+	return q + CKPT_PATH_MAX;
+}
+
+static int send_ack(ckpt_session *s, qe_comm *comm, int q, int64_t id, int rc, const ckpt_copy_store *mem,
+		    const char *why)
+{
+	unsigned char *b = calloc(1, ACK_BYTES);
+	if (!b)
+		return qe_fail(QE_ENOMEM, "replicas: out of memory");
+	put64(b, REPL_MAGIC);
+	put64(b + 8, (uint64_t)id);
+	put64(b + 16, (uint64_t)(int64_t)rc);
+	unsigned char *p = put_store(b + 24, &s->ident, s->store_dir);
+	p = put_store(p, &mem->id, mem->path);
+	snprintf((char *)p, CKPT_MSG, "%s", why ? why : "");
+	int src = qe_comm_svc_send(comm, q, CKPT_SVC_REPL_ACK, b, ACK_BYTES);
+	free(b);
+	if (src)
+		return qe_fail_ctx(src, "replicas: rank %d answering rank %d", s->rank, q);
+	return QE_OK;
+}
+
+/* Target t's answer: OUT out[0] its disk store, out[1] its memory store (store_id "" when none). */
+static int read_ack(ckpt_session *s, qe_comm *comm, int t, int64_t id, ckpt_copy_store out[ACK_STORES])
+{
+	void *msg = NULL;
+	size_t len = 0;
+	int rc = qe_comm_svc_recv(comm, t, CKPT_SVC_REPL_ACK, &msg, &len);
+	if (rc)
+		return qe_fail_ctx(rc, "replicas: rank %d on '%s' waiting for rank %d on '%s' to keep its copy", s->rank,
+				   s->host, t, s->repl->host[t]);
+	unsigned char *p = msg;
+	if (len != ACK_BYTES || get64(p) != REPL_MAGIC || (int64_t)get64(p + 8) != id) {
+		free(msg);
+		return qe_fail(QE_ECOMM, "replicas: rank %d answered %zu bytes that are no acknowledgement of checkpoint %lld",
+			       t, len, (long long)id);
+	}
+	int theirs = (int)(int64_t)get64(p + 16);
+	const unsigned char *q = p + 24;
+	for (int k = 0; k < ACK_STORES; k++)
+		q = get_store(q, &out[k]);
 	char why[CKPT_MSG];
 	memcpy(why, q, CKPT_MSG);
 	why[CKPT_MSG - 1] = 0;
@@ -478,9 +511,10 @@ static int read_ack(ckpt_session *s, qe_comm *comm, int t, int64_t id, ckpt_copy
 	if (theirs)
 		return qe_fail(theirs, "rank %d on '%s' could not keep the copy of rank %d: %s", t, s->repl->host[t], s->rank,
 			       why);
-	if (!out->id.store_id[0] || strcmp(out->id.run_id, s->run_id))
-		return qe_fail(QE_ECOMM, "replicas: rank %d acknowledged a copy in a store of run '%s' (id '%s')", t,
-			       out->id.run_id, out->id.store_id);
+	for (int k = 0; k < ACK_STORES; k++)
+		if ((k == 0 || out[k].id.store_id[0]) && (!out[k].id.store_id[0] || strcmp(out[k].id.run_id, s->run_id)))
+			return qe_fail(QE_ECOMM, "replicas: rank %d acknowledged a copy in a store of run '%s' (id '%s')", t,
+				       out[k].id.run_id, out[k].id.store_id);
 	return QE_OK;
 }
 
@@ -535,24 +569,33 @@ int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ck
 			ckpt__maybe_kill(s, "replsynced", s->rank);
 		}
 	}
+	/* The memory tier: named in the answer only when every chunk of every source reached memory. */
+	ckpt_copy_store mem;
+	memset(&mem, 0, sizeof(mem));
+	if (!rc && !keep_rc && any)
+		ckpt__mem_finish(s, id, &mem);
 	for (int i = 0; i < m->nsources && !rc; i++)
-		rc = send_ack(s, comm, m->sources[i], id, keep_rc, keep_why);
+		rc = send_ack(s, comm, m->sources[i], id, keep_rc, &mem, keep_why);
 	free(theirs);
 
-	/* 3. Every target's acknowledgement: the stores that now hold this rank's chunks. */
-	ckpt_copy_store *v = calloc((size_t)m->ntargets + 1, sizeof(*v));
+	/* 3. Every target's acknowledgement: the stores (disk, and memory) that now hold this rank's chunks. */
+	ckpt_copy_store *v = calloc((size_t)m->ntargets * ACK_STORES + 1, sizeof(*v));
 	if (!v && !rc)
 		rc = qe_fail(QE_ENOMEM, "replicas: out of memory");
-	int ack_rc = QE_OK;
+	int ack_rc = QE_OK, nv = 0;
 	char ack_why[CKPT_MSG] = "";
 	for (int j = 0; j < m->ntargets && !rc; j++) {
-		int arc = read_ack(s, comm, m->targets[j], id, &v[j]);
+		ckpt_copy_store got[ACK_STORES];
+		int arc = read_ack(s, comm, m->targets[j], id, got);
 		if (arc && qe_comm_failed(comm))
 			rc = arc;
 		else if (arc && !ack_rc) {
 			ack_rc = arc;
 			snprintf(ack_why, sizeof(ack_why), "%s", qe_last_error());
 		}
+		for (int k = 0; !arc && k < ACK_STORES; k++)
+			if (got[k].id.store_id[0])
+				v[nv++] = got[k];
 	}
 	if (rc) {
 		free(v);
@@ -568,6 +611,6 @@ int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ck
 	}
 	ckpt__maybe_kill(s, "replack", s->rank);
 	*copies = v;
-	*ncopies = m->ntargets;
+	*ncopies = nv;
 	return QE_OK;
 }

@@ -403,6 +403,11 @@ static int add_report(ckpt_session *s, cat *c, int64_t id, const ckpt_report *re
 	for (int j = 0; j < rep->ncopies && !rc; j++) {
 		const ckpt_copy_store *cp = &rep->copies[j];
 		rc = cat_store_put(c, cp->id.store_id, s->run_id, cp->id.rank, cp->id.host, cp->path);
+		/* A memory-tier store keeps only the newest checkpoint: its claim moves here (ckpt_memtier.c). */
+		if (!rc && ckpt_store_id_is_memory(cp->id.store_id) &&
+		    (rc = cat_copies_drop_store_except(c, cp->id.store_id, id, NULL)))
+			rc = qe_fail_ctx(rc, "checkpoint: moving the memory copy in store %s of rank %d on '%s' to checkpoint "
+					 "%lld", cp->id.store_id, cp->id.rank, cp->id.host, (long long)id);
 		for (size_t i = 0; i < rep->rows.n && !rc; i++) {
 			const cat_tensor *t = &rep->rows.rows[i];
 			if ((rc = cat_ckpt_add_copy(c, id, t->stage, t->name, cp->id.store_id)))

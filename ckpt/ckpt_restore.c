@@ -207,6 +207,16 @@ static int sees_copy(const ask *a, const cat_tensor *t, const cat_tensor_rows *c
 	return 0;
 }
 
+/* Whether rank a sees a memory-tier copy of t (--ckpt-memory), which is read before any disk. */
+static int sees_memory_copy(const ask *a, const cat_tensor *t, const cat_tensor_rows *copies)
+{
+	for (size_t i = 0; copies && i < copies->n; i++)
+		if (ckpt_store_id_is_memory(copies->rows[i].store_id) && copies->rows[i].stage == t->stage &&
+		    strcmp(copies->rows[i].name, t->name) == 0 && sees(a, copies->rows[i].store_id))
+			return 1;
+	return 0;
+}
+
 /* Where the replicas of t lived, for the refusal: "; copies in store X of rank R on host 'H'". */
 static size_t describe_copies(const cat_store_rows *stores, const cat_tensor *t, const cat_tensor_rows *copies,
 			      char *buf, size_t len)
@@ -249,8 +259,15 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
 	for (int q = 0; q < world; q++)
 		for (int i = 0; i < asks[q].nneed; i++) {
 			const cat_tensor *t = &rows->rows[asks[q].need[i]];
-			/* the rank that loads it, else the lowest that sees its own store, else the lowest that sees a replica */
-			int src = sees_copy(&asks[q], t, copies) ? q : -1;
+			/* A memory-tier copy first (the loading rank's, else the lowest rank's), so that ranks restarted
+			 * on live hosts read no disk; then the rank that loads it, else the lowest that sees its own
+			 * store, else the lowest that sees a replica. */
+			int src = sees_memory_copy(&asks[q], t, copies) ? q : -1;
+			for (int h = 0; h < world && src < 0; h++)
+				if (sees_memory_copy(&asks[h], t, copies))
+					src = h;
+			if (src < 0 && sees_copy(&asks[q], t, copies))
+				src = q;
 			for (int h = 0; h < world && src < 0; h++)
 				if (sees(&asks[h], t->store_id))
 					src = h;
@@ -299,22 +316,40 @@ static int make_plan(ckpt_session *s, const cat_tensor_rows *rows, const cat_ten
  * pulled from S3 into this host's RUN/store serves as well).  OUT *out, or
  * QE_ENOTFOUND.
  */
+/* 1 in *all when seen store i holds every chunk of t. */
+static int holds_all(ckpt_session *s, int i, const cat_tensor *t, store **st, int *all)
+{
+	int rc = ckpt__seen_open(s, i, st);
+	*all = 1;
+	for (size_t k = 0; !rc && *all && k < t->n_chunks; k++) {
+		store_hash h;
+		int present = 0;
+		memcpy(h.b, t->chunks[k].hash, STORE_HASH_BYTES);
+		rc = store_has_chunk(*st, &h, &present, NULL);
+		*all = present;
+	}
+	return rc;
+}
+
 int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out)
 {
+	int all, rc;
+	store *st;
+	for (int i = 0; i < s->nseen; i++) {
+		if (!ckpt_store_id_is_memory(s->seen[i].where.id.store_id))
+			continue;
+		if ((rc = holds_all(s, i, t, &st, &all)))
+			return rc;
+		if (all) {
+			*out = st;
+			return QE_OK;
+		}
+	}
 	for (int i = 0; i < s->nseen; i++)
 		if (strcmp(s->seen[i].where.id.store_id, t->store_id) == 0)
 			return ckpt__seen_open(s, i, out);
 	for (int i = 0; i < s->nseen; i++) {
-		store *st;
-		int rc = ckpt__seen_open(s, i, &st), all = 1;
-		for (size_t k = 0; !rc && all && k < t->n_chunks; k++) {
-			store_hash h;
-			int present = 0;
-			memcpy(h.b, t->chunks[k].hash, STORE_HASH_BYTES);
-			rc = store_has_chunk(st, &h, &present, NULL);
-			all = present;
-		}
-		if (rc)
+		if ((rc = holds_all(s, i, t, &st, &all)))
 			return rc;
 		if (all) {
 			*out = st;
@@ -338,12 +373,23 @@ int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step
 		memcpy(list.chunks[k].hash.b, t->chunks[k].hash, STORE_HASH_BYTES);
 		list.chunks[k].size = t->chunks[k].size;
 	}
+	ckpt__count_read(s, st, t->bytes);
 	rc = store_get_tensor(st, &list, dst, (size_t)t->bytes);
 	free(list.chunks);
 	if (rc)
 		return qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s", t->name,
 				   t->stage, t->n_chunks, (long long)step, s->rank, s->host);
 	return QE_OK;
+}
+
+void ckpt__count_read(ckpt_session *s, const store *st, uint64_t bytes)
+{
+	for (int i = 0; i < s->nseen; i++)
+		if (s->seen[i].st == st) {
+			s->read_bytes[ckpt_store_id_is_memory(s->seen[i].where.id.store_id)] += bytes;
+			return;
+		}
+	s->read_bytes[0] += bytes;
 }
 
 /* Re-hash what came over the comm against the row's chunk list. */
@@ -788,6 +834,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 
 	/* 5. Every rank serves what others read from its disk, then reads and checks its own; nothing loads yet. */
 	memset(&mine, 0, sizeof(mine));
+	s->read_bytes[0] = s->read_bytes[1] = 0;
 	double t_read = ckpt__now_ms();
 	rc = world > 1 ? serve(s, comm, rank, &rows, plan, nplan, found.step) : QE_OK;
 	if (!rc)
@@ -814,9 +861,11 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		}
 		qe_log(QE_LOG_INFO,
 		       "restore: rank %d on %s: %llu bytes (%llu staged on the device) planned in %.0f ms, read and checked "
-		       "in %.0f ms, agreed in %.0f ms, loaded in %.0f ms",
+		       "in %.0f ms, agreed in %.0f ms, loaded in %.0f ms; this host's stores gave %llu bytes from disk, "
+		       "%llu from memory",
 		       rank, s->host, (unsigned long long)staged, (unsigned long long)on_dev, t_read - t0, t_agree - t_read,
-		       t_load - t_agree, ckpt__now_ms() - t_load);
+		       t_load - t_agree, ckpt__now_ms() - t_load, (unsigned long long)s->read_bytes[0],
+		       (unsigned long long)s->read_bytes[1]);
 	}
 	if ((rc = qe_rank_pstate_loaded(r)))
 		goto out;
@@ -834,6 +883,8 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		out->bytes = found.bytes;
 		out->runtime_state_bytes = found.rt_bytes;
 		out->ms = ckpt__now_ms() - t0;
+		out->read_disk_bytes = s->read_bytes[0];
+		out->read_memory_bytes = s->read_bytes[1];
 	}
 out:
 	ckpt__stage_free(&g);

@@ -235,7 +235,8 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 	if (!stores)
 		return qe_fail(QE_ENOMEM, "restore: rank %d: out of memory", me);
 	for (int k = 0; k < nrows && !rc; k++)
-		rc = ckpt__store_of(s, rows[k].t, &stores[k]);
+		if (!(rc = ckpt__store_of(s, rows[k].t, &stores[k])))
+			ckpt__count_read(s, stores[k], rows[k].t->bytes);
 	if (rc) {
 		free(stores);
 		return rc;

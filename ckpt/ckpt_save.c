@@ -401,5 +401,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	if (w.rc)
 		return qe_fail((int)w.rc, "checkpoint at step %lld (id %lld) aborted: %s", (long long)step, (long long)id,
 			       w.msg);
+	/* Committed: the memory tier drops what this checkpoint replaced (ckpt_memtier.c). */
+	ckpt__mem_committed(s, id);
 	return QE_OK;
 }

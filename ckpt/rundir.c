@@ -157,7 +157,7 @@ static int write_durable(const char *dir, const char *name, const char *text)
 	return QE_OK;
 }
 
-int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out)
+static int identity_ensure(const char *store_dir, const char *run_id, int rank, char tier, ckpt_store_identity *out)
 {
 	int rc = ckpt_store_identity_read(store_dir, out);
 	if (rc == QE_OK) {
@@ -181,13 +181,55 @@ int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int ra
 	memset(out, 0, sizeof(*out));
 	snprintf(out->run_id, sizeof(out->run_id), "%s", run_id);
 	out->rank = rank;
-	snprintf(out->store_id, sizeof(out->store_id), "r%d-%02x%02x%02x%02x%02x%02x%02x%02x", rank, rnd[0], rnd[1],
+	snprintf(out->store_id, sizeof(out->store_id), "%c%d-%02x%02x%02x%02x%02x%02x%02x%02x", tier, rank, rnd[0], rnd[1],
 		 rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
 	ckpt_host_name(out->host, sizeof(out->host));
 	char text[512];
 	snprintf(text, sizeof(text), "run_id=%s\nrank=%d\nstore_id=%s\nhost=%s\n", out->run_id, out->rank,
 		 out->store_id, out->host);
 	return write_durable(store_dir, "identity", text);
+}
+
+int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out)
+{
+	return identity_ensure(store_dir, run_id, rank, 'r', out);
+}
+
+int ckpt_store_identity_ensure_memory(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out)
+{
+	return identity_ensure(store_dir, run_id, rank, CKPT_MEMORY_STORE_PREFIX[0], out);
+}
+
+/* --- the memory tier ------------------------------------------------------------ */
+
+const char *ckpt_memory_dir(void)
+{
+	const char *m = getenv("QE_CKPT_MEMORY_DIR");
+	return m && m[0] ? m : NULL;
+}
+
+int ckpt_store_id_is_memory(const char *store_id)
+{
+	return store_id && strncmp(store_id, CKPT_MEMORY_STORE_PREFIX, strlen(CKPT_MEMORY_STORE_PREFIX)) == 0;
+}
+
+/* MEM/<run_id>: the folder of a run's memory stores on this host. */
+static int memory_run_dir(const char *run_id, char *buf, size_t len)
+{
+	const char *mem = ckpt_memory_dir();
+	if (!mem)
+		return QE_ENOTFOUND;
+	return join(buf, len, mem, run_id);
+}
+
+int ckpt_rundir_memory_store(const char *run_id, int rank, char *buf, size_t len)
+{
+	char root[CKPT_PATH_MAX], leaf[32];
+	int rc = memory_run_dir(run_id, root, sizeof(root));
+	if (rc)
+		return rc;
+	snprintf(leaf, sizeof(leaf), "rank-%d", rank);
+	return join(buf, len, root, leaf);
 }
 
 /* The schema-2 store's owner: RUN/store/run_id. */
@@ -223,15 +265,11 @@ static int push_store(ckpt_local_store **v, int *n, int *cap, const ckpt_store_i
 	return QE_OK;
 }
 
-int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_store **out, int *n)
+/* Every ROOT/rank-* store with an identity of run_id, appended to *v. */
+static int scan_root(const char *root, const char *run_id, ckpt_local_store **v, int *cnt, int *cap)
 {
-	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
-	ckpt_local_store *v = NULL;
-	int cnt = 0, cap = 0, rc;
-	*out = NULL;
-	*n = 0;
-	if ((rc = ckpt_rundir_stores(run_dir, root, sizeof(root))))
-		return rc;
+	char path[CKPT_PATH_MAX];
+	int rc = QE_OK;
 	DIR *d = opendir(root);
 	if (!d && errno != ENOENT)
 		return qe_fail(QE_EIO, "cannot list the stores folder '%s': %s", root, strerror(errno));
@@ -254,11 +292,26 @@ int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_s
 			       run_id);
 			continue;
 		}
-		if ((rc = push_store(&v, &cnt, &cap, &id, path)))
+		if ((rc = push_store(v, cnt, cap, &id, path)))
 			break;
 	}
 	if (d)
 		closedir(d);
+	return rc;
+}
+
+int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_store **out, int *n)
+{
+	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
+	ckpt_local_store *v = NULL;
+	int cnt = 0, cap = 0, rc;
+	*out = NULL;
+	*n = 0;
+	if ((rc = ckpt_rundir_stores(run_dir, root, sizeof(root))))
+		return rc;
+	rc = scan_root(root, run_id, &v, &cnt, &cap);
+	if (!rc && ckpt_memory_dir() && !(rc = memory_run_dir(run_id, root, sizeof(root))))
+		rc = scan_root(root, run_id, &v, &cnt, &cap);
 	char owner[128];
 	/* The schema-2 store: its run_id file names its run (older ones have none). */
 	struct stat sb;
@@ -503,6 +556,36 @@ static const char *network_fs_name(long type)
 	case 0x01021997: return "9p";
 	default: return NULL;
 	}
+}
+
+int ckpt_memory_fs_check(const char *dir)
+{
+	char p[CKPT_PATH_MAX];
+	snprintf(p, sizeof(p), "%s", dir);
+	struct statfs sf;
+	while (statfs(p, &sf)) {
+		char *slash = strrchr(p, '/');
+		if (errno != ENOENT || !slash)
+			return qe_fail(QE_EINVAL, "the memory tier's folder '%s' cannot be examined: %s", dir, strerror(errno));
+		if (slash == p)
+			slash[1] = 0;
+		else
+			*slash = 0;
+	}
+	unsigned long t = (unsigned long)sf.f_type;
+	if (t == 0x01021994ul /* tmpfs */ || t == 0x858458f6ul /* ramfs */)
+		return QE_OK;
+	const char *net = network_fs_name((long)sf.f_type);
+	const char *name = net ? net
+		: t == 0xEF53ul ? "ext2/3/4"
+		: t == 0x58465342ul ? "XFS"
+		: t == 0x9123683Eul ? "Btrfs"
+		: t == 0x794C7630ul ? "overlayfs"
+		: "a disk filesystem";
+	return qe_fail(QE_EINVAL,
+		       "the memory tier's folder '%s' is on %s (type 0x%lx), not in memory: --ckpt-memory needs a tmpfs or "
+		       "ramfs folder such as /dev/shm/qeffect (a copy on disk is what --ckpt-replicas already keeps)",
+		       dir, name, t);
 }
 
 int ckpt_fs_check(const char *path, const char *what)

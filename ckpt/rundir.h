@@ -66,6 +66,25 @@ int ckpt_store_identity_read(const char *store_dir, ckpt_store_identity *out);
  */
 int ckpt_store_identity_ensure(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out);
 
+/*
+ * The memory tier (--ckpt-memory MEM, env QE_CKPT_MEMORY_DIR): replica
+ * targets also keep the copies of the latest checkpoint in a store under
+ * MEM/<run id>/rank-R, where MEM is a memory filesystem (tmpfs, ramfs) of
+ * their host, so ranks restarted while their hosts live restore without
+ * reading a disk.  Such a store's id begins with 'm' (disk stores' with
+ * 'r'), which is how the catalog, the restore plan and list tell the tiers
+ * apart.  MEM is NULL when no memory tier is configured.
+ */
+const char *ckpt_memory_dir(void);
+#define CKPT_MEMORY_STORE_PREFIX "m"
+/* MEM/<run_id>/rank-R; QE_ENOTFOUND when no memory tier is configured. */
+int ckpt_rundir_memory_store(const char *run_id, int rank, char *buf, size_t len);
+/* QE_EINVAL naming dir and its filesystem unless dir (or its nearest existing parent) is tmpfs or ramfs. */
+int ckpt_memory_fs_check(const char *dir);
+int ckpt_store_id_is_memory(const char *store_id);
+/* ckpt_store_identity_ensure for a memory-tier store: its new id begins with 'm'. */
+int ckpt_store_identity_ensure_memory(const char *store_dir, const char *run_id, int rank, ckpt_store_identity *out);
+
 /* A store this host can see. */
 typedef struct ckpt_local_store {
 	ckpt_store_identity id;
@@ -73,9 +92,9 @@ typedef struct ckpt_local_store {
 } ckpt_local_store;
 
 /*
- * Every store of run_id on this host's disk: STORES/rank-* with an identity
- * of this run, and the schema-2 RUN/store when its run_id file names the
- * run.  Folders of another run are skipped with a warning.  OUT *out
+ * Every store of run_id on this host: STORES/rank-* with an identity of
+ * this run, the memory tier's MEM/<run_id>/rank-* when one is configured,
+ * and the schema-2 RUN/store when its run_id file names the run.  Folders of another run are skipped with a warning.  OUT *out
  * (malloc'd, free()) and *n; an empty list when there is none.
  */
 int ckpt_local_stores_scan(const char *run_dir, const char *run_id, ckpt_local_store **out, int *n);

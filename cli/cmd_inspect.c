@@ -224,10 +224,12 @@ int cli_inspect_main(int argc, char **argv)
 					      (json_int_t)runtime, "params", (json_int_t)params, "adam_moments",
 					      (json_int_t)moments, "catalog_total", (json_int_t)ck.bytes,
 					      "catalog_runtime_state", (json_int_t)ck.runtime_state_bytes));
-		int copies = 0, hosts = 0;
-		if (!cat_ckpt_redundancy(ckpt_run_catalog(r), ck.id, &copies, &hosts)) {
-			json_object_set_new(o, "copies", json_integer(copies));
-			json_object_set_new(o, "hosts", json_integer(hosts));
+		ckpt_redundancy rd;
+		if (!ckpt_q_redundancy(r, ck.id, &rd)) {
+			json_object_set_new(o, "copies", json_integer(rd.copies));
+			json_object_set_new(o, "hosts", json_integer(rd.hosts));
+			json_object_set_new(o, "memory_copies", json_integer(rd.memory_copies));
+			json_object_set_new(o, "memory_hosts", json_integer(rd.memory_hosts));
 		}
 	} else {
 		printf("run %s (%s), checkpoint step %lld: id %lld, %s, created %s, committed %s\n", ckpt_run_id(r), dir,
@@ -238,10 +240,14 @@ int cli_inspect_main(int argc, char **argv)
 		print_config(ckpt_run_config_json(r));
 		printf("checkpoint records: topology '%s', schedule '%s', recipe '%s'\n", ck.topology, ck.schedule,
 		       ck.recipe);
-		int copies = 0, hosts = 0;
-		if (!cat_ckpt_redundancy(ckpt_run_catalog(r), ck.id, &copies, &hosts) && copies)
-			printf("copies: every tensor in at least %d store%s on %d host%s (--ckpt-replicas %d)\n", copies,
-			       copies == 1 ? "" : "s", hosts, hosts == 1 ? "" : "s", copies - 1);
+		ckpt_redundancy rd;
+		if (!ckpt_q_redundancy(r, ck.id, &rd) && rd.copies)
+			printf("copies: every tensor in at least %d store%s on %d host%s (--ckpt-replicas %d)\n", rd.copies,
+			       rd.copies == 1 ? "" : "s", rd.hosts, rd.hosts == 1 ? "" : "s", rd.copies - 1);
+		if (rd.memory_copies)
+			printf("memory tier: every tensor also in the memory of at least %d host%s (--ckpt-memory; only the "
+			       "latest checkpoint is kept there)\n",
+			       rd.memory_hosts, rd.memory_hosts == 1 ? "" : "s");
 		printf("epochs: e_W %lld (catalog row %lld), steps done %lld, cache valid on restore %lld, rng seed %lld "
 		       "position %lld\n",
 		       (long long)e_w[0], (long long)ck.e_w, (long long)steps_done[0], (long long)cache_valid[0],

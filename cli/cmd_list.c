@@ -62,11 +62,13 @@ int cli_list_main(int argc, char **argv)
 					     nz(k->committed_at), "bytes", (json_int_t)k->bytes, "runtime_state_bytes",
 					     (json_int_t)k->runtime_state_bytes, "topology", nz(k->topology), "schedule",
 					     nz(k->schedule), "recipe", nz(k->recipe), "note", nz(k->note)));
-			int copies = 0, hosts = 0;
-			if (!cat_ckpt_redundancy(ckpt_run_catalog(r), k->id, &copies, &hosts)) {
+			ckpt_redundancy rd;
+			if (!ckpt_q_redundancy(r, k->id, &rd)) {
 				json_t *row = json_array_get(a, json_array_size(a) - 1);
-				json_object_set_new(row, "copies", json_integer(copies));
-				json_object_set_new(row, "hosts", json_integer(hosts));
+				json_object_set_new(row, "copies", json_integer(rd.copies));
+				json_object_set_new(row, "hosts", json_integer(rd.hosts));
+				json_object_set_new(row, "memory_copies", json_integer(rd.memory_copies));
+				json_object_set_new(row, "memory_hosts", json_integer(rd.memory_hosts));
 			}
 		}
 		json_object_set_new(o, "run_dir", json_string(dir));
@@ -81,16 +83,18 @@ int cli_list_main(int argc, char **argv)
 	} else {
 		printf("run %s (%s): %zu checkpoints, %zu committed\n", ckpt_run_id(r), dir, l.n, ncommitted);
 		if (l.n)
-			printf("%6s %6s  %-9s  %-24s  %-24s  %12s  %10s  %-12s  %-18s  %s\n", "step", "e_W", "status", "created",
+			printf("%6s %6s  %-9s  %-24s  %-24s  %12s  %10s  %-18s  %-18s  %s\n", "step", "e_W", "status", "created",
 			       "committed", "bytes", "runtime", "copies", "topology", "schedule");
 		for (size_t i = 0; i < l.n; i++) {
 			const cat_ckpt *k = &l.rows[i];
-			/* copies: the fewest stores holding any one tensor, on how many hosts (--ckpt-replicas) */
-			int copies = 0, hosts = 0;
-			char cp[32] = "-";
-			if (!cat_ckpt_redundancy(ckpt_run_catalog(r), k->id, &copies, &hosts) && copies)
-				snprintf(cp, sizeof(cp), "%d on %d host%s", copies, hosts, hosts == 1 ? "" : "s");
-			printf("%6lld %6lld  %-9s  %-24s  %-24s  %12llu  %10llu  %-12s  %-18s  %s", (long long)k->step,
+			/* copies: the fewest stores holding any one tensor, on how many hosts (--ckpt-replicas),
+			 * and in memory (--ckpt-memory) */
+			ckpt_redundancy rd;
+			char cp[64] = "-";
+			if (!ckpt_q_redundancy(r, k->id, &rd) && rd.copies)
+				snprintf(cp, sizeof(cp), "%d on %d host%s%s", rd.copies, rd.hosts, rd.hosts == 1 ? "" : "s",
+					 rd.memory_copies ? " +mem" : "");
+			printf("%6lld %6lld  %-9s  %-24s  %-24s  %12llu  %10llu  %-18s  %-18s  %s", (long long)k->step,
 			       (long long)k->e_w, cat_status_name(k->status), k->created,
 			       k->committed_at[0] ? k->committed_at : "-", (unsigned long long)k->bytes,
 			       (unsigned long long)k->runtime_state_bytes, cp, k->topology[0] ? k->topology : "-",

@@ -76,6 +76,7 @@ static void print_report(const char *dir, const char *run_id, const ckpt_verify_
 		json_object_set_new(o, "store_present", json_boolean(!no_store));
 		json_object_set_new(o, "checkpoints", json_integer((json_int_t)v->checkpoints));
 		json_object_set_new(o, "skipped", json_integer((json_int_t)v->skipped));
+		json_object_set_new(o, "memory_unchecked", json_integer((json_int_t)v->memory_unchecked));
 		json_object_set_new(o, "tensors", json_integer((json_int_t)v->tensors));
 		json_object_set_new(o, "bad_tensors", json_integer((json_int_t)v->bad_tensors));
 		json_object_set_new(o, "chunk_refs", json_integer((json_int_t)v->chunk_refs));
@@ -131,6 +132,9 @@ static void print_report(const char *dir, const char *run_id, const ckpt_verify_
 	       (unsigned long long)v->checkpoints, (unsigned long long)v->skipped, (unsigned long long)v->tensors,
 	       (unsigned long long)v->chunk_refs, (unsigned long long)v->ref_bytes, (unsigned long long)v->chunks,
 	       (unsigned long long)v->bytes);
+	if (v->memory_unchecked)
+		printf("%llu memory-tier copies not checked: name the memory folder with QE_CKPT_MEMORY_DIR to check them\n",
+		       (unsigned long long)v->memory_unchecked);
 	printf("store%s: %llu chunks, %llu orphans (%llu bytes; information only, gc collects them)\n", job ? "s" : "",
 	       (unsigned long long)v->store_chunks, (unsigned long long)v->orphans, (unsigned long long)v->orphan_bytes);
 	if (v->n_faults)

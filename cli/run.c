@@ -174,6 +174,7 @@ typedef struct rank_ctx {
 	long long restore_step;
 	unsigned long long restore_bytes;
 	double restore_ms;
+	unsigned long long restore_read_disk, restore_read_memory; /* bytes this rank read from its host, by tier */
 } rank_ctx;
 
 static double unix_ms(void)
@@ -353,8 +354,10 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 		       ctx->ckpts[i].bytes, ctx->ckpts[i].ms);
 	printf("]");
 	if (ctx->restore_ms > 0)
-		printf(",\"restore\":{\"step\":%lld,\"bytes\":%llu,\"ms\":%.3f}", ctx->restore_step, ctx->restore_bytes,
-		       ctx->restore_ms);
+		printf(",\"restore\":{\"step\":%lld,\"bytes\":%llu,\"ms\":%.3f,\"read_disk_bytes\":%llu,"
+		       "\"read_memory_bytes\":%llu}",
+		       ctx->restore_step, ctx->restore_bytes, ctx->restore_ms, ctx->restore_read_disk,
+		       ctx->restore_read_memory);
 	printf("}\n");
 	fflush(stdout);
 }
@@ -441,6 +444,8 @@ int cli_rank_main(void *vjob)
 			ctx.restore_step = (long long)res.step;
 			ctx.restore_bytes = (unsigned long long)res.bytes;
 			ctx.restore_ms = res.ms;
+			ctx.restore_read_disk = (unsigned long long)res.read_disk_bytes;
+			ctx.restore_read_memory = (unsigned long long)res.read_memory_bytes;
 		}
 		if (!rc && env.rank == 0 && !job->quiet)
 			printf("resumed from checkpoint step %lld (%llu bytes) in %.1f ms\n", (long long)res.step,

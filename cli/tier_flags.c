@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/rundir.h"
 #include "cli/cli.h"
 #include "runtime/core/status.h"
 #include "store/remote.h"
@@ -29,7 +30,14 @@ void cli_tier_flags_help(FILE *f)
 		   "                         failed push is reported and tried again at the next checkpoint (or\n"
 		   "                         left for 'qeffect push'); the end of training waits for a running one\n"
 		   "  --ckpt-persist-keep N2 keep the N2 latest pushed checkpoints of the run on the remote (older\n"
-		   "                         manifests deleted, then chunks no manifest lists; default: keep all)\n");
+		   "                         manifests deleted, then chunks no manifest lists; default: keep all)\n"
+		   "  --ckpt-memory DIR      the memory tier: replica targets also keep the copies of the latest\n"
+		   "                         committed checkpoint in DIR/RUN_ID/rank-R, DIR a tmpfs or ramfs folder\n"
+		   "                         (/dev/shm/qeffect); ranks restarted while their hosts live restore from\n"
+		   "                         there over the comm without reading a disk.  Costs each host R copies\n"
+		   "                         of the shards it backs, up to twice that between a commit and the drop\n"
+		   "                         of the replaced copy; lost with the host.  train: needs --ckpt-replicas;\n"
+		   "                         resume: reads it (and keeps filling it with --ckpt-replicas)\n");
 }
 
 void cli_tier_remote_help(FILE *f)
@@ -83,6 +91,7 @@ static const struct {
 	{ "--ckpt-persist-keep", "QE_CKPT_PERSIST_KEEP", 1, 1000000, 0, 0 },
 	{ "--remote", "QE_CKPT_REMOTE", 0, 0, 1, 1 },
 	{ "--endpoint", "QE_CKPT_REMOTE_ENDPOINT", 0, 0, 1, 1 },
+	{ "--ckpt-memory", "QE_CKPT_MEMORY_DIR", 0, 0, 1, 0 },
 };
 
 int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
@@ -142,6 +151,21 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 {
 	cli_tiers t;
 	cli_tiers_get(&t);
+	if (t.memory) {
+		const char *r = getenv("QE_CKPT_REPLICAS");
+		if (strcmp(cmd, "train") == 0 && (!r || atol(r) < 1)) {
+			fprintf(stderr, "qeffect %s: --ckpt-memory keeps replica copies in memory: it needs --ckpt-replicas R "
+				"(R >= 1)\n", cmd);
+			return 2;
+		}
+		/* Under an external launcher (torchrun's variables) every host checks its own folder when the
+		 * ranks first agree (ckpt_replica.c), so that rank 0 names the host at fault and no rank waits
+		 * out the rendezvous for one that refused alone; here only a local launch checks. */
+		if (!getenv("RANK") && ckpt_memory_fs_check(t.memory)) {
+			fprintf(stderr, "qeffect %s: --ckpt-memory: %s\n", cmd, qe_last_error());
+			return 2;
+		}
+	}
 	if (t.persist_keep && !t.persist_every) {
 		fprintf(stderr, "qeffect %s: --ckpt-persist-keep goes with --ckpt-persist-every\n", cmd);
 		return 2;
@@ -187,6 +211,7 @@ void cli_tiers_get(cli_tiers *t)
 	const char *r = getenv("QE_CKPT_REMOTE"), *e = getenv("QE_CKPT_REMOTE_ENDPOINT");
 	t->remote = r && r[0] ? r : NULL;
 	t->endpoint = e && e[0] ? e : NULL;
+	t->memory = ckpt_memory_dir();
 	const char *g = getenv("QE_CKPT_KEEP_GRACE_S");
 	t->keep_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
 	g = getenv("QE_CKPT_PERSIST_GRACE_S");

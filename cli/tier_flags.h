@@ -29,7 +29,8 @@ void cli_tier_remote_help(FILE *f);
  * (QE_CKPT_PERSIST_EVERY), --ckpt-persist-keep N2 (QE_CKPT_PERSIST_KEEP), and
  * for train --remote URL (QE_CKPT_REMOTE) and --endpoint URL
  * (QE_CKPT_REMOTE_ENDPOINT); resume takes those two in resume_remote.c,
- * which sets the same variables.
+ * which sets the same variables.  --ckpt-memory DIR (QE_CKPT_MEMORY_DIR)
+ * names the memory tier's folder (ckpt/ckpt_memtier.c) for both.
  */
 typedef struct cli_tiers {
 	int keep;               /* 0: keep every local checkpoint */
@@ -37,14 +38,16 @@ typedef struct cli_tiers {
 	int persist_keep;       /* 0: keep every pushed checkpoint */
 	const char *remote;     /* from the environment; NULL when unset */
 	const char *endpoint;
+	const char *memory;     /* --ckpt-memory: the memory tier's folder; NULL when unset */
 	uint64_t keep_grace_s;    /* QE_CKPT_KEEP_GRACE_S (600) */
 	uint64_t persist_grace_s; /* QE_CKPT_PERSIST_GRACE_S (600) */
 } cli_tiers;
 void cli_tiers_get(cli_tiers *t);
 /*
  * After the configuration is known: --ckpt-persist-every must be a multiple
- * of --ckpt-every and come with --remote.  Returns 0 or 2 after printing a
- * usage error naming the flags.
+ * of --ckpt-every and come with --remote; --ckpt-memory must name a folder
+ * in memory (tmpfs, ramfs) here, and for train come with --ckpt-replicas.
+ * Returns 0 or 2 after printing a usage error naming the flags.
  */
 int cli_tier_flags_check(const char *cmd, int64_t ckpt_every);
 

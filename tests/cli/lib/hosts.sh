@@ -7,13 +7,23 @@ free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',
 # hosts_usable: 0 when mount namespaces can be made here (root).
 hosts_usable() { unshare -mu --propagation private true 2>/dev/null; }
 
+# Hosts' memory (optional): with HOST_MEM_ROOT (a tmpfs folder) and HOST_MEM_PATH set, every
+# host also binds its own HOST_MEM_ROOT/HOST at HOST_MEM_PATH, so that path is a different
+# memory on each host and outlives the host's processes, as /dev/shm does; a host named in
+# HOST_MEM_NONE gets no memory there (HOST_MEM_PATH stays a folder on its disk).
+
 # on HOST DIR RANK WORLD PORT LOG ARGS...: one rank on host HOST whose disk is folder DIR.
 on() {
   local host=$1 dir=$2 rank=$3 world=$4 port=$5 log=$6; shift 6
   mkdir -p "$dir"
+  local mem="" mempath=""
+  if [ -n "${HOST_MEM_ROOT:-}" ] && [[ " ${HOST_MEM_NONE:-} " != *" $host "* ]]; then
+    mem="$HOST_MEM_ROOT/$host"; mempath=$HOST_MEM_PATH; mkdir -p "$mem" "$mempath"
+  fi
   RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port QE_RUN_ID=two-hosts \
-    unshare -mu --propagation private sh -c 'hostname "$0" && mount --bind "$1" "$2" && shift 2 && exec "$@"' \
-    "$host" "$dir" "$P" "$Q" "$@" >"$log" 2>&1
+    unshare -mu --propagation private sh -c 'hostname "$0" && mount --bind "$1" "$2" &&
+      { [ -z "$3" ] || mount --bind "$3" "$4"; } && shift 4 && exec "$@"' \
+    "$host" "$dir" "$P" "$mem" "$mempath" "$Q" "$@" >"$log" 2>&1
 }
 
 # job NAME "HOST:DIR HOST:DIR ..." ARGS...: one rank per entry, rank i on entry i; 0 when every rank succeeded.
