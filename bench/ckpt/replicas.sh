@@ -7,18 +7,21 @@
 #  - the restore time (rank 0's "resumed ... in X ms", fresh processes) from the local stores,
 #    from the peer's replica after host B is lost (its folder deleted), and from S3 (push to
 #    a local s3rver, both hosts' folders deleted, resume --remote: the pull's wall time plus
-#    the restore).
+#    the restore);
+#  - with the memory tier (--ckpt-memory, each host's memory a folder of /dev/shm bound at one
+#    path): the sync stall with R=1 and memory, what each host's memory holds, and the restore
+#    with both hosts' disk stores deleted, from memory alone.
 # usage: bench/ckpt/replicas.sh QEFFECT [STEPS]   (needs root for unshare, node for s3rver)
 # Environment: PRESET (small), BACKEND (cpu; cuda puts both ranks on the machine's GPUs, modulo
 # their count, talking over host memory), MICRO (4), CKPT_EVERY (2), EXTRA (more train flags),
-# PARTS (sync,async,local,peer,s3: which measurements), LEAN=1 (a large state: every run's
+# PARTS (sync,async,local,peer,mem,s3: which measurements), LEAN=1 (a large state: every run's
 # folders go as soon as they are measured, and the restores use the run's own folders instead
 # of copies, so the disk holds one run at a time).
 set -u
 Q=$(readlink -f "${1:?usage: replicas.sh QEFFECT [STEPS]}")
 STEPS=${2:-6}
 PRESET=${PRESET:-small}; BACKEND=${BACKEND:-cpu}; MICRO=${MICRO:-4}; CKPT_EVERY=${CKPT_EVERY:-2}
-PARTS=${PARTS:-sync,async,local,peer,s3}; LEAN=${LEAN:-0}
+PARTS=${PARTS:-sync,async,local,peer,mem,s3}; LEAN=${LEAN:-0}
 has() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 . "$ROOT/scripts/s3-test-lib.sh"   # sets T (scratch) and the cleanup trap
@@ -67,6 +70,23 @@ if has peer; then
   job peer "hostA:$(readlink -f "$T/pa") hostB:$T/pb" resume --run-dir "$P" --steps $more --ckpt-replicas 1 || { show peer; exit 1; }
   echo "restore from the peer's replica (host B lost): $(restored "$T/peer.rank0.log") ms"
   [ "$LEAN" = 1 ] && rm -rf "$T/pb"
+fi
+
+if has mem; then
+  MR=$(mktemp -d /dev/shm/qe-replicas-bench.XXXXXX)
+  mem_done() { rm -rf "$MR"; unset HOST_MEM_ROOT HOST_MEM_PATH; }
+  export HOST_MEM_ROOT=$MR HOST_MEM_PATH="$T/memory"
+  job mt "hostA:$T/am hostB:$T/bm" train $C --steps "$STEPS" --ckpt-every "$CKPT_EVERY" --ckpt-replicas 1 \
+    --ckpt-memory "$T/memory" --run-dir "$P" || { show mt; mem_done; exit 1; }
+  echo "sync save, R=1 and the memory tier: stall per checkpoint (ms): $(ms "$T/mt.rank0.log" 'bytes) in')"
+  echo "memory held after training: $(du -sh "$MR"/host* | awk '{print $2": "$1}' | sed "s|$MR/||" | tr '\n' ' ')"
+  rm -rf "$T/am/stores" "$T/bm/stores"
+  job mem "hostA:$T/am hostB:$T/bm" resume --run-dir "$P" --steps $more --ckpt-replicas 1 --ckpt-memory "$T/memory" \
+    || { show mem; mem_done; exit 1; }
+  echo "restore from memory (both hosts' disk stores deleted, hosts alive): $(restored "$T/mem.rank0.log") ms;" \
+    "$(grep -o "gave [0-9]* bytes from disk, [0-9]* from memory" "$T/mem.rank0.log" | head -1) (rank 0)"
+  mem_done
+  [ "$LEAN" = 1 ] && rm -rf "$T/am" "$T/bm"
 fi
 
 if ! has s3; then
