@@ -50,14 +50,19 @@ int ckpt_rundir_stores(const char *run_dir, char *buf, size_t len)
 	return join(buf, len, local && local[0] ? local : run_dir, "stores");
 }
 
-int ckpt_rundir_rank_store(const char *run_dir, int rank, char *buf, size_t len)
+/* ROOT/rank-R, a rank's store in a folder of stores. */
+static int rank_store_in(const char *root, int rank, char *buf, size_t len)
 {
-	char root[CKPT_PATH_MAX], leaf[32];
-	int rc = ckpt_rundir_stores(run_dir, root, sizeof(root));
-	if (rc)
-		return rc;
+	char leaf[32];
 	snprintf(leaf, sizeof(leaf), "rank-%d", rank);
 	return join(buf, len, root, leaf);
+}
+
+int ckpt_rundir_rank_store(const char *run_dir, int rank, char *buf, size_t len)
+{
+	char root[CKPT_PATH_MAX];
+	int rc = ckpt_rundir_stores(run_dir, root, sizeof(root));
+	return rc ? rc : rank_store_in(root, rank, buf, len);
 }
 
 int ckpt_rundir_legacy_store(const char *run_dir, char *buf, size_t len)
@@ -224,12 +229,9 @@ static int memory_run_dir(const char *run_id, char *buf, size_t len)
 
 int ckpt_rundir_memory_store(const char *run_id, int rank, char *buf, size_t len)
 {
-	char root[CKPT_PATH_MAX], leaf[32];
+	char root[CKPT_PATH_MAX];
 	int rc = memory_run_dir(run_id, root, sizeof(root));
-	if (rc)
-		return rc;
-	snprintf(leaf, sizeof(leaf), "rank-%d", rank);
-	return join(buf, len, root, leaf);
+	return rc ? rc : rank_store_in(root, rank, buf, len);
 }
 
 /* The schema-2 store's owner: RUN/store/run_id. */

@@ -24,15 +24,13 @@ Q=$(readlink -f "$Q")
 . "$(dirname "$0")/lib/hosts.sh"
 hosts_usable || { echo "FAIL: unshare -m is refused here (needs root): the host simulation cannot run"; exit 1; }
 # The hosts' memory is a tmpfs in a mount namespace of this test's own: gone when the test is.
-if [ -z "${QE_MEMTIER_NS:-}" ]; then
-  exec env QE_MEMTIER_NS=1 unshare -m --propagation private bash "$0" "$@"
-fi
+hosts_own_namespace "$0" "$@"
 T=$(mktemp -d)
 P="$T/mnt"
 M="$T/memory"
 mkdir -p "$P" "$M" "$T/tmpfs"
 trap 'umount "$T/tmpfs" 2>/dev/null; rm -rf "$T"' EXIT
-mount -t tmpfs -o size=512m qe-memtier "$T/tmpfs" || { echo "FAIL: cannot mount a tmpfs for the hosts' memory"; exit 1; }
+hosts_memory "$T/tmpfs" || { echo "FAIL: cannot mount a tmpfs for the hosts' memory"; exit 1; }
 C="--preset tiny --micro 4 --amax-history 4 --quiet"
 export QE_COMM_TIMEOUT_MS=60000 QE_CKPT_CHUNK_BYTES=65536 QE_JOB_SECRET=memtier-test-secret QE_LAUNCH_GRACE_MS=500
 export HOST_MEM_PATH=$M

@@ -24,14 +24,12 @@ Q=$(readlink -f "$Q")
 . "$(dirname "$0")/lib/hosts.sh"
 hosts_usable || { echo "FAIL: unshare -m is refused here (needs root): the two-host simulation cannot run"; exit 1; }
 # The hosts' memory is a tmpfs in a mount namespace of this test's own: gone when the test is.
-if [ -z "${QE_REPL_CRASH_NS:-}" ]; then
-  exec env QE_REPL_CRASH_NS=1 unshare -m --propagation private bash "$0" "$@"
-fi
+hosts_own_namespace "$0" "$@"
 T=$(mktemp -d)
 P="$T/mnt"
 mkdir -p "$P" "$T/memory" "$T/tmpfs"
 trap 'umount "$T/tmpfs" 2>/dev/null; rm -rf "$T"' EXIT
-mount -t tmpfs -o size=512m qe-repl-crash "$T/tmpfs" || { echo "FAIL: cannot mount a tmpfs for the hosts' memory"; exit 1; }
+hosts_memory "$T/tmpfs" || { echo "FAIL: cannot mount a tmpfs for the hosts' memory"; exit 1; }
 export HOST_MEM_PATH="$T/memory" HOST_MEM_ROOT="$T/tmpfs/mem"
 MEM="--ckpt-memory $T/memory"
 C="--preset tiny --micro 4 --amax-history 4 --quiet"

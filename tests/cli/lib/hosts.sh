@@ -7,6 +7,14 @@ free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',
 # hosts_usable: 0 when mount namespaces can be made here (root).
 hosts_usable() { unshare -mu --propagation private true 2>/dev/null; }
 
+# hosts_own_namespace SCRIPT ARGS...: run the calling test again (once) in a mount namespace of
+# its own, so that what it mounts (the hosts' memory) goes when the test does.
+hosts_own_namespace() {
+  [ -n "${QE_HOSTS_OWN_NS:-}" ] || exec env QE_HOSTS_OWN_NS=1 unshare -m --propagation private bash "$@"
+}
+# hosts_memory DIR: a tmpfs at DIR (inside hosts_own_namespace) to hold the hosts' memory folders.
+hosts_memory() { mkdir -p "$1" && mount -t tmpfs -o size=512m qe-hosts-memory "$1"; }
+
 # Hosts' memory (optional): with HOST_MEM_ROOT (a tmpfs folder) and HOST_MEM_PATH set, every
 # host also binds its own HOST_MEM_ROOT/HOST at HOST_MEM_PATH, so that path is a different
 # memory on each host and outlives the host's processes, as /dev/shm does; a host named in
