@@ -125,6 +125,21 @@ typedef struct ckpt_word {
 	char msg[CKPT_MSG];
 } ckpt_word;
 
+/* Little-endian 64-bit fields of the small messages ranks exchange (replicas, restore plans). */
+static inline void ckpt__put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static inline uint64_t ckpt__get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
 /* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
 

@@ -287,20 +287,6 @@ int ckpt_replicas_prepare(ckpt_session *s, qe_rank *r)
 
 /* ---- bytes -------------------------------------------------------------------- */
 
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
 /* Header of every data message: magic, checkpoint id, kind, rc, count (chunks, or message bytes). */
 #define HDR 40
 
@@ -318,14 +304,14 @@ int ckpt__repl_send(ckpt_session *s, qe_comm *comm, int64_t id, const void *data
 	if (!buf)
 		return qe_fail(QE_ENOMEM, "replicas: rank %d on '%s': no host memory for a tensor of %llu bytes", s->rank,
 			       s->host, (unsigned long long)bytes);
-	put64(buf, REPL_MAGIC);
-	put64(buf + 8, (uint64_t)id);
-	put64(buf + 16, REPL_TENSOR);
-	put64(buf + 24, 0);
-	put64(buf + 32, list->n);
+	ckpt__put64(buf, REPL_MAGIC);
+	ckpt__put64(buf + 8, (uint64_t)id);
+	ckpt__put64(buf + 16, REPL_TENSOR);
+	ckpt__put64(buf + 24, 0);
+	ckpt__put64(buf + 32, list->n);
 	for (size_t k = 0; k < list->n; k++) {
 		memcpy(buf + HDR + 24 * k, list->chunks[k].hash.b, STORE_HASH_BYTES);
-		put64(buf + HDR + 24 * k + 16, list->chunks[k].size);
+		ckpt__put64(buf + HDR + 24 * k + 16, list->chunks[k].size);
 	}
 	if (bytes)
 		memcpy(buf + HDR + list->n * 24, data, (size_t)bytes);
@@ -347,7 +333,7 @@ int ckpt__repl_send(ckpt_session *s, qe_comm *comm, int64_t id, const void *data
 /* One data message from source q into the own store: every chunk re-hashed as it is put. */
 static int keep_tensor(ckpt_session *s, int q, int64_t id, const unsigned char *p, size_t len)
 {
-	uint64_t n = get64(p + 32);
+	uint64_t n = ckpt__get64(p + 32);
 	if (!s->st)
 		return qe_fail(QE_EINVAL, "replicas: rank %d on '%s' has no store open to keep the copy of rank %d", s->rank,
 			       s->host, q);
@@ -356,7 +342,7 @@ static int keep_tensor(ckpt_session *s, int q, int64_t id, const unsigned char *
 	size_t off = HDR + (size_t)n * 24;
 	for (uint64_t k = 0; k < n; k++) {
 		const unsigned char *e = p + HDR + 24 * k;
-		uint64_t size = get64(e + 16);
+		uint64_t size = ckpt__get64(e + 16);
 		if (size > len - off)
 			return qe_fail(QE_ECOMM, "replicas: rank %d sent a tensor shorter than its chunk list (%zu bytes)", q, len);
 		store_hash want, got;
@@ -400,14 +386,14 @@ static int drain_source(ckpt_session *s, qe_comm *comm, int q, int64_t id, int *
 			return qe_fail_ctx(crc, "replicas: rank %d on '%s' waiting for the copy of rank %d on '%s'", s->rank,
 					   s->host, q, s->repl->host[q]);
 		const unsigned char *p = msg;
-		if (len < HDR || get64(p) != REPL_MAGIC || (int64_t)get64(p + 8) != id) {
+		if (len < HDR || ckpt__get64(p) != REPL_MAGIC || (int64_t)ckpt__get64(p + 8) != id) {
 			free(msg);
 			return qe_fail(QE_ECOMM, "replicas: rank %d sent %zu bytes that are no copy of checkpoint %lld", q, len,
 				       (long long)id);
 		}
-		uint64_t kind = get64(p + 16);
+		uint64_t kind = ckpt__get64(p + 16);
 		if (kind == REPL_END) {
-			*theirs = (int)(int64_t)get64(p + 24);
+			*theirs = (int)(int64_t)ckpt__get64(p + 24);
 			free(msg);
 			return rc;
 		}
@@ -435,7 +421,7 @@ static int drain_source(ckpt_session *s, qe_comm *comm, int q, int64_t id, int *
 
 static unsigned char *put_store(unsigned char *p, const ckpt_store_identity *id, const char *path)
 {
-	put64(p, (uint64_t)(int64_t)id->rank);
+	ckpt__put64(p, (uint64_t)(int64_t)id->rank);
 	p += 8;
 	snprintf((char *)p, 64, "%s", id->run_id);
 	p += 64;
@@ -450,7 +436,7 @@ static unsigned char *put_store(unsigned char *p, const ckpt_store_identity *id,
 static const unsigned char *get_store(const unsigned char *q, ckpt_copy_store *out)
 {
 	memset(out, 0, sizeof(*out));
-	out->id.rank = (int)(int64_t)get64(q);
+	out->id.rank = (int)(int64_t)ckpt__get64(q);
 	q += 8;
 	memcpy(out->id.run_id, q, sizeof(out->id.run_id));
 	out->id.run_id[sizeof(out->id.run_id) - 1] = 0;
@@ -472,9 +458,9 @@ static int send_ack(ckpt_session *s, qe_comm *comm, int q, int64_t id, int rc, c
 	unsigned char *b = calloc(1, ACK_BYTES);
 	if (!b)
 		return qe_fail(QE_ENOMEM, "replicas: out of memory");
-	put64(b, REPL_MAGIC);
-	put64(b + 8, (uint64_t)id);
-	put64(b + 16, (uint64_t)(int64_t)rc);
+	ckpt__put64(b, REPL_MAGIC);
+	ckpt__put64(b + 8, (uint64_t)id);
+	ckpt__put64(b + 16, (uint64_t)(int64_t)rc);
 	unsigned char *p = put_store(b + 24, &s->ident, s->store_dir);
 	p = put_store(p, &mem->id, mem->path);
 	snprintf((char *)p, CKPT_MSG, "%s", why ? why : "");
@@ -495,12 +481,12 @@ static int read_ack(ckpt_session *s, qe_comm *comm, int t, int64_t id, ckpt_copy
 		return qe_fail_ctx(rc, "replicas: rank %d on '%s' waiting for rank %d on '%s' to keep its copy", s->rank,
 				   s->host, t, s->repl->host[t]);
 	unsigned char *p = msg;
-	if (len != ACK_BYTES || get64(p) != REPL_MAGIC || (int64_t)get64(p + 8) != id) {
+	if (len != ACK_BYTES || ckpt__get64(p) != REPL_MAGIC || (int64_t)ckpt__get64(p + 8) != id) {
 		free(msg);
 		return qe_fail(QE_ECOMM, "replicas: rank %d answered %zu bytes that are no acknowledgement of checkpoint %lld",
 			       t, len, (long long)id);
 	}
-	int theirs = (int)(int64_t)get64(p + 16);
+	int theirs = (int)(int64_t)ckpt__get64(p + 16);
 	const unsigned char *q = p + 24;
 	for (int k = 0; k < ACK_STORES; k++)
 		q = get_store(q, &out[k]);
@@ -531,11 +517,11 @@ int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ck
 
 	/* 1. The end of this rank's stream to each target, with its outcome. */
 	unsigned char end[HDR];
-	put64(end, REPL_MAGIC);
-	put64(end + 8, (uint64_t)id);
-	put64(end + 16, REPL_END);
-	put64(end + 24, (uint64_t)(int64_t)own_rc);
-	put64(end + 32, 0);
+	ckpt__put64(end, REPL_MAGIC);
+	ckpt__put64(end + 8, (uint64_t)id);
+	ckpt__put64(end + 16, REPL_END);
+	ckpt__put64(end + 24, (uint64_t)(int64_t)own_rc);
+	ckpt__put64(end + 32, 0);
 	for (int j = 0; j < m->ntargets && !rc; j++)
 		if ((rc = qe_comm_svc_send(comm, m->targets[j], CKPT_SVC_REPL, end, sizeof(end))))
 			rc = qe_fail_ctx(rc, "replicas: rank %d ending its copy to rank %d", s->rank, m->targets[j]);

@@ -52,21 +52,7 @@ int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *b
 	return QE_OK;
 }
 
-/* ---- bytes of the restore's small messages --------------------------------------- */
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get64(const unsigned char *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
+/* ---- the restore's small messages ------------------------------------------------- */
 
 /* What a rank asks for: its outcome so far, the stores it sees, the rows it needs. */
 typedef struct ask {
@@ -132,13 +118,13 @@ static void *ask_encode(const ask *a, size_t *len)
 		return NULL;
 	memcpy(p, &a->w, sizeof(a->w));
 	p += sizeof(a->w);
-	put64(p, (uint64_t)a->nseen);
-	put64(p + 8, (uint64_t)a->nneed);
+	ckpt__put64(p, (uint64_t)a->nseen);
+	ckpt__put64(p + 8, (uint64_t)a->nneed);
 	p += 16;
 	for (int i = 0; i < a->nseen; i++, p += CKPT_STORE_ID_MAX)
 		memcpy(p, a->seen[i], CKPT_STORE_ID_MAX);
 	for (int i = 0; i < a->nneed; i++, p += 8)
-		put64(p, (uint64_t)a->need[i]);
+		ckpt__put64(p, (uint64_t)a->need[i]);
 	return b;
 }
 
@@ -151,7 +137,7 @@ static int ask_decode(const void *buf, size_t len, int from, size_t nrows, ask *
 		return qe_fail(QE_ECOMM, "restore: rank %d sent %zu bytes, too few for its request", from, len);
 	memcpy(&a->w, p, sizeof(a->w));
 	a->w.msg[sizeof(a->w.msg) - 1] = 0;
-	uint64_t ns = get64(p + sizeof(a->w)), nn = get64(p + sizeof(a->w) + 8);
+	uint64_t ns = ckpt__get64(p + sizeof(a->w)), nn = ckpt__get64(p + sizeof(a->w) + 8);
 	if (ns > 1 << 20 || nn > 1 << 24 || len != sizeof(a->w) + 16 + ns * CKPT_STORE_ID_MAX + nn * 8)
 		return qe_fail(QE_ECOMM, "restore: the request of rank %d is garbled (%zu bytes)", from, len);
 	a->nseen = (int)ns;
@@ -162,7 +148,7 @@ static int ask_decode(const void *buf, size_t len, int from, size_t nrows, ask *
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	const unsigned char *q = p + sizeof(a->w) + 16 + ns * CKPT_STORE_ID_MAX;
 	for (uint64_t i = 0; i < nn; i++) {
-		a->need[i] = (int64_t)get64(q + 8 * i);
+		a->need[i] = (int64_t)ckpt__get64(q + 8 * i);
 		if (a->need[i] < 0 || (size_t)a->need[i] >= nrows) {
 			free(a->need);
 			a->need = NULL;
@@ -425,10 +411,10 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 		unsigned char *buf = qe_malloc(len > CKPT_MSG + 16 ? len : CKPT_MSG + 16);
 		if (!buf)
 			return qe_fail(QE_ENOMEM, "restore: no host memory to serve '%s' of stage %d", t->name, t->stage);
-		put64(buf, (uint64_t)plan[k].row);
+		ckpt__put64(buf, (uint64_t)plan[k].row);
 		/* After a failure every later destination still hears why, so nobody waits for a timeout. */
 		int rc = first ? first : ckpt__read_row(s, t, buf + 16, step);
-		put64(buf + 8, (uint64_t)(int64_t)rc);
+		ckpt__put64(buf + 8, (uint64_t)(int64_t)rc);
 		if (rc && !first) {
 			first = rc;
 			snprintf(why, sizeof(why), "%s", qe_last_error());
@@ -517,7 +503,7 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 			break;
 		}
 		const unsigned char *p = msg;
-		int64_t got_row = len >= 16 ? (int64_t)get64(p) : -1, their = len >= 16 ? (int64_t)get64(p + 8) : 0;
+		int64_t got_row = len >= 16 ? (int64_t)ckpt__get64(p) : -1, their = len >= 16 ? (int64_t)ckpt__get64(p + 8) : 0;
 		if (got_row != plan[k].row)
 			rc = qe_fail(QE_ECOMM, "restore: rank %d sent row %lld, expected '%s' of stage %d", plan[k].src,
 				     (long long)got_row, t->name, t->stage);
@@ -660,11 +646,11 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 		return NULL;
 	}
 	memcpy(b, &w, sizeof(w));
-	put64(b + sizeof(w), (uint64_t)nplan);
+	ckpt__put64(b + sizeof(w), (uint64_t)nplan);
 	for (int k = 0; k < nplan; k++) {
-		put64(b + sizeof(w) + 8 + 24 * k, (uint64_t)plan[k].row);
-		put64(b + sizeof(w) + 16 + 24 * k, (uint64_t)plan[k].src);
-		put64(b + sizeof(w) + 24 + 24 * k, (uint64_t)plan[k].dst);
+		ckpt__put64(b + sizeof(w) + 8 + 24 * k, (uint64_t)plan[k].row);
+		ckpt__put64(b + sizeof(w) + 16 + 24 * k, (uint64_t)plan[k].src);
+		ckpt__put64(b + sizeof(w) + 24 + 24 * k, (uint64_t)plan[k].dst);
 	}
 	free(plan);
 	return b;
@@ -679,16 +665,16 @@ static int plan_decode(const void *buf, size_t len, int world, size_t nrows, ckp
 		return qe_fail(QE_ECOMM, "restore: rank 0's plan is %zu bytes, too short", len);
 	memcpy(w, p, sizeof(*w));
 	w->msg[sizeof(w->msg) - 1] = 0;
-	uint64_t n = get64(p + sizeof(*w));
+	uint64_t n = ckpt__get64(p + sizeof(*w));
 	if (n > (len - sizeof(*w) - 8) / 24 || len != sizeof(*w) + 8 + n * 24)
 		return qe_fail(QE_ECOMM, "restore: rank 0's plan is garbled (%zu bytes)", len);
 	xfer *v = qe_calloc((size_t)n + 1, sizeof(*v));
 	if (!v)
 		return qe_fail(QE_ENOMEM, "restore: out of memory");
 	for (uint64_t k = 0; k < n; k++) {
-		v[k].row = (int64_t)get64(p + sizeof(*w) + 8 + 24 * k);
-		v[k].src = (int)get64(p + sizeof(*w) + 16 + 24 * k);
-		v[k].dst = (int)get64(p + sizeof(*w) + 24 + 24 * k);
+		v[k].row = (int64_t)ckpt__get64(p + sizeof(*w) + 8 + 24 * k);
+		v[k].src = (int)ckpt__get64(p + sizeof(*w) + 16 + 24 * k);
+		v[k].dst = (int)ckpt__get64(p + sizeof(*w) + 24 + 24 * k);
 		if (v[k].row < 0 || (size_t)v[k].row >= nrows || (v[k].src < 0 && v[k].src != CKPT_SRC_S3) ||
 		    v[k].src >= world || v[k].dst < 0 ||
 		    v[k].dst >= world) {
