@@ -873,7 +873,12 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 			return rc;
 	}
 	sl = sizeof(ss);
-	getsockname(*lfd, (struct sockaddr *)&ss, &sl);
+	if (getsockname(*lfd, (struct sockaddr *)&ss, &sl) < 0) {
+		rc = qe_fail(QE_ECOMM, "rank %d: getsockname of its listener: %s", self, strerror(errno));
+		close(*lfd);
+		*lfd = -1;
+		return rc;
+	}
 	addr_text((struct sockaddr *)&ss, sl, lhost, hl, lport);
 	if (is_wildcard(&ss))
 		addr_text((struct sockaddr *)&route, rl, lhost, hl, &dummy);
@@ -882,7 +887,7 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 
 static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64_t deadline, int *fds)
 {
-	int self = env->rank, world = env->world_size, fd0 = -1, lfd = -1, rc, io, lport;
+	int self = env->rank, world = env->world_size, fd0 = -1, lfd = -1, rc, io, lport = 0;
 	unsigned char *table = NULL;
 	hello h = { .magic = RDV_MAGIC, .version = RDV_VERSION, .world = (uint32_t)world, .rank = (uint32_t)self };
 	char lhost[RDV_HOST], where[QE_DIST_ADDR_MAX + 16];
