@@ -28,7 +28,9 @@ enum {
 	CKPT_SVC_REPL = 0x58430004u,     /* a rank's chunks on their way to a replica (ckpt_replica.c) */
 	CKPT_SVC_REPL_ACK = 0x58430005u, /* the replica's answer: durable in its store, or why not */
 	CKPT_SVC_PERSIST_PLAN = 0x58430021u, /* rank 0's push thread: the chunks a rank uploads (ckpt_persist.c) */
-	CKPT_SVC_PERSIST_DONE = 0x58430022u, /* a rank's push thread: its uploads are done, or why not */
+	/* a rank's push thread: progress while it uploads (at least every timeout/4), then its one report */
+	CKPT_SVC_PERSIST_REPORT = 0x58430022u,
+	CKPT_SVC_PERSIST_WAIT = 0x58430023u, /* rank 0 in the final wait: "still pushing", then "done" */
 };
 #define CKPT_MAX_REPLICAS 8
 #define CKPT_MSG 1536

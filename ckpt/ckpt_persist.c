@@ -13,6 +13,15 @@
  * the comm's service lane, and every rank's thread answers rank 0 exactly
  * once per push, so a push that failed on one rank never leaves another
  * waiting for a message that will not come.
+ *
+ * A push may last far longer than the comm's time-out (tens of GB to a slow
+ * S3), and every comm wait is bounded by it.  So the time-out bounds
+ * silence, not the push: while its thread runs, a rank sends rank 0 a
+ * progress message (the bytes it has done) at least every quarter of the
+ * time-out, on the same tag as its report, and rank 0 in the final wait
+ * does the same for the other ranks, which wait for it there.  A process
+ * that dies still closes its connections (the comm fails at once), and one
+ * that hangs or loses its host falls silent and times out as before.
  */
 #include "ckpt/ckpt_persist.h"
 
@@ -21,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_int.h"
@@ -31,6 +41,8 @@
 #include "runtime/core/status.h"
 
 #define PLAN_MSG 512
+/* Rank 0 logs a push's progress at most this often. */
+#define PROGRESS_LOG_MS 30000.0
 
 /* Rank 0's word at a persist point. */
 typedef struct point_word {
@@ -48,13 +60,32 @@ typedef struct plan_head {
 	char msg[PLAN_MSG];
 } plan_head;
 
+/*
+ * What a rank's thread sends rank 0 on CKPT_SVC_PERSIST_REPORT: progress
+ * messages while it works, then exactly one report.  Both start with kind.
+ */
+enum { REPORT_PROGRESS = 1, REPORT_DONE = 2 };
+
+typedef struct progress_msg {
+	int64_t kind; /* REPORT_PROGRESS */
+	int64_t id;
+	uint64_t bytes, chunks; /* of its plan, done so far (uploaded or already there) */
+} progress_msg;
+
 /* A rank's answer to its plan. */
 typedef struct done_msg {
+	int64_t kind; /* REPORT_DONE */
 	int64_t id;
 	int64_t rc;
 	uint64_t uploaded, present, bytes;
 	char msg[CKPT_MSG];
 } done_msg;
+
+/* Rank 0 to the others in the final wait (CKPT_SVC_PERSIST_WAIT): its push still runs, or finished. */
+typedef struct wait_msg {
+	int64_t finished;
+	int64_t step; /* the push's (every rank has it from the point's broadcast) */
+} wait_msg;
 
 struct ckpt_persist {
 	ckpt_session *s;
@@ -75,6 +106,9 @@ struct ckpt_persist {
 	int finished;
 	int64_t id, step;
 	ckpt_persist_progress prog;
+	uint64_t own_bytes, own_chunks; /* this rank's uploads so far (under mu) */
+	uint64_t heard_bytes;           /* rank 0: the other ranks' bytes, as their progress said (under mu) */
+	double last_log;                /* rank 0's thread: when it last logged the progress */
 	/* its outcome (rank 0 has the full one) */
 	int reported;  /* the outcome was handed out in an event */
 	int rc;
@@ -143,7 +177,135 @@ static void set_progress(ckpt_persist *p, const char *phase, uint64_t total, uin
 	p->prog.chunks_total = total;
 	p->prog.chunks_done = done;
 	p->prog.ranks_done = ranks_done;
+	p->prog.bytes_done = p->own_bytes + p->heard_bytes;
 	pthread_mutex_unlock(&p->mu);
+}
+
+/* Rank 0's thread: the push's progress in the log, now and then (a push may take hours). */
+static void progress_log(ckpt_persist *p)
+{
+	double now = ckpt__now_ms();
+	if (now - p->last_log < PROGRESS_LOG_MS)
+		return;
+	p->last_log = now;
+	pthread_mutex_lock(&p->mu);
+	ckpt_persist_progress pr = p->prog;
+	pthread_mutex_unlock(&p->mu);
+	qe_log(QE_LOG_INFO, "persist: step %lld: %llu of %llu bytes done, %d of %d ranks done (%s, %.0f s)",
+	       (long long)pr.step, (unsigned long long)pr.bytes_done, (unsigned long long)pr.bytes_total, pr.ranks_done,
+	       pr.ranks_total, pr.phase ? pr.phase : "starting", (now - p->t0) / 1000.0);
+}
+
+/* A quarter of the comm's time-out: the longest a waiting rank goes without word from a live one. */
+static int beat_ms(const ckpt_persist *p)
+{
+	const qe_dist_env *e = qe_comm_env(p->comm);
+	int t = e->timeout_ms > 0 ? e->timeout_ms : QE_COMM_DEFAULT_TIMEOUT_MS;
+	return t / 4 > 0 ? t / 4 : 1;
+}
+
+/* QE_CKPT_PERSIST_SLOW_MS=N[:RANK] (see ckpt_persist.h): this rank's sleep before each chunk, 0 when none. */
+static int slow_ms(int rank)
+{
+	const char *v = getenv("QE_CKPT_PERSIST_SLOW_MS");
+	char *end = NULL;
+	long who = -1;
+	if (!v || !v[0])
+		return 0;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (!errno && end != v && *end == ':') {
+		const char *r = end + 1;
+		who = strtol(r, &end, 10);
+		if (end == r)
+			who = -2;
+	}
+	if (errno || end == v || *end || n < 0 || n > 600000 || who < -1) {
+		qe_log(QE_LOG_WARN,
+		       "persist: test hook QE_CKPT_PERSIST_SLOW_MS='%s' is not N[:RANK] (N in 0..600000 ms): ignored", v);
+		return 0;
+	}
+	return who < 0 || who == rank ? (int)n : 0;
+}
+
+/*
+ * The progress messages of a rank other than 0: a thread that sends rank 0
+ * what this rank's push thread has done, every beat_ms, until stopped.  It
+ * is stopped before the report goes out, so the report is the last message
+ * of the push on its tag.
+ */
+typedef struct beat {
+	ckpt_persist *p;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* CLOCK_MONOTONIC */
+	int stop, ms, running;
+} beat;
+
+static void *beat_main(void *arg)
+{
+	beat *b = arg;
+	ckpt_persist *p = b->p;
+	pthread_mutex_lock(&b->mu);
+	while (!b->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += b->ms / 1000;
+		ts.tv_nsec += (long)(b->ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (!b->stop && pthread_cond_timedwait(&b->cv, &b->mu, &ts) != ETIMEDOUT)
+			;
+		if (b->stop)
+			break;
+		pthread_mutex_unlock(&b->mu);
+		progress_msg m = { .kind = REPORT_PROGRESS, .id = p->id };
+		pthread_mutex_lock(&p->mu);
+		m.bytes = p->own_bytes;
+		m.chunks = p->own_chunks;
+		pthread_mutex_unlock(&p->mu);
+		int rc = qe_comm_svc_send(p->comm, 0, CKPT_SVC_PERSIST_REPORT, &m, sizeof(m));
+		pthread_mutex_lock(&b->mu);
+		if (rc)
+			break; /* the comm failed: the push thread's report fails the same way */
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+static void beat_start(beat *b, ckpt_persist *p)
+{
+	memset(b, 0, sizeof(*b));
+	b->p = p;
+	b->ms = beat_ms(p);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&b->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&b->mu, NULL);
+	int rc = pthread_create(&b->th, NULL, beat_main, b);
+	if (rc)
+		qe_log(QE_LOG_WARN,
+		       "persist: rank %d cannot start its progress thread (%s): a push longer than QE_COMM_TIMEOUT_MS "
+		       "will fail",
+		       p->rank, strerror(rc));
+	b->running = !rc;
+}
+
+static void beat_stop(beat *b)
+{
+	if (b->running) {
+		pthread_mutex_lock(&b->mu);
+		b->stop = 1;
+		pthread_cond_signal(&b->cv);
+		pthread_mutex_unlock(&b->mu);
+		pthread_join(b->th, NULL);
+	}
+	pthread_cond_destroy(&b->cv);
+	pthread_mutex_destroy(&b->mu);
 }
 
 /*
@@ -165,14 +327,30 @@ static int upload(ckpt_persist *p, store_remote *rem, const unsigned char *chunk
 	if (!s->st && n)
 		return qe_fail(QE_EINVAL, "persist: rank %d has no store open", p->rank);
 	snprintf(where, sizeof(where), "the store of rank %d on host '%s'", p->rank, s->host);
+	int slow = slow_ms(p->rank);
 	for (uint64_t i = 0; i < n && !rc; i++) {
 		const unsigned char *c = chunks + 24 * i;
 		uint64_t size = 0;
 		for (int b = 0; b < 8; b++)
 			size |= (uint64_t)c[16 + b] << (8 * b);
+		/* a failed comm fails the push anyway: stop uploading instead of finishing for nothing */
+		if (p->comm && qe_comm_failed(p->comm)) {
+			char why[768];
+			rc = qe_fail(QE_ECOMM, "persist: rank %d on host '%s' stopped its uploads: %s", p->rank,
+				     s->host, qe_comm_failure(p->comm, why, sizeof(why)));
+			break;
+		}
+		if (slow)
+			usleep((useconds_t)slow * 1000);
 		rc = ckpt__upload_chunk(&u, c, size, read_own_store, s->st, where);
-		if (p->rank == 0)
+		pthread_mutex_lock(&p->mu);
+		p->own_bytes += size;
+		p->own_chunks++;
+		pthread_mutex_unlock(&p->mu);
+		if (p->rank == 0) {
 			set_progress(p, "uploading", n, i + 1, 0);
+			progress_log(p);
+		}
 	}
 	*uploaded += u.uploaded;
 	*present += u.present;
@@ -196,6 +374,9 @@ static int open_remote(ckpt_persist *p, store_remote **rem)
 typedef struct rank_chunks {
 	unsigned char *v; /* n x 24 bytes */
 	uint64_t n, cap;
+	uint64_t bytes; /* the sizes of the n chunks */
+	uint64_t heard; /* the bytes its progress messages said are done */
+	const char *host; /* the host of its store (points into the plan's store rows); NULL: unknown */
 } rank_chunks;
 
 static int chunk_cmp(const void *a, const void *b)
@@ -244,15 +425,31 @@ static int plan_ranks(ckpt_persist *p, const cat_tensor_rows *tensors, const cat
 				       "persist of step %lld: tensor '%s' of stage %d is in store %s, which no rank of this "
 				       "job writes (push it with 'qeffect push')",
 				       (long long)p->step, row->name, row->stage, row->store_id[0] ? row->store_id : "RUN/store");
+		per[st->rank].host = st->host;
 		for (size_t k = 0; k < row->n_chunks; k++) {
 			int rc = rank_chunks_add(&per[st->rank], &row->chunks[k]);
 			if (rc)
 				return rc;
 		}
 	}
-	for (int q = 0; q < p->world; q++)
+	for (int q = 0; q < p->world; q++) {
 		rank_chunks_unique(&per[q]);
+		for (uint64_t i = 0; i < per[q].n; i++)
+			for (int b = 0; b < 8; b++)
+				per[q].bytes += (uint64_t)per[q].v[24 * i + 16 + b] << (8 * b);
+	}
 	return QE_OK;
+}
+
+/* The host of rank q's store, for messages: the one this checkpoint's rows name, else any of that rank's. */
+static const char *host_of(const rank_chunks *per, const cat_store_rows *stores, int q)
+{
+	if (per && per[q].host)
+		return per[q].host;
+	for (size_t i = stores->n; i-- > 0;)
+		if (stores->rows[i].rank == q && stores->rows[i].host)
+			return stores->rows[i].host;
+	return "?";
 }
 
 static int send_plan(ckpt_persist *p, int q, int rc, const char *why, const rank_chunks *rcq)
@@ -296,6 +493,58 @@ static void pause_maybe(int64_t step)
 		usleep(10000);
 }
 
+/*
+ * Rank 0's thread: rank q's report, after any number of progress messages -
+ * each one proof that q lives, so the comm's time-out bounds q's silence,
+ * not its uploads.  OUT *d: the report, or a failed one saying why.
+ * Returns the comm's failure (then the comm is failed), else QE_OK.
+ */
+static int hear_report(ckpt_persist *p, int q, rank_chunks *rq, done_msg *d)
+{
+	memset(d, 0, sizeof(*d));
+	for (;;) {
+		void *buf = NULL;
+		size_t len = 0;
+		int64_t kind = 0;
+		int rrc = qe_comm_svc_recv(p->comm, q, CKPT_SVC_PERSIST_REPORT, &buf, &len);
+		if (rrc) {
+			d->rc = rrc;
+			snprintf(d->msg, sizeof(d->msg), "no report: %s", qe_last_error());
+			return rrc;
+		}
+		if (len >= sizeof(kind))
+			memcpy(&kind, buf, sizeof(kind));
+		if (kind == REPORT_PROGRESS && len == sizeof(progress_msg)) {
+			progress_msg m;
+			memcpy(&m, buf, sizeof(m));
+			free(buf);
+			/* (progress of another push cannot come: each stream is read up to its report) */
+			if (m.id == p->id && rq && m.bytes > rq->heard) {
+				pthread_mutex_lock(&p->mu);
+				p->heard_bytes += m.bytes - rq->heard;
+				pthread_mutex_unlock(&p->mu);
+				rq->heard = m.bytes;
+			}
+			set_progress(p, "waiting for ranks", p->prog.chunks_total, p->prog.chunks_done, q);
+			progress_log(p);
+			continue;
+		}
+		if (kind != REPORT_DONE || len != sizeof(*d)) {
+			d->rc = QE_ECOMM;
+			snprintf(d->msg, sizeof(d->msg), "a report of %zu bytes (kind %lld)", len, (long long)kind);
+		} else {
+			memcpy(d, buf, sizeof(*d));
+			d->msg[sizeof(d->msg) - 1] = 0;
+			if (d->id != p->id) {
+				d->rc = QE_ECOMM;
+				snprintf(d->msg, sizeof(d->msg), "a report for checkpoint %lld", (long long)d->id);
+			}
+		}
+		free(buf);
+		return QE_OK;
+	}
+}
+
 /* Rank 0's thread: plan, own uploads, every rank's report, manifest, catalog, remote retention. */
 static int push_rank0(ckpt_persist *p)
 {
@@ -327,8 +576,12 @@ static int push_rank0(ckpt_persist *p)
 	int comm_rc = QE_OK;
 	for (int q = 1; q < p->world && !comm_rc; q++)
 		comm_rc = send_plan(p, q, rc, why, &per[q]);
-	for (int q = 0; q < p->world && per; q++)
+	for (int q = 0; q < p->world && per; q++) {
 		p->chunks += per[q].n;
+		pthread_mutex_lock(&p->mu);
+		p->prog.bytes_total += per[q].bytes;
+		pthread_mutex_unlock(&p->mu);
+	}
 	if (!rc && !comm_rc)
 		rc = open_remote(p, &rem);
 	uint64_t present = 0;
@@ -339,33 +592,26 @@ static int push_rank0(ckpt_persist *p)
 	/* Every other rank's report, whatever happened here. */
 	set_progress(p, "waiting for ranks", per ? per[0].n : 0, per ? per[0].n : 0, 1);
 	for (int q = 1; q < p->world && !comm_rc; q++) {
-		void *buf = NULL;
-		size_t len = 0;
-		int rrc = qe_comm_svc_recv(p->comm, q, CKPT_SVC_PERSIST_DONE, &buf, &len);
 		done_msg d;
-		memset(&d, 0, sizeof(d));
-		if (rrc) {
-			d.rc = rrc;
-			snprintf(d.msg, sizeof(d.msg), "no report: %s", qe_last_error());
-			comm_rc = rrc;
-		} else if (len != sizeof(d)) {
-			d.rc = QE_ECOMM;
-			snprintf(d.msg, sizeof(d.msg), "a report of %zu bytes", len);
-		} else {
-			memcpy(&d, buf, sizeof(d));
-			d.msg[sizeof(d.msg) - 1] = 0;
-			if (d.id != p->id) {
-				d.rc = QE_ECOMM;
-				snprintf(d.msg, sizeof(d.msg), "a report for checkpoint %lld", (long long)d.id);
-			}
-		}
-		free(buf);
+		const char *host = host_of(per, &stores, q);
+		comm_rc = hear_report(p, q, per ? &per[q] : NULL, &d);
+		if (comm_rc)
+			qe_log(QE_LOG_ERROR,
+			       "persist: step %lld: rank %d on host '%s' fell silent or died during the push: %s",
+			       (long long)p->step, q, host, d.msg);
 		if (d.rc && !rc) {
 			rc = (int)d.rc;
 			mlen = 0;
 		}
 		if (d.rc && mlen < sizeof(msg) - 1)
-			mlen += (size_t)snprintf(msg + mlen, sizeof(msg) - mlen, "%srank %d: %s", mlen ? "; " : "", q, d.msg);
+			mlen += (size_t)snprintf(msg + mlen, sizeof(msg) - mlen, "%srank %d on host '%s': %s",
+						 mlen ? "; " : "", q, host, d.msg);
+		if (!d.rc && per && per[q].bytes > per[q].heard) {
+			pthread_mutex_lock(&p->mu);
+			p->heard_bytes += per[q].bytes - per[q].heard;
+			pthread_mutex_unlock(&p->mu);
+			per[q].heard = per[q].bytes;
+		}
 		p->uploaded += d.uploaded;
 		p->bytes_up += d.bytes;
 		set_progress(p, "waiting for ranks", per ? per[0].n : 0, per ? per[0].n : 0, q + 1);
@@ -422,17 +668,22 @@ out:
 	return rc;
 }
 
-/* Another rank's thread: its plan, its uploads, exactly one report. */
+/* Another rank's thread: its plan, its uploads with progress, exactly one report. */
 static int push_rank(ckpt_persist *p)
 {
 	void *buf = NULL;
 	size_t len = 0;
 	done_msg d;
 	memset(&d, 0, sizeof(d));
+	d.kind = REPORT_DONE;
 	d.id = p->id;
+	beat b;
+	beat_start(&b, p);
 	int rc = qe_comm_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_PLAN, &buf, &len);
-	if (rc)
+	if (rc) {
+		beat_stop(&b);
 		return qe_fail_ctx(rc, "persist: waiting for rank 0's plan");
+	}
 	plan_head h;
 	if (len < sizeof(h)) {
 		free(buf);
@@ -457,7 +708,8 @@ static int push_rank(ckpt_persist *p)
 	snprintf(d.msg, sizeof(d.msg), "%s", rc ? qe_last_error() : "");
 	p->uploaded = d.uploaded;
 	p->bytes_up = d.bytes;
-	int src = qe_comm_svc_send(p->comm, 0, CKPT_SVC_PERSIST_DONE, &d, sizeof(d));
+	beat_stop(&b);
+	int src = qe_comm_svc_send(p->comm, 0, CKPT_SVC_PERSIST_REPORT, &d, sizeof(d));
 	if (rc)
 		return qe_fail(rc, "%s", d.msg);
 	return src;
@@ -588,14 +840,19 @@ int64_t ckpt_persist_due(ckpt_persist *p)
 	return w.id ? w.step : -1;
 }
 
+static void bind_rank(ckpt_persist *p, qe_rank *r)
+{
+	p->rank = qe_rank_index(r);
+	p->comm = qe_rank_comm(r);
+	p->world = p->comm ? qe_comm_world_size(p->comm) : 1;
+}
+
 /* final: the end of training, where a push that just failed is not followed by another. */
 static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 {
 	memset(ev, 0, sizeof(*ev));
 	ev->step = ev->done_step = -1;
-	p->rank = qe_rank_index(r);
-	p->comm = qe_rank_comm(r);
-	p->world = p->comm ? qe_comm_world_size(p->comm) : 1;
+	bind_rank(p, r);
 	point_word w;
 	memset(&w, 0, sizeof(w));
 	if (p->rank == 0) {
@@ -629,11 +886,12 @@ static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 	p->rc = 0;
 	p->msg[0] = p->done_url[0] = 0;
 	p->chunks = p->uploaded = p->bytes_up = 0;
+	p->own_bytes = p->own_chunks = p->heard_bytes = 0;
 	p->remote_dropped = 0;
 	memset(&p->prog, 0, sizeof(p->prog));
 	p->prog.step = w.step;
 	p->prog.ranks_total = p->world;
-	p->t0 = ckpt__now_ms();
+	p->t0 = p->last_log = ckpt__now_ms();
 	int rc = pthread_create(&p->th, NULL, bg_main, p);
 	if (rc) {
 		/* A thread that never started never answers: rank 0's wait (or this rank's, for the plan) ends
@@ -654,9 +912,54 @@ int ckpt_persist_point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev)
 	return point(p, r, ev ? ev : &dummy, 0);
 }
 
-/* Wait for the push in flight, telling cb about once a second (rank 0). */
-static void wait_push(ckpt_persist *p, ckpt_persist_progress_cb cb, void *ctx)
+/* Rank 0 in the final wait: tell every other rank that its push still runs (finished = 0) or is over. */
+static int tell_ranks(ckpt_persist *p, int finished)
 {
+	wait_msg m = { .finished = finished, .step = p->step };
+	for (int q = 1; q < p->world; q++) {
+		int rc = qe_comm_svc_send(p->comm, q, CKPT_SVC_PERSIST_WAIT, &m, sizeof(m));
+		if (rc)
+			return qe_fail_ctx(rc, "persist: the final wait for the push of step %lld", (long long)p->step);
+	}
+	return QE_OK;
+}
+
+/* Another rank in the final wait: rank 0's word until its push is over, each word proof that it lives. */
+static int hear_rank0(ckpt_persist *p)
+{
+	for (;;) {
+		void *buf = NULL;
+		size_t len = 0;
+		wait_msg m;
+		int rc = qe_comm_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_WAIT, &buf, &len);
+		if (rc)
+			return qe_fail_ctx(rc, "persist: the final wait for rank 0's push");
+		if (len != sizeof(m)) {
+			free(buf);
+			return qe_fail(QE_ECOMM, "persist: the final wait: rank 0 sent %zu bytes, expected %zu", len,
+				       sizeof(m));
+		}
+		memcpy(&m, buf, sizeof(m));
+		free(buf);
+		if (m.step != p->step)
+			return qe_fail(QE_ECOMM,
+				       "persist: the final wait: rank 0 waits for the push of step %lld, this rank for %lld",
+				       (long long)m.step, (long long)p->step);
+		if (m.finished)
+			return QE_OK;
+	}
+}
+
+/*
+ * The final wait for the push in flight: rank 0 tells cb about once a
+ * second, and every other rank - which waits for it in the next point -
+ * every beat_ms that it still waits; this rank's own thread needs no word.
+ */
+static int wait_push(ckpt_persist *p, ckpt_persist_progress_cb cb, void *ctx)
+{
+	int tell = p->rank == 0 && p->world > 1;
+	int ms = tell ? beat_ms(p) : 0;
+	double told = ckpt__now_ms();
 	for (int i = 0; p->running && ckpt_persist_busy(p); i++) {
 		if (cb && p->rank == 0 && i % 20 == 0 && i) {
 			ckpt_persist_progress pr;
@@ -667,17 +970,29 @@ static void wait_push(ckpt_persist *p, ckpt_persist_progress_cb cb, void *ctx)
 				pr.phase = "starting";
 			cb(ctx, &pr);
 		}
+		if (tell && ckpt__now_ms() - told >= ms) {
+			int rc = tell_ranks(p, 0);
+			if (rc)
+				return rc;
+			told = ckpt__now_ms();
+		}
 		usleep(50000);
 	}
+	if (p->world == 1)
+		return QE_OK;
+	return p->rank == 0 ? tell_ranks(p, 1) : hear_rank0(p);
 }
 
 int ckpt_persist_finish(ckpt_persist *p, qe_rank *r, ckpt_persist_progress_cb cb, void *ctx,
 			ckpt_persist_event_cb on_event, void *ev_ctx)
 {
+	bind_rank(p, r);
 	for (;;) {
 		ckpt_persist_event ev;
-		wait_push(p, cb, ctx);
-		int rc = point(p, r, &ev, 1);
+		int rc = wait_push(p, cb, ctx);
+		if (rc)
+			return rc;
+		rc = point(p, r, &ev, 1);
 		if (rc)
 			return rc;
 		if (on_event)

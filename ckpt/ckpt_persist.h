@@ -22,10 +22,13 @@
  *    and sends every rank the chunks its store holds (the rows name the
  *    store, the stores table names its rank; service lane tag
  *    CKPT_SVC_PERSIST_PLAN), uploads its own, then waits for every rank's
- *    report (CKPT_SVC_PERSIST_DONE);
+ *    report (CKPT_SVC_PERSIST_REPORT);
  *  - every other rank's thread uploads the chunks of its plan from its own
  *    store (HEAD first: a chunk already there is not sent again; every read
  *    re-hashed by the store) and reports, success or not, exactly once;
+ *    until then it sends rank 0 its progress (bytes done) on the same tag at
+ *    least every QE_COMM_TIMEOUT_MS / 4, so that rank 0's wait is bounded
+ *    by a rank's silence, not by the length of its uploads;
  *  - when every rank reported success, rank 0 writes the manifest (the
  *    remote commit), records the copy in the catalog, and applies the remote
  *    retention (ckpt_remote_gc with keep_last = keep: manifests first, then
@@ -39,9 +42,23 @@
  * the uploads and the manifest are in the threads, on the comm's service
  * lane and on one S3 handle per thread.
  *
- * Test hook: QE_CKPT_PERSIST_PAUSE=STEP:FILE makes rank 0's push thread,
- * before it writes the manifest of STEP, create FILE and wait (up to 300 s)
- * until FILE is removed - a test sees training go on while the push is held.
+ * The wait at the end of training (ckpt_persist_finish) is bounded the same
+ * way: while rank 0 waits for its thread it tells every other rank, at
+ * least every QE_COMM_TIMEOUT_MS / 4, that the push still runs
+ * (CKPT_SVC_PERSIST_WAIT), then that it is over.  A rank that dies closes
+ * its connections and fails the others at once; one that hangs, or whose
+ * host is lost, is silent and fails them after QE_COMM_TIMEOUT_MS (rank 0
+ * hears the others only after its own uploads: a silent rank is noticed
+ * then).  Rank 0 logs the push's progress (bytes of all ranks) every 30 s.
+ *
+ * Test hooks:
+ *  - QE_CKPT_PERSIST_PAUSE=STEP:FILE makes rank 0's push thread, before it
+ *    writes the manifest of STEP, create FILE and wait (up to 300 s) until
+ *    FILE is removed - a test sees training go on while the push is held.
+ *  - QE_CKPT_PERSIST_SLOW_MS=N[:RANK] makes the push thread of every rank
+ *    (of global rank RANK only, when given) sleep N ms (0..600000) before
+ *    each chunk it uploads, so that a test's push lasts as long as it needs
+ *    (longer than QE_COMM_TIMEOUT_MS) on a fast S3, on the rank it chooses.
  *
  * Nothing here exits or prints except through qe_log.  A handle belongs to
  * one rank process and its training thread.
@@ -85,6 +102,8 @@ typedef struct ckpt_persist_progress {
 	int64_t step;
 	uint64_t chunks_total;     /* rank 0's own chunks to upload */
 	uint64_t chunks_done;
+	uint64_t bytes_total;      /* every rank's chunks (0 until planned) */
+	uint64_t bytes_done;       /* of those, uploaded or found there: rank 0's, and the others' as they said */
 	int ranks_done;            /* reports heard, of ranks_total */
 	int ranks_total;
 	const char *phase;         /* "planning", "uploading", "waiting for ranks", "manifest", "retention" */

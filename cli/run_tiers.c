@@ -197,9 +197,10 @@ static void progress(void *ctx, const ckpt_persist_progress *p)
 	cli_run_tiers *t = ctx;
 	if (t->quiet)
 		return;
-	printf("waiting for the background push of checkpoint step %lld to %s: %s, %llu of %llu chunks of rank 0 "
-	       "uploaded, %d of %d ranks done\n",
-	       (long long)p->step, t->cfg.remote, p->phase, (unsigned long long)p->chunks_done,
+	printf("waiting for the background push of checkpoint step %lld to %s: %s, %llu of %llu bytes done, %llu of "
+	       "%llu chunks of rank 0 uploaded, %d of %d ranks done\n",
+	       (long long)p->step, t->cfg.remote, p->phase, (unsigned long long)p->bytes_done,
+	       (unsigned long long)p->bytes_total, (unsigned long long)p->chunks_done,
 	       (unsigned long long)p->chunks_total, p->ranks_done, p->ranks_total);
 	fflush(stdout);
 }
