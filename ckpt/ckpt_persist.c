@@ -330,9 +330,7 @@ static int upload(ckpt_persist *p, store_remote *rem, const unsigned char *chunk
 	int slow = slow_ms(p->rank);
 	for (uint64_t i = 0; i < n && !rc; i++) {
 		const unsigned char *c = chunks + 24 * i;
-		uint64_t size = 0;
-		for (int b = 0; b < 8; b++)
-			size |= (uint64_t)c[16 + b] << (8 * b);
+		uint64_t size = ckpt__get64(c + 16);
 		/* a failed comm fails the push anyway: stop uploading instead of finishing for nothing */
 		if (p->comm && qe_comm_failed(p->comm)) {
 			char why[768];
@@ -396,8 +394,7 @@ static int rank_chunks_add(rank_chunks *rc, const cat_chunk *c)
 	}
 	unsigned char *e = rc->v + 24 * rc->n++;
 	memcpy(e, c->hash, 16);
-	for (int b = 0; b < 8; b++)
-		e[16 + b] = (unsigned char)(c->size >> (8 * b));
+	ckpt__put64(e + 16, c->size);
 	return QE_OK;
 }
 
@@ -435,8 +432,7 @@ static int plan_ranks(ckpt_persist *p, const cat_tensor_rows *tensors, const cat
 	for (int q = 0; q < p->world; q++) {
 		rank_chunks_unique(&per[q]);
 		for (uint64_t i = 0; i < per[q].n; i++)
-			for (int b = 0; b < 8; b++)
-				per[q].bytes += (uint64_t)per[q].v[24 * i + 16 + b] << (8 * b);
+			per[q].bytes += ckpt__get64(per[q].v + 24 * i + 16);
 	}
 	return QE_OK;
 }
