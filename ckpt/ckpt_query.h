@@ -184,7 +184,7 @@ typedef struct ckpt_verify_report {
 	uint64_t checkpoints;       /* committed checkpoints checked */
 	uint64_t skipped;           /* pending or aborted checkpoints not checked */
 	uint64_t memory_unchecked;  /* memory-tier copies not checked: no memory folder named here
-	                             * (QE_CKPT_MEMORY_DIR, --ckpt-memory) */
+	                             * (--ckpt-memory, QE_CKPT_MEMORY_DIR) */
 	uint64_t tensors;           /* tensor rows checked */
 	uint64_t chunk_refs;        /* chunk references checked (a shared chunk counts per reference) */
 	uint64_t chunks;            /* distinct chunks re-hashed */

@@ -133,7 +133,7 @@ static void print_report(const char *dir, const char *run_id, const ckpt_verify_
 	       (unsigned long long)v->chunk_refs, (unsigned long long)v->ref_bytes, (unsigned long long)v->chunks,
 	       (unsigned long long)v->bytes);
 	if (v->memory_unchecked)
-		printf("%llu memory-tier copies not checked: name the memory folder with QE_CKPT_MEMORY_DIR to check them\n",
+		printf("%llu memory-tier copies not checked: name the memory folder with --ckpt-memory DIR to check them\n",
 		       (unsigned long long)v->memory_unchecked);
 	printf("store%s: %llu chunks, %llu orphans (%llu bytes; information only, gc collects them)\n", job ? "s" : "",
 	       (unsigned long long)v->store_chunks, (unsigned long long)v->orphans, (unsigned long long)v->orphan_bytes);

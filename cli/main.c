@@ -41,7 +41,10 @@ static void usage(FILE *f)
 		   "  --local-dir DIR        the stores go to DIR/stores/rank-R on each host (node-local disk),\n"
 		   "                         not RUN/stores (QE_LOCAL_DIR)\n"
 		   "  --allow-network-fs     open stores and catalogs on a network filesystem anyway\n"
-		   "                         (QE_ALLOW_NETWORK_FS=1; LMDB and SQLite need node-local storage)\n");
+		   "                         (QE_ALLOW_NETWORK_FS=1; LMDB and SQLite need node-local storage)\n"
+		   "  --ckpt-memory DIR      the memory tier's folder on each host (tmpfs; QE_CKPT_MEMORY_DIR):\n"
+		   "                         train and resume keep and read replica copies there, the other\n"
+		   "                         commands read the stores there too\n");
 	fprintf(f, "\nRun 'qeffect COMMAND --help' for a command's flags.\n");
 }
 
@@ -110,6 +113,9 @@ const char *cli_shared_dir(void)
  */
 static int take_storage_flags(int *argc, char **argv)
 {
+	static const struct {
+		const char *flag, *env;
+	} folders[] = { { "--local-dir", "QE_LOCAL_DIR" }, { "--ckpt-memory", "QE_CKPT_MEMORY_DIR" } };
 	int out = 1;
 	for (int i = 1; i < *argc; i++) {
 		const char *a = argv[i];
@@ -117,25 +123,30 @@ static int take_storage_flags(int *argc, char **argv)
 			setenv("QE_ALLOW_NETWORK_FS", "1", 1);
 			continue;
 		}
-		const char *v = NULL;
-		if (strcmp(a, "--local-dir") == 0) {
-			if (i + 1 >= *argc) {
-				fprintf(stderr, "qeffect: --local-dir needs a folder\n");
-				return 2;
+		int taken = 0;
+		for (size_t k = 0; k < sizeof(folders) / sizeof(folders[0]) && !taken; k++) {
+			size_t n = strlen(folders[k].flag);
+			const char *v = NULL;
+			if (strcmp(a, folders[k].flag) == 0) {
+				if (i + 1 >= *argc) {
+					fprintf(stderr, "qeffect: %s needs a folder\n", folders[k].flag);
+					return 2;
+				}
+				v = argv[++i];
+			} else if (strncmp(a, folders[k].flag, n) == 0 && a[n] == '=') {
+				v = a + n + 1;
 			}
-			v = argv[++i];
-		} else if (strncmp(a, "--local-dir=", 12) == 0) {
-			v = a + 12;
-		}
-		if (v) {
+			if (!v)
+				continue;
 			if (!v[0]) {
-				fprintf(stderr, "qeffect: --local-dir needs a folder, got ''\n");
+				fprintf(stderr, "qeffect: %s needs a folder, got ''\n", folders[k].flag);
 				return 2;
 			}
-			setenv("QE_LOCAL_DIR", v, 1);
-			continue;
+			setenv(folders[k].env, v, 1);
+			taken = 1;
 		}
-		argv[out++] = argv[i];
+		if (!taken)
+			argv[out++] = argv[i];
 	}
 	argv[out] = NULL;
 	*argc = out;

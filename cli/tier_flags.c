@@ -91,7 +91,6 @@ static const struct {
 	{ "--ckpt-persist-keep", "QE_CKPT_PERSIST_KEEP", 1, 1000000, 0, 0 },
 	{ "--remote", "QE_CKPT_REMOTE", 0, 0, 1, 1 },
 	{ "--endpoint", "QE_CKPT_REMOTE_ENDPOINT", 0, 0, 1, 1 },
-	{ "--ckpt-memory", "QE_CKPT_MEMORY_DIR", 0, 0, 1, 0 },
 };
 
 int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)

@@ -29,8 +29,9 @@ void cli_tier_remote_help(FILE *f);
  * (QE_CKPT_PERSIST_EVERY), --ckpt-persist-keep N2 (QE_CKPT_PERSIST_KEEP), and
  * for train --remote URL (QE_CKPT_REMOTE) and --endpoint URL
  * (QE_CKPT_REMOTE_ENDPOINT); resume takes those two in resume_remote.c,
- * which sets the same variables.  --ckpt-memory DIR (QE_CKPT_MEMORY_DIR)
- * names the memory tier's folder (ckpt/ckpt_memtier.c) for both.
+ * which sets the same variables.  --ckpt-memory DIR (QE_CKPT_MEMORY_DIR,
+ * the memory tier's folder, ckpt/ckpt_memtier.c) is a storage flag every
+ * command takes (cli/main.c); it is checked here for train and resume.
  */
 typedef struct cli_tiers {
 	int keep;               /* 0: keep every local checkpoint */

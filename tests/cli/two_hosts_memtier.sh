@@ -60,7 +60,7 @@ echo "refused: no replicas, a folder on disk, and hostB's folder on its disk (na
 memory_chunks() {
   local root=$1 src=$2 run=$3 gens=$4
   rm -rf "$T/catonly"; mkdir -p "$T/catonly"; cp "$run/catalog.db" "$T/catonly/"
-  QE_CKPT_MEMORY_DIR="$root" "$Q" verify --run-dir "$T/catonly" --json >"$T/memverify.json" 2>/dev/null
+  "$Q" verify --run-dir "$T/catonly" --ckpt-memory "$root" --json >"$T/memverify.json" 2>/dev/null
   python3 - "$T/memverify.json" "$run/catalog.db" "$src" "$gens" <<'EOF'
 import json, sqlite3, sys
 held = json.load(open(sys.argv[1]))["store_chunks"]
