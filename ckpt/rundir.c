@@ -560,20 +560,28 @@ static const char *network_fs_name(long type)
 	}
 }
 
-int ckpt_memory_fs_check(const char *dir)
+/* statfs of path, or of its nearest existing parent (the filesystem a new file there will be on). */
+static int statfs_nearest(const char *path, struct statfs *sf)
 {
 	char p[CKPT_PATH_MAX];
-	snprintf(p, sizeof(p), "%s", dir);
-	struct statfs sf;
-	while (statfs(p, &sf)) {
+	snprintf(p, sizeof(p), "%s", path);
+	while (statfs(p, sf)) {
 		char *slash = strrchr(p, '/');
 		if (errno != ENOENT || !slash)
-			return qe_fail(QE_EINVAL, "the memory tier's folder '%s' cannot be examined: %s", dir, strerror(errno));
+			return -1;
 		if (slash == p)
 			slash[1] = 0;
 		else
 			*slash = 0;
 	}
+	return 0;
+}
+
+int ckpt_memory_fs_check(const char *dir)
+{
+	struct statfs sf;
+	if (statfs_nearest(dir, &sf))
+		return qe_fail(QE_EINVAL, "the memory tier's folder '%s' cannot be examined: %s", dir, strerror(errno));
 	unsigned long t = (unsigned long)sf.f_type;
 	if (t == 0x01021994ul /* tmpfs */ || t == 0x858458f6ul /* ramfs */)
 		return QE_OK;
@@ -595,19 +603,9 @@ int ckpt_fs_check(const char *path, const char *what)
 	const char *allow = getenv("QE_ALLOW_NETWORK_FS");
 	if (allow && strcmp(allow, "1") == 0)
 		return QE_OK;
-	char p[CKPT_PATH_MAX];
-	snprintf(p, sizeof(p), "%s", path);
 	struct statfs sf;
-	/* The nearest existing folder tells where the file will be. */
-	while (statfs(p, &sf)) {
-		char *slash = strrchr(p, '/');
-		if (errno != ENOENT || !slash)
-			return QE_OK; /* nothing to judge by; opening will say what is wrong */
-		if (slash == p)
-			slash[1] = 0;
-		else
-			*slash = 0;
-	}
+	if (statfs_nearest(path, &sf))
+		return QE_OK; /* nothing to judge by; opening will say what is wrong */
 	const char *fs = network_fs_name((long)sf.f_type);
 	if (fs)
 		return qe_fail(QE_EUNSUPPORTED,
