@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
@@ -280,17 +281,117 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 	return rc ? rc : prc;
 }
 
+/*
+ * The load of host items (every item on the cpu backend) is a memcpy from
+ * staging; one thread copies at a few GB/s, which at a rank's whole state is
+ * a tenth of the cold read.  So they are copied in pieces by up to
+ * QE_CKPT_LOAD_THREADS threads (default 4, at most the online cpus), the
+ * calling thread among them.  Device items keep their copy on the calling
+ * thread (the backend's stream and fault hook).
+ */
+#define LOAD_PIECE ((size_t)16 << 20)
+#define LOAD_THREADS_MAX 16
+
+typedef struct load_piece {
+	int item;
+	size_t off, len;
+} load_piece;
+
+typedef struct host_load {
+	qe_rank *r;
+	const qe_pstate_item *items;
+	const staging *g;
+	load_piece *pc;
+	int npc, next, rc, bad; /* bad: the item of the first failed piece */
+	pthread_mutex_t mu;
+} host_load;
+
+static void *host_load_worker(void *arg)
+{
+	host_load *h = arg;
+	for (;;) {
+		pthread_mutex_lock(&h->mu);
+		int k = h->rc ? h->npc : h->next++;
+		pthread_mutex_unlock(&h->mu);
+		if (k >= h->npc)
+			return NULL;
+		const load_piece *p = &h->pc[k];
+		const qe_pstate_item *it = &h->items[p->item];
+		int rc = qe_pstate_write_at(h->r, it, p->off, p->len, (const unsigned char *)h->g->buf[p->item] + p->off);
+		if (rc) {
+			pthread_mutex_lock(&h->mu);
+			if (!h->rc) {
+				h->rc = rc;
+				h->bad = p->item;
+			}
+			pthread_mutex_unlock(&h->mu);
+		}
+	}
+}
+
+static int load_threads(int npc)
+{
+	int t = 4;
+	const char *e = getenv("QE_CKPT_LOAD_THREADS");
+	if (e && *e)
+		t = atoi(e);
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	if (cpus > 0 && t > cpus)
+		t = (int)cpus;
+	if (t > LOAD_THREADS_MAX)
+		t = LOAD_THREADS_MAX;
+	if (t > npc)
+		t = npc;
+	return t < 1 ? 1 : t;
+}
+
+static int load_host_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g)
+{
+	int npc = 0;
+	for (int i = 0; i < n; i++)
+		if (items[i].bytes && !items[i].on_device && !g->on_dev[i])
+			npc += (int)((items[i].bytes + LOAD_PIECE - 1) / LOAD_PIECE);
+	if (!npc)
+		return QE_OK;
+	host_load h = { .r = r, .items = items, .g = g, .pc = malloc((size_t)npc * sizeof(load_piece)) };
+	if (!h.pc)
+		return qe_fail(QE_ENOMEM, "restore: out of memory planning the load of %d pieces", npc);
+	for (int i = 0; i < n; i++) {
+		if (!items[i].bytes || items[i].on_device || g->on_dev[i])
+			continue;
+		for (size_t off = 0; off < items[i].bytes; off += LOAD_PIECE) {
+			size_t len = items[i].bytes - off < LOAD_PIECE ? items[i].bytes - off : LOAD_PIECE;
+			h.pc[h.npc++] = (load_piece){ .item = i, .off = off, .len = len };
+		}
+	}
+	pthread_mutex_init(&h.mu, NULL);
+	pthread_t tid[LOAD_THREADS_MAX];
+	int nt = 0, want = load_threads(npc);
+	while (nt < want - 1 && !pthread_create(&tid[nt], NULL, host_load_worker, &h))
+		nt++; /* a thread that cannot start leaves its share to the others */
+	host_load_worker(&h);
+	for (int t = 0; t < nt; t++)
+		pthread_join(tid[t], NULL);
+	pthread_mutex_destroy(&h.mu);
+	int rc = h.rc;
+	free(h.pc);
+
+	if (rc)
+		return qe_fail_ctx(rc, "restore: rank %d loading '%s' of stage %d", qe_rank_index(r), items[h.bad].name,
+				   items[h.bad].stage);
+	return QE_OK;
+}
+
 /* Everyone agreed: copy the staged rows into the rank's state. */
 int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g)
 {
 	for (int i = 0; i < n; i++) {
 		const qe_pstate_item *it = &items[i];
-		if (!it->bytes)
-			continue;
+		if (!it->bytes || (!it->on_device && !g->on_dev[i]))
+			continue; /* host items: load_host_items below */
 		int rc = g->on_dev[i] ? qe_pstate_stage_load(r, it, g->buf[i]) : qe_pstate_write(r, it, g->buf[i]);
 		if (rc)
 			return qe_fail_ctx(rc, "restore: copying '%s' of stage %d to the device", it->name, it->stage);
 	}
-	return QE_OK;
+	return load_host_items(r, items, n, g);
 }
-

@@ -8,9 +8,9 @@
 #    from the peer's replica after host B is lost (its folder deleted), and from S3 (push to
 #    a local s3rver, both hosts' folders deleted, resume --remote: the pull's wall time plus
 #    the restore);
-#  - with the memory tier (--ckpt-memory, each host's memory a folder of /dev/shm bound at one
-#    path): the sync stall with R=1 and memory, what each host's memory holds, and the restore
-#    with both hosts' disk stores deleted, from memory alone.
+#  - with the memory tier (--ckpt-memory, each host's memory a folder of /dev/shm, or of the
+#    tmpfs MEM_PARENT, bound at one path): the sync stall with R=1 and memory, what each host's
+#    memory holds, and the restore with both hosts' disk stores deleted, from memory alone.
 # usage: bench/ckpt/replicas.sh QEFFECT [STEPS]   (needs root for unshare, node for s3rver)
 # Environment: PRESET (small), BACKEND (cpu; cuda puts both ranks on the machine's GPUs, modulo
 # their count, talking over host memory), MICRO (4), CKPT_EVERY (2), EXTRA (more train flags),
@@ -73,7 +73,7 @@ if has peer; then
 fi
 
 if has mem; then
-  MR=$(mktemp -d /dev/shm/qe-replicas-bench.XXXXXX)
+  MR=$(mktemp -d "${MEM_PARENT:-/dev/shm}/qe-replicas-bench.XXXXXX")
   mem_done() { rm -rf "$MR"; unset HOST_MEM_ROOT HOST_MEM_PATH; }
   export HOST_MEM_ROOT=$MR HOST_MEM_PATH="$T/memory"
   job mt "hostA:$T/am hostB:$T/bm" train $C --steps "$STEPS" --ckpt-every "$CKPT_EVERY" --ckpt-replicas 1 \

@@ -3,7 +3,8 @@
  * placement as the number of microbatches grows.  What grows with M (graphs,
  * arena capacity, peak allocation, peak live tapes, delayed dW, capture
  * time) beside what it buys (tokens per second).  One fresh set of processes
- * per run (bench_train.c), --pp 2, two chunks per rank.
+ * per run (bench_train.c), --pp 2 by default (--pp 1 for the one-GPU
+ * arena comparison), two chunks per rank; --arena picks the gradient arena.
  */
 #include <getopt.h>
 #include <math.h>
@@ -19,15 +20,15 @@
 #define MAX_M 16
 #define MAX_TRIALS 8
 
-static const char *const zbv_flags[] = { "--schedule", "zbv", "--backward", "split", "--exec", "graph",
-					 "--grad",     "direct", NULL };
+#define ZBV_FLAGS "--schedule", "zbv", "--backward", "split", "--exec", "graph", "--grad", "direct"
 
 static void help(FILE *f)
 {
 	fprintf(f,
 		"usage: qeffect bench scale [--backend cpu|cuda] [--preset h4096] [--micro 2,4,8,16] [--steps 12]\n"
-		"                           [--warmup 3] [--trials 1] [--out DIR] [--json]\n\n"
-		"Captured ZB-V with direct placement (--schedule zbv --exec graph --grad direct), --pp 2, two\n"
+		"                           [--pp 2] [--arena accumulate|per-mb] [--warmup 3] [--trials 1]\n"
+		"                           [--out DIR] [--json]\n\n"
+		"Captured ZB-V with direct placement (--schedule zbv --exec graph --grad direct), --pp P, two\n"
 		"chunks per rank, for each M: the slowest rank's step time (median over steps warmup+1..N of the\n"
 		"per-step maximum over ranks; median over trials), tokens/s (M x sequence length per step),\n"
 		"graphs, arena capacity, peak allocation (bytes through ops->alloc; and the memory probe: cuda\n"
@@ -37,6 +38,9 @@ static void help(FILE *f)
 		"  --backend cpu|cuda   (default cpu)\n"
 		"  --preset NAME        (default h4096)\n"
 		"  --micro LIST         microbatch counts (default 2,4,8,16)\n"
+		"  --pp P               pipeline ranks, 1..8 (default 2)\n"
+		"  --arena KIND         gradient arena: accumulate (one view per parameter) or per-mb (one per\n"
+		"                       parameter and microbatch); default: train's\n"
 		"  --steps N            steps per run (default 12)\n"
 		"  --warmup N           leading steps left out of the step time (default 3, at least 2)\n"
 		"  --trials N           runs per M (default 1)\n"
@@ -99,8 +103,8 @@ static json_t *row_json(const row *w, int seq)
 	return o;
 }
 
-static json_t *report(const char *backend, const char *preset, int seq, int steps, int warmup, row *rows, int nr,
-		      int truncated, const char *why)
+static json_t *report(const char *backend, const char *preset, int pp, const char *arena, int seq, int steps,
+		      int warmup, row *rows, int nr, int truncated, const char *why)
 {
 	json_t *arr = json_array(), *runs = json_array();
 	for (int i = 0; i < nr; i++) {
@@ -114,23 +118,27 @@ static json_t *report(const char *backend, const char *preset, int seq, int step
 			json_array_append_new(runs, r);
 		}
 	}
-	return json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:b,s:s,s:o,s:o}", "bench", "scale", "backend", backend, "preset",
-			 preset, "config", "zbv --exec graph --grad direct, --pp 2, two chunks per rank", "seq", seq,
-			 "steps", steps, "warmup", warmup, "pp", 2, "truncated", truncated, "truncated_why", why, "rows", arr,
-			 "runs", runs);
+	char config[160];
+	snprintf(config, sizeof(config), "zbv --exec graph --grad direct, --pp %d, two chunks per rank, arena %s", pp,
+		 arena ? arena : "train's default");
+	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:i,s:i,s:i,s:b,s:s,s:o,s:o}", "bench", "scale", "backend", backend,
+			 "preset", preset, "config", config, "arena", arena ? arena : "default", "seq", seq, "steps", steps,
+			 "warmup", warmup, "pp", pp, "truncated", truncated, "truncated_why", why, "rows", arr, "runs",
+			 runs);
 }
 
 int bench_scale_main(int argc, char **argv)
 {
 	const char *backend = "cpu", *preset = "h4096", *micro = "2,4,8,16", *data = NULL, *out = "bench-out";
-	long steps = 12, warmup = 3, trials = 1;
+	const char *arena = NULL;
+	long steps = 12, warmup = 3, trials = 1, pp = 2;
 	double budget_s = 0, timeout_s = 600;
 	int json = 0;
 	static const struct option opts[] = {
 		{ "backend", 1, 0, 'b' }, { "preset", 1, 0, 'p' },   { "micro", 1, 0, 'm' },	 { "steps", 1, 0, 's' },
 		{ "warmup", 1, 0, 'w' },  { "trials", 1, 0, 't' },   { "data", 1, 0, 'd' },	 { "budget-s", 1, 0, 'B' },
 		{ "timeout-s", 1, 0, 'T' }, { "out", 1, 0, 'o' },    { "json", 0, 0, 'j' },	 { "help", 0, 0, 'h' },
-		{ 0, 0, 0, 0 }
+		{ "pp", 1, 0, 'P' },	    { "arena", 1, 0, 'A' },  { 0, 0, 0, 0 }
 	};
 	int c;
 	optind = 1;
@@ -148,6 +156,14 @@ int bench_scale_main(int argc, char **argv)
 		case 'd': data = optarg; continue;
 		case 'o': out = optarg; continue;
 		case 'j': json = 1; continue;
+		case 'A':
+			if (strcmp(optarg, "accumulate") && strcmp(optarg, "per-mb")) {
+				fprintf(stderr, "qeffect bench scale: --arena takes accumulate or per-mb, not '%s'\n", optarg);
+				return 2;
+			}
+			arena = optarg;
+			continue;
+		case 'P': lv = &pp, flag = "--pp"; break;
 		case 'B':
 			if (cli_parse_double("bench scale", "--budget-s", optarg, &budget_s))
 				return 2;
@@ -170,10 +186,12 @@ int bench_scale_main(int argc, char **argv)
 		fprintf(stderr, "qeffect bench scale: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	if (warmup < 2 || steps <= warmup || steps > 100000 || trials < 1 || trials > MAX_TRIALS) {
-		fprintf(stderr, "qeffect bench scale: need --warmup >= 2, --steps > --warmup, --trials 1..%d\n", MAX_TRIALS);
+	if (warmup < 2 || steps <= warmup || steps > 100000 || trials < 1 || trials > MAX_TRIALS || pp < 1 || pp > 8) {
+		fprintf(stderr, "qeffect bench scale: need --warmup >= 2, --steps > --warmup, --trials 1..%d, --pp 1..8\n",
+			MAX_TRIALS);
 		return 2;
 	}
+	const char *flags[] = { ZBV_FLAGS, arena ? "--arena" : NULL, arena, NULL };
 	qe_model_config mc;
 	if (qe_model_preset(preset, &mc)) {
 		fprintf(stderr, "qeffect bench scale: %s\n", qe_last_error());
@@ -224,8 +242,8 @@ int bench_scale_main(int argc, char **argv)
 				break;
 			}
 			snprintf(path, sizeof(path), "%s/scale-%s-M%d-%d.log", logs, preset, rows[i].M, t + 1);
-			bench_train_spec spec = { exe, backend, preset, data, 2, rows[i].M, (int)steps, (int)warmup,
-						  zbv_flags, path, timeout_s };
+			bench_train_spec spec = { exe, backend, preset, data, (int)pp, rows[i].M, (int)steps, (int)warmup,
+						  flags, path, timeout_s };
 			bench_train_run *r = &rows[i].runs[rows[i].n++];
 			if (bench_train(&spec, r)) {
 				failed = 1;
@@ -236,13 +254,13 @@ int bench_scale_main(int argc, char **argv)
 					t + 1, trials, r->step_ms, r->graphs_max);
 			}
 			fflush(prog);
-			json_t *doc = report(backend, preset, mc.seq, (int)steps, (int)warmup, rows, nr, 0, "");
+			json_t *doc = report(backend, preset, (int)pp, arena, mc.seq, (int)steps, (int)warmup, rows, nr, 0, "");
 			bench_write_json(jpath, doc);
 			json_decref(doc);
 		}
 	if (truncated)
 		fprintf(stderr, "qeffect bench scale: cut short: %s\n", why);
-	json_t *doc = report(backend, preset, mc.seq, (int)steps, (int)warmup, rows, nr, truncated, why);
+	json_t *doc = report(backend, preset, (int)pp, arena, mc.seq, (int)steps, (int)warmup, rows, nr, truncated, why);
 	int werr = bench_write_json(jpath, doc);
 	if (json) {
 		char *txt = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
@@ -250,7 +268,8 @@ int bench_scale_main(int argc, char **argv)
 		free(txt);
 	} else {
 		char b1[32], b2[32], b3[32];
-		printf("\n%s, zbv captured direct, --pp 2, two chunks per rank, %s backend\n", preset, backend);
+		printf("\n%s, zbv captured direct, --pp %ld, two chunks per rank, arena %s, %s backend\n", preset, pp,
+		       arena ? arena : "train's default", backend);
 		printf("%4s %3s %9s %11s %6s %10s %10s %10s %11s %11s %10s\n", "M", "n", "median ms", "tokens/s", "graphs",
 		       "arena", "peak alloc", "mem peak", "peak tapes", "delayed dW", "capture ms");
 		size_t i;

@@ -128,6 +128,18 @@ int qe_pstate_read_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t l
 	return QE_OK;
 }
 
+int qe_pstate_write_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t len, const void *src)
+{
+	if (off > it->bytes || len > it->bytes - off)
+		return qe_fail(QE_EINVAL, "bytes %zu..%zu of an item of %zu bytes", off, off + len, it->bytes);
+	unsigned char *dst = (unsigned char *)it->data + off;
+	if (it->on_device)
+		return item_copy(r, dst, src, len, QE_COPY_H2D);
+	if (len)
+		memcpy(dst, src, len);
+	return QE_OK;
+}
+
 int qe_pstate_has_device(qe_rank *r)
 {
 	return r->b->ops->device != QE_DEV_CPU;

@@ -78,6 +78,13 @@ int qe_pstate_write(qe_rank *r, const qe_pstate_item *it, const void *src);
  * qe_pstate_read; QE_EINVAL when the range leaves the item.
  */
 int qe_pstate_read_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t len, void *dst);
+/*
+ * len bytes of host memory src into bytes [off, off + len) of an item: a
+ * restore loads a large host item in pieces on several threads.  For a host
+ * item a memcpy, safe to call from several threads on disjoint ranges; for a
+ * device item the copy and fault hook of qe_pstate_write.
+ */
+int qe_pstate_write_at(qe_rank *r, const qe_pstate_item *it, size_t off, size_t len, const void *src);
 
 /*
  * Device staging of a restore: memory like the item's (the rank's device),
