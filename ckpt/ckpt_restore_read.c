@@ -286,8 +286,9 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
  * staging; one thread copies at a few GB/s, which at a rank's whole state is
  * a tenth of the cold read.  So they are copied in pieces by up to
  * QE_CKPT_LOAD_THREADS threads (default 4, at most the online cpus), the
- * calling thread among them.  Device items keep their copy on the calling
- * thread (the backend's stream and fault hook).
+ * calling thread among them, in pieces of 16 MiB (QE_CKPT_LOAD_PIECE_BYTES,
+ * for tests).  Device items keep their copy on the calling thread (the
+ * backend's stream and fault hook).
  */
 #define LOAD_PIECE ((size_t)16 << 20)
 #define LOAD_THREADS_MAX 16
@@ -345,12 +346,20 @@ static int load_threads(int npc)
 	return t < 1 ? 1 : t;
 }
 
+static size_t load_piece_bytes(void)
+{
+	const char *e = getenv("QE_CKPT_LOAD_PIECE_BYTES");
+	long long v = e && *e ? atoll(e) : 0;
+	return v > 0 ? (size_t)v : LOAD_PIECE;
+}
+
 static int load_host_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g)
 {
+	size_t piece = load_piece_bytes();
 	int npc = 0;
 	for (int i = 0; i < n; i++)
 		if (items[i].bytes && !items[i].on_device && !g->on_dev[i])
-			npc += (int)((items[i].bytes + LOAD_PIECE - 1) / LOAD_PIECE);
+			npc += (int)((items[i].bytes + piece - 1) / piece);
 	if (!npc)
 		return QE_OK;
 	host_load h = { .r = r, .items = items, .g = g, .pc = malloc((size_t)npc * sizeof(load_piece)) };
@@ -359,8 +368,8 @@ static int load_host_items(qe_rank *r, const qe_pstate_item *items, int n, const
 	for (int i = 0; i < n; i++) {
 		if (!items[i].bytes || items[i].on_device || g->on_dev[i])
 			continue;
-		for (size_t off = 0; off < items[i].bytes; off += LOAD_PIECE) {
-			size_t len = items[i].bytes - off < LOAD_PIECE ? items[i].bytes - off : LOAD_PIECE;
+		for (size_t off = 0; off < items[i].bytes; off += piece) {
+			size_t len = items[i].bytes - off < piece ? items[i].bytes - off : piece;
 			h.pc[h.npc++] = (load_piece){ .item = i, .off = off, .len = len };
 		}
 	}

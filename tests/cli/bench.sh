@@ -133,6 +133,20 @@ for r in rows:
     want(r["arena_bytes"] > 0 and r["alloc_peak_bytes"] > r["arena_bytes"] and r["capture_ms"] > 0, "M=%d memory, capture" % M)
 want(rows[1]["arena_bytes"] == rows[0]["arena_bytes"], "arena capacity does not grow with M (accumulating arena)")
 '
+# --pp 1 (one rank, both chunks) and --arena per-mb: the arena now grows with M, by the same
+# bytes per microbatch as one accumulating view set; --arena is recorded; a bad kind is refused.
+"$Q" bench scale --preset tiny --pp 1 --arena per-mb --micro 2,4 --steps 4 --out p1 >p1.out 2>&1 || { cat p1.out; bad "bench scale --pp 1 exited $?"; }
+py p1/scale.json '
+rows = d["rows"]
+want(d["pp"] == 1 and d["arena"] == "per-mb" and "--pp 1" in d["config"], "pp and arena recorded: %s" % d["config"])
+want([r["micro"] for r in rows] == [2, 4] and all(r["trials"] == 1 for r in rows), "two rows at --pp 1")
+want(all(len(r["peak_live_tapes_per_rank"]) == 1 for r in rows), "one rank per row")
+want(rows[1]["arena_bytes"] == 2 * rows[0]["arena_bytes"], "per-mb arena doubles from M=2 to 4: %s" % [r["arena_bytes"] for r in rows])
+'
+"$Q" bench scale --preset tiny --arena sideways --out p2 >p2.out 2>&1
+rc=$?; [ $rc -eq 2 ] && grep -q "accumulate or per-mb" p2.out || bad "bench scale --arena sideways: exit $rc, $(cat p2.out)"
+"$Q" bench scale --preset tiny --pp 9 --out p2 >p2.out 2>&1
+rc=$?; [ $rc -eq 2 ] && grep -q -- "--pp 1..8" p2.out || bad "bench scale --pp 9: exit $rc, $(cat p2.out)"
 
 # 5. failure paths
 "$Q" bench step --presets tiny:4 --configs captured_direct --trials 1 --repl 0 --floor off --data "$W/none.jsonl" --out e >e.out 2>&1
