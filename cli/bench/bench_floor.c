@@ -118,7 +118,7 @@ static int check_model(qe_backend *b, const char *preset, char *msg, size_t len)
 	qe_precision prec = { 1, 0, qe_fp8_recipe_default() };
 	for (int st = 0; st < c.layers; st++) {
 		qe_stage *s = NULL;
-		QE_TRY(qe_stage_create(b, &c, &prec, st, c.layers, 1, 1, &s));
+		QE_TRY(qe_stage_create(b, &c, &prec, st, c.layers, 1, 1, 0, &s));
 		linear lin[QE_LIN_KINDS];
 		int nl = stage_linears(&c, st, c.layers, lin);
 		double want_mat = 0, got_mat = 0;

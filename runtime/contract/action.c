@@ -69,6 +69,26 @@ void qe_stage_contract_restart(qe_stage_contract *sc)
 	qe_weight_cache_init(&sc->cache);
 	sc->in_flight = QE_ACT_NONE;
 	memset(&sc->in_flight_ref, 0, sizeof(sc->in_flight_ref));
+	sc->nm_next = 0;
+}
+
+void qe_stage_contract_accumulate_nonmatrix(qe_stage_contract *sc)
+{
+	sc->nm_accumulate = 1;
+	sc->nm_next = 0;
+}
+
+void qe_stage_contract_step_reset(qe_stage_contract *sc) { sc->nm_next = 0; }
+
+/* dI and B add microbatch m's non-matrix gradients into the stage's sum: ascending order only. */
+static int check_nonmatrix_order(const qe_stage_contract *sc, int m)
+{
+	if (!sc->nm_accumulate || m == sc->nm_next)
+		return QE_OK;
+	return qe_fail(QE_EORDER,
+		       "out-of-order state transition: the non-matrix gradients of mb %d (the next must be mb %d): "
+		       "a stage's dI runs in ascending microbatch order when its gradients accumulate",
+		       m, sc->nm_next);
 }
 
 /* The prefix every action message carries. */
@@ -202,6 +222,8 @@ int qe_action_di_begin(qe_stage_contract *sc, uint64_t token, const qe_tape_ref 
 		return ctx(sc, QE_ACT_DI, m, rc);
 	void *payload = NULL;
 	rc = check_consumed_ref(sc, ref, QE_CONSUMER_DI, &payload);
+	if (!rc)
+		rc = check_nonmatrix_order(sc, m);
 	if (rc)
 		return ctx(sc, QE_ACT_DI, m, rc);
 	start(sc, out, QE_ACT_DI, token, ref, payload);
@@ -253,6 +275,8 @@ int qe_action_b_begin(qe_stage_contract *sc, uint64_t token, const qe_tape_ref *
 		return ctx(sc, QE_ACT_B, m, rc);
 	void *payload = NULL;
 	rc = check_consumed_ref(sc, ref, QE_CONSUMER_FULL, &payload);
+	if (!rc)
+		rc = check_nonmatrix_order(sc, m);
 	if (rc)
 		return ctx(sc, QE_ACT_B, m, rc);
 	rc = check_writes(sc, ref, dests);
@@ -304,6 +328,8 @@ int qe_action_end(qe_stage_contract *sc, const qe_action_ticket *t, uint64_t *ne
 		commit_writes(sc, t->m);
 	if (t->kind != QE_ACT_F)
 		qe_tape_pool_commit(sc->pool, &t->ref, consumer_of(t->kind));
+	if (t->kind == QE_ACT_DI || t->kind == QE_ACT_B)
+		sc->nm_next = t->m + 1;
 	sc->in_flight = QE_ACT_NONE;
 	if (next_token)
 		*next_token = sc->effect.next;

@@ -421,6 +421,8 @@ typedef struct qe_stage_contract {
 	qe_arena *arena;         /* not owned; NULL when the stage has no matrix params */
 	int p_begin, p_end;      /* arena params [p_begin, p_end) belong to this stage */
 	int slot_base, slot_count; /* F(m) takes pool slot slot_base + m % slot_count */
+	int nm_accumulate;       /* the stage sums its non-matrix gradients over microbatches in dI */
+	int nm_next;             /* then: the microbatch whose dI (or B) comes next this step */
 	qe_action_kind in_flight;
 	qe_tape_ref in_flight_ref;
 } qe_stage_contract;
@@ -450,6 +452,15 @@ int qe_stage_contract_init(qe_stage_contract *sc, int32_t s, int M, qe_epoch_sta
 int qe_stage_contract_set_slots(qe_stage_contract *sc, int slot_base, int slot_count);
 /* Process restart: tokens start at 0, the stage's cache is invalid, nothing in flight. */
 void qe_stage_contract_restart(qe_stage_contract *sc);
+/*
+ * The stage accumulates its non-matrix gradients in dI (qe_stage_create's
+ * accumulate_nonmatrix): from now on a dI or B of microbatch m is refused
+ * with QE_EORDER unless m is the next in ascending order this step, so the
+ * sum keeps the per-microbatch order and its bits.  step_reset starts the
+ * next step at microbatch 0 (after the optimizer consumed the sum).
+ */
+void qe_stage_contract_accumulate_nonmatrix(qe_stage_contract *sc);
+void qe_stage_contract_step_reset(qe_stage_contract *sc);
 
 int qe_action_f_begin(qe_stage_contract *sc, uint64_t token, int m, qe_action_ticket *out);
 int qe_action_di_begin(qe_stage_contract *sc, uint64_t token, const qe_tape_ref *ref, qe_action_ticket *out);

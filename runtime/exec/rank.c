@@ -20,7 +20,8 @@ static int setup_chunk(qe_rank *r, int c, qe_arena_param *aparams, char (*names)
 	ch->chunk = c;
 	ch->stage = qe_sched_stage_of(r->sched, r->pr, c);
 	ch->nslots = r->nslots;
-	if ((rc = qe_stage_create(r->b, &r->cfg.model, &r->cfg.prec, ch->stage, r->S, ch->nslots, r->M, &ch->st)))
+	if ((rc = qe_stage_create(r->b, &r->cfg.model, &r->cfg.prec, ch->stage, r->S, ch->nslots, r->M,
+				  r->cfg.arena == QE_ARENA_ACCUMULATE, &ch->st)))
 		return qe_fail_ctx(rc, "rank %d: creating stage %d", r->rank, ch->stage);
 	if ((rc = qe_stage_init_params(ch->st, r->cfg.seed)) || (rc = qe_adamw_create(r->b, ch->st, &ch->opt)))
 		return rc;
@@ -111,6 +112,8 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 						 ch->p_begin + ch->nmat)) ||
 		    (rc = qe_stage_contract_set_slots(&ch->sc, 0, ch->nslots)))
 			goto free_rank;
+		if (qe_stage_nonmatrix_views(ch->st) == 1 && r->M > 1)
+			qe_stage_contract_accumulate_nonmatrix(&ch->sc);
 		ch->views = calloc((size_t)r->M * ch->nmat, sizeof(qe_tensor));
 		ch->scratch = calloc((size_t)ch->nmat, sizeof(qe_tensor));
 		if (!ch->views || !ch->scratch) {

@@ -307,7 +307,7 @@ static int optimizer_commit(qe_rank *r)
 			const qe_param_info *pi = qe_stage_param(ch->st, i);
 			const float *pv[QE_RANK_MAX_MICRO];
 			int64_t n = pi->rows * pi->cols;
-			int npv = pi->is_matrix ? nv : r->M;
+			int npv = pi->is_matrix ? nv : qe_stage_nonmatrix_views(ch->st);
 			for (int m = 0; m < npv; m++)
 				pv[m] = pi->is_matrix ? views[pi->matrix_index * nv + m]
 						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
@@ -324,6 +324,8 @@ static int optimizer_commit(qe_rank *r)
 	r->ctr.arena_writes = as.writes_this_step;
 	qe_epoch_commit_optimizer(&r->ep);
 	qe_arena_step_reset(r->arena);
+	for (int c = 0; c < r->V; c++)
+		qe_stage_contract_step_reset(&r->chunks[c].sc);
 	return QE_OK;
 }
 

@@ -112,11 +112,16 @@ typedef struct qe_stage qe_stage;
 
 /*
  * Create global stage `stage` of `nstages` (cfg->layers / nstages blocks) with
- * nslots tape slots and nmicro non-matrix gradient buffers.  Parameters start zero: call
+ * nslots tape slots, for steps of nmicro microbatches.  The non-matrix
+ * gradients (embeddings, layernorms, biases) are one buffer per microbatch,
+ * or with accumulate_nonmatrix one buffer that microbatch 0's dI writes and
+ * every later microbatch's dI adds into, in ascending order (the accumulating
+ * arena's rule for matrices; the same bits as the per-microbatch buffers
+ * summed in order), plus one scratch buffer.  Parameters start zero: call
  * qe_stage_init_params.  *out is freed with qe_stage_free.
  */
 int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precision *prec, int stage, int nstages,
-		    int nslots, int nmicro, qe_stage **out);
+		    int nslots, int nmicro, int accumulate_nonmatrix, qe_stage **out);
 void qe_stage_free(qe_stage *st);
 
 int qe_stage_index(const qe_stage *st);
@@ -155,8 +160,13 @@ float *qe_stage_slot_loss(qe_stage *st, int slot);      /* [1]; last stage only 
 size_t qe_stage_act_bytes(const qe_stage *st);          /* bytes of one [N, hidden] activation */
 size_t qe_stage_slot_bytes(const qe_stage *st);         /* tape bytes of one slot */
 
-/* Non-matrix gradient buffer of microbatch m (layout by qe_param_info.grad_offset). */
-float *qe_stage_nonmatrix_grad(qe_stage *st, int m);
+/*
+ * The step's non-matrix gradients (layout by qe_param_info.grad_offset) as
+ * qe_stage_nonmatrix_views(st) views, to be summed in view order: one per
+ * microbatch (view m is microbatch m's), or one (the accumulated sum).
+ */
+float *qe_stage_nonmatrix_grad(qe_stage *st, int view);
+int qe_stage_nonmatrix_views(const qe_stage *st);
 int64_t qe_stage_nonmatrix_floats(const qe_stage *st);
 
 /*

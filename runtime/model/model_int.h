@@ -71,8 +71,11 @@ struct qe_stage {
 	int nmatrices;
 	int *matrix_param;      /* host, one per linear */
 	float *param_buf;    /* param_floats */
-	float *grad_buf;     /* nmicro x nonmatrix_floats */
-	int32_t *tok_written; /* first stage: nmicro x N token ids whose wte-gradient rows are non-zero */
+	float *grad_buf;     /* nm_bufs x nonmatrix_floats */
+	int32_t *tok_written; /* first stage: nm_bufs x N token ids whose wte-gradient rows are non-zero */
+	int nm_accumulate;   /* non-matrix gradients: buffer 0 accumulates, buffer 1 is the scratch */
+	int nm_bufs;         /* nmicro, or 2 when accumulating */
+	int nm_next;         /* accumulating: the microbatch whose dI comes next (ascending order) */
 
 	int nlin;
 	lin_info *lin;          /* host, nlin */

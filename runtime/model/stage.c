@@ -225,7 +225,7 @@ static int stage_alloc(qe_stage *st, size_t bytes, void **out, const char *what)
 }
 
 int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precision *prec, int stage, int nstages,
-		    int nslots, int nmicro, qe_stage **out)
+		    int nslots, int nmicro, int accumulate_nonmatrix, qe_stage **out)
 {
 	int rc, nblk;
 	*out = NULL;
@@ -248,6 +248,8 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	st->nstages = nstages;
 	st->nslots = nslots;
 	st->nmicro = nmicro;
+	st->nm_accumulate = accumulate_nonmatrix && nmicro > 1;
+	st->nm_bufs = st->nm_accumulate ? 2 : nmicro;
 	st->first = stage == 0;
 	st->last = stage == nstages - 1;
 	st->nblk = nblk;
@@ -284,19 +286,19 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	size_t ws_bytes = layout_workspace(st, NULL);
 
 	if ((rc = stage_alloc(st, st->param_floats * 4, (void **)&st->param_buf, "parameters")) ||
-	    (rc = stage_alloc(st, (size_t)nmicro * st->nonmatrix_floats * 4, (void **)&st->grad_buf,
+	    (rc = stage_alloc(st, (size_t)st->nm_bufs * st->nonmatrix_floats * 4, (void **)&st->grad_buf,
 			      "non-matrix gradients")) ||
 	    (rc = stage_alloc(st, st->meta_floats * 4, (void **)&st->meta, "fp8 meta")) ||
 	    (rc = stage_alloc(st, st->slot_bytes * nslots, &st->slot_mem, "tape slots")) ||
 	    (rc = stage_alloc(st, cache_bytes, &st->cache_mem, "weight cache")) ||
 	    (rc = stage_alloc(st, ws_bytes, &st->ws_mem, "workspace")) ||
-	    (st->first && (rc = stage_alloc(st, (size_t)nmicro * st->N * 4, (void **)&st->tok_written,
+	    (st->first && (rc = stage_alloc(st, (size_t)st->nm_bufs * st->N * 4, (void **)&st->tok_written,
 					    "embedding-gradient rows")))) {
 		qe_stage_free(st);
 		return rc;
 	}
 	/* no wte-gradient row written yet (-1); the buffers start zeroed */
-	if (st->tok_written && (rc = b->ops->fill(NULL, st->tok_written, 0xFF, (size_t)nmicro * st->N * 4))) {
+	if (st->tok_written && (rc = b->ops->fill(NULL, st->tok_written, 0xFF, (size_t)st->nm_bufs * st->N * 4))) {
 		qe_stage_free(st);
 		return rc;
 	}
@@ -393,7 +395,8 @@ float *qe_stage_fp8_meta(qe_stage *st) { return st->meta; }
 int64_t qe_stage_fp8_meta_floats(const qe_stage *st) { return st->meta_floats; }
 int qe_stage_nlinear(const qe_stage *st) { return st->nlin; }
 int qe_stage_nblocks(const qe_stage *st) { return st->nblk; }
-float *qe_stage_nonmatrix_grad(qe_stage *st, int m) { return st->grad_buf + (int64_t)m * st->nonmatrix_floats; }
+float *qe_stage_nonmatrix_grad(qe_stage *st, int view) { return st->grad_buf + (int64_t)view * st->nonmatrix_floats; }
+int qe_stage_nonmatrix_views(const qe_stage *st) { return st->nm_accumulate ? 1 : st->nmicro; }
 int64_t qe_stage_nonmatrix_floats(const qe_stage *st) { return st->nonmatrix_floats; }
 size_t qe_stage_act_bytes(const qe_stage *st) { return (size_t)st->N * st->cfg.hidden * 4; }
 size_t qe_stage_slot_bytes(const qe_stage *st) { return st->slot_bytes; }

@@ -89,14 +89,14 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
  * wpe as the sum of the sequences' position gradients in sequence order
  * (0 + d_0 + d_1 ...: for batch 1 the bytes of one embed_bwd with wpe).
  */
-static int embed_backward(qe_stage *st, qe_stream *s, slot_tape *t, int m, const float *dx, float *grad)
+static int embed_backward(qe_stage *st, qe_stream *s, slot_tape *t, int buf, const float *dx, float *grad)
 {
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
 	float *dwte = grad + st->params[st->p_wte].grad_offset, *dwpe = grad + st->params[st->p_wpe].grad_offset;
-	int32_t *rows = st->tok_written + (int64_t)m * st->N;
-	/* microbatch m's wte gradient keeps its rows zero except those its last tokens wrote */
+	int32_t *rows = st->tok_written + (int64_t)buf * st->N;
+	/* buffer buf's wte gradient keeps its rows zero except those its last tokens wrote */
 	if (c->batch == 1)
 		return o->embed_bwd(s, dwte, dwpe, t->tokens, dx, T, H, st->vpad, rows);
 	QE_TRY(o->embed_bwd(s, dwte, NULL, t->tokens, dx, st->N, H, st->vpad, rows));
@@ -117,8 +117,19 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	int64_t N = st->N, H = c->hidden;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
-	float *grad = qe_stage_nonmatrix_grad(st, m);
+	/*
+	 * Where the non-matrix gradients go: microbatch m's own buffer, or when
+	 * accumulating, microbatch 0 writes the sum buffer (its wte rows cleared
+	 * first: the adds of the last step wrote rows its record does not list)
+	 * and later microbatches write the scratch buffer, added in at the end.
+	 * The caller keeps ascending order (the stage contract checks it).
+	 */
+	int buf = st->nm_accumulate ? (m == 0 ? 0 : 1) : m;
+	float *grad = st->grad_buf + (int64_t)buf * st->nonmatrix_floats;
 	float *dx_out;
+	if (st->nm_accumulate && m == 0 && st->first)
+		QE_TRY(o->fill(s, grad + pi[st->p_wte].grad_offset, 0,
+			       (size_t)pi[st->p_wte].rows * (size_t)pi[st->p_wte].cols * sizeof(float)));
 
 	if (st->last) {
 		/* dlogits were written over the logits by the loss in F */
@@ -139,11 +150,14 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 			dx_out = next;
 		} else if (st->first) {
 			QE_TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], N * H));
-			QE_TRY(embed_backward(st, s, t, m, st->ws_h[1], grad));
+			QE_TRY(embed_backward(st, s, t, buf, st->ws_h[1], grad));
 		} else {
 			QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], N * H));
 		}
 	}
+	/* sum += microbatch m's: the bits of the per-microbatch buffers summed in order */
+	if (buf == 1 && st->nm_accumulate)
+		QE_TRY(o->add_inplace(s, st->grad_buf, grad, st->nonmatrix_floats));
 	return qe__stage_update_roles(st, s, QE_ROLE_GRAD_OUTPUT, QE_ROLE_GRAD_OUTPUT);
 }
 

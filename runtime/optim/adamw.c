@@ -76,7 +76,7 @@ int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *m
 	a->step++;
 	for (int i = 0; i < qe_stage_nparams(st); i++) {
 		const qe_param_info *p = qe_stage_param(st, i);
-		int nv = p->is_matrix ? nmatrix_views : nmicro;
+		int nv = p->is_matrix ? nmatrix_views : qe_stage_nonmatrix_views(st);
 		for (int m = 0; m < nv; m++)
 			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmatrix_views + m]
 						: qe_stage_nonmatrix_grad(st, m) + p->grad_offset;

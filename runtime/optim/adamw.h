@@ -36,7 +36,8 @@ void qe_adamw_free(qe_adamw *a);
  * One optimizer step of stage st.  matrix_views[j * nmatrix_views + v] is
  * view v of matrix j (the arena: nmatrix_views = nmicro, microbatch v's
  * gradient, or 1, the accumulated sum); the non-matrix gradients come from
- * the stage's own nmicro microbatch buffers.  The summed gradient is
+ * the stage's own views (qe_stage_nonmatrix_views: one per microbatch, or
+ * the one accumulated sum).  The summed gradient is
  * multiplied by grad_scale before the update.
  */
 int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,

@@ -17,9 +17,9 @@
 static const qe_trace_category categories[] = {
 	{ "loss", 0, "the step's mean training loss (last stage)" },
 	{ "f_out", 0, "F outputs: the stage's output activation of every microbatch" },
-	{ "di_out", 0, "dI outputs: input gradient of every microbatch (first stage: its non-matrix gradients)" },
+	{ "di_out", 0, "dI outputs: input gradient of every microbatch (first stage: its non-matrix gradients summed over microbatches in order)" },
 	{ "dw_out", 0, "dW outputs: each matrix gradient summed over microbatches in order (either arena layout)" },
-	{ "grad_nonmatrix", 0, "non-matrix gradients of every microbatch" },
+	{ "grad_nonmatrix", 0, "non-matrix gradients summed over microbatches in order (either arena layout)" },
 	{ "params", 0, "fp32 master parameters after the optimizer" },
 	{ "adam_m", 0, "AdamW first moments" },
 	{ "adam_v", 0, "AdamW second moments" },
@@ -195,13 +195,17 @@ int qe_trace_rank(qe_rank *r, int64_t step, float loss, qe_trace_row **out, int 
 		for (int m = 0; m < M; m++)
 			h_dev(h, qe_stage_slot_output(st, m), act);
 		emit(rows, &n, step, s, "f_out", h);
+		/* the non-matrix gradients as their in-order sum: per-microbatch buffers or the accumulated one */
+		const float *nm[256];
+		int nnm = qe_stage_nonmatrix_views(st) < 256 ? qe_stage_nonmatrix_views(st) : 256;
+		for (int v = 0; v < nnm; v++)
+			nm[v] = qe_stage_nonmatrix_grad(st, v);
 		h_reset(h);
-		for (int m = 0; m < M; m++) {
-			if (qe_stage_is_first(st))
-				h_dev(h, qe_stage_nonmatrix_grad(st, m), qe_stage_nonmatrix_floats(st) * 4);
-			else
+		if (qe_stage_is_first(st))
+			h_dev_sum(h, nm, nnm, (size_t)qe_stage_nonmatrix_floats(st));
+		else
+			for (int m = 0; m < M; m++)
 				h_dev(h, qe_stage_slot_dinput(st, m), act);
-		}
 		emit(rows, &n, step, s, "di_out", h);
 		h_reset(h);
 		for (int j = 0; j < qe_stage_nmatrices(st); j++) {
@@ -214,8 +218,7 @@ int qe_trace_rank(qe_rank *r, int64_t step, float loss, qe_trace_row **out, int 
 		}
 		emit(rows, &n, step, s, "dw_out", h);
 		h_reset(h);
-		for (int m = 0; m < M; m++)
-			h_dev(h, qe_stage_nonmatrix_grad(st, m), qe_stage_nonmatrix_floats(st) * 4);
+		h_dev_sum(h, nm, nnm, (size_t)qe_stage_nonmatrix_floats(st));
 		emit(rows, &n, step, s, "grad_nonmatrix", h);
 		size_t pbytes = qe_stage_param_floats(st) * 4;
 		h_reset(h);

@@ -76,7 +76,7 @@ static int pipe_open(pipe *p, const char *backend, const qe_model_config *cfg, c
 	if ((rc = p->o->stream_create(p->b, &p->s)))
 		return rc;
 	for (int s = 0; s < NST; s++) {
-		if ((rc = qe_stage_create(p->b, cfg, prec, s, NST, M, M, &p->st[s])) ||
+		if ((rc = qe_stage_create(p->b, cfg, prec, s, NST, M, M, 0, &p->st[s])) ||
 		    (rc = qe_stage_init_params(p->st[s], SEED)) || (rc = qe_adamw_create(p->b, p->st[s], &p->opt[s])))
 			return rc;
 		int nm = qe_stage_nmatrices(p->st[s]);

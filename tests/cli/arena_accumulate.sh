@@ -6,7 +6,8 @@
 #     eager and graph, direct and copy, split and full backward, --pp 1/2/4, --pp 2 x --dp 2.
 #     (tiny, --micro 4, 4 steps, --amax-history 4)
 #  2. capacity: `train --json` reports the same arena_bytes for M = 2, 4, 8, 16 with the
-#     accumulating arena, and M times that with per-mb views.
+#     accumulating arena, and M times that with per-mb views; the accumulating layout's whole
+#     setup allocation is flat in M (non-matrix gradients accumulate too).
 #  3. the layout is recorded in the run config: a resumed per-mb run stays per-mb, and resume
 #     refuses --arena.
 set -u
@@ -45,11 +46,19 @@ pair "interleaved pp4 eager copy" --pp 4 --chunks 1 --exec eager --grad copy
 pair "interleaved pp2 dp2 eager direct" --pp 2 --dp 2 --exec eager --grad direct
 pair "zbv pp2 dp2 graph copy" --pp 2 --dp 2 --schedule zbv --exec graph --grad copy
 
-# 2. arena bytes against M (rank 0's line of --json)
-bytes() { "$Q" train --preset tiny --pp 1 --steps 1 --quiet --json --trace off "$@" | grep '"rank":0,' |
-            grep -o '"arena_bytes":[0-9]*' | cut -d: -f2; }
-acc0=""
+# 2. arena bytes against M (rank 0's line of --json); with the accumulating layout the whole
+#    allocation at setup is flat in M too (the non-matrix gradients accumulate as well; tape
+#    slots stay 2 at --pp 1): only the per-microbatch loss floats (4 bytes each) may grow.
+field() { "$Q" train --preset tiny --pp 1 --steps 1 --quiet --json --trace off "${@:2}" | grep '"rank":0,' |
+            grep -o "\"$1\":[0-9]*" | cut -d: -f2; }
+bytes() { field arena_bytes "$@"; }
+acc0=""; setup0=""
 for M in 2 4 8 16; do
+  setup=$(field alloc_setup_bytes --micro $M --arena accumulate)
+  [ -z "$setup0" ] && setup0=$setup
+  if [ -z "$setup" ] || [ $((setup - setup0)) -gt $((64 * (M - 2))) ]; then
+    echo "FAIL: M=$M: accumulate alloc_setup_bytes '$setup', M=2 had $setup0 (more than 64 bytes a microbatch)"; fail=1
+  else echo "ok: M=$M: accumulate alloc_setup_bytes $setup (M=2: $setup0)"; fi
   acc=$(bytes --micro $M --arena accumulate)
   per=$(bytes --micro $M --arena per-mb)
   if [ -z "$acc" ] || [ -z "$per" ]; then echo "FAIL: M=$M: no arena_bytes in --json"; fail=1; continue; fi

@@ -5,7 +5,10 @@
  *   - exact counters after a known sequence (dI, then dW deferred out of LIFO
  *     order on stage 0; full B on stage 3);
  *   - every *_begin failure leaves every state unchanged (full snapshot);
- *   - end/fail semantics, the per-stage weight cache, and restart.
+ *   - end/fail semantics, the per-stage weight cache, and restart;
+ *   - a stage that accumulates its non-matrix gradients takes dI and B in
+ *     ascending microbatch order only, step after step, and names the
+ *     microbatch it expected; a failed dI advances nothing.
  */
 #include "runtime/contract/contract.h"
 #include "testlib.h"
@@ -380,10 +383,56 @@ static void test_fail_and_restart(void)
 	rank_free(&r);
 }
 
+static void test_nonmatrix_order(void)
+{
+	struct rank r;
+	rank_init(&r);
+	qe_stage_contract_accumulate_nonmatrix(&r.st[0]);
+	qe_stage_contract_accumulate_nonmatrix(&r.st[1]);
+	qe_tape_ref a[NMB], b[NMB];
+	for (int step = 0; step < 2; step++) {
+		for (int m = 0; m < NMB; m++) {
+			CHECK_OK(f(&r, 0, m, &a[m], NULL));
+			CHECK_OK(f(&r, 1, m, &b[m], NULL));
+		}
+		/* stage 0: mb 1 before mb 0 is refused, naming mb 0; nothing changes */
+		struct snap before, after;
+		take(&before, &r);
+		CHECK(di(&r, 0, &a[1]) == QE_EORDER, "step %d: dI of mb 1 before mb 0 refused", step);
+		CHECK(strstr(qe_last_error(), "mb 1") && strstr(qe_last_error(), "the next must be mb 0"),
+		      "message names both microbatches: %s", qe_last_error());
+		take(&after, &r);
+		CHECK(same(&before, &after), "step %d: a refused dI changes nothing", step);
+		/* a dI that fails on the device does not advance the order */
+		qe_action_ticket t;
+		CHECK_OK(qe_action_di_begin(&r.st[0], r.tok[0], &a[0], &t));
+		CHECK_OK(qe_action_fail(&r.st[0], &t));
+		CHECK(r.st[0].nm_next == 0, "step %d: a failed dI leaves mb 0 next", step);
+		CHECK_OK(f(&r, 0, 0, &a[0], NULL)); /* the failed dI aborted mb 0's tape: F again */
+		for (int m = 0; m < NMB; m++) {
+			CHECK_OK(di(&r, 0, &a[m]));
+			CHECK_OK(dw(&r, 0, &a[m], m));
+		}
+		/* stage 3, full backward: 0, 1, then 3 skips 2 */
+		CHECK_OK(bwd(&r, 1, &b[0]));
+		CHECK_OK(bwd(&r, 1, &b[1]));
+		CHECK(bwd(&r, 1, &b[3]) == QE_EORDER, "step %d: B of mb 3 before mb 2 refused", step);
+		CHECK_OK(bwd(&r, 1, &b[2]));
+		CHECK_OK(bwd(&r, 1, &b[3]));
+		/* the optimizer consumed the step: the next one starts at mb 0 again */
+		qe_arena_step_reset(r.arena);
+		qe_epoch_commit_optimizer(&r.ep);
+		qe_stage_contract_step_reset(&r.st[0]);
+		qe_stage_contract_step_reset(&r.st[1]);
+	}
+	rank_free(&r);
+}
+
 int main(void)
 {
 	test_counters();
 	test_begin_failures();
 	test_fail_and_restart();
+	test_nonmatrix_order();
 	return qe_test_done("test_action");
 }

@@ -41,7 +41,7 @@ static inline int mu_pipe_open_cut(mu_pipe *p, const qe_model_config *cfg, const
 		return rc;
 	for (int s = 0; s < p->nstages; s++) {
 		qe_stage *st;
-		if ((rc = qe_stage_create(p->b, cfg, prec, s, p->nstages, M, M, &st)))
+		if ((rc = qe_stage_create(p->b, cfg, prec, s, p->nstages, M, M, 0, &st)))
 			return rc;
 		p->st[s] = st;
 		if ((rc = qe_stage_init_params(st, seed)) || (rc = qe_adamw_create(p->b, st, &p->opt[s])))
