@@ -571,6 +571,33 @@ int ckpt_async_drain(ckpt_async *a, ckpt_async_result *out)
 	return rc;
 }
 
+int ckpt_async_finish(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
+{
+	int rc = ckpt_async_drain(a, out);
+	if (!a)
+		return rc;
+	async_word mine, all;
+	memset(&mine, 0, sizeof(mine));
+	if (rc)
+		word_fail(&mine, rc);
+	char first[1024];
+	snprintf(first, sizeof(first), "%s", rc ? qe_last_error() : "");
+	int arc = agree(r, &mine, &all);
+	if (rc) {
+		qe_fail(rc, "%s", first); /* this rank's own failure stays the one reported */
+		if (!arc)
+			ckpt__mem_forget(a->s);
+		return rc;
+	}
+	if (arc)
+		return arc;
+	if (all.rc)
+		ckpt__mem_forget(a->s);
+	else if (a->s->mem_id >= 0)
+		ckpt__mem_committed(a->s, a->s->mem_id);
+	return QE_OK;
+}
+
 void ckpt_async_close(ckpt_async *a)
 {
 	if (!a)

@@ -88,6 +88,15 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out);
 int ckpt_async_prepare(ckpt_async *a, qe_rank *r);
 /* Wait for the write in flight, if any, and return its outcome. OUT *out (may be NULL): done_step, done_ms. */
 int ckpt_async_drain(ckpt_async *a, ckpt_async_result *out);
+/*
+ * The end of a run, on every rank together (a collective when the world has
+ * more than one rank): drain, then agree on every rank's outcome.  When every
+ * last write succeeded, the last checkpoint committed, so the memory tier
+ * drops what it replaced (ckpt_memtier.c) and memory ends holding the latest
+ * checkpoint only; after any failure memory keeps everything.  Returns this
+ * rank's drain outcome, else the agreement's.
+ */
+int ckpt_async_finish(ckpt_async *a, qe_rank *r, ckpt_async_result *out);
 /* Drain, then free (NULL is a no-op). */
 void ckpt_async_close(ckpt_async *a);
 /* "wait", "skip", "off". */

@@ -22,7 +22,8 @@
  *      only the newest checkpoint in memory.
  *   4. Once the rank knows the commit happened (ckpt__mem_committed: the
  *      decision broadcast of a synchronous save, the next boundary's
- *      agreement of an async one) it deletes every chunk not on the keep
+ *      agreement of an async one, or the ranks' agreement at the end of
+ *      the run, ckpt_async_finish) it deletes every chunk not on the keep
  *      list.  Before that moment the older checkpoint is still the one the
  *      catalog claims, so nothing it needs is deleted; a crash between the
  *      commit and the deletion leaves extra chunks, deleted at the next one.

@@ -469,7 +469,9 @@ int cli_rank_main(void *vjob)
 		char first[1024];
 		snprintf(first, sizeof(first), "%s", rc ? qe_last_error() : "");
 		ckpt_async_result done;
-		int drc = ckpt_async_drain(ctx.async, &done);
+		/* Every rank together when training succeeded here (the last write's commit frees what it
+		 * replaced in the memory tier); a rank that failed only waits for its own write. */
+		int drc = rc ? ckpt_async_drain(ctx.async, &done) : ckpt_async_finish(ctx.async, r, &done);
 		if (!drc)
 			print_async_done(&ctx, r, done.done_step, done.done_ms);
 		else if (!rc)
