@@ -296,7 +296,7 @@ int bench_scale_main(int argc, char **argv)
 			       bench_bytes(json_number_value(json_object_get(o, "mem_peak_bytes")), b3, sizeof(b3)), tapes, dw,
 			       json_number_value(json_object_get(o, "capture_ms")));
 		}
-		printf("peak tapes and delayed dW per rank (rank0/rank1); arena and peak alloc: largest rank\n");
+		printf("peak tapes and delayed dW per rank (rank0/rank1/...); arena and peak alloc: largest rank\n");
 		printf("report: %s%s\n", jpath, truncated ? " (cut short by --budget-s)" : "");
 	}
 	json_decref(doc);
