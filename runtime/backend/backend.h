@@ -49,6 +49,9 @@ typedef struct qe_link qe_link;     /* backend-defined: a one-way device channel
 
 typedef enum qe_copy_kind { QE_COPY_H2D = 0, QE_COPY_D2H = 1, QE_COPY_D2D = 2 } qe_copy_kind;
 
+/* What the flash attention's products take as operands on tensor cores (attn_flash_fwd). */
+typedef enum qe_flash_operands { QE_FLASH_TF32 = 0, QE_FLASH_BF16 = 1 } qe_flash_operands;
+
 /* Arguments of the FP8, bf16 (or identity) cast. */
 typedef struct qe_cast_args {
 	qe_tensor x;        /* f32 [rows, cols] input */
@@ -228,13 +231,16 @@ typedef struct qe_backend_ops {
 	 * attn_flash_bwd overwrites dqkv [batch*T, 3H] from dout [batch*T, H] and
 	 * what the forward saved (qkv, out, lse).  D = H / nh must be 16, 32 or
 	 * 64 (QE_EUNSUPPORTED otherwise).  Both are deterministic (cuda: every
-	 * sum in a fixed order, no atomics); cuda runs the products on tensor
-	 * cores in TF32, the cpu in fp32.
+	 * sum in a fixed order, no atomics).  operands picks what cuda's tensor
+	 * cores multiply: QE_FLASH_TF32 (q, k, v, dout, P and dS rounded to
+	 * TF32) or QE_FLASH_BF16 (rounded to bf16, twice the products an
+	 * instruction); the sums are fp32 either way.  The cpu computes in fp32
+	 * whatever operands says (it checks that the value is known).
 	 */
 	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-			      int64_t H, int nh);
+			      int64_t H, int nh, qe_flash_operands operands);
 	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-			      const float *lse, int64_t batch, int64_t T, int64_t H, int nh);
+			      const float *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
 	/*
 	 * Softmax cross-entropy over the first `valid` columns of logits[T,V]
 	 * (1 <= valid <= V; columns valid..V-1 are vocabulary padding, masked:

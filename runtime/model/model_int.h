@@ -106,4 +106,14 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
 /* The cast arguments of an operand cast under the stage's precision (stage_forward.c). */
 void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int record, qe_cast_args *ca);
 
+/*
+ * The flash attention's tensor-core operands: bf16 when the linear layers
+ * run in bf16 or FP8 (the attention then costs half of what TF32 does), TF32
+ * under f32, the precision of gradient checks and references.
+ */
+static inline qe_flash_operands qe__stage_flash_operands(const qe_stage *st)
+{
+	return st->prec.mode == QE_PREC_F32 ? QE_FLASH_TF32 : QE_FLASH_BF16;
+}
+
 #endif

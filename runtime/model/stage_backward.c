@@ -47,7 +47,8 @@ static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const flo
 	int64_t T = c->seq, H = c->hidden;
 	const float *qkv = bt->qkv, *probs = bt->probs;
 	if (st->flash)
-		return st->b->ops->attn_flash_bwd(s, dqkv, dout, qkv, bt->att, bt->probs, c->batch, T, H, c->heads);
+		return st->b->ops->attn_flash_bwd(s, dqkv, dout, qkv, bt->att, bt->probs, c->batch, T, H, c->heads,
+						  qe__stage_flash_operands(st));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_bwd(s, dqkv + b * T * 3 * H, dout + b * T * H, qkv + b * T * 3 * H,
 					    probs + (int64_t)b * c->heads * T * T, T, H, c->heads));

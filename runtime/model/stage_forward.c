@@ -117,7 +117,8 @@ static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, float *
 	const float *qkv = bt->qkv;
 	*res = st->flash ? bt->att : out;
 	if (st->flash)
-		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, qkv, c->batch, T, H, c->heads);
+		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, qkv, c->batch, T, H, c->heads,
+						  qe__stage_flash_operands(st));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_fwd(s, out + b * T * H, probs + (int64_t)b * c->heads * T * T, qkv + b * T * 3 * H,
 					    T, H, c->heads));

@@ -975,37 +975,49 @@ static void test_embed(qe_rng *r)
 /* ---- attention, xent, adamw ------------------------------------------------------- */
 
 /*
- * The flash attention against the cpu's (TF32 products on cuda: the same
- * 4e-3 of max|cpu| bound as the batched attention), its forward also against
- * the cpu's probabilities path (out: both are the same math in fp32, 1e-5),
- * two cuda runs byte-identical (no atomics), and the backward from the cpu's
- * out and lse on both sides.
+ * The flash attention against the cpu's, with each kind of tensor-core
+ * operand: TF32 within the batched attention's bound (4e-3 of max|cpu|),
+ * bf16 within 1.6e-2 (a bf16 operand keeps 8 significant bits against
+ * TF32's 11, so its rounding is 8x coarser; the bound is 4x, because the
+ * sums average most of it out); its forward also against the cpu's
+ * probabilities path (out: both are the same math in fp32, 1e-5), two cuda
+ * runs byte-identical (no atomics), the two operand kinds giving different
+ * bytes (the bf16 kernels ran), and the backward from the cpu's out and
+ * lse on both sides.
  */
-static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
+static void test_flash_operands(qe_rng *r, int B, int T, int H, int nh, qe_flash_operands op)
 {
 	fresh_stream();
+	const char *on = op == QE_FLASH_BF16 ? "bf16" : "tf32";
+	double bound = op == QE_FLASH_BF16 ? 1.6e-2 : 4e-3;
 	int64_t N = (int64_t)B * T, nq = N * 3 * H, no = N * H, nl = (int64_t)B * nh * T;
 	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f);
-	void *gq, *go, *gl, *gdo, *gdq, *go2, *gl2, *gdq2;
+	void *gq, *go, *gl, *gdo, *gdq, *go2, *gl2, *gdq2, *go3;
 	float *cq = pair(hq, nq * 4, &gq), *co = pair(NULL, no * 4, &go), *cl = pair(NULL, nl * 4, &gl);
 	float *cdo = pair(hdo, no * 4, &gdo), *cdq = pair(NULL, nq * 4, &gdq);
 	pair(NULL, no * 4, &go2);
 	pair(NULL, nl * 4, &gl2);
 	pair(NULL, nq * 4, &gdq2);
-	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, B, T, H, nh));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, B, T, H, nh));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, B, T, H, nh));
-	char what[96];
-	float *h = fetch(go, no * 4), *h2 = fetch(go2, no * 4);
-	snprintf(what, sizeof(what), "flash_fwd B=%d T=%d H=%d nh=%d out", B, T, H, nh);
-	close_to(what, co, h, no, 4e-3);
+	pair(NULL, no * 4, &go3);
+	qe_flash_operands other = op == QE_FLASH_BF16 ? QE_FLASH_TF32 : QE_FLASH_BF16;
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go3, gl2, gq, B, T, H, nh, other));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, B, T, H, nh, op));
+	char what[112];
+	float *h = fetch(go, no * 4), *h2 = fetch(go2, no * 4), *h3 = fetch(go3, no * 4);
+	snprintf(what, sizeof(what), "flash_fwd %s B=%d T=%d H=%d nh=%d out", on, B, T, H, nh);
+	close_to(what, co, h, no, bound);
 	CHECK(bytes_diff(h, h2, no * 4) < 0, "%s: two cuda runs differ", what);
+	CHECK(bytes_diff(h, h3, no * 4) >= 0, "%s: the same bytes under the other operand kind", what);
 	free(h);
 	free(h2);
+	free(h3);
 	h = fetch(gl, nl * 4);
 	h2 = fetch(gl2, nl * 4);
-	snprintf(what, sizeof(what), "flash_fwd B=%d T=%d H=%d nh=%d lse", B, T, H, nh);
-	close_to(what, cl, h, nl, 4e-3);
+	snprintf(what, sizeof(what), "flash_fwd %s B=%d T=%d H=%d nh=%d lse", on, B, T, H, nh);
+	close_to(what, cl, h, nl, bound);
 	CHECK(bytes_diff(h, h2, nl * 4) < 0, "%s: two cuda runs differ", what);
 	free(h);
 	free(h2);
@@ -1020,18 +1032,39 @@ static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
 	/* backward from the cpu's out and lse on both sides */
 	up(go, co, no * 4);
 	up(gl, cl, nl * 4);
-	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, co, cl, B, T, H, nh));
-	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, go, gl, B, T, H, nh));
-	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, go, gl, B, T, H, nh));
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, co, cl, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, go, gl, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, go, gl, B, T, H, nh, op));
 	h = fetch(gdq, nq * 4);
 	h2 = fetch(gdq2, nq * 4);
-	snprintf(what, sizeof(what), "flash_bwd B=%d T=%d H=%d nh=%d dqkv", B, T, H, nh);
-	close_to(what, cdq, h, nq, 4e-3);
+	snprintf(what, sizeof(what), "flash_bwd %s B=%d T=%d H=%d nh=%d dqkv", on, B, T, H, nh);
+	close_to(what, cdq, h, nq, bound);
 	CHECK(bytes_diff(h, h2, nq * 4) < 0, "%s: two cuda runs differ", what);
 	free(h);
 	free(h2);
 	free(hq);
 	free(hdo);
+}
+
+static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
+{
+	test_flash_operands(r, B, T, H, nh, QE_FLASH_TF32);
+	test_flash_operands(r, B, T, H, nh, QE_FLASH_BF16);
+	/* an unknown operand kind is refused before anything runs, on both backends */
+	fresh_stream();
+	int64_t N = (int64_t)B * T;
+	void *gq, *go, *gl;
+	float *cq = pair(NULL, N * 3 * H * 4, &gq), *co = pair(NULL, N * H * 4, &go);
+	float *cl = pair(NULL, (int64_t)B * nh * T * 4, &gl);
+	int rc = K.go->attn_flash_fwd(K.gs, go, gl, gq, B, T, H, nh, (qe_flash_operands)7);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cuda: operand kind 7: got %s: %s",
+	      qe_errname(rc), qe_last_error());
+	qe_stream *cs = NULL; /* a stream of its own: the refusal fails it */
+	CHECK_OK(K.co->stream_create(K.cb, &cs));
+	rc = K.co->attn_flash_fwd(cs, co, cl, cq, B, T, H, nh, (qe_flash_operands)7);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cpu: operand kind 7: got %s: %s",
+	      qe_errname(rc), qe_last_error());
+	K.co->stream_destroy(cs);
 }
 
 static void test_attn_case(qe_rng *r, int T, int H, int nh)

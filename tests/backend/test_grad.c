@@ -182,6 +182,34 @@ static void test_attention(void)
 		K.o->free(K.b, bufs[i]);
 }
 
+/*
+ * The flash ops' operand kind: the cpu computes in fp32 whatever it is, so
+ * both kinds give the same bytes; an unknown kind is refused, naming the op.
+ */
+static void test_flash_operands(void)
+{
+	const int64_t B = 2, T = 5, H = 32;
+	const int nh = 2;
+	float *qkv = bk_f32(&K, B * T * 3 * H), *o1 = bk_f32(&K, B * T * H), *o2 = bk_f32(&K, B * T * H);
+	float *l1 = bk_f32(&K, B * nh * T), *l2 = bk_f32(&K, B * nh * T);
+	fill_normal(qkv, B * T * 3 * H, &rng, 1.0f);
+	CHECK_OK(K.o->attn_flash_fwd(K.s, o1, l1, qkv, B, T, H, nh, QE_FLASH_TF32));
+	CHECK_OK(K.o->attn_flash_fwd(K.s, o2, l2, qkv, B, T, H, nh, QE_FLASH_BF16));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK(bytes_diff(o1, o2, (size_t)(B * T * H) * 4) < 0 && bytes_diff(l1, l2, (size_t)(B * nh * T) * 4) < 0,
+	      "cpu flash: the operand kind changed the result");
+	qe_stream *s = NULL; /* a refusal fails its stream */
+	CHECK_OK(K.o->stream_create(K.b, &s));
+	int rc = K.o->attn_flash_fwd(s, o1, l1, qkv, B, T, H, nh, (qe_flash_operands)7);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "attn_flash_fwd") && strstr(qe_last_error(), "operand kind 7"),
+	      "operand kind 7: got %s: %s", qe_errname(rc), qe_last_error());
+	K.o->stream_destroy(s);
+	printf("flash operands   tf32 == bf16 on the cpu; kind 7 refused: %s\n", qe_last_error());
+	float *bufs[] = { qkv, o1, o2, l1, l2 };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
+}
+
 /* ---- embedding ---- */
 typedef struct {
 	int64_t T, H, V;
@@ -384,6 +412,7 @@ int main(void)
 	test_layernorm();
 	test_gelu();
 	test_attention();
+	test_flash_operands();
 	test_embed();
 	test_xent();
 	test_small_ops();

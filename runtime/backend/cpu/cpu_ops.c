@@ -362,7 +362,8 @@ int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const
 
 static int check_attn_flash_fwd(const qe_cpu_attn_flash_fwd_args *a)
 {
-	return qe__check_flash("attn_flash_fwd", 0, a->out, a->lse, a->qkv, NULL, NULL, a->batch, a->T, a->H, a->nh);
+	return qe__check_flash("attn_flash_fwd", 0, a->out, a->lse, a->qkv, NULL, NULL, a->batch, a->T, a->H, a->nh,
+			       a->operands);
 }
 
 static int exec_attn_flash_fwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_fwd_args *a)
@@ -372,15 +373,15 @@ static int exec_attn_flash_fwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_fwd_a
 }
 
 int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-				   int64_t H, int nh)
+				   int64_t H, int nh, qe_flash_operands operands)
 {
-	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, batch, T, H, nh);
+	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, batch, T, H, nh, operands);
 }
 
 static int check_attn_flash_bwd(const qe_cpu_attn_flash_bwd_args *a)
 {
 	return qe__check_flash("attn_flash_bwd", 1, a->dqkv, a->dout, a->qkv, a->out, a->lse, a->batch, a->T, a->H,
-			       a->nh);
+			       a->nh, a->operands);
 }
 
 static int exec_attn_flash_bwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_bwd_args *a)
@@ -391,9 +392,10 @@ static int exec_attn_flash_bwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_bwd_a
 }
 
 int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-				   const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh)
+				   const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
+				   qe_flash_operands operands)
 {
-	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, out, lse, batch, T, H, nh);
+	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands);
 }
 
 /* ---- loss and optimizer ------------------------------------------------------------ */

@@ -193,6 +193,7 @@ typedef struct qe_cpu_attn_flash_fwd_args {
 	const float *qkv;
 	int64_t batch, T, H;
 	int nh;
+	qe_flash_operands operands; /* checked; the cpu computes in fp32 */
 } qe_cpu_attn_flash_fwd_args;
 
 typedef struct qe_cpu_attn_flash_bwd_args {
@@ -200,6 +201,7 @@ typedef struct qe_cpu_attn_flash_bwd_args {
 	const float *dout, *qkv, *out, *lse;
 	int64_t batch, T, H;
 	int nh;
+	qe_flash_operands operands;
 } qe_cpu_attn_flash_bwd_args;
 
 typedef struct qe_cpu_xent_args {
@@ -284,9 +286,10 @@ int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float
 int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs,
 			     int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-				   int64_t H, int nh);
+				   int64_t H, int nh, qe_flash_operands operands);
 int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-				   const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh);
+				   const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
+				   qe_flash_operands operands);
 int qe__cpu_enqueue_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
 			 int64_t T, int64_t V, int64_t valid, float grad_scale);
 int qe__cpu_enqueue_adamw(qe_stream *s, const qe_adamw_args *a);

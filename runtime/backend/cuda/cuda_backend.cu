@@ -795,26 +795,26 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 }
 
 static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-			     int64_t H, int nh)
+			     int64_t H, int nh, qe_flash_operands operands)
 {
 	const char *nm = "attn_flash_fwd";
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_flash(nm, 0, out, lse, qkv, NULL, NULL, batch, T, H, nh)))
-		rc = qe__cuda_attn_flash_fwd(s, out, lse, qkv, batch, T, H, nh);
+	if (!(rc = qe__check_flash(nm, 0, out, lse, qkv, NULL, NULL, batch, T, H, nh, operands)))
+		rc = qe__cuda_attn_flash_fwd(s, out, lse, qkv, batch, T, H, nh, operands);
 	return op_end(s, rc, nm);
 }
 
 static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-			     const float *lse, int64_t batch, int64_t T, int64_t H, int nh)
+			     const float *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands)
 {
 	const char *nm = "attn_flash_bwd";
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_flash(nm, 1, dqkv, dout, qkv, out, lse, batch, T, H, nh)))
-		rc = qe__cuda_attn_flash_bwd(s, dqkv, dout, qkv, out, lse, batch, T, H, nh);
+	if (!(rc = qe__check_flash(nm, 1, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands)))
+		rc = qe__cuda_attn_flash_bwd(s, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands);
 	return op_end(s, rc, nm);
 }
 

@@ -443,18 +443,38 @@ static int fwd_launch(qe_stream *s, float *out, float *lse, const float *qkv, in
 	return qe__cuda_launched(op, "flash_fwd_kernel");
 }
 
+/* Dt = dout . out row by row (both kinds of kernel read it) */
+template <int D> static int dot_launch(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T,
+				       int H, int nh)
+{
+	int64_t rows = B * nh * T;
+	flash_dot_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, dout, out, rows, T, H, nh);
+	return qe__cuda_launched("attn_flash_bwd", "flash_dot_kernel");
+}
+
+extern "C" int qe__cuda_flash_dot(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T,
+				  int H, int nh)
+{
+	switch (H / nh) {
+	case 16:
+		return dot_launch<16>(s, Dt, dout, out, B, T, H, nh);
+	case 32:
+		return dot_launch<32>(s, Dt, dout, out, B, T, H, nh);
+	case 64:
+		return dot_launch<64>(s, Dt, dout, out, B, T, H, nh);
+	default:
+		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: head dimension %d", H / nh);
+	}
+}
+
 template <int D, int W>
-static int bwd_launch(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-		      const float *lse, float *Dt, int64_t B, int T, int H, int nh)
+static int bwd_launch(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *lse,
+		      const float *Dt, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_bwd";
 	int rc;
 	if ((rc = set_smem(flash_dq_kernel<D, W>, dq_smem(D, W), op, "cudaFuncSetAttribute(flash_dq_kernel)")) ||
 	    (rc = set_smem(flash_dkv_kernel<D, W>, dkv_smem(D, W), op, "cudaFuncSetAttribute(flash_dkv_kernel)")))
-		return rc;
-	int64_t rows = B * nh * T;
-	flash_dot_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, dout, out, rows, T, H, nh);
-	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
 		return rc;
 	dim3 grid((unsigned)((T + 16 * W - 1) / (16 * W)), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
@@ -465,6 +485,15 @@ static int bwd_launch(qe_stream *s, float *dqkv, const float *dout, const float 
 	return qe__cuda_launched(op, "flash_dkv_kernel");
 }
 
+/* the TF32 backward after Dt: 4 or 8 warps a block (flash_warps) */
+template <int D>
+static int bwd_tf32(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *lse,
+		    const float *Dt, int64_t B, int T, int H, int nh)
+{
+	return flash_warps() == 4 ? bwd_launch<D, 4>(s, dqkv, dout, qkv, lse, Dt, B, T, H, nh)
+				  : bwd_launch<D, 8>(s, dqkv, dout, qkv, lse, Dt, B, T, H, nh);
+}
+
 static int aligned16(const char *op, const char *name, const void *p)
 {
 	if ((uintptr_t)p & 15)
@@ -472,17 +501,28 @@ static int aligned16(const char *op, const char *name, const void *p)
 	return QE_OK;
 }
 
-extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-				       int64_t H, int nh)
+static int flash_operands(const char *op, qe_flash_operands operands)
 {
+	if (operands != QE_FLASH_TF32 && operands != QE_FLASH_BF16)
+		return qe_fail(QE_EINVAL, "%s: operand kind %d (known: %d tf32, %d bf16)", op, (int)operands,
+			       (int)QE_FLASH_TF32, (int)QE_FLASH_BF16);
+	return QE_OK;
+}
+
+extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
+				       int64_t H, int nh, qe_flash_operands operands)
+{
+	const char *op = "attn_flash_fwd";
 	if (B * T == 0)
 		return QE_OK;
 	int rc;
-	if ((rc = aligned16("attn_flash_fwd", "qkv", qkv)) || (rc = aligned16("attn_flash_fwd", "out", out)))
+	if ((rc = flash_operands(op, operands)) || (rc = aligned16(op, "qkv", qkv)) || (rc = aligned16(op, "out", out)))
 		return rc;
 	if (T > INT32_MAX / 4 || 3 * H > INT32_MAX || B > 65535)
-		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: batch %lld x T %lld x H %lld is too large", (long long)B,
+		return qe_fail(QE_EUNSUPPORTED, "%s: batch %lld x T %lld x H %lld is too large", op, (long long)B,
 			       (long long)T, (long long)H);
+	if (operands == QE_FLASH_BF16)
+		return qe__cuda_flash16_fwd(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	switch (H / nh) {
 	case 16:
 		return flash_warps() == 4 ? fwd_launch<16, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
@@ -494,12 +534,13 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 		return flash_warps() == 4 ? fwd_launch<64, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
 					  : fwd_launch<64, 8>(s, out, lse, qkv, B, (int)T, (int)H, nh);
 	default:
-		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %lld", (long long)(H / nh));
+		return qe_fail(QE_EUNSUPPORTED, "%s: head dimension %lld", op, (long long)(H / nh));
 	}
 }
 
 extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-				       const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int nh)
+				       const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int nh,
+				       qe_flash_operands operands)
 {
 	const char *op = "attn_flash_bwd";
 	if (B * T == 0)
@@ -510,22 +551,21 @@ extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *d
 	float *Dt = NULL;
 	int64_t rows = B * nh * T;
 	int rc;
-	if ((rc = aligned16(op, "qkv", qkv)) || (rc = aligned16(op, "dout", dout)) || (rc = aligned16(op, "out", out)) ||
-	    (rc = aligned16(op, "dqkv", dqkv)))
+	if ((rc = flash_operands(op, operands)) || (rc = aligned16(op, "qkv", qkv)) || (rc = aligned16(op, "dout", dout)) ||
+	    (rc = aligned16(op, "out", out)) || (rc = aligned16(op, "dqkv", dqkv)))
 		return rc;
-	if ((rc = qe__cuda_scratch(s, (size_t)rows * sizeof(float), op, (void **)&Dt)))
+	int iT = (int)T, iH = (int)H;
+	if (operands == QE_FLASH_BF16)
+		return qe__cuda_flash16_bwd(s, dqkv, dout, qkv, out, lse, B, iT, iH, nh);
+	if ((rc = qe__cuda_scratch(s, (size_t)rows * sizeof(float), op, (void **)&Dt)) ||
+	    (rc = qe__cuda_flash_dot(s, Dt, dout, out, B, iT, iH, nh)))
 		return rc;
 	switch (H / nh) {
 	case 16:
-		return flash_warps() == 4 ? bwd_launch<16, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
-					  : bwd_launch<16, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
+		return bwd_tf32<16>(s, dqkv, dout, qkv, lse, Dt, B, iT, iH, nh);
 	case 32:
-		return flash_warps() == 4 ? bwd_launch<32, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
-					  : bwd_launch<32, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
-	case 64:
-		return flash_warps() == 4 ? bwd_launch<64, 4>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh)
-					  : bwd_launch<64, 8>(s, dqkv, dout, qkv, out, lse, Dt, B, (int)T, (int)H, nh);
+		return bwd_tf32<32>(s, dqkv, dout, qkv, lse, Dt, B, iT, iH, nh);
 	default:
-		return qe_fail(QE_EUNSUPPORTED, "%s: head dimension %lld", op, (long long)(H / nh));
+		return bwd_tf32<64>(s, dqkv, dout, qkv, lse, Dt, B, iT, iH, nh);
 	}
 }

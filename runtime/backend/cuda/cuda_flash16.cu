@@ -1,0 +1,589 @@
+/*
+ * cuda_flash16.cu - the flash attention's kernels with bf16 operands
+ * (mma.sync m16n8k16, fp32 accumulation), for models whose linear layers run
+ * in bf16 or FP8 (QE_FLASH_BF16).  Same contract, layout and schedule as the
+ * TF32 kernels of cuda_flash.cu (read its comment first): a block of 4 warps
+ * owns 64 rows (16 a warp) of queries (forward, dQ) or keys (dK, dV) and
+ * walks the other side in tiles of 64; a warp skips the tiles the causal mask
+ * hides from all of its rows; every sum runs in a fixed order and no kernel
+ * uses atomics, so two runs give the same bytes.
+ *
+ * What differs from the TF32 kernels:
+ * - The operands are rounded to bf16 (nearest even) once, by a pass that
+ *   copies q, k, v (and, backward, dout) head by head into the stream's
+ *   scratch ([part][b][head][Tp][D], Tp = T rounded up to a tile, zero rows
+ *   after T), so that a tile is one contiguous 64 x D block of half the
+ *   bytes.  The kernels copy tiles into shared memory with cp.async, into
+ *   one of two buffers while the warps compute on the other (rows of D + 8
+ *   bf16: 16-byte aligned for cp.async and ldmatrix, and no two of a
+ *   matrix's eight rows share a bank group for D = 16, 32 and 64).
+ * - The warp's own 16 rows (Q and dO, or K and V) are read into registers
+ *   once, as A fragments (ldmatrix.x4), not once per tile.
+ * - The other side's rows come as B fragments through ldmatrix: as they are
+ *   for a product with Y^T (S = Q K^T, dP = dO V^T and the transposed ones),
+ *   transposed (.trans) for a product with Y (O += P V, dQ += dS K,
+ *   dV += P^T dO, dK += dS^T Q).
+ * - P and dS go from the accumulator layout to an A operand without any
+ *   shuffle: for m16n8k16 the accumulators of two adjacent 8-column slices
+ *   are exactly the A fragment of their 16 columns, each pair of values
+ *   packed into one bf16x2 register (rounded to nearest even there).
+ * Each product takes half the instructions of TF32's m16n8k8 and a fragment
+ * load serves a whole 8 x 8 matrix, which is what this file is for.
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "runtime/backend/cuda/cuda_int.h"
+
+#define F16_TILE 64              /* queries or keys per tile walked, and rows a block owns */
+#define F16_NS (F16_TILE / 8)    /* 8-column slices of a 16 x 64 score tile */
+#define F16_NT 128               /* threads a block: 4 warps of 16 rows */
+#define F16_LOG2E 1.4426950408889634f
+#define F16_LN2 0.6931471805599453f
+
+typedef __nv_bfloat16 bf16;
+
+/* two floats as one bf16x2 register: lo in the low half, nearest even */
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+/* d += A . B for one m16n8k16 step: a[4], b0, b1 bf16x2 registers */
+__device__ __forceinline__ void mma16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
+{
+	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+		     "{%0,%1,%2,%3};\n"
+		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* four 8 x 8 bf16 matrices from shared memory; lane l names a row of matrix l/8 */
+__device__ __forceinline__ void ldsm4(uint32_t *r, const bf16 *p)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a));
+}
+
+/* the same, each matrix transposed */
+__device__ __forceinline__ void ldsm4_t(uint32_t *r, const bf16 *p)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"(a));
+}
+
+/* ---- bf16 copies of the operands, head by head ------------------------------------ */
+
+/*
+ * dst [P][B][nh][Tp][D] bf16 from src [B*T, P*H] fp32 (qkv: P = 3, q | k | v;
+ * dout: P = 1): part p, sequence b, head h, token t at
+ * ((p*B + b)*nh + h)*Tp + t, rounded to bf16; rows T..Tp-1 zero, so a tile
+ * of 64 rows is always whole and contiguous (64 x D x 2 bytes).  One thread
+ * converts 8 values (two float4 in, one 16-byte store out).
+ */
+template <int D>
+__global__ void heads16_kernel(bf16 *dst, const float *src, int64_t B, int T, int Tp, int H, int nh, int P)
+{
+	const int C = D / 8;
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)P * B * nh * Tp * C;
+	if (i >= n)
+		return;
+	int cc = (int)(i % C);
+	int64_t r = i / C, q = r / Tp;
+	int t = (int)(r % Tp), h = (int)(q % nh);
+	int64_t b = (q / nh) % B, p = q / nh / B;
+	uint4 v = make_uint4(0, 0, 0, 0);
+	if (t < T) {
+		const float *x = src + (b * T + t) * P * H + p * H + h * D + cc * 8;
+		float4 a = *(const float4 *)x, c = *(const float4 *)(x + 4);
+		v = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(c.x, c.y), pack2(c.z, c.w));
+	}
+	*(uint4 *)(dst + r * D + cc * 8) = v;
+}
+
+/* 16 bytes global -> shared without passing through registers (cp.async, L2 only) */
+__device__ __forceinline__ void cp16(bf16 *sm, const bf16 *g)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
+}
+
+__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+
+/* wait until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* start copying a tile (64 rows of D bf16, contiguous at g) into s (stride D+8) */
+template <int D> __device__ __forceinline__ void tile_async(bf16 *s, const bf16 *g)
+{
+	const int LD = D + 8, C = D / 8;
+#pragma unroll
+	for (int i = threadIdx.x; i < F16_TILE * C; i += F16_NT) {
+		int r = i / C, c = (i - r * C) * 8;
+		cp16(s + r * LD + c, g + r * D + c);
+	}
+}
+
+/* the warp's 16 rows at s (stride D+8) as the A fragments of its D columns */
+template <int D> __device__ __forceinline__ void frag_rows(uint32_t (*a)[4], const bf16 *s, int lane)
+{
+	const int LD = D + 8;
+#pragma unroll
+	for (int k = 0; k < D / 16; k++)
+		ldsm4(a[k], s + (lane & 15) * LD + 16 * k + (lane >> 4) * 8);
+}
+
+/*
+ * acc[n] = X_w . Y^T: X_w the warp's A fragments, Y the tile's 64 rows in
+ * shared memory; acc[n] is columns 8n..8n+7.  One ldmatrix.x4 gives the B
+ * fragments of two slices (rows 16j..16j+15, 16 of the D columns).
+ */
+template <int D>
+__device__ __forceinline__ void mm16_xyt(float (*acc)[4], const uint32_t (*xa)[4], const bf16 *y, int lane)
+{
+	const int LD = D + 8;
+#pragma unroll
+	for (int n = 0; n < F16_NS; n++)
+		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+	const bf16 *yl = y + ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+	for (int k = 0; k < D / 16; k++)
+#pragma unroll
+		for (int j = 0; j < F16_NS / 2; j++) {
+			uint32_t b[4];
+			ldsm4(b, yl + 16 * j * LD + 16 * k);
+			mma16(acc[2 * j], xa[k], b[0], b[1]);
+			mma16(acc[2 * j + 1], xa[k], b[2], b[3]);
+		}
+}
+
+/*
+ * out[n] += P . Y over the tile's 64 columns: p[j] the accumulator layout of
+ * slice j (fp32, rounded to bf16 here), Y the tile's 64 rows (stride D+8);
+ * out[n] is columns 8n..8n+7 of the D.  One ldmatrix.x4.trans gives the B
+ * fragments of 16 rows for two 8-column slices of Y.
+ */
+template <int D>
+__device__ __forceinline__ void mm16_py(float (*out)[4], const float (*p)[4], const bf16 *y, int lane)
+{
+	const int LD = D + 8;
+	const bf16 *yl = y + (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
+#pragma unroll
+	for (int k = 0; k < F16_TILE / 16; k++) {
+		uint32_t a[4] = { pack2(p[2 * k][0], p[2 * k][1]), pack2(p[2 * k][2], p[2 * k][3]),
+				  pack2(p[2 * k + 1][0], p[2 * k + 1][1]), pack2(p[2 * k + 1][2], p[2 * k + 1][3]) };
+#pragma unroll
+		for (int n = 0; n < D / 16; n++) {
+			uint32_t b[4];
+			ldsm4_t(b, yl + 16 * k * LD + 16 * n);
+			mma16(out[2 * n], a, b[0], b[1]);
+			mma16(out[2 * n + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+/*
+ * The kernels read the bf16 copies (heads16_kernel): a tile is a contiguous
+ * 64 x D block, copied by cp.async into one of two shared buffers while the
+ * warps compute on the other, so a block waits for global memory only at its
+ * first tile.  Q (forward, dQ) or K and V (dK/dV) are copied once.
+ * Tp is T rounded up to a whole tile; part p of sequence b, head h starts at
+ * ((p*B + b)*nh + h)*Tp*D.
+ */
+__device__ __forceinline__ int64_t head_at(int p, int64_t B, int b, int nh, int h, int Tp, int D)
+{
+	return (((int64_t)p * B + b) * nh + h) * Tp * D;
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+template <int D>
+__global__ void __launch_bounds__(F16_NT) flash16_fwd_kernel(float *out, float *lse, const bf16 *qkv16, int64_t B,
+							      int T, int Tp, int H, int nh, float scale)
+{
+	extern __shared__ __align__(16) unsigned char smraw[];
+	const int LD = D + 8, TS = F16_TILE * LD;
+	bf16 *Qs = (bf16 *)smraw, *KV = Qs + TS; /* KV: buffer i holds K at KV + 2i TS, V after it */
+	const int nqt = Tp / F16_TILE;
+	const int qt = nqt - 1 - (int)blockIdx.x; /* the longest rows first */
+	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int64_t base = (int64_t)b * T;
+	const int q0 = qt * F16_TILE, wlast = q0 + w * 16 + 15;
+	const int ra = q0 + w * 16 + g, rb = ra + 8;
+	const int nkt = qt + 1; /* key tiles up to the diagonal */
+	const float sl2 = scale * F16_LOG2E;
+	const bf16 *qg = qkv16 + head_at(0, B, b, nh, h, Tp, D), *kg = qkv16 + head_at(1, B, b, nh, h, Tp, D);
+	const bf16 *vg = qkv16 + head_at(2, B, b, nh, h, Tp, D);
+	tile_async<D>(Qs, qg + (int64_t)q0 * D);
+	cp_commit();
+	tile_async<D>(KV, kg);
+	tile_async<D>(KV + TS, vg);
+	cp_commit();
+	cp_wait<1>();
+	__syncthreads();
+	uint32_t qa[D / 16][4];
+	frag_rows<D>(qa, Qs + w * 16 * LD, lane);
+	float o[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+	for (int kt = 0; kt < nkt; kt++) {
+		const int k0 = kt * F16_TILE;
+		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+		if (kt + 1 < nkt) {
+			bf16 *Kn = KV + ((kt + 1) & 1) * 2 * TS;
+			tile_async<D>(Kn, kg + (int64_t)(k0 + F16_TILE) * D);
+			tile_async<D>(Kn + TS, vg + (int64_t)(k0 + F16_TILE) * D);
+			cp_commit();
+			cp_wait<1>();
+		} else {
+			cp_wait<0>();
+		}
+		__syncthreads();
+		if (k0 <= wlast) { /* else every key of the tile is after every row of the warp */
+			float sc[F16_NS][4];
+			mm16_xyt<D>(sc, qa, Ks, lane);
+			float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+			for (int n = 0; n < F16_NS; n++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+					sc[n][e] = (key <= row && key < T) ? sc[n][e] * sl2 : -INFINITY;
+				}
+				xa = fmaxf(xa, fmaxf(sc[n][0], sc[n][1]));
+				xb = fmaxf(xb, fmaxf(sc[n][2], sc[n][3]));
+			}
+			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+			float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
+			float aa = na == -INFINITY ? 1.0f : exp2f(ma - na), ab = nb == -INFINITY ? 1.0f : exp2f(mb - nb);
+			float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+			for (int n = 0; n < F16_NS; n++) {
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					float pv = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - (e < 2 ? na : nb));
+					if (e < 2)
+						sa += pv;
+					else
+						sb += pv;
+					sc[n][e] = pv;
+				}
+			}
+			sa += __shfl_xor_sync(0xffffffffu, sa, 1);
+			sa += __shfl_xor_sync(0xffffffffu, sa, 2);
+			sb += __shfl_xor_sync(0xffffffffu, sb, 1);
+			sb += __shfl_xor_sync(0xffffffffu, sb, 2);
+			la = la * aa + sa;
+			lb = lb * ab + sb;
+			ma = na;
+			mb = nb;
+#pragma unroll
+			for (int n = 0; n < D / 8; n++) {
+				o[n][0] *= aa;
+				o[n][1] *= aa;
+				o[n][2] *= ab;
+				o[n][3] *= ab;
+			}
+			mm16_py<D>(o, sc, Vs, lane);
+		}
+		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
+	}
+	const float ia = 1.0f / la, ib = 1.0f / lb;
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		int col = h * D + 8 * n + 2 * c;
+		if (ra < T)
+			*(float2 *)(out + (base + ra) * H + col) = make_float2(o[n][0] * ia, o[n][1] * ia);
+		if (rb < T)
+			*(float2 *)(out + (base + rb) * H + col) = make_float2(o[n][2] * ib, o[n][3] * ib);
+	}
+	if (c == 0) {
+		int64_t hrow = ((int64_t)b * nh + h) * T;
+		if (ra < T)
+			lse[hrow + ra] = ma * F16_LN2 + logf(la);
+		if (rb < T)
+			lse[hrow + rb] = mb * F16_LN2 + logf(lb);
+	}
+}
+
+/* ---- backward (Dt = dout . out from cuda_flash.cu's qe__cuda_flash_dot) ---------------- */
+
+template <int D>
+__global__ void __launch_bounds__(F16_NT) flash16_dq_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
+							     const float *lse, const float *Dt, int64_t B, int T, int Tp,
+							     int H, int nh, float scale)
+{
+	extern __shared__ __align__(16) unsigned char smraw[];
+	const int LD = D + 8, TS = F16_TILE * LD;
+	bf16 *Qs = (bf16 *)smraw, *dOs = Qs + TS, *KV = dOs + TS;
+	const int nqt = Tp / F16_TILE;
+	const int qt = nqt - 1 - (int)blockIdx.x;
+	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int q0 = qt * F16_TILE, wlast = q0 + w * 16 + 15;
+	const int ra = q0 + w * 16 + g, rb = ra + 8;
+	const float sl2 = scale * F16_LOG2E;
+	const bf16 *kg = qkv16 + head_at(1, B, b, nh, h, Tp, D), *vg = qkv16 + head_at(2, B, b, nh, h, Tp, D);
+	tile_async<D>(Qs, qkv16 + head_at(0, B, b, nh, h, Tp, D) + (int64_t)q0 * D);
+	tile_async<D>(dOs, do16 + head_at(0, B, b, nh, h, Tp, D) + (int64_t)q0 * D);
+	cp_commit();
+	tile_async<D>(KV, kg);
+	tile_async<D>(KV + TS, vg);
+	cp_commit();
+	const float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
+	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	cp_wait<1>();
+	__syncthreads();
+	uint32_t qa[D / 16][4], doa[D / 16][4];
+	frag_rows<D>(qa, Qs + w * 16 * LD, lane);
+	frag_rows<D>(doa, dOs + w * 16 * LD, lane);
+	float dq[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+	for (int kt = 0; kt <= qt; kt++) {
+		const int k0 = kt * F16_TILE;
+		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+		if (kt < qt) {
+			bf16 *Kn = KV + ((kt + 1) & 1) * 2 * TS;
+			tile_async<D>(Kn, kg + (int64_t)(k0 + F16_TILE) * D);
+			tile_async<D>(Kn + TS, vg + (int64_t)(k0 + F16_TILE) * D);
+			cp_commit();
+			cp_wait<1>();
+		} else {
+			cp_wait<0>();
+		}
+		__syncthreads();
+		if (k0 <= wlast) {
+			float sc[F16_NS][4], dp[F16_NS][4];
+			mm16_xyt<D>(sc, qa, Ks, lane);
+			mm16_xyt<D>(dp, doa, Vs, lane);
+#pragma unroll
+			for (int n = 0; n < F16_NS; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+					float p = (key <= row && key < T && row < T) ? exp2f(sc[n][e] * sl2 - (e < 2 ? la : lb))
+										     : 0.0f;
+					sc[n][e] = p * (dp[n][e] - (e < 2 ? da : db)); /* dS */
+				}
+			mm16_py<D>(dq, sc, Ks, lane);
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		int col = h * D + 8 * n + 2 * c;
+		if (ra < T)
+			*(float2 *)(dqkv + (base + ra) * 3 * H + col) = make_float2(dq[n][0] * scale, dq[n][1] * scale);
+		if (rb < T)
+			*(float2 *)(dqkv + (base + rb) * 3 * H + col) = make_float2(dq[n][2] * scale, dq[n][3] * scale);
+	}
+}
+
+template <int D>
+__global__ void __launch_bounds__(F16_NT) flash16_dkv_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
+							      const float *lse, const float *Dt, int64_t B, int T, int Tp,
+							      int H, int nh, float scale)
+{
+	extern __shared__ __align__(16) unsigned char smraw[];
+	const int LD = D + 8, TS = F16_TILE * LD;
+	/* QD: buffer i holds Q at QD + 2i TS, dO after it; lse_s, dt_s: [2][64] */
+	bf16 *Ks = (bf16 *)smraw, *Vs = Ks + TS, *QD = Vs + TS;
+	float *lse_s = (float *)(QD + 4 * TS), *dt_s = lse_s + 2 * F16_TILE;
+	const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3, tid = threadIdx.x;
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int k0 = kt * F16_TILE, nqt = Tp / F16_TILE, wfirst = k0 + w * 16;
+	const int ka = k0 + w * 16 + g, kb = ka + 8;
+	const float sl2 = scale * F16_LOG2E;
+	const bf16 *qg = qkv16 + head_at(0, B, b, nh, h, Tp, D), *dog = do16 + head_at(0, B, b, nh, h, Tp, D);
+	tile_async<D>(Ks, qkv16 + head_at(1, B, b, nh, h, Tp, D) + (int64_t)k0 * D);
+	tile_async<D>(Vs, qkv16 + head_at(2, B, b, nh, h, Tp, D) + (int64_t)k0 * D);
+	cp_commit();
+	tile_async<D>(QD, qg + (int64_t)k0 * D);
+	tile_async<D>(QD + TS, dog + (int64_t)k0 * D);
+	cp_commit();
+	if (tid < F16_TILE) {
+		int t = k0 + tid;
+		lse_s[tid] = t < T ? lse[hrow + t] * F16_LOG2E : 0.0f;
+		dt_s[tid] = t < T ? Dt[hrow + t] : 0.0f;
+	}
+	cp_wait<1>();
+	__syncthreads();
+	uint32_t kfa[D / 16][4], va[D / 16][4];
+	frag_rows<D>(kfa, Ks + w * 16 * LD, lane);
+	frag_rows<D>(va, Vs + w * 16 * LD, lane);
+	float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+		dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+	}
+	for (int qt = kt; qt < nqt; qt++) {
+		const int q0 = qt * F16_TILE, cur = (qt - kt) & 1, nxt = cur ^ 1;
+		const bf16 *Qs = QD + cur * 2 * TS, *dOs = Qs + TS;
+		float ln = 0.0f, dn = 0.0f; /* the next tile's lse and Dt, stored after this tile's products */
+		if (qt + 1 < nqt) {
+			bf16 *Qn = QD + nxt * 2 * TS;
+			tile_async<D>(Qn, qg + (int64_t)(q0 + F16_TILE) * D);
+			tile_async<D>(Qn + TS, dog + (int64_t)(q0 + F16_TILE) * D);
+			cp_commit();
+			int t = q0 + F16_TILE + tid;
+			if (tid < F16_TILE && t < T) {
+				ln = lse[hrow + t] * F16_LOG2E;
+				dn = Dt[hrow + t];
+			}
+			cp_wait<1>();
+		} else {
+			cp_wait<0>();
+		}
+		__syncthreads();
+		if (q0 + F16_TILE - 1 >= wfirst) { /* else every query of the tile is before every key of the warp */
+			const float *ls = lse_s + cur * F16_TILE, *ds = dt_s + cur * F16_TILE;
+			float st[F16_NS][4], dpt[F16_NS][4];
+			mm16_xyt<D>(st, kfa, Qs, lane); /* S^T: keys x queries */
+			mm16_xyt<D>(dpt, va, dOs, lane); /* dP^T */
+#pragma unroll
+			for (int n = 0; n < F16_NS; n++)
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
+					float p = (key <= tq && tq < T && key < T) ? exp2f(st[n][e] * sl2 - ls[qc]) : 0.0f;
+					st[n][e] = p;                        /* P^T */
+					dpt[n][e] = p * (dpt[n][e] - ds[qc]); /* dS^T */
+				}
+			mm16_py<D>(dv, st, dOs, lane);
+			mm16_py<D>(dk, dpt, Qs, lane);
+		}
+		if (tid < F16_TILE) {
+			lse_s[nxt * F16_TILE + tid] = ln;
+			dt_s[nxt * F16_TILE + tid] = dn;
+		}
+		__syncthreads();
+	}
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		int col = h * D + 8 * n + 2 * c;
+		if (ka < T) {
+			float *r = dqkv + (base + ka) * 3 * H + col;
+			*(float2 *)(r + H) = make_float2(dk[n][0] * scale, dk[n][1] * scale);
+			*(float2 *)(r + 2 * H) = make_float2(dv[n][0], dv[n][1]);
+		}
+		if (kb < T) {
+			float *r = dqkv + (base + kb) * 3 * H + col;
+			*(float2 *)(r + H) = make_float2(dk[n][2] * scale, dk[n][3] * scale);
+			*(float2 *)(r + 2 * H) = make_float2(dv[n][2], dv[n][3]);
+		}
+	}
+}
+
+/* ---- launchers (cuda_flash.cu checked the arguments) ----------------------------------- */
+
+static size_t tile_bytes(int D) { return (size_t)F16_TILE * (D + 8) * sizeof(bf16); }
+static size_t fwd_smem16(int D) { return 5 * tile_bytes(D); }
+static size_t bwd_smem16(int D) { return 6 * tile_bytes(D) + 4 * F16_TILE * sizeof(float); }
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+template <typename K> static int smem16(K kernel, size_t bytes, const char *op, const char *name)
+{
+	cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+	return e == cudaSuccess ? QE_OK : qe__cuda_err(e, op, name);
+}
+
+/* the bf16 head-major copies of parts [B*T, P*H] of src into dst */
+template <int D>
+static int heads16(qe_stream *s, bf16 *dst, const float *src, int64_t B, int T, int Tp, int H, int nh, int P,
+		   const char *op)
+{
+	int64_t n = (int64_t)P * B * nh * Tp * (D / 8);
+	heads16_kernel<D><<<(unsigned)((n + 255) / 256), 256, 0, s->cs>>>(dst, src, B, T, Tp, H, nh, P);
+	return qe__cuda_launched(op, "heads16_kernel");
+}
+
+template <int D>
+static int fwd16(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H, int nh)
+{
+	const char *op = "attn_flash_fwd";
+	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
+	bf16 *qkv16 = NULL;
+	if ((rc = smem16(flash16_fwd_kernel<D>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")) ||
+	    (rc = qe__cuda_scratch(s, (size_t)3 * B * H * Tp * sizeof(bf16), op, (void **)&qkv16)) ||
+	    (rc = heads16<D>(s, qkv16, qkv, B, T, Tp, H, nh, 3, op)))
+		return rc;
+	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
+	flash16_fwd_kernel<D><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, B, T, Tp, H, nh,
+								       1.0f / sqrtf((float)D));
+	return qe__cuda_launched(op, "flash16_fwd_kernel");
+}
+
+template <int D>
+static int bwd16(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+		 int64_t B, int T, int H, int nh)
+{
+	const char *op = "attn_flash_bwd";
+	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
+	size_t dt_bytes = align256((size_t)B * nh * T * sizeof(float)), qkv_bytes = align256((size_t)3 * B * H * Tp * 2);
+	unsigned char *scr = NULL;
+	if ((rc = smem16(flash16_dq_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
+	    (rc = smem16(flash16_dkv_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
+	    (rc = qe__cuda_scratch(s, dt_bytes + qkv_bytes + (size_t)B * H * Tp * 2, op, (void **)&scr)))
+		return rc;
+	float *Dt = (float *)scr;
+	bf16 *qkv16 = (bf16 *)(scr + dt_bytes), *do16 = (bf16 *)(scr + dt_bytes + qkv_bytes);
+	if ((rc = qe__cuda_flash_dot(s, Dt, dout, out, B, T, H, nh)) ||
+	    (rc = heads16<D>(s, qkv16, qkv, B, T, Tp, H, nh, 3, op)) ||
+	    (rc = heads16<D>(s, do16, dout, B, T, Tp, H, nh, 1, op)))
+		return rc;
+	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
+	float scale = 1.0f / sqrtf((float)D);
+	flash16_dq_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, lse, Dt, B, T, Tp, H, nh, scale);
+	if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
+		return rc;
+	flash16_dkv_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, lse, Dt, B, T, Tp, H, nh,
+								       scale);
+	return qe__cuda_launched(op, "flash16_dkv_kernel");
+}
+
+extern "C" int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H,
+				    int nh)
+{
+	switch (H / nh) {
+	case 16:
+		return fwd16<16>(s, out, lse, qkv, B, T, H, nh);
+	case 32:
+		return fwd16<32>(s, out, lse, qkv, B, T, H, nh);
+	case 64:
+		return fwd16<64>(s, out, lse, qkv, B, T, H, nh);
+	default:
+		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %d", H / nh);
+	}
+}
+
+extern "C" int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
+				    const float *lse, int64_t B, int T, int H, int nh)
+{
+	switch (H / nh) {
+	case 16:
+		return bwd16<16>(s, dqkv, dout, qkv, out, lse, B, T, H, nh);
+	case 32:
+		return bwd16<32>(s, dqkv, dout, qkv, out, lse, B, T, H, nh);
+	case 64:
+		return bwd16<64>(s, dqkv, dout, qkv, out, lse, B, T, H, nh);
+	default:
+		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: head dimension %d", H / nh);
+	}
+}
