@@ -56,7 +56,7 @@ __global__ void add_inplace_kernel(float *y, const float *a, int64_t n)
  * j = bx*32 + x (a warp reads 32 neighbouring floats of a row) into
  * part[g*cols + j]; db's partial is the sum of dy, dw's (when asked for) the
  * sum of the layernorm weight gradient's nrm * dy with nrm = (x - mean) *
- * rstd - the cpu's expressions.  colsum_fin_kernel: thread j adds column j's
+ * rstd - the cpu's expressions.  colsum_fin_kernel (below) adds column j's
  * partials in group order from 0.
  */
 #define COL_GROUPS_PER_BLOCK 8
@@ -84,37 +84,48 @@ __global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ p
 	pb[g * cols + j] = ab;
 }
 
-__global__ void colsum_fin_kernel(float *__restrict__ dw, float *__restrict__ db, const float *__restrict__ pw,
-				  const float *__restrict__ pb, int64_t cols, int64_t groups)
+/*
+ * colsum_fin_kernel: block (32 columns) x (32 loaders).  The partials of a
+ * chunk of up to FIN_CHUNK groups are loaded by all 1024 threads at once into
+ * shared memory (one thread, one group: every load in flight together), then
+ * the column's thread of row 0 adds them in group order onto its running sum
+ * from 0.  One thread a column walking the groups itself (the kernel before
+ * this one) waited on a dependent chain of loads: 9 us a call at 128 groups
+ * with 6 blocks busy.
+ */
+#define FIN_CHUNK 128
+__global__ void __launch_bounds__(1024) colsum_fin_kernel(float *__restrict__ dw, float *__restrict__ db,
+							  const float *__restrict__ pw, const float *__restrict__ pb,
+							  int64_t cols, int64_t groups)
 {
-	int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-	if (j >= cols)
-		return;
-	float sw = 0.0f, sb = 0.0f;
-	int64_t g = 0;
-	/* sixteen groups' loads in flight at once, then their adds in group order */
-	for (; g + 16 <= groups; g += 16) {
-		float vb[16], vw[16];
-#pragma unroll
-		for (int u = 0; u < 16; u++) {
-			vb[u] = pb[(g + u) * cols + j];
-			vw[u] = pw ? pw[(g + u) * cols + j] : 0.0f;
+	__shared__ float sb[FIN_CHUNK][COL_THREADS], sw[FIN_CHUNK][COL_THREADS];
+	const int x = threadIdx.x, y = threadIdx.y;
+	int64_t j = (int64_t)blockIdx.x * COL_THREADS + x;
+	float accb = 0.0f, accw = 0.0f;
+	for (int64_t g0 = 0; g0 < groups; g0 += FIN_CHUNK) {
+		int n = groups - g0 < FIN_CHUNK ? (int)(groups - g0) : FIN_CHUNK;
+		if (j < cols)
+			for (int u = y; u < n; u += COL_THREADS) {
+				sb[u][x] = pb[(g0 + u) * cols + j];
+				if (pw)
+					sw[u][x] = pw[(g0 + u) * cols + j];
+			}
+		__syncthreads();
+		if (y == 0 && j < cols) {
+			for (int u = 0; u < n; u++) {
+				accb += sb[u][x];
+				if (pw)
+					accw += sw[u][x];
+			}
 		}
-#pragma unroll
-		for (int u = 0; u < 16; u++) {
-			sb += vb[u];
-			sw += vw[u];
-		}
+		__syncthreads();
 	}
-	for (; g < groups; g++) {
-		if (pw)
-			sw += pw[g * cols + j];
-		sb += pb[g * cols + j];
+	if (y == 0 && j < cols) {
+		if (dw)
+			dw[j] = accw;
+		if (db)
+			db[j] = accb;
 	}
-	if (dw)
-		dw[j] = sw;
-	if (db)
-		db[j] = sb;
 }
 
 __device__ __forceinline__ float gelu_fwd1(float v)
@@ -714,7 +725,8 @@ static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, con
 											   cols, groups);
 	if ((rc = qe__cuda_launched(op, "colsum_part_kernel")))
 		return rc;
-	colsum_fin_kernel<<<(unsigned)((cols + 127) / 128), 128, 0, s->cs>>>(dw, db, pw, pb, cols, groups);
+	colsum_fin_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), dim3(COL_THREADS, COL_THREADS), 0,
+			    s->cs>>>(dw, db, pw, pb, cols, groups);
 	return qe__cuda_launched(op, "colsum_fin_kernel");
 }
 
