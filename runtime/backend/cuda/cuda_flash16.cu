@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(F16_NT) flash16_fwd_kernel(float *out, float *
 /* ---- backward (Dt = dout . out from cuda_flash.cu's qe__cuda_flash_dot) ---------------- */
 
 template <int D>
-__global__ void __launch_bounds__(F16_NT) flash16_dq_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
+__global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
 							     const float *lse, const float *Dt, int64_t B, int T, int Tp,
 							     int H, int nh, float scale)
 {
@@ -345,11 +345,6 @@ __global__ void __launch_bounds__(F16_NT) flash16_dq_kernel(float *dqkv, const b
 	cp_commit();
 	const float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
 	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
-	cp_wait<1>();
-	__syncthreads();
-	uint32_t qa[D / 16][4], doa[D / 16][4];
-	frag_rows<D>(qa, Qs + w * 16 * LD, lane);
-	frag_rows<D>(doa, dOs + w * 16 * LD, lane);
 	float dq[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
@@ -368,9 +363,13 @@ __global__ void __launch_bounds__(F16_NT) flash16_dq_kernel(float *dqkv, const b
 		}
 		__syncthreads();
 		if (k0 <= wlast) {
+			/* the warp's Q and dO rows come from shared memory for every tile (as in dK/dV) */
 			float sc[F16_NS][4], dp[F16_NS][4];
-			mm16_xyt<D>(sc, qa, Ks, lane);
-			mm16_xyt<D>(dp, doa, Vs, lane);
+			uint32_t xa[D / 16][4];
+			frag_rows<D>(xa, Qs + w * 16 * LD, lane);
+			mm16_xyt<D>(sc, xa, Ks, lane);
+			frag_rows<D>(xa, dOs + w * 16 * LD, lane);
+			mm16_xyt<D>(dp, xa, Vs, lane);
 #pragma unroll
 			for (int n = 0; n < F16_NS; n++)
 #pragma unroll
@@ -395,7 +394,7 @@ __global__ void __launch_bounds__(F16_NT) flash16_dq_kernel(float *dqkv, const b
 }
 
 template <int D>
-__global__ void __launch_bounds__(F16_NT) flash16_dkv_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
+__global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
 							      const float *lse, const float *Dt, int64_t B, int T, int Tp,
 							      int H, int nh, float scale)
 {
@@ -422,11 +421,6 @@ __global__ void __launch_bounds__(F16_NT) flash16_dkv_kernel(float *dqkv, const 
 		lse_s[tid] = t < T ? lse[hrow + t] * F16_LOG2E : 0.0f;
 		dt_s[tid] = t < T ? Dt[hrow + t] : 0.0f;
 	}
-	cp_wait<1>();
-	__syncthreads();
-	uint32_t kfa[D / 16][4], va[D / 16][4];
-	frag_rows<D>(kfa, Ks + w * 16 * LD, lane);
-	frag_rows<D>(va, Vs + w * 16 * LD, lane);
 	float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++) {
@@ -454,9 +448,14 @@ __global__ void __launch_bounds__(F16_NT) flash16_dkv_kernel(float *dqkv, const 
 		__syncthreads();
 		if (q0 + F16_TILE - 1 >= wfirst) { /* else every query of the tile is before every key of the warp */
 			const float *ls = lse_s + cur * F16_TILE, *ds = dt_s + cur * F16_TILE;
+			/* the warp's K and V rows are read from shared memory for every tile, not kept in
+			 * registers: 32 fewer registers let 3 blocks share an SM instead of 2 */
 			float st[F16_NS][4], dpt[F16_NS][4];
-			mm16_xyt<D>(st, kfa, Qs, lane); /* S^T: keys x queries */
-			mm16_xyt<D>(dpt, va, dOs, lane); /* dP^T */
+			uint32_t xa[D / 16][4];
+			frag_rows<D>(xa, Ks + w * 16 * LD, lane);
+			mm16_xyt<D>(st, xa, Qs, lane); /* S^T: keys x queries */
+			frag_rows<D>(xa, Vs + w * 16 * LD, lane);
+			mm16_xyt<D>(dpt, xa, dOs, lane); /* dP^T */
 #pragma unroll
 			for (int n = 0; n < F16_NS; n++)
 #pragma unroll
