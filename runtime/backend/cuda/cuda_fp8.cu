@@ -147,20 +147,47 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 #define VX 16 /* threads in x, four columns each */
 #define VY 16 /* threads in y */
 
-__device__ __forceinline__ uint32_t fp8x4(float4 v, float s, __nv_fp8_interpretation_t k)
+/* four codes of v: FP8 (T = uint8_t, scaled by s) or bf16 (T = uint16_t, the code's bits) */
+template <typename T>
+__device__ __forceinline__ void codes4(float4 v, float s, __nv_fp8_interpretation_t k, T *q)
 {
-	uint32_t a = __nv_cvt_float_to_fp8(v.x * s, __NV_SATFINITE, k), b = __nv_cvt_float_to_fp8(v.y * s, __NV_SATFINITE, k);
-	uint32_t c = __nv_cvt_float_to_fp8(v.z * s, __NV_SATFINITE, k), d = __nv_cvt_float_to_fp8(v.w * s, __NV_SATFINITE, k);
-	return a | (b << 8) | (c << 16) | (d << 24);
+	if constexpr (sizeof(T) == 1) {
+		q[0] = (T)__nv_cvt_float_to_fp8(v.x * s, __NV_SATFINITE, k);
+		q[1] = (T)__nv_cvt_float_to_fp8(v.y * s, __NV_SATFINITE, k);
+		q[2] = (T)__nv_cvt_float_to_fp8(v.z * s, __NV_SATFINITE, k);
+		q[3] = (T)__nv_cvt_float_to_fp8(v.w * s, __NV_SATFINITE, k);
+	} else {
+		q[0] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.x));
+		q[1] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.y));
+		q[2] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.z));
+		q[3] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.w));
+	}
 }
 
-__global__ void cast4_kernel(const float *__restrict__ x, uint8_t *__restrict__ row, uint8_t *__restrict__ col,
-			     int64_t rows, int64_t cols, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
-			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+/* four codes in one store: 4 bytes (FP8) or 8 (bf16) */
+template <typename T> __device__ __forceinline__ void store4(T *p, const T *q)
 {
-	__shared__ __align__(4) uint8_t tile[VT][VT + 4];
+	if constexpr (sizeof(T) == 1)
+		*(uint32_t *)p = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+	else
+		*(uint2 *)p = make_uint2((uint32_t)q[0] | ((uint32_t)q[1] << 16), (uint32_t)q[2] | ((uint32_t)q[3] << 16));
+}
+
+/*
+ * T = uint8_t: FP8 codes with the delayed or current scale as cast_kernel;
+ * T = uint16_t: bf16 codes (scale 1), the same bytes as cast_kernel<uint16_t>.
+ */
+template <typename T>
+__global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+			     int64_t cols, int fmt_e5m2, const float *scale, const unsigned *cur_amax, float fp8_max,
+			     int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+{
+	constexpr bool is_fp8 = sizeof(T) == 1;
+	__shared__ __align__(8) T tile[VT][VT + 4];
 	__nv_fp8_interpretation_t k = fmt_e5m2 ? __NV_E5M2 : __NV_E4M3;
-	float s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
+	float s = 1.0f;
+	if constexpr (is_fp8)
+		s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
 	int64_t r0 = (int64_t)blockIdx.y * VT, c0 = (int64_t)blockIdx.x * VT;
 	int cx = threadIdx.x * 4;
 	unsigned m = 0;
@@ -169,10 +196,11 @@ __global__ void cast4_kernel(const float *__restrict__ x, uint8_t *__restrict__ 
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
 			float4 v = *(const float4 *)(x + r * cols + c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
-			uint32_t q = fp8x4(v, s, k);
+			T q[4];
+			codes4<T>(v, s, k, q);
 			if (row)
-				*(uint32_t *)(row + r * cols + c) = q;
-			*(uint32_t *)&tile[j][cx] = q;
+				store4<T>(row + r * cols + c, q);
+			store4<T>(&tile[j][cx], q);
 		}
 	}
 	if (amax_dst)
@@ -183,16 +211,15 @@ __global__ void cast4_kernel(const float *__restrict__ x, uint8_t *__restrict__ 
 		for (int j = threadIdx.y; j < VT; j += VY) {
 			int64_t c = c0 + j, r = r0 + cx;
 			if (c < cols && r < rows) { /* rows % 4 == 0 */
-				uint32_t q = (uint32_t)tile[cx][j] | ((uint32_t)tile[cx + 1][j] << 8) |
-					     ((uint32_t)tile[cx + 2][j] << 16) | ((uint32_t)tile[cx + 3][j] << 24);
-				*(uint32_t *)(col + c * rows + r) = q;
+				T q[4] = { tile[cx][j], tile[cx + 1][j], tile[cx + 2][j], tile[cx + 3][j] };
+				store4<T>(col + c * rows + r, q);
 			}
 		}
 	}
 	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
 		if (scale_inv_out)
-			*scale_inv_out = 1.0f / s;
-		if (cur_amax && scale_out)
+			*scale_inv_out = is_fp8 ? 1.0f / s : 1.0f;
+		if (is_fp8 && cur_amax && scale_out)
 			*scale_out = s;
 	}
 }
@@ -300,7 +327,16 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
 
+	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT)), block4(VX, VY);
 	if (fmt == QE_BF16) {
+		int wide16 = rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a->row.data % 8 == 0 &&
+			     (uintptr_t)a->col.data % 8 == 0 && (rows + VT - 1) / VT <= 65535;
+		if (wide16) {
+			cast4_kernel<uint16_t><<<grid4, block4, 0, s->cs>>>(x, (uint16_t *)a->row.data,
+									     (uint16_t *)a->col.data, rows, cols, 0, NULL,
+									     NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
+			return qe__cuda_launched(op, "cast4_kernel<bf16>");
+		}
 		cast_kernel<uint16_t><<<grid, block, 0, s->cs>>>(x, (uint16_t *)a->row.data, (uint16_t *)a->col.data,
 								  rows, cols, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL,
 								  a->scale_inv);
@@ -315,9 +351,8 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	float fmax = qe_fp8_max(fmt);
 	int wide = rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a->row.data % 4 == 0 &&
 		   (uintptr_t)a->col.data % 4 == 0 && (rows + VT - 1) / VT <= 65535;
-	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT)), block4(VX, VY);
 	if (!a->current && wide) {
-		cast4_kernel<<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
+		cast4_kernel<uint8_t><<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
 							  e5m2, a->scale, NULL, fmax, a->margin, amax_dst, NULL,
 							  a->scale_inv);
 		return qe__cuda_launched(op, "cast4_kernel");
@@ -344,7 +379,7 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	if (rc)
 		return rc;
 	if (wide)
-		cast4_kernel<<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
+		cast4_kernel<uint8_t><<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
 							  e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
 	else
 		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
