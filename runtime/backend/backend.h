@@ -212,9 +212,14 @@ typedef struct qe_backend_ops {
 	 * skipped): only those rows are cleared, every other row must already be
 	 * zero, and it receives tok for the next call.  (Clearing all of a
 	 * 32768 x 4096 dwte for every microbatch wrote 537 MB per call.)
+	 * accumulate (rows_written must be NULL): nothing is cleared; each row
+	 * that tok names gets its occurrences' sum (formed from 0 in t order, as
+	 * above) added to what it holds, every other row is left as it is - the
+	 * bits of the overwriting call on a zeroed buffer followed by add_inplace
+	 * into dwte, without touching the rows no token names.
 	 */
 	int (*embed_bwd)(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			 int64_t H, int64_t V, int32_t *rows_written);
+			 int64_t H, int64_t V, int32_t *rows_written, int accumulate);
 	/*
 	 * Causal multi-head attention over qkv[T, 3H] (q | k | v, head h at
 	 * columns h*D..h*D+D-1 of each third), out[T,H]; probs[nh,T,T] saved.

@@ -72,10 +72,13 @@ int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V
 	return rc ? rc : qe__check_need(tgt, 1, nm, "tgt");
 }
 
-int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V)
+int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V,
+			const int32_t *rows_written, int accumulate)
 {
 	const char *nm = "embed_bwd";
 	int rc;
+	if (accumulate && rows_written)
+		return qe_fail(QE_EINVAL, "%s: accumulate with rows_written (an accumulating call clears no rows)", nm);
 	if ((rc = qe__check_size(T, nm, "T")) || (rc = qe__check_size(H, nm, "H")) || (rc = qe__check_size(V, nm, "V")) ||
 	    (rc = qe__check_need(dwte, V * H, nm, "dwte")) || (rc = qe__check_need(tok, T, nm, "tok")))
 		return rc;

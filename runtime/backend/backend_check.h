@@ -60,8 +60,9 @@ int qe__check_flash(const char *nm, int backward, const void *a, const void *b, 
 		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
 /* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present. */
 int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid);
-/* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL). */
-int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V);
+/* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL; not rows_written with accumulate). */
+int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V,
+			const int32_t *rows_written, int accumulate);
 /* nviews in 1..max_views (0: no upper bound) non-NULL views of n floats. */
 int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views);
 

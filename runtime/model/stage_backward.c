@@ -89,18 +89,24 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
  * The embedding gradients from dx [N, H]: wte's rows through embed_bwd, and
  * wpe as the sum of the sequences' position gradients in sequence order
  * (0 + d_0 + d_1 ...: for batch 1 the bytes of one embed_bwd with wpe).
+ * The scratch buffer of an accumulating stage (buf 1) gets no wte rows: they
+ * are added straight into the sum buffer's (embed_bwd accumulate: the same
+ * bits as writing them into the scratch and adding that), so the add of the
+ * scratch skips the wte gradient, most of the non-matrix bytes.
  */
 static int embed_backward(qe_stage *st, qe_stream *s, slot_tape *t, int buf, const float *dx, float *grad)
 {
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
-	float *dwte = grad + st->params[st->p_wte].grad_offset, *dwpe = grad + st->params[st->p_wpe].grad_offset;
-	int32_t *rows = st->tok_written + (int64_t)buf * st->N;
+	int add = st->nm_accumulate && buf == 1;
+	int64_t wte_at = st->params[st->p_wte].grad_offset;
+	float *dwte = (add ? st->grad_buf : grad) + wte_at, *dwpe = grad + st->params[st->p_wpe].grad_offset;
 	/* buffer buf's wte gradient keeps its rows zero except those its last tokens wrote */
+	int32_t *rows = add ? NULL : st->tok_written + (int64_t)buf * st->N;
 	if (c->batch == 1)
-		return o->embed_bwd(s, dwte, dwpe, t->tokens, dx, T, H, st->vpad, rows);
-	QE_TRY(o->embed_bwd(s, dwte, NULL, t->tokens, dx, st->N, H, st->vpad, rows));
+		return o->embed_bwd(s, dwte, dwpe, t->tokens, dx, T, H, st->vpad, rows, add);
+	QE_TRY(o->embed_bwd(s, dwte, NULL, t->tokens, dx, st->N, H, st->vpad, rows, add));
 	QE_TRY(o->fill(s, dwpe, 0, (size_t)(T * H) * sizeof(float)));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(o->add_inplace(s, dwpe, dx + b * T * H, T * H));
@@ -156,9 +162,21 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 			QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], N * H));
 		}
 	}
-	/* sum += microbatch m's: the bits of the per-microbatch buffers summed in order */
-	if (buf == 1 && st->nm_accumulate)
-		QE_TRY(o->add_inplace(s, st->grad_buf, grad, st->nonmatrix_floats));
+	/*
+	 * sum += microbatch m's: the bits of the per-microbatch buffers summed in
+	 * order; on the first stage the wte rows were already added (embed_backward)
+	 */
+	if (buf == 1 && st->nm_accumulate) {
+		int64_t n = st->nonmatrix_floats, w0 = n, w1 = n;
+		if (st->first) {
+			w0 = st->params[st->p_wte].grad_offset;
+			w1 = w0 + (int64_t)st->params[st->p_wte].rows * st->params[st->p_wte].cols;
+		}
+		if (w0 > 0)
+			QE_TRY(o->add_inplace(s, st->grad_buf, grad, w0));
+		if (w1 < n)
+			QE_TRY(o->add_inplace(s, st->grad_buf + w1, grad + w1, n - w1));
+	}
 	return qe__stage_update_roles(st, s, QE_ROLE_GRAD_OUTPUT, QE_ROLE_GRAD_OUTPUT);
 }
 

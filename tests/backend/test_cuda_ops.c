@@ -915,8 +915,8 @@ static void test_embed(qe_rng *r)
 	h = fetch(gout, (size_t)T * H * 4);
 	same_bytes("embed_fwd (no positions)", cout, h, (size_t)T * H * 4);
 	free(h);
-	CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V, NULL));
-	CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V, NULL));
+	CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V, NULL, 0));
+	CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V, NULL, 0));
 	h = fetch(gdwte, (size_t)V * H * 4);
 	same_bytes("embed_bwd dwte (repeated tokens)", cdwte, h, (size_t)V * H * 4);
 	free(h);
@@ -941,8 +941,8 @@ static void test_embed(qe_rng *r)
 		memcpy(cd, hd2, (size_t)T * H * 4);
 		up(gd, hd2, (size_t)T * H * 4);
 		free(hd2);
-		CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, T, H, V, crows));
-		CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, T, H, V, (int32_t *)grows));
+		CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, T, H, V, crows, 0));
+		CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, T, H, V, (int32_t *)grows, 0));
 		char what[64];
 		snprintf(what, sizeof(what), "embed_bwd rows_written call %d dwte", k);
 		h = fetch(gdw2, (size_t)V * H * 4);
@@ -953,13 +953,26 @@ static void test_embed(qe_rng *r)
 		same_bytes(what, tk, h, sizeof(tk));
 		free(h);
 	}
+	/* accumulate: both backends add the named rows' sums into a random dwte, the same bytes */
+	float *hs = rnd(r, (int64_t)V * H, 1.0f);
+	memcpy(cdw2, hs, (size_t)V * H * 4);
+	up(gdw2, hs, (size_t)V * H * 4);
+	free(hs);
+	CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, T, H, V, NULL, 1));
+	CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, T, H, V, NULL, 1));
+	h = fetch(gdw2, (size_t)V * H * 4);
+	same_bytes("embed_bwd accumulate dwte", cdw2, h, (size_t)V * H * 4);
+	free(h);
+	h = fetch(gdwpe, (size_t)T * H * 4);
+	same_bytes("embed_bwd accumulate dwpe", cdwpe, h, (size_t)T * H * 4);
+	free(h);
 
 	/* a bad token is found on the device: stream_sync fails, the stream stays failed */
 	qe_stream *s;
 	CHECK_OK(K.go->stream_create(K.gb, &s));
 	tok[5] = V + 3;
 	CHECK_OK(K.go->copy(s, gtok, tok, sizeof(tok), QE_COPY_H2D));
-	CHECK_OK(K.go->embed_bwd(s, gdwte, gdwpe, gtok, gd, T, H, V, NULL));
+	CHECK_OK(K.go->embed_bwd(s, gdwte, gdwpe, gtok, gd, T, H, V, NULL, 0));
 	int rc = K.go->stream_sync(s);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "embed_bwd"), "bad token: want QE_EINVAL at sync, got %s: %s",
 	      qe_errname(rc), qe_last_error());

@@ -238,7 +238,7 @@ static void test_embed(void)
 	fill_normal(c.g, c.T * c.H, &rng, 1.0f);
 	for (int64_t i = 0; i < c.V * c.H; i++)
 		dwte[i] = 5.0f; /* zeroed by the op */
-	CHECK_OK(K.o->embed_bwd(K.s, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL));
+	CHECK_OK(K.o->embed_bwd(K.s, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL, 0));
 	fd_check("embed dwte", c.wte, dwte, c.V * c.H, emb_loss, &c);
 	fd_check("embed dwpe", c.wpe, dwpe, c.T * c.H, emb_loss, &c);
 	/* token 3 at t = 0, 2, 5: summed in t order, bit for bit */
@@ -262,13 +262,49 @@ static void test_embed(void)
 	for (int k = 0; k < 3; k++) {
 		memcpy(c.tok, seqs[k], sizeof(seqs[k]));
 		fill_normal(g2, c.T * c.H, &rng, 1.0f);
-		CHECK_OK(K.o->embed_bwd(K.s, dw2, dwpe, c.tok, g2, c.T, c.H, c.V, rows));
-		CHECK_OK(K.o->embed_bwd(K.s, full, dwpe, c.tok, g2, c.T, c.H, c.V, NULL));
+		CHECK_OK(K.o->embed_bwd(K.s, dw2, dwpe, c.tok, g2, c.T, c.H, c.V, rows, 0));
+		CHECK_OK(K.o->embed_bwd(K.s, full, dwpe, c.tok, g2, c.T, c.H, c.V, NULL, 0));
 		CHECK_OK(K.o->stream_sync(K.s));
 		CHECK(memcmp(dw2, full, (size_t)(c.V * c.H) * 4) == 0,
 		      "embed_bwd call %d: clearing the previous rows differs from clearing all of dwte", k);
 		CHECK(memcmp(rows, seqs[k], sizeof(seqs[k])) == 0, "embed_bwd call %d: rows_written is not tok", k);
 	}
+	/*
+	 * accumulate: the bits of an overwriting call on a zeroed buffer followed
+	 * by add_inplace, on the rows tok names (repeats included); every other
+	 * row keeps its bytes (a -0.0 in one of them stays -0.0: not even added to)
+	 */
+	float *sum = bk_f32(&K, c.V * c.H), *want = bk_f32(&K, c.V * c.H), *one = bk_f32(&K, c.V * c.H);
+	fill_normal(sum, c.V * c.H, &rng, 1.0f);
+	sum[6 * c.H + 1] = -0.0f; /* row 6: no token of seqs[0] names it */
+	memcpy(want, sum, (size_t)(c.V * c.H) * 4);
+	memcpy(c.tok, seqs[0], sizeof(seqs[0]));
+	fill_normal(g2, c.T * c.H, &rng, 1.0f);
+	CHECK_OK(K.o->embed_bwd(K.s, one, dwpe, c.tok, g2, c.T, c.H, c.V, NULL, 0));
+	CHECK_OK(K.o->stream_sync(K.s));
+	for (int64_t v = 0; v < c.V; v++) {
+		int named = 0;
+		for (int64_t t = 0; t < c.T; t++)
+			named |= seqs[0][t] == v;
+		if (named)
+			CHECK_OK(K.o->add_inplace(K.s, want + v * c.H, one + v * c.H, c.H));
+	}
+	CHECK_OK(K.o->embed_bwd(K.s, sum, dwpe, c.tok, g2, c.T, c.H, c.V, NULL, 1));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK(memcmp(sum, want, (size_t)(c.V * c.H) * 4) == 0,
+	      "embed_bwd accumulate differs from an overwriting call plus add_inplace on the named rows");
+	CHECK(signbit(sum[6 * c.H + 1]), "embed_bwd accumulate touched a row no token names");
+	/* accumulate clears nothing, so it takes no rows_written */
+	qe_stream *s3;
+	CHECK_OK(K.o->stream_create(K.b, &s3));
+	int rc = K.o->embed_bwd(s3, sum, dwpe, c.tok, g2, c.T, c.H, c.V, rows, 1);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "accumulate with rows_written"),
+	      "accumulate with rows_written: got %s: %s", qe_errname(rc), qe_last_error());
+	K.o->stream_destroy(s3);
+	printf("embed accumulate == overwrite + add on the named rows; with rows_written refused\n");
+	K.o->free(K.b, sum);
+	K.o->free(K.b, want);
+	K.o->free(K.b, one);
 	K.o->free(K.b, dw2);
 	K.o->free(K.b, full);
 	K.o->free(K.b, g2);
@@ -279,7 +315,7 @@ static void test_embed(void)
 	qe_stream *s2;
 	CHECK_OK(K.o->stream_create(K.b, &s2));
 	c.tok[2] = (int32_t)c.V;
-	CHECK(K.o->embed_bwd(s2, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL) == QE_EINVAL, "token == V must fail");
+	CHECK(K.o->embed_bwd(s2, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL, 0) == QE_EINVAL, "token == V must fail");
 	K.o->stream_destroy(s2);
 	float *bufs[] = { c.wte, c.wpe, c.out, c.g, dwte, dwpe };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)

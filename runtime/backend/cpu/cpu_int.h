@@ -52,7 +52,7 @@ void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, cons
 			  const float *rstd, const float *w, int64_t rows, int64_t cols);
 void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T, int64_t H);
 int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
-		     int64_t V, int32_t *rows_written);
+		     int64_t V, int32_t *rows_written, int accumulate);
 void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const float *qkv, const float *probs,
 		    int64_t T, int64_t H, int nh);

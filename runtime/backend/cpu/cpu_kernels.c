@@ -311,13 +311,62 @@ void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const fl
 }
 
 /* The rows of the previous call (rows_written) or all of dwte are cleared; see backend.h. */
+/*
+ * The accumulating embed_bwd's wte half: each distinct token's rows summed
+ * from 0 in t order into a row of its own (slot[token], in order of first
+ * occurrence), then added to dwte's row.
+ */
+static int embed_bwd_add(float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V)
+{
+	int64_t *slot = malloc((size_t)V * sizeof(int64_t)), *rowof = malloc((size_t)(T > 0 ? T : 1) * sizeof(int64_t));
+	float *acc = calloc((size_t)(T > 0 ? T : 1) * (size_t)H, sizeof(float));
+	if (!slot || !rowof || !acc) {
+		free(slot);
+		free(rowof);
+		free(acc);
+		return qe_fail(QE_ENOMEM, "embed_bwd: %lld x %lld floats of row sums", (long long)T, (long long)H);
+	}
+	for (int64_t v = 0; v < V; v++)
+		slot[v] = -1;
+	int64_t nu = 0;
+	for (int64_t t = 0; t < T; t++) {
+		if (slot[tok[t]] < 0) {
+			slot[tok[t]] = nu;
+			rowof[nu++] = tok[t];
+		}
+		float *a = acc + slot[tok[t]] * H;
+		const float *d = dout + t * H;
+		for (int64_t i = 0; i < H; i++)
+			a[i] += d[i];
+	}
+	for (int64_t k = 0; k < nu; k++) {
+		float *e = dwte + rowof[k] * H;
+		const float *a = acc + k * H;
+		for (int64_t i = 0; i < H; i++)
+			e[i] += a[i];
+	}
+	free(slot);
+	free(rowof);
+	free(acc);
+	return QE_OK;
+}
+
 int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
-		     int64_t V, int32_t *rows_written)
+		     int64_t V, int32_t *rows_written, int accumulate)
 {
 	for (int64_t t = 0; t < T; t++)
 		if (tok[t] < 0 || tok[t] >= V)
 			return qe_fail(QE_EINVAL, "embed_bwd: token %d at t=%lld outside the vocabulary [0,%lld)",
 				       (int)tok[t], (long long)t, (long long)V);
+	if (accumulate) {
+		if (dwpe) {
+			memset(dwpe, 0, (size_t)(T * H) * sizeof(float));
+			for (int64_t t = 0; t < T; t++)
+				for (int64_t i = 0; i < H; i++)
+					dwpe[t * H + i] += dout[t * H + i];
+		}
+		return embed_bwd_add(dwte, tok, dout, T, H, V);
+	}
 	if (rows_written) {
 		for (int64_t t = 0; t < T; t++)
 			if (rows_written[t] >= 0 && rows_written[t] < V)

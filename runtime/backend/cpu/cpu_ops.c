@@ -310,19 +310,19 @@ int qe__cpu_enqueue_embed_fwd(qe_stream *s, float *out, const int32_t *tok, cons
 
 static int check_embed_bwd(const qe_cpu_embed_bwd_args *a)
 {
-	return qe__check_embed_bwd(a->dwte, a->tok, a->dout, a->T, a->H, a->V);
+	return qe__check_embed_bwd(a->dwte, a->tok, a->dout, a->T, a->H, a->V, a->rows_written, a->accumulate);
 }
 
 static int exec_embed_bwd(qe_cpu_scratch *sc, const qe_cpu_embed_bwd_args *a)
 {
 	(void)sc;
-	return qe_cpu_embed_bwd(a->dwte, a->dwpe, a->tok, a->dout, a->T, a->H, a->V, a->rows_written);
+	return qe_cpu_embed_bwd(a->dwte, a->dwpe, a->tok, a->dout, a->T, a->H, a->V, a->rows_written, a->accumulate);
 }
 
 int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-			      int64_t T, int64_t H, int64_t V, int32_t *rows_written)
+			      int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate)
 {
-	return SUBMIT(s, EMBED_BWD, embed_bwd, dwte, dwpe, tok, dout, T, H, V, rows_written);
+	return SUBMIT(s, EMBED_BWD, embed_bwd, dwte, dwpe, tok, dout, T, H, V, rows_written, accumulate);
 }
 
 /* ---- attention -------------------------------------------------------------------- */

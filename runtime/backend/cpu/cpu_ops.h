@@ -172,6 +172,7 @@ typedef struct qe_cpu_embed_bwd_args {
 	const float *dout;
 	int64_t T, H, V;
 	int32_t *rows_written;
+	int accumulate;
 } qe_cpu_embed_bwd_args;
 
 typedef struct qe_cpu_attn_fwd_args {
@@ -281,7 +282,7 @@ int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db,
 int qe__cpu_enqueue_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
 			      int64_t T, int64_t H);
 int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-			      int64_t T, int64_t H, int64_t V, int32_t *rows_written);
+			      int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate);
 int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs,
 			     int64_t T, int64_t H, int nh);

@@ -760,14 +760,14 @@ static int cu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const floa
 }
 
 static int cu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			int64_t H, int64_t V, int32_t *rows_written)
+			int64_t H, int64_t V, int32_t *rows_written, int accumulate)
 {
 	const char *nm = "embed_bwd";
 	int rc = op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_embed_bwd(dwte, tok, dout, T, H, V)))
-		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, T, H, V, rows_written);
+	if (!(rc = qe__check_embed_bwd(dwte, tok, dout, T, H, V, rows_written, accumulate)))
+		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, T, H, V, rows_written, accumulate);
 	return op_end(s, rc, nm);
 }
 

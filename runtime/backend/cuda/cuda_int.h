@@ -124,7 +124,7 @@ int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const 
 int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
 		       int64_t H);
 int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-		       int64_t H, int64_t V, int32_t *rows_written);
+		       int64_t H, int64_t V, int32_t *rows_written, int accumulate);
 int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		      int64_t H, int nh);

@@ -316,7 +316,7 @@ __global__ void embed_mark_kernel(int32_t *head, const int32_t *next, int64_t T)
 
 __global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, const float *dout,
 				 const int32_t *next, const int32_t *head, int64_t T, int64_t H, int64_t V,
-				 unsigned *err, int32_t *rows_written)
+				 unsigned *err, int32_t *rows_written, int accumulate)
 {
 	GRID_STRIDE(i, T * H)
 	{
@@ -336,7 +336,8 @@ __global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, c
 		float acc = 0.0f;
 		for (int64_t u = t; u >= 0; u = next[u])
 			acc += dout[u * H + c];
-		dwte[(int64_t)tk * H + c] = acc;
+		float *e = dwte + (int64_t)tk * H + c;
+		*e = accumulate ? *e + acc : acc;
 	}
 }
 
@@ -814,10 +815,12 @@ extern "C" int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, 
 }
 
 extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-				  int64_t T, int64_t H, int64_t V, int32_t *rows_written)
+				  int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate)
 {
 	const char *op = "embed_bwd";
-	if (rows_written) {
+	if (accumulate) {
+		/* nothing cleared: the rows tok names are added to */
+	} else if (rows_written) {
 		if (T * H > 0) {
 			clear_rows_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, rows_written, T, H, V);
 			int rc = qe__cuda_launched(op, "clear_rows_kernel");
@@ -846,7 +849,7 @@ extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const 
 	if ((rc = qe__cuda_launched(op, "embed_mark_kernel")))
 		return rc;
 	embed_bwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, dwpe, tok, dout, next, head, T, H, V,
-								 s->words + 1, rows_written);
+								 s->words + 1, rows_written, accumulate);
 	return qe__cuda_launched(op, "embed_bwd_kernel");
 }
 
