@@ -48,12 +48,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/backend/cuda/cuda_flash_row.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 
 #define FL_TILE 64    /* queries or keys per tile walked */
 #define FL_NS (FL_TILE / 8) /* 8-column slices of a 16 x 64 score tile */
-#define FL_LOG2E 1.4426950408889634f
-#define FL_LN2 0.6931471805599453f
+#define FL_LOG2E FLASH_LOG2E
 
 /* fp32 -> TF32, round to nearest (ties away), as the bits of a float */
 __device__ __forceinline__ float to_tf32(float x)
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(float *out, float *ls
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
 		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+	flash_rows rs = flash_rows_start();
 	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * FL_TILE;
 		__syncthreads(); /* the previous tile's K, V are no longer read */
@@ -188,72 +188,15 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(float *out, float *ls
 			continue; /* every key of the tile is after every row of the warp */
 		float sc[FL_NS][4];
 		mm_xyt<D>(sc, Qs + w * 16 * LD, Ks, lane);
-		float xa = -INFINITY, xb = -INFINITY;
+		flash_softmax_step<FL_NS, D / 8>(sc, o, &rs, k0, ra, rb, c, T, sl2);
 #pragma unroll
-		for (int n = 0; n < FL_NS; n++) {
+		for (int n = 0; n < FL_NS; n++)
 #pragma unroll
-			for (int e = 0; e < 4; e++) {
-				int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
-				float v = (key <= row && key < T) ? sc[n][e] * sl2 : -INFINITY;
-				sc[n][e] = v;
-			}
-			xa = fmaxf(xa, fmaxf(sc[n][0], sc[n][1]));
-			xb = fmaxf(xb, fmaxf(sc[n][2], sc[n][3]));
-		}
-		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-		xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-		xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-		float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-		float aa = na == -INFINITY ? 1.0f : exp2f(ma - na), ab = nb == -INFINITY ? 1.0f : exp2f(mb - nb);
-		float sa = 0.0f, sb = 0.0f;
-#pragma unroll
-		for (int n = 0; n < FL_NS; n++) {
-#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				float m = e < 2 ? na : nb;
-				float pv = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - m);
-				if (e < 2)
-					sa += pv;
-				else
-					sb += pv;
-				sc[n][e] = to_tf32(pv);
-			}
-		}
-		/* the quad's partial sums in a fixed butterfly */
-		sa += __shfl_xor_sync(0xffffffffu, sa, 1);
-		sa += __shfl_xor_sync(0xffffffffu, sa, 2);
-		sb += __shfl_xor_sync(0xffffffffu, sb, 1);
-		sb += __shfl_xor_sync(0xffffffffu, sb, 2);
-		la = la * aa + sa;
-		lb = lb * ab + sb;
-		ma = na;
-		mb = nb;
-#pragma unroll
-		for (int n = 0; n < D / 8; n++) {
-			o[n][0] *= aa;
-			o[n][1] *= aa;
-			o[n][2] *= ab;
-			o[n][3] *= ab;
-		}
+			for (int e = 0; e < 4; e++)
+				sc[n][e] = to_tf32(sc[n][e]);
 		mm_py<D>(o, sc, Vs, lane);
 	}
-	const float ia = 1.0f / la, ib = 1.0f / lb;
-#pragma unroll
-	for (int n = 0; n < D / 8; n++) {
-		int col = h * D + 8 * n + 2 * c;
-		if (ra < T)
-			*(float2 *)(out + (base + ra) * H + col) = make_float2(o[n][0] * ia, o[n][1] * ia);
-		if (rb < T)
-			*(float2 *)(out + (base + rb) * H + col) = make_float2(o[n][2] * ib, o[n][3] * ib);
-	}
-	if (c == 0) {
-		int64_t hrow = ((int64_t)b * nh + h) * T;
-		if (ra < T)
-			lse[hrow + ra] = ma * FL_LN2 + logf(la);
-		if (rb < T)
-			lse[hrow + rb] = mb * FL_LN2 + logf(lb);
-	}
+	flash_store_rows<D / 8>(out, lse, o, &rs, base, ((int64_t)b * nh + h) * T, ra, rb, c, T, H, h);
 }
 
 /* ---- backward ------------------------------------------------------------------------ */
@@ -328,14 +271,7 @@ __global__ void __launch_bounds__(W * 32) flash_dq_kernel(float *dqkv, const flo
 			}
 		mm_py<D>(dq, sc, Ks, lane);
 	}
-#pragma unroll
-	for (int n = 0; n < D / 8; n++) {
-		int col = h * D + 8 * n + 2 * c;
-		if (ra < T)
-			*(float2 *)(dqkv + (base + ra) * 3 * H + col) = make_float2(dq[n][0] * scale, dq[n][1] * scale);
-		if (rb < T)
-			*(float2 *)(dqkv + (base + rb) * 3 * H + col) = make_float2(dq[n][2] * scale, dq[n][3] * scale);
-	}
+	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
 }
 
 template <int D, int W>
@@ -388,20 +324,7 @@ __global__ void __launch_bounds__(W * 32) flash_dkv_kernel(float *dqkv, const fl
 		mm_py<D>(dv, st, dOs, lane);
 		mm_py<D>(dk, dpt, Qs, lane);
 	}
-#pragma unroll
-	for (int n = 0; n < D / 8; n++) {
-		int col = h * D + 8 * n + 2 * c;
-		if (ka < T) {
-			float *r = dqkv + (base + ka) * 3 * H + col;
-			*(float2 *)(r + H) = make_float2(dk[n][0] * scale, dk[n][1] * scale);
-			*(float2 *)(r + 2 * H) = make_float2(dv[n][0], dv[n][1]);
-		}
-		if (kb < T) {
-			float *r = dqkv + (base + kb) * 3 * H + col;
-			*(float2 *)(r + H) = make_float2(dk[n][2] * scale, dk[n][3] * scale);
-			*(float2 *)(r + 2 * H) = make_float2(dv[n][2], dv[n][3]);
-		}
-	}
+	flash_store_dkv<D / 8>(dqkv, dk, dv, base, ka, kb, c, T, H, h, scale);
 }
 
 /* ---- launchers ------------------------------------------------------------------------ */

@@ -34,13 +34,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "runtime/backend/cuda/cuda_flash_row.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 
 #define F16_TILE 64              /* queries or keys per tile walked, and rows a block owns */
 #define F16_NS (F16_TILE / 8)    /* 8-column slices of a 16 x 64 score tile */
 #define F16_NT 128               /* threads a block: 4 warps of 16 rows */
-#define F16_LOG2E 1.4426950408889634f
-#define F16_LN2 0.6931471805599453f
+#define F16_LOG2E FLASH_LOG2E
 
 typedef __nv_bfloat16 bf16;
 
@@ -127,6 +127,24 @@ template <int D> __device__ __forceinline__ void tile_async(bf16 *s, const bf16 
 	for (int i = threadIdx.x; i < F16_TILE * C; i += F16_NT) {
 		int r = i / C, c = (i - r * C) * 8;
 		cp16(s + r * LD + c, g + r * D + c);
+	}
+}
+
+/*
+ * The next pair of tiles (at ga and gb) started into dst and dst + one tile
+ * when there is one, then a wait until every copy but those is done; on the
+ * last iteration, a wait for all.  A __syncthreads must follow before the
+ * tiles are read.
+ */
+template <int D> __device__ __forceinline__ void pair_next(bf16 *dst, const bf16 *ga, const bf16 *gb, bool more)
+{
+	if (more) {
+		tile_async<D>(dst, ga);
+		tile_async<D>(dst + F16_TILE * (D + 8), gb);
+		cp_commit();
+		cp_wait<1>();
+	} else {
+		cp_wait<0>();
 	}
 }
 
@@ -234,88 +252,22 @@ __global__ void __launch_bounds__(F16_NT) flash16_fwd_kernel(float *out, float *
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
 		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-	float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+	flash_rows rs = flash_rows_start();
 	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * F16_TILE;
 		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
-		if (kt + 1 < nkt) {
-			bf16 *Kn = KV + ((kt + 1) & 1) * 2 * TS;
-			tile_async<D>(Kn, kg + (int64_t)(k0 + F16_TILE) * D);
-			tile_async<D>(Kn + TS, vg + (int64_t)(k0 + F16_TILE) * D);
-			cp_commit();
-			cp_wait<1>();
-		} else {
-			cp_wait<0>();
-		}
+		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (int64_t)(k0 + F16_TILE) * D,
+			     vg + (int64_t)(k0 + F16_TILE) * D, kt + 1 < nkt);
 		__syncthreads();
 		if (k0 <= wlast) { /* else every key of the tile is after every row of the warp */
 			float sc[F16_NS][4];
 			mm16_xyt<D>(sc, qa, Ks, lane);
-			float xa = -INFINITY, xb = -INFINITY;
-#pragma unroll
-			for (int n = 0; n < F16_NS; n++) {
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
-					sc[n][e] = (key <= row && key < T) ? sc[n][e] * sl2 : -INFINITY;
-				}
-				xa = fmaxf(xa, fmaxf(sc[n][0], sc[n][1]));
-				xb = fmaxf(xb, fmaxf(sc[n][2], sc[n][3]));
-			}
-			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
-			xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
-			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
-			xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-			float na = fmaxf(ma, xa), nb = fmaxf(mb, xb);
-			float aa = na == -INFINITY ? 1.0f : exp2f(ma - na), ab = nb == -INFINITY ? 1.0f : exp2f(mb - nb);
-			float sa = 0.0f, sb = 0.0f;
-#pragma unroll
-			for (int n = 0; n < F16_NS; n++) {
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					float pv = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - (e < 2 ? na : nb));
-					if (e < 2)
-						sa += pv;
-					else
-						sb += pv;
-					sc[n][e] = pv;
-				}
-			}
-			sa += __shfl_xor_sync(0xffffffffu, sa, 1);
-			sa += __shfl_xor_sync(0xffffffffu, sa, 2);
-			sb += __shfl_xor_sync(0xffffffffu, sb, 1);
-			sb += __shfl_xor_sync(0xffffffffu, sb, 2);
-			la = la * aa + sa;
-			lb = lb * ab + sb;
-			ma = na;
-			mb = nb;
-#pragma unroll
-			for (int n = 0; n < D / 8; n++) {
-				o[n][0] *= aa;
-				o[n][1] *= aa;
-				o[n][2] *= ab;
-				o[n][3] *= ab;
-			}
+			flash_softmax_step<F16_NS, D / 8>(sc, o, &rs, k0, ra, rb, c, T, sl2);
 			mm16_py<D>(o, sc, Vs, lane);
 		}
 		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
 	}
-	const float ia = 1.0f / la, ib = 1.0f / lb;
-#pragma unroll
-	for (int n = 0; n < D / 8; n++) {
-		int col = h * D + 8 * n + 2 * c;
-		if (ra < T)
-			*(float2 *)(out + (base + ra) * H + col) = make_float2(o[n][0] * ia, o[n][1] * ia);
-		if (rb < T)
-			*(float2 *)(out + (base + rb) * H + col) = make_float2(o[n][2] * ib, o[n][3] * ib);
-	}
-	if (c == 0) {
-		int64_t hrow = ((int64_t)b * nh + h) * T;
-		if (ra < T)
-			lse[hrow + ra] = ma * F16_LN2 + logf(la);
-		if (rb < T)
-			lse[hrow + rb] = mb * F16_LN2 + logf(lb);
-	}
+	flash_store_rows<D / 8>(out, lse, o, &rs, base, ((int64_t)b * nh + h) * T, ra, rb, c, T, H, h);
 }
 
 /* ---- backward (Dt = dout . out from cuda_flash.cu's qe__cuda_flash_dot) ---------------- */
@@ -352,15 +304,8 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 	for (int kt = 0; kt <= qt; kt++) {
 		const int k0 = kt * F16_TILE;
 		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
-		if (kt < qt) {
-			bf16 *Kn = KV + ((kt + 1) & 1) * 2 * TS;
-			tile_async<D>(Kn, kg + (int64_t)(k0 + F16_TILE) * D);
-			tile_async<D>(Kn + TS, vg + (int64_t)(k0 + F16_TILE) * D);
-			cp_commit();
-			cp_wait<1>();
-		} else {
-			cp_wait<0>();
-		}
+		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (int64_t)(k0 + F16_TILE) * D,
+			     vg + (int64_t)(k0 + F16_TILE) * D, kt < qt);
 		__syncthreads();
 		if (k0 <= wlast) {
 			/* the warp's Q and dO rows come from shared memory for every tile (as in dK/dV) */
@@ -383,14 +328,7 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 		}
 		__syncthreads();
 	}
-#pragma unroll
-	for (int n = 0; n < D / 8; n++) {
-		int col = h * D + 8 * n + 2 * c;
-		if (ra < T)
-			*(float2 *)(dqkv + (base + ra) * 3 * H + col) = make_float2(dq[n][0] * scale, dq[n][1] * scale);
-		if (rb < T)
-			*(float2 *)(dqkv + (base + rb) * 3 * H + col) = make_float2(dq[n][2] * scale, dq[n][3] * scale);
-	}
+	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
 }
 
 template <int D>
@@ -431,20 +369,13 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 		const int q0 = qt * F16_TILE, cur = (qt - kt) & 1, nxt = cur ^ 1;
 		const bf16 *Qs = QD + cur * 2 * TS, *dOs = Qs + TS;
 		float ln = 0.0f, dn = 0.0f; /* the next tile's lse and Dt, stored after this tile's products */
-		if (qt + 1 < nqt) {
-			bf16 *Qn = QD + nxt * 2 * TS;
-			tile_async<D>(Qn, qg + (int64_t)(q0 + F16_TILE) * D);
-			tile_async<D>(Qn + TS, dog + (int64_t)(q0 + F16_TILE) * D);
-			cp_commit();
-			int t = q0 + F16_TILE + tid;
-			if (tid < F16_TILE && t < T) {
-				ln = lse[hrow + t] * F16_LOG2E;
-				dn = Dt[hrow + t];
-			}
-			cp_wait<1>();
-		} else {
-			cp_wait<0>();
+		int tn = q0 + F16_TILE + tid;
+		if (tid < F16_TILE && tn < T) { /* loads in flight while the products run */
+			ln = lse[hrow + tn] * F16_LOG2E;
+			dn = Dt[hrow + tn];
 		}
+		pair_next<D>(QD + nxt * 2 * TS, qg + (int64_t)(q0 + F16_TILE) * D, dog + (int64_t)(q0 + F16_TILE) * D,
+			     qt + 1 < nqt);
 		__syncthreads();
 		if (q0 + F16_TILE - 1 >= wfirst) { /* else every query of the tile is before every key of the warp */
 			const float *ls = lse_s + cur * F16_TILE, *ds = dt_s + cur * F16_TILE;
@@ -474,20 +405,7 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 		}
 		__syncthreads();
 	}
-#pragma unroll
-	for (int n = 0; n < D / 8; n++) {
-		int col = h * D + 8 * n + 2 * c;
-		if (ka < T) {
-			float *r = dqkv + (base + ka) * 3 * H + col;
-			*(float2 *)(r + H) = make_float2(dk[n][0] * scale, dk[n][1] * scale);
-			*(float2 *)(r + 2 * H) = make_float2(dv[n][0], dv[n][1]);
-		}
-		if (kb < T) {
-			float *r = dqkv + (base + kb) * 3 * H + col;
-			*(float2 *)(r + H) = make_float2(dk[n][2] * scale, dk[n][3] * scale);
-			*(float2 *)(r + 2 * H) = make_float2(dv[n][2], dv[n][3]);
-		}
-	}
+	flash_store_dkv<D / 8>(dqkv, dk, dv, base, ka, kb, c, T, H, h, scale);
 }
 
 /* ---- launchers (cuda_flash.cu checked the arguments) ----------------------------------- */

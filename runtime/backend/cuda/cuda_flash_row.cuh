@@ -1,0 +1,153 @@
+/*
+ * cuda_flash_row.cuh - the row-wise math the flash forward kernels share
+ * (cuda_flash.cu: TF32 operands, cuda_flash16.cu: bf16): a warp's 16 x 64
+ * score tile in the accumulator layout of the MMA (lane g = lane/4, c =
+ * lane%4 holds, of each 8-column slice n, rows g and g+8 at columns 8n + 2c
+ * and 8n + 2c + 1), masked and scaled, then one step of the online softmax,
+ * then the output and log-sum-exp rows; and the backward's stores of dQ and
+ * of dK, dV.  The operand kinds differ only in
+ * how P becomes an operand (rounded to TF32, or packed to bf16), which the
+ * kernels do after flash_softmax_step.
+ */
+#ifndef QE_CUDA_FLASH_ROW_CUH
+#define QE_CUDA_FLASH_ROW_CUH
+
+#include <math.h>
+#include <stdint.h>
+
+#define FLASH_LOG2E 1.4426950408889634f
+#define FLASH_LN2 0.6931471805599453f
+
+/* the running state of the lane's two rows (a = g, b = g + 8): max, sum of exponentials */
+typedef struct flash_rows {
+	float ma, mb, la, lb;
+} flash_rows;
+
+__device__ __forceinline__ flash_rows flash_rows_start(void)
+{
+	flash_rows r = { -INFINITY, -INFINITY, 0.0f, 0.0f };
+	return r;
+}
+
+/*
+ * One key tile (keys k0..k0 + 8 NS - 1) for rows ra, rb: scores scaled by
+ * sl2 (= scale log2 e) where the key is causal and inside T, -inf elsewhere;
+ * then the online softmax: the rows' new maxima, sc holding the
+ * probabilities exp2(s - max) in fp32, the sums rescaled and grown, and the
+ * output accumulators o (DN 8-column slices) rescaled.  The quad's partial
+ * maxima and sums are combined in a fixed butterfly, so the bits do not
+ * depend on timing.
+ */
+template <int NS, int DN>
+__device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4], flash_rows *st, int k0, int ra, int rb,
+						   int c, int T, float sl2)
+{
+	float xa = -INFINITY, xb = -INFINITY;
+#pragma unroll
+	for (int n = 0; n < NS; n++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+			sc[n][e] = (key <= row && key < T) ? sc[n][e] * sl2 : -INFINITY;
+		}
+		xa = fmaxf(xa, fmaxf(sc[n][0], sc[n][1]));
+		xb = fmaxf(xb, fmaxf(sc[n][2], sc[n][3]));
+	}
+	xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 1));
+	xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
+	xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
+	xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
+	float na = fmaxf(st->ma, xa), nb = fmaxf(st->mb, xb);
+	float aa = na == -INFINITY ? 1.0f : exp2f(st->ma - na), ab = nb == -INFINITY ? 1.0f : exp2f(st->mb - nb);
+	float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+	for (int n = 0; n < NS; n++) {
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float pv = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - (e < 2 ? na : nb));
+			if (e < 2)
+				sa += pv;
+			else
+				sb += pv;
+			sc[n][e] = pv;
+		}
+	}
+	sa += __shfl_xor_sync(0xffffffffu, sa, 1);
+	sa += __shfl_xor_sync(0xffffffffu, sa, 2);
+	sb += __shfl_xor_sync(0xffffffffu, sb, 1);
+	sb += __shfl_xor_sync(0xffffffffu, sb, 2);
+	st->la = st->la * aa + sa;
+	st->lb = st->lb * ab + sb;
+	st->ma = na;
+	st->mb = nb;
+#pragma unroll
+	for (int n = 0; n < DN; n++) {
+		o[n][0] *= aa;
+		o[n][1] *= aa;
+		o[n][2] *= ab;
+		o[n][3] *= ab;
+	}
+}
+
+/*
+ * The rows' outputs o / l into out [N, H] (head h's D = 8 DN columns) and
+ * lse = max ln 2 + ln l into lse (row hrow + t), for the rows inside T.
+ */
+template <int DN>
+__device__ __forceinline__ void flash_store_rows(float *out, float *lse, const float (*o)[4], const flash_rows *st,
+						 int64_t base, int64_t hrow, int ra, int rb, int c, int T, int H, int h)
+{
+	const float ia = 1.0f / st->la, ib = 1.0f / st->lb;
+#pragma unroll
+	for (int n = 0; n < DN; n++) {
+		int col = h * 8 * DN + 8 * n + 2 * c;
+		if (ra < T)
+			*(float2 *)(out + (base + ra) * H + col) = make_float2(o[n][0] * ia, o[n][1] * ia);
+		if (rb < T)
+			*(float2 *)(out + (base + rb) * H + col) = make_float2(o[n][2] * ib, o[n][3] * ib);
+	}
+	if (c == 0) {
+		if (ra < T)
+			lse[hrow + ra] = st->ma * FLASH_LN2 + logf(st->la);
+		if (rb < T)
+			lse[hrow + rb] = st->mb * FLASH_LN2 + logf(st->lb);
+	}
+}
+
+/* dQ rows ra, rb (times scale) into the q third of dqkv [N, 3H] */
+template <int DN>
+__device__ __forceinline__ void flash_store_dq(float *dqkv, const float (*dq)[4], int64_t base, int ra, int rb, int c,
+					       int T, int H, int h, float scale)
+{
+#pragma unroll
+	for (int n = 0; n < DN; n++) {
+		int col = h * 8 * DN + 8 * n + 2 * c;
+		if (ra < T)
+			*(float2 *)(dqkv + (base + ra) * 3 * H + col) = make_float2(dq[n][0] * scale, dq[n][1] * scale);
+		if (rb < T)
+			*(float2 *)(dqkv + (base + rb) * 3 * H + col) = make_float2(dq[n][2] * scale, dq[n][3] * scale);
+	}
+}
+
+/* dK (times scale) and dV of key rows ka, kb into the k and v thirds of dqkv */
+template <int DN>
+__device__ __forceinline__ void flash_store_dkv(float *dqkv, const float (*dk)[4], const float (*dv)[4], int64_t base,
+						int ka, int kb, int c, int T, int H, int h, float scale)
+{
+#pragma unroll
+	for (int n = 0; n < DN; n++) {
+		int col = h * 8 * DN + 8 * n + 2 * c;
+		if (ka < T) {
+			float *r = dqkv + (base + ka) * 3 * H + col;
+			*(float2 *)(r + H) = make_float2(dk[n][0] * scale, dk[n][1] * scale);
+			*(float2 *)(r + 2 * H) = make_float2(dv[n][0], dv[n][1]);
+		}
+		if (kb < T) {
+			float *r = dqkv + (base + kb) * 3 * H + col;
+			*(float2 *)(r + H) = make_float2(dk[n][2] * scale, dk[n][3] * scale);
+			*(float2 *)(r + 2 * H) = make_float2(dv[n][2], dv[n][3]);
+		}
+	}
+}
+
+#endif
