@@ -71,7 +71,7 @@ typedef struct bench_floor_rank {
 	int stages[8], nstages;
 	double gemm_flops;   /* per step: fwd + dgrad + wgrad, 2*T*in*out each, every linear, every microbatch */
 	double bytes;        /* per step: grad_bytes + params/m/v read + written */
-	double grad_bytes;   /* per step: gradient traffic (accumulating matrix arena + non-matrix views) */
+	double grad_bytes;   /* per step: gradient traffic (accumulating matrix arena + non-matrix sum) */
 	double arena_bytes;  /* the accumulating arena's capacity: one f32 view per matrix (no M) */
 	double params;       /* parameters (floats) on the rank */
 	double grad_floats;  /* per microbatch: matrix + non-matrix gradient floats */

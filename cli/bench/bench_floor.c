@@ -12,9 +12,14 @@
  * accumulating arena (one view per matrix): microbatch 0's dW writes it, each
  * later dW reads and writes it (GEMM beta = 1), the optimizer reads it once,
  * so 1 + 2(M-1) + 1 = 2M passes over the matrix floats - the same bytes as
- * M per-microbatch views written once and read once, in 1/M of the memory;
- * each non-matrix gradient is a per-microbatch buffer written once and read
- * once by the optimizer (2M passes).  The GEMM rate is ops->gemm on E4M3 operands of the representative
+ * M per-microbatch views written once and read once, in 1/M of the memory.
+ * The non-matrix gradients accumulate too (runtime/model/stage_backward.c):
+ * microbatch 0 writes the sum, each later one writes a scratch buffer that is
+ * added in (write, read, read, write), the optimizer reads the sum:
+ * 2 + 4(M-1) passes over them, except the embedding's (first stage): its
+ * V x H gradient is cleared once (M > 1) and read by the optimizer, and each
+ * microbatch moves only its tokens' rows (written by microbatch 0, read and
+ * written by later ones).  The GEMM rate is ops->gemm on E4M3 operands of the representative
  * shape T x 4H x H (T = sequence length) after warmup, wall time over many
  * calls on one stream ending in stream_sync; the bandwidth is ops->copy D2D of
  * one large buffer, counted as bytes read + written.  Every GEMM shape of the
@@ -77,8 +82,10 @@ int bench_floor_model(const char *preset, int P, int M, int zbv, bench_floor_ran
 			       c.layers, P, S);
 	qe_sched *s = NULL;
 	QE_TRY(qe_sched_create(zbv ? QE_PLACE_VSHAPE : QE_PLACE_INTERLEAVED, P, 2, M, QE_BACKWARD_SPLIT, &s));
+	double tokens = (double)qe_model_tokens(&c);
 	for (int r = 0; r < P; r++) {
 		bench_floor_rank *fr = &ranks[r];
+		double wte = 0; /* the embedding's gradient floats on this rank */
 		memset(fr, 0, sizeof(*fr));
 		for (int ch = 0; ch < 2; ch++) {
 			int st = qe_sched_stage_of(s, r, ch);
@@ -95,11 +102,16 @@ int bench_floor_model(const char *preset, int P, int M, int zbv, bench_floor_ran
 			fr->params += mat + nonmat;
 			fr->grad_floats += mat + nonmat;
 			fr->matrix_floats += mat;
+			if (st == 0)
+				wte += (double)c.vocab * c.hidden;
 		}
 		/* accumulating matrix arena: write (mb 0) + (M-1) x (read + write) + the optimizer's read */
 		double mat_passes = 1.0 + 2.0 * (M - 1) + 1.0;
-		double nonmat_passes = 2.0 * M; /* per-microbatch buffers: written once, read once */
-		fr->grad_bytes = mat_passes * fr->matrix_floats * 4 + nonmat_passes * (fr->grad_floats - fr->matrix_floats) * 4;
+		/* accumulating non-matrix sum: write (mb 0) + (M-1) x (scratch write, read; sum read, write) + read */
+		double nonmat_passes = 2.0 + 4.0 * (M - 1);
+		double other = fr->grad_floats - fr->matrix_floats - wte;
+		double wte_bytes = wte > 0 ? ((M > 1 ? 2.0 : 1.0) * wte + (1.0 + 2.0 * (M - 1)) * tokens * c.hidden) * 4 : 0;
+		fr->grad_bytes = mat_passes * fr->matrix_floats * 4 + nonmat_passes * other * 4 + wte_bytes;
 		fr->arena_bytes = fr->matrix_floats * 4;
 		fr->bytes = fr->grad_bytes + 6.0 * fr->params * 4;
 	}
@@ -240,8 +252,9 @@ static void help(FILE *f)
 		   "  GEMM FLOPs / measured FP8 GEMM rate + bytes moved / measured copy bandwidth\n"
 		   "GEMM FLOPs: forward, dgrad and wgrad (2*T*in*out each) of every linear of the rank's stages,\n"
 		   "every microbatch.  Bytes: the accumulating matrix arena (mb 0 writes, later mbs read + write,\n"
-		   "the optimizer reads), non-matrix gradients written and read once per microbatch, parameters,\n"
-		   "AdamW m and v read and written once.  The GEMM rate is\n"
+		   "the optimizer reads), the accumulating non-matrix sum (mb 0 writes; later mbs write a scratch\n"
+		   "that is added in; the embedding's rows only, added in place), parameters, AdamW m and v\n"
+		   "read and written once.  The GEMM rate is\n"
 		   "ops->gemm on E4M3 operands of shape T x 4H x H (T the sequence length); the bandwidth is\n"
 		   "ops->copy D2D counted as bytes read + written.  Every GEMM shape of the model is timed too\n"
 		   "(shape_floor_ms: the same floor with each GEMM at its own measured time).  Printed for the\n"
@@ -462,7 +475,9 @@ int bench_floor_main(int argc, char **argv)
 			"floor = gemm_flops / gemm rate + bytes / copy bandwidth; gemm_flops = M * sum over the rank's "
 			"linears of 3 * 2*T*in*out; bytes = grad_bytes + 6 * params * 4; grad_bytes = (1 + 2(M-1) + 1) * "
 			"matrix floats * 4 (accumulating arena: mb 0 writes, later mbs read + write, the optimizer "
-			"reads) + 2 * M * non-matrix floats * 4");
+			"reads) + (2 + 4(M-1)) * non-matrix floats but wte * 4 (mb 0 writes the sum, later mbs write "
+			"a scratch that is added in, the optimizer reads) + wte: (2 if M > 1 else 1) * V*H * 4 (cleared, "
+			"read by the optimizer) + (1 + 2(M-1)) * tokens * H * 4 (the rows the microbatches move)");
 	if (json) {
 		char *txt = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
 		printf("%s\n", txt ? txt : "{}");

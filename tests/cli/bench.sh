@@ -59,6 +59,12 @@ want(d["placements"]["interleaved"]["ranks"][0]["stages"] == [0, 2], "interleave
 per = 6*32*(64*192 + 64*64 + 64*256 + 256*64); head = 6*32*64*256
 want(d["placements"]["interleaved"]["ranks"][1]["gemm_flops"] == 4*(2*per + head), "interleaved rank 1 FLOPs")
 want(d["placements"]["zbv"]["ranks"][0]["gemm_flops"] == 4*(2*per + head), "zbv rank 0 FLOPs")
+# gradient bytes of interleaved rank 0 (stages 0 and 2), M=4: the matrix arena 2M passes; the
+# non-matrix sum but the embedding (biases, layernorms, wpe) 2 + 4(M-1); wte cleared and read
+# once each, plus its token rows 1 + 2(M-1) times
+mat = 2*(64*192 + 64*64 + 64*256 + 256*64); other = 2*(9*64 + 256) + 32*64; wte = 256*64
+want(d["placements"]["interleaved"]["ranks"][0]["grad_bytes"] == 4*(8*mat + 14*other + 2*wte + 7*32*64),
+     "interleaved rank 0 gradient bytes %s" % d["placements"]["interleaved"]["ranks"][0]["grad_bytes"])
 '
 
 # 3. step: five configurations, main + replication
