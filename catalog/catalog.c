@@ -664,3 +664,56 @@ int cat_meta_get(cat *c, const char *key, char **value)
 	sqlite3_finalize(st);
 	return rc;
 }
+
+/* --- helpers of the row files (runs.c, ckpts.c, stores.c) ---------------------------- */
+
+/* Step a statement that returns no rows. */
+int cat_step_done(cat *c, sqlite3_stmt *st, const char *what)
+{
+	int src = cat_step(st);
+	return src == SQLITE_DONE ? 0 : cat_sql_fail(c, src, what);
+}
+
+int cat_nomem(cat *c, const char *what)
+{
+	return qe_fail(QE_ENOMEM, "catalog '%s': %s: out of memory", c->path, what);
+}
+
+/* Grow an array of elem-sized rows to hold n+1. */
+int cat_grow_rows(void **rows, size_t *cap, size_t n, size_t elem)
+{
+	if (n < *cap)
+		return 0;
+	size_t ncap = *cap ? 2 * *cap : 16;
+	void *p = qe_realloc(*rows, ncap * elem);
+	if (!p)
+		return -1;
+	memset((char *)p + *cap * elem, 0, (ncap - *cap) * elem);
+	*rows = p;
+	*cap = ncap;
+	return 0;
+}
+
+/*
+ * The start of a query that fills a row array: check c, empty the array
+ * (*rows, *n) and prepare sql; the caller binds its key.  The array is left
+ * as it was when c itself is unusable, else empty.
+ */
+int cat_rows_begin(cat *c, void **rows, size_t *n, const char *sql, sqlite3_stmt **st, const char *what)
+{
+	int rc = cat_check(c);
+	if (rc)
+		return rc;
+	*n = 0;
+	*rows = NULL;
+	return cat_prepare(c, sql, st, what);
+}
+
+/* Its end: src, the last step's answer, fails the query unless rc already did; st is finalized. */
+int cat_rows_end(cat *c, sqlite3_stmt *st, int rc, int src, const char *what)
+{
+	if (!rc && src != SQLITE_DONE)
+		rc = cat_sql_fail(c, src, what);
+	sqlite3_finalize(st);
+	return rc;
+}

@@ -1,6 +1,7 @@
 /*
  * catalog_int.h - internals shared by catalog.c (open, schema, migrations,
- * transactions) and queries.c (the rows).  Not part of the public API.
+ * transactions, row helpers) and the row files: runs.c, ckpts.c, stores.c,
+ * copies.c.  Not part of the public API.
  */
 #ifndef QE_CATALOG_INT_H
 #define QE_CATALOG_INT_H
@@ -44,5 +45,20 @@ int cat_tx_end(cat *c, int rc);
 char *cat_col_strdup(sqlite3_stmt *st, int col);
 /* Bind text, NULL as "". */
 int cat_bind_text(sqlite3_stmt *st, int idx, const char *s);
+
+/* Step a statement that returns no rows: 0, or the step's failure naming what. */
+int cat_step_done(cat *c, sqlite3_stmt *st, const char *what);
+/* QE_ENOMEM naming the catalog and what ran out. */
+int cat_nomem(cat *c, const char *what);
+/* Grow an array of elem-sized rows (zeroed) to hold n+1; -1 when out of memory. */
+int cat_grow_rows(void **rows, size_t *cap, size_t n, size_t elem);
+/*
+ * The start of a query that fills a row array: check c, empty the array
+ * (*rows, *n) and prepare sql; the caller binds its key.  The array is left
+ * as it was when c itself is unusable, else empty.
+ */
+int cat_rows_begin(cat *c, void **rows, size_t *n, const char *sql, sqlite3_stmt **st, const char *what);
+/* Its end: src, the last step's answer, fails the query unless rc already did; st is finalized. */
+int cat_rows_end(cat *c, sqlite3_stmt *st, int rc, int src, const char *what);
 
 #endif

@@ -1,9 +1,8 @@
 /*
  * cuda_backend.cu - the cuda op table: memory, streams, events, CUDA graphs,
- * the default stream, and the op wrappers.  Each wrapper runs the op's
- * argument check from backend_check.c, the one the cpu backend runs too, so
- * both refuse the same calls with the same messages; only cuda's limits
- * (QE_CUDA_MAX_VIEWS, cuBLAS's int dimensions) are passed in.
+ * the default stream, and the op path every op wrapper takes
+ * (qe__cuda_op_begin / qe__cuda_op_end; the compute ops' wrappers are in
+ * cuda_ops.cu, the links' in cuda_link.cu).
  *
  * Every op goes one way: resolve the stream (NULL -> the process-wide
  * default stream, under a lock), fail fast if the stream failed earlier,
@@ -146,7 +145,7 @@ fail:
  * Resolve and check the stream of an op.  NULL becomes the default stream,
  * locked until op_end; refused while any stream of the process captures.
  */
-static int op_begin(qe_stream **ps, const char *what)
+int qe__cuda_op_begin(qe_stream **ps, const char *what)
 {
 	qe_stream *s = *ps;
 	if (!s) {
@@ -186,7 +185,7 @@ static int check_error_word(qe_stream *s, const char *what)
 }
 
 /* Finish an op: the default stream runs it to completion and unlocks; others stay failed on error. */
-static int op_end(qe_stream *s, int rc, const char *what)
+int qe__cuda_op_end(qe_stream *s, int rc, const char *what)
 {
 	if (s->is_default) {
 		if (!rc) {
@@ -266,14 +265,14 @@ static int cu_alloc(qe_backend *b, size_t bytes, void **out)
 			       cudaGetErrorString(e));
 	}
 	qe_stream *s = NULL;
-	int rc = op_begin(&s, "alloc");
+	int rc = qe__cuda_op_begin(&s, "alloc");
 	if (rc) {
 		cudaFree(p);
 		return rc;
 	}
 	e = cudaMemsetAsync(p, 0, sz, s->cs);
 	rc = e != cudaSuccess ? qe__cuda_err(e, "alloc", "cudaMemsetAsync(zero fill)") : QE_OK;
-	rc = op_end(s, rc, "alloc");
+	rc = qe__cuda_op_end(s, rc, "alloc");
 	if (rc) {
 		cudaFree(p);
 		return rc;
@@ -325,7 +324,7 @@ static void cu_free(qe_backend *b, void *p)
 
 static int cu_copy(qe_stream *s, void *dst, const void *src, size_t bytes, qe_copy_kind kind)
 {
-	int rc = op_begin(&s, "copy");
+	int rc = qe__cuda_op_begin(&s, "copy");
 	if (rc)
 		return rc;
 	static const cudaMemcpyKind kinds[3] = { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
@@ -336,12 +335,12 @@ static int cu_copy(qe_stream *s, void *dst, const void *src, size_t bytes, qe_co
 		if (e != cudaSuccess)
 			rc = qe__cuda_err(e, "copy", "cudaMemcpyAsync");
 	}
-	return op_end(s, rc, "copy");
+	return qe__cuda_op_end(s, rc, "copy");
 }
 
 static int cu_fill(qe_stream *s, void *dst, uint8_t byte, size_t bytes)
 {
-	int rc = op_begin(&s, "fill");
+	int rc = qe__cuda_op_begin(&s, "fill");
 	if (rc)
 		return rc;
 	rc = qe__check_fill(dst, bytes);
@@ -350,7 +349,7 @@ static int cu_fill(qe_stream *s, void *dst, uint8_t byte, size_t bytes)
 		if (e != cudaSuccess)
 			rc = qe__cuda_err(e, "fill", "cudaMemsetAsync");
 	}
-	return op_end(s, rc, "fill");
+	return qe__cuda_op_end(s, rc, "fill");
 }
 
 /* ---- streams, events, graphs ------------------------------------------------ */
@@ -392,7 +391,7 @@ static void cu_stream_destroy(qe_stream *s)
 
 static int cu_stream_sync(qe_stream *s)
 {
-	int rc = op_begin(&s, "stream_sync");
+	int rc = qe__cuda_op_begin(&s, "stream_sync");
 	if (rc)
 		return rc;
 	if (s->capturing) {
@@ -403,7 +402,7 @@ static int cu_stream_sync(qe_stream *s)
 		rc = e != cudaSuccess ? qe__cuda_err(e, "stream_sync", "cudaStreamSynchronize")
 				      : check_error_word(s, "stream_sync");
 	}
-	return op_end(s, rc, "stream_sync");
+	return qe__cuda_op_end(s, rc, "stream_sync");
 }
 
 static int cu_host_alloc(qe_backend *b, size_t bytes, void **out)
@@ -490,7 +489,7 @@ static void cu_event_destroy(qe_event *e)
 
 static int cu_event_record(qe_event *ev, qe_stream *s)
 {
-	int rc = op_begin(&s, "event_record");
+	int rc = qe__cuda_op_begin(&s, "event_record");
 	if (rc)
 		return rc;
 	if (!ev)
@@ -502,13 +501,13 @@ static int cu_event_record(qe_event *ev, qe_stream *s)
 		if (e != cudaSuccess)
 			rc = qe__cuda_err(e, "event_record", "cudaEventRecord");
 	}
-	return op_end(s, rc, "event_record");
+	return qe__cuda_op_end(s, rc, "event_record");
 }
 
 /* Waiting on an event never recorded is a no-op (CUDA's rule, and the cpu's). */
 static int cu_stream_wait(qe_stream *s, qe_event *ev)
 {
-	int rc = op_begin(&s, "stream_wait");
+	int rc = qe__cuda_op_begin(&s, "stream_wait");
 	if (rc)
 		return rc;
 	if (!ev)
@@ -520,14 +519,14 @@ static int cu_stream_wait(qe_stream *s, qe_event *ev)
 		if (e != cudaSuccess)
 			rc = qe__cuda_err(e, "stream_wait", "cudaStreamWaitEvent");
 	}
-	return op_end(s, rc, "stream_wait");
+	return qe__cuda_op_end(s, rc, "stream_wait");
 }
 
 static int cu_capture_begin(qe_stream *s)
 {
 	if (!s)
 		return qe_fail(QE_EINVAL, "capture_begin: the default (NULL) stream cannot capture");
-	int rc = op_begin(&s, "capture_begin");
+	int rc = qe__cuda_op_begin(&s, "capture_begin");
 	if (rc)
 		return rc;
 	if (s->capturing)
@@ -554,7 +553,7 @@ static int cu_capture_end(qe_stream *s, qe_graph **out)
 	if (s->is_default)
 		return qe_fail(QE_EINVAL, "capture_end: the default (NULL) stream cannot capture");
 	if (!s->capturing) {
-		int rc = op_begin(&s, "capture_end");
+		int rc = qe__cuda_op_begin(&s, "capture_end");
 		return rc ? rc : stream_fail(s, qe_fail(QE_EINVAL, "capture_end: the stream is not capturing"));
 	}
 	cudaGraph_t g = NULL;
@@ -594,7 +593,7 @@ static int cu_capture_end(qe_stream *s, qe_graph **out)
 
 static int cu_graph_launch(qe_graph *g, qe_stream *s)
 {
-	int rc = op_begin(&s, "graph_launch");
+	int rc = qe__cuda_op_begin(&s, "graph_launch");
 	if (rc)
 		return rc;
 	if (!g)
@@ -606,7 +605,7 @@ static int cu_graph_launch(qe_graph *g, qe_stream *s)
 		if (e != cudaSuccess)
 			rc = qe__cuda_err(e, "graph_launch", "cudaGraphLaunch");
 	}
-	return op_end(s, rc, "graph_launch");
+	return qe__cuda_op_end(s, rc, "graph_launch");
 }
 
 static void cu_graph_destroy(qe_graph *g)
@@ -622,234 +621,6 @@ static void cu_graph_destroy(qe_graph *g)
 static int cu_graph_op_count(const qe_graph *g)
 {
 	return g ? g->nodes : 0;
-}
-
-/* ---- compute ops ------------------------------------------------------------ */
-
-static int cu_cast(qe_stream *s, const qe_cast_args *a)
-{
-	int rc = op_begin(&s, "cast");
-	if (rc)
-		return rc;
-	rc = qe__check_cast(a, QE_DEV_CUDA);
-	if (!rc)
-		rc = qe__cuda_cast(s, a);
-	return op_end(s, rc, "cast");
-}
-
-static int cu_fp8_update(qe_stream *s, float *block, int history_len, qe_dtype fmt, qe_fp8_recipe recipe)
-{
-	int rc = op_begin(&s, "fp8_update");
-	if (rc)
-		return rc;
-	rc = qe__check_fp8_update(block, history_len, fmt, &recipe);
-	if (!rc)
-		rc = qe__cuda_fp8_update(s, block, history_len, fmt, &recipe);
-	return op_end(s, rc, "fp8_update");
-}
-
-static int cu_fp8_update_many(qe_stream *s, const qe_fp8_update_item *items, int n, int history_len,
-			      qe_fp8_recipe recipe)
-{
-	int rc = op_begin(&s, "fp8_update_many");
-	if (rc)
-		return rc;
-	rc = qe__check_fp8_update_many(items, n, history_len, &recipe);
-	if (!rc)
-		rc = qe__cuda_fp8_update_many(s, items, n, history_len, &recipe);
-	return op_end(s, rc, "fp8_update_many");
-}
-
-static int cu_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
-		   int accumulate)
-{
-	int rc = op_begin(&s, "gemm");
-	if (rc)
-		return rc;
-	rc = qe__check_gemm(a, b, c, QE_DEV_CUDA);
-	if (!rc)
-		rc = qe__cuda_gemm(s, a, b, c, bias, accumulate);
-	return op_end(s, rc, "gemm");
-}
-
-static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n)
-{
-	int rc = op_begin(&s, "add");
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_add(y, a, b, n)))
-		rc = qe__cuda_add(s, y, a, b, n);
-	return op_end(s, rc, "add");
-}
-
-static int cu_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)
-{
-	int rc = op_begin(&s, "add_inplace");
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_add_inplace(y, a, n)))
-		rc = qe__cuda_add_inplace(s, y, a, n);
-	return op_end(s, rc, "add_inplace");
-}
-
-static int cu_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols)
-{
-	const char *nm = "bias_grad";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_bias_grad(db, dy, rows, cols)))
-		rc = qe__cuda_bias_grad(s, db, dy, rows, cols);
-	return op_end(s, rc, nm);
-}
-
-static int cu_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
-{
-	int rc = op_begin(&s, "gelu_fwd");
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_gelu_fwd(y, x, n)))
-		rc = qe__cuda_gelu_fwd(s, y, x, n);
-	return op_end(s, rc, "gelu_fwd");
-}
-
-static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
-{
-	int rc = op_begin(&s, "gelu_bwd");
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_gelu_bwd(dx, x, dy, n)))
-		rc = qe__cuda_gelu_bwd(s, dx, x, dy, n);
-	return op_end(s, rc, "gelu_bwd");
-}
-
-static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-			    const float *b, int64_t rows, int64_t cols)
-{
-	const char *nm = "layernorm_fwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_layernorm_fwd(y, x, w, b, rows, cols)))
-		rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
-	return op_end(s, rc, nm);
-}
-
-static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-			    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
-{
-	const char *nm = "layernorm_bwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_layernorm_bwd(dx, dy, x, mean, rstd, w, rows, cols)))
-		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols);
-	return op_end(s, rc, nm);
-}
-
-static int cu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
-			int64_t H)
-{
-	const char *nm = "embed_fwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_embed_fwd(out, tok, wte, T, H)))
-		rc = qe__cuda_embed_fwd(s, out, tok, wte, wpe, T, H);
-	return op_end(s, rc, nm);
-}
-
-static int cu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			int64_t H, int64_t V, int32_t *rows_written, int accumulate)
-{
-	const char *nm = "embed_bwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_embed_bwd(dwte, tok, dout, T, H, V, rows_written, accumulate)))
-		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, T, H, V, rows_written, accumulate);
-	return op_end(s, rc, nm);
-}
-
-static int cu_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh)
-{
-	const char *nm = "attn_fwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_attn_fwd(out, probs, qkv, T, H, nh, 1)))
-		rc = qe__cuda_attn_fwd(s, out, probs, qkv, T, H, nh);
-	return op_end(s, rc, nm);
-}
-
-static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
-		       int64_t H, int nh)
-{
-	const char *nm = "attn_bwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_attn_bwd(dqkv, dout, qkv, probs, T, H, nh, 1)))
-		rc = qe__cuda_attn_bwd(s, dqkv, dout, qkv, probs, T, H, nh);
-	return op_end(s, rc, nm);
-}
-
-static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-			     int64_t H, int nh, qe_flash_operands operands)
-{
-	const char *nm = "attn_flash_fwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_flash(nm, 0, out, lse, qkv, NULL, NULL, batch, T, H, nh, operands)))
-		rc = qe__cuda_attn_flash_fwd(s, out, lse, qkv, batch, T, H, nh, operands);
-	return op_end(s, rc, nm);
-}
-
-static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-			     const float *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands)
-{
-	const char *nm = "attn_flash_bwd";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_flash(nm, 1, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands)))
-		rc = qe__cuda_attn_flash_bwd(s, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands);
-	return op_end(s, rc, nm);
-}
-
-static int cu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		   int64_t V, int64_t valid, float grad_scale)
-{
-	const char *nm = "xent";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_xent(logits, tgt, T, V, valid)))
-		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, valid, grad_scale);
-	return op_end(s, rc, nm);
-}
-
-static int cu_adamw(qe_stream *s, const qe_adamw_args *a)
-{
-	const char *nm = "adamw";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_adamw(a, QE_CUDA_MAX_VIEWS)))
-		rc = qe__cuda_adamw(s, a);
-	return op_end(s, rc, nm);
-}
-
-static int cu_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)
-{
-	const char *nm = "sum_views";
-	int rc = op_begin(&s, nm);
-	if (rc)
-		return rc;
-	if (!(rc = qe__check_sum_views(out, views, nviews, n, QE_CUDA_MAX_VIEWS)))
-		rc = qe__cuda_sum_views(s, out, views, nviews, n);
-	return op_end(s, rc, nm);
 }
 
 /* ---- the table and the backend ---------------------------------------------- */
@@ -883,26 +654,7 @@ static void fill_table(void)
 	o->graph_launch = cu_graph_launch;
 	o->graph_destroy = cu_graph_destroy;
 	o->graph_op_count = cu_graph_op_count;
-	o->cast = cu_cast;
-	o->fp8_update = cu_fp8_update;
-	o->fp8_update_many = cu_fp8_update_many;
-	o->gemm = cu_gemm;
-	o->add = cu_add;
-	o->add_inplace = cu_add_inplace;
-	o->bias_grad = cu_bias_grad;
-	o->gelu_fwd = cu_gelu_fwd;
-	o->gelu_bwd = cu_gelu_bwd;
-	o->layernorm_fwd = cu_layernorm_fwd;
-	o->layernorm_bwd = cu_layernorm_bwd;
-	o->embed_fwd = cu_embed_fwd;
-	o->embed_bwd = cu_embed_bwd;
-	o->attn_fwd = cu_attn_fwd;
-	o->attn_bwd = cu_attn_bwd;
-	o->attn_flash_fwd = cu_attn_flash_fwd;
-	o->attn_flash_bwd = cu_attn_flash_bwd;
-	o->xent = cu_xent;
-	o->adamw = cu_adamw;
-	o->sum_views = cu_sum_views;
+	qe__cuda_ops_fill(o);
 	qe__cuda_link_fill(o);
 }
 

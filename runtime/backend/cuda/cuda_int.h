@@ -145,6 +145,17 @@ int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int 
 
 /* Set the link ops of the table (NCCL); left NULL when built without NCCL. */
 void qe__cuda_link_fill(qe_backend_ops *o);
+/* The compute ops' entries of the table (cuda_ops.cu). */
+void qe__cuda_ops_fill(qe_backend_ops *o);
+/*
+ * The op path (cuda_backend.cu): begin resolves *ps (NULL -> the default
+ * stream, locked until end; refused while any stream of the process
+ * captures) and fails fast on a stream that failed earlier; end finishes the
+ * op (the default stream runs it to completion and unlocks) and marks the
+ * stream failed when rc is an error, returning rc.
+ */
+int qe__cuda_op_begin(qe_stream **ps, const char *what);
+int qe__cuda_op_end(qe_stream *s, int rc, const char *what);
 
 /* Forget every cached GEMM algorithm (when the last backend closes). */
 void qe__cuda_gemm_cache_clear(void);
