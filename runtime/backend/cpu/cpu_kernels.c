@@ -310,7 +310,6 @@ void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const fl
 	}
 }
 
-/* The rows of the previous call (rows_written) or all of dwte are cleared; see backend.h. */
 /*
  * The accumulating embed_bwd's wte half: each distinct token's rows summed
  * from 0 in t order into a row of its own (slot[token], in order of first
@@ -351,6 +350,11 @@ static int embed_bwd_add(float *dwte, const int32_t *tok, const float *dout, int
 	return QE_OK;
 }
 
+/*
+ * Overwriting: the rows of the previous call (rows_written) or all of dwte
+ * are cleared, then the rows summed in place; accumulating: embed_bwd_add.
+ * See backend.h.
+ */
 int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
 		     int64_t V, int32_t *rows_written, int accumulate)
 {
@@ -359,15 +363,10 @@ int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *
 			return qe_fail(QE_EINVAL, "embed_bwd: token %d at t=%lld outside the vocabulary [0,%lld)",
 				       (int)tok[t], (long long)t, (long long)V);
 	if (accumulate) {
-		if (dwpe) {
-			memset(dwpe, 0, (size_t)(T * H) * sizeof(float));
-			for (int64_t t = 0; t < T; t++)
-				for (int64_t i = 0; i < H; i++)
-					dwpe[t * H + i] += dout[t * H + i];
-		}
-		return embed_bwd_add(dwte, tok, dout, T, H, V);
-	}
-	if (rows_written) {
+		int rc = embed_bwd_add(dwte, tok, dout, T, H, V);
+		if (rc)
+			return rc;
+	} else if (rows_written) {
 		for (int64_t t = 0; t < T; t++)
 			if (rows_written[t] >= 0 && rows_written[t] < V)
 				memset(dwte + (int64_t)rows_written[t] * H, 0, (size_t)H * sizeof(float));
@@ -380,8 +379,9 @@ int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *
 	for (int64_t t = 0; t < T; t++) {
 		const float *d = dout + t * H;
 		float *e = dwte + (int64_t)tok[t] * H;
-		for (int64_t i = 0; i < H; i++)
-			e[i] += d[i];
+		if (!accumulate)
+			for (int64_t i = 0; i < H; i++)
+				e[i] += d[i];
 		if (dwpe) {
 			float *p = dwpe + t * H;
 			for (int64_t i = 0; i < H; i++)
