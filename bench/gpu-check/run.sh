@@ -8,12 +8,16 @@
 # (--amax-history 4), checkpoint at step 3 resumed in fresh processes to step 8, and
 # h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
 # last and writes results.json into OUT_DIR.
-# PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, big (default: all).
+# PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, fuse, big (default: all).
+# fuse: QE_FUSE=1 (FC1's bias and GELU inside FC2's input cast and gelu_bwd) against the
+#       unfused ops: byte-identical runs on tiny (fp8, bf16, --pp 2 graph) and on a 2-layer
+#       gpt2 shape (batch 2, seq 512, flash), then gpt2 b16 tokens/s unfused and fused
+#       (bench step --pp 1, fp8 and bf16; needs DATA_DIR/*_train.bin, else skipped).
 # p2p: messages over the device links (NCCL) against QE_P2P=host, byte-identical runs.
 # dp: two data-parallel replicas (--pp 1 --dp 2, one per GPU, --check-replicas on) whose
 #     gradient sums go over NCCL, against the same run summed through the host comm.
 set -u
-PARTS=${PARTS:-ops,det,sched,resume,p2p,dp,big}
+PARTS=${PARTS:-ops,det,sched,resume,p2p,dp,fuse,big}
 has() { case ",$PARTS," in *,$1,*) return 0;; esac; return 1; }
 B=${1:-build-gpu}; DATA=${2:-gpu-data}; OUT=${3:-${OUT:-/tmp/gpu-out}}
 Q=$B/qeffect
@@ -91,6 +95,34 @@ if has dp; then
     QE_P2P=host run dp-host-$ex --pp 1 --dp 2 --exec $ex --steps 10
     if r=$(cmp_runs dp-nccl-$ex dp-host-$ex); then note "dp2_nccl_vs_host_$ex" "pass: $r"; else note "dp2_nccl_vs_host_$ex" "FAIL: $r"; fi
   done
+fi
+
+# 4d. QE_FUSE=1 must give the unfused bytes on the GPU too (its kernels: cuda_fp8.cu's cast
+# prologue, cuda_kernels.cu's gelu_bwd with a bias), then what it saves
+if has fuse; then
+  for prec in fp8 bf16; do
+    run fuse-plain-$prec --precision $prec --exec graph --steps 10
+    QE_FUSE=1 run fuse-on-$prec --precision $prec --exec graph --steps 10
+    if r=$(cmp_runs fuse-plain-$prec fuse-on-$prec); then note "fuse_vs_unfused_$prec" "pass: $r"; else note "fuse_vs_unfused_$prec" "FAIL: $r"; fi
+  done
+  G2="--backend cuda --preset gpt2 --layers 2 --batch 2 --seq 512 --attention flash --pp 1 --micro 2 --exec graph
+      --steps 6 --amax-history 4 --quiet --data $DATA/brown.jsonl"
+  # shellcheck disable=SC2086
+  "$Q" train $G2 --run-dir "$W/fuse-plain-gpt2" >>"$OUT/runs.log" 2>&1
+  # shellcheck disable=SC2086
+  QE_FUSE=1 "$Q" train $G2 --run-dir "$W/fuse-on-gpt2" >>"$OUT/runs.log" 2>&1
+  if r=$(cmp_runs fuse-plain-gpt2 fuse-on-gpt2); then note fuse_vs_unfused_gpt2_seq512 "pass: $r"; else note fuse_vs_unfused_gpt2_seq512 "FAIL: $r"; fi
+  SHARD=$(ls "$DATA"/*_train.bin 2>/dev/null | head -1)
+  if [ -n "$SHARD" ]; then
+    for f in 0 1; do
+      QE_FUSE=$f "$Q" bench step --backend cuda --pp 1 --presets gpt2:1:16 --precision fp8,bf16 \
+        --configs captured_direct --trials 2 --repl 0 --steps 20 --warmup 5 --floor off --data "$SHARD" \
+        --out "$W/fuse-step-$f" >"$OUT/fuse-step-$f.txt" 2>&1
+      note "fuse_${f}_gpt2_b16_tokens_s" "$(grep -E ' main [0-9]+/[0-9]+:' "$OUT/fuse-step-$f.txt" | tr -s ' ' | tr '\n' ';')"
+    done
+  else
+    note fuse_speed "skipped: no *_train.bin in $DATA"
+  fi
 fi
 
 # 5. the big presets: 100 steps, loss must fall and stay finite; median step time

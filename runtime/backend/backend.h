@@ -77,6 +77,16 @@ typedef struct qe_cast_args {
 	float *scale_inv;
 	int current;
 	int margin;
+	/*
+	 * Prologue (the producer of x fused into its cast): each element is
+	 * first v = x[r,c] + pre_bias[c] when pre_bias is not NULL (pre_bias
+	 * holds cols floats), then gelu_fwd(v) when pre_gelu, and that v is what
+	 * the cast records and rounds.  The bytes, amax included, are those of
+	 * adding the bias as gemm does, gelu_fwd into a buffer and casting the
+	 * buffer, so the fused path may replace the three ops bit for bit.
+	 */
+	const float *pre_bias;
+	int pre_gelu;
 } qe_cast_args;
 
 /*
@@ -193,7 +203,13 @@ typedef struct qe_backend_ops {
 	int (*add_inplace)(qe_stream *s, float *y, const float *a, int64_t n);               /* y += a */
 	int (*bias_grad)(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols); /* db = sum_rows dy */
 	int (*gelu_fwd)(qe_stream *s, float *y, const float *x, int64_t n);                  /* tanh approx */
-	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
+	/*
+	 * dx = gelu'(v) * dy with v = x, or v = x[i] + bias[i % cols] when bias
+	 * is not NULL (a bias gemm left out of x: the same v as gemm's f32 add);
+	 * cols is read only with a bias and must divide n.
+	 */
+	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
+			int64_t cols);
 	/* y = (x - mean) * rstd * w + b per row; mean/rstd [rows] saved for backward */
 	int (*layernorm_fwd)(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 			     const float *b, int64_t rows, int64_t cols);

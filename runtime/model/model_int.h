@@ -64,6 +64,14 @@ struct qe_stage {
 	int64_t N;           /* tokens per microbatch: batch x seq */
 	int vpad;            /* padded vocabulary */
 	int flash;           /* attention keeps lse and the output, not the probabilities */
+	/*
+	 * QE_FUSE=1: the MLP's FC1 bias and GELU move into their consumers (the
+	 * cast of FC2's input and gelu_bwd): fc1_out holds the GEMM's output
+	 * without the bias, and no GELU output is written.  The same bits as
+	 * the unfused ops (backend.h, qe_cast_args); opt-in until the cuda
+	 * kernels have run on a GPU.
+	 */
+	int fuse_mlp;
 
 	int nparams, cap_params;
 	qe_param_info *params;  /* host, cap_params */
@@ -98,6 +106,13 @@ struct qe_stage {
 	/* parameter indices used by the actions (-1 where the stage has none) */
 	int p_wte, p_wpe, p_lnfw, p_lnfb;
 };
+
+/* Linear lin's bias in the parameter buffer, or NULL when it has none. */
+static inline const float *qe__stage_lin_bias(const qe_stage *st, int lin)
+{
+	int b = st->lin[lin].bias;
+	return b >= 0 ? st->param_buf + st->params[b].offset : NULL;
+}
 
 /* Scratch for the row-wise copy of a GEMM operand (stage_forward.c). */
 qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c);

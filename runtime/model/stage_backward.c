@@ -72,7 +72,9 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	const qe_param_info *pi = st->params;
 	/* MLP half */
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, (float *)dx_out, st->ws_big[0], grad));
-	QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], N * c->ffn));
+	/* fused: fc1_out lacks FC1's bias, which gelu_bwd adds as the GEMM would have */
+	const float *fc1_bias = st->fuse_mlp ? qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1) : NULL;
+	QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], fc1_bias, N * c->ffn, c->ffn));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
 	QE_TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[bk->ln2w].grad_offset, grad + pi[bk->ln2b].grad_offset,
 			     st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, P + pi[bk->ln2w].offset, N, H));

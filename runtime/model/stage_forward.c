@@ -41,10 +41,23 @@ void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int
 }
 
 /*
- * Cast the input of linear `lin` (x, [N, in]) with the input role, keep the
- * transposed copy in the tape, and run the forward GEMM into y [N, out].
+ * What a fused MLP changes of a linear's forward: the GEMM leaves its bias to
+ * the consumer (no_bias), or the input cast applies the producer's bias and
+ * GELU itself (the prologue of qe_cast_args).
  */
-static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *x, float *y, int record)
+typedef struct fwd_fuse {
+	int no_bias;
+	const float *pre_bias;
+	int pre_gelu;
+} fwd_fuse;
+
+/*
+ * Cast the input of linear `lin` (x, [N, in]) with the input role, keep the
+ * transposed copy in the tape, and run the forward GEMM into y [N, out]
+ * (fz: NULL, or the fused MLP's changes).
+ */
+static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *x, float *y, int record,
+			  const fwd_fuse *fz)
 {
 	const qe_backend_ops *o = st->b->ops;
 	lin_info *L = &st->lin[lin];
@@ -57,10 +70,13 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 	ca.col = lt->xq_col;
 	ca.scale_inv = lt->x_sinv;
 	qe__stage_cast_args(st, L, qe_stage_fp8_role(st, lin, QE_ROLE_INPUT), record, &ca);
+	if (fz) {
+		ca.pre_bias = fz->pre_bias;
+		ca.pre_gelu = fz->pre_gelu;
+	}
 	QE_TRY(o->cast(s, &ca));
 	qe_tensor out = f32_2d(st, y, N, L->out);
-	const float *bias = L->bias >= 0 ? st->param_buf + st->params[L->bias].offset : NULL;
-	return o->gemm(s, &ca.row, &L->wq_row, &out, bias, 0);
+	return o->gemm(s, &ca.row, &L->wq_row, &out, fz && fz->no_bias ? NULL : qe__stage_lin_bias(st, lin), 0);
 }
 
 /* Re-cast every matrix into the weight cache with the weight role's scale. */
@@ -155,17 +171,25 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	/* attention half */
 	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean1, bt->rstd1, bt->x_in, P + pi[bk->ln1w].offset,
 			     P + pi[bk->ln1b].offset, N, H));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_h[0], bt->qkv, record));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_h[0], bt->qkv, record, NULL));
 	float *att;
 	QE_TRY(attention_forward(st, s, bt, st->ws_h[1], &att));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_PROJ, att, st->ws_h[2], record));
+	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_PROJ, att, st->ws_h[2], record, NULL));
 	QE_TRY(o->add(s, bt->x_mid, bt->x_in, st->ws_h[2], N * H));
 	/* MLP half */
 	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean2, bt->rstd2, bt->x_mid, P + pi[bk->ln2w].offset,
 			     P + pi[bk->ln2b].offset, N, H));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_h[0], bt->fc1_out, record));
-	QE_TRY(o->gelu_fwd(s, st->ws_big[0], bt->fc1_out, N * c->ffn));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_FC2, st->ws_big[0], st->ws_h[2], record));
+	int fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
+	if (st->fuse_mlp) {
+		/* fc1_out without its bias; FC2's input cast adds it and applies GELU */
+		fwd_fuse up = { 1, NULL, 0 }, down = { 0, qe__stage_lin_bias(st, fc1), 1 };
+		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, &up));
+		QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
+	} else {
+		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, NULL));
+		QE_TRY(o->gelu_fwd(s, st->ws_big[0], bt->fc1_out, N * c->ffn));
+		QE_TRY(linear_forward(st, s, t, fc2, st->ws_big[0], st->ws_h[2], record, NULL));
+	}
 	return o->add(s, bt->x_out, bt->x_mid, st->ws_h[2], N * H);
 }
 
@@ -191,7 +215,7 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 		float *x = t->blk[st->nblk - 1].x_out;
 		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, x, P + pi[st->p_lnfw].offset,
 				     P + pi[st->p_lnfb].offset, N, H));
-		QE_TRY(linear_forward(st, s, t, st->nlin - 1, st->ws_h[0], t->logits, record));
+		QE_TRY(linear_forward(st, s, t, st->nlin - 1, st->ws_h[0], t->logits, record, NULL));
 		/* The step's loss is the mean over microbatches, hence 1/nmicro; padded columns are masked. */
 		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, N, st->vpad, c->vocab,
 			       1.0f / (float)st->nmicro));

@@ -776,6 +776,117 @@ static void test_gemm(qe_rng *r)
 
 /* ---- elementwise, layernorm, embedding --------------------------------------------- */
 
+/*
+ * The fused MLP ops (QE_FUSE=1): on the GPU, a cast with the bias + GELU
+ * prologue gives the bytes of the unfused ops (x + bias, the add gemm
+ * would do, here on the host; gelu_fwd; the plain cast), for every kernel
+ * the cast picks (four-wide and byte-wide tiles, current scaling, bf16,
+ * f32), and gelu_bwd with a bias the bytes of gelu_bwd of x + bias; the f32
+ * fused cast against the cpu's within gelu_fwd's bound.
+ */
+static void test_fused(qe_rng *r)
+{
+	static const struct {
+		int rows, cols;
+		qe_dtype dt;
+		int current;
+	} cases[] = {
+		{ 64, 256, QE_E4M3, 0 }, { 33, 17, QE_E4M3, 0 }, { 64, 256, QE_E4M3, 1 }, { 33, 17, QE_E5M2, 1 },
+		{ 128, 3072, QE_E4M3, 0 }, { 64, 256, QE_BF16, 0 }, { 33, 17, QE_BF16, 0 }, { 64, 256, QE_F32, 0 },
+		{ 33, 17, QE_F32, 0 },
+	};
+	printf("fused MLP ops\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
+		qe_dtype dt = cases[ci].dt;
+		size_t esz = qe_dtype_size(dt);
+		fresh_stream();
+		float *x = rnd(r, n, 2.0f), *bias = rnd(r, C, 0.5f), *v = malloc((size_t)n * 4), *dy = rnd(r, n, 1.0f);
+		for (int64_t i = 0; i < n; i++)
+			v[i] = x[i] + bias[i % C];
+		void *gx, *gb, *gv, *gdy, *grow[2], *gcol[2], *grole[2], *gdx[2];
+		float *cx = pair(x, n * 4, &gx), *cb = pair(bias, C * 4, &gb), *cv = pair(v, n * 4, &gv);
+		float *cdy = pair(dy, n * 4, &gdy);
+		float role[3] = { 0.25f, 37.5f, 0.0f };
+		for (int k = 0; k < 2; k++) {
+			grow[k] = g_mem(n * esz + 1);
+			gcol[k] = g_mem(n * esz + 1);
+			gdx[k] = g_mem(n * 4);
+			grole[k] = g_mem(sizeof(role));
+			up(grole[k], role, sizeof(role));
+		}
+		CHECK_OK(K.go->gelu_fwd(K.gs, gv, gv, n));
+		qe_cast_args a[2];
+		for (int k = 0; k < 2; k++) { /* 0: unfused (gelu output cast), 1: fused */
+			memset(&a[k], 0, sizeof(a[k]));
+			a[k].x = qe_tensor_2d(k ? gx : gv, QE_F32, QE_DEV_CUDA, R, C);
+			a[k].row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C);
+			a[k].col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R);
+			a[k].scale = (float *)grole[k] + 1;
+			a[k].amax = grole[k];
+			a[k].scale_inv = (float *)grole[k] + 2;
+			a[k].current = cases[ci].current;
+			a[k].pre_bias = k ? gb : NULL;
+			a[k].pre_gelu = k;
+			CHECK_OK(K.go->cast(K.gs, &a[k]));
+		}
+		char what[96];
+		const char *nm = qe_dtype_name(dt);
+		const char *cur = cases[ci].current ? " current" : "";
+		void *h[2];
+		for (int part = 0; part < 3; part++) {
+			size_t nb = part == 2 ? sizeof(role) : n * esz;
+			for (int k = 0; k < 2; k++)
+				h[k] = fetch(part == 0 ? grow[k] : part == 1 ? gcol[k] : grole[k], nb);
+			snprintf(what, sizeof(what), "fused cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
+				 part == 0 ? "row" : part == 1 ? "col" : "amax/scale");
+			same_bytes(what, h[0], h[1], nb);
+			free(h[0]);
+			free(h[1]);
+		}
+		if (dt == QE_F32) { /* the fused values against the cpu's */
+			float *crow = c_mem(n * 4);
+			qe_cast_args ca = { .x = qe_tensor_2d(cx, QE_F32, QE_DEV_CPU, R, C),
+					    .row = qe_tensor_2d(crow, QE_F32, QE_DEV_CPU, R, C),
+					    .col = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, C, R),
+					    .pre_bias = cb,
+					    .pre_gelu = 1 };
+			CHECK_OK(K.co->cast(K.cs, &ca));
+			float *hg = fetch(grow[1], n * 4);
+			snprintf(what, sizeof(what), "fused cast %lldx%lld f32 vs cpu", (long long)R, (long long)C);
+			close_to(what, crow, hg, n, 1e-5);
+			free(hg);
+			K.co->free(K.cb, crow);
+		}
+		/* gelu_bwd: bias inside == x + bias outside (gv was overwritten by gelu: upload v again) */
+		up(gv, v, n * 4);
+		CHECK_OK(K.go->gelu_bwd(K.gs, gdx[0], gv, gdy, NULL, n, C));
+		CHECK_OK(K.go->gelu_bwd(K.gs, gdx[1], gx, gdy, gb, n, C));
+		for (int k = 0; k < 2; k++)
+			h[k] = fetch(gdx[k], n * 4);
+		snprintf(what, sizeof(what), "gelu_bwd bias %lldx%lld", (long long)R, (long long)C);
+		same_bytes(what, h[0], h[1], n * 4);
+		free(h[0]);
+		free(h[1]);
+		for (int k = 0; k < 2; k++) {
+			K.go->free(K.gb, grow[k]);
+			K.go->free(K.gb, gcol[k]);
+			K.go->free(K.gb, gdx[k]);
+			K.go->free(K.gb, grole[k]);
+		}
+		float *cbufs[] = { cx, cb, cv, cdy };
+		void *gbufs[] = { gx, gb, gv, gdy };
+		for (int k = 0; k < 4; k++) {
+			K.co->free(K.cb, cbufs[k]);
+			K.go->free(K.gb, gbufs[k]);
+		}
+		free(x);
+		free(bias);
+		free(v);
+		free(dy);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -804,8 +915,8 @@ static void test_elementwise(qe_rng *r)
 	close_to("gelu_fwd", cy, h, n, 1e-5);
 	free(h);
 
-	CHECK_OK(K.co->gelu_bwd(K.cs, cy, ca, cb, n));
-	CHECK_OK(K.go->gelu_bwd(K.gs, gy, ga, gb, n));
+	CHECK_OK(K.co->gelu_bwd(K.cs, cy, ca, cb, NULL, n, 1));
+	CHECK_OK(K.go->gelu_bwd(K.gs, gy, ga, gb, NULL, n, 1));
 	h = fetch(gy, n * 4);
 	close_to("gelu_bwd", cy, h, n, 1e-5);
 	free(h);
@@ -1350,7 +1461,7 @@ static int enqueue(qe_stream *s, cstate *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->bias_grad(s, st->db, st->dl, CN, COUT));
 	n++;
-	CHECK_OK(o->gelu_bwd(s, st->db2, st->bias, st->db, COUT));
+	CHECK_OK(o->gelu_bwd(s, st->db2, st->bias, st->db, NULL, COUT, COUT));
 	n++;
 	CHECK_OK(o->stream_wait(s, ev));
 	n++;
@@ -1429,7 +1540,7 @@ static void test_alignment(qe_rng *r)
 		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], x[k], mean[k], rstd[k], w[k], rows, cols));
 		CHECK_OK(K.go->add(K.gs, g[k], x[k], dy[k], n));
 		CHECK_OK(K.go->gelu_fwd(K.gs, gy[k], x[k], n));
-		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], n));
+		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], NULL, n, 1));
 	}
 	same_dev("layernorm_fwd y, aligned vs +4 B", y[0], y[1], n);
 	same_dev("layernorm_fwd rstd", rstd[0], rstd[1], rows);
@@ -1610,6 +1721,7 @@ int main(void)
 	test_fp8_update_many(&r);
 	test_gemm(&r);
 	test_elementwise(&r);
+	test_fused(&r);
 	printf("layernorm\n");
 	test_layernorm_case(&r, 32, 64, 1);
 	test_layernorm_case(&r, 7, 1000, 1);

@@ -39,13 +39,14 @@ static inline float qe_cpu_nanmax(float a, float b)
 
 int qe_cpu_gemm(qe_cpu_scratch *sc, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
 		int accumulate);
-int qe_cpu_cast(const qe_cast_args *a);
+/* the cast, its prologue (if any) computed into scratch 0 */
+int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a);
 
 void qe_cpu_add(float *y, const float *a, const float *b, int64_t n);
 void qe_cpu_add_inplace(float *y, const float *a, int64_t n);
 void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols);
 void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n);
-void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n);
+void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols);
 void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
 			  int64_t rows, int64_t cols);
 void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *mean,

@@ -80,12 +80,34 @@ static void transpose_f32(float *dst, const float *src, int64_t rows, int64_t co
 					dst[c * rows + r] = src[r * cols + c];
 }
 
-int qe_cpu_cast(const qe_cast_args *a)
+/*
+ * The cast's prologue into the scratch: x + pre_bias[c] (gemm's f32 add),
+ * then gelu_fwd, the very functions the unfused ops run; returns the buffer
+ * or NULL (out of memory, said).
+ */
+static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int64_t rows, int64_t cols)
+{
+	const float *x = (const float *)a->x.data;
+	int64_t n = rows * cols;
+	float *v = qe_cpu_scratch_get(sc, 0, (size_t)n);
+	if (!v)
+		return NULL;
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < cols; c++)
+			v[r * cols + c] = a->pre_bias ? x[r * cols + c] + a->pre_bias[c] : x[r * cols + c];
+	if (a->pre_gelu)
+		qe_cpu_gelu_fwd(v, v, n);
+	return v;
+}
+
+int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a)
 {
 	const float *x = (const float *)a->x.data;
 	int64_t cols = a->x.ndim > 0 ? a->x.shape[a->x.ndim - 1] : 1;
 	int64_t n = qe_tensor_numel(&a->x);
 	int64_t rows = cols > 0 ? n / cols : 0;
+	if ((a->pre_bias || a->pre_gelu) && !(x = cast_prologue(sc, a, rows, cols)))
+		return QE_ENOMEM;
 
 	/* max|x| of this tensor; a NaN anywhere makes it NaN (TE's torch.amax). */
 	float amax = 0.0f;
@@ -220,10 +242,10 @@ void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n)
 	}
 }
 
-void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, int64_t n)
+void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols)
 {
 	for (int64_t i = 0; i < n; i++) {
-		float v = x[i];
+		float v = bias ? x[i] + bias[i % cols] : x[i];
 		float cube = 0.044715f * v * v * v;
 		float arg = GELU_SCALING_FACTOR * (v + cube);
 		float th = tanhf(arg);

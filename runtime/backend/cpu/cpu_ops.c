@@ -97,8 +97,7 @@ static int check_cast(const qe_cpu_cast_args *a)
 
 static int exec_cast(qe_cpu_scratch *sc, const qe_cpu_cast_args *a)
 {
-	(void)sc;
-	return qe_cpu_cast(a);
+	return qe_cpu_cast(sc, a);
 }
 
 int qe__cpu_enqueue_cast(qe_stream *s, const qe_cast_args *a)
@@ -237,19 +236,20 @@ int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
 
 static int check_gelu_bwd(const qe_cpu_gelu_bwd_args *a)
 {
-	return qe__check_gelu_bwd(a->dx, a->x, a->dy, a->n);
+	return qe__check_gelu_bwd(a->dx, a->x, a->dy, a->bias, a->n, a->cols);
 }
 
 static int exec_gelu_bwd(qe_cpu_scratch *sc, const qe_cpu_gelu_bwd_args *a)
 {
 	(void)sc;
-	qe_cpu_gelu_bwd(a->dx, a->x, a->dy, a->n);
+	qe_cpu_gelu_bwd(a->dx, a->x, a->dy, a->bias, a->n, a->cols);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
+int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
+			      int64_t cols)
 {
-	return SUBMIT(s, GELU_BWD, gelu_bwd, dx, x, dy, n);
+	return SUBMIT(s, GELU_BWD, gelu_bwd, dx, x, dy, bias, n, cols);
 }
 
 static int check_layernorm_fwd(const qe_cpu_layernorm_fwd_args *a)

@@ -20,11 +20,17 @@
  * scale derived from it (qe_fp8_scale_for_amax with fallback 1).  The role
  * update runs one CUDA block per role block, so fp8_update_many updates a
  * whole action's roles in one launch with the single update's per-block code.
+ *
+ * The cast's prologue (qe_cast_args pre_bias, pre_gelu) transforms each
+ * element as it is loaded, with the expressions of gemm's bias add and of
+ * gelu_fwd (cuda_gelu.cuh), so a fused cast writes what the unfused ops
+ * would have: FC1's bias and GELU never make a pass of their own.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <float.h>
 
+#include "runtime/backend/cuda/cuda_gelu.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 
 #define TILE 32
@@ -70,12 +76,37 @@ __device__ void block_amax(unsigned m, unsigned *target)
 	}
 }
 
-/* amax of a whole tensor into *target (current scaling's first pass). */
-__global__ void amax_kernel(const float *__restrict__ x, int64_t n, unsigned *target)
+/*
+ * The cast's prologue (qe_cast_args): v = x + bias[c] as gemm's bias add,
+ * then GELU with gelu_fwd's expression, so the fused cast sees the values
+ * the unfused ops would have written.
+ */
+typedef struct cast_pre {
+	const float *bias; /* [cols] or NULL */
+	int gelu;
+} cast_pre;
+
+__device__ __forceinline__ float pre_apply(cast_pre p, float v, int64_t c)
+{
+	if (p.bias)
+		v = v + p.bias[c];
+	return p.gelu ? gelu_fwd1(v) : v;
+}
+
+__device__ __forceinline__ float4 pre_apply4(cast_pre p, float4 v, int64_t c)
+{
+	if (!p.bias && !p.gelu)
+		return v;
+	return make_float4(pre_apply(p, v.x, c), pre_apply(p, v.y, c + 1), pre_apply(p, v.z, c + 2),
+			   pre_apply(p, v.w, c + 3));
+}
+
+/* amax of a whole tensor [n / cols, cols], after the prologue, into *target (current scaling's first pass). */
+__global__ void amax_kernel(const float *__restrict__ x, int64_t n, int64_t cols, cast_pre pre, unsigned *target)
 {
 	unsigned m = 0;
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		m = max(m, abs_bits(x[i]));
+		m = max(m, abs_bits(pre_apply(pre, x[i], i % cols)));
 	block_amax(m, target);
 }
 
@@ -89,8 +120,8 @@ __global__ void amax_kernel(const float *__restrict__ x, int64_t n, unsigned *ta
  */
 template <typename T>
 __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
-			    int64_t cols, int fmt_e5m2, const float *scale, const unsigned *cur_amax, float fp8_max,
-			    int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+			    int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
+			    float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
 {
 	__shared__ T tile[TILE][TILE + 1];
 	constexpr bool is_fp8 = sizeof(T) == 1, is_bf16 = sizeof(T) == 2;
@@ -102,7 +133,7 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 	for (int j = threadIdx.y; j < TILE; j += TROWS) {
 		int64_t r = r0 + j, c = c0 + threadIdx.x;
 		if (r < rows && c < cols) {
-			float v = x[r * cols + c];
+			float v = pre_apply(pre, x[r * cols + c], c);
 			m = max(m, abs_bits(v));
 			T q;
 			if constexpr (is_fp8)
@@ -179,8 +210,8 @@ template <typename T> __device__ __forceinline__ void store4(T *p, const T *q)
  */
 template <typename T>
 __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
-			     int64_t cols, int fmt_e5m2, const float *scale, const unsigned *cur_amax, float fp8_max,
-			     int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
+			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
 {
 	constexpr bool is_fp8 = sizeof(T) == 1;
 	__shared__ __align__(8) T tile[VT][VT + 4];
@@ -194,7 +225,7 @@ __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T
 	for (int j = threadIdx.y; j < VT; j += VY) {
 		int64_t r = r0 + j, c = c0 + cx;
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
-			float4 v = *(const float4 *)(x + r * cols + c);
+			float4 v = pre_apply4(pre, *(const float4 *)(x + r * cols + c), c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
 			T q[4];
 			codes4<T>(v, s, k, q);
@@ -326,6 +357,7 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 			       (long long)cols);
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
+	cast_pre pre = { a->pre_bias, a->pre_gelu };
 
 	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT)), block4(VX, VY);
 	if (fmt == QE_BF16) {
@@ -333,18 +365,18 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 			     (uintptr_t)a->col.data % 8 == 0 && (rows + VT - 1) / VT <= 65535;
 		if (wide16) {
 			cast4_kernel<uint16_t><<<grid4, block4, 0, s->cs>>>(x, (uint16_t *)a->row.data,
-									     (uint16_t *)a->col.data, rows, cols, 0, NULL,
+									     (uint16_t *)a->col.data, rows, cols, pre, 0, NULL,
 									     NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
 			return qe__cuda_launched(op, "cast4_kernel<bf16>");
 		}
 		cast_kernel<uint16_t><<<grid, block, 0, s->cs>>>(x, (uint16_t *)a->row.data, (uint16_t *)a->col.data,
-								  rows, cols, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL,
+								  rows, cols, pre, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL,
 								  a->scale_inv);
 		return qe__cuda_launched(op, "cast_kernel<bf16>");
 	}
 	if (!qe_dtype_is_fp8(fmt)) {
 		cast_kernel<float><<<grid, block, 0, s->cs>>>(x, (float *)a->row.data, (float *)a->col.data, rows, cols,
-							       0, NULL, NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
+							       pre, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
 		return qe__cuda_launched(op, "cast_kernel<f32>");
 	}
 	int e5m2 = fmt == QE_E5M2;
@@ -353,13 +385,13 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		   (uintptr_t)a->col.data % 4 == 0 && (rows + VT - 1) / VT <= 65535;
 	if (!a->current && wide) {
 		cast4_kernel<uint8_t><<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
-							  e5m2, a->scale, NULL, fmax, a->margin, amax_dst, NULL,
+							  pre, e5m2, a->scale, NULL, fmax, a->margin, amax_dst, NULL,
 							  a->scale_inv);
 		return qe__cuda_launched(op, "cast4_kernel");
 	}
 	if (!a->current) {
 		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
-								 cols, e5m2, a->scale, NULL, fmax, a->margin, amax_dst,
+								 cols, pre, e5m2, a->scale, NULL, fmax, a->margin, amax_dst,
 								 NULL, a->scale_inv);
 		return qe__cuda_launched(op, "cast_kernel<fp8>");
 	}
@@ -374,16 +406,16 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		nb = 1024;
 	if (nb < 1)
 		nb = 1;
-	amax_kernel<<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cur);
+	amax_kernel<<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cols, pre, cur);
 	int rc = qe__cuda_launched(op, "amax_kernel");
 	if (rc)
 		return rc;
 	if (wide)
 		cast4_kernel<uint8_t><<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
-							  e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
+							  pre, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
 	else
 		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
-								 cols, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale,
+								 cols, pre, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale,
 								 a->scale_inv);
 	if ((rc = qe__cuda_launched(op, wide ? "cast4_kernel<current>" : "cast_kernel<fp8, current>")))
 		return rc;

@@ -17,10 +17,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/backend/cuda/cuda_gelu.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 #include "runtime/backend/colsum.h"
 
-#define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
 #define THREADS 256
 /* Column sums: a block covers 32 columns, one thread per (column, row group of colsum.h). */
 #define COL_THREADS 32
@@ -128,33 +128,17 @@ __global__ void __launch_bounds__(1024) colsum_fin_kernel(float *__restrict__ dw
 	}
 }
 
-__device__ __forceinline__ float gelu_fwd1(float v)
-{
-	float cube = 0.044715f * v * v * v;
-	return 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
-}
-
-__device__ __forceinline__ float gelu_bwd1(float v, float d)
-{
-	float cube = 0.044715f * v * v * v;
-	float arg = GELU_SCALING_FACTOR * (v + cube);
-	float th = tanhf(arg);
-	float ch = coshf(arg);
-	float sech = 1.0f / (ch * ch);
-	float local = 0.5f * (1.0f + th) + v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
-	return local * d;
-}
-
 __global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n)
 {
 	GRID_STRIDE(i, n)
 	y[i] = gelu_fwd1(x[i]);
 }
 
-__global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, int64_t n)
+/* bias (optional): v = x + bias[i % cols], gemm's bias add done here instead */
+__global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols)
 {
 	GRID_STRIDE(i, n)
-	dx[i] = gelu_bwd1(x[i], dy[i]);
+	dx[i] = gelu_bwd1(bias ? x[i] + bias[i % cols] : x[i], dy[i]);
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -483,11 +467,17 @@ __global__ void gelu_fwd4_kernel(float4 *y, const float4 *x, int64_t n4)
 	}
 }
 
-__global__ void gelu_bwd4_kernel(float4 *dx, const float4 *x, const float4 *dy, int64_t n4)
+/* bias: cols % 4 == 0, so the four lanes share a row */
+__global__ void gelu_bwd4_kernel(float4 *dx, const float4 *x, const float4 *dy, const float4 *bias, int64_t n4,
+				 int64_t cols4)
 {
 	GRID_STRIDE(i, n4)
 	{
 		float4 v = x[i], d = dy[i];
+		if (bias) {
+			float4 b = bias[i % cols4];
+			v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+		}
 		dx[i] = make_float4(gelu_bwd1(v.x, d.x), gelu_bwd1(v.y, d.y), gelu_bwd1(v.z, d.z), gelu_bwd1(v.w, d.w));
 	}
 }
@@ -749,15 +739,17 @@ extern "C" int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t
 	return qe__cuda_launched("gelu_fwd", "gelu_fwd_kernel");
 }
 
-extern "C" int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
+extern "C" int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias,
+				 int64_t n, int64_t cols)
 {
 	if (n == 0)
 		return QE_OK;
-	if (vec4_ok(n, dx, x, dy))
+	if (vec4_ok(n, dx, x, dy) && (!bias || (cols % 4 == 0 && (uintptr_t)bias % 16 == 0)))
 		gelu_bwd4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)dx, (const float4 *)x,
-									 (const float4 *)dy, n / 4);
+									 (const float4 *)dy, (const float4 *)bias,
+									 n / 4, cols / 4);
 	else
-		gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, n);
+		gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, bias, n, cols);
 	return qe__cuda_launched("gelu_bwd", "gelu_bwd_kernel");
 }
 

@@ -1,0 +1,157 @@
+/*
+ * test_fused.c - the fused forms of the MLP's ops give the bytes of the ops
+ * they replace (backend.h: qe_cast_args' prologue, gelu_bwd's bias), on the
+ * cpu backend, the reference the cuda kernels are held to
+ * (test_cuda_ops.c checks the same identities on a GPU).
+ *
+ *  - cast with pre_bias and/or pre_gelu == x + bias (gemm's f32 add, done
+ *    here in C: this file is built with -ffp-contract=off like the
+ *    library), then gelu_fwd into a buffer, then the plain cast: row and col
+ *    codes, amax, scale_inv, and under current scaling the scale, for f32,
+ *    bf16, e4m3 and e5m2 outputs, row and col together and alone, on a shape
+ *    whose sides are multiples of 4 and one whose sides are odd;
+ *  - the prologue is not a no-op: the fused cast's codes differ from the
+ *    plain cast of x;
+ *  - gelu_bwd with a bias == gelu_bwd of x + bias, and differs from
+ *    gelu_bwd of x; a bias over columns that do not tile n is refused.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "bk_util.h"
+#include "runtime/fp8/fp8.h"
+
+#define SEED 4242u
+
+static qe_rng rng;
+static bk K;
+
+typedef struct cast_out {
+	void *row, *col;
+	float meta[3]; /* scale, amax, scale_inv */
+} cast_out;
+
+/* One cast of x [R, C] into dt; pre: the prologue or NULL for none. */
+static void run_cast(const float *x, int64_t R, int64_t C, qe_dtype dt, int current, int want_row, int want_col,
+		     const float *pre_bias, int pre_gelu, cast_out *o)
+{
+	size_t esz = qe_dtype_size(dt);
+	o->row = bk_bytes(&K, (size_t)(R * C) * esz);
+	o->col = bk_bytes(&K, (size_t)(R * C) * esz);
+	o->meta[0] = 37.0f; /* the delayed scale (current: overwritten) */
+	o->meta[1] = 0.5f;  /* amax history row 0: max-ed with max|v| */
+	o->meta[2] = 0.0f;
+	qe_cast_args a = { .x = qe_tensor_2d((void *)x, QE_F32, QE_DEV_CPU, R, C),
+			   .row = qe_tensor_2d(want_row ? o->row : NULL, dt, QE_DEV_CPU, R, C),
+			   .col = qe_tensor_2d(want_col ? o->col : NULL, dt, QE_DEV_CPU, C, R),
+			   .scale = &o->meta[0],
+			   .amax = &o->meta[1],
+			   .scale_inv = &o->meta[2],
+			   .current = current,
+			   .margin = 1,
+			   .pre_bias = pre_bias,
+			   .pre_gelu = pre_gelu };
+	CHECK_OK(K.o->cast(K.s, &a));
+	CHECK_OK(K.o->stream_sync(K.s));
+}
+
+static void free_out(cast_out *o)
+{
+	K.o->free(K.b, o->row);
+	K.o->free(K.b, o->col);
+}
+
+static void test_cast_prologue(int64_t R, int64_t C)
+{
+	float *x = bk_f32(&K, R * C), *bias = bk_f32(&K, C), *v = bk_f32(&K, R * C);
+	fill_normal(x, R * C, &rng, 2.0f);
+	fill_normal(bias, C, &rng, 0.5f);
+	const qe_dtype dts[] = { QE_F32, QE_BF16, QE_E4M3, QE_E5M2 };
+	int cases = 0;
+	for (size_t d = 0; d < sizeof(dts) / sizeof(*dts); d++) {
+		for (int current = 0; current <= qe_dtype_is_fp8(dts[d]); current++) {
+			for (int pre = 1; pre < 4; pre++) { /* 1: bias, 2: gelu, 3: both */
+				const float *pb = pre & 1 ? bias : NULL;
+				int pg = pre >> 1;
+				/* the unfused ops: gemm's bias add, gelu_fwd into a buffer */
+				for (int64_t r = 0; r < R; r++)
+					for (int64_t c = 0; c < C; c++)
+						v[r * C + c] = pb ? x[r * C + c] + pb[c] : x[r * C + c];
+				if (pg)
+					CHECK_OK(K.o->gelu_fwd(K.s, v, v, R * C));
+				for (int outs = 1; outs < 4; outs++) { /* 1: row, 2: col, 3: both */
+					int wr = outs & 1, wc = outs >> 1;
+					cast_out f, u, plain;
+					run_cast(x, R, C, dts[d], current, wr, wc, pb, pg, &f);
+					run_cast(v, R, C, dts[d], current, wr, wc, NULL, 0, &u);
+					run_cast(x, R, C, dts[d], current, wr, wc, NULL, 0, &plain);
+					char what[128];
+					size_t nb = (size_t)(R * C) * qe_dtype_size(dts[d]);
+					snprintf(what, sizeof(what), "[%lld,%lld] %s%s pre %d outs %d", (long long)R,
+						 (long long)C, qe_dtype_name(dts[d]), current ? " current" : "", pre, outs);
+					if (wr)
+						CHECK_BYTES(f.row, u.row, nb, what);
+					if (wc)
+						CHECK_BYTES(f.col, u.col, nb, what);
+					CHECK_BYTES(f.meta, u.meta, sizeof(f.meta), what);
+					/* the prologue shows in the codes */
+					CHECK(bytes_diff(wr ? f.row : f.col, wr ? plain.row : plain.col, nb) >= 0,
+					      "%s: the fused cast gave the codes of the plain cast of x", what);
+					free_out(&f);
+					free_out(&u);
+					free_out(&plain);
+					cases++;
+				}
+			}
+		}
+	}
+	printf("cast prologue [%lld,%lld]: %d cases == the unfused ops\n", (long long)R, (long long)C, cases);
+	K.o->free(K.b, x);
+	K.o->free(K.b, bias);
+	K.o->free(K.b, v);
+}
+
+static void test_gelu_bwd_bias(int64_t R, int64_t C)
+{
+	int64_t n = R * C;
+	float *x = bk_f32(&K, n), *dy = bk_f32(&K, n), *bias = bk_f32(&K, C), *v = bk_f32(&K, n);
+	float *dx = bk_f32(&K, n), *ref = bk_f32(&K, n), *plain = bk_f32(&K, n);
+	fill_normal(x, n, &rng, 2.0f);
+	fill_normal(dy, n, &rng, 1.0f);
+	fill_normal(bias, C, &rng, 0.5f);
+	for (int64_t i = 0; i < n; i++)
+		v[i] = x[i] + bias[i % C];
+	CHECK_OK(K.o->gelu_bwd(K.s, dx, x, dy, bias, n, C));
+	CHECK_OK(K.o->gelu_bwd(K.s, ref, v, dy, NULL, n, 1));
+	CHECK_OK(K.o->gelu_bwd(K.s, plain, x, dy, NULL, n, 1));
+	CHECK_OK(K.o->stream_sync(K.s));
+	char what[96];
+	snprintf(what, sizeof(what), "gelu_bwd bias [%lld,%lld]", (long long)R, (long long)C);
+	CHECK_BYTES(dx, ref, (size_t)n * sizeof(float), what);
+	CHECK(bytes_diff(dx, plain, (size_t)n * sizeof(float)) >= 0, "%s: the bias changed nothing", what);
+	/* a bias row that does not tile n (on a stream of its own: a refusal fails the stream for good) */
+	qe_stream *s2 = NULL;
+	CHECK_OK(K.o->stream_create(K.b, &s2));
+	int rc = K.o->gelu_bwd(s2, dx, x, dy, bias, n, C + 1);
+	CHECK(rc == QE_ESHAPE, "gelu_bwd with %lld bias columns over n = %lld: rc %d, want QE_ESHAPE", (long long)(C + 1),
+	      (long long)n, rc);
+	qe_clear_error();
+	K.o->stream_destroy(s2);
+	float *bufs[] = { x, dy, bias, v, dx, ref, plain };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
+}
+
+int main(void)
+{
+	qe_rng_init(&rng, SEED);
+	CHECK_OK(bk_open(&K));
+	if (!K.s)
+		return qe_test_done("backend_test_fused");
+	test_cast_prologue(24, 20);
+	test_cast_prologue(13, 7);
+	test_gelu_bwd_bias(24, 20);
+	test_gelu_bwd_bias(13, 7);
+	bk_close(&K);
+	return qe_test_done("backend_test_fused");
+}
