@@ -87,6 +87,13 @@ typedef struct qe_cast_args {
 	 */
 	const float *pre_bias;
 	int pre_gelu;
+	/*
+	 * colsum (optional, [cols]): overwritten with the column sums of x in
+	 * colsum.h's order - the bytes bias_grad(colsum, x, rows, cols) writes -
+	 * so the backward's bias gradient needs no pass of its own over dY.
+	 * Not with a prologue (QE_EINVAL).
+	 */
+	float *colsum;
 } qe_cast_args;
 
 /*

@@ -183,6 +183,9 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
 	if (a->row.data && a->col.data && a->row.data == a->col.data)
 		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
+	if (a->colsum && (a->pre_bias || a->pre_gelu))
+		return qe_fail(QE_EINVAL, "cast: column sums (colsum) of x %s together with a prologue (pre_bias, pre_gelu)",
+			       dx);
 	/* with no output written, the cast still scales by the described FP8 dtype (and records amax) */
 	if (out == QE_DTYPE_COUNT && (qe_dtype_is_fp8(a->row.dtype) || qe_dtype_is_fp8(a->col.dtype)) && !a->current &&
 	    !a->scale)

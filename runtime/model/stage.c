@@ -258,9 +258,10 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	st->vpad = qe_model_vocab_padded(cfg);
 	st->flash = qe_model_attn(cfg) == QE_ATTN_FLASH;
 	const char *fuse = getenv("QE_FUSE");
-	st->fuse_mlp = fuse && strcmp(fuse, "1") == 0;
-	if (st->fuse_mlp && stage == 0)
-		qe_log(QE_LOG_INFO, "QE_FUSE=1: the MLP's FC1 bias and GELU run inside FC2's input cast and gelu_bwd");
+	st->fuse = fuse && strcmp(fuse, "1") == 0;
+	if (st->fuse && stage == 0)
+		qe_log(QE_LOG_INFO, "QE_FUSE=1: FC1's bias and GELU run inside FC2's input cast and gelu_bwd, bias "
+				    "gradients inside the dY casts");
 	st->nlin = 4 * nblk + (st->last ? 1 : 0);
 	st->cap_params = 12 * nblk + 5;
 	st->params = calloc((size_t)st->cap_params, sizeof(*st->params));

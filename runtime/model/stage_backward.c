@@ -17,8 +17,9 @@ static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
 
 /*
  * Backward through linear `lin` given dy [N, out]: the bias gradient into
- * grad (microbatch buffer), dY quantized once with the grad_output role (the
- * transposed copy stays in the tape for dW), and dx [N, in] = dY . W.
+ * grad (microbatch buffer; fused: summed by the cast), dY quantized once
+ * with the grad_output role (the transposed copy stays in the tape for dW),
+ * and dx [N, in] = dY . W.
  */
 static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *dy, float *dx, float *grad)
 {
@@ -26,9 +27,11 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 	lin_info *L = &st->lin[lin];
 	lin_tape *lt = &t->lin[lin];
 	int64_t N = st->N;
-	if (L->bias >= 0)
-		QE_TRY(o->bias_grad(s, grad + st->params[L->bias].grad_offset, dy, N, L->out));
+	float *dbias = L->bias >= 0 ? grad + st->params[L->bias].grad_offset : NULL;
+	if (dbias && !st->fuse)
+		QE_TRY(o->bias_grad(s, dbias, dy, N, L->out));
 	qe_cast_args ca = { 0 };
+	ca.colsum = st->fuse ? dbias : NULL;
 	ca.x = f32_2d(st, dy, N, L->out);
 	ca.row = qe__stage_ws_row(st, lt->dyq_col.dtype, N, L->out);
 	ca.row.scale_inv = lt->dy_sinv;
@@ -73,7 +76,7 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	/* MLP half */
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, (float *)dx_out, st->ws_big[0], grad));
 	/* fused: fc1_out lacks FC1's bias, which gelu_bwd adds as the GEMM would have */
-	const float *fc1_bias = st->fuse_mlp ? qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1) : NULL;
+	const float *fc1_bias = st->fuse ? qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1) : NULL;
 	QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], fc1_bias, N * c->ffn, c->ffn));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
 	QE_TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[bk->ln2w].grad_offset, grad + pi[bk->ln2b].grad_offset,

@@ -180,7 +180,7 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean2, bt->rstd2, bt->x_mid, P + pi[bk->ln2w].offset,
 			     P + pi[bk->ln2b].offset, N, H));
 	int fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
-	if (st->fuse_mlp) {
+	if (st->fuse) {
 		/* fc1_out without its bias; FC2's input cast adds it and applies GELU */
 		fwd_fuse up = { 1, NULL, 0 }, down = { 0, qe__stage_lin_bias(st, fc1), 1 };
 		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, &up));

@@ -887,6 +887,86 @@ static void test_fused(qe_rng *r)
 	}
 }
 
+/*
+ * A cast's column sums (colsum): the bytes of bias_grad on the cpu and of
+ * the cast without them on the GPU, through the four-wide kernel's partials
+ * (FP8 delayed and current, bf16; row counts that fill and cut colsum.h's
+ * groups) and through the fallback (odd shapes, f32) that runs bias_grad's
+ * kernels first.
+ */
+static void test_fused_colsum(qe_rng *r)
+{
+	static const struct {
+		int rows, cols;
+		qe_dtype dt;
+		int current;
+	} cases[] = {
+		{ 256, 3072, QE_E5M2, 0 }, { 200, 64, QE_E5M2, 0 }, { 200, 68, QE_BF16, 0 }, { 128, 256, QE_E4M3, 1 },
+		{ 8192, 96, QE_E5M2, 0 },  { 33, 17, QE_E5M2, 0 },  { 64, 256, QE_F32, 0 },
+	};
+	printf("cast with column sums\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
+		qe_dtype dt = cases[ci].dt;
+		size_t esz = qe_dtype_size(dt);
+		fresh_stream();
+		float *x = rnd(r, n, 2.0f);
+		void *gx, *gsum[2], *grow[2], *gcol[2], *grole[2];
+		float *cx = pair(x, n * 4, &gx), *csum = c_mem(C * 4);
+		float role[3] = { 0.25f, 37.5f, 0.0f };
+		for (int k = 0; k < 2; k++) {
+			gsum[k] = g_mem(C * 4);
+			grow[k] = g_mem(n * esz + 1);
+			gcol[k] = g_mem(n * esz + 1);
+			grole[k] = g_mem(sizeof(role));
+			up(grole[k], role, sizeof(role));
+		}
+		CHECK_OK(K.co->bias_grad(K.cs, csum, cx, R, C));
+		CHECK_OK(K.go->bias_grad(K.gs, gsum[0], gx, R, C));
+		for (int k = 0; k < 2; k++) { /* 0: cast, bias_grad above; 1: the cast sums */
+			qe_cast_args a = { .x = qe_tensor_2d(gx, QE_F32, QE_DEV_CUDA, R, C),
+					   .row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C),
+					   .col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R),
+					   .scale = (float *)grole[k] + 1,
+					   .amax = grole[k],
+					   .scale_inv = (float *)grole[k] + 2,
+					   .current = cases[ci].current,
+					   .colsum = k ? gsum[1] : NULL };
+			CHECK_OK(K.go->cast(K.gs, &a));
+		}
+		char what[96];
+		const char *nm = qe_dtype_name(dt), *cur = cases[ci].current ? " current" : "";
+		void *h[2];
+		for (int part = 0; part < 4; part++) {
+			size_t nb = part == 3 ? (size_t)C * 4 : part == 2 ? sizeof(role) : (size_t)n * esz;
+			for (int k = 0; k < 2; k++) {
+				void *src = part == 0 ? grow[k] : part == 1 ? gcol[k] : part == 2 ? grole[k] : gsum[k];
+				h[k] = fetch(src, nb);
+			}
+			snprintf(what, sizeof(what), "colsum cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
+				 part == 0 ? "row" : part == 1 ? "col" : part == 2 ? "amax/scale" : "sums");
+			same_bytes(what, h[0], h[1], nb);
+			if (part == 3) {
+				snprintf(what, sizeof(what), "colsum cast %lldx%lld %s sums vs cpu", (long long)R,
+					 (long long)C, nm);
+				same_bytes(what, csum, h[1], nb);
+			}
+			free(h[0]);
+			free(h[1]);
+		}
+		for (int k = 0; k < 2; k++) {
+			K.go->free(K.gb, gsum[k]);
+			K.go->free(K.gb, grow[k]);
+			K.go->free(K.gb, gcol[k]);
+			K.go->free(K.gb, grole[k]);
+		}
+		K.go->free(K.gb, gx);
+		K.co->free(K.cb, cx);
+		K.co->free(K.cb, csum);
+		free(x);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -1722,6 +1802,7 @@ int main(void)
 	test_gemm(&r);
 	test_elementwise(&r);
 	test_fused(&r);
+	test_fused_colsum(&r);
 	printf("layernorm\n");
 	test_layernorm_case(&r, 32, 64, 1);
 	test_layernorm_case(&r, 7, 1000, 1);

@@ -13,7 +13,10 @@
  *  - the prologue is not a no-op: the fused cast's codes differ from the
  *    plain cast of x;
  *  - gelu_bwd with a bias == gelu_bwd of x + bias, and differs from
- *    gelu_bwd of x; a bias over columns that do not tile n is refused.
+ *    gelu_bwd of x; a bias over columns that do not tile n is refused;
+ *  - a cast's column sums (colsum) == bias_grad of x, with the codes of the
+ *    cast without them, for every output dtype, on row counts that fill and
+ *    cut colsum.h's row groups; refused together with a prologue.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -142,6 +145,56 @@ static void test_gelu_bwd_bias(int64_t R, int64_t C)
 		K.o->free(K.b, bufs[i]);
 }
 
+static void test_cast_colsum(int64_t R, int64_t C)
+{
+	float *x = bk_f32(&K, R * C), *want = bk_f32(&K, C), *got = bk_f32(&K, C);
+	fill_normal(x, R * C, &rng, 2.0f);
+	CHECK_OK(K.o->bias_grad(K.s, want, x, R, C));
+	const qe_dtype dts[] = { QE_F32, QE_BF16, QE_E4M3, QE_E5M2 };
+	for (size_t d = 0; d < sizeof(dts) / sizeof(*dts); d++) {
+		size_t nb = (size_t)(R * C) * qe_dtype_size(dts[d]);
+		cast_out f, u;
+		float meta[3] = { 37.0f, 0.5f, 0.0f };
+		f.row = bk_bytes(&K, nb);
+		f.col = bk_bytes(&K, nb);
+		memcpy(f.meta, meta, sizeof(meta));
+		memset(got, 0xff, (size_t)C * sizeof(float)); /* NaNs: every column must be written */
+		qe_cast_args a = { .x = qe_tensor_2d(x, QE_F32, QE_DEV_CPU, R, C),
+				   .row = qe_tensor_2d(f.row, dts[d], QE_DEV_CPU, R, C),
+				   .col = qe_tensor_2d(f.col, dts[d], QE_DEV_CPU, C, R),
+				   .scale = &f.meta[0],
+				   .amax = &f.meta[1],
+				   .scale_inv = &f.meta[2],
+				   .colsum = got };
+		CHECK_OK(K.o->cast(K.s, &a));
+		run_cast(x, R, C, dts[d], 0, 1, 1, NULL, 0, &u);
+		char what[96];
+		snprintf(what, sizeof(what), "cast colsum [%lld,%lld] %s", (long long)R, (long long)C, qe_dtype_name(dts[d]));
+		CHECK_OK(K.o->stream_sync(K.s));
+		CHECK_BYTES(got, want, (size_t)C * sizeof(float), what);
+		CHECK_BYTES(f.row, u.row, nb, what);
+		CHECK_BYTES(f.col, u.col, nb, what);
+		CHECK_BYTES(f.meta, u.meta, sizeof(f.meta), what);
+		free_out(&f);
+		free_out(&u);
+	}
+	/* with a prologue: refused, on a stream of its own */
+	qe_stream *s2 = NULL;
+	CHECK_OK(K.o->stream_create(K.b, &s2));
+	qe_cast_args a = { .x = qe_tensor_2d(x, QE_F32, QE_DEV_CPU, R, C),
+			   .row = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, R, C),
+			   .col = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, C, R),
+			   .pre_gelu = 1,
+			   .colsum = got };
+	int rc = K.o->cast(s2, &a);
+	CHECK(rc == QE_EINVAL, "cast with colsum and a prologue: rc %d, want QE_EINVAL", rc);
+	qe_clear_error();
+	K.o->stream_destroy(s2);
+	K.o->free(K.b, x);
+	K.o->free(K.b, want);
+	K.o->free(K.b, got);
+}
+
 int main(void)
 {
 	qe_rng_init(&rng, SEED);
@@ -152,6 +205,9 @@ int main(void)
 	test_cast_prologue(13, 7);
 	test_gelu_bwd_bias(24, 20);
 	test_gelu_bwd_bias(13, 7);
+	test_cast_colsum(200, 20); /* row groups of 64, 64, 64 and 8 */
+	test_cast_colsum(13, 7);
+	test_cast_colsum(64, 12);
 	bk_close(&K);
 	return qe_test_done("backend_test_fused");
 }

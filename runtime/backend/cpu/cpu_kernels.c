@@ -115,6 +115,8 @@ int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a)
 		amax = qe_cpu_nanmax(amax, fabsf(x[i]));
 	if (a->amax)
 		*a->amax = qe_cpu_nanmax(*a->amax, amax);
+	if (a->colsum)
+		qe_cpu_bias_grad(a->colsum, x, rows, cols);
 
 	qe_dtype fmt = qe__cast_out_dtype(a);
 	if (fmt == QE_BF16) {

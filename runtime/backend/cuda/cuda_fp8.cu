@@ -32,6 +32,7 @@
 
 #include "runtime/backend/cuda/cuda_gelu.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
+#include "runtime/backend/colsum.h"
 
 #define TILE 32
 #define TROWS 8 /* threads in y; each handles TILE / TROWS rows of the tile */
@@ -207,14 +208,21 @@ template <typename T> __device__ __forceinline__ void store4(T *p, const T *q)
 /*
  * T = uint8_t: FP8 codes with the delayed or current scale as cast_kernel;
  * T = uint16_t: bf16 codes (scale 1), the same bytes as cast_kernel<uint16_t>.
+ * SUMS: the tile's rows are one row group of colsum.h (VT == QE_COLSUM_ROWS),
+ * so the block also writes that group's partial column sums of x into
+ * part[group, col] - from 0, rows in order, as colsum_part_kernel does - and
+ * the column sums need no pass of their own over x (colsum_fin adds them).
  */
-template <typename T>
+static_assert(VT == QE_COLSUM_ROWS, "a cast tile must be one row group of colsum.h");
+template <typename T, bool SUMS>
 __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
-			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
+			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
+			     float *__restrict__ part)
 {
 	constexpr bool is_fp8 = sizeof(T) == 1;
 	__shared__ __align__(8) T tile[VT][VT + 4];
+	__shared__ float vals[SUMS ? VT : 1][VT + 1];
 	__nv_fp8_interpretation_t k = fmt_e5m2 ? __NV_E5M2 : __NV_E4M3;
 	float s = 1.0f;
 	if constexpr (is_fp8)
@@ -232,6 +240,12 @@ __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T
 			if (row)
 				store4<T>(row + r * cols + c, q);
 			store4<T>(&tile[j][cx], q);
+			if constexpr (SUMS) {
+				vals[j][cx] = v.x;
+				vals[j][cx + 1] = v.y;
+				vals[j][cx + 2] = v.z;
+				vals[j][cx + 3] = v.w;
+			}
 		}
 	}
 	if (amax_dst)
@@ -245,6 +259,17 @@ __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T
 				T q[4] = { tile[cx][j], tile[cx + 1][j], tile[cx + 2][j], tile[cx + 3][j] };
 				store4<T>(col + c * rows + r, q);
 			}
+		}
+	}
+	if constexpr (SUMS) {
+		int t = threadIdx.y * VX + threadIdx.x;
+		int64_t c = c0 + t;
+		if (t < VT && c < cols) {
+			int nr = rows - r0 < VT ? (int)(rows - r0) : VT;
+			float p = 0.0f;
+			for (int j = 0; j < nr; j++)
+				p += vals[j][t];
+			part[(int64_t)blockIdx.y * cols + c] = p;
 		}
 	}
 	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
@@ -341,6 +366,32 @@ __global__ void fp8_update_many_kernel(fp8_update_batch b, int L, int algo_max, 
 
 /* ---- launchers ------------------------------------------------------------------ */
 
+/*
+ * The four-wide kernel of output T, with the partial column sums when part is
+ * not NULL; then colsum_fin adds the partials into a->colsum.
+ */
+template <typename T>
+static int launch_cast4(qe_stream *s, const char *name, dim3 grid, const qe_cast_args *a, cast_pre pre, int e5m2,
+			const float *scale, const unsigned *cur, float fmax, unsigned *amax_dst, float *scale_out,
+			float *part)
+{
+	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
+	const float *x = (const float *)a->x.data;
+	dim3 block(VX, VY);
+	if (part)
+		cast4_kernel<T, true><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,
+								  e5m2, scale, cur, fmax, a->margin, amax_dst,
+								  scale_out, a->scale_inv, part);
+	else
+		cast4_kernel<T, false><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,
+								   e5m2, scale, cur, fmax, a->margin, amax_dst,
+								   scale_out, a->scale_inv, NULL);
+	int rc = qe__cuda_launched("cast", name);
+	if (rc || !part)
+		return rc;
+	return qe__cuda_colsum_finish(s, "cast", a->colsum, part, qe_colsum_groups(rows), cols);
+}
+
 extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 {
 	const char *op = "cast";
@@ -358,37 +409,42 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
 	cast_pre pre = { a->pre_bias, a->pre_gelu };
+	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT));
+	int is_fp8 = qe_dtype_is_fp8(fmt), esz = fmt == QE_BF16 ? 8 : 4; /* alignment of four codes */
+	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 &&
+		   (uintptr_t)a->row.data % esz == 0 && (uintptr_t)a->col.data % esz == 0 && (rows + VT - 1) / VT <= 65535;
+	/*
+	 * Column sums: in the four-wide kernel when it runs (a tile is a row
+	 * group), else their own pass over x first (bias_grad's kernels).
+	 */
+	float *part = NULL;
+	int rc;
+	if (a->colsum && rows > 0 && cols > 0 && wide) {
+		if ((rc = qe__cuda_scratch(s, (size_t)(qe_colsum_groups(rows) * cols) * sizeof(float), op, (void **)&part)))
+			return rc;
+	} else if (a->colsum && (rc = qe__cuda_bias_grad(s, a->colsum, x, rows, cols))) {
+		return rc;
+	}
 
-	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT)), block4(VX, VY);
 	if (fmt == QE_BF16) {
-		int wide16 = rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a->row.data % 8 == 0 &&
-			     (uintptr_t)a->col.data % 8 == 0 && (rows + VT - 1) / VT <= 65535;
-		if (wide16) {
-			cast4_kernel<uint16_t><<<grid4, block4, 0, s->cs>>>(x, (uint16_t *)a->row.data,
-									     (uint16_t *)a->col.data, rows, cols, pre, 0, NULL,
-									     NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
-			return qe__cuda_launched(op, "cast4_kernel<bf16>");
-		}
+		if (wide)
+			return launch_cast4<uint16_t>(s, "cast4_kernel<bf16>", grid4, a, pre, 0, NULL, NULL, 0.0f, amax_dst,
+						      NULL, part);
 		cast_kernel<uint16_t><<<grid, block, 0, s->cs>>>(x, (uint16_t *)a->row.data, (uint16_t *)a->col.data,
 								  rows, cols, pre, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL,
 								  a->scale_inv);
 		return qe__cuda_launched(op, "cast_kernel<bf16>");
 	}
-	if (!qe_dtype_is_fp8(fmt)) {
+	if (!is_fp8) {
 		cast_kernel<float><<<grid, block, 0, s->cs>>>(x, (float *)a->row.data, (float *)a->col.data, rows, cols,
 							       pre, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
 		return qe__cuda_launched(op, "cast_kernel<f32>");
 	}
 	int e5m2 = fmt == QE_E5M2;
 	float fmax = qe_fp8_max(fmt);
-	int wide = rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)a->row.data % 4 == 0 &&
-		   (uintptr_t)a->col.data % 4 == 0 && (rows + VT - 1) / VT <= 65535;
-	if (!a->current && wide) {
-		cast4_kernel<uint8_t><<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
-							  pre, e5m2, a->scale, NULL, fmax, a->margin, amax_dst, NULL,
-							  a->scale_inv);
-		return qe__cuda_launched(op, "cast4_kernel");
-	}
+	if (!a->current && wide)
+		return launch_cast4<uint8_t>(s, "cast4_kernel", grid4, a, pre, e5m2, a->scale, NULL, fmax, amax_dst, NULL,
+					     part);
 	if (!a->current) {
 		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
 								 cols, pre, e5m2, a->scale, NULL, fmax, a->margin, amax_dst,
@@ -407,17 +463,18 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	if (nb < 1)
 		nb = 1;
 	amax_kernel<<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cols, pre, cur);
-	int rc = qe__cuda_launched(op, "amax_kernel");
-	if (rc)
+	if ((rc = qe__cuda_launched(op, "amax_kernel")))
 		return rc;
 	if (wide)
-		cast4_kernel<uint8_t><<<grid4, block4, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows, cols,
-							  pre, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale, a->scale_inv);
-	else
+		rc = launch_cast4<uint8_t>(s, "cast4_kernel<current>", grid4, a, pre, e5m2, NULL, cur, fmax, NULL, a->scale,
+					   part);
+	else {
 		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
 								 cols, pre, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale,
 								 a->scale_inv);
-	if ((rc = qe__cuda_launched(op, wide ? "cast4_kernel<current>" : "cast_kernel<fp8, current>")))
+		rc = qe__cuda_launched(op, "cast_kernel<fp8, current>");
+	}
+	if (rc)
 		return rc;
 	if (amax_dst) {
 		fold_amax_kernel<<<1, 1, 0, s->cs>>>(cur, amax_dst);

@@ -115,6 +115,12 @@ int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tenso
 int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
 int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
 int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
+/*
+ * db[j] = the sum of pb[g * cols + j] over g in group order from 0: the last
+ * step of colsum.h's column sums, for partials some other kernel wrote (the
+ * cast's, cuda_fp8.cu).
+ */
+int qe__cuda_colsum_finish(qe_stream *s, const char *op, float *db, const float *pb, int64_t groups, int64_t cols);
 int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
 		      int64_t cols);

@@ -721,6 +721,16 @@ static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, con
 	return qe__cuda_launched(op, "colsum_fin_kernel");
 }
 
+extern "C" int qe__cuda_colsum_finish(qe_stream *s, const char *op, float *db, const float *pb, int64_t groups,
+				      int64_t cols)
+{
+	if ((cols + COL_THREADS - 1) / COL_THREADS > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "%s: column sums over %lld columns", op, (long long)cols);
+	colsum_fin_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), dim3(COL_THREADS, COL_THREADS), 0,
+			    s->cs>>>(NULL, db, NULL, pb, cols, groups);
+	return qe__cuda_launched(op, "colsum_fin_kernel");
+}
+
 extern "C" int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols)
 {
 	if (cols == 0)
