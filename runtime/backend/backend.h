@@ -208,6 +208,13 @@ typedef struct qe_backend_ops {
 	/* elementwise and row ops; all f32, shapes [rows, cols] */
 	int (*add)(qe_stream *s, float *y, const float *a, const float *b, int64_t n);        /* y = a + b */
 	int (*add_inplace)(qe_stream *s, float *y, const float *a, int64_t n);               /* y += a */
+	/*
+	 * y[r,c] = a[r,c] + (b[r,c] + bias[c]): a linear's output b whose bias
+	 * gemm left out, added to the residual stream a - the bits of gemm's
+	 * f32 bias add followed by add.  y may be a or b.
+	 */
+	int (*residual_add)(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
+			    int64_t cols);
 	int (*bias_grad)(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols); /* db = sum_rows dy */
 	int (*gelu_fwd)(qe_stream *s, float *y, const float *x, int64_t n);                  /* tanh approx */
 	/*

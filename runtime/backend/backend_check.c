@@ -292,6 +292,21 @@ int qe__check_add_inplace(const float *y, const float *a, int64_t n)
 	return check_floats("add_inplace", n, 2, (const float *const[]){ y, a }, (const char *const[]){ "y", "a" });
 }
 
+int qe__check_residual_add(const float *y, const float *a, const float *b, const float *bias, int64_t rows,
+			    int64_t cols)
+{
+	const char *nm = "residual_add";
+	int rc;
+	if ((rc = qe__check_size(rows, nm, "rows")) || (rc = qe__check_size(cols, nm, "cols")))
+		return rc;
+	if (cols > 0 && rows > INT64_MAX / cols)
+		return qe_fail(QE_EINVAL, "%s: %lld x %lld elements overflow", nm, (long long)rows, (long long)cols);
+	if ((rc = check_floats(nm, rows * cols, 3, (const float *const[]){ y, a, b },
+			       (const char *const[]){ "y", "a", "b" })))
+		return rc;
+	return qe__check_need(bias, rows > 0 ? cols : 0, nm, "bias");
+}
+
 int qe__check_gelu_fwd(const float *y, const float *x, int64_t n)
 {
 	return check_floats("gelu_fwd", n, 2, (const float *const[]){ y, x }, (const char *const[]){ "y", "x" });

@@ -159,6 +159,19 @@ static int embed_forward(qe_stage *st, qe_stream *s, float *x, const int32_t *to
 	return QE_OK;
 }
 
+/*
+ * out = in + y, the residual stream plus linear lin's output; fused, y lacks
+ * lin's bias (its GEMM left it out) and residual_add adds it first.
+ */
+static int residual(qe_stage *st, qe_stream *s, float *out, const float *in, const float *y, int lin)
+{
+	const float *bias = qe__stage_lin_bias(st, lin);
+	int64_t N = st->N, H = st->cfg.hidden;
+	if (st->fuse && bias)
+		return st->b->ops->residual_add(s, out, in, y, bias, N, H);
+	return st->b->ops->add(s, out, in, y, N * H);
+}
+
 static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int record)
 {
 	const qe_backend_ops *o = st->b->ops;
@@ -174,23 +187,24 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_h[0], bt->qkv, record, NULL));
 	float *att;
 	QE_TRY(attention_forward(st, s, bt, st->ws_h[1], &att));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_PROJ, att, st->ws_h[2], record, NULL));
-	QE_TRY(o->add(s, bt->x_mid, bt->x_in, st->ws_h[2], N * H));
+	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
+	fwd_fuse nob = { 1, NULL, 0 };
+	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, st->fuse ? &nob : NULL));
+	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj));
 	/* MLP half */
 	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean2, bt->rstd2, bt->x_mid, P + pi[bk->ln2w].offset,
 			     P + pi[bk->ln2b].offset, N, H));
-	int fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
 	if (st->fuse) {
 		/* fc1_out without its bias; FC2's input cast adds it and applies GELU */
-		fwd_fuse up = { 1, NULL, 0 }, down = { 0, qe__stage_lin_bias(st, fc1), 1 };
-		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, &up));
+		fwd_fuse down = { 1, qe__stage_lin_bias(st, fc1), 1 };
+		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, &nob));
 		QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
 	} else {
 		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, NULL));
 		QE_TRY(o->gelu_fwd(s, st->ws_big[0], bt->fc1_out, N * c->ffn));
 		QE_TRY(linear_forward(st, s, t, fc2, st->ws_big[0], st->ws_h[2], record, NULL));
 	}
-	return o->add(s, bt->x_out, bt->x_mid, st->ws_h[2], N * H);
+	return residual(st, s, bt->x_out, bt->x_mid, st->ws_h[2], fc2);
 }
 
 /* record == 0: evaluation - nothing is recorded into amax histories and no role is updated. */

@@ -967,6 +967,31 @@ static void test_fused_colsum(qe_rng *r)
 	}
 }
 
+/* residual_add on the GPU: the cpu's bytes (three f32 adds), four-wide and scalar kernels. */
+static void test_residual_add(qe_rng *r)
+{
+	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 8, 1600 } };
+	printf("residual_add\n");
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+		int64_t R = shapes[k][0], C = shapes[k][1], n = R * C;
+		fresh_stream();
+		float *ha = rnd(r, n, 2.0f), *hb = rnd(r, n, 1.0f), *hbias = rnd(r, C, 0.5f);
+		void *ga, *gb, *gbias, *gy;
+		float *ca = pair(ha, n * 4, &ga), *cb = pair(hb, n * 4, &gb), *cbias = pair(hbias, C * 4, &gbias);
+		float *cy = pair(NULL, n * 4, &gy);
+		CHECK_OK(K.co->residual_add(K.cs, cy, ca, cb, cbias, R, C));
+		CHECK_OK(K.go->residual_add(K.gs, gy, ga, gb, gbias, R, C));
+		float *h = fetch(gy, n * 4);
+		char what[64];
+		snprintf(what, sizeof(what), "residual_add %lldx%lld", (long long)R, (long long)C);
+		same_bytes(what, cy, h, n * 4);
+		free(h);
+		free(ha);
+		free(hb);
+		free(hbias);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -1803,6 +1828,7 @@ int main(void)
 	test_elementwise(&r);
 	test_fused(&r);
 	test_fused_colsum(&r);
+	test_residual_add(&r);
 	printf("layernorm\n");
 	test_layernorm_case(&r, 32, 64, 1);
 	test_layernorm_case(&r, 7, 1000, 1);

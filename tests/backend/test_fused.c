@@ -16,7 +16,9 @@
  *    gelu_bwd of x; a bias over columns that do not tile n is refused;
  *  - a cast's column sums (colsum) == bias_grad of x, with the codes of the
  *    cast without them, for every output dtype, on row counts that fill and
- *    cut colsum.h's row groups; refused together with a prologue.
+ *    cut colsum.h's row groups; refused together with a prologue;
+ *  - residual_add == b + bias (gemm's add) then add, also in place over a
+ *    and over b; a NULL bias is refused.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -195,6 +197,44 @@ static void test_cast_colsum(int64_t R, int64_t C)
 	K.o->free(K.b, got);
 }
 
+static void test_residual_add(int64_t R, int64_t C)
+{
+	int64_t n = R * C;
+	float *a = bk_f32(&K, n), *b = bk_f32(&K, n), *bias = bk_f32(&K, C), *v = bk_f32(&K, n);
+	float *want = bk_f32(&K, n), *got = bk_f32(&K, n), *plain = bk_f32(&K, n);
+	fill_normal(a, n, &rng, 2.0f);
+	fill_normal(b, n, &rng, 1.0f);
+	fill_normal(bias, C, &rng, 0.5f);
+	for (int64_t i = 0; i < n; i++)
+		v[i] = b[i] + bias[i % C];
+	CHECK_OK(K.o->add(K.s, want, a, v, n));
+	CHECK_OK(K.o->add(K.s, plain, a, b, n));
+	CHECK_OK(K.o->residual_add(K.s, got, a, b, bias, R, C));
+	CHECK_OK(K.o->stream_sync(K.s));
+	char what[96];
+	snprintf(what, sizeof(what), "residual_add [%lld,%lld]", (long long)R, (long long)C);
+	CHECK_BYTES(got, want, (size_t)n * sizeof(float), what);
+	CHECK(bytes_diff(got, plain, (size_t)n * sizeof(float)) >= 0, "%s: the bias changed nothing", what);
+	/* in place: y = a, then y = b */
+	memcpy(got, a, (size_t)n * sizeof(float));
+	CHECK_OK(K.o->residual_add(K.s, got, got, b, bias, R, C));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "residual_add in place over a");
+	memcpy(got, b, (size_t)n * sizeof(float));
+	CHECK_OK(K.o->residual_add(K.s, got, a, got, bias, R, C));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "residual_add in place over b");
+	qe_stream *s2 = NULL;
+	CHECK_OK(K.o->stream_create(K.b, &s2));
+	int rc = K.o->residual_add(s2, got, a, b, NULL, R, C);
+	CHECK(rc == QE_EINVAL, "residual_add without a bias: rc %d, want QE_EINVAL", rc);
+	qe_clear_error();
+	K.o->stream_destroy(s2);
+	float *bufs[] = { a, b, bias, v, want, got, plain };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
+}
+
 int main(void)
 {
 	qe_rng_init(&rng, SEED);
@@ -208,6 +248,8 @@ int main(void)
 	test_cast_colsum(200, 20); /* row groups of 64, 64, 64 and 8 */
 	test_cast_colsum(13, 7);
 	test_cast_colsum(64, 12);
+	test_residual_add(24, 20);
+	test_residual_add(13, 7);
 	bk_close(&K);
 	return qe_test_done("backend_test_fused");
 }

@@ -186,6 +186,16 @@ void qe_cpu_add_inplace(float *y, const float *a, int64_t n)
 		y[i] += a[i];
 }
 
+void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *bias, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < cols; c++) {
+			int64_t i = r * cols + c;
+			float v = b[i] + bias[c]; /* gemm's bias add */
+			y[i] = a[i] + v;
+		}
+}
+
 #define COLSUM_TILE 512 /* columns per pass: the partials stay on the stack */
 
 /*

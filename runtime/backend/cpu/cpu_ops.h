@@ -47,6 +47,7 @@
 	X(GEMM, gemm)                      \
 	X(ADD, add)                        \
 	X(ADD_INPLACE, add_inplace)        \
+	X(RESIDUAL_ADD, residual_add)      \
 	X(BIAS_GRAD, bias_grad)            \
 	X(GELU_FWD, gelu_fwd)              \
 	X(GELU_BWD, gelu_bwd)              \
@@ -128,6 +129,12 @@ typedef struct qe_cpu_add_inplace_args {
 	const float *a;
 	int64_t n;
 } qe_cpu_add_inplace_args;
+
+typedef struct qe_cpu_residual_add_args {
+	float *y;
+	const float *a, *b, *bias;
+	int64_t rows, cols;
+} qe_cpu_residual_add_args;
 
 typedef struct qe_cpu_bias_grad_args {
 	float *db;
@@ -272,6 +279,8 @@ int qe__cpu_enqueue_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, q
 			 int accumulate);
 int qe__cpu_enqueue_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
 int qe__cpu_enqueue_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
+int qe__cpu_enqueue_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
+				 int64_t rows, int64_t cols);
 int qe__cpu_enqueue_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
 int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,

@@ -449,6 +449,25 @@ __global__ void sum_views_kernel(float *out, views_arg g, int nviews, int64_t n)
 
 /* ---- float4 versions (16-byte aligned pointers, lengths in float4s) ---------------- */
 
+/* y = a + (b + bias[col]): the cpu's qe_cpu_residual_add, element for element */
+__global__ void residual_add_kernel(float *y, const float *a, const float *b, const float *bias, int64_t n,
+				    int64_t cols)
+{
+	GRID_STRIDE(i, n)
+	y[i] = a[i] + (b[i] + bias[i % cols]);
+}
+
+/* cols % 4 == 0: a float4 lies in one row, at bias float4 i % (cols / 4) */
+__global__ void residual_add4_kernel(float4 *y, const float4 *a, const float4 *b, const float4 *bias, int64_t n4,
+				     int64_t cols4)
+{
+	GRID_STRIDE(i, n4)
+	{
+		float4 u = a[i], v = b[i], w = bias[i % cols4];
+		y[i] = make_float4(u.x + (v.x + w.x), u.y + (v.y + w.y), u.z + (v.z + w.z), u.w + (v.w + w.w));
+	}
+}
+
 __global__ void add4_kernel(float4 *y, const float4 *a, const float4 *b, int64_t n4)
 {
 	GRID_STRIDE(i, n4)
@@ -683,6 +702,21 @@ extern "C" int qe__cuda_add(qe_stream *s, float *y, const float *a, const float 
 	else
 		add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, n);
 	return qe__cuda_launched("add", "add_kernel");
+}
+
+extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
+				     int64_t rows, int64_t cols)
+{
+	int64_t n = rows * cols;
+	if (n == 0)
+		return QE_OK;
+	if (vec4_ok(n, y, a, b) && cols % 4 == 0 && (uintptr_t)bias % 16 == 0)
+		residual_add4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)y, (const float4 *)a,
+									     (const float4 *)b, (const float4 *)bias,
+									     n / 4, cols / 4);
+	else
+		residual_add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, bias, n, cols);
+	return qe__cuda_launched("residual_add", "residual_add_kernel");
 }
 
 extern "C" int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)

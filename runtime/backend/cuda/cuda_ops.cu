@@ -68,6 +68,17 @@ static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_
 	return qe__cuda_op_end(s, rc, "add");
 }
 
+static int cu_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
+			   int64_t cols)
+{
+	int rc = qe__cuda_op_begin(&s, "residual_add");
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_residual_add(y, a, b, bias, rows, cols)))
+		rc = qe__cuda_residual_add(s, y, a, b, bias, rows, cols);
+	return qe__cuda_op_end(s, rc, "residual_add");
+}
+
 static int cu_add_inplace(qe_stream *s, float *y, const float *a, int64_t n)
 {
 	int rc = qe__cuda_op_begin(&s, "add_inplace");
@@ -248,6 +259,7 @@ void qe__cuda_ops_fill(qe_backend_ops *o)
 	o->gemm = cu_gemm;
 	o->add = cu_add;
 	o->add_inplace = cu_add_inplace;
+	o->residual_add = cu_residual_add;
 	o->bias_grad = cu_bias_grad;
 	o->gelu_fwd = cu_gelu_fwd;
 	o->gelu_bwd = cu_gelu_bwd;

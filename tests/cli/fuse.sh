@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# QE_FUSE=1 (issue 20): the MLP's FC1 bias and GELU run inside their consumers - FC2's input
-# cast applies bias + GELU as a prologue, gelu_bwd adds the bias - so no GELU output is
-# written and FC1's GEMM adds no bias.  The promise is the bits of the unfused ops:
+# QE_FUSE=1 (issue 20): producers run inside their consumers - FC2's input cast applies FC1's
+# bias + GELU as a prologue and gelu_bwd adds that bias, so no GELU output is written and
+# FC1's GEMM adds no bias; the projection's and FC2's biases are added by residual_add; each
+# bias gradient is summed by the cast of its dY.  The promise is the bits of the unfused ops:
 #  1. each configuration trained with and without QE_FUSE=1 gives identical fingerprints in
 #     every category (`qeffect compare` exits 0 and says identical): fp8, bf16 and f32;
 #     interleaved and zbv; eager and graph; split and full backward; --pp 1/2, --dp 2;
@@ -10,7 +11,7 @@
 #     ends (the fused path keeps no state of its own);
 #  3. the knob is read: a fused run says so on stderr, an unfused one does not.
 set -u
-Q=${1:?usage: fuse_mlp.sh QEFFECT SHARED}
+Q=${1:?usage: fuse.sh QEFFECT SHARED}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail=0
