@@ -9,7 +9,8 @@
 # h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
 # last and writes results.json into OUT_DIR.
 # PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, fuse, big (default: all).
-# fuse: QE_FUSE=1 (FC1's bias and GELU inside FC2's input cast and gelu_bwd, the projection's
+# fuse: QE_FUSE=1 (layernorms inside the input casts, FC1's bias and GELU inside FC2's input
+#       cast and gelu_bwd, the projection's
 #       and FC2's biases inside residual_add, bias gradients inside the dY casts) against the
 #       unfused ops: byte-identical runs on tiny (fp8, bf16, --pp 2 graph) and on a 2-layer
 #       gpt2 shape (batch 2, seq 512, flash), then gpt2 b16 tokens/s unfused and fused

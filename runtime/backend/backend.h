@@ -79,12 +79,17 @@ typedef struct qe_cast_args {
 	int margin;
 	/*
 	 * Prologue (the producer of x fused into its cast): each element is
-	 * first v = x[r,c] + pre_bias[c] when pre_bias is not NULL (pre_bias
-	 * holds cols floats), then gelu_fwd(v) when pre_gelu, and that v is what
-	 * the cast records and rounds.  The bytes, amax included, are those of
-	 * adding the bias as gemm does, gelu_fwd into a buffer and casting the
-	 * buffer, so the fused path may replace the three ops bit for bit.
+	 * first the layernorm v = (rstd[r] * (x[r,c] - mean[r])) * w[c] + b[c]
+	 * when pre_ln.mean is not NULL (mean, rstd: rows floats, from
+	 * layernorm_fwd with y NULL; w, b: cols floats), then v + pre_bias[c]
+	 * when pre_bias is not NULL (cols floats), then gelu_fwd(v) when
+	 * pre_gelu, and that v is what the cast records and rounds.  The bytes,
+	 * amax included, are those of the unfused ops - layernorm_fwd into a
+	 * buffer, gemm's bias add, gelu_fwd - followed by the plain cast.
 	 */
+	struct {
+		const float *mean, *rstd, *w, *b;
+	} pre_ln;
 	const float *pre_bias;
 	int pre_gelu;
 	/*
@@ -224,7 +229,11 @@ typedef struct qe_backend_ops {
 	 */
 	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
 			int64_t cols);
-	/* y = (x - mean) * rstd * w + b per row; mean/rstd [rows] saved for backward */
+	/*
+	 * y = (x - mean) * rstd * w + b per row; mean/rstd [rows] saved for
+	 * backward.  y NULL: mean and rstd alone (both then required; w and b
+	 * not read) - the statistics a cast's layernorm prologue reads.
+	 */
 	int (*layernorm_fwd)(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 			     const float *b, int64_t rows, int64_t cols);
 	/* dx = (overwrite); dw, db = sums over rows (overwrite) */

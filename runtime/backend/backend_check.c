@@ -183,9 +183,11 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
 	if (a->row.data && a->col.data && a->row.data == a->col.data)
 		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
-	if (a->colsum && (a->pre_bias || a->pre_gelu))
-		return qe_fail(QE_EINVAL, "cast: column sums (colsum) of x %s together with a prologue (pre_bias, pre_gelu)",
-			       dx);
+	if (a->colsum && (a->pre_ln.mean || a->pre_bias || a->pre_gelu))
+		return qe_fail(QE_EINVAL, "cast: column sums (colsum) of x %s together with a prologue (pre_ln, pre_bias, "
+			       "pre_gelu)", dx);
+	if (a->pre_ln.mean && (!a->pre_ln.rstd || !a->pre_ln.w || !a->pre_ln.b))
+		return qe_fail(QE_EINVAL, "cast: layernorm prologue of x %s without rstd, w or b", dx);
 	/* with no output written, the cast still scales by the described FP8 dtype (and records amax) */
 	if (out == QE_DTYPE_COUNT && (qe_dtype_is_fp8(a->row.dtype) || qe_dtype_is_fp8(a->col.dtype)) && !a->current &&
 	    !a->scale)
@@ -337,8 +339,8 @@ int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t 
 	return rc;
 }
 
-int qe__check_layernorm_fwd(const float *y, const float *x, const float *w, const float *b, int64_t rows,
-			    int64_t cols)
+int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const float *x, const float *w,
+			    const float *b, int64_t rows, int64_t cols)
 {
 	const char *nm = "layernorm_fwd";
 	int64_t n = rows * cols;
@@ -348,13 +350,16 @@ int qe__check_layernorm_fwd(const float *y, const float *x, const float *w, cons
 	if (!rc && rows > 0 && cols == 0)
 		rc = qe_fail(QE_EINVAL, "layernorm_fwd: %lld rows of 0 columns", (long long)rows);
 	if (!rc)
-		rc = qe__check_need(y, n, nm, "y");
-	if (!rc)
 		rc = qe__check_need(x, n, nm, "x");
-	if (!rc)
+	if (!rc && y)
 		rc = qe__check_need(w, n, nm, "w");
-	if (!rc)
+	if (!rc && y)
 		rc = qe__check_need(b, n, nm, "b");
+	/* without y the statistics are the output */
+	if (!rc && !y)
+		rc = qe__check_need(mean, rows, nm, "mean (y is NULL)");
+	if (!rc && !y)
+		rc = qe__check_need(rstd, rows, nm, "rstd (y is NULL)");
 	return rc;
 }
 

@@ -76,8 +76,8 @@ int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, const f
 /* bias_grad: rows, cols >= 0, db [cols] and dy [rows, cols] present. */
 int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t cols);
 /* layernorm_fwd: rows, cols >= 0, no rows of 0 columns, y, x, w and b present. */
-int qe__check_layernorm_fwd(const float *y, const float *x, const float *w, const float *b, int64_t rows,
-			    int64_t cols);
+int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const float *x, const float *w,
+			    const float *b, int64_t rows, int64_t cols);
 /* layernorm_bwd: rows, cols >= 0, dx, dy, x, mean, rstd and w present. */
 int qe__check_layernorm_bwd(const float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
 			    const float *w, int64_t rows, int64_t cols);

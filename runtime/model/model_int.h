@@ -65,12 +65,13 @@ struct qe_stage {
 	int vpad;            /* padded vocabulary */
 	int flash;           /* attention keeps lse and the output, not the probabilities */
 	/*
-	 * QE_FUSE=1: producers fused into their consumers.  The MLP's FC1 bias
-	 * and GELU move into the cast of FC2's input and gelu_bwd (fc1_out holds
-	 * the GEMM's output without the bias; no GELU output is written), the
-	 * attention projection's and FC2's biases into the residual adds
-	 * (residual_add), and each bias gradient is summed by the cast of its
-	 * dY (no pass of its own).  The same bits as the unfused ops (backend.h, qe_cast_args);
+	 * QE_FUSE=1: producers fused into their consumers.  Each layernorm
+	 * before a linear writes its statistics alone and the linear's input
+	 * cast normalizes; the MLP's FC1 bias and GELU move into the cast of
+	 * FC2's input and gelu_bwd (fc1_out holds the GEMM's output without the
+	 * bias; no GELU output is written); the attention projection's and
+	 * FC2's biases into the residual adds (residual_add); and each bias
+	 * gradient is summed by the cast of its dY (no pass of its own).  The same bits as the unfused ops (backend.h, qe_cast_args);
 	 * opt-in until the cuda kernels have run on a GPU.
 	 */
 	int fuse;

@@ -41,12 +41,14 @@ void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int
 }
 
 /*
- * What a fused MLP changes of a linear's forward: the GEMM leaves its bias to
- * the consumer (no_bias), or the input cast applies the producer's bias and
- * GELU itself (the prologue of qe_cast_args).
+ * What fusion (QE_FUSE=1) changes of a linear's forward: the GEMM leaves its
+ * bias to the consumer (no_bias), or the input cast applies the producer
+ * itself - the layernorm from its statistics (ln), the bias and GELU of FC1
+ * (the prologue of qe_cast_args).
  */
 typedef struct fwd_fuse {
 	int no_bias;
+	const float *ln_mean, *ln_rstd, *ln_w, *ln_b;
 	const float *pre_bias;
 	int pre_gelu;
 } fwd_fuse;
@@ -71,12 +73,36 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 	ca.scale_inv = lt->x_sinv;
 	qe__stage_cast_args(st, L, qe_stage_fp8_role(st, lin, QE_ROLE_INPUT), record, &ca);
 	if (fz) {
+		ca.pre_ln.mean = fz->ln_mean;
+		ca.pre_ln.rstd = fz->ln_rstd;
+		ca.pre_ln.w = fz->ln_w;
+		ca.pre_ln.b = fz->ln_b;
 		ca.pre_bias = fz->pre_bias;
 		ca.pre_gelu = fz->pre_gelu;
 	}
 	QE_TRY(o->cast(s, &ca));
 	qe_tensor out = f32_2d(st, y, N, L->out);
 	return o->gemm(s, &ca.row, &L->wq_row, &out, fz && fz->no_bias ? NULL : qe__stage_lin_bias(st, lin), 0);
+}
+
+/*
+ * y = linear lin of layernorm(x) with weight w, bias b; mean and rstd are
+ * saved for the backward.  Fused, the layernorm writes its statistics alone
+ * and lin's input cast normalizes as it loads x (no normalized copy goes to
+ * memory), and no_bias leaves lin's bias to its consumer.
+ */
+static int ln_linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, const float *x, float *mean,
+			     float *rstd, const float *w, const float *b, float *y, int record, int no_bias)
+{
+	const qe_backend_ops *o = st->b->ops;
+	int64_t N = st->N, H = st->cfg.hidden;
+	if (!st->fuse) {
+		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], mean, rstd, x, w, b, N, H));
+		return linear_forward(st, s, t, lin, st->ws_h[0], y, record, NULL);
+	}
+	QE_TRY(o->layernorm_fwd(s, NULL, mean, rstd, x, w, b, N, H));
+	fwd_fuse fz = { .no_bias = no_bias, .ln_mean = mean, .ln_rstd = rstd, .ln_w = w, .ln_b = b };
+	return linear_forward(st, s, t, lin, (float *)x, y, record, &fz);
 }
 
 /* Re-cast every matrix into the weight cache with the weight role's scale. */
@@ -178,29 +204,25 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	const qe_model_config *c = &st->cfg;
 	const block_info *bk = &st->blocks[k];
 	block_tape *bt = &t->blk[k];
-	int64_t N = st->N, H = c->hidden;
+	int64_t N = st->N;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 	/* attention half */
-	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean1, bt->rstd1, bt->x_in, P + pi[bk->ln1w].offset,
-			     P + pi[bk->ln1b].offset, N, H));
-	QE_TRY(linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_h[0], bt->qkv, record, NULL));
+	QE_TRY(ln_linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset,
+				 P + pi[bk->ln1b].offset, bt->qkv, record, 0));
 	float *att;
 	QE_TRY(attention_forward(st, s, bt, st->ws_h[1], &att));
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
-	fwd_fuse nob = { 1, NULL, 0 };
+	fwd_fuse nob = { .no_bias = 1 };
 	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, st->fuse ? &nob : NULL));
 	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj));
-	/* MLP half */
-	QE_TRY(o->layernorm_fwd(s, st->ws_h[0], bt->mean2, bt->rstd2, bt->x_mid, P + pi[bk->ln2w].offset,
-			     P + pi[bk->ln2b].offset, N, H));
+	/* MLP half; fused, fc1_out lacks its bias, and FC2's input cast adds it and applies GELU */
+	QE_TRY(ln_linear_forward(st, s, t, fc1, bt->x_mid, bt->mean2, bt->rstd2, P + pi[bk->ln2w].offset,
+				 P + pi[bk->ln2b].offset, bt->fc1_out, record, 1));
 	if (st->fuse) {
-		/* fc1_out without its bias; FC2's input cast adds it and applies GELU */
-		fwd_fuse down = { 1, qe__stage_lin_bias(st, fc1), 1 };
-		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, &nob));
+		fwd_fuse down = { .no_bias = 1, .pre_bias = qe__stage_lin_bias(st, fc1), .pre_gelu = 1 };
 		QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
 	} else {
-		QE_TRY(linear_forward(st, s, t, fc1, st->ws_h[0], bt->fc1_out, record, NULL));
 		QE_TRY(o->gelu_fwd(s, st->ws_big[0], bt->fc1_out, N * c->ffn));
 		QE_TRY(linear_forward(st, s, t, fc2, st->ws_big[0], st->ws_h[2], record, NULL));
 	}
@@ -215,7 +237,7 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
 	slot_tape *t = &st->slots[slot];
-	int64_t N = st->N, H = c->hidden;
+	int64_t N = st->N;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 
@@ -227,9 +249,8 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 		QE_TRY(block_forward(st, s, t, k, record));
 	if (st->last) {
 		float *x = t->blk[st->nblk - 1].x_out;
-		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], t->meanf, t->rstdf, x, P + pi[st->p_lnfw].offset,
-				     P + pi[st->p_lnfb].offset, N, H));
-		QE_TRY(linear_forward(st, s, t, st->nlin - 1, st->ws_h[0], t->logits, record, NULL));
+		QE_TRY(ln_linear_forward(st, s, t, st->nlin - 1, x, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
+					 P + pi[st->p_lnfb].offset, t->logits, record, 0));
 		/* The step's loss is the mean over microbatches, hence 1/nmicro; padded columns are masked. */
 		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, N, st->vpad, c->vocab,
 			       1.0f / (float)st->nmicro));

@@ -992,6 +992,92 @@ static void test_residual_add(qe_rng *r)
 	}
 }
 
+/*
+ * The layernorm prologue on the GPU: layernorm_fwd with y NULL gives the
+ * statistics it gives with y, and a cast that normalizes with them gives the
+ * bytes of casting layernorm_fwd's output (four-wide and byte-wide cast
+ * kernels, the row-in-registers and the plain layernorm kernels).
+ */
+static void test_fused_ln(qe_rng *r)
+{
+	static const struct {
+		int rows, cols;
+		qe_dtype dt;
+		int current;
+	} cases[] = {
+		{ 64, 768, QE_E4M3, 0 }, { 33, 17, QE_E4M3, 0 }, { 64, 768, QE_E4M3, 1 }, { 128, 1600, QE_E4M3, 0 },
+		{ 64, 768, QE_BF16, 0 }, { 33, 17, QE_BF16, 0 }, { 64, 768, QE_F32, 0 },
+	};
+	printf("cast with a layernorm prologue\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
+		qe_dtype dt = cases[ci].dt;
+		size_t esz = qe_dtype_size(dt);
+		fresh_stream();
+		float *x = rnd(r, n, 2.0f), *w = rnd(r, C, 1.0f), *b = rnd(r, C, 0.3f);
+		void *gx, *gw, *gb, *gy, *gm[2], *gs[2], *grow[2], *gcol[2], *grole[2];
+		float *cx = pair(x, n * 4, &gx), *cw = pair(w, C * 4, &gw), *cb = pair(b, C * 4, &gb);
+		gy = g_mem(n * 4);
+		float role[3] = { 0.25f, 37.5f, 0.0f };
+		for (int k = 0; k < 2; k++) {
+			gm[k] = g_mem(R * 4);
+			gs[k] = g_mem(R * 4);
+			grow[k] = g_mem(n * esz + 1);
+			gcol[k] = g_mem(n * esz + 1);
+			grole[k] = g_mem(sizeof(role));
+			up(grole[k], role, sizeof(role));
+		}
+		CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm[0], gs[0], gx, gw, gb, R, C));
+		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm[1], gs[1], gx, gw, gb, R, C));
+		for (int k = 0; k < 2; k++) { /* 0: the normalized copy cast, 1: the prologue */
+			qe_cast_args a = { .x = qe_tensor_2d(k ? gx : gy, QE_F32, QE_DEV_CUDA, R, C),
+					   .row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C),
+					   .col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R),
+					   .scale = (float *)grole[k] + 1,
+					   .amax = grole[k],
+					   .scale_inv = (float *)grole[k] + 2,
+					   .current = cases[ci].current };
+			if (k) {
+				a.pre_ln.mean = gm[1];
+				a.pre_ln.rstd = gs[1];
+				a.pre_ln.w = gw;
+				a.pre_ln.b = gb;
+			}
+			CHECK_OK(K.go->cast(K.gs, &a));
+		}
+		char what[96];
+		const char *nm = qe_dtype_name(dt), *cur = cases[ci].current ? " current" : "";
+		void *h[2];
+		for (int part = 0; part < 5; part++) {
+			size_t nb = part == 3 || part == 4 ? (size_t)R * 4 : part == 2 ? sizeof(role) : (size_t)n * esz;
+			for (int k = 0; k < 2; k++) {
+				void *src = part == 0 ? grow[k] : part == 1 ? gcol[k] : part == 2 ? grole[k] : part == 3 ? gm[k] : gs[k];
+				h[k] = fetch(src, nb);
+			}
+			static const char *parts[] = { "row", "col", "amax/scale", "mean", "rstd" };
+			snprintf(what, sizeof(what), "ln cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
+				 parts[part]);
+			same_bytes(what, h[0], h[1], nb);
+			free(h[0]);
+			free(h[1]);
+		}
+		for (int k = 0; k < 2; k++) {
+			void *bufs[] = { gm[k], gs[k], grow[k], gcol[k], grole[k] };
+			for (int i = 0; i < 5; i++)
+				K.go->free(K.gb, bufs[i]);
+		}
+		void *gbufs[] = { gx, gw, gb, gy };
+		for (int i = 0; i < 4; i++)
+			K.go->free(K.gb, gbufs[i]);
+		K.co->free(K.cb, cx);
+		K.co->free(K.cb, cw);
+		K.co->free(K.cb, cb);
+		free(x);
+		free(w);
+		free(b);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -1828,6 +1914,7 @@ int main(void)
 	test_elementwise(&r);
 	test_fused(&r);
 	test_fused_colsum(&r);
+	test_fused_ln(&r);
 	test_residual_add(&r);
 	printf("layernorm\n");
 	test_layernorm_case(&r, 32, 64, 1);

@@ -4,12 +4,15 @@
  * cpu backend, the reference the cuda kernels are held to
  * (test_cuda_ops.c checks the same identities on a GPU).
  *
- *  - cast with pre_bias and/or pre_gelu == x + bias (gemm's f32 add, done
- *    here in C: this file is built with -ffp-contract=off like the
- *    library), then gelu_fwd into a buffer, then the plain cast: row and col
- *    codes, amax, scale_inv, and under current scaling the scale, for f32,
- *    bf16, e4m3 and e5m2 outputs, row and col together and alone, on a shape
- *    whose sides are multiples of 4 and one whose sides are odd;
+ *  - cast with any combination of pre_ln, pre_bias and pre_gelu ==
+ *    layernorm_fwd into a buffer, + bias (gemm's f32 add, done here in C:
+ *    this file is built with -ffp-contract=off like the library), then
+ *    gelu_fwd, then the plain cast: row and col codes, amax, scale_inv, and
+ *    under current scaling the scale, for f32, bf16, e4m3 and e5m2 outputs,
+ *    row and col together and alone, on a shape whose sides are multiples
+ *    of 4 and one whose sides are odd;
+ *  - layernorm_fwd with y NULL writes the statistics it writes with y;
+ *    without mean or rstd it is refused;
  *  - the prologue is not a no-op: the fused cast's codes differ from the
  *    plain cast of x;
  *  - gelu_bwd with a bias == gelu_bwd of x + bias, and differs from
@@ -37,8 +40,13 @@ typedef struct cast_out {
 } cast_out;
 
 /* One cast of x [R, C] into dt; pre: the prologue or NULL for none. */
+/* a layernorm prologue's arguments (mean NULL: none) */
+typedef struct ln_pre {
+	const float *mean, *rstd, *w, *b;
+} ln_pre;
+
 static void run_cast(const float *x, int64_t R, int64_t C, qe_dtype dt, int current, int want_row, int want_col,
-		     const float *pre_bias, int pre_gelu, cast_out *o)
+		     const ln_pre *ln, const float *pre_bias, int pre_gelu, cast_out *o)
 {
 	size_t esz = qe_dtype_size(dt);
 	o->row = bk_bytes(&K, (size_t)(R * C) * esz);
@@ -56,6 +64,12 @@ static void run_cast(const float *x, int64_t R, int64_t C, qe_dtype dt, int curr
 			   .margin = 1,
 			   .pre_bias = pre_bias,
 			   .pre_gelu = pre_gelu };
+	if (ln) {
+		a.pre_ln.mean = ln->mean;
+		a.pre_ln.rstd = ln->rstd;
+		a.pre_ln.w = ln->w;
+		a.pre_ln.b = ln->b;
+	}
 	CHECK_OK(K.o->cast(K.s, &a));
 	CHECK_OK(K.o->stream_sync(K.s));
 }
@@ -69,27 +83,43 @@ static void free_out(cast_out *o)
 static void test_cast_prologue(int64_t R, int64_t C)
 {
 	float *x = bk_f32(&K, R * C), *bias = bk_f32(&K, C), *v = bk_f32(&K, R * C);
+	float *mean = bk_f32(&K, R), *rstd = bk_f32(&K, R), *w = bk_f32(&K, C), *b = bk_f32(&K, C);
 	fill_normal(x, R * C, &rng, 2.0f);
 	fill_normal(bias, C, &rng, 0.5f);
+	fill_normal(w, C, &rng, 1.0f);
+	fill_normal(b, C, &rng, 0.3f);
+	/* the statistics alone (y NULL), as the fused stage computes them */
+	CHECK_OK(K.o->layernorm_fwd(K.s, NULL, mean, rstd, x, w, b, R, C));
+	ln_pre lnp = { mean, rstd, w, b };
 	const qe_dtype dts[] = { QE_F32, QE_BF16, QE_E4M3, QE_E5M2 };
 	int cases = 0;
 	for (size_t d = 0; d < sizeof(dts) / sizeof(*dts); d++) {
 		for (int current = 0; current <= qe_dtype_is_fp8(dts[d]); current++) {
-			for (int pre = 1; pre < 4; pre++) { /* 1: bias, 2: gelu, 3: both */
+			for (int pre = 1; pre < 8; pre++) { /* bit 0: bias, bit 1: gelu, bit 2: layernorm */
 				const float *pb = pre & 1 ? bias : NULL;
-				int pg = pre >> 1;
-				/* the unfused ops: gemm's bias add, gelu_fwd into a buffer */
+				int pg = (pre >> 1) & 1;
+				const ln_pre *ln = pre & 4 ? &lnp : NULL;
+				/* the unfused ops: layernorm_fwd into a buffer, gemm's bias add, gelu_fwd */
+				float *m2 = bk_f32(&K, R), *s2 = bk_f32(&K, R);
+				if (ln)
+					CHECK_OK(K.o->layernorm_fwd(K.s, v, m2, s2, x, w, b, R, C));
+				else
+					memcpy(v, x, (size_t)(R * C) * sizeof(float));
+				CHECK_BYTES(m2, mean, ln ? (size_t)R * sizeof(float) : 0, "layernorm mean, y NULL vs y");
+				CHECK_BYTES(s2, rstd, ln ? (size_t)R * sizeof(float) : 0, "layernorm rstd, y NULL vs y");
+				K.o->free(K.b, m2);
+				K.o->free(K.b, s2);
 				for (int64_t r = 0; r < R; r++)
 					for (int64_t c = 0; c < C; c++)
-						v[r * C + c] = pb ? x[r * C + c] + pb[c] : x[r * C + c];
+						v[r * C + c] = pb ? v[r * C + c] + pb[c] : v[r * C + c];
 				if (pg)
 					CHECK_OK(K.o->gelu_fwd(K.s, v, v, R * C));
 				for (int outs = 1; outs < 4; outs++) { /* 1: row, 2: col, 3: both */
 					int wr = outs & 1, wc = outs >> 1;
 					cast_out f, u, plain;
-					run_cast(x, R, C, dts[d], current, wr, wc, pb, pg, &f);
-					run_cast(v, R, C, dts[d], current, wr, wc, NULL, 0, &u);
-					run_cast(x, R, C, dts[d], current, wr, wc, NULL, 0, &plain);
+					run_cast(x, R, C, dts[d], current, wr, wc, ln, pb, pg, &f);
+					run_cast(v, R, C, dts[d], current, wr, wc, NULL, NULL, 0, &u);
+					run_cast(x, R, C, dts[d], current, wr, wc, NULL, NULL, 0, &plain);
 					char what[128];
 					size_t nb = (size_t)(R * C) * qe_dtype_size(dts[d]);
 					snprintf(what, sizeof(what), "[%lld,%lld] %s%s pre %d outs %d", (long long)R,
@@ -111,9 +141,16 @@ static void test_cast_prologue(int64_t R, int64_t C)
 		}
 	}
 	printf("cast prologue [%lld,%lld]: %d cases == the unfused ops\n", (long long)R, (long long)C, cases);
-	K.o->free(K.b, x);
-	K.o->free(K.b, bias);
-	K.o->free(K.b, v);
+	/* statistics need somewhere to go */
+	qe_stream *s2 = NULL;
+	CHECK_OK(K.o->stream_create(K.b, &s2));
+	int rc = K.o->layernorm_fwd(s2, NULL, NULL, rstd, x, w, b, R, C);
+	CHECK(rc == QE_EINVAL, "layernorm_fwd with neither y nor mean: rc %d, want QE_EINVAL", rc);
+	qe_clear_error();
+	K.o->stream_destroy(s2);
+	float *bufs[] = { x, bias, v, mean, rstd, w, b };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
 }
 
 static void test_gelu_bwd_bias(int64_t R, int64_t C)
@@ -169,7 +206,7 @@ static void test_cast_colsum(int64_t R, int64_t C)
 				   .scale_inv = &f.meta[2],
 				   .colsum = got };
 		CHECK_OK(K.o->cast(K.s, &a));
-		run_cast(x, R, C, dts[d], 0, 1, 1, NULL, 0, &u);
+		run_cast(x, R, C, dts[d], 0, 1, 1, NULL, NULL, 0, &u);
 		char what[96];
 		snprintf(what, sizeof(what), "cast colsum [%lld,%lld] %s", (long long)R, (long long)C, qe_dtype_name(dts[d]));
 		CHECK_OK(K.o->stream_sync(K.s));

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# QE_FUSE=1 (issue 20): producers run inside their consumers - FC2's input cast applies FC1's
+# QE_FUSE=1 (issue 20): producers run inside their consumers - each layernorm before a linear
+# writes its statistics alone and the linear's input cast normalizes; FC2's input cast applies FC1's
 # bias + GELU as a prologue and gelu_bwd adds that bias, so no GELU output is written and
 # FC1's GEMM adds no bias; the projection's and FC2's biases are added by residual_add; each
 # bias gradient is summed by the cast of its dY.  The promise is the bits of the unfused ops:

@@ -81,9 +81,10 @@ static void transpose_f32(float *dst, const float *src, int64_t rows, int64_t co
 }
 
 /*
- * The cast's prologue into the scratch: x + pre_bias[c] (gemm's f32 add),
- * then gelu_fwd, the very functions the unfused ops run; returns the buffer
- * or NULL (out of memory, said).
+ * The cast's prologue into the scratch: the layernorm with the saved
+ * statistics (layernorm_fwd's expression), x + pre_bias[c] (gemm's f32
+ * add), then gelu_fwd, the very functions the unfused ops run; returns the
+ * buffer or NULL (out of memory, said).
  */
 static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int64_t rows, int64_t cols)
 {
@@ -93,8 +94,14 @@ static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int
 	if (!v)
 		return NULL;
 	for (int64_t r = 0; r < rows; r++)
-		for (int64_t c = 0; c < cols; c++)
-			v[r * cols + c] = a->pre_bias ? x[r * cols + c] + a->pre_bias[c] : x[r * cols + c];
+		for (int64_t c = 0; c < cols; c++) {
+			float e = x[r * cols + c];
+			if (a->pre_ln.mean) {
+				float nrm = a->pre_ln.rstd[r] * (e - a->pre_ln.mean[r]);
+				e = nrm * a->pre_ln.w[c] + a->pre_ln.b[c];
+			}
+			v[r * cols + c] = a->pre_bias ? e + a->pre_bias[c] : e;
+		}
 	if (a->pre_gelu)
 		qe_cpu_gelu_fwd(v, v, n);
 	return v;
@@ -106,7 +113,7 @@ int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a)
 	int64_t cols = a->x.ndim > 0 ? a->x.shape[a->x.ndim - 1] : 1;
 	int64_t n = qe_tensor_numel(&a->x);
 	int64_t rows = cols > 0 ? n / cols : 0;
-	if ((a->pre_bias || a->pre_gelu) && !(x = cast_prologue(sc, a, rows, cols)))
+	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu) && !(x = cast_prologue(sc, a, rows, cols)))
 		return QE_ENOMEM;
 
 	/* max|x| of this tensor; a NaN anywhere makes it NaN (TE's torch.amax). */
@@ -275,7 +282,7 @@ void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, co
 {
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * cols;
-		float *yr = y + r * cols;
+		float *yr = y ? y + r * cols : NULL;
 		float m = 0.0f;
 		for (int64_t i = 0; i < cols; i++)
 			m += xr[i];
@@ -287,7 +294,7 @@ void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, co
 		}
 		v = v / (float)cols;
 		float s = 1.0f / sqrtf(v + 1e-5f);
-		for (int64_t i = 0; i < cols; i++) {
+		for (int64_t i = 0; y && i < cols; i++) {
 			float nrm = s * (xr[i] - m);
 			yr[i] = nrm * w[i] + b[i];
 		}

@@ -272,7 +272,7 @@ int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const floa
 
 static int check_layernorm_fwd(const qe_cpu_layernorm_fwd_args *a)
 {
-	return qe__check_layernorm_fwd(a->y, a->x, a->w, a->b, a->rows, a->cols);
+	return qe__check_layernorm_fwd(a->y, a->mean, a->rstd, a->x, a->w, a->b, a->rows, a->cols);
 }
 
 static int exec_layernorm_fwd(qe_cpu_scratch *sc, const qe_cpu_layernorm_fwd_args *a)

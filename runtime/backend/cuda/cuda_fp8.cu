@@ -78,28 +78,37 @@ __device__ void block_amax(unsigned m, unsigned *target)
 }
 
 /*
- * The cast's prologue (qe_cast_args): v = x + bias[c] as gemm's bias add,
- * then GELU with gelu_fwd's expression, so the fused cast sees the values
- * the unfused ops would have written.
+ * The cast's prologue (qe_cast_args): the layernorm of row r with its saved
+ * statistics (the layernorm kernels' expression), v + bias[c] as gemm's bias
+ * add, then GELU with gelu_fwd's expression, so the fused cast sees the
+ * values the unfused ops would have written.
  */
 typedef struct cast_pre {
-	const float *bias; /* [cols] or NULL */
+	const float *mean, *rstd, *w, *b; /* layernorm: mean NULL for none */
+	const float *bias;                /* [cols] or NULL */
 	int gelu;
 } cast_pre;
 
-__device__ __forceinline__ float pre_apply(cast_pre p, float v, int64_t c)
+__device__ __forceinline__ bool pre_none(const cast_pre &p)
 {
+	return !p.mean && !p.bias && !p.gelu;
+}
+
+__device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r, int64_t c)
+{
+	if (p.mean)
+		v = (p.rstd[r] * (v - p.mean[r])) * p.w[c] + p.b[c];
 	if (p.bias)
 		v = v + p.bias[c];
 	return p.gelu ? gelu_fwd1(v) : v;
 }
 
-__device__ __forceinline__ float4 pre_apply4(cast_pre p, float4 v, int64_t c)
+__device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, int64_t r, int64_t c)
 {
-	if (!p.bias && !p.gelu)
+	if (pre_none(p))
 		return v;
-	return make_float4(pre_apply(p, v.x, c), pre_apply(p, v.y, c + 1), pre_apply(p, v.z, c + 2),
-			   pre_apply(p, v.w, c + 3));
+	return make_float4(pre_apply(p, v.x, r, c), pre_apply(p, v.y, r, c + 1), pre_apply(p, v.z, r, c + 2),
+			   pre_apply(p, v.w, r, c + 3));
 }
 
 /* amax of a whole tensor [n / cols, cols], after the prologue, into *target (current scaling's first pass). */
@@ -107,7 +116,7 @@ __global__ void amax_kernel(const float *__restrict__ x, int64_t n, int64_t cols
 {
 	unsigned m = 0;
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		m = max(m, abs_bits(pre_apply(pre, x[i], i % cols)));
+		m = max(m, abs_bits(pre_apply(pre, x[i], i / cols, i % cols)));
 	block_amax(m, target);
 }
 
@@ -134,7 +143,7 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 	for (int j = threadIdx.y; j < TILE; j += TROWS) {
 		int64_t r = r0 + j, c = c0 + threadIdx.x;
 		if (r < rows && c < cols) {
-			float v = pre_apply(pre, x[r * cols + c], c);
+			float v = pre_apply(pre, x[r * cols + c], r, c);
 			m = max(m, abs_bits(v));
 			T q;
 			if constexpr (is_fp8)
@@ -233,7 +242,7 @@ __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T
 	for (int j = threadIdx.y; j < VT; j += VY) {
 		int64_t r = r0 + j, c = c0 + cx;
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
-			float4 v = pre_apply4(pre, *(const float4 *)(x + r * cols + c), c);
+			float4 v = pre_apply4(pre, *(const float4 *)(x + r * cols + c), r, c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
 			T q[4];
 			codes4<T>(v, s, k, q);
@@ -408,7 +417,7 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 			       (long long)cols);
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
-	cast_pre pre = { a->pre_bias, a->pre_gelu };
+	cast_pre pre = { a->pre_ln.mean, a->pre_ln.rstd, a->pre_ln.w, a->pre_ln.b, a->pre_bias, a->pre_gelu };
 	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT));
 	int is_fp8 = qe_dtype_is_fp8(fmt), esz = fmt == QE_BF16 ? 8 : 4; /* alignment of four codes */
 	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 &&

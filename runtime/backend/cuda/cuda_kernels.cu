@@ -185,7 +185,7 @@ __global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const f
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * cols;
-	float *yr = y + r * cols;
+	float *yr = y ? y + r * cols : NULL; /* NULL: the statistics alone */
 	float part = 0.0f;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
 		part += xr[i];
@@ -197,7 +197,7 @@ __global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const f
 	}
 	float v = block_sum(part, sh) / (float)cols;
 	float s = 1.0f / sqrtf(v + 1e-5f);
-	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+	for (int64_t i = threadIdx.x; yr && i < cols; i += blockDim.x) {
 		float nrm = s * (xr[i] - m);
 		yr[i] = nrm * w[i] + b[i];
 	}
@@ -540,7 +540,7 @@ __global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, con
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
 	const float *xr = x + r * c4 * 4;
-	float *yr = y + r * c4 * 4;
+	float *yr = y ? y + r * c4 * 4 : NULL; /* NULL: the statistics alone */
 	float cols = (float)(c4 * 4);
 	float4 xv[LN_VEC_MAX];
 	float part = 0.0f;
@@ -567,7 +567,7 @@ __global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, con
 #pragma unroll
 	for (int k = 0; k < LN_VEC_MAX; k++) {
 		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-		if (i < c4) {
+		if (yr && i < c4) {
 			float4 wv = ld4(w, i, al), bv = ld4(b, i, al), o;
 			o.x = (s * (xv[k].x - m)) * wv.x + bv.x;
 			o.y = (s * (xv[k].y - m)) * wv.y + bv.y;

@@ -128,7 +128,7 @@ static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, co
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_layernorm_fwd(y, x, w, b, rows, cols)))
+	if (!(rc = qe__check_layernorm_fwd(y, mean, rstd, x, w, b, rows, cols)))
 		rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
 	return qe__cuda_op_end(s, rc, nm);
 }
