@@ -236,9 +236,16 @@ typedef struct qe_backend_ops {
 	 */
 	int (*layernorm_fwd)(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 			     const float *b, int64_t rows, int64_t cols);
-	/* dx = (overwrite); dw, db = sums over rows (overwrite) */
+	/*
+	 * dx = (overwrite) the input gradient, plus residual[r, c] first-come
+	 * (residual + g, the bits of writing g and then add) when residual is
+	 * not NULL: the residual branch's gradient joined in the same pass;
+	 * residual may be dx, dx may not be dy.  dw, db = sums over rows
+	 * (overwrite).
+	 */
 	int (*layernorm_bwd)(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-			     const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols);
+			     const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
+			     const float *residual);
 	/* out[T,H] = wte[tok[t]] + wpe[t] */
 	int (*embed_fwd)(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
 			 int64_t T, int64_t H);

@@ -70,8 +70,10 @@ struct qe_stage {
 	 * cast normalizes; the MLP's FC1 bias and GELU move into the cast of
 	 * FC2's input and gelu_bwd (fc1_out holds the GEMM's output without the
 	 * bias; no GELU output is written); the attention projection's and
-	 * FC2's biases into the residual adds (residual_add); and each bias
-	 * gradient is summed by the cast of its dY (no pass of its own).  The same bits as the unfused ops (backend.h, qe_cast_args);
+	 * FC2's biases into the residual adds (residual_add); each bias
+	 * gradient is summed by the cast of its dY (no pass of its own); and
+	 * the backward's residual joins are added by the layernorm backward
+	 * that produces one of their terms.  The same bits as the unfused ops (backend.h, qe_cast_args);
 	 * opt-in until the cuda kernels have run on a GPU.
 	 */
 	int fuse;

@@ -60,11 +60,13 @@ static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const flo
 
 /*
  * Block k's backward from dx_out (the gradient of its output, read until the
- * residual add) to the gradient of its input: the sum of the two residual
- * branches, left in ws_h[2] (d x_mid) and ws_h[0] (through LN1) for the
- * caller to add where the input gradient belongs.
+ * residual add) to dx_in, the gradient of its input: at each residual join
+ * the two branches' sum, residual first (fused: the layernorm_bwd adds its
+ * residual as it writes, with no add of its own).  dx_in must not be
+ * ws_h[1] or ws_h[2].
  */
-static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const float *dx_out, float *grad)
+static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const float *dx_out, float *grad,
+			  float *dx_in)
 {
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
@@ -79,15 +81,29 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	const float *fc1_bias = st->fuse ? qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1) : NULL;
 	QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], fc1_bias, N * c->ffn, c->ffn));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
-	QE_TRY(o->layernorm_bwd(s, st->ws_h[1], grad + pi[bk->ln2w].grad_offset, grad + pi[bk->ln2b].grad_offset,
-			     st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, P + pi[bk->ln2w].offset, N, H));
-	QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], N * H)); /* d x_mid */
+	/* d x_mid (ws_h[2]) = dx_out + the gradient through LN2 */
+	float *dw2 = grad + pi[bk->ln2w].grad_offset, *db2 = grad + pi[bk->ln2b].grad_offset;
+	const float *w2 = P + pi[bk->ln2w].offset;
+	if (st->fuse) {
+		QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
+				     dx_out));
+	} else {
+		QE_TRY(o->layernorm_bwd(s, st->ws_h[1], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
+				     NULL));
+		QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], N * H));
+	}
 	/* attention half */
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
 	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
-	return o->layernorm_bwd(s, st->ws_h[0], grad + pi[bk->ln1w].grad_offset, grad + pi[bk->ln1b].grad_offset,
-				st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset, N, H);
+	/* dx_in = d x_mid + the gradient through LN1 */
+	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;
+	const float *w1 = P + pi[bk->ln1w].offset;
+	if (st->fuse)
+		return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, w1, N, H,
+					st->ws_h[2]);
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[0], dw1, db1, st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, w1, N, H, NULL));
+	return o->add(s, dx_in, st->ws_h[2], st->ws_h[0], N * H);
 }
 
 /*
@@ -148,25 +164,19 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, t->logits, st->ws_g[0], grad));
 		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
 				     st->ws_g[0], t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
-				     N, H));
+				     N, H, NULL));
 		dx_out = st->ws_g[1];
 	} else {
 		dx_out = t->dout;
 	}
 	for (int k = st->nblk - 1; k >= 0; k--) {
-		QE_TRY(block_backward(st, s, t, k, dx_out, grad));
-		if (k > 0) {
-			/* the input gradient of block k is block k-1's output gradient */
-			float *next = dx_out == st->ws_g[0] ? st->ws_g[1] : st->ws_g[0];
-			QE_TRY(o->add(s, next, st->ws_h[2], st->ws_h[0], N * H));
-			dx_out = next;
-		} else if (st->first) {
-			QE_TRY(o->add(s, st->ws_h[1], st->ws_h[2], st->ws_h[0], N * H));
-			QE_TRY(embed_backward(st, s, t, buf, st->ws_h[1], grad));
-		} else {
-			QE_TRY(o->add(s, t->dx_in, st->ws_h[2], st->ws_h[0], N * H));
-		}
+		/* the input gradient of block k is block k-1's output gradient, or the embedding's, or dx_in's */
+		float *dx_in = k > 0 ? (dx_out == st->ws_g[0] ? st->ws_g[1] : st->ws_g[0]) : st->first ? st->ws_h[0] : t->dx_in;
+		QE_TRY(block_backward(st, s, t, k, dx_out, grad, dx_in));
+		dx_out = dx_in;
 	}
+	if (st->first)
+		QE_TRY(embed_backward(st, s, t, buf, dx_out, grad));
 	/*
 	 * sum += microbatch m's: the bits of the per-microbatch buffers summed in
 	 * order; on the first stage the wte rows were already added (embed_backward)

@@ -1078,6 +1078,56 @@ static void test_fused_ln(qe_rng *r)
 	}
 }
 
+/*
+ * layernorm_bwd with a residual on the GPU: the bytes of layernorm_bwd then
+ * add (row-in-registers and plain kernels), dw and db unchanged.
+ */
+static void test_layernorm_bwd_residual(qe_rng *r)
+{
+	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 16, 1600 } };
+	printf("layernorm_bwd with a residual\n");
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
+		int64_t R = shapes[k][0], C = shapes[k][1], n = R * C;
+		fresh_stream();
+		float *hx = rnd(r, n, 2.0f), *hdy = rnd(r, n, 1.0f), *hres = rnd(r, n, 1.0f), *hw = rnd(r, C, 1.0f);
+		float *hb = rnd(r, C, 0.3f);
+		void *gx, *gdy, *gres, *gw, *gb;
+		float *cbufs[5];
+		cbufs[0] = pair(hx, n * 4, &gx);
+		cbufs[1] = pair(hdy, n * 4, &gdy);
+		cbufs[2] = pair(hres, n * 4, &gres);
+		cbufs[3] = pair(hw, C * 4, &gw);
+		cbufs[4] = pair(hb, C * 4, &gb);
+		void *gm = g_mem(R * 4), *gs = g_mem(R * 4), *gg = g_mem(n * 4), *gdx[2] = { g_mem(n * 4), g_mem(n * 4) };
+		void *gdw[2] = { g_mem(C * 4), g_mem(C * 4) }, *gdb[2] = { g_mem(C * 4), g_mem(C * 4) };
+		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gx, gw, gb, R, C));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, gx, gm, gs, gw, R, C, NULL));
+		CHECK_OK(K.go->add(K.gs, gdx[0], gres, gg, n));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, gx, gm, gs, gw, R, C, gres));
+		char what[64];
+		void *pairs[3][2] = { { gdx[0], gdx[1] }, { gdw[0], gdw[1] }, { gdb[0], gdb[1] } };
+		static const char *nm[] = { "dx", "dw", "db" };
+		for (int p = 0; p < 3; p++) {
+			size_t nb = p ? (size_t)C * 4 : (size_t)n * 4;
+			float *h0 = fetch(pairs[p][0], nb), *h1 = fetch(pairs[p][1], nb);
+			snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld %s", (long long)R, (long long)C, nm[p]);
+			same_bytes(what, h0, h1, nb);
+			free(h0);
+			free(h1);
+		}
+		void *gbufs[] = { gx, gdy, gres, gw, gb, gm, gs, gg, gdx[0], gdx[1], gdw[0], gdw[1], gdb[0], gdb[1] };
+		for (size_t i = 0; i < sizeof(gbufs) / sizeof(*gbufs); i++)
+			K.go->free(K.gb, gbufs[i]);
+		for (int i = 0; i < 5; i++)
+			K.co->free(K.cb, cbufs[i]);
+		free(hx);
+		free(hdy);
+		free(hres);
+		free(hw);
+		free(hb);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -1169,9 +1219,9 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 	up(gm, cm, rows * 4);
 	up(gr, cr, rows * 4);
 	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx, with_dwdb ? cdw : NULL, with_dwdb ? cdb : NULL, cdy, cx, cm, cr, cw,
-				     rows, cols));
+				     rows, cols, NULL));
 	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gdy, gx, gm, gr, gw,
-				     rows, cols));
+				     rows, cols, NULL));
 	h = fetch(gdx, n * 4);
 	snprintf(what, sizeof(what), "layernorm_bwd %dx%d dx", rows, cols);
 	close_to(what, cdx, h, n, 1e-4);
@@ -1728,7 +1778,7 @@ static void test_alignment(qe_rng *r)
 		up(b[k], hb, (size_t)cols * 4);
 		up(dy[k], hdy, (size_t)n * 4);
 		CHECK_OK(K.go->layernorm_fwd(K.gs, y[k], mean[k], rstd[k], x[k], w[k], b[k], rows, cols));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], x[k], mean[k], rstd[k], w[k], rows, cols));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], x[k], mean[k], rstd[k], w[k], rows, cols, NULL));
 		CHECK_OK(K.go->add(K.gs, g[k], x[k], dy[k], n));
 		CHECK_OK(K.go->gelu_fwd(K.gs, gy[k], x[k], n));
 		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], NULL, n, 1));
@@ -1915,6 +1965,7 @@ int main(void)
 	test_fused(&r);
 	test_fused_colsum(&r);
 	test_fused_ln(&r);
+	test_layernorm_bwd_residual(&r);
 	test_residual_add(&r);
 	printf("layernorm\n");
 	test_layernorm_case(&r, 32, 64, 1);

@@ -21,7 +21,9 @@
  *    cast without them, for every output dtype, on row counts that fill and
  *    cut colsum.h's row groups; refused together with a prologue;
  *  - residual_add == b + bias (gemm's add) then add, also in place over a
- *    and over b; a NULL bias is refused.
+ *    and over b; a NULL bias is refused;
+ *  - layernorm_bwd with a residual == layernorm_bwd then add(residual, dx),
+ *    also in place over the residual, with the same dw and db.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -272,6 +274,38 @@ static void test_residual_add(int64_t R, int64_t C)
 		K.o->free(K.b, bufs[i]);
 }
 
+static void test_layernorm_bwd_residual(int64_t R, int64_t C)
+{
+	int64_t n = R * C;
+	float *x = bk_f32(&K, n), *dy = bk_f32(&K, n), *res = bk_f32(&K, n), *w = bk_f32(&K, C), *b = bk_f32(&K, C);
+	float *mean = bk_f32(&K, R), *rstd = bk_f32(&K, R), *g = bk_f32(&K, n), *want = bk_f32(&K, n), *got = bk_f32(&K, n);
+	float *dw[2] = { bk_f32(&K, C), bk_f32(&K, C) }, *db[2] = { bk_f32(&K, C), bk_f32(&K, C) };
+	fill_normal(x, n, &rng, 2.0f);
+	fill_normal(dy, n, &rng, 1.0f);
+	fill_normal(res, n, &rng, 1.0f);
+	fill_normal(w, C, &rng, 1.0f);
+	fill_normal(b, C, &rng, 0.3f);
+	CHECK_OK(K.o->layernorm_fwd(K.s, NULL, mean, rstd, x, w, b, R, C));
+	CHECK_OK(K.o->layernorm_bwd(K.s, g, dw[0], db[0], dy, x, mean, rstd, w, R, C, NULL));
+	CHECK_OK(K.o->add(K.s, want, res, g, n));
+	CHECK_OK(K.o->layernorm_bwd(K.s, got, dw[1], db[1], dy, x, mean, rstd, w, R, C, res));
+	CHECK_OK(K.o->stream_sync(K.s));
+	char what[96];
+	snprintf(what, sizeof(what), "layernorm_bwd residual [%lld,%lld]", (long long)R, (long long)C);
+	CHECK_BYTES(got, want, (size_t)n * sizeof(float), what);
+	CHECK(bytes_diff(got, g, (size_t)n * sizeof(float)) >= 0, "%s: the residual changed nothing", what);
+	CHECK_BYTES(dw[1], dw[0], (size_t)C * sizeof(float), "layernorm_bwd residual: dw");
+	CHECK_BYTES(db[1], db[0], (size_t)C * sizeof(float), "layernorm_bwd residual: db");
+	/* in place: dx is the residual */
+	memcpy(got, res, (size_t)n * sizeof(float));
+	CHECK_OK(K.o->layernorm_bwd(K.s, got, NULL, NULL, dy, x, mean, rstd, w, R, C, got));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "layernorm_bwd residual in place");
+	float *bufs[] = { x, dy, res, w, b, mean, rstd, g, want, got, dw[0], dw[1], db[0], db[1] };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
+}
+
 int main(void)
 {
 	qe_rng_init(&rng, SEED);
@@ -287,6 +321,8 @@ int main(void)
 	test_cast_colsum(64, 12);
 	test_residual_add(24, 20);
 	test_residual_add(13, 7);
+	test_layernorm_bwd_residual(24, 20);
+	test_layernorm_bwd_residual(13, 7);
 	bk_close(&K);
 	return qe_test_done("backend_test_fused");
 }

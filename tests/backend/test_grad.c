@@ -93,7 +93,7 @@ static void test_layernorm(void)
 	fill_normal(c.g, n, &rng, 1.0f);
 	ln_loss(&c);
 	dw[0] = 99.0f; /* overwritten, not accumulated */
-	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db, c.g, c.x, c.mean, c.rstd, c.w, c.R, c.C));
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db, c.g, c.x, c.mean, c.rstd, c.w, c.R, c.C, NULL));
 	fd_check("layernorm dx", c.x, dx, n, ln_loss, &c);
 	fd_check("layernorm dw", c.w, dw, c.C, ln_loss, &c);
 	fd_check("layernorm db", c.b, db, c.C, ln_loss, &c);
@@ -415,7 +415,7 @@ static void test_small_ops(void)
 		for (int64_t j = 0; j < C; j++)
 			term[r * C + j] = ((x[r * C + j] - mean[r]) * rstd[r]) * dy[r * C + j];
 	}
-	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, x, mean, rstd, w, R, C));
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, x, mean, rstd, w, R, C, NULL));
 	for (int64_t j = 0; j < C; j++) {
 		float sw = colsum_ref(term, R, C, j), sb = colsum_ref(dy, R, C, j);
 		CHECK(memcmp(&sw, &dw[j], 4) == 0, "layernorm dw[%lld] not the grouped sum of colsum.h", (long long)j);

@@ -3,7 +3,8 @@
 # writes its statistics alone and the linear's input cast normalizes; FC2's input cast applies FC1's
 # bias + GELU as a prologue and gelu_bwd adds that bias, so no GELU output is written and
 # FC1's GEMM adds no bias; the projection's and FC2's biases are added by residual_add; each
-# bias gradient is summed by the cast of its dY.  The promise is the bits of the unfused ops:
+# bias gradient is summed by the cast of its dY; the backward's residual joins are added by
+# layernorm_bwd.  The promise is the bits of the unfused ops:
 #  1. each configuration trained with and without QE_FUSE=1 gives identical fingerprints in
 #     every category (`qeffect compare` exits 0 and says identical): fp8, bf16 and f32;
 #     interleaved and zbv; eager and graph; split and full backward; --pp 1/2, --dp 2;

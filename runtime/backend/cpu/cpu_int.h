@@ -52,7 +52,7 @@ void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, const float *bi
 void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
 			  int64_t rows, int64_t cols);
 void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *mean,
-			  const float *rstd, const float *w, int64_t rows, int64_t cols);
+			  const float *rstd, const float *w, int64_t rows, int64_t cols, const float *residual);
 void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T, int64_t H);
 int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
 		     int64_t V, int32_t *rows_written, int accumulate);

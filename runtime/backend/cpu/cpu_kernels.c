@@ -306,7 +306,7 @@ void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, co
 }
 
 void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *mean,
-			  const float *rstd, const float *w, int64_t rows, int64_t cols)
+			  const float *rstd, const float *w, int64_t rows, int64_t cols, const float *residual)
 {
 	if (dw)
 		colsum(dw, dy, x, mean, rstd, rows, cols);
@@ -329,7 +329,8 @@ void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, cons
 			float nrm = (xr[i] - m) * s;
 			float dn = w[i] * dyr[i];
 			float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
-			dxr[i] = dval * s;
+			float g = dval * s;
+			dxr[i] = residual ? residual[r * cols + i] + g : g;
 		}
 	}
 }

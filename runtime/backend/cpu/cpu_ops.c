@@ -296,14 +296,15 @@ static int check_layernorm_bwd(const qe_cpu_layernorm_bwd_args *a)
 static int exec_layernorm_bwd(qe_cpu_scratch *sc, const qe_cpu_layernorm_bwd_args *a)
 {
 	(void)sc;
-	qe_cpu_layernorm_bwd(a->dx, a->dw, a->db, a->dy, a->x, a->mean, a->rstd, a->w, a->rows, a->cols);
+	qe_cpu_layernorm_bwd(a->dx, a->dw, a->db, a->dy, a->x, a->mean, a->rstd, a->w, a->rows, a->cols, a->residual);
 	return QE_OK;
 }
 
 int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-				  const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
+				  const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
+				  const float *residual)
 {
-	return SUBMIT(s, LAYERNORM_BWD, layernorm_bwd, dx, dw, db, dy, x, mean, rstd, w, rows, cols);
+	return SUBMIT(s, LAYERNORM_BWD, layernorm_bwd, dx, dw, db, dy, x, mean, rstd, w, rows, cols, residual);
 }
 
 /* ---- embedding ----------------------------------------------------------------- */

@@ -164,6 +164,7 @@ typedef struct qe_cpu_layernorm_bwd_args {
 	float *dx, *dw, *db;
 	const float *dy, *x, *mean, *rstd, *w;
 	int64_t rows, cols;
+	const float *residual;
 } qe_cpu_layernorm_bwd_args;
 
 typedef struct qe_cpu_embed_fwd_args {
@@ -288,7 +289,8 @@ int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const floa
 int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 				  const float *b, int64_t rows, int64_t cols);
 int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-				  const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols);
+				  const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
+				  const float *residual);
 int qe__cpu_enqueue_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
 			      int64_t T, int64_t H);
 int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,

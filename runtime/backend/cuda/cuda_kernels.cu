@@ -209,9 +209,9 @@ __global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const f
 	}
 }
 
-/* dx of one row per block. */
+/* dx of one row per block (+ the residual's gradient, when given, as add would). */
 __global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float *x, const float *mean,
-					const float *rstd, const float *w, int64_t cols)
+					const float *rstd, const float *w, const float *residual, int64_t cols)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
@@ -231,7 +231,8 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float 
 		float nrm = (xr[i] - m) * s;
 		float dn = w[i] * dyr[i];
 		float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
-		dxr[i] = dval * s;
+		float g = dval * s;
+		dxr[i] = residual ? residual[r * cols + i] + g : g;
 	}
 }
 
@@ -586,7 +587,7 @@ __global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, con
 
 /* dx of one row per block, nrm and w * dy held in registers as in the forward. */
 __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const float *x, const float *mean,
-					    const float *rstd, const float *w, int64_t c4, bool al)
+					    const float *rstd, const float *w, const float *residual, int64_t c4, bool al)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
@@ -619,6 +620,10 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const fl
 			o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
 			o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
 			o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
+			if (residual) {
+				float4 q = ld4(residual + r * c4 * 4, i, al);
+				o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
+			}
 			st4(dxr, i, o, al);
 		}
 	}
@@ -815,7 +820,8 @@ extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float
 }
 
 extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-				      const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
+				      const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
+				      const float *residual)
 {
 	const char *op = "layernorm_bwd";
 	int rc;
@@ -824,13 +830,13 @@ extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float 
 	if (rows > 0 && cols > 0) {
 		unsigned lt;
 		if (ln_vec_threads(cols, &lt)) {
-			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, NULL, NULL);
-			layernorm_bwd_dx_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, cols / 4,
-										     al);
+			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
+			layernorm_bwd_dx_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, residual,
+										     cols / 4, al);
 			rc = qe__cuda_launched(op, "layernorm_bwd_dx_vec_kernel");
 		} else {
 			layernorm_bwd_dx_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd, w,
-												  cols);
+												  residual, cols);
 			rc = qe__cuda_launched(op, "layernorm_bwd_dx_kernel");
 		}
 		if (rc)
