@@ -10,7 +10,8 @@
 # last and writes results.json into OUT_DIR.
 # PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, fuse, big (default: all).
 # fuse: QE_FUSE=1 (producers inside their consumers: layernorms inside the input casts, FC1's
-#       bias and GELU inside FC2's input cast and gelu_bwd, the projection's and FC2's biases
+#       bias and GELU inside FC2's input cast, GELU's backward inside FC1's dY cast, the
+#       projection's and FC2's biases
 #       inside residual_add, bias gradients inside the dY casts, the backward's residual adds
 #       inside layernorm_bwd) against the unfused ops: byte-identical runs on tiny (fp8, bf16,
 #       --pp 2 graph) and on a 2-layer gpt2 shape (batch 2, seq 512, flash), then gpt2 b16
@@ -101,7 +102,7 @@ if has dp; then
 fi
 
 # 4d. QE_FUSE=1 must give the unfused bytes on the GPU too (its kernels: cuda_fp8.cu's cast
-# prologue and column sums, cuda_kernels.cu's gelu_bwd with a bias, residual_add, the
+# prologue (layernorm, bias, GELU, GELU backward) and column sums, cuda_kernels.cu's residual_add, the
 # layernorm kernels without y and with a residual), then what it saves
 if has fuse; then
   for prec in fp8 bf16; do

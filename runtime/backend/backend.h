@@ -86,17 +86,22 @@ typedef struct qe_cast_args {
 	 * pre_gelu, and that v is what the cast records and rounds.  The bytes,
 	 * amax included, are those of the unfused ops - layernorm_fwd into a
 	 * buffer, gemm's bias add, gelu_fwd - followed by the plain cast.
+	 * The GELU backward instead (pre_dgelu, [rows, cols] like x; not with
+	 * pre_ln or pre_gelu): x is the gradient of GELU's output and pre_dgelu
+	 * GELU's input, whose bias pre_bias (if any) is added to it first:
+	 * v = gelu_bwd's dx, the bytes of gelu_bwd(dx, pre_dgelu, x, pre_bias).
 	 */
 	struct {
 		const float *mean, *rstd, *w, *b;
 	} pre_ln;
 	const float *pre_bias;
 	int pre_gelu;
+	const float *pre_dgelu;
 	/*
-	 * colsum (optional, [cols]): overwritten with the column sums of x in
-	 * colsum.h's order - the bytes bias_grad(colsum, x, rows, cols) writes -
-	 * so the backward's bias gradient needs no pass of its own over dY.
-	 * Not with a prologue (QE_EINVAL).
+	 * colsum (optional, [cols]): overwritten with the column sums of v (x
+	 * after the prologue) in colsum.h's order - the bytes
+	 * bias_grad(colsum, v, rows, cols) writes - so the backward's bias
+	 * gradient needs no pass of its own over dY.
 	 */
 	float *colsum;
 } qe_cast_args;

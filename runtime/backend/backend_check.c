@@ -183,9 +183,9 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
 	if (a->row.data && a->col.data && a->row.data == a->col.data)
 		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
-	if (a->colsum && (a->pre_ln.mean || a->pre_bias || a->pre_gelu))
-		return qe_fail(QE_EINVAL, "cast: column sums (colsum) of x %s together with a prologue (pre_ln, pre_bias, "
-			       "pre_gelu)", dx);
+	if (a->pre_dgelu && (a->pre_ln.mean || a->pre_gelu))
+		return qe_fail(QE_EINVAL, "cast: the GELU backward prologue (pre_dgelu) of x %s together with pre_ln or "
+			       "pre_gelu", dx);
 	if (a->pre_ln.mean && (!a->pre_ln.rstd || !a->pre_ln.w || !a->pre_ln.b))
 		return qe_fail(QE_EINVAL, "cast: layernorm prologue of x %s without rstd, w or b", dx);
 	/* with no output written, the cast still scales by the described FP8 dtype (and records amax) */

@@ -68,8 +68,9 @@ struct qe_stage {
 	 * QE_FUSE=1: producers fused into their consumers.  Each layernorm
 	 * before a linear writes its statistics alone and the linear's input
 	 * cast normalizes; the MLP's FC1 bias and GELU move into the cast of
-	 * FC2's input and gelu_bwd (fc1_out holds the GEMM's output without the
-	 * bias; no GELU output is written); the attention projection's and
+	 * FC2's input, and GELU's backward into the cast of FC1's dY (fc1_out
+	 * holds the GEMM's output without the bias; neither GELU's output nor
+	 * its input gradient is written); the attention projection's and
 	 * FC2's biases into the residual adds (residual_add); each bias
 	 * gradient is summed by the cast of its dY (no pass of its own); and
 	 * the backward's residual joins are added by the layernorm backward

@@ -261,7 +261,8 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	st->fuse = fuse && strcmp(fuse, "1") == 0;
 	if (st->fuse && stage == 0)
 		qe_log(QE_LOG_INFO, "QE_FUSE=1: layernorms inside the input casts, FC1's bias and GELU inside FC2's "
-				    "input cast and gelu_bwd, the projection's and FC2's biases inside the residual adds, "
+				    "input cast, GELU's backward inside FC1's dY cast, the projection's and FC2's biases "
+				    "inside the residual adds, "
 				    "bias gradients inside the dY casts, the backward's residual adds inside layernorm_bwd");
 	st->nlin = 4 * nblk + (st->last ? 1 : 0);
 	st->cap_params = 12 * nblk + 5;

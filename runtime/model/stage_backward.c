@@ -19,9 +19,12 @@ static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
  * Backward through linear `lin` given dy [N, out]: the bias gradient into
  * grad (microbatch buffer; fused: summed by the cast), dY quantized once
  * with the grad_output role (the transposed copy stays in the tape for dW),
- * and dx [N, in] = dY . W.
+ * and dx [N, in] = dY . W.  gelu_in (fused FC1 only): dy is the gradient of
+ * GELU's output and gelu_in its input without gelu_bias; the cast turns dy
+ * into GELU's input gradient as it loads it (qe_cast_args pre_dgelu).
  */
-static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *dy, float *dx, float *grad)
+static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *dy, float *dx, float *grad,
+				 const float *gelu_in, const float *gelu_bias)
 {
 	const qe_backend_ops *o = st->b->ops;
 	lin_info *L = &st->lin[lin];
@@ -32,6 +35,8 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 		QE_TRY(o->bias_grad(s, dbias, dy, N, L->out));
 	qe_cast_args ca = { 0 };
 	ca.colsum = st->fuse ? dbias : NULL;
+	ca.pre_dgelu = gelu_in;
+	ca.pre_bias = gelu_in ? gelu_bias : NULL;
 	ca.x = f32_2d(st, dy, N, L->out);
 	ca.row = qe__stage_ws_row(st, lt->dyq_col.dtype, N, L->out);
 	ca.row.scale_inv = lt->dy_sinv;
@@ -76,11 +81,15 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 	/* MLP half */
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, (float *)dx_out, st->ws_big[0], grad));
-	/* fused: fc1_out lacks FC1's bias, which gelu_bwd adds as the GEMM would have */
-	const float *fc1_bias = st->fuse ? qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1) : NULL;
-	QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], fc1_bias, N * c->ffn, c->ffn));
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, (float *)dx_out, st->ws_big[0], grad, NULL, NULL));
+	if (st->fuse) {
+		/* FC1's dY cast runs GELU's backward itself (fc1_out lacks FC1's bias, which it adds first) */
+		QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[0], st->ws_h[0], grad, bt->fc1_out,
+					     qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1)));
+	} else {
+		QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], NULL, N * c->ffn, c->ffn));
+		QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad, NULL, NULL));
+	}
 	/* d x_mid (ws_h[2]) = dx_out + the gradient through LN2 */
 	float *dw2 = grad + pi[bk->ln2w].grad_offset, *db2 = grad + pi[bk->ln2b].grad_offset;
 	const float *w2 = P + pi[bk->ln2w].offset;
@@ -93,9 +102,9 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 		QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], N * H));
 	}
 	/* attention half */
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad, NULL, NULL));
 	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt));
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad, NULL, NULL));
 	/* dx_in = d x_mid + the gradient through LN1 */
 	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;
 	const float *w1 = P + pi[bk->ln1w].offset;
@@ -161,7 +170,7 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 
 	if (st->last) {
 		/* dlogits were written over the logits by the loss in F */
-		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, t->logits, st->ws_g[0], grad));
+		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, t->logits, st->ws_g[0], grad, NULL, NULL));
 		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
 				     st->ws_g[0], t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
 				     N, H, NULL));

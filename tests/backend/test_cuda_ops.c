@@ -1128,6 +1128,89 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 	}
 }
 
+/*
+ * The GELU backward prologue on the GPU, with the column sums of its values:
+ * the bytes of gelu_bwd into a buffer, bias_grad of it and the plain cast,
+ * through the four-wide kernel (partials in the tile) and the fallback
+ * (odd shapes and f32: v made in scratch, summed, then cast).
+ */
+static void test_fused_dgelu(qe_rng *r)
+{
+	static const struct {
+		int rows, cols;
+		qe_dtype dt;
+		int current;
+	} cases[] = {
+		{ 256, 3072, QE_E5M2, 0 }, { 200, 64, QE_E5M2, 1 }, { 200, 68, QE_BF16, 0 },
+		{ 33, 17, QE_E5M2, 0 },	   { 64, 256, QE_F32, 0 },  { 33, 17, QE_F32, 0 },
+	};
+	printf("cast with the GELU backward prologue\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
+		qe_dtype dt = cases[ci].dt;
+		size_t esz = qe_dtype_size(dt);
+		fresh_stream();
+		float *hdy = rnd(r, n, 1.0f), *hu = rnd(r, n, 2.0f), *hb = rnd(r, C, 0.5f);
+		void *gdy, *gu, *gb;
+		float *cdy = pair(hdy, n * 4, &gdy), *cu = pair(hu, n * 4, &gu), *cb = pair(hb, C * 4, &gb);
+		void *gv = g_mem(n * 4), *gsum[2] = { g_mem(C * 4), g_mem(C * 4) };
+		void *grow[2], *gcol[2], *grole[2];
+		float role[3] = { 0.25f, 37.5f, 0.0f };
+		for (int k = 0; k < 2; k++) {
+			grow[k] = g_mem(n * esz + 1);
+			gcol[k] = g_mem(n * esz + 1);
+			grole[k] = g_mem(sizeof(role));
+			up(grole[k], role, sizeof(role));
+		}
+		CHECK_OK(K.go->gelu_bwd(K.gs, gv, gu, gdy, gb, n, C));
+		CHECK_OK(K.go->bias_grad(K.gs, gsum[0], gv, R, C));
+		for (int k = 0; k < 2; k++) { /* 0: gelu_bwd's buffer cast, 1: the prologue */
+			qe_cast_args a = { .x = qe_tensor_2d(k ? gdy : gv, QE_F32, QE_DEV_CUDA, R, C),
+					   .row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C),
+					   .col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R),
+					   .scale = (float *)grole[k] + 1,
+					   .amax = grole[k],
+					   .scale_inv = (float *)grole[k] + 2,
+					   .current = cases[ci].current,
+					   .pre_bias = k ? gb : NULL,
+					   .pre_dgelu = k ? gu : NULL,
+					   .colsum = k ? gsum[1] : NULL };
+			CHECK_OK(K.go->cast(K.gs, &a));
+		}
+		char what[96];
+		const char *nm = qe_dtype_name(dt), *cur = cases[ci].current ? " current" : "";
+		void *h[2];
+		for (int part = 0; part < 4; part++) {
+			size_t nb = part == 3 ? (size_t)C * 4 : part == 2 ? sizeof(role) : (size_t)n * esz;
+			for (int k = 0; k < 2; k++) {
+				void *src = part == 0 ? grow[k] : part == 1 ? gcol[k] : part == 2 ? grole[k] : gsum[k];
+				h[k] = fetch(src, nb);
+			}
+			static const char *parts[] = { "row", "col", "amax/scale", "sums" };
+			snprintf(what, sizeof(what), "dgelu cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
+				 parts[part]);
+			same_bytes(what, h[0], h[1], nb);
+			free(h[0]);
+			free(h[1]);
+		}
+		for (int k = 0; k < 2; k++) {
+			K.go->free(K.gb, grow[k]);
+			K.go->free(K.gb, gcol[k]);
+			K.go->free(K.gb, grole[k]);
+			K.go->free(K.gb, gsum[k]);
+		}
+		void *gbufs[] = { gdy, gu, gb, gv };
+		for (int i = 0; i < 4; i++)
+			K.go->free(K.gb, gbufs[i]);
+		K.co->free(K.cb, cdy);
+		K.co->free(K.cb, cu);
+		K.co->free(K.cb, cb);
+		free(hdy);
+		free(hu);
+		free(hb);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -1965,6 +2048,7 @@ int main(void)
 	test_fused(&r);
 	test_fused_colsum(&r);
 	test_fused_ln(&r);
+	test_fused_dgelu(&r);
 	test_layernorm_bwd_residual(&r);
 	test_residual_add(&r);
 	printf("layernorm\n");

@@ -19,7 +19,10 @@
  *    gelu_bwd of x; a bias over columns that do not tile n is refused;
  *  - a cast's column sums (colsum) == bias_grad of x, with the codes of the
  *    cast without them, for every output dtype, on row counts that fill and
- *    cut colsum.h's row groups; refused together with a prologue;
+ *    cut colsum.h's row groups;
+ *  - the GELU backward prologue (pre_dgelu, with and without pre_bias) ==
+ *    gelu_bwd into a buffer then the plain cast, its column sums ==
+ *    bias_grad of that buffer; refused together with pre_gelu;
  *  - residual_add == b + bias (gemm's add) then add, also in place over a
  *    and over b; a NULL bias is refused;
  *  - layernorm_bwd with a residual == layernorm_bwd then add(residual, dx),
@@ -219,18 +222,6 @@ static void test_cast_colsum(int64_t R, int64_t C)
 		free_out(&f);
 		free_out(&u);
 	}
-	/* with a prologue: refused, on a stream of its own */
-	qe_stream *s2 = NULL;
-	CHECK_OK(K.o->stream_create(K.b, &s2));
-	qe_cast_args a = { .x = qe_tensor_2d(x, QE_F32, QE_DEV_CPU, R, C),
-			   .row = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, R, C),
-			   .col = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, C, R),
-			   .pre_gelu = 1,
-			   .colsum = got };
-	int rc = K.o->cast(s2, &a);
-	CHECK(rc == QE_EINVAL, "cast with colsum and a prologue: rc %d, want QE_EINVAL", rc);
-	qe_clear_error();
-	K.o->stream_destroy(s2);
 	K.o->free(K.b, x);
 	K.o->free(K.b, want);
 	K.o->free(K.b, got);
@@ -306,6 +297,74 @@ static void test_layernorm_bwd_residual(int64_t R, int64_t C)
 		K.o->free(K.b, bufs[i]);
 }
 
+static void test_cast_dgelu(int64_t R, int64_t C)
+{
+	int64_t n = R * C;
+	float *dy = bk_f32(&K, n), *u = bk_f32(&K, n), *bias = bk_f32(&K, C), *v = bk_f32(&K, n);
+	float *want = bk_f32(&K, C), *got = bk_f32(&K, C);
+	fill_normal(dy, n, &rng, 1.0f);
+	fill_normal(u, n, &rng, 2.0f);
+	fill_normal(bias, C, &rng, 0.5f);
+	const qe_dtype dts[] = { QE_F32, QE_BF16, QE_E5M2 };
+	int cases = 0;
+	for (int wb = 0; wb < 2; wb++) {
+		const float *pb = wb ? bias : NULL;
+		CHECK_OK(K.o->gelu_bwd(K.s, v, u, dy, pb, n, C));
+		CHECK_OK(K.o->bias_grad(K.s, want, v, R, C));
+		for (size_t d = 0; d < sizeof(dts) / sizeof(*dts); d++) {
+			for (int current = 0; current <= qe_dtype_is_fp8(dts[d]); current++) {
+				size_t nb = (size_t)n * qe_dtype_size(dts[d]);
+				cast_out f, ref;
+				f.row = bk_bytes(&K, nb);
+				f.col = bk_bytes(&K, nb);
+				f.meta[0] = 37.0f;
+				f.meta[1] = 0.5f;
+				f.meta[2] = 0.0f;
+				memset(got, 0xff, (size_t)C * sizeof(float));
+				qe_cast_args a = { .x = qe_tensor_2d(dy, QE_F32, QE_DEV_CPU, R, C),
+						   .row = qe_tensor_2d(f.row, dts[d], QE_DEV_CPU, R, C),
+						   .col = qe_tensor_2d(f.col, dts[d], QE_DEV_CPU, C, R),
+						   .scale = &f.meta[0],
+						   .amax = &f.meta[1],
+						   .scale_inv = &f.meta[2],
+						   .current = current,
+						   .margin = 1,
+						   .pre_bias = pb,
+						   .pre_dgelu = u,
+						   .colsum = got };
+				CHECK_OK(K.o->cast(K.s, &a));
+				run_cast(v, R, C, dts[d], current, 1, 1, NULL, NULL, 0, &ref);
+				char what[96];
+				snprintf(what, sizeof(what), "dgelu cast [%lld,%lld] %s%s%s", (long long)R, (long long)C,
+					 qe_dtype_name(dts[d]), current ? " current" : "", pb ? " bias" : "");
+				CHECK_BYTES(f.row, ref.row, nb, what);
+				CHECK_BYTES(f.col, ref.col, nb, what);
+				CHECK_BYTES(f.meta, ref.meta, sizeof(f.meta), what);
+				CHECK_BYTES(got, want, (size_t)C * sizeof(float), what);
+				free_out(&f);
+				free_out(&ref);
+				cases++;
+			}
+		}
+	}
+	printf("dgelu cast [%lld,%lld]: %d cases == gelu_bwd, bias_grad and the plain cast\n", (long long)R, (long long)C,
+	       cases);
+	qe_stream *s2 = NULL;
+	CHECK_OK(K.o->stream_create(K.b, &s2));
+	qe_cast_args a = { .x = qe_tensor_2d(dy, QE_F32, QE_DEV_CPU, R, C),
+			   .row = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, R, C),
+			   .col = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, C, R),
+			   .pre_gelu = 1,
+			   .pre_dgelu = u };
+	int rc = K.o->cast(s2, &a);
+	CHECK(rc == QE_EINVAL, "cast with pre_dgelu and pre_gelu: rc %d, want QE_EINVAL", rc);
+	qe_clear_error();
+	K.o->stream_destroy(s2);
+	float *bufs[] = { dy, u, bias, v, want, got };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
+}
+
 int main(void)
 {
 	qe_rng_init(&rng, SEED);
@@ -319,6 +378,8 @@ int main(void)
 	test_cast_colsum(200, 20); /* row groups of 64, 64, 64 and 8 */
 	test_cast_colsum(13, 7);
 	test_cast_colsum(64, 12);
+	test_cast_dgelu(200, 20);
+	test_cast_dgelu(13, 7);
 	test_residual_add(24, 20);
 	test_residual_add(13, 7);
 	test_layernorm_bwd_residual(24, 20);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # QE_FUSE=1 (issue 20): producers run inside their consumers - each layernorm before a linear
 # writes its statistics alone and the linear's input cast normalizes; FC2's input cast applies FC1's
-# bias + GELU as a prologue and gelu_bwd adds that bias, so no GELU output is written and
-# FC1's GEMM adds no bias; the projection's and FC2's biases are added by residual_add; each
+# bias + GELU as a prologue and FC1's dY cast runs GELU's backward (adding that bias to
+# fc1_out first), so neither GELU's output nor its input gradient is written and FC1's GEMM
+# adds no bias; the projection's and FC2's biases are added by residual_add; each
 # bias gradient is summed by the cast of its dY; the backward's residual joins are added by
 # layernorm_bwd.  The promise is the bits of the unfused ops:
 #  1. each configuration trained with and without QE_FUSE=1 gives identical fingerprints in

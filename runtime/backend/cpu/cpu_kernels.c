@@ -83,8 +83,9 @@ static void transpose_f32(float *dst, const float *src, int64_t rows, int64_t co
 /*
  * The cast's prologue into the scratch: the layernorm with the saved
  * statistics (layernorm_fwd's expression), x + pre_bias[c] (gemm's f32
- * add), then gelu_fwd, the very functions the unfused ops run; returns the
- * buffer or NULL (out of memory, said).
+ * add), then gelu_fwd - or gelu_bwd with x as the gradient - the very
+ * functions the unfused ops run; returns the buffer or NULL (out of memory,
+ * said).
  */
 static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int64_t rows, int64_t cols)
 {
@@ -93,6 +94,10 @@ static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int
 	float *v = qe_cpu_scratch_get(sc, 0, (size_t)n);
 	if (!v)
 		return NULL;
+	if (a->pre_dgelu) {
+		qe_cpu_gelu_bwd(v, a->pre_dgelu, x, a->pre_bias, n, cols);
+		return v;
+	}
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t c = 0; c < cols; c++) {
 			float e = x[r * cols + c];
@@ -113,7 +118,7 @@ int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a)
 	int64_t cols = a->x.ndim > 0 ? a->x.shape[a->x.ndim - 1] : 1;
 	int64_t n = qe_tensor_numel(&a->x);
 	int64_t rows = cols > 0 ? n / cols : 0;
-	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu) && !(x = cast_prologue(sc, a, rows, cols)))
+	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu) && !(x = cast_prologue(sc, a, rows, cols)))
 		return QE_ENOMEM;
 
 	/* max|x| of this tensor; a NaN anywhere makes it NaN (TE's torch.amax). */

@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <float.h>
+#include <string.h>
 
 #include "runtime/backend/cuda/cuda_gelu.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
@@ -87,15 +88,25 @@ typedef struct cast_pre {
 	const float *mean, *rstd, *w, *b; /* layernorm: mean NULL for none */
 	const float *bias;                /* [cols] or NULL */
 	int gelu;
+	const float *dgelu;               /* GELU backward: GELU's input [rows, cols], x its output's gradient */
+	int64_t cols;
 } cast_pre;
 
 __device__ __forceinline__ bool pre_none(const cast_pre &p)
 {
-	return !p.mean && !p.bias && !p.gelu;
+	return !p.mean && !p.bias && !p.gelu && !p.dgelu;
+}
+
+/* gelu_bwd_kernel's expression: dx = gelu'(u (+ bias)) * v */
+__device__ __forceinline__ float pre_dgelu1(const cast_pre &p, float u, float v, int64_t c)
+{
+	return gelu_bwd1(p.bias ? u + p.bias[c] : u, v);
 }
 
 __device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r, int64_t c)
 {
+	if (p.dgelu)
+		return pre_dgelu1(p, p.dgelu[r * p.cols + c], v, c);
 	if (p.mean)
 		v = (p.rstd[r] * (v - p.mean[r])) * p.w[c] + p.b[c];
 	if (p.bias)
@@ -107,8 +118,21 @@ __device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, int64_
 {
 	if (pre_none(p))
 		return v;
+	if (p.dgelu) { /* 16-byte aligned with x (the launcher checks) */
+		float4 u = *(const float4 *)(p.dgelu + r * p.cols + c);
+		return make_float4(pre_dgelu1(p, u.x, v.x, c), pre_dgelu1(p, u.y, v.y, c + 1),
+				   pre_dgelu1(p, u.z, v.z, c + 2), pre_dgelu1(p, u.w, v.w, c + 3));
+	}
 	return make_float4(pre_apply(p, v.x, r, c), pre_apply(p, v.y, r, c + 1), pre_apply(p, v.z, r, c + 2),
 			   pre_apply(p, v.w, r, c + 3));
+}
+
+/* v = x after the prologue, into a buffer (the cast's fallback when it must also sum columns of v). */
+__global__ void pre_materialize_kernel(float *__restrict__ v, const float *__restrict__ x, int64_t n, int64_t cols,
+				       cast_pre pre)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		v[i] = pre_apply(pre, x[i], i / cols, i % cols);
 }
 
 /* amax of a whole tensor [n / cols, cols], after the prologue, into *target (current scaling's first pass). */
@@ -417,20 +441,44 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 			       (long long)cols);
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
-	cast_pre pre = { a->pre_ln.mean, a->pre_ln.rstd, a->pre_ln.w, a->pre_ln.b, a->pre_bias, a->pre_gelu };
+	cast_pre pre = { a->pre_ln.mean, a->pre_ln.rstd, a->pre_ln.w, a->pre_ln.b, a->pre_bias, a->pre_gelu,
+			 a->pre_dgelu, cols };
 	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT));
 	int is_fp8 = qe_dtype_is_fp8(fmt), esz = fmt == QE_BF16 ? 8 : 4; /* alignment of four codes */
 	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 &&
-		   (uintptr_t)a->row.data % esz == 0 && (uintptr_t)a->col.data % esz == 0 && (rows + VT - 1) / VT <= 65535;
+		   (uintptr_t)a->pre_dgelu % 16 == 0 && (uintptr_t)a->row.data % esz == 0 &&
+		   (uintptr_t)a->col.data % esz == 0 && (rows + VT - 1) / VT <= 65535;
+	int prologue = a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu;
 	/*
 	 * Column sums: in the four-wide kernel when it runs (a tile is a row
-	 * group), else their own pass over x first (bias_grad's kernels).
+	 * group); else their own pass over x first (bias_grad's kernels), or,
+	 * with a prologue, over v made in the stream's scratch, which the cast
+	 * then rounds without the prologue.
 	 */
 	float *part = NULL;
 	int rc;
 	if (a->colsum && rows > 0 && cols > 0 && wide) {
 		if ((rc = qe__cuda_scratch(s, (size_t)(qe_colsum_groups(rows) * cols) * sizeof(float), op, (void **)&part)))
 			return rc;
+	} else if (a->colsum && prologue && rows > 0 && cols > 0) {
+		int64_t n = rows * cols;
+		float *v = NULL;
+		size_t bytes = (size_t)(n + qe_colsum_groups(rows) * cols) * sizeof(float);
+		if ((rc = qe__cuda_scratch(s, bytes, op, (void **)&v)))
+			return rc;
+		int64_t nb = (n + 255) / 256;
+		pre_materialize_kernel<<<(unsigned)(nb > 4096 ? 4096 : nb), 256, 0, s->cs>>>(v, x, n, cols, pre);
+		if ((rc = qe__cuda_launched(op, "pre_materialize_kernel")) ||
+		    (rc = qe__cuda_colsum_with(s, op, a->colsum, v, rows, cols, v + n)))
+			return rc;
+		qe_cast_args plain = *a;
+		plain.x.data = v;
+		memset(&plain.pre_ln, 0, sizeof(plain.pre_ln));
+		plain.pre_bias = NULL;
+		plain.pre_gelu = 0;
+		plain.pre_dgelu = NULL;
+		plain.colsum = NULL;
+		return qe__cuda_cast(s, &plain);
 	} else if (a->colsum && (rc = qe__cuda_bias_grad(s, a->colsum, x, rows, cols))) {
 		return rc;
 	}

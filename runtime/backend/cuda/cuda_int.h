@@ -123,6 +123,9 @@ int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, i
  * cast's, cuda_fp8.cu).
  */
 int qe__cuda_colsum_finish(qe_stream *s, const char *op, float *db, const float *pb, int64_t groups, int64_t cols);
+/* bias_grad's column sums of dy into db with the partials in part (qe_colsum_groups(rows) x cols floats). */
+int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, const float *dy, int64_t rows, int64_t cols,
+			 float *part);
 int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
 		      int64_t cols);

@@ -737,6 +737,9 @@ extern "C" int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int6
  * gradient into dw, in colsum.h's order; the partials live in the stream's
  * scratch.
  */
+static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const float *dy, const float *x,
+		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part);
+
 static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, const float *dy, const float *x,
 			 const float *mean, const float *rstd, int64_t rows, int64_t cols)
 {
@@ -745,6 +748,23 @@ static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, con
 	int rc = qe__cuda_scratch(s, (size_t)(x ? 2 : 1) * (size_t)(groups * cols) * sizeof(float), op, (void **)&part);
 	if (rc)
 		return rc;
+	return colsum_run(s, op, dw, db, dy, x, mean, rstd, rows, cols, part);
+}
+
+extern "C" int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, const float *dy, int64_t rows,
+				    int64_t cols, float *part)
+{
+	if (cols == 0)
+		return QE_OK;
+	return colsum_run(s, op, NULL, db, dy, NULL, NULL, NULL, rows, cols, part);
+}
+
+/* colsum_launch's kernels over the partials buffer part (groups x cols floats, twice with x). */
+static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const float *dy, const float *x,
+		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part)
+{
+	int rc;
+	int64_t groups = qe_colsum_groups(rows);
 	if ((cols + COL_THREADS - 1) / COL_THREADS > INT32_MAX ||
 	    (groups + COL_GROUPS_PER_BLOCK - 1) / COL_GROUPS_PER_BLOCK > 65535)
 		return qe_fail(QE_EUNSUPPORTED, "%s: column sums of %lld x %lld", op, (long long)rows, (long long)cols);
