@@ -200,20 +200,29 @@ static size_t layout_cache(qe_stage *st, char *base)
 	return cv.off;
 }
 
+/*
+ * The workspace: activations' scratch, and ws_q, the row-wise copy of the
+ * widest GEMM operand (up to the padded vocabulary), in the operands' own
+ * element size (1 byte under FP8: the logits' gradient alone would take
+ * N x vpad x 4 bytes in f32).  Fused (QE_FUSE=1), nothing writes GELU's
+ * input gradient, so ws_big[1] is not laid out.
+ */
 static size_t layout_workspace(qe_stage *st, char *base)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = st->N, H = c->hidden;
 	int64_t wide = 3 * H > c->ffn ? 3 * H : c->ffn;
 	int64_t qwide = wide > st->vpad ? wide : st->vpad;
+	size_t in_sz = qe_dtype_size(role_dtype(st, QE_ROLE_INPUT)), go_sz = qe_dtype_size(role_dtype(st, QE_ROLE_GRAD_OUTPUT));
 	carver cv = { base, 0 };
 	for (int i = 0; i < 3; i++)
 		st->ws_h[i] = carve(&cv, T * H * 4);
 	for (int i = 0; i < 2; i++)
 		st->ws_g[i] = carve(&cv, T * H * 4);
-	for (int i = 0; i < 2; i++)
+	st->ws_big[1] = NULL;
+	for (int i = 0; i < (st->fuse ? 1 : 2); i++)
 		st->ws_big[i] = carve(&cv, T * wide * 4);
-	st->ws_q = carve(&cv, T * qwide * 4);
+	st->ws_q = carve(&cv, (size_t)(T * qwide) * (in_sz > go_sz ? in_sz : go_sz));
 	return cv.off;
 }
 
