@@ -128,6 +128,10 @@ int cli_train_main(int argc, char **argv)
 		       a.cfg.micro, qe_sched_kind_name(a.cfg.schedule), qe_sched_backward_name(a.cfg.backward),
 		       qe_exec_name(a.cfg.exec), qe_grad_name(a.cfg.grad), qe_prec_mode_name(a.cfg.prec.mode),
 		       (long long)a.cfg.steps, a.cfg.run_dir[0] ? ", run " : "", a.cfg.run_dir);
+		/* which tokens: a run without --data and without the shared corpus trains on the built-in text */
+		printf("data: %s (%lld training tokens, %lld held out)%s%s%s\n", data.path, (long long)data.ntrain,
+		       (long long)data.nheldout, a.cfg.data[0] ? "" : ": no --data given and no corpus at ",
+		       a.cfg.data[0] ? "" : cli_shared_dir(), a.cfg.data[0] ? "" : "/data/brown.jsonl");
 		fflush(stdout);
 	}
 	rc = cli_run_job("train", &job, a.nproc);
