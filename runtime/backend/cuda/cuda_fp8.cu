@@ -21,10 +21,12 @@
  * update runs one CUDA block per role block, so fp8_update_many updates a
  * whole action's roles in one launch with the single update's per-block code.
  *
- * The cast's prologue (qe_cast_args pre_bias, pre_gelu) transforms each
- * element as it is loaded, with the expressions of gemm's bias add and of
- * gelu_fwd (cuda_gelu.cuh), so a fused cast writes what the unfused ops
- * would have: FC1's bias and GELU never make a pass of their own.
+ * The cast's prologue (qe_cast_args pre_ln, pre_bias, pre_gelu, pre_dgelu)
+ * transforms each element as it is loaded, with the expressions of the
+ * layernorm kernels, gemm's bias add, gelu_fwd and gelu_bwd (cuda_gelu.cuh),
+ * so a fused cast writes what the unfused ops would have; with colsum the
+ * four-wide kernel also writes each 64-row tile's partial column sums of
+ * those values (a tile is one row group of colsum.h), which colsum_fin adds.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
