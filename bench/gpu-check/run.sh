@@ -11,12 +11,11 @@
 # PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, fuse, big (default: all).
 # fuse: QE_FUSE=1 (producers inside their consumers: layernorms inside the input casts, FC1's
 #       bias and GELU inside FC2's input cast, GELU's backward inside FC1's dY cast, the
-#       projection's and FC2's biases
-#       inside residual_add, bias gradients inside the dY casts, the backward's residual adds
-#       inside layernorm_bwd) against the unfused ops: byte-identical runs on tiny (fp8, bf16,
-#       --pp 2 graph) and on a 2-layer gpt2 shape (batch 2, seq 512, flash), then gpt2 b16
-#       tokens/s unfused and fused (bench step --pp 1, fp8 and bf16; needs DATA_DIR/*_train.bin,
-#       else skipped).
+#       projection's and FC2's biases inside residual_add, the QKV bias inside flash attention,
+#       bias gradients inside the dY casts, the backward's residual adds inside layernorm_bwd)
+#       against the unfused ops: byte-identical runs on tiny (fp8, bf16, --pp 2 graph) and on a
+#       2-layer gpt2 shape (batch 2, seq 512, flash), then gpt2 b16 tokens/s unfused and fused
+#       (bench step --pp 1, fp8 and bf16; needs DATA_DIR/*_train.bin, else skipped).
 # p2p: messages over the device links (NCCL) against QE_P2P=host, byte-identical runs.
 # dp: two data-parallel replicas (--pp 1 --dp 2, one per GPU, --check-replicas on) whose
 #     gradient sums go over NCCL, against the same run summed through the host comm.
@@ -103,7 +102,8 @@ fi
 
 # 4d. QE_FUSE=1 must give the unfused bytes on the GPU too (its kernels: cuda_fp8.cu's cast
 # prologue (layernorm, bias, GELU, GELU backward) and column sums, cuda_kernels.cu's residual_add, the
-# layernorm kernels without y and with a residual), then what it saves
+# layernorm kernels without y and with a residual, the flash operand copies with the QKV
+# bias), then what it saves
 if has fuse; then
   for prec in fp8 bf16; do
     run fuse-plain-$prec --precision $prec --exec graph --steps 10

@@ -292,11 +292,16 @@ typedef struct qe_backend_ops {
 	 * TF32) or QE_FLASH_BF16 (rounded to bf16, twice the products an
 	 * instruction); the sums are fp32 either way.  The cpu computes in fp32
 	 * whatever operands says (it checks that the value is known).
+	 * qkv_bias ([3H] or NULL): q, k and v are qkv + qkv_bias, column by
+	 * column, the bits of gemm's f32 bias add - so the QKV GEMM may leave its
+	 * bias to attention (cuda bf16 operands: added while the operands are
+	 * copied to bf16; TF32: a biased copy first).  Both ops must get the same.
 	 */
-	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-			      int64_t H, int nh, qe_flash_operands operands);
-	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-			      const float *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
+	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t batch,
+			      int64_t T, int64_t H, int nh, qe_flash_operands operands);
+	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
+			      const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
+			      qe_flash_operands operands);
 	/*
 	 * Softmax cross-entropy over the first `valid` columns of logits[T,V]
 	 * (1 <= valid <= V; columns valid..V-1 are vocabulary padding, masked:

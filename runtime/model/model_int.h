@@ -71,7 +71,8 @@ struct qe_stage {
 	 * FC2's input, and GELU's backward into the cast of FC1's dY (fc1_out
 	 * holds the GEMM's output without the bias; neither GELU's output nor
 	 * its input gradient is written); the attention projection's and
-	 * FC2's biases into the residual adds (residual_add); each bias
+	 * FC2's biases into the residual adds (residual_add), the QKV bias into
+	 * flash attention's reads of qkv (qe__stage_qkv_bias); each bias
 	 * gradient is summed by the cast of its dY (no pass of its own); and
 	 * the backward's residual joins are added by the layernorm backward
 	 * that produces one of their terms.  The same bits as the unfused ops (backend.h, qe_cast_args);
@@ -118,6 +119,15 @@ static inline const float *qe__stage_lin_bias(const qe_stage *st, int lin)
 {
 	int b = st->lin[lin].bias;
 	return b >= 0 ? st->param_buf + st->params[b].offset : NULL;
+}
+
+/*
+ * The QKV bias that flash attention adds as it reads qkv (fused: the QKV GEMM
+ * leaves it out), or NULL when the GEMM adds it (unfused, or the probs path).
+ */
+static inline const float *qe__stage_qkv_bias(const qe_stage *st, int qkv_lin)
+{
+	return st->fuse && st->flash ? qe__stage_lin_bias(st, qkv_lin) : NULL;
 }
 
 /* Scratch for the row-wise copy of a GEMM operand (stage_forward.c). */

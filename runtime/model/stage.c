@@ -271,7 +271,7 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	if (st->fuse && stage == 0)
 		qe_log(QE_LOG_INFO, "QE_FUSE=1: layernorms inside the input casts, FC1's bias and GELU inside FC2's "
 				    "input cast, GELU's backward inside FC1's dY cast, the projection's and FC2's biases "
-				    "inside the residual adds, "
+				    "inside the residual adds, the QKV bias inside flash attention, "
 				    "bias gradients inside the dY casts, the backward's residual adds inside layernorm_bwd");
 	st->nlin = 4 * nblk + (st->last ? 1 : 0);
 	st->cap_params = 12 * nblk + 5;

@@ -49,14 +49,15 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 }
 
 /* Attention backward of every sequence of the microbatch (flash: one op over the batch). */
-static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const float *dout, const block_tape *bt)
+static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const float *dout, const block_tape *bt,
+			      int qkv_lin)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
 	const float *qkv = bt->qkv, *probs = bt->probs;
 	if (st->flash)
-		return st->b->ops->attn_flash_bwd(s, dqkv, dout, qkv, bt->att, bt->probs, c->batch, T, H, c->heads,
-						  qe__stage_flash_operands(st));
+		return st->b->ops->attn_flash_bwd(s, dqkv, dout, qkv, qe__stage_qkv_bias(st, qkv_lin), bt->att,
+						  bt->probs, c->batch, T, H, c->heads, qe__stage_flash_operands(st));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_bwd(s, dqkv + b * T * 3 * H, dout + b * T * H, qkv + b * T * 3 * H,
 					    probs + (int64_t)b * c->heads * T * T, T, H, c->heads));
@@ -103,7 +104,7 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	}
 	/* attention half */
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad, NULL, NULL));
-	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt));
+	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad, NULL, NULL));
 	/* dx_in = d x_mid + the gradient through LN1 */
 	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;

@@ -151,7 +151,7 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
  * the batch, its output kept in the tape (att) for the backward; probs: per
  * sequence, the output in out.  Returns where the output is.
  */
-static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, float *out, float **res)
+static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, int qkv_lin, float *out, float **res)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
@@ -159,8 +159,8 @@ static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, float *
 	const float *qkv = bt->qkv;
 	*res = st->flash ? bt->att : out;
 	if (st->flash)
-		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, qkv, c->batch, T, H, c->heads,
-						  qe__stage_flash_operands(st));
+		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, qkv, qe__stage_qkv_bias(st, qkv_lin), c->batch,
+						  T, H, c->heads, qe__stage_flash_operands(st));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_fwd(s, out + b * T * H, probs + (int64_t)b * c->heads * T * T, qkv + b * T * 3 * H,
 					    T, H, c->heads));
@@ -208,10 +208,11 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 	/* attention half */
-	QE_TRY(ln_linear_forward(st, s, t, bk->lin0 + QE_LIN_QKV, bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset,
-				 P + pi[bk->ln1b].offset, bt->qkv, record, 0));
+	int qkv = bk->lin0 + QE_LIN_QKV;
+	QE_TRY(ln_linear_forward(st, s, t, qkv, bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset,
+				 P + pi[bk->ln1b].offset, bt->qkv, record, qe__stage_qkv_bias(st, qkv) != NULL));
 	float *att;
-	QE_TRY(attention_forward(st, s, bt, st->ws_h[1], &att));
+	QE_TRY(attention_forward(st, s, bt, qkv, st->ws_h[1], &att));
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
 	fwd_fuse nob = { .no_bias = 1 };
 	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, st->fuse ? &nob : NULL));

@@ -1211,6 +1211,60 @@ static void test_fused_dgelu(qe_rng *r)
 	}
 }
 
+/*
+ * Flash attention with qkv_bias on the GPU: forward and backward give the
+ * bytes of the same op on qkv + bias (made on the host: one f32 add, as
+ * gemm's), for both operand kinds (bf16: added in the bf16 copy; TF32: a
+ * biased copy first).
+ */
+static void test_flash_qkv_bias(qe_rng *r)
+{
+	static const int cases[][4] = { { 2, 100, 64, 2 }, { 1, 64, 256, 4 } }; /* B, T, H, nh */
+	printf("flash attention with the QKV bias\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		int64_t B = cases[ci][0], T = cases[ci][1], H = cases[ci][2], N = B * T, n3 = N * 3 * H;
+		int nh = cases[ci][3];
+		float *hq = rnd(r, n3, 1.0f), *hb = rnd(r, 3 * H, 0.5f), *hdo = rnd(r, N * H, 1.0f);
+		float *hqb = malloc((size_t)n3 * 4);
+		for (int64_t i = 0; i < n3; i++)
+			hqb[i] = hq[i] + hb[i % (3 * H)];
+		for (int kind = 0; kind < 2; kind++) {
+			qe_flash_operands op = kind ? QE_FLASH_BF16 : QE_FLASH_TF32;
+			fresh_stream();
+			void *gq = g_mem(n3 * 4), *gb = g_mem(3 * H * 4), *gqb = g_mem(n3 * 4), *gdo = g_mem(N * H * 4);
+			void *go[2] = { g_mem(N * H * 4), g_mem(N * H * 4) }, *gl[2] = { g_mem(B * nh * T * 4), g_mem(B * nh * T * 4) };
+			void *gdq[2] = { g_mem(n3 * 4), g_mem(n3 * 4) };
+			up(gq, hq, n3 * 4);
+			up(gb, hb, 3 * H * 4);
+			up(gqb, hqb, n3 * 4);
+			up(gdo, hdo, N * H * 4);
+			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[0], gl[0], gqb, NULL, B, T, H, nh, op));
+			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[1], gl[1], gq, gb, B, T, H, nh, op));
+			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[0], gdo, gqb, NULL, go[0], gl[0], B, T, H, nh, op));
+			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[1], gdo, gq, gb, go[1], gl[1], B, T, H, nh, op));
+			void *pairs[3][2] = { { go[0], go[1] }, { gl[0], gl[1] }, { gdq[0], gdq[1] } };
+			size_t sizes[3] = { (size_t)N * H * 4, (size_t)B * nh * T * 4, (size_t)n3 * 4 };
+			static const char *nm[] = { "out", "lse", "dqkv" };
+			for (int p = 0; p < 3; p++) {
+				float *h0 = fetch(pairs[p][0], sizes[p]), *h1 = fetch(pairs[p][1], sizes[p]);
+				char what[96];
+				snprintf(what, sizeof(what), "flash qkv_bias %s B%lld T%lld H%lld %s", kind ? "bf16" : "tf32",
+					 (long long)B, (long long)T, (long long)H, nm[p]);
+				same_bytes(what, h0, h1, sizes[p]);
+				free(h0);
+				free(h1);
+			}
+			void *bufs[] = { gq, gb, gqb, gdo, go[0], go[1], gl[0], gl[1], gdq[0], gdq[1] };
+			for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+				K.go->free(K.gb, bufs[i]);
+		}
+		free(hq);
+		free(hb);
+		free(hdo);
+		free(hqb);
+	}
+}
+
 static void test_elementwise(qe_rng *r)
 {
 	printf("elementwise\n");
@@ -1448,11 +1502,11 @@ static void test_flash_operands(qe_rng *r, int B, int T, int H, int nh, qe_flash
 	pair(NULL, nq * 4, &gdq2);
 	pair(NULL, no * 4, &go3);
 	qe_flash_operands other = op == QE_FLASH_BF16 ? QE_FLASH_TF32 : QE_FLASH_BF16;
-	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go3, gl2, gq, B, T, H, nh, other));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, B, T, H, nh, op));
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go3, gl2, gq, NULL, B, T, H, nh, other));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op));
 	char what[112];
 	float *h = fetch(go, no * 4), *h2 = fetch(go2, no * 4), *h3 = fetch(go3, no * 4);
 	snprintf(what, sizeof(what), "flash_fwd %s B=%d T=%d H=%d nh=%d out", on, B, T, H, nh);
@@ -1480,9 +1534,9 @@ static void test_flash_operands(qe_rng *r, int B, int T, int H, int nh, qe_flash
 	/* backward from the cpu's out and lse on both sides */
 	up(go, co, no * 4);
 	up(gl, cl, nl * 4);
-	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, co, cl, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, go, gl, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, go, gl, B, T, H, nh, op));
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, NULL, co, cl, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, NULL, go, gl, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, NULL, go, gl, B, T, H, nh, op));
 	h = fetch(gdq, nq * 4);
 	h2 = fetch(gdq2, nq * 4);
 	snprintf(what, sizeof(what), "flash_bwd %s B=%d T=%d H=%d nh=%d dqkv", on, B, T, H, nh);
@@ -1504,12 +1558,12 @@ static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
 	void *gq, *go, *gl;
 	float *cq = pair(NULL, N * 3 * H * 4, &gq), *co = pair(NULL, N * H * 4, &go);
 	float *cl = pair(NULL, (int64_t)B * nh * T * 4, &gl);
-	int rc = K.go->attn_flash_fwd(K.gs, go, gl, gq, B, T, H, nh, (qe_flash_operands)7);
+	int rc = K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, (qe_flash_operands)7);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cuda: operand kind 7: got %s: %s",
 	      qe_errname(rc), qe_last_error());
 	qe_stream *cs = NULL; /* a stream of its own: the refusal fails it */
 	CHECK_OK(K.co->stream_create(K.cb, &cs));
-	rc = K.co->attn_flash_fwd(cs, co, cl, cq, B, T, H, nh, (qe_flash_operands)7);
+	rc = K.co->attn_flash_fwd(cs, co, cl, cq, NULL, B, T, H, nh, (qe_flash_operands)7);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cpu: operand kind 7: got %s: %s",
 	      qe_errname(rc), qe_last_error());
 	K.co->stream_destroy(cs);
@@ -2050,6 +2104,7 @@ int main(void)
 	test_fused_ln(&r);
 	test_fused_dgelu(&r);
 	test_layernorm_bwd_residual(&r);
+	test_flash_qkv_bias(&r);
 	test_residual_add(&r);
 	printf("layernorm\n");
 	test_layernorm_case(&r, 32, 64, 1);

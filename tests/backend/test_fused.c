@@ -26,7 +26,9 @@
  *  - residual_add == b + bias (gemm's add) then add, also in place over a
  *    and over b; a NULL bias is refused;
  *  - layernorm_bwd with a residual == layernorm_bwd then add(residual, dx),
- *    also in place over the residual, with the same dw and db.
+ *    also in place over the residual, with the same dw and db;
+ *  - flash attention forward and backward with qkv_bias == the same on
+ *    qkv + bias, both operand kinds.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -365,6 +367,40 @@ static void test_cast_dgelu(int64_t R, int64_t C)
 		K.o->free(K.b, bufs[i]);
 }
 
+static void test_flash_qkv_bias(int64_t B, int64_t T, int64_t H, int nh)
+{
+	int64_t N = B * T, n3 = N * 3 * H;
+	float *qkv = bk_f32(&K, n3), *bias = bk_f32(&K, 3 * H), *qb = bk_f32(&K, n3), *dout = bk_f32(&K, N * H);
+	float *o[2] = { bk_f32(&K, N * H), bk_f32(&K, N * H) }, *l[2] = { bk_f32(&K, B * nh * T), bk_f32(&K, B * nh * T) };
+	float *dq[2] = { bk_f32(&K, n3), bk_f32(&K, n3) };
+	fill_normal(qkv, n3, &rng, 1.0f);
+	fill_normal(bias, 3 * H, &rng, 0.5f);
+	fill_normal(dout, N * H, &rng, 1.0f);
+	for (int64_t i = 0; i < n3; i++)
+		qb[i] = qkv[i] + bias[i % (3 * H)];
+	const qe_flash_operands kinds[] = { QE_FLASH_TF32, QE_FLASH_BF16 };
+	for (int k = 0; k < 2; k++) {
+		CHECK_OK(K.o->attn_flash_fwd(K.s, o[0], l[0], qb, NULL, B, T, H, nh, kinds[k]));
+		CHECK_OK(K.o->attn_flash_fwd(K.s, o[1], l[1], qkv, bias, B, T, H, nh, kinds[k]));
+		CHECK_OK(K.o->attn_flash_bwd(K.s, dq[0], dout, qb, NULL, o[0], l[0], B, T, H, nh, kinds[k]));
+		CHECK_OK(K.o->attn_flash_bwd(K.s, dq[1], dout, qkv, bias, o[1], l[1], B, T, H, nh, kinds[k]));
+		CHECK_OK(K.o->stream_sync(K.s));
+		char what[96];
+		snprintf(what, sizeof(what), "flash qkv_bias B %lld T %lld H %lld kind %d", (long long)B, (long long)T,
+			 (long long)H, (int)kinds[k]);
+		CHECK_BYTES(o[1], o[0], (size_t)(N * H) * sizeof(float), what);
+		CHECK_BYTES(l[1], l[0], (size_t)(B * nh * T) * sizeof(float), what);
+		CHECK_BYTES(dq[1], dq[0], (size_t)n3 * sizeof(float), what);
+	}
+	/* the bias shows: attention of the unbiased qkv differs */
+	CHECK_OK(K.o->attn_flash_fwd(K.s, o[0], l[0], qkv, NULL, B, T, H, nh, QE_FLASH_TF32));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK(bytes_diff(o[0], o[1], (size_t)(N * H) * sizeof(float)) >= 0, "flash qkv_bias: the bias changed nothing");
+	float *bufs[] = { qkv, bias, qb, dout, o[0], o[1], l[0], l[1], dq[0], dq[1] };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+		K.o->free(K.b, bufs[i]);
+}
+
 int main(void)
 {
 	qe_rng_init(&rng, SEED);
@@ -384,6 +420,8 @@ int main(void)
 	test_residual_add(13, 7);
 	test_layernorm_bwd_residual(24, 20);
 	test_layernorm_bwd_residual(13, 7);
+	test_flash_qkv_bias(2, 40, 64, 4);
+	test_flash_qkv_bias(1, 17, 32, 1);
 	bk_close(&K);
 	return qe_test_done("backend_test_fused");
 }

@@ -3,7 +3,8 @@
 # writes its statistics alone and the linear's input cast normalizes; FC2's input cast applies FC1's
 # bias + GELU as a prologue and FC1's dY cast runs GELU's backward (adding that bias to
 # fc1_out first), so neither GELU's output nor its input gradient is written and FC1's GEMM
-# adds no bias; the projection's and FC2's biases are added by residual_add; each
+# adds no bias; the projection's and FC2's biases are added by residual_add, the QKV bias by
+# flash attention as it reads q, k and v; each
 # bias gradient is summed by the cast of its dY; the backward's residual joins are added by
 # layernorm_bwd.  The promise is the bits of the unfused ops:
 #  1. each configuration trained with and without QE_FUSE=1 gives identical fingerprints in
@@ -45,6 +46,8 @@ pair "fp8 pp1 full backward eager" --pp 1 --backward full --exec eager
 pair "fp8 interleaved pp2 dp2 graph" --pp 2 --dp 2 --exec graph
 pair "fp8 per-mb arena zbv pp2 graph" --pp 2 --schedule zbv --exec graph --arena per-mb
 pair "fp8 eval every 2" --pp 2 --eval-every 2 --eval-micro 2
+pair "bf16 flash attention pp2 graph" --precision bf16 --attention flash --pp 2 --exec graph
+pair "f32 flash attention zbv" --precision f32 --attention flash --pp 2 --schedule zbv
 pair "fp8 gpt2-shaped flash batch 2" --preset gpt2 --layers 2 --hidden 64 --heads 2 --ffn 256 --seq 128 \
   --vocab 512 --batch 2 --attention flash --pp 2 --exec graph
 

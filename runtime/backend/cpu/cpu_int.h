@@ -44,6 +44,8 @@ int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a);
 
 void qe_cpu_add(float *y, const float *a, const float *b, int64_t n);
 void qe_cpu_add_inplace(float *y, const float *a, int64_t n);
+/* y = x + bias[c] over [rows, cols] (gemm's bias add; y may be x) */
+void qe_cpu_add_bias(float *y, const float *x, const float *bias, int64_t rows, int64_t cols);
 /* y = a + (b + bias[c]) over [rows, cols] */
 void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *bias, int64_t rows, int64_t cols);
 void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols);

@@ -105,8 +105,10 @@ static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int
 				float nrm = a->pre_ln.rstd[r] * (e - a->pre_ln.mean[r]);
 				e = nrm * a->pre_ln.w[c] + a->pre_ln.b[c];
 			}
-			v[r * cols + c] = a->pre_bias ? e + a->pre_bias[c] : e;
+			v[r * cols + c] = e;
 		}
+	if (a->pre_bias)
+		qe_cpu_add_bias(v, v, a->pre_bias, rows, cols);
 	if (a->pre_gelu)
 		qe_cpu_gelu_fwd(v, v, n);
 	return v;
@@ -196,6 +198,13 @@ void qe_cpu_add_inplace(float *y, const float *a, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
 		y[i] += a[i];
+}
+
+void qe_cpu_add_bias(float *y, const float *x, const float *bias, int64_t rows, int64_t cols)
+{
+	for (int64_t r = 0; r < rows; r++)
+		for (int64_t c = 0; c < cols; c++)
+			y[r * cols + c] = x[r * cols + c] + bias[c];
 }
 
 void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *bias, int64_t rows, int64_t cols)

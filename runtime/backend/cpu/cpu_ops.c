@@ -385,16 +385,29 @@ static int check_attn_flash_fwd(const qe_cpu_attn_flash_fwd_args *a)
 			       a->operands);
 }
 
-static int exec_attn_flash_fwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_fwd_args *a)
+/* qkv, or qkv + bias (gemm's f32 add) made in scratch 0; NULL when out of memory (said). */
+static const float *biased_qkv(qe_cpu_scratch *sc, const float *qkv, const float *bias, int64_t rows, int64_t H)
 {
-	(void)sc;
-	return qe_cpu_attn_flash_fwd(a->out, a->lse, a->qkv, a->batch, a->T, a->H, a->nh);
+	if (!bias)
+		return qkv;
+	float *q = qe_cpu_scratch_get(sc, 0, (size_t)(rows * 3 * H));
+	if (q)
+		qe_cpu_add_bias(q, qkv, bias, rows, 3 * H);
+	return q;
 }
 
-int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-				   int64_t H, int nh, qe_flash_operands operands)
+static int exec_attn_flash_fwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_fwd_args *a)
 {
-	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, batch, T, H, nh, operands);
+	const float *qkv = biased_qkv(sc, a->qkv, a->qkv_bias, a->batch * a->T, a->H);
+	if (!qkv)
+		return QE_ENOMEM;
+	return qe_cpu_attn_flash_fwd(a->out, a->lse, qkv, a->batch, a->T, a->H, a->nh);
+}
+
+int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
+				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands)
+{
+	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, qkv_bias, batch, T, H, nh, operands);
 }
 
 static int check_attn_flash_bwd(const qe_cpu_attn_flash_bwd_args *a)
@@ -405,16 +418,18 @@ static int check_attn_flash_bwd(const qe_cpu_attn_flash_bwd_args *a)
 
 static int exec_attn_flash_bwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_bwd_args *a)
 {
-	(void)sc;
-	qe_cpu_attn_flash_bwd(a->dqkv, a->dout, a->qkv, a->out, a->lse, a->batch, a->T, a->H, a->nh);
+	const float *qkv = biased_qkv(sc, a->qkv, a->qkv_bias, a->batch * a->T, a->H);
+	if (!qkv)
+		return QE_ENOMEM;
+	qe_cpu_attn_flash_bwd(a->dqkv, a->dout, qkv, a->out, a->lse, a->batch, a->T, a->H, a->nh);
 	return QE_OK;
 }
 
 int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-				   const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
-				   qe_flash_operands operands)
+				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
+				   int64_t H, int nh, qe_flash_operands operands)
 {
-	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands);
+	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, qkv_bias, out, lse, batch, T, H, nh, operands);
 }
 
 /* ---- loss and optimizer ------------------------------------------------------------ */

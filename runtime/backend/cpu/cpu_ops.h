@@ -199,7 +199,7 @@ typedef struct qe_cpu_attn_bwd_args {
 
 typedef struct qe_cpu_attn_flash_fwd_args {
 	float *out, *lse;
-	const float *qkv;
+	const float *qkv, *qkv_bias;
 	int64_t batch, T, H;
 	int nh;
 	qe_flash_operands operands; /* checked; the cpu computes in fp32 */
@@ -207,7 +207,7 @@ typedef struct qe_cpu_attn_flash_fwd_args {
 
 typedef struct qe_cpu_attn_flash_bwd_args {
 	float *dqkv;
-	const float *dout, *qkv, *out, *lse;
+	const float *dout, *qkv, *qkv_bias, *out, *lse;
 	int64_t batch, T, H;
 	int nh;
 	qe_flash_operands operands;
@@ -298,11 +298,11 @@ int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int3
 int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs,
 			     int64_t T, int64_t H, int nh);
-int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t batch, int64_t T,
-				   int64_t H, int nh, qe_flash_operands operands);
+int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
+				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
 int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-				   const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
-				   qe_flash_operands operands);
+				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
+				   int64_t H, int nh, qe_flash_operands operands);
 int qe__cpu_enqueue_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
 			 int64_t T, int64_t V, int64_t valid, float grad_scale);
 int qe__cpu_enqueue_adamw(qe_stream *s, const qe_adamw_args *a);

@@ -417,6 +417,21 @@ static int bwd_tf32(qe_stream *s, float *dqkv, const float *dout, const float *q
 				  : bwd_launch<D, 8>(s, dqkv, dout, qkv, lse, Dt, B, T, H, nh);
 }
 
+/* dst = qkv + bias per column (gemm's f32 add): the TF32 kernels' operands when attention gets the QKV bias */
+__global__ void qkv_bias_kernel(float *dst, const float *qkv, const float *bias, int64_t n, int64_t cols)
+{
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		dst[i] = qkv[i] + bias[i % cols];
+}
+
+static int qkv_biased(qe_stream *s, float *dst, const float *qkv, const float *bias, int64_t rows, int64_t H,
+		      const char *op)
+{
+	int64_t n = rows * 3 * H, nb = (n + 255) / 256;
+	qkv_bias_kernel<<<(unsigned)(nb > 4096 ? 4096 : nb), 256, 0, s->cs>>>(dst, qkv, bias, n, 3 * H);
+	return qe__cuda_launched(op, "qkv_bias_kernel");
+}
+
 static int aligned16(const char *op, const char *name, const void *p)
 {
 	if ((uintptr_t)p & 15)
@@ -432,8 +447,8 @@ static int flash_operands(const char *op, qe_flash_operands operands)
 	return QE_OK;
 }
 
-extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int64_t T,
-				       int64_t H, int nh, qe_flash_operands operands)
+extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
+				       int64_t B, int64_t T, int64_t H, int nh, qe_flash_operands operands)
 {
 	const char *op = "attn_flash_fwd";
 	if (B * T == 0)
@@ -445,7 +460,14 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 		return qe_fail(QE_EUNSUPPORTED, "%s: batch %lld x T %lld x H %lld is too large", op, (long long)B,
 			       (long long)T, (long long)H);
 	if (operands == QE_FLASH_BF16)
-		return qe__cuda_flash16_fwd(s, out, lse, qkv, B, (int)T, (int)H, nh);
+		return qe__cuda_flash16_fwd(s, out, lse, qkv, qkv_bias, B, (int)T, (int)H, nh);
+	if (qkv_bias) { /* the TF32 kernels read qkv itself: a biased copy first */
+		float *qb = NULL;
+		if ((rc = qe__cuda_scratch(s, (size_t)(B * T * 3 * H) * sizeof(float), op, (void **)&qb)) ||
+		    (rc = qkv_biased(s, qb, qkv, qkv_bias, B * T, H, op)))
+			return rc;
+		qkv = qb;
+	}
 	switch (H / nh) {
 	case 16:
 		return flash_warps() == 4 ? fwd_launch<16, 4>(s, out, lse, qkv, B, (int)T, (int)H, nh)
@@ -462,8 +484,8 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 }
 
 extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
-				       const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int nh,
-				       qe_flash_operands operands)
+				       const float *qkv_bias, const float *out, const float *lse, int64_t B, int64_t T,
+				       int64_t H, int nh, qe_flash_operands operands)
 {
 	const char *op = "attn_flash_bwd";
 	if (B * T == 0)
@@ -479,10 +501,19 @@ extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *d
 		return rc;
 	int iT = (int)T, iH = (int)H;
 	if (operands == QE_FLASH_BF16)
-		return qe__cuda_flash16_bwd(s, dqkv, dout, qkv, out, lse, B, iT, iH, nh);
-	if ((rc = qe__cuda_scratch(s, (size_t)rows * sizeof(float), op, (void **)&Dt)) ||
+		return qe__cuda_flash16_bwd(s, dqkv, dout, qkv, qkv_bias, out, lse, B, iT, iH, nh);
+	/* Dt, then (with a bias) the biased copy of qkv the TF32 kernels read */
+	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
+	size_t qb_bytes = qkv_bias ? (size_t)(B * T * 3 * H) * sizeof(float) : 0;
+	if ((rc = qe__cuda_scratch(s, dt_bytes + qb_bytes, op, (void **)&Dt)) ||
 	    (rc = qe__cuda_flash_dot(s, Dt, dout, out, B, iT, iH, nh)))
 		return rc;
+	if (qkv_bias) {
+		float *qb = (float *)((char *)Dt + dt_bytes);
+		if ((rc = qkv_biased(s, qb, qkv, qkv_bias, B * T, H, op)))
+			return rc;
+		qkv = qb;
+	}
 	switch (H / nh) {
 	case 16:
 		return bwd_tf32<16>(s, dqkv, dout, qkv, lse, Dt, B, iT, iH, nh);

@@ -85,10 +85,13 @@ __device__ __forceinline__ void ldsm4_t(uint32_t *r, const bf16 *p)
  * dout: P = 1): part p, sequence b, head h, token t at
  * ((p*B + b)*nh + h)*Tp + t, rounded to bf16; rows T..Tp-1 zero, so a tile
  * of 64 rows is always whole and contiguous (64 x D x 2 bytes).  One thread
- * converts 8 values (two float4 in, one 16-byte store out).
+ * converts 8 values (two float4 in, one 16-byte store out).  bias ([P*H] or
+ * NULL) is added first, as gemm's bias add would have (attn_flash's
+ * qkv_bias).
  */
 template <int D>
-__global__ void heads16_kernel(bf16 *dst, const float *src, int64_t B, int T, int Tp, int H, int nh, int P)
+__global__ void heads16_kernel(bf16 *dst, const float *src, const float *bias, int64_t B, int T, int Tp, int H, int nh,
+			       int P)
 {
 	const int C = D / 8;
 	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)P * B * nh * Tp * C;
@@ -100,8 +103,14 @@ __global__ void heads16_kernel(bf16 *dst, const float *src, int64_t B, int T, in
 	int64_t b = (q / nh) % B, p = q / nh / B;
 	uint4 v = make_uint4(0, 0, 0, 0);
 	if (t < T) {
-		const float *x = src + (b * T + t) * P * H + p * H + h * D + cc * 8;
+		int64_t col = p * H + h * D + cc * 8;
+		const float *x = src + (b * T + t) * P * H + col;
 		float4 a = *(const float4 *)x, c = *(const float4 *)(x + 4);
+		if (bias) {
+			const float *bb = bias + col;
+			a = make_float4(a.x + bb[0], a.y + bb[1], a.z + bb[2], a.w + bb[3]);
+			c = make_float4(c.x + bb[4], c.y + bb[5], c.z + bb[6], c.w + bb[7]);
+		}
 		v = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(c.x, c.y), pack2(c.z, c.w));
 	}
 	*(uint4 *)(dst + r * D + cc * 8) = v;
@@ -413,7 +422,6 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 static size_t tile_bytes(int D) { return (size_t)F16_TILE * (D + 8) * sizeof(bf16); }
 static size_t fwd_smem16(int D) { return 5 * tile_bytes(D); }
 static size_t bwd_smem16(int D) { return 6 * tile_bytes(D) + 4 * F16_TILE * sizeof(float); }
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
 template <typename K> static int smem16(K kernel, size_t bytes, const char *op, const char *name)
 {
@@ -423,23 +431,24 @@ template <typename K> static int smem16(K kernel, size_t bytes, const char *op, 
 
 /* the bf16 head-major copies of parts [B*T, P*H] of src into dst */
 template <int D>
-static int heads16(qe_stream *s, bf16 *dst, const float *src, int64_t B, int T, int Tp, int H, int nh, int P,
-		   const char *op)
+static int heads16(qe_stream *s, bf16 *dst, const float *src, const float *bias, int64_t B, int T, int Tp, int H,
+		   int nh, int P, const char *op)
 {
 	int64_t n = (int64_t)P * B * nh * Tp * (D / 8);
-	heads16_kernel<D><<<(unsigned)((n + 255) / 256), 256, 0, s->cs>>>(dst, src, B, T, Tp, H, nh, P);
+	heads16_kernel<D><<<(unsigned)((n + 255) / 256), 256, 0, s->cs>>>(dst, src, bias, B, T, Tp, H, nh, P);
 	return qe__cuda_launched(op, "heads16_kernel");
 }
 
 template <int D>
-static int fwd16(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H, int nh)
+static int fwd16(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t B, int T,
+		 int H, int nh)
 {
 	const char *op = "attn_flash_fwd";
 	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
 	bf16 *qkv16 = NULL;
 	if ((rc = smem16(flash16_fwd_kernel<D>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")) ||
 	    (rc = qe__cuda_scratch(s, (size_t)3 * B * H * Tp * sizeof(bf16), op, (void **)&qkv16)) ||
-	    (rc = heads16<D>(s, qkv16, qkv, B, T, Tp, H, nh, 3, op)))
+	    (rc = heads16<D>(s, qkv16, qkv, qkv_bias, B, T, Tp, H, nh, 3, op)))
 		return rc;
 	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
 	flash16_fwd_kernel<D><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, B, T, Tp, H, nh,
@@ -448,12 +457,13 @@ static int fwd16(qe_stream *s, float *out, float *lse, const float *qkv, int64_t
 }
 
 template <int D>
-static int bwd16(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-		 int64_t B, int T, int H, int nh)
+static int bwd16(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
+		 const float *out, const float *lse, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_bwd";
 	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
-	size_t dt_bytes = align256((size_t)B * nh * T * sizeof(float)), qkv_bytes = align256((size_t)3 * B * H * Tp * 2);
+	size_t dt_bytes = qe__cuda_align256((size_t)B * nh * T * sizeof(float));
+	size_t qkv_bytes = qe__cuda_align256((size_t)3 * B * H * Tp * 2);
 	unsigned char *scr = NULL;
 	if ((rc = smem16(flash16_dq_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
 	    (rc = smem16(flash16_dkv_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
@@ -462,8 +472,8 @@ static int bwd16(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
 	float *Dt = (float *)scr;
 	bf16 *qkv16 = (bf16 *)(scr + dt_bytes), *do16 = (bf16 *)(scr + dt_bytes + qkv_bytes);
 	if ((rc = qe__cuda_flash_dot(s, Dt, dout, out, B, T, H, nh)) ||
-	    (rc = heads16<D>(s, qkv16, qkv, B, T, Tp, H, nh, 3, op)) ||
-	    (rc = heads16<D>(s, do16, dout, B, T, Tp, H, nh, 1, op)))
+	    (rc = heads16<D>(s, qkv16, qkv, qkv_bias, B, T, Tp, H, nh, 3, op)) ||
+	    (rc = heads16<D>(s, do16, dout, NULL, B, T, Tp, H, nh, 1, op)))
 		return rc;
 	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
@@ -475,31 +485,32 @@ static int bwd16(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
 	return qe__cuda_launched(op, "flash16_dkv_kernel");
 }
 
-extern "C" int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H,
-				    int nh)
+extern "C" int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
+				    int64_t B, int T, int H, int nh)
 {
 	switch (H / nh) {
 	case 16:
-		return fwd16<16>(s, out, lse, qkv, B, T, H, nh);
+		return fwd16<16>(s, out, lse, qkv, qkv_bias, B, T, H, nh);
 	case 32:
-		return fwd16<32>(s, out, lse, qkv, B, T, H, nh);
+		return fwd16<32>(s, out, lse, qkv, qkv_bias, B, T, H, nh);
 	case 64:
-		return fwd16<64>(s, out, lse, qkv, B, T, H, nh);
+		return fwd16<64>(s, out, lse, qkv, qkv_bias, B, T, H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %d", H / nh);
 	}
 }
 
-extern "C" int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-				    const float *lse, int64_t B, int T, int H, int nh)
+extern "C" int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
+				    const float *qkv_bias, const float *out, const float *lse, int64_t B, int T, int H,
+				    int nh)
 {
 	switch (H / nh) {
 	case 16:
-		return bwd16<16>(s, dqkv, dout, qkv, out, lse, B, T, H, nh);
+		return bwd16<16>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh);
 	case 32:
-		return bwd16<32>(s, dqkv, dout, qkv, out, lse, B, T, H, nh);
+		return bwd16<32>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh);
 	case 64:
-		return bwd16<64>(s, dqkv, dout, qkv, out, lse, B, T, H, nh);
+		return bwd16<64>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: head dimension %d", H / nh);
 	}

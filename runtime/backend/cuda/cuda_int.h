@@ -141,14 +141,21 @@ int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *to
 int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		      int64_t H, int nh);
-int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H,
-			    int nh, qe_flash_operands operands);
-int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-			    const float *lse, int64_t B, int64_t T, int64_t H, int nh, qe_flash_operands operands);
-/* the bf16-operand kernels (cuda_flash16.cu), after cuda_flash.cu's checks */
-int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const float *qkv, int64_t B, int T, int H, int nh);
-int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *out,
-			 const float *lse, int64_t B, int T, int H, int nh);
+int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t B,
+			    int64_t T, int64_t H, int nh, qe_flash_operands operands);
+int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
+			    const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int nh,
+			    qe_flash_operands operands);
+/* the bf16-operand kernels (cuda_flash16.cu), after cuda_flash.cu's checks; qkv_bias may be NULL */
+int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t B,
+			 int T, int H, int nh);
+int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
+			 const float *out, const float *lse, int64_t B, int T, int H, int nh);
+/* n rounded up to a multiple of 256: where the next piece of a shared scratch buffer starts */
+static inline size_t qe__cuda_align256(size_t n)
+{
+	return (n + 255) & ~(size_t)255;
+}
 /* Dt[b, h, t] = dout_t . out_t over head h's columns, into Dt [B*nh*T] (cuda_flash.cu) */
 int qe__cuda_flash_dot(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T, int H, int nh);
 int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
