@@ -13,7 +13,8 @@
 #       bias and GELU inside FC2's input cast, GELU's backward inside FC1's dY cast, the
 #       projection's and FC2's biases inside residual_add, the QKV bias inside flash attention,
 #       bias gradients inside the dY casts, the backward's residual adds inside layernorm_bwd)
-#       against the unfused ops: byte-identical runs on tiny (fp8, bf16, --pp 2 graph) and on a
+#       against the unfused ops: backend_test_cuda_fused (each fused op against what it
+#       replaces, byte for byte), byte-identical runs on tiny (fp8, bf16, --pp 2 graph) and on a
 #       2-layer gpt2 shape (batch 2, seq 512, flash), then gpt2 b16 tokens/s unfused and fused
 #       (bench step --pp 1, fp8 and bf16; needs DATA_DIR/*_train.bin, else skipped).
 # p2p: messages over the device links (NCCL) against QE_P2P=host, byte-identical runs.
@@ -105,6 +106,7 @@ fi
 # layernorm kernels without y and with a residual, the flash operand copies with the QKV
 # bias), then what it saves
 if has fuse; then
+  if "$B/backend_test_cuda_fused" >"$OUT/cuda_fused.log" 2>&1; then note cuda_fused "pass ($(tail -1 "$OUT/cuda_fused.log"))"; else note cuda_fused "FAIL (see cuda_fused.log)"; fi
   for prec in fp8 bf16; do
     run fuse-plain-$prec --precision $prec --exec graph --steps 10
     QE_FUSE=1 run fuse-on-$prec --precision $prec --exec graph --steps 10
