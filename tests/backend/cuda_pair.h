@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bk_util.h"
+#include "runtime/backend/cuda/cuda_backend.h"
 
 typedef struct both {
 	qe_backend *cb, *gb;
@@ -130,6 +131,33 @@ static inline void same_dev_bytes(const char *what, const void *a, const void *b
 	same_bytes(what, ha, hb, nbytes);
 	free(ha);
 	free(hb);
+}
+
+/*
+ * Open the cpu and cuda backends and a stream on each into K, and seed r
+ * (QE_TEST_SEED overrides seed; printed).  1: ready; 0: no CUDA device
+ * (SKIP printed); -1: a failure, recorded by CHECK.
+ */
+static inline int both_open(uint64_t seed, qe_rng *r)
+{
+	if (qe_cuda_device_count() < 1) {
+		printf("SKIP: no CUDA device\n");
+		return 0;
+	}
+	const char *env = getenv("QE_TEST_SEED");
+	if (env)
+		seed = strtoull(env, NULL, 0);
+	printf("seed %llu\n", (unsigned long long)seed);
+	qe_rng_init(r, seed);
+	CHECK_OK(qe_backend_open("cpu", &K.cb));
+	CHECK_OK(qe_backend_open("cuda", &K.gb));
+	if (!K.cb || !K.gb)
+		return -1;
+	K.co = K.cb->ops;
+	K.go = K.gb->ops;
+	CHECK_OK(K.co->stream_create(K.cb, &K.cs));
+	CHECK_OK(K.go->stream_create(K.gb, &K.gs));
+	return K.cs && K.gs ? 1 : -1;
 }
 
 /* n floats of two device buffers, byte for byte */

@@ -23,101 +23,144 @@
 
 #ifdef QE_WITH_CUDA
 
+/* one cast shape: x [rows, cols] into dt, delayed or current scaling */
+typedef struct cast_case {
+	int rows, cols;
+	qe_dtype dt;
+	int current;
+} cast_case;
+
 /*
- * The fused MLP ops (QE_FUSE=1): on the GPU, a cast with the bias + GELU
- * prologue gives the bytes of the unfused ops (x + bias, the add gemm
- * would do, here on the host; gelu_fwd; the plain cast), for every kernel
- * the cast picks (four-wide and byte-wide tiles, current scaling, bf16,
- * f32), and gelu_bwd with a bias the bytes of gelu_bwd of x + bias; the f32
- * fused cast against the cpu's within gelu_fwd's bound.
+ * Two casts of the same shape on the GPU, each into outputs and a role block
+ * of its own: [0] casts what the unfused ops wrote, [1] is the fused form.
  */
-static void test_fused(qe_rng *r)
+typedef struct cast_twins {
+	const cast_case *c;
+	void *row[2], *col[2], *role[2];
+	char name[96];
+} cast_twins;
+
+static const float twin_role[3] = { 0.25f, 37.5f, 0.0f }; /* amax history row, scale, scale_inv */
+
+static void twins_init(cast_twins *t, const cast_case *c, const char *kind)
 {
-	static const struct {
-		int rows, cols;
-		qe_dtype dt;
-		int current;
-	} cases[] = {
-		{ 64, 256, QE_E4M3, 0 }, { 33, 17, QE_E4M3, 0 }, { 64, 256, QE_E4M3, 1 }, { 33, 17, QE_E5M2, 1 },
-		{ 128, 3072, QE_E4M3, 0 }, { 64, 256, QE_BF16, 0 }, { 33, 17, QE_BF16, 0 }, { 64, 256, QE_F32, 0 },
+	size_t nb = (size_t)c->rows * c->cols * qe_dtype_size(c->dt) + 1;
+	t->c = c;
+	for (int k = 0; k < 2; k++) {
+		t->row[k] = g_mem(nb);
+		t->col[k] = g_mem(nb);
+		t->role[k] = g_mem(sizeof(twin_role));
+		up(t->role[k], twin_role, sizeof(twin_role));
+	}
+	snprintf(t->name, sizeof(t->name), "%s %dx%d %s%s", kind, c->rows, c->cols, qe_dtype_name(c->dt),
+		 c->current ? " current" : "");
+}
+
+/* cast k's arguments on x (device); the caller adds the fused fields */
+static qe_cast_args twins_args(const cast_twins *t, int k, const void *x)
+{
+	const cast_case *c = t->c;
+	qe_cast_args a = { .x = qe_tensor_2d((void *)x, QE_F32, QE_DEV_CUDA, c->rows, c->cols),
+			   .row = qe_tensor_2d(t->row[k], c->dt, QE_DEV_CUDA, c->rows, c->cols),
+			   .col = qe_tensor_2d(t->col[k], c->dt, QE_DEV_CUDA, c->cols, c->rows),
+			   .scale = (float *)t->role[k] + 1,
+			   .amax = t->role[k],
+			   .scale_inv = (float *)t->role[k] + 2,
+			   .current = c->current };
+	return a;
+}
+
+/* the two casts' row and col codes and role blocks, byte for byte */
+static void twins_same(const cast_twins *t)
+{
+	size_t nb = (size_t)t->c->rows * t->c->cols * qe_dtype_size(t->c->dt);
+	char what[128];
+	snprintf(what, sizeof(what), "%s row", t->name);
+	same_dev_bytes(what, t->row[0], t->row[1], nb);
+	snprintf(what, sizeof(what), "%s col", t->name);
+	same_dev_bytes(what, t->col[0], t->col[1], nb);
+	snprintf(what, sizeof(what), "%s amax/scale", t->name);
+	same_dev_bytes(what, t->role[0], t->role[1], sizeof(twin_role));
+}
+
+static void twins_free(cast_twins *t)
+{
+	for (int k = 0; k < 2; k++) {
+		K.go->free(K.gb, t->row[k]);
+		K.go->free(K.gb, t->col[k]);
+		K.go->free(K.gb, t->role[k]);
+	}
+}
+
+/* a device copy of n host floats */
+static void *dev_of(const float *h, int64_t n)
+{
+	void *d = g_mem((size_t)n * 4);
+	up(d, h, (size_t)n * 4);
+	return d;
+}
+
+/*
+ * FC1's bias and GELU in FC2's input cast: the bytes of x + bias (the add
+ * gemm would do, here on the host), gelu_fwd and the plain cast, for every
+ * kernel the cast picks; the f32 values against the cpu's within gelu_fwd's
+ * bound; and gelu_bwd with a bias the bytes of gelu_bwd of x + bias.
+ */
+static void test_cast_gelu(qe_rng *r)
+{
+	static const cast_case cases[] = {
+		{ 64, 256, QE_E4M3, 0 },   { 33, 17, QE_E4M3, 0 },  { 64, 256, QE_E4M3, 1 }, { 33, 17, QE_E5M2, 1 },
+		{ 128, 3072, QE_E4M3, 0 }, { 64, 256, QE_BF16, 0 }, { 33, 17, QE_BF16, 0 },  { 64, 256, QE_F32, 0 },
 		{ 33, 17, QE_F32, 0 },
 	};
-	printf("fused MLP ops\n");
+	printf("cast with FC1's bias and GELU\n");
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
-		qe_dtype dt = cases[ci].dt;
-		size_t esz = qe_dtype_size(dt);
+		const cast_case *c = &cases[ci];
+		int64_t R = c->rows, C = c->cols, n = R * C;
 		fresh_stream();
 		float *x = rnd(r, n, 2.0f), *bias = rnd(r, C, 0.5f), *v = malloc((size_t)n * 4), *dy = rnd(r, n, 1.0f);
 		for (int64_t i = 0; i < n; i++)
 			v[i] = x[i] + bias[i % C];
-		void *gx, *gb, *gv, *gdy, *grow[2], *gcol[2], *grole[2], *gdx[2];
-		float *cx = pair(x, n * 4, &gx), *cb = pair(bias, C * 4, &gb), *cv = pair(v, n * 4, &gv);
-		float *cdy = pair(dy, n * 4, &gdy);
-		float role[3] = { 0.25f, 37.5f, 0.0f };
-		for (int k = 0; k < 2; k++) {
-			grow[k] = g_mem(n * esz + 1);
-			gcol[k] = g_mem(n * esz + 1);
-			gdx[k] = g_mem(n * 4);
-			grole[k] = g_mem(sizeof(role));
-			up(grole[k], role, sizeof(role));
-		}
+		void *gx = dev_of(x, n), *gb = dev_of(bias, C), *gv = dev_of(v, n), *gdy = dev_of(dy, n);
+		cast_twins t;
+		twins_init(&t, c, "gelu cast");
 		CHECK_OK(K.go->gelu_fwd(K.gs, gv, gv, n));
-		qe_cast_args a[2];
-		for (int k = 0; k < 2; k++) { /* 0: unfused (gelu output cast), 1: fused */
-			memset(&a[k], 0, sizeof(a[k]));
-			a[k].x = qe_tensor_2d(k ? gx : gv, QE_F32, QE_DEV_CUDA, R, C);
-			a[k].row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C);
-			a[k].col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R);
-			a[k].scale = (float *)grole[k] + 1;
-			a[k].amax = grole[k];
-			a[k].scale_inv = (float *)grole[k] + 2;
-			a[k].current = cases[ci].current;
-			a[k].pre_bias = k ? gb : NULL;
-			a[k].pre_gelu = k;
-			CHECK_OK(K.go->cast(K.gs, &a[k]));
-		}
+		qe_cast_args a0 = twins_args(&t, 0, gv), a1 = twins_args(&t, 1, gx);
+		a1.pre_bias = gb;
+		a1.pre_gelu = 1;
+		CHECK_OK(K.go->cast(K.gs, &a0));
+		CHECK_OK(K.go->cast(K.gs, &a1));
+		twins_same(&t);
 		char what[96];
-		const char *nm = qe_dtype_name(dt);
-		const char *cur = cases[ci].current ? " current" : "";
-		for (int part = 0; part < 3; part++) {
-			void **b = part == 0 ? grow : part == 1 ? gcol : grole;
-			snprintf(what, sizeof(what), "fused cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
-				 part == 0 ? "row" : part == 1 ? "col" : "amax/scale");
-			same_dev_bytes(what, b[0], b[1], part == 2 ? sizeof(role) : (size_t)n * esz);
-		}
-		if (dt == QE_F32) { /* the fused values against the cpu's */
-			float *crow = c_mem(n * 4);
+		if (c->dt == QE_F32) { /* the fused values against the cpu's */
+			float *cx = c_mem((size_t)n * 4), *cb = c_mem((size_t)C * 4), *crow = c_mem((size_t)n * 4);
+			memcpy(cx, x, (size_t)n * 4);
+			memcpy(cb, bias, (size_t)C * 4);
 			qe_cast_args ca = { .x = qe_tensor_2d(cx, QE_F32, QE_DEV_CPU, R, C),
 					    .row = qe_tensor_2d(crow, QE_F32, QE_DEV_CPU, R, C),
 					    .col = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, C, R),
 					    .pre_bias = cb,
 					    .pre_gelu = 1 };
 			CHECK_OK(K.co->cast(K.cs, &ca));
-			float *hg = fetch(grow[1], n * 4);
-			snprintf(what, sizeof(what), "fused cast %lldx%lld f32 vs cpu", (long long)R, (long long)C);
+			float *hg = fetch(t.row[1], (size_t)n * 4);
+			snprintf(what, sizeof(what), "gelu cast %lldx%lld f32 vs cpu", (long long)R, (long long)C);
 			close_to(what, crow, hg, n, 1e-5);
 			free(hg);
+			K.co->free(K.cb, cx);
+			K.co->free(K.cb, cb);
 			K.co->free(K.cb, crow);
 		}
-		/* gelu_bwd: bias inside == x + bias outside (gv was overwritten by gelu: upload v again) */
-		up(gv, v, n * 4);
+		/* gelu_bwd: bias inside == x + bias outside (gelu overwrote gv: v again) */
+		void *gdx[2] = { g_mem((size_t)n * 4), g_mem((size_t)n * 4) };
+		up(gv, v, (size_t)n * 4);
 		CHECK_OK(K.go->gelu_bwd(K.gs, gdx[0], gv, gdy, NULL, n, C));
 		CHECK_OK(K.go->gelu_bwd(K.gs, gdx[1], gx, gdy, gb, n, C));
 		snprintf(what, sizeof(what), "gelu_bwd bias %lldx%lld", (long long)R, (long long)C);
 		same_dev_bytes(what, gdx[0], gdx[1], (size_t)n * 4);
-		for (int k = 0; k < 2; k++) {
-			K.go->free(K.gb, grow[k]);
-			K.go->free(K.gb, gcol[k]);
-			K.go->free(K.gb, gdx[k]);
-			K.go->free(K.gb, grole[k]);
-		}
-		float *cbufs[] = { cx, cb, cv, cdy };
-		void *gbufs[] = { gx, gb, gv, gdy };
-		for (int k = 0; k < 4; k++) {
-			K.co->free(K.cb, cbufs[k]);
-			K.go->free(K.gb, gbufs[k]);
-		}
+		twins_free(&t);
+		void *bufs[] = { gx, gb, gv, gdy, gdx[0], gdx[1] };
+		for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+			K.go->free(K.gb, bufs[i]);
 		free(x);
 		free(bias);
 		free(v);
@@ -126,70 +169,46 @@ static void test_fused(qe_rng *r)
 }
 
 /*
- * A cast's column sums (colsum): the bytes of bias_grad on the cpu and of
- * the cast without them on the GPU, through the four-wide kernel's partials
- * (FP8 delayed and current, bf16; row counts that fill and cut colsum.h's
- * groups) and through the fallback (odd shapes, f32) that runs bias_grad's
- * kernels first.
+ * A cast's column sums (colsum): the bytes of bias_grad on the GPU and on
+ * the cpu, with the codes of the cast without them, through the four-wide
+ * kernel's partials (FP8 delayed and current, bf16; row counts that fill and
+ * cut colsum.h's groups) and through the fallback (odd shapes, f32) that
+ * runs bias_grad's kernels first.
  */
-static void test_fused_colsum(qe_rng *r)
+static void test_cast_colsum(qe_rng *r)
 {
-	static const struct {
-		int rows, cols;
-		qe_dtype dt;
-		int current;
-	} cases[] = {
+	static const cast_case cases[] = {
 		{ 256, 3072, QE_E5M2, 0 }, { 200, 64, QE_E5M2, 0 }, { 200, 68, QE_BF16, 0 }, { 128, 256, QE_E4M3, 1 },
 		{ 8192, 96, QE_E5M2, 0 },  { 33, 17, QE_E5M2, 0 },  { 64, 256, QE_F32, 0 },
 	};
 	printf("cast with column sums\n");
 	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
-		qe_dtype dt = cases[ci].dt;
-		size_t esz = qe_dtype_size(dt);
+		const cast_case *c = &cases[ci];
+		int64_t R = c->rows, C = c->cols, n = R * C;
 		fresh_stream();
 		float *x = rnd(r, n, 2.0f);
-		void *gx, *gsum[2], *grow[2], *gcol[2], *grole[2];
-		float *cx = pair(x, n * 4, &gx), *csum = c_mem(C * 4);
-		float role[3] = { 0.25f, 37.5f, 0.0f };
-		for (int k = 0; k < 2; k++) {
-			gsum[k] = g_mem(C * 4);
-			grow[k] = g_mem(n * esz + 1);
-			gcol[k] = g_mem(n * esz + 1);
-			grole[k] = g_mem(sizeof(role));
-			up(grole[k], role, sizeof(role));
-		}
+		void *gx;
+		float *cx = pair(x, (size_t)n * 4, &gx), *csum = c_mem((size_t)C * 4);
+		void *gsum[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
+		cast_twins t;
+		twins_init(&t, c, "colsum cast");
 		CHECK_OK(K.co->bias_grad(K.cs, csum, cx, R, C));
 		CHECK_OK(K.go->bias_grad(K.gs, gsum[0], gx, R, C));
-		for (int k = 0; k < 2; k++) { /* 0: cast, bias_grad above; 1: the cast sums */
-			qe_cast_args a = { .x = qe_tensor_2d(gx, QE_F32, QE_DEV_CUDA, R, C),
-					   .row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C),
-					   .col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R),
-					   .scale = (float *)grole[k] + 1,
-					   .amax = grole[k],
-					   .scale_inv = (float *)grole[k] + 2,
-					   .current = cases[ci].current,
-					   .colsum = k ? gsum[1] : NULL };
-			CHECK_OK(K.go->cast(K.gs, &a));
-		}
-		char what[96];
-		const char *nm = qe_dtype_name(dt), *cur = cases[ci].current ? " current" : "";
-		for (int part = 0; part < 4; part++) {
-			void **b = part == 0 ? grow : part == 1 ? gcol : part == 2 ? grole : gsum;
-			snprintf(what, sizeof(what), "colsum cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
-				 part == 0 ? "row" : part == 1 ? "col" : part == 2 ? "amax/scale" : "sums");
-			same_dev_bytes(what, b[0], b[1], part == 3 ? (size_t)C * 4 : part == 2 ? sizeof(role) : (size_t)n * esz);
-		}
+		qe_cast_args a0 = twins_args(&t, 0, gx), a1 = twins_args(&t, 1, gx);
+		a1.colsum = gsum[1];
+		CHECK_OK(K.go->cast(K.gs, &a0));
+		CHECK_OK(K.go->cast(K.gs, &a1));
+		twins_same(&t);
+		char what[128];
+		snprintf(what, sizeof(what), "%s sums", t.name);
+		same_dev_bytes(what, gsum[0], gsum[1], (size_t)C * 4);
 		float *hs = fetch(gsum[1], (size_t)C * 4);
-		snprintf(what, sizeof(what), "colsum cast %lldx%lld %s sums vs cpu", (long long)R, (long long)C, nm);
+		snprintf(what, sizeof(what), "%s sums vs cpu", t.name);
 		same_bytes(what, csum, hs, (size_t)C * 4);
 		free(hs);
-		for (int k = 0; k < 2; k++) {
-			K.go->free(K.gb, gsum[k]);
-			K.go->free(K.gb, grow[k]);
-			K.go->free(K.gb, gcol[k]);
-			K.go->free(K.gb, grole[k]);
-		}
+		twins_free(&t);
+		K.go->free(K.gb, gsum[0]);
+		K.go->free(K.gb, gsum[1]);
 		K.go->free(K.gb, gx);
 		K.co->free(K.cb, cx);
 		K.co->free(K.cb, csum);
@@ -197,7 +216,98 @@ static void test_fused_colsum(qe_rng *r)
 	}
 }
 
-/* residual_add on the GPU: the cpu's bytes (three f32 adds), four-wide and scalar kernels. */
+/*
+ * The layernorm prologue: layernorm_fwd with y NULL gives the statistics it
+ * gives with y, and a cast that normalizes with them gives the bytes of
+ * casting layernorm_fwd's output (four-wide and byte-wide cast kernels, the
+ * row-in-registers and the plain layernorm kernels).
+ */
+static void test_cast_layernorm(qe_rng *r)
+{
+	static const cast_case cases[] = {
+		{ 64, 768, QE_E4M3, 0 }, { 33, 17, QE_E4M3, 0 }, { 64, 768, QE_E4M3, 1 }, { 128, 1600, QE_E4M3, 0 },
+		{ 64, 768, QE_BF16, 0 }, { 33, 17, QE_BF16, 0 }, { 64, 768, QE_F32, 0 },
+	};
+	printf("cast with a layernorm prologue\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		const cast_case *c = &cases[ci];
+		int64_t R = c->rows, C = c->cols, n = R * C;
+		fresh_stream();
+		float *x = rnd(r, n, 2.0f), *w = rnd(r, C, 1.0f), *b = rnd(r, C, 0.3f);
+		void *gx = dev_of(x, n), *gw = dev_of(w, C), *gb = dev_of(b, C), *gy = g_mem((size_t)n * 4);
+		void *gm[2] = { g_mem((size_t)R * 4), g_mem((size_t)R * 4) }, *gs[2] = { g_mem((size_t)R * 4), g_mem((size_t)R * 4) };
+		cast_twins t;
+		twins_init(&t, c, "ln cast");
+		CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm[0], gs[0], gx, gw, gb, R, C));
+		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm[1], gs[1], gx, gw, gb, R, C));
+		qe_cast_args a0 = twins_args(&t, 0, gy), a1 = twins_args(&t, 1, gx);
+		a1.pre_ln.mean = gm[1];
+		a1.pre_ln.rstd = gs[1];
+		a1.pre_ln.w = gw;
+		a1.pre_ln.b = gb;
+		CHECK_OK(K.go->cast(K.gs, &a0));
+		CHECK_OK(K.go->cast(K.gs, &a1));
+		twins_same(&t);
+		char what[128];
+		snprintf(what, sizeof(what), "%s mean (y NULL vs y)", t.name);
+		same_dev_bytes(what, gm[0], gm[1], (size_t)R * 4);
+		snprintf(what, sizeof(what), "%s rstd (y NULL vs y)", t.name);
+		same_dev_bytes(what, gs[0], gs[1], (size_t)R * 4);
+		twins_free(&t);
+		void *bufs[] = { gx, gw, gb, gy, gm[0], gm[1], gs[0], gs[1] };
+		for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+			K.go->free(K.gb, bufs[i]);
+		free(x);
+		free(w);
+		free(b);
+	}
+}
+
+/*
+ * GELU's backward in FC1's dY cast, with the column sums of its values: the
+ * bytes of gelu_bwd into a buffer, bias_grad of it and the plain cast,
+ * through the four-wide kernel (partials in the tile) and the fallback (odd
+ * shapes and f32: the values made in scratch, summed, then cast).
+ */
+static void test_cast_gelu_backward(qe_rng *r)
+{
+	static const cast_case cases[] = {
+		{ 256, 3072, QE_E5M2, 0 }, { 200, 64, QE_E5M2, 1 }, { 200, 68, QE_BF16, 0 },
+		{ 33, 17, QE_E5M2, 0 },	   { 64, 256, QE_F32, 0 },  { 33, 17, QE_F32, 0 },
+	};
+	printf("cast with GELU's backward\n");
+	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+		const cast_case *c = &cases[ci];
+		int64_t R = c->rows, C = c->cols, n = R * C;
+		fresh_stream();
+		float *dy = rnd(r, n, 1.0f), *u = rnd(r, n, 2.0f), *bias = rnd(r, C, 0.5f);
+		void *gdy = dev_of(dy, n), *gu = dev_of(u, n), *gb = dev_of(bias, C), *gv = g_mem((size_t)n * 4);
+		void *gsum[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
+		cast_twins t;
+		twins_init(&t, c, "dgelu cast");
+		CHECK_OK(K.go->gelu_bwd(K.gs, gv, gu, gdy, gb, n, C));
+		CHECK_OK(K.go->bias_grad(K.gs, gsum[0], gv, R, C));
+		qe_cast_args a0 = twins_args(&t, 0, gv), a1 = twins_args(&t, 1, gdy);
+		a1.pre_bias = gb;
+		a1.pre_dgelu = gu;
+		a1.colsum = gsum[1];
+		CHECK_OK(K.go->cast(K.gs, &a0));
+		CHECK_OK(K.go->cast(K.gs, &a1));
+		twins_same(&t);
+		char what[128];
+		snprintf(what, sizeof(what), "%s sums", t.name);
+		same_dev_bytes(what, gsum[0], gsum[1], (size_t)C * 4);
+		twins_free(&t);
+		void *bufs[] = { gdy, gu, gb, gv, gsum[0], gsum[1] };
+		for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+			K.go->free(K.gb, bufs[i]);
+		free(dy);
+		free(u);
+		free(bias);
+	}
+}
+
+/* residual_add: the cpu's bytes (three f32 adds), four-wide and scalar kernels. */
 static void test_residual_add(qe_rng *r)
 {
 	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 8, 1600 } };
@@ -207,14 +317,14 @@ static void test_residual_add(qe_rng *r)
 		fresh_stream();
 		float *ha = rnd(r, n, 2.0f), *hb = rnd(r, n, 1.0f), *hbias = rnd(r, C, 0.5f);
 		void *ga, *gb, *gbias, *gy;
-		float *ca = pair(ha, n * 4, &ga), *cb = pair(hb, n * 4, &gb), *cbias = pair(hbias, C * 4, &gbias);
-		float *cy = pair(NULL, n * 4, &gy);
+		float *ca = pair(ha, (size_t)n * 4, &ga), *cb = pair(hb, (size_t)n * 4, &gb);
+		float *cbias = pair(hbias, (size_t)C * 4, &gbias), *cy = pair(NULL, (size_t)n * 4, &gy);
 		CHECK_OK(K.co->residual_add(K.cs, cy, ca, cb, cbias, R, C));
 		CHECK_OK(K.go->residual_add(K.gs, gy, ga, gb, gbias, R, C));
-		float *h = fetch(gy, n * 4);
+		float *h = fetch(gy, (size_t)n * 4);
 		char what[64];
 		snprintf(what, sizeof(what), "residual_add %lldx%lld", (long long)R, (long long)C);
-		same_bytes(what, cy, h, n * 4);
+		same_bytes(what, cy, h, (size_t)n * 4);
 		free(h);
 		free(ha);
 		free(hb);
@@ -222,89 +332,7 @@ static void test_residual_add(qe_rng *r)
 	}
 }
 
-/*
- * The layernorm prologue on the GPU: layernorm_fwd with y NULL gives the
- * statistics it gives with y, and a cast that normalizes with them gives the
- * bytes of casting layernorm_fwd's output (four-wide and byte-wide cast
- * kernels, the row-in-registers and the plain layernorm kernels).
- */
-static void test_fused_ln(qe_rng *r)
-{
-	static const struct {
-		int rows, cols;
-		qe_dtype dt;
-		int current;
-	} cases[] = {
-		{ 64, 768, QE_E4M3, 0 }, { 33, 17, QE_E4M3, 0 }, { 64, 768, QE_E4M3, 1 }, { 128, 1600, QE_E4M3, 0 },
-		{ 64, 768, QE_BF16, 0 }, { 33, 17, QE_BF16, 0 }, { 64, 768, QE_F32, 0 },
-	};
-	printf("cast with a layernorm prologue\n");
-	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
-		qe_dtype dt = cases[ci].dt;
-		size_t esz = qe_dtype_size(dt);
-		fresh_stream();
-		float *x = rnd(r, n, 2.0f), *w = rnd(r, C, 1.0f), *b = rnd(r, C, 0.3f);
-		void *gx, *gw, *gb, *gy, *gm[2], *gs[2], *grow[2], *gcol[2], *grole[2];
-		float *cx = pair(x, n * 4, &gx), *cw = pair(w, C * 4, &gw), *cb = pair(b, C * 4, &gb);
-		gy = g_mem(n * 4);
-		float role[3] = { 0.25f, 37.5f, 0.0f };
-		for (int k = 0; k < 2; k++) {
-			gm[k] = g_mem(R * 4);
-			gs[k] = g_mem(R * 4);
-			grow[k] = g_mem(n * esz + 1);
-			gcol[k] = g_mem(n * esz + 1);
-			grole[k] = g_mem(sizeof(role));
-			up(grole[k], role, sizeof(role));
-		}
-		CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm[0], gs[0], gx, gw, gb, R, C));
-		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm[1], gs[1], gx, gw, gb, R, C));
-		for (int k = 0; k < 2; k++) { /* 0: the normalized copy cast, 1: the prologue */
-			qe_cast_args a = { .x = qe_tensor_2d(k ? gx : gy, QE_F32, QE_DEV_CUDA, R, C),
-					   .row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C),
-					   .col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R),
-					   .scale = (float *)grole[k] + 1,
-					   .amax = grole[k],
-					   .scale_inv = (float *)grole[k] + 2,
-					   .current = cases[ci].current };
-			if (k) {
-				a.pre_ln.mean = gm[1];
-				a.pre_ln.rstd = gs[1];
-				a.pre_ln.w = gw;
-				a.pre_ln.b = gb;
-			}
-			CHECK_OK(K.go->cast(K.gs, &a));
-		}
-		char what[96];
-		const char *nm = qe_dtype_name(dt), *cur = cases[ci].current ? " current" : "";
-		for (int part = 0; part < 5; part++) {
-			static const char *parts[] = { "row", "col", "amax/scale", "mean", "rstd" };
-			void **b = part == 0 ? grow : part == 1 ? gcol : part == 2 ? grole : part == 3 ? gm : gs;
-			snprintf(what, sizeof(what), "ln cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
-				 parts[part]);
-			same_dev_bytes(what, b[0], b[1], part >= 3 ? (size_t)R * 4 : part == 2 ? sizeof(role) : (size_t)n * esz);
-		}
-		for (int k = 0; k < 2; k++) {
-			void *bufs[] = { gm[k], gs[k], grow[k], gcol[k], grole[k] };
-			for (int i = 0; i < 5; i++)
-				K.go->free(K.gb, bufs[i]);
-		}
-		void *gbufs[] = { gx, gw, gb, gy };
-		for (int i = 0; i < 4; i++)
-			K.go->free(K.gb, gbufs[i]);
-		K.co->free(K.cb, cx);
-		K.co->free(K.cb, cw);
-		K.co->free(K.cb, cb);
-		free(x);
-		free(w);
-		free(b);
-	}
-}
-
-/*
- * layernorm_bwd with a residual on the GPU: the bytes of layernorm_bwd then
- * add (row-in-registers and plain kernels), dw and db unchanged.
- */
+/* layernorm_bwd with a residual: the bytes of layernorm_bwd then add, dw and db unchanged. */
 static void test_layernorm_bwd_residual(qe_rng *r)
 {
 	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 16, 1600 } };
@@ -314,31 +342,24 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 		fresh_stream();
 		float *hx = rnd(r, n, 2.0f), *hdy = rnd(r, n, 1.0f), *hres = rnd(r, n, 1.0f), *hw = rnd(r, C, 1.0f);
 		float *hb = rnd(r, C, 0.3f);
-		void *gx, *gdy, *gres, *gw, *gb;
-		float *cbufs[5];
-		cbufs[0] = pair(hx, n * 4, &gx);
-		cbufs[1] = pair(hdy, n * 4, &gdy);
-		cbufs[2] = pair(hres, n * 4, &gres);
-		cbufs[3] = pair(hw, C * 4, &gw);
-		cbufs[4] = pair(hb, C * 4, &gb);
-		void *gm = g_mem(R * 4), *gs = g_mem(R * 4), *gg = g_mem(n * 4), *gdx[2] = { g_mem(n * 4), g_mem(n * 4) };
-		void *gdw[2] = { g_mem(C * 4), g_mem(C * 4) }, *gdb[2] = { g_mem(C * 4), g_mem(C * 4) };
+		void *gx = dev_of(hx, n), *gdy = dev_of(hdy, n), *gres = dev_of(hres, n), *gw = dev_of(hw, C);
+		void *gb = dev_of(hb, C), *gm = g_mem((size_t)R * 4), *gs = g_mem((size_t)R * 4), *gg = g_mem((size_t)n * 4);
+		void *gdx[2] = { g_mem((size_t)n * 4), g_mem((size_t)n * 4) };
+		void *gdw[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) }, *gdb[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
 		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gx, gw, gb, R, C));
 		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, gx, gm, gs, gw, R, C, NULL));
 		CHECK_OK(K.go->add(K.gs, gdx[0], gres, gg, n));
 		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, gx, gm, gs, gw, R, C, gres));
 		char what[64];
-		void *pairs[3][2] = { { gdx[0], gdx[1] }, { gdw[0], gdw[1] }, { gdb[0], gdb[1] } };
-		static const char *nm[] = { "dx", "dw", "db" };
-		for (int p = 0; p < 3; p++) {
-			snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld %s", (long long)R, (long long)C, nm[p]);
-			same_dev_bytes(what, pairs[p][0], pairs[p][1], p ? (size_t)C * 4 : (size_t)n * 4);
-		}
-		void *gbufs[] = { gx, gdy, gres, gw, gb, gm, gs, gg, gdx[0], gdx[1], gdw[0], gdw[1], gdb[0], gdb[1] };
-		for (size_t i = 0; i < sizeof(gbufs) / sizeof(*gbufs); i++)
-			K.go->free(K.gb, gbufs[i]);
-		for (int i = 0; i < 5; i++)
-			K.co->free(K.cb, cbufs[i]);
+		snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld dx", (long long)R, (long long)C);
+		same_dev_bytes(what, gdx[0], gdx[1], (size_t)n * 4);
+		snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld dw", (long long)R, (long long)C);
+		same_dev_bytes(what, gdw[0], gdw[1], (size_t)C * 4);
+		snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld db", (long long)R, (long long)C);
+		same_dev_bytes(what, gdb[0], gdb[1], (size_t)C * 4);
+		void *bufs[] = { gx, gdy, gres, gw, gb, gm, gs, gg, gdx[0], gdx[1], gdw[0], gdw[1], gdb[0], gdb[1] };
+		for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
+			K.go->free(K.gb, bufs[i]);
 		free(hx);
 		free(hdy);
 		free(hres);
@@ -348,86 +369,9 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 }
 
 /*
- * The GELU backward prologue on the GPU, with the column sums of its values:
- * the bytes of gelu_bwd into a buffer, bias_grad of it and the plain cast,
- * through the four-wide kernel (partials in the tile) and the fallback
- * (odd shapes and f32: v made in scratch, summed, then cast).
- */
-static void test_fused_dgelu(qe_rng *r)
-{
-	static const struct {
-		int rows, cols;
-		qe_dtype dt;
-		int current;
-	} cases[] = {
-		{ 256, 3072, QE_E5M2, 0 }, { 200, 64, QE_E5M2, 1 }, { 200, 68, QE_BF16, 0 },
-		{ 33, 17, QE_E5M2, 0 },	   { 64, 256, QE_F32, 0 },  { 33, 17, QE_F32, 0 },
-	};
-	printf("cast with the GELU backward prologue\n");
-	for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
-		int64_t R = cases[ci].rows, C = cases[ci].cols, n = R * C;
-		qe_dtype dt = cases[ci].dt;
-		size_t esz = qe_dtype_size(dt);
-		fresh_stream();
-		float *hdy = rnd(r, n, 1.0f), *hu = rnd(r, n, 2.0f), *hb = rnd(r, C, 0.5f);
-		void *gdy, *gu, *gb;
-		float *cdy = pair(hdy, n * 4, &gdy), *cu = pair(hu, n * 4, &gu), *cb = pair(hb, C * 4, &gb);
-		void *gv = g_mem(n * 4), *gsum[2] = { g_mem(C * 4), g_mem(C * 4) };
-		void *grow[2], *gcol[2], *grole[2];
-		float role[3] = { 0.25f, 37.5f, 0.0f };
-		for (int k = 0; k < 2; k++) {
-			grow[k] = g_mem(n * esz + 1);
-			gcol[k] = g_mem(n * esz + 1);
-			grole[k] = g_mem(sizeof(role));
-			up(grole[k], role, sizeof(role));
-		}
-		CHECK_OK(K.go->gelu_bwd(K.gs, gv, gu, gdy, gb, n, C));
-		CHECK_OK(K.go->bias_grad(K.gs, gsum[0], gv, R, C));
-		for (int k = 0; k < 2; k++) { /* 0: gelu_bwd's buffer cast, 1: the prologue */
-			qe_cast_args a = { .x = qe_tensor_2d(k ? gdy : gv, QE_F32, QE_DEV_CUDA, R, C),
-					   .row = qe_tensor_2d(grow[k], dt, QE_DEV_CUDA, R, C),
-					   .col = qe_tensor_2d(gcol[k], dt, QE_DEV_CUDA, C, R),
-					   .scale = (float *)grole[k] + 1,
-					   .amax = grole[k],
-					   .scale_inv = (float *)grole[k] + 2,
-					   .current = cases[ci].current,
-					   .pre_bias = k ? gb : NULL,
-					   .pre_dgelu = k ? gu : NULL,
-					   .colsum = k ? gsum[1] : NULL };
-			CHECK_OK(K.go->cast(K.gs, &a));
-		}
-		char what[96];
-		const char *nm = qe_dtype_name(dt), *cur = cases[ci].current ? " current" : "";
-		for (int part = 0; part < 4; part++) {
-			static const char *parts[] = { "row", "col", "amax/scale", "sums" };
-			void **b = part == 0 ? grow : part == 1 ? gcol : part == 2 ? grole : gsum;
-			snprintf(what, sizeof(what), "dgelu cast %lldx%lld %s%s %s", (long long)R, (long long)C, nm, cur,
-				 parts[part]);
-			same_dev_bytes(what, b[0], b[1], part == 3 ? (size_t)C * 4 : part == 2 ? sizeof(role) : (size_t)n * esz);
-		}
-		for (int k = 0; k < 2; k++) {
-			K.go->free(K.gb, grow[k]);
-			K.go->free(K.gb, gcol[k]);
-			K.go->free(K.gb, grole[k]);
-			K.go->free(K.gb, gsum[k]);
-		}
-		void *gbufs[] = { gdy, gu, gb, gv };
-		for (int i = 0; i < 4; i++)
-			K.go->free(K.gb, gbufs[i]);
-		K.co->free(K.cb, cdy);
-		K.co->free(K.cb, cu);
-		K.co->free(K.cb, cb);
-		free(hdy);
-		free(hu);
-		free(hb);
-	}
-}
-
-/*
- * Flash attention with qkv_bias on the GPU: forward and backward give the
- * bytes of the same op on qkv + bias (made on the host: one f32 add, as
- * gemm's), for both operand kinds (bf16: added in the bf16 copy; TF32: a
- * biased copy first).
+ * Flash attention with qkv_bias: forward and backward give the bytes of the
+ * same op on qkv + bias (made on the host: one f32 add, as gemm's), for both
+ * operand kinds (bf16: added in the bf16 copy; TF32: a biased copy first).
  */
 static void test_flash_qkv_bias(qe_rng *r)
 {
@@ -443,13 +387,10 @@ static void test_flash_qkv_bias(qe_rng *r)
 		for (int kind = 0; kind < 2; kind++) {
 			qe_flash_operands op = kind ? QE_FLASH_BF16 : QE_FLASH_TF32;
 			fresh_stream();
-			void *gq = g_mem(n3 * 4), *gb = g_mem(3 * H * 4), *gqb = g_mem(n3 * 4), *gdo = g_mem(N * H * 4);
-			void *go[2] = { g_mem(N * H * 4), g_mem(N * H * 4) }, *gl[2] = { g_mem(B * nh * T * 4), g_mem(B * nh * T * 4) };
-			void *gdq[2] = { g_mem(n3 * 4), g_mem(n3 * 4) };
-			up(gq, hq, n3 * 4);
-			up(gb, hb, 3 * H * 4);
-			up(gqb, hqb, n3 * 4);
-			up(gdo, hdo, N * H * 4);
+			void *gq = dev_of(hq, n3), *gb = dev_of(hb, 3 * H), *gqb = dev_of(hqb, n3), *gdo = dev_of(hdo, N * H);
+			void *go[2] = { g_mem((size_t)N * H * 4), g_mem((size_t)N * H * 4) };
+			void *gl[2] = { g_mem((size_t)B * nh * T * 4), g_mem((size_t)B * nh * T * 4) };
+			void *gdq[2] = { g_mem((size_t)n3 * 4), g_mem((size_t)n3 * 4) };
 			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[0], gl[0], gqb, NULL, B, T, H, nh, op));
 			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[1], gl[1], gq, gb, B, T, H, nh, op));
 			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[0], gdo, gqb, NULL, go[0], gl[0], B, T, H, nh, op));
@@ -476,31 +417,14 @@ static void test_flash_qkv_bias(qe_rng *r)
 
 int main(void)
 {
-	if (qe_cuda_device_count() < 1) {
-		printf("SKIP: no CUDA device\n");
-		return 0;
-	}
-	uint64_t seed = 20261204u;
-	const char *env = getenv("QE_TEST_SEED");
-	if (env)
-		seed = strtoull(env, NULL, 0);
-	printf("seed %llu\n", (unsigned long long)seed);
 	qe_rng r;
-	qe_rng_init(&r, seed);
-	CHECK_OK(qe_backend_open("cpu", &K.cb));
-	CHECK_OK(qe_backend_open("cuda", &K.gb));
-	if (!K.cb || !K.gb)
-		return qe_test_done(NAME);
-	K.co = K.cb->ops;
-	K.go = K.gb->ops;
-	CHECK_OK(K.co->stream_create(K.cb, &K.cs));
-	CHECK_OK(K.go->stream_create(K.gb, &K.gs));
-	if (!K.cs || !K.gs)
-		return qe_test_done(NAME);
-	test_fused(&r);
-	test_fused_colsum(&r);
-	test_fused_ln(&r);
-	test_fused_dgelu(&r);
+	int rc = both_open(20261204u, &r);
+	if (rc <= 0)
+		return rc < 0 ? qe_test_done(NAME) : 0;
+	test_cast_gelu(&r);
+	test_cast_colsum(&r);
+	test_cast_layernorm(&r);
+	test_cast_gelu_backward(&r);
 	test_residual_add(&r);
 	test_layernorm_bwd_residual(&r);
 	test_flash_qkv_bias(&r);

@@ -1460,27 +1460,10 @@ static void test_capture(void)
 
 int main(void)
 {
-	if (qe_cuda_device_count() < 1) {
-		printf("SKIP: no CUDA device\n");
-		return 0;
-	}
-	uint64_t seed = 20261129u;
-	const char *env = getenv("QE_TEST_SEED");
-	if (env)
-		seed = strtoull(env, NULL, 0);
-	printf("seed %llu\n", (unsigned long long)seed);
 	qe_rng r;
-	qe_rng_init(&r, seed);
-	CHECK_OK(qe_backend_open("cpu", &K.cb));
-	CHECK_OK(qe_backend_open("cuda", &K.gb));
-	if (!K.cb || !K.gb)
-		return qe_test_done(NAME);
-	K.co = K.cb->ops;
-	K.go = K.gb->ops;
-	CHECK_OK(K.co->stream_create(K.cb, &K.cs));
-	CHECK_OK(K.go->stream_create(K.gb, &K.gs));
-	if (!K.cs || !K.gs)
-		return qe_test_done(NAME);
+	int rc = both_open(20261129u, &r);
+	if (rc <= 0)
+		return rc < 0 ? qe_test_done(NAME) : 0;
 
 	/* the default (NULL) stream runs at once */
 	void *d = g_mem(16);

@@ -41,6 +41,27 @@
 static qe_rng rng;
 static bk K;
 
+/*
+ * Whether op call `call` on a stream of its own, s2 (a refusal fails its
+ * stream for good), returns want; what names the call.
+ */
+#define REFUSED(want, what, call)                                                       \
+	do {                                                                            \
+		qe_stream *s2 = NULL;                                                   \
+		CHECK_OK(K.o->stream_create(K.b, &s2));                                 \
+		int rc_ = (call);                                                       \
+		CHECK(rc_ == (want), "%s: rc %d, want %d", (what), rc_, (int)(want));   \
+		qe_clear_error();                                                       \
+		K.o->stream_destroy(s2);                                                \
+	} while (0)
+
+/* free the n backend buffers of bufs */
+static void free_bufs(float *const *bufs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		K.o->free(K.b, bufs[i]);
+}
+
 typedef struct cast_out {
 	void *row, *col;
 	float meta[3]; /* scale, amax, scale_inv */
@@ -149,15 +170,10 @@ static void test_cast_prologue(int64_t R, int64_t C)
 	}
 	printf("cast prologue [%lld,%lld]: %d cases == the unfused ops\n", (long long)R, (long long)C, cases);
 	/* statistics need somewhere to go */
-	qe_stream *s2 = NULL;
-	CHECK_OK(K.o->stream_create(K.b, &s2));
-	int rc = K.o->layernorm_fwd(s2, NULL, NULL, rstd, x, w, b, R, C);
-	CHECK(rc == QE_EINVAL, "layernorm_fwd with neither y nor mean: rc %d, want QE_EINVAL", rc);
-	qe_clear_error();
-	K.o->stream_destroy(s2);
+	REFUSED(QE_EINVAL, "layernorm_fwd with neither y nor mean",
+		K.o->layernorm_fwd(s2, NULL, NULL, rstd, x, w, b, R, C));
 	float *bufs[] = { x, bias, v, mean, rstd, w, b };
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
-		K.o->free(K.b, bufs[i]);
+	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 
 static void test_gelu_bwd_bias(int64_t R, int64_t C)
@@ -179,16 +195,9 @@ static void test_gelu_bwd_bias(int64_t R, int64_t C)
 	CHECK_BYTES(dx, ref, (size_t)n * sizeof(float), what);
 	CHECK(bytes_diff(dx, plain, (size_t)n * sizeof(float)) >= 0, "%s: the bias changed nothing", what);
 	/* a bias row that does not tile n (on a stream of its own: a refusal fails the stream for good) */
-	qe_stream *s2 = NULL;
-	CHECK_OK(K.o->stream_create(K.b, &s2));
-	int rc = K.o->gelu_bwd(s2, dx, x, dy, bias, n, C + 1);
-	CHECK(rc == QE_ESHAPE, "gelu_bwd with %lld bias columns over n = %lld: rc %d, want QE_ESHAPE", (long long)(C + 1),
-	      (long long)n, rc);
-	qe_clear_error();
-	K.o->stream_destroy(s2);
+	REFUSED(QE_ESHAPE, "gelu_bwd with a bias of C + 1 columns", K.o->gelu_bwd(s2, dx, x, dy, bias, n, C + 1));
 	float *bufs[] = { x, dy, bias, v, dx, ref, plain };
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
-		K.o->free(K.b, bufs[i]);
+	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 
 static void test_cast_colsum(int64_t R, int64_t C)
@@ -256,15 +265,9 @@ static void test_residual_add(int64_t R, int64_t C)
 	CHECK_OK(K.o->residual_add(K.s, got, a, got, bias, R, C));
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "residual_add in place over b");
-	qe_stream *s2 = NULL;
-	CHECK_OK(K.o->stream_create(K.b, &s2));
-	int rc = K.o->residual_add(s2, got, a, b, NULL, R, C);
-	CHECK(rc == QE_EINVAL, "residual_add without a bias: rc %d, want QE_EINVAL", rc);
-	qe_clear_error();
-	K.o->stream_destroy(s2);
+	REFUSED(QE_EINVAL, "residual_add without a bias", K.o->residual_add(s2, got, a, b, NULL, R, C));
 	float *bufs[] = { a, b, bias, v, want, got, plain };
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
-		K.o->free(K.b, bufs[i]);
+	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 
 static void test_layernorm_bwd_residual(int64_t R, int64_t C)
@@ -295,8 +298,7 @@ static void test_layernorm_bwd_residual(int64_t R, int64_t C)
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "layernorm_bwd residual in place");
 	float *bufs[] = { x, dy, res, w, b, mean, rstd, g, want, got, dw[0], dw[1], db[0], db[1] };
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
-		K.o->free(K.b, bufs[i]);
+	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 
 static void test_cast_dgelu(int64_t R, int64_t C)
@@ -351,20 +353,14 @@ static void test_cast_dgelu(int64_t R, int64_t C)
 	}
 	printf("dgelu cast [%lld,%lld]: %d cases == gelu_bwd, bias_grad and the plain cast\n", (long long)R, (long long)C,
 	       cases);
-	qe_stream *s2 = NULL;
-	CHECK_OK(K.o->stream_create(K.b, &s2));
 	qe_cast_args a = { .x = qe_tensor_2d(dy, QE_F32, QE_DEV_CPU, R, C),
 			   .row = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, R, C),
 			   .col = qe_tensor_2d(NULL, QE_F32, QE_DEV_CPU, C, R),
 			   .pre_gelu = 1,
 			   .pre_dgelu = u };
-	int rc = K.o->cast(s2, &a);
-	CHECK(rc == QE_EINVAL, "cast with pre_dgelu and pre_gelu: rc %d, want QE_EINVAL", rc);
-	qe_clear_error();
-	K.o->stream_destroy(s2);
+	REFUSED(QE_EINVAL, "cast with pre_dgelu and pre_gelu", K.o->cast(s2, &a));
 	float *bufs[] = { dy, u, bias, v, want, got };
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
-		K.o->free(K.b, bufs[i]);
+	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 
 static void test_flash_qkv_bias(int64_t B, int64_t T, int64_t H, int nh)
@@ -397,8 +393,7 @@ static void test_flash_qkv_bias(int64_t B, int64_t T, int64_t H, int nh)
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK(bytes_diff(o[0], o[1], (size_t)(N * H) * sizeof(float)) >= 0, "flash qkv_bias: the bias changed nothing");
 	float *bufs[] = { qkv, bias, qb, dout, o[0], o[1], l[0], l[1], dq[0], dq[1] };
-	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
-		K.o->free(K.b, bufs[i]);
+	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 
 int main(void)
