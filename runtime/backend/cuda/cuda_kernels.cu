@@ -1,13 +1,13 @@
 /*
- * cuda_kernels.cu - every non-GEMM, non-attention op of the table:
- * elementwise add, bias gradient, GELU, layernorm, embedding, softmax
- * cross-entropy, AdamW and the view sum.
+ * cuda_kernels.cu - the non-GEMM, non-attention ops of the table but the
+ * optimizer's (cuda_optim.cu): elementwise adds, bias gradient, GELU,
+ * layernorm, embedding and softmax cross-entropy.
  *
  * Same formulas as the cpu reference (cpu_kernels.c), written operation for
  * operation in the same order; this folder is compiled with -fmad=false
  * (CMakeLists.txt), so no multiply-add is fused and an op whose cpu version
- * has no reduction gives the same bits (add, bias_grad, embedding, AdamW,
- * view sums, the layernorm weight/bias gradients).  Row reductions
+ * has no reduction gives the same bits (add, bias_grad, embedding, the
+ * layernorm weight/bias gradients).  Row reductions
  * (layernorm statistics, softmax sums) are fixed-shape trees rather than the
  * cpu's left-to-right sums: repeatable to the bit, within rounding of the
  * cpu.  No atomics where order matters: column sums run one thread per
@@ -18,10 +18,10 @@
 #include <string.h>
 
 #include "runtime/backend/cuda/cuda_gelu.cuh"
+#include "runtime/backend/cuda/cuda_grid.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 #include "runtime/backend/colsum.h"
 
-#define THREADS 256
 /* Column sums: a block covers 32 columns, one thread per (column, row group of colsum.h). */
 #define COL_THREADS 32
 /* Layernorm keeps a row in registers: up to this many float4s per thread, 256 threads a row. */
@@ -29,14 +29,7 @@
 /* Threads per row for the cross-entropy: a vocabulary row is long. */
 #define XENT_THREADS 1024
 
-typedef struct views_arg {
-	const float *p[QE_CUDA_MAX_VIEWS];
-} views_arg;
-
 /* ---- kernels ------------------------------------------------------------------ */
-
-#define GRID_STRIDE(i, n) \
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 __global__ void add_kernel(float *y, const float *a, const float *b, int64_t n)
 {
@@ -411,43 +404,6 @@ __global__ void xent_loss_kernel(float *loss, const float *rowloss, int64_t T)
 		*loss = (float)(total / (double)T);
 }
 
-__device__ __forceinline__ float adamw1(float *pp, float *mp, float *vp, float grad, float lr, float beta1,
-					float beta2, float eps, float wd, float b1c, float b2c)
-{
-	float p = *pp;
-	float m = beta1 * *mp + (1.0f - beta1) * grad;
-	float v = beta2 * *vp + (1.0f - beta2) * grad * grad;
-	float mhat = m / b1c;
-	float vhat = v / b2c;
-	*mp = m;
-	*vp = v;
-	return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
-}
-
-__global__ void adamw_kernel(float *param, float *mom, float *var, views_arg g, int nviews, int64_t n, float lr,
-			     float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
-{
-	GRID_STRIDE(i, n)
-	{
-		float grad = g.p[0][i];
-		for (int vi = 1; vi < nviews; vi++)
-			grad += g.p[vi][i];
-		param[i] = adamw1(&param[i], &mom[i], &var[i], grad * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-	}
-}
-
-/* out may alias view 0: each element is read from every view before it is written. */
-__global__ void sum_views_kernel(float *out, views_arg g, int nviews, int64_t n)
-{
-	GRID_STRIDE(i, n)
-	{
-		float s = g.p[0][i];
-		for (int vi = 1; vi < nviews; vi++)
-			s += g.p[vi][i];
-		out[i] = s;
-	}
-}
-
 /* ---- float4 versions (16-byte aligned pointers, lengths in float4s) ---------------- */
 
 /* y = a + (b + bias[col]): the cpu's qe_cpu_residual_add, element for element */
@@ -629,44 +585,7 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const fl
 	}
 }
 
-/* adamw_kernel on float4s: the views are summed in view order per element, as there. */
-__global__ void adamw4_kernel(float4 *param, float4 *mom, float4 *var, views_arg g, int nviews, int64_t n4, float lr,
-			      float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
-{
-	GRID_STRIDE(i, n4)
-	{
-		float4 gr = ((const float4 *)g.p[0])[i];
-		for (int vi = 1; vi < nviews; vi++) {
-			float4 u = ((const float4 *)g.p[vi])[i];
-			gr = make_float4(gr.x + u.x, gr.y + u.y, gr.z + u.z, gr.w + u.w);
-		}
-		float4 p = param[i], m = mom[i], v = var[i];
-		float4 np;
-		np.x = adamw1(&p.x, &m.x, &v.x, gr.x * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		np.y = adamw1(&p.y, &m.y, &v.y, gr.y * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		np.z = adamw1(&p.z, &m.z, &v.z, gr.z * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		np.w = adamw1(&p.w, &m.w, &v.w, gr.w * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		mom[i] = m;
-		var[i] = v;
-		param[i] = np;
-	}
-}
-
 /* ---- launchers ------------------------------------------------------------------- */
-
-static unsigned grid_for(int64_t n)
-{
-	int64_t b = (n + THREADS - 1) / THREADS;
-	if (b > 65536)
-		b = 65536; /* grid-stride loops cover the rest */
-	return (unsigned)(b < 1 ? 1 : b);
-}
-
-/* True when every pointer is 16-byte aligned and n a multiple of 4: the float4 kernels apply. */
-static bool vec4_ok(int64_t n, const void *a, const void *b, const void *c)
-{
-	return n % 4 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
-}
 
 /* One block per row: a power of two up to 256, at least a warp. */
 static unsigned row_threads(int64_t cols)
@@ -937,41 +856,4 @@ extern "C" int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const fl
 		rc = qe__cuda_launched(op, "xent_loss_kernel");
 	}
 	return rc;
-}
-
-extern "C" int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a)
-{
-	if (a->n == 0)
-		return QE_OK;
-	views_arg g;
-	memset(&g, 0, sizeof(g));
-	for (int i = 0; i < a->nviews; i++)
-		g.p[i] = a->grads[i];
-	/* bias corrections on the host with the cpu's powf, so both use the same bits */
-	float b1c = 1.0f - powf(a->beta1, (float)a->step);
-	float b2c = 1.0f - powf(a->beta2, (float)a->step);
-	bool al = vec4_ok(a->n, a->param, a->m, a->v);
-	for (int i = 0; i < a->nviews && al; i++)
-		al = vec4_ok(0, g.p[i], NULL, NULL);
-	if (al)
-		adamw4_kernel<<<grid_for(a->n / 4), THREADS, 0, s->cs>>>(
-			(float4 *)a->param, (float4 *)a->m, (float4 *)a->v, g, a->nviews, a->n / 4, a->lr, a->beta1,
-			a->beta2, a->eps, a->weight_decay, b1c, b2c, a->grad_scale);
-	else
-		adamw_kernel<<<grid_for(a->n), THREADS, 0, s->cs>>>(a->param, a->m, a->v, g, a->nviews, a->n, a->lr,
-								    a->beta1, a->beta2, a->eps, a->weight_decay,
-								    b1c, b2c, a->grad_scale);
-	return qe__cuda_launched("adamw", "adamw_kernel");
-}
-
-extern "C" int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)
-{
-	if (n == 0)
-		return QE_OK;
-	views_arg g;
-	memset(&g, 0, sizeof(g));
-	for (int i = 0; i < nviews; i++)
-		g.p[i] = views[i];
-	sum_views_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(out, g, nviews, n);
-	return qe__cuda_launched("sum_views", "sum_views_kernel");
 }
