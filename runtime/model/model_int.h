@@ -75,8 +75,9 @@ struct qe_stage {
 	 * flash attention's reads of qkv (qe__stage_qkv_bias); each bias
 	 * gradient is summed by the cast of its dY (no pass of its own); and
 	 * the backward's residual joins are added by the layernorm backward
-	 * that produces one of their terms.  The same bits as the unfused ops (backend.h, qe_cast_args);
-	 * opt-in until the cuda kernels have run on a GPU.
+	 * that produces one of their terms.  The same bits as the unfused ops
+	 * (backend.h, qe_cast_args); opt-in until the cuda kernels have run on
+	 * a GPU.
 	 */
 	int fuse;
 

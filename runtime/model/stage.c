@@ -213,7 +213,8 @@ static size_t layout_workspace(qe_stage *st, char *base)
 	int64_t T = st->N, H = c->hidden;
 	int64_t wide = 3 * H > c->ffn ? 3 * H : c->ffn;
 	int64_t qwide = wide > st->vpad ? wide : st->vpad;
-	size_t in_sz = qe_dtype_size(role_dtype(st, QE_ROLE_INPUT)), go_sz = qe_dtype_size(role_dtype(st, QE_ROLE_GRAD_OUTPUT));
+	size_t in_sz = qe_dtype_size(role_dtype(st, QE_ROLE_INPUT));
+	size_t go_sz = qe_dtype_size(role_dtype(st, QE_ROLE_GRAD_OUTPUT));
 	carver cv = { base, 0 };
 	for (int i = 0; i < 3; i++)
 		st->ws_h[i] = carve(&cv, T * H * 4);

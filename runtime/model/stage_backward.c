@@ -181,7 +181,9 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	}
 	for (int k = st->nblk - 1; k >= 0; k--) {
 		/* the input gradient of block k is block k-1's output gradient, or the embedding's, or dx_in's */
-		float *dx_in = k > 0 ? (dx_out == st->ws_g[0] ? st->ws_g[1] : st->ws_g[0]) : st->first ? st->ws_h[0] : t->dx_in;
+		float *dx_in = st->first ? st->ws_h[0] : t->dx_in;
+		if (k > 0)
+			dx_in = dx_out == st->ws_g[0] ? st->ws_g[1] : st->ws_g[0];
 		QE_TRY(block_backward(st, s, t, k, dx_out, grad, dx_in));
 		dx_out = dx_in;
 	}

@@ -345,7 +345,8 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 		void *gx = dev_of(hx, n), *gdy = dev_of(hdy, n), *gres = dev_of(hres, n), *gw = dev_of(hw, C);
 		void *gb = dev_of(hb, C), *gm = g_mem((size_t)R * 4), *gs = g_mem((size_t)R * 4), *gg = g_mem((size_t)n * 4);
 		void *gdx[2] = { g_mem((size_t)n * 4), g_mem((size_t)n * 4) };
-		void *gdw[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) }, *gdb[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
+		void *gdw[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
+		void *gdb[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
 		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gx, gw, gb, R, C));
 		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, gx, gm, gs, gw, R, C, NULL));
 		CHECK_OK(K.go->add(K.gs, gdx[0], gres, gg, n));
