@@ -89,7 +89,8 @@ typedef struct qe_cast_args {
 	 * The GELU backward instead (pre_dgelu, [rows, cols] like x; not with
 	 * pre_ln or pre_gelu): x is the gradient of GELU's output and pre_dgelu
 	 * GELU's input, whose bias pre_bias (if any) is added to it first:
-	 * v = gelu_bwd's dx, the bytes of gelu_bwd(dx, pre_dgelu, x, pre_bias).
+	 * v = the bytes gelu_bwd(dx, u, x) writes, u = pre_dgelu + pre_bias
+	 * (gemm's f32 add).
 	 */
 	struct {
 		const float *mean, *rstd, *w, *b;
@@ -227,13 +228,7 @@ typedef struct qe_backend_ops {
 			    int64_t cols);
 	int (*bias_grad)(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols); /* db = sum_rows dy */
 	int (*gelu_fwd)(qe_stream *s, float *y, const float *x, int64_t n);                  /* tanh approx */
-	/*
-	 * dx = gelu'(v) * dy with v = x, or v = x[i] + bias[i % cols] when bias
-	 * is not NULL (a bias gemm left out of x: the same v as gemm's f32 add);
-	 * cols is read only with a bias and must divide n.
-	 */
-	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
-			int64_t cols);
+	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
 	/*
 	 * y = (x - mean) * rstd * w + b per row; mean/rstd [rows] saved for
 	 * backward.  y NULL: mean and rstd alone (both then required; w and b

@@ -314,16 +314,10 @@ int qe__check_gelu_fwd(const float *y, const float *x, int64_t n)
 	return check_floats("gelu_fwd", n, 2, (const float *const[]){ y, x }, (const char *const[]){ "y", "x" });
 }
 
-int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols)
+int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, int64_t n)
 {
-	int rc = check_floats("gelu_bwd", n, 3, (const float *const[]){ dx, x, dy },
-			      (const char *const[]){ "dx", "x", "dy" });
-	if (rc || !bias)
-		return rc;
-	if (cols < 1 || n % cols != 0)
-		return qe_fail(QE_ESHAPE, "gelu_bwd: bias over %lld columns does not tile n = %lld", (long long)cols,
-			       (long long)n);
-	return QE_OK;
+	return check_floats("gelu_bwd", n, 3, (const float *const[]){ dx, x, dy },
+			    (const char *const[]){ "dx", "x", "dy" });
 }
 
 int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t cols)

@@ -72,7 +72,7 @@ int qe__check_add_inplace(const float *y, const float *a, int64_t n);
 int qe__check_residual_add(const float *y, const float *a, const float *b, const float *bias, int64_t rows,
 			    int64_t cols);
 int qe__check_gelu_fwd(const float *y, const float *x, int64_t n);
-int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols);
+int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, int64_t n);
 /* bias_grad: rows, cols >= 0, db [cols] and dy [rows, cols] present. */
 int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t cols);
 /* layernorm_fwd: rows, cols >= 0, no rows of 0 columns, y, x, w and b present. */

@@ -88,7 +88,7 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 		QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[0], st->ws_h[0], grad, bt->fc1_out,
 					     qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1)));
 	} else {
-		QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], NULL, N * c->ffn, c->ffn));
+		QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], N * c->ffn));
 		QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad, NULL, NULL));
 	}
 	/* d x_mid (ws_h[2]) = dx_out + the gradient through LN2 */

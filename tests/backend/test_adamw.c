@@ -196,7 +196,7 @@ static uint8_t *run_chain(uint32_t seed, size_t *bytes)
 		qe_tensor DLT = t2(c.dlT, QE_F32, V, T, NULL), HT = t2(c.hT, QE_F32, H, T, NULL);
 		qe_tensor DWH = t2(c.dwhead, QE_F32, V, H, NULL);
 		CHECK_OK(o->gemm(s, &DLT, &HT, &DWH, NULL, 0));
-		CHECK_OK(o->gelu_bwd(s, c.datt, c.att, c.dh, NULL, T * H, H));
+		CHECK_OK(o->gelu_bwd(s, c.datt, c.att, c.dh, T * H));
 		CHECK_OK(o->attn_bwd(s, c.dqkv, c.datt, c.qkv, c.probs, T, H, NH));
 		/* qkv wgrad from E5M2 dY and E4M3 X, transposed copies */
 		qe_cast_args cg = { .x = t2(c.dqkv, QE_F32, T, 3 * H, NULL), .row = t2(c.dq, QE_E5M2, T, 3 * H, NULL),

@@ -153,7 +153,7 @@ static int enqueue(bk *k, qe_stream *s, state *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->bias_grad(s, st->db, st->dl, N, OUT));
 	n++;
-	CHECK_OK(o->gelu_bwd(s, st->db2, st->bias, st->db, NULL, OUT, OUT));
+	CHECK_OK(o->gelu_bwd(s, st->db2, st->bias, st->db, OUT));
 	n++;
 	CHECK_OK(o->stream_wait(s, ev));
 	n++;

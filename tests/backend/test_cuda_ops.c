@@ -697,8 +697,8 @@ static void test_elementwise(qe_rng *r)
 	close_to("gelu_fwd", cy, h, n, 1e-5);
 	free(h);
 
-	CHECK_OK(K.co->gelu_bwd(K.cs, cy, ca, cb, NULL, n, 1));
-	CHECK_OK(K.go->gelu_bwd(K.gs, gy, ga, gb, NULL, n, 1));
+	CHECK_OK(K.co->gelu_bwd(K.cs, cy, ca, cb, n));
+	CHECK_OK(K.go->gelu_bwd(K.gs, gy, ga, gb, n));
 	h = fetch(gy, n * 4);
 	close_to("gelu_bwd", cy, h, n, 1e-5);
 	free(h);
@@ -1243,7 +1243,7 @@ static int enqueue(qe_stream *s, cstate *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->bias_grad(s, st->db, st->dl, CN, COUT));
 	n++;
-	CHECK_OK(o->gelu_bwd(s, st->db2, st->bias, st->db, NULL, COUT, COUT));
+	CHECK_OK(o->gelu_bwd(s, st->db2, st->bias, st->db, COUT));
 	n++;
 	CHECK_OK(o->stream_wait(s, ev));
 	n++;
@@ -1315,7 +1315,7 @@ static void test_alignment(qe_rng *r)
 		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], x[k], mean[k], rstd[k], w[k], rows, cols, NULL));
 		CHECK_OK(K.go->add(K.gs, g[k], x[k], dy[k], n));
 		CHECK_OK(K.go->gelu_fwd(K.gs, gy[k], x[k], n));
-		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], NULL, n, 1));
+		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], n));
 	}
 	same_dev("layernorm_fwd y, aligned vs +4 B", y[0], y[1], n);
 	same_dev("layernorm_fwd rstd", rstd[0], rstd[1], rows);

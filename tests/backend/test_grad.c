@@ -122,7 +122,7 @@ static void test_gelu(void)
 	float *dx = bk_f32(&K, c.n);
 	fill_normal(c.x, c.n, &rng, 2.5f);
 	fill_normal(c.g, c.n, &rng, 1.0f);
-	CHECK_OK(K.o->gelu_bwd(K.s, dx, c.x, c.g, NULL, c.n, 1));
+	CHECK_OK(K.o->gelu_bwd(K.s, dx, c.x, c.g, c.n));
 	fd_check("gelu dx", c.x, dx, c.n, gelu_loss, &c);
 	/* a spot value of the GPT-2 tanh form: gelu(1) = 0.5 (1 + tanh(sqrt(2/pi) 1.044715)) */
 	float one = 1.0f, y1;

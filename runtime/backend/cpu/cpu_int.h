@@ -50,6 +50,7 @@ void qe_cpu_add_bias(float *y, const float *x, const float *bias, int64_t rows, 
 void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *bias, int64_t rows, int64_t cols);
 void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols);
 void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n);
+/* bias (NULL or cols floats): x + bias[i % cols] is GELU's input (the cast's GELU-backward prologue) */
 void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols);
 void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
 			  int64_t rows, int64_t cols);

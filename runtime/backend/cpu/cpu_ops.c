@@ -254,20 +254,19 @@ int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
 
 static int check_gelu_bwd(const qe_cpu_gelu_bwd_args *a)
 {
-	return qe__check_gelu_bwd(a->dx, a->x, a->dy, a->bias, a->n, a->cols);
+	return qe__check_gelu_bwd(a->dx, a->x, a->dy, a->n);
 }
 
 static int exec_gelu_bwd(qe_cpu_scratch *sc, const qe_cpu_gelu_bwd_args *a)
 {
 	(void)sc;
-	qe_cpu_gelu_bwd(a->dx, a->x, a->dy, a->bias, a->n, a->cols);
+	qe_cpu_gelu_bwd(a->dx, a->x, a->dy, NULL, a->n, 1);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
-			      int64_t cols)
+int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
 {
-	return SUBMIT(s, GELU_BWD, gelu_bwd, dx, x, dy, bias, n, cols);
+	return SUBMIT(s, GELU_BWD, gelu_bwd, dx, x, dy, n);
 }
 
 static int check_layernorm_fwd(const qe_cpu_layernorm_fwd_args *a)

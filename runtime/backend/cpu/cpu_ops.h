@@ -150,8 +150,8 @@ typedef struct qe_cpu_gelu_fwd_args {
 
 typedef struct qe_cpu_gelu_bwd_args {
 	float *dx;
-	const float *x, *dy, *bias;
-	int64_t n, cols;
+	const float *x, *dy;
+	int64_t n;
 } qe_cpu_gelu_bwd_args;
 
 typedef struct qe_cpu_layernorm_fwd_args {
@@ -284,8 +284,7 @@ int qe__cpu_enqueue_residual_add(qe_stream *s, float *y, const float *a, const f
 				 int64_t rows, int64_t cols);
 int qe__cpu_enqueue_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
 int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
-int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
-			      int64_t cols);
+int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
 int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 				  const float *b, int64_t rows, int64_t cols);
 int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,

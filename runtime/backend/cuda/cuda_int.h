@@ -127,8 +127,7 @@ int qe__cuda_colsum_finish(qe_stream *s, const char *op, float *db, const float 
 int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, const float *dy, int64_t rows, int64_t cols,
 			 float *part);
 int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
-int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
-		      int64_t cols);
+int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
 int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 			   const float *b, int64_t rows, int64_t cols);
 int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,

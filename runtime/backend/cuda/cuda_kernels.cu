@@ -127,11 +127,10 @@ __global__ void gelu_fwd_kernel(float *y, const float *x, int64_t n)
 	y[i] = gelu_fwd1(x[i]);
 }
 
-/* bias (optional): v = x + bias[i % cols], gemm's bias add done here instead */
-__global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols)
+__global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, int64_t n)
 {
 	GRID_STRIDE(i, n)
-	dx[i] = gelu_bwd1(bias ? x[i] + bias[i % cols] : x[i], dy[i]);
+	dx[i] = gelu_bwd1(x[i], dy[i]);
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -443,17 +442,11 @@ __global__ void gelu_fwd4_kernel(float4 *y, const float4 *x, int64_t n4)
 	}
 }
 
-/* bias: cols % 4 == 0, so the four lanes share a row */
-__global__ void gelu_bwd4_kernel(float4 *dx, const float4 *x, const float4 *dy, const float4 *bias, int64_t n4,
-				 int64_t cols4)
+__global__ void gelu_bwd4_kernel(float4 *dx, const float4 *x, const float4 *dy, int64_t n4)
 {
 	GRID_STRIDE(i, n4)
 	{
 		float4 v = x[i], d = dy[i];
-		if (bias) {
-			float4 b = bias[i % cols4];
-			v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
-		}
 		dx[i] = make_float4(gelu_bwd1(v.x, d.x), gelu_bwd1(v.y, d.y), gelu_bwd1(v.z, d.z), gelu_bwd1(v.w, d.w));
 	}
 }
@@ -727,17 +720,15 @@ extern "C" int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t
 	return qe__cuda_launched("gelu_fwd", "gelu_fwd_kernel");
 }
 
-extern "C" int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias,
-				 int64_t n, int64_t cols)
+extern "C" int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
 {
 	if (n == 0)
 		return QE_OK;
-	if (vec4_ok(n, dx, x, dy) && (!bias || (cols % 4 == 0 && (uintptr_t)bias % 16 == 0)))
+	if (vec4_ok(n, dx, x, dy))
 		gelu_bwd4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)dx, (const float4 *)x,
-									 (const float4 *)dy, (const float4 *)bias,
-									 n / 4, cols / 4);
+									 (const float4 *)dy, n / 4);
 	else
-		gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, bias, n, cols);
+		gelu_bwd_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(dx, x, dy, n);
 	return qe__cuda_launched("gelu_bwd", "gelu_bwd_kernel");
 }
 

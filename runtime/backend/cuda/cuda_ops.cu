@@ -110,14 +110,13 @@ static int cu_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
 	return qe__cuda_op_end(s, rc, "gelu_fwd");
 }
 
-static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, const float *bias, int64_t n,
-		       int64_t cols)
+static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n)
 {
 	int rc = qe__cuda_op_begin(&s, "gelu_bwd");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_gelu_bwd(dx, x, dy, bias, n, cols)))
-		rc = qe__cuda_gelu_bwd(s, dx, x, dy, bias, n, cols);
+	if (!(rc = qe__check_gelu_bwd(dx, x, dy, n)))
+		rc = qe__cuda_gelu_bwd(s, dx, x, dy, n);
 	return qe__cuda_op_end(s, rc, "gelu_bwd");
 }
 
