@@ -417,19 +417,14 @@ static int bwd_tf32(qe_stream *s, float *dqkv, const float *dout, const float *q
 				  : bwd_launch<D, 8>(s, dqkv, dout, qkv, lse, Dt, B, T, H, nh);
 }
 
-/* dst = qkv + bias per column (gemm's f32 add): the TF32 kernels' operands when attention gets the QKV bias */
-__global__ void qkv_bias_kernel(float *dst, const float *qkv, const float *bias, int64_t n, int64_t cols)
-{
-	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		dst[i] = qkv[i] + bias[i % cols];
-}
-
+/* dst = qkv + bias, gemm's own bias add on a copy: the TF32 kernels' operands when attention gets the QKV bias */
 static int qkv_biased(qe_stream *s, float *dst, const float *qkv, const float *bias, int64_t rows, int64_t H,
 		      const char *op)
 {
-	int64_t n = rows * 3 * H, nb = (n + 255) / 256;
-	qkv_bias_kernel<<<(unsigned)(nb > 4096 ? 4096 : nb), 256, 0, s->cs>>>(dst, qkv, bias, n, 3 * H);
-	return qe__cuda_launched(op, "qkv_bias_kernel");
+	cudaError_t e = cudaMemcpyAsync(dst, qkv, (size_t)(rows * 3 * H) * sizeof(float), cudaMemcpyDeviceToDevice, s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaMemcpyAsync(qkv)");
+	return qe__cuda_add_bias(s, op, dst, bias, rows, 3 * H);
 }
 
 static int aligned16(const char *op, const char *name, const void *p)

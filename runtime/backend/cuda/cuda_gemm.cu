@@ -228,7 +228,7 @@ static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublas
 	return rc;
 }
 
-static int add_bias(qe_stream *s, float *c, const float *bias, int64_t m, int64_t n)
+extern "C" int qe__cuda_add_bias(qe_stream *s, const char *op, float *c, const float *bias, int64_t m, int64_t n)
 {
 	bool vec = n % 4 == 0 && ((uintptr_t)c | (uintptr_t)bias) % 16 == 0;
 	int64_t cols = vec ? n / 4 : n;
@@ -236,9 +236,9 @@ static int add_bias(qe_stream *s, float *c, const float *bias, int64_t m, int64_
 	if (m == 0 || n == 0)
 		return QE_OK;
 	if (bx > INT32_MAX)
-		return qe_fail(QE_EUNSUPPORTED, "gemm: bias over %lld columns", (long long)n);
+		return qe_fail(QE_EUNSUPPORTED, "%s: bias over %lld columns", op, (long long)n);
 	add_bias_kernel<<<dim3((unsigned)bx, (unsigned)by), 256, 0, s->cs>>>(c, bias, m, n, vec);
-	return qe__cuda_launched("gemm", "add_bias_kernel");
+	return qe__cuda_launched(op, "add_bias_kernel");
 }
 
 /*
@@ -298,7 +298,7 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 			if (e != cudaSuccess)
 				return qe__cuda_err(e, op, "cudaMemsetAsync(C)");
 		}
-		return bias ? add_bias(s, cd, bias, m, n) : QE_OK;
+		return bias ? qe__cuda_add_bias(s, "gemm", cd, bias, m, n) : QE_OK;
 	}
 
 	cublasLtMatmulDesc_t desc = NULL;
@@ -351,7 +351,7 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 		}
 	}
 	if (bias)
-		rc = add_bias(s, cd, bias, m, n);
+		rc = qe__cuda_add_bias(s, "gemm", cd, bias, m, n);
 out:
 	if (cl)
 		cublasLtMatrixLayoutDestroy(cl);
