@@ -9,14 +9,12 @@
 # h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
 # last and writes results.json into OUT_DIR.
 # PARTS (environment) picks what runs: ops, det, sched, resume, p2p, dp, fuse, big (default: all).
-# fuse: QE_FUSE=1 (producers inside their consumers: layernorms inside the input casts, FC1's
-#       bias and GELU inside FC2's input cast, GELU's backward inside FC1's dY cast, the
+# fuse: the fused forms (producers inside their consumers: layernorms inside the input casts,
+#       FC1's bias and GELU inside FC2's input cast, GELU's backward inside FC1's dY cast, the
 #       projection's and FC2's biases inside residual_add, the QKV bias inside flash attention,
 #       bias gradients inside the dY casts, the backward's residual adds inside layernorm_bwd)
-#       against the unfused ops: backend_test_cuda_fused (each fused op against what it
-#       replaces, byte for byte), byte-identical runs on tiny (fp8, bf16, --pp 2 graph) and on a
-#       2-layer gpt2 shape (batch 2, seq 512, flash), then gpt2 b16 tokens/s unfused and fused
-#       (bench step --pp 1, fp8 and bf16; needs DATA_DIR/*_train.bin, else skipped).
+#       against the ops they replace (backend_test_cuda_fused, byte for byte), then a 2-layer
+#       gpt2 shape (batch 2, seq 512, flash): split == reference, two runs identical, resume.
 # p2p: messages over the device links (NCCL) against QE_P2P=host, byte-identical runs.
 # dp: two data-parallel replicas (--pp 1 --dp 2, one per GPU, --check-replicas on) whose
 #     gradient sums go over NCCL, against the same run summed through the host comm.
@@ -101,35 +99,23 @@ if has dp; then
   done
 fi
 
-# 4d. QE_FUSE=1 must give the unfused bytes on the GPU too (its kernels: cuda_fp8.cu's cast
-# prologue (layernorm, bias, GELU, GELU backward) and column sums, cuda_kernels.cu's residual_add, the
-# layernorm kernels without y and with a residual, the flash operand copies with the QKV
-# bias), then what it saves
+# 4d. the fused forms on the GPU (each against the ops it replaces, byte for byte: the cast's
+# prologues and column sums, residual_add, layernorm_bwd's residual, flash attention's QKV bias),
+# then a 2-layer gpt2 at batch 2, seq 512 (flash): split == reference, two runs identical, a
+# resume exact
 if has fuse; then
   if "$B/backend_test_cuda_fused" >"$OUT/cuda_fused.log" 2>&1; then note cuda_fused "pass ($(tail -1 "$OUT/cuda_fused.log"))"; else note cuda_fused "FAIL (see cuda_fused.log)"; fi
-  for prec in fp8 bf16; do
-    run fuse-plain-$prec --precision $prec --exec graph --steps 10
-    QE_FUSE=1 run fuse-on-$prec --precision $prec --exec graph --steps 10
-    if r=$(cmp_runs fuse-plain-$prec fuse-on-$prec); then note "fuse_vs_unfused_$prec" "pass: $r"; else note "fuse_vs_unfused_$prec" "FAIL: $r"; fi
-  done
-  G2="--backend cuda --preset gpt2 --layers 2 --batch 2 --seq 512 --attention flash --pp 1 --micro 2 --exec graph
-      --steps 6 --amax-history 4 --quiet --data $DATA/brown.jsonl"
-  # shellcheck disable=SC2086
-  "$Q" train $G2 --run-dir "$W/fuse-plain-gpt2" >>"$OUT/runs.log" 2>&1
-  # shellcheck disable=SC2086
-  QE_FUSE=1 "$Q" train $G2 --run-dir "$W/fuse-on-gpt2" >>"$OUT/runs.log" 2>&1
-  if r=$(cmp_runs fuse-plain-gpt2 fuse-on-gpt2); then note fuse_vs_unfused_gpt2_seq512 "pass: $r"; else note fuse_vs_unfused_gpt2_seq512 "FAIL: $r"; fi
-  SHARD=$(ls "$DATA"/*_train.bin 2>/dev/null | head -1)
-  if [ -n "$SHARD" ]; then
-    for f in 0 1; do
-      QE_FUSE=$f "$Q" bench step --backend cuda --pp 1 --presets gpt2:1:16 --precision fp8,bf16 \
-        --configs captured_direct --trials 2 --repl 0 --steps 20 --warmup 5 --floor off --data "$SHARD" \
-        --out "$W/fuse-step-$f" >"$OUT/fuse-step-$f.txt" 2>&1
-      note "fuse_${f}_gpt2_b16_tokens_s" "$(grep -E ' main [0-9]+/[0-9]+:' "$OUT/fuse-step-$f.txt" | tr -s ' ' | tr '\n' ';')"
-    done
-  else
-    note fuse_speed "skipped: no *_train.bin in $DATA"
-  fi
+  G2="--backend cuda --preset gpt2 --layers 2 --batch 2 --seq 512 --attention flash --pp 1 --micro 2
+      --amax-history 4 --quiet --data $DATA/brown.jsonl"
+  g2() { local name=$1; shift; "$Q" train $G2 "$@" --run-dir "$W/$name" >>"$OUT/runs.log" 2>&1; }
+  g2 gpt2-ref --backward full --exec eager --steps 6
+  g2 gpt2-split --exec graph --steps 6
+  g2 gpt2-split2 --exec graph --steps 6
+  g2 gpt2-part --exec graph --steps 3 --ckpt-every 3
+  "$Q" resume --run-dir "$W/gpt2-part" --steps 6 --quiet >>"$OUT/runs.log" 2>&1
+  if r=$(cmp_runs gpt2-ref gpt2-split); then note gpt2_seq512_split_vs_reference "pass: $r"; else note gpt2_seq512_split_vs_reference "FAIL: $r"; fi
+  if r=$(cmp_runs gpt2-split gpt2-split2); then note gpt2_seq512_two_runs "pass: $r"; else note gpt2_seq512_two_runs "FAIL: $r"; fi
+  if r=$(cmp_runs gpt2-split gpt2-part --steps 4:6); then note gpt2_seq512_resume_3_to_6 "pass: $r"; else note gpt2_seq512_resume_3_to_6 "FAIL: $r"; fi
 fi
 
 # 5. the big presets: 100 steps, loss must fall and stay finite; median step time

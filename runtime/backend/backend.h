@@ -8,7 +8,8 @@
  * and executes nothing - exactly like CUDA stream capture.  Allocation while
  * any stream of the backend captures fails with QE_ECAPTURE.
  *
- * Layout conventions: tensors are row-major.  Activations are f32 on cpu.
+ * Layout conventions: tensors are row-major.  Activations are f32, except
+ * where an op says it takes bf16 (gemm's C, the cast's x, xent's logits).
  * The one GEMM is "TN": C[m,n] = A[m,k] * B[n,k]^T, computed as
  *   C = (sum_k A[i,k] * B[j,k]) * sa * sb  (+ bias[j]) (+ C if accumulate)
  * with fp32 accumulation over k in ascending order; sa = *A.scale_inv when A
@@ -54,7 +55,7 @@ typedef enum qe_flash_operands { QE_FLASH_TF32 = 0, QE_FLASH_BF16 = 1 } qe_flash
 
 /* Arguments of the FP8, bf16 (or identity) cast. */
 typedef struct qe_cast_args {
-	qe_tensor x;        /* f32 [rows, cols] input */
+	qe_tensor x;        /* f32 or bf16 [rows, cols] input (bf16 is widened exactly first) */
 	qe_tensor row;      /* out [rows, cols]; data NULL: not written */
 	qe_tensor col;      /* out [cols, rows] transposed copy; data NULL: not written */
 	/*
@@ -90,14 +91,16 @@ typedef struct qe_cast_args {
 	 * pre_ln or pre_gelu): x is the gradient of GELU's output and pre_dgelu
 	 * GELU's input, whose bias pre_bias (if any) is added to it first:
 	 * v = the bytes gelu_bwd(dx, u, x) writes, u = pre_dgelu + pre_bias
-	 * (gemm's f32 add).
+	 * (gemm's f32 add).  pre_dgelu is of pre_dgelu_dtype, QE_F32 (0) or
+	 * QE_BF16 (widened exactly first).
 	 */
 	struct {
 		const float *mean, *rstd, *w, *b;
 	} pre_ln;
 	const float *pre_bias;
 	int pre_gelu;
-	const float *pre_dgelu;
+	const void *pre_dgelu;
+	qe_dtype pre_dgelu_dtype;
 	/*
 	 * colsum (optional, [cols]): overwritten with the column sums of v (x
 	 * after the prologue) in colsum.h's order - the bytes
@@ -127,6 +130,30 @@ typedef struct qe_adamw_args {
 	int64_t step;                /* 1-based step for bias correction */
 	float grad_scale;            /* multiplies the summed gradient */
 } qe_adamw_args;
+
+/*
+ * One parameter tensor of adamw_many: floats [offset, offset + n) of the
+ * op's param, m and v, updated as adamw updates them from these views with
+ * this weight decay.
+ */
+typedef struct qe_adamw_seg {
+	int64_t offset;            /* floats from the start of param, m and v; >= 0 */
+	int64_t n;
+	float weight_decay;
+	int nviews;
+	const float *const *grads; /* nviews pointers to [n] gradient views, summed in index order */
+	const char *name;          /* for messages (the parameter's name); may be NULL; read during the call only */
+} qe_adamw_seg;
+
+typedef struct qe_adamw_many_args {
+	float *param;              /* fp32 master weights, updated where a segment covers them */
+	float *m, *v;              /* moments in param's layout, updated likewise */
+	const qe_adamw_seg *segs;  /* nseg segments, pairwise disjoint */
+	int nseg;
+	float lr, beta1, beta2, eps;
+	int64_t step;              /* 1-based step for bias correction, shared by every segment */
+	float grad_scale;          /* multiplies each summed gradient */
+} qe_adamw_many_args;
 
 typedef struct qe_backend_ops {
 	const char *name;
@@ -211,7 +238,10 @@ typedef struct qe_backend_ops {
 	/*
 	 * C = A.B^T * sa * sb (+bias) (+C); see the file comment.  a and b are
 	 * f32, bf16, e4m3 or e5m2 (QE_ESHAPE otherwise); an FP8 operand needs
-	 * its scale_inv (QE_EINVAL); c is f32.
+	 * its scale_inv (QE_EINVAL).  c is f32, or bf16: each fp32 result is
+	 * then rounded to nearest even as qe_bf16_from_f32 does (an activation
+	 * stored in bf16), with neither bias nor accumulate (QE_EINVAL), and on
+	 * cuda only from FP8 or bf16 operands.
 	 */
 	int (*gemm)(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tensor *c, const float *bias,
 		    int accumulate);
@@ -303,10 +333,12 @@ typedef struct qe_backend_ops {
 	 * they take no part in the max or the sum and get probability 0):
 	 * *loss = mean_t -log p[t, tgt[t]] with 0 <= tgt[t] < valid;
 	 * dlogits = (p - onehot) * grad_scale / T, and 0 in the padded columns.
-	 * dlogits may alias logits.
+	 * dlogits may alias logits.  dt is the type of both, QE_F32 or QE_BF16:
+	 * bf16 logits are widened exactly, the arithmetic is fp32 either way,
+	 * and each gradient is rounded to nearest even (qe_bf16_from_f32).
 	 */
-	int (*xent)(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		    int64_t V, int64_t valid, float grad_scale);
+	int (*xent)(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		    int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
 	/* Sum the views in index order, scale, and apply AdamW (decoupled decay). */
 	int (*adamw)(qe_stream *s, const qe_adamw_args *a);
 	/*
@@ -314,6 +346,24 @@ typedef struct qe_backend_ops {
 	 * element (for the replica sum and tests).  out may be one of the views.
 	 */
 	int (*sum_views)(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
+	/*
+	 * AdamW over many parameter tensors as one op (the optimizer's pass over
+	 * a stage; cuda: one launch for up to 256 segments and 2048 views, one
+	 * more for each further such batch).  Segment i gives the bytes of
+	 * adamw on param + offset, m + offset, v + offset with the segment's n,
+	 * grads, nviews and weight_decay and the op's lr, betas, eps, step and
+	 * grad_scale - the same operations in the same order, the bias
+	 * corrections 1 - beta^step included.  The segments must not overlap,
+	 * which makes their order immaterial, and no view may overlap param, m
+	 * or v (not checked).  segs and each grads array are read during the
+	 * call only (a capture keeps its own copy; a captured op replays the lr
+	 * and step it was captured with, as adamw does); nseg == 0 does nothing.
+	 * QE_EINVAL, with nothing enqueued, for a NULL a, nseg < 0, segs NULL
+	 * with nseg > 0, step < 1, and naming the segment: offset or n < 0,
+	 * param, m or v NULL under a segment with n > 0, its views as adamw's
+	 * (at most 256 on cuda), two overlapping segments.
+	 */
+	int (*adamw_many)(qe_stream *s, const qe_adamw_many_args *a);
 } qe_backend_ops;
 
 struct qe_backend {

@@ -6,6 +6,9 @@
  */
 #include "runtime/backend/backend_check.h"
 
+#include <stdio.h>
+#include <string.h>
+
 #include "runtime/core/status.h"
 
 static const char *dev_name(qe_device d)
@@ -60,9 +63,11 @@ int qe__check_flash(const char *nm, int backward, const void *a, const void *b, 
 	return rc;
 }
 
-int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid)
+int qe__check_xent(const void *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid, qe_dtype dt)
 {
 	const char *nm = "xent";
+	if (dt != QE_F32 && dt != QE_BF16)
+		return qe_fail(QE_ESHAPE, "xent: logits of %s; must be f32 or bf16", qe_dtype_name(dt));
 	if (T < 1 || V < 1)
 		return qe_fail(QE_EINVAL, "xent: T=%lld, V=%lld; both must be >= 1", (long long)T, (long long)V);
 	if (valid < 1 || valid > V)
@@ -106,7 +111,8 @@ int qe__check_mem_info(const size_t *free_bytes, const size_t *total_bytes)
 	return QE_OK;
 }
 
-int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev)
+int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, const float *bias, int accumulate,
+		   qe_device dev)
 {
 	if (!a || !b || !c)
 		return qe_fail(QE_EINVAL, "gemm: NULL tensor descriptor");
@@ -121,8 +127,11 @@ int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, q
 	if (a->device != dev || b->device != dev || c->device != dev)
 		return qe_fail(QE_ESHAPE, "gemm: A %s, B %s, C %s: every operand must be on %s", da, db, dc,
 			       dev_name(dev));
-	if (c->dtype != QE_F32)
-		return qe_fail(QE_ESHAPE, "gemm: C %s must be f32", dc);
+	if (c->dtype != QE_F32 && c->dtype != QE_BF16)
+		return qe_fail(QE_ESHAPE, "gemm: C %s must be f32 or bf16", dc);
+	if (c->dtype == QE_BF16 && (bias || accumulate))
+		return qe_fail(QE_EINVAL, "gemm: C %s is bf16, which takes %s", dc,
+			       bias ? "no bias (add it where the output is read)" : "no accumulation");
 	const qe_tensor *ops[2] = { a, b };
 	const char *nm[2] = { "A", "B" };
 	for (int i = 0; i < 2; i++) {
@@ -156,8 +165,9 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 	qe_tensor_describe(&a->x, dx, sizeof(dx));
 	qe_tensor_describe(&a->row, dr, sizeof(dr));
 	qe_tensor_describe(&a->col, dcl, sizeof(dcl));
-	if (a->x.ndim != 2 || a->x.dtype != QE_F32 || a->x.device != dev || a->x.shape[0] < 0 || a->x.shape[1] < 0)
-		return qe_fail(QE_ESHAPE, "cast: input x %s must be f32 [rows,cols] on %s", dx, on);
+	if (a->x.ndim != 2 || (a->x.dtype != QE_F32 && a->x.dtype != QE_BF16) || a->x.device != dev ||
+	    a->x.shape[0] < 0 || a->x.shape[1] < 0)
+		return qe_fail(QE_ESHAPE, "cast: input x %s must be f32 or bf16 [rows,cols] on %s", dx, on);
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	if (qe__check_need(a->x.data, rows * cols, "cast", "x.data"))
 		return QE_EINVAL;
@@ -183,6 +193,9 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 		return qe_fail(QE_EINVAL, "cast: delayed scaling into %s needs a scale pointer", qe_dtype_name(out));
 	if (a->row.data && a->col.data && a->row.data == a->col.data)
 		return qe_fail(QE_EINVAL, "cast: row and col outputs share one buffer");
+	if (a->pre_dgelu && a->pre_dgelu_dtype != QE_F32 && a->pre_dgelu_dtype != QE_BF16)
+		return qe_fail(QE_ESHAPE, "cast: GELU's input (pre_dgelu) of x %s is %s; it must be f32 or bf16", dx,
+			       qe_dtype_name(a->pre_dgelu_dtype));
 	if (a->pre_dgelu && (a->pre_ln.mean || a->pre_gelu))
 		return qe_fail(QE_EINVAL, "cast: the GELU backward prologue (pre_dgelu) of x %s together with pre_ln or "
 			       "pre_gelu", dx);
@@ -456,6 +469,90 @@ int qe__check_adamw(const qe_adamw_args *a, int max_views)
 	if (!rc && a->step < 1)
 		rc = qe_fail(QE_EINVAL, "adamw: step %lld; steps are 1-based", (long long)a->step);
 	return rc;
+}
+
+/* "adamw_many: segment i of n ('name')": the op name segment i's messages start with. */
+static const char *seg_label(char *buf, size_t len, const qe_adamw_many_args *a, int i)
+{
+	const char *name = a->segs[i].name;
+	if (name)
+		snprintf(buf, len, "adamw_many: segment %d of %d ('%s')", i, a->nseg, name);
+	else
+		snprintf(buf, len, "adamw_many: segment %d of %d", i, a->nseg);
+	return buf;
+}
+
+static int seg_overlaps(const qe_adamw_seg *x, const qe_adamw_seg *y)
+{
+	return x->n > 0 && y->n > 0 && x->offset < y->offset + y->n && y->offset < x->offset + x->n;
+}
+
+static int seg_overlap_fail(const qe_adamw_many_args *a, int i, int j)
+{
+	char nm[128], other[128];
+	const qe_adamw_seg *x = &a->segs[i], *y = &a->segs[j];
+	seg_label(nm, sizeof(nm), a, i);
+	seg_label(other, sizeof(other), a, j);
+	return qe_fail(QE_EINVAL, "%s: floats [%lld, %lld) overlap those of %s, [%lld, %lld)", nm, (long long)x->offset,
+		       (long long)(x->offset + x->n), other + strlen("adamw_many: "), (long long)y->offset,
+		       (long long)(y->offset + y->n));
+}
+
+int qe__check_adamw_many(const qe_adamw_many_args *a, int max_views)
+{
+	char nm[128];
+	if (!a)
+		return qe_fail(QE_EINVAL, "adamw_many: NULL arguments");
+	if (a->nseg < 0)
+		return qe_fail(QE_EINVAL, "adamw_many: %d segments; the count must not be negative", a->nseg);
+	if (a->nseg > 0 && !a->segs)
+		return qe_fail(QE_EINVAL, "adamw_many: segment array is NULL for %d segments", a->nseg);
+	if (a->step < 1)
+		return qe_fail(QE_EINVAL, "adamw_many: step %lld; steps are 1-based", (long long)a->step);
+	int sorted = 1;
+	for (int i = 0; i < a->nseg; i++) {
+		const qe_adamw_seg *g = &a->segs[i];
+		seg_label(nm, sizeof(nm), a, i);
+		int rc = qe__check_size(g->offset, nm, "offset");
+		if (!rc)
+			rc = qe__check_size(g->n, nm, "n");
+		if (!rc && g->offset > INT64_MAX - g->n)
+			rc = qe_fail(QE_EINVAL, "%s: offset %lld + n %lld overflows", nm, (long long)g->offset,
+				     (long long)g->n);
+		if (!rc)
+			rc = qe__check_need(a->param, g->n, nm, "param");
+		if (!rc)
+			rc = qe__check_need(a->m, g->n, nm, "m");
+		if (!rc)
+			rc = qe__check_need(a->v, g->n, nm, "v");
+		if (!rc)
+			rc = qe__check_views(g->grads, g->nviews, g->n, nm, max_views);
+		if (rc)
+			return rc;
+		if (i > 0 && g->offset < a->segs[i - 1].offset)
+			sorted = 0;
+	}
+	/*
+	 * Overlapping segments would make the result depend on the order the
+	 * segments run in, which one launch does not fix.  A stage lists its
+	 * parameters in layout order: then a segment can only overlap the one
+	 * before it that reaches furthest.  Any other order is compared pair by
+	 * pair.
+	 */
+	int far = -1; /* sorted: the non-empty segment so far whose end is furthest */
+	for (int i = 0; i < a->nseg; i++) {
+		const qe_adamw_seg *x = &a->segs[i];
+		if (x->n == 0)
+			continue;
+		if (sorted && far >= 0 && seg_overlaps(x, &a->segs[far]))
+			return seg_overlap_fail(a, i, far);
+		for (int j = 0; !sorted && j < i; j++)
+			if (seg_overlaps(x, &a->segs[j]))
+				return seg_overlap_fail(a, i, j);
+		if (far < 0 || x->offset + x->n > a->segs[far].offset + a->segs[far].n)
+			far = i;
+	}
+	return QE_OK;
 }
 
 int qe__check_sum_views(const float *out, const float *const *views, int nviews, int64_t n, int max_views)

@@ -35,7 +35,8 @@ int qe__check_mem_info(const size_t *free_bytes, const size_t *total_bytes);
  * The TN GEMM's operands: shapes, dtypes, scales, device dev, and C
  * overlapping neither.  A NULL descriptor is refused (QE_EINVAL).
  */
-int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, qe_device dev);
+int qe__check_gemm(const qe_tensor *a, const qe_tensor *b, const qe_tensor *c, const float *bias, int accumulate,
+		   qe_device dev);
 /* The cast's input, outputs and scale pointers, on device dev; a NULL a is refused (QE_EINVAL). */
 int qe__check_cast(const qe_cast_args *a, qe_device dev);
 /*
@@ -58,8 +59,8 @@ int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int histor
  */
 int qe__check_flash(const char *nm, int backward, const void *a, const void *b, const void *qkv, const void *out,
 		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
-/* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present. */
-int qe__check_xent(const float *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid);
+/* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present, dt f32 or bf16. */
+int qe__check_xent(const void *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid, qe_dtype dt);
 /* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL; not rows_written with accumulate). */
 int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V,
 			const int32_t *rows_written, int accumulate);
@@ -97,6 +98,14 @@ int qe__check_attn_bwd(const float *dqkv, const float *dout, const float *qkv, c
  * (max_views as there), and a 1-based step.
  */
 int qe__check_adamw(const qe_adamw_args *a, int max_views);
+/*
+ * adamw_many: a present, nseg >= 0, segs present when nseg > 0, a 1-based
+ * step, and for each segment (the message names it, and its parameter when
+ * it has a name): offset, n >= 0 without overflow, param, m, v present when
+ * n > 0, grads as qe__check_views (max_views as there), and no two segments
+ * with n > 0 overlapping.
+ */
+int qe__check_adamw_many(const qe_adamw_many_args *a, int max_views);
 /* sum_views: n >= 0, out present, views as qe__check_views (max_views as there). */
 int qe__check_sum_views(const float *out, const float *const *views, int nviews, int64_t n, int max_views);
 

@@ -24,7 +24,8 @@ typedef struct lin_tape {
 
 /* What one slot retains for one block. */
 typedef struct block_tape {
-	float *x_in, *mean1, *rstd1, *qkv, *x_mid, *mean2, *rstd2, *fc1_out, *x_out;
+	float *x_in, *mean1, *rstd1, *qkv, *x_mid, *mean2, *rstd2, *x_out;
+	void *fc1_out; /* [N, ffn] in st->act_dt, without FC1's bias */
 	float *probs; /* probs attention: [batch, nh, T, T]; flash: the row log-sum-exp [batch, nh, T] */
 	float *att;   /* flash: the attention output [N, H] (the backward reads it); probs: NULL */
 } block_tape;
@@ -32,7 +33,8 @@ typedef struct block_tape {
 typedef struct slot_tape {
 	int32_t *tokens, *targets;
 	block_tape *blk;   /* nblk; blk[k].x_in == blk[k-1].x_out */
-	float *meanf, *rstdf, *logits, *loss;
+	float *meanf, *rstdf, *loss;
+	void *logits;      /* [N, vpad] in st->act_dt; the loss writes their gradient over them */
 	float *dout, *dx_in;
 	lin_tape *lin;     /* nlin */
 } slot_tape;
@@ -65,21 +67,29 @@ struct qe_stage {
 	int vpad;            /* padded vocabulary */
 	int flash;           /* attention keeps lse and the output, not the probabilities */
 	/*
-	 * QE_FUSE=1: producers fused into their consumers.  Each layernorm
-	 * before a linear writes its statistics alone and the linear's input
-	 * cast normalizes; the MLP's FC1 bias and GELU move into the cast of
-	 * FC2's input, and GELU's backward into the cast of FC1's dY (fc1_out
-	 * holds the GEMM's output without the bias; neither GELU's output nor
-	 * its input gradient is written); the attention projection's and
-	 * FC2's biases into the residual adds (residual_add), the QKV bias into
-	 * flash attention's reads of qkv (qe__stage_qkv_bias); each bias
-	 * gradient is summed by the cast of its dY (no pass of its own); and
-	 * the backward's residual joins are added by the layernorm backward
-	 * that produces one of their terms.  The same bits as the unfused ops
-	 * (backend.h, qe_cast_args); opt-in until the cuda kernels have run on
-	 * a GPU.
+	 * The type of the activations stored in bf16 when the linears run in
+	 * FP8 or bf16 (f32 under f32, the precision of gradient checks): each
+	 * is a GEMM's output, rounded by the GEMM, whose consumers widen it.
+	 * So far: the logits and their gradient (the loss reads bf16 and writes
+	 * the gradient over them, the head's dY cast reads that), FC1's output
+	 * (FC2's input cast and FC1's dY cast read it) and FC2's input gradient
+	 * (FC1's dY cast reads it).  Everything else is f32.
 	 */
-	int fuse;
+	qe_dtype act_dt;
+	/*
+	 * Producers run inside their consumers.  Each layernorm before a linear
+	 * writes its statistics alone and the linear's input cast normalizes;
+	 * the MLP's FC1 bias and GELU run in the cast of FC2's input, and
+	 * GELU's backward in the cast of FC1's dY (fc1_out holds the GEMM's
+	 * output without the bias; neither GELU's output nor its input gradient
+	 * is written); the attention projection's and FC2's biases join the
+	 * residual adds (residual_add), the QKV bias flash attention's reads of
+	 * qkv (qe__stage_qkv_bias); each bias gradient is summed by the cast of
+	 * its dY; and the backward's residual joins are added by the layernorm
+	 * backward that produces one of their terms.  Each fused form gives the
+	 * bits of the ops it replaces (backend.h, qe_cast_args;
+	 * tests/backend/test_fused.c).
+	 */
 
 	int nparams, cap_params;
 	qe_param_info *params;  /* host, cap_params */
@@ -107,7 +117,7 @@ struct qe_stage {
 	lin_tape *slot_lin;  /* host, nslots x nlin */
 
 	void *ws_mem;        /* workspace */
-	float *ws_h[3], *ws_g[2], *ws_big[2];
+	float *ws_h[3], *ws_g[2], *ws_big;
 	void *ws_q;          /* row-wise cast of the current GEMM operand */
 	void *cache_mem;     /* weight cache */
 
@@ -123,12 +133,12 @@ static inline const float *qe__stage_lin_bias(const qe_stage *st, int lin)
 }
 
 /*
- * The QKV bias that flash attention adds as it reads qkv (fused: the QKV GEMM
- * leaves it out), or NULL when the GEMM adds it (unfused, or the probs path).
+ * The QKV bias that flash attention adds as it reads qkv (the QKV GEMM then
+ * leaves it out), or NULL when the GEMM adds it (the probs path).
  */
 static inline const float *qe__stage_qkv_bias(const qe_stage *st, int qkv_lin)
 {
-	return st->fuse && st->flash ? qe__stage_lin_bias(st, qkv_lin) : NULL;
+	return st->flash ? qe__stage_lin_bias(st, qkv_lin) : NULL;
 }
 
 /* Scratch for the row-wise copy of a GEMM operand (stage_forward.c). */

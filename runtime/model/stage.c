@@ -155,13 +155,13 @@ static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
 		b->x_mid = carve(&cv, N * H * 4);
 		b->mean2 = carve(&cv, N * 4);
 		b->rstd2 = carve(&cv, N * 4);
-		b->fc1_out = carve(&cv, N * c->ffn * 4);
+		b->fc1_out = carve(&cv, N * c->ffn * (int64_t)qe_dtype_size(st->act_dt));
 		b->x_out = carve(&cv, N * H * 4);
 	}
 	if (st->last) {
 		t->meanf = carve(&cv, N * 4);
 		t->rstdf = carve(&cv, N * 4);
-		t->logits = carve(&cv, N * st->vpad * 4);
+		t->logits = carve(&cv, N * st->vpad * (int64_t)qe_dtype_size(st->act_dt));
 		t->loss = carve(&cv, 4);
 	} else {
 		t->dout = carve(&cv, N * H * 4);
@@ -204,8 +204,8 @@ static size_t layout_cache(qe_stage *st, char *base)
  * The workspace: activations' scratch, and ws_q, the row-wise copy of the
  * widest GEMM operand (up to the padded vocabulary), in the operands' own
  * element size (1 byte under FP8: the logits' gradient alone would take
- * N x vpad x 4 bytes in f32).  Fused (QE_FUSE=1), nothing writes GELU's
- * input gradient, so ws_big[1] is not laid out.
+ * N x vpad x 4 bytes in f32).  One wide buffer: nothing writes GELU's
+ * input gradient (FC1's dY cast computes it as it loads).
  */
 static size_t layout_workspace(qe_stage *st, char *base)
 {
@@ -220,9 +220,7 @@ static size_t layout_workspace(qe_stage *st, char *base)
 		st->ws_h[i] = carve(&cv, T * H * 4);
 	for (int i = 0; i < 2; i++)
 		st->ws_g[i] = carve(&cv, T * H * 4);
-	st->ws_big[1] = NULL;
-	for (int i = 0; i < (st->fuse ? 1 : 2); i++)
-		st->ws_big[i] = carve(&cv, T * wide * 4);
+	st->ws_big = carve(&cv, T * wide * 4);
 	st->ws_q = carve(&cv, (size_t)(T * qwide) * (in_sz > go_sz ? in_sz : go_sz));
 	return cv.off;
 }
@@ -267,13 +265,7 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 	st->N = qe_model_tokens(cfg);
 	st->vpad = qe_model_vocab_padded(cfg);
 	st->flash = qe_model_attn(cfg) == QE_ATTN_FLASH;
-	const char *fuse = getenv("QE_FUSE");
-	st->fuse = fuse && strcmp(fuse, "1") == 0;
-	if (st->fuse && stage == 0)
-		qe_log(QE_LOG_INFO, "QE_FUSE=1: layernorms inside the input casts, FC1's bias and GELU inside FC2's "
-				    "input cast, GELU's backward inside FC1's dY cast, the projection's and FC2's biases "
-				    "inside the residual adds, the QKV bias inside flash attention, "
-				    "bias gradients inside the dY casts, the backward's residual adds inside layernorm_bwd");
+	st->act_dt = prec->mode == QE_PREC_F32 ? QE_F32 : QE_BF16;
 	st->nlin = 4 * nblk + (st->last ? 1 : 0);
 	st->cap_params = 12 * nblk + 5;
 	st->params = calloc((size_t)st->cap_params, sizeof(*st->params));

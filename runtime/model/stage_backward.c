@@ -17,35 +17,34 @@ static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
 
 /*
  * Backward through linear `lin` given dy [N, out]: the bias gradient into
- * grad (microbatch buffer; fused: summed by the cast), dY quantized once
+ * grad (microbatch buffer; summed by the cast), dY quantized once
  * with the grad_output role (the transposed copy stays in the tape for dW),
- * and dx [N, in] = dY . W.  gelu_in (fused FC1 only): dy is the gradient of
- * GELU's output and gelu_in its input without gelu_bias; the cast turns dy
- * into GELU's input gradient as it loads it (qe_cast_args pre_dgelu).
+ * and dx [N, in] = dY . W (f32, or bf16 for FC2).  gelu_in (FC1 only, in
+ * act_dt): dy is the gradient of GELU's output and gelu_in its input without
+ * gelu_bias; the cast turns dy into GELU's input gradient as it loads it
+ * (qe_cast_args pre_dgelu).
  */
-static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *dy, float *dx, float *grad,
-				 const float *gelu_in, const float *gelu_bias)
+static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, qe_tensor dy, qe_tensor dx,
+				 float *grad, const void *gelu_in, const float *gelu_bias)
 {
 	const qe_backend_ops *o = st->b->ops;
 	lin_info *L = &st->lin[lin];
 	lin_tape *lt = &t->lin[lin];
 	int64_t N = st->N;
 	float *dbias = L->bias >= 0 ? grad + st->params[L->bias].grad_offset : NULL;
-	if (dbias && !st->fuse)
-		QE_TRY(o->bias_grad(s, dbias, dy, N, L->out));
 	qe_cast_args ca = { 0 };
-	ca.colsum = st->fuse ? dbias : NULL;
+	ca.colsum = dbias;
 	ca.pre_dgelu = gelu_in;
+	ca.pre_dgelu_dtype = st->act_dt;
 	ca.pre_bias = gelu_in ? gelu_bias : NULL;
-	ca.x = f32_2d(st, dy, N, L->out);
+	ca.x = dy;
 	ca.row = qe__stage_ws_row(st, lt->dyq_col.dtype, N, L->out);
 	ca.row.scale_inv = lt->dy_sinv;
 	ca.col = lt->dyq_col;
 	ca.scale_inv = lt->dy_sinv;
 	qe__stage_cast_args(st, L, qe_stage_fp8_role(st, lin, QE_ROLE_GRAD_OUTPUT), 1, &ca);
 	QE_TRY(o->cast(s, &ca));
-	qe_tensor out = f32_2d(st, dx, N, L->in);
-	return o->gemm(s, &ca.row, &L->wq_col, &out, NULL, 0);
+	return o->gemm(s, &ca.row, &L->wq_col, &dx, NULL, 0);
 }
 
 /* Attention backward of every sequence of the microbatch (flash: one op over the batch). */
@@ -67,7 +66,7 @@ static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const flo
 /*
  * Block k's backward from dx_out (the gradient of its output, read until the
  * residual add) to dx_in, the gradient of its input: at each residual join
- * the two branches' sum, residual first (fused: the layernorm_bwd adds its
+ * the two branches' sum, residual first (the layernorm_bwd adds its
  * residual as it writes, with no add of its own).  dx_in must not be
  * ws_h[1] or ws_h[2].
  */
@@ -81,39 +80,28 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	int64_t N = st->N, H = c->hidden;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
-	/* MLP half */
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, (float *)dx_out, st->ws_big[0], grad, NULL, NULL));
-	if (st->fuse) {
-		/* FC1's dY cast runs GELU's backward itself (fc1_out lacks FC1's bias, which it adds first) */
-		QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[0], st->ws_h[0], grad, bt->fc1_out,
-					     qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1)));
-	} else {
-		QE_TRY(o->gelu_bwd(s, st->ws_big[1], bt->fc1_out, st->ws_big[0], N * c->ffn));
-		QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, st->ws_big[1], st->ws_h[0], grad, NULL, NULL));
-	}
+	/* MLP half: FC2's input gradient in act_dt, which FC1's dY cast reads with GELU's input */
+	qe_tensor d_gelu = qe_tensor_2d(st->ws_big, st->act_dt, st->b->ops->device, N, c->ffn);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, f32_2d(st, (float *)dx_out, N, H), d_gelu, grad,
+				     NULL, NULL));
+	/* FC1's dY cast runs GELU's backward itself (fc1_out lacks FC1's bias, which it adds first) */
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, d_gelu, f32_2d(st, st->ws_h[0], N, H), grad,
+				     bt->fc1_out, qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1)));
 	/* d x_mid (ws_h[2]) = dx_out + the gradient through LN2 */
 	float *dw2 = grad + pi[bk->ln2w].grad_offset, *db2 = grad + pi[bk->ln2b].grad_offset;
 	const float *w2 = P + pi[bk->ln2w].offset;
-	if (st->fuse) {
-		QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
-				     dx_out));
-	} else {
-		QE_TRY(o->layernorm_bwd(s, st->ws_h[1], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
-				     NULL));
-		QE_TRY(o->add(s, st->ws_h[2], dx_out, st->ws_h[1], N * H));
-	}
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
+			     dx_out));
 	/* attention half */
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, st->ws_h[2], st->ws_h[0], grad, NULL, NULL));
-	QE_TRY(attention_backward(st, s, st->ws_big[0], st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, st->ws_big[0], st->ws_h[1], grad, NULL, NULL));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, f32_2d(st, st->ws_h[2], N, H),
+				     f32_2d(st, st->ws_h[0], N, H), grad, NULL, NULL));
+	QE_TRY(attention_backward(st, s, st->ws_big, st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, f32_2d(st, st->ws_big, N, 3 * H),
+				     f32_2d(st, st->ws_h[1], N, H), grad, NULL, NULL));
 	/* dx_in = d x_mid + the gradient through LN1 */
 	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;
 	const float *w1 = P + pi[bk->ln1w].offset;
-	if (st->fuse)
-		return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, w1, N, H,
-					st->ws_h[2]);
-	QE_TRY(o->layernorm_bwd(s, st->ws_h[0], dw1, db1, st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, w1, N, H, NULL));
-	return o->add(s, dx_in, st->ws_h[2], st->ws_h[0], N * H);
+	return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, w1, N, H, st->ws_h[2]);
 }
 
 /*
@@ -171,7 +159,9 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 
 	if (st->last) {
 		/* dlogits were written over the logits by the loss in F */
-		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, t->logits, st->ws_g[0], grad, NULL, NULL));
+		qe_tensor dlogits = qe_tensor_2d(t->logits, st->act_dt, st->b->ops->device, N, st->vpad);
+		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, dlogits, f32_2d(st, st->ws_g[0], N, H), grad, NULL,
+					     NULL));
 		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
 				     st->ws_g[0], t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
 				     N, H, NULL));

@@ -8,11 +8,6 @@
 
 #include "runtime/core/status.h"
 
-static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
-{
-	return qe_tensor_2d(p, QE_F32, st->b->ops->device, r, c);
-}
-
 qe_tensor qe__stage_ws_row(qe_stage *st, qe_dtype dt, int64_t r, int64_t c)
 {
 	return qe_tensor_2d(st->ws_q, dt, st->b->ops->device, r, c);
@@ -41,13 +36,14 @@ void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int
 }
 
 /*
- * What fusion (QE_FUSE=1) changes of a linear's forward: the GEMM leaves its
+ * How a linear's forward is joined to its neighbours: the GEMM leaves its
  * bias to the consumer (no_bias), or the input cast applies the producer
  * itself - the layernorm from its statistics (ln), the bias and GELU of FC1
  * (the prologue of qe_cast_args).
  */
 typedef struct fwd_fuse {
 	int no_bias;
+	qe_dtype in_dt, out_dt; /* the types of x and y: f32 (0), or the stage's act_dt */
 	const float *ln_mean, *ln_rstd, *ln_w, *ln_b;
 	const float *pre_bias;
 	int pre_gelu;
@@ -58,7 +54,7 @@ typedef struct fwd_fuse {
  * transposed copy in the tape, and run the forward GEMM into y [N, out]
  * (fz: NULL, or the fused MLP's changes).
  */
-static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, float *x, float *y, int record,
+static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, const void *x, void *y, int record,
 			  const fwd_fuse *fz)
 {
 	const qe_backend_ops *o = st->b->ops;
@@ -66,7 +62,7 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 	lin_tape *lt = &t->lin[lin];
 	int64_t N = st->N;
 	qe_cast_args ca = { 0 };
-	ca.x = f32_2d(st, x, N, L->in);
+	ca.x = qe_tensor_2d((void *)x, fz ? fz->in_dt : QE_F32, st->b->ops->device, N, L->in);
 	ca.row = qe__stage_ws_row(st, lt->xq_col.dtype, N, L->in);
 	ca.row.scale_inv = lt->x_sinv;
 	ca.col = lt->xq_col;
@@ -81,28 +77,25 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, flo
 		ca.pre_gelu = fz->pre_gelu;
 	}
 	QE_TRY(o->cast(s, &ca));
-	qe_tensor out = f32_2d(st, y, N, L->out);
+	qe_tensor out = qe_tensor_2d(y, fz ? fz->out_dt : QE_F32, st->b->ops->device, N, L->out);
 	return o->gemm(s, &ca.row, &L->wq_row, &out, fz && fz->no_bias ? NULL : qe__stage_lin_bias(st, lin), 0);
 }
 
 /*
  * y = linear lin of layernorm(x) with weight w, bias b; mean and rstd are
- * saved for the backward.  Fused, the layernorm writes its statistics alone
- * and lin's input cast normalizes as it loads x (no normalized copy goes to
- * memory), and no_bias leaves lin's bias to its consumer.
+ * saved for the backward.  The layernorm writes its statistics alone and
+ * lin's input cast normalizes as it loads x (no normalized copy goes to
+ * memory); no_bias leaves lin's bias to its consumer.
  */
 static int ln_linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, const float *x, float *mean,
-			     float *rstd, const float *w, const float *b, float *y, int record, int no_bias)
+			     float *rstd, const float *w, const float *b, void *y, qe_dtype y_dt, int record,
+			     int no_bias)
 {
 	const qe_backend_ops *o = st->b->ops;
 	int64_t N = st->N, H = st->cfg.hidden;
-	if (!st->fuse) {
-		QE_TRY(o->layernorm_fwd(s, st->ws_h[0], mean, rstd, x, w, b, N, H));
-		return linear_forward(st, s, t, lin, st->ws_h[0], y, record, NULL);
-	}
 	QE_TRY(o->layernorm_fwd(s, NULL, mean, rstd, x, w, b, N, H));
-	fwd_fuse fz = { .no_bias = no_bias, .ln_mean = mean, .ln_rstd = rstd, .ln_w = w, .ln_b = b };
-	return linear_forward(st, s, t, lin, (float *)x, y, record, &fz);
+	fwd_fuse fz = { .no_bias = no_bias, .out_dt = y_dt, .ln_mean = mean, .ln_rstd = rstd, .ln_w = w, .ln_b = b };
+	return linear_forward(st, s, t, lin, x, y, record, &fz);
 }
 
 /* Re-cast every matrix into the weight cache with the weight role's scale. */
@@ -186,47 +179,39 @@ static int embed_forward(qe_stage *st, qe_stream *s, float *x, const int32_t *to
 }
 
 /*
- * out = in + y, the residual stream plus linear lin's output; fused, y lacks
- * lin's bias (its GEMM left it out) and residual_add adds it first.
+ * out = in + y, the residual stream plus linear lin's output; y lacks lin's
+ * bias (its GEMM left it out) and residual_add adds it first.
  */
 static int residual(qe_stage *st, qe_stream *s, float *out, const float *in, const float *y, int lin)
 {
 	const float *bias = qe__stage_lin_bias(st, lin);
 	int64_t N = st->N, H = st->cfg.hidden;
-	if (st->fuse && bias)
+	if (bias)
 		return st->b->ops->residual_add(s, out, in, y, bias, N, H);
 	return st->b->ops->add(s, out, in, y, N * H);
 }
 
 static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int record)
 {
-	const qe_backend_ops *o = st->b->ops;
-	const qe_model_config *c = &st->cfg;
 	const block_info *bk = &st->blocks[k];
 	block_tape *bt = &t->blk[k];
-	int64_t N = st->N;
 	const float *P = st->param_buf;
 	const qe_param_info *pi = st->params;
 	/* attention half */
 	int qkv = bk->lin0 + QE_LIN_QKV;
 	QE_TRY(ln_linear_forward(st, s, t, qkv, bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset,
-				 P + pi[bk->ln1b].offset, bt->qkv, record, qe__stage_qkv_bias(st, qkv) != NULL));
+				 P + pi[bk->ln1b].offset, bt->qkv, QE_F32, record, qe__stage_qkv_bias(st, qkv) != NULL));
 	float *att;
 	QE_TRY(attention_forward(st, s, bt, qkv, st->ws_h[1], &att));
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
 	fwd_fuse nob = { .no_bias = 1 };
-	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, st->fuse ? &nob : NULL));
+	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, &nob));
 	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj));
-	/* MLP half; fused, fc1_out lacks its bias, and FC2's input cast adds it and applies GELU */
+	/* MLP half: fc1_out lacks its bias, and FC2's input cast adds it and applies GELU */
 	QE_TRY(ln_linear_forward(st, s, t, fc1, bt->x_mid, bt->mean2, bt->rstd2, P + pi[bk->ln2w].offset,
-				 P + pi[bk->ln2b].offset, bt->fc1_out, record, 1));
-	if (st->fuse) {
-		fwd_fuse down = { .no_bias = 1, .pre_bias = qe__stage_lin_bias(st, fc1), .pre_gelu = 1 };
-		QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
-	} else {
-		QE_TRY(o->gelu_fwd(s, st->ws_big[0], bt->fc1_out, N * c->ffn));
-		QE_TRY(linear_forward(st, s, t, fc2, st->ws_big[0], st->ws_h[2], record, NULL));
-	}
+				 P + pi[bk->ln2b].offset, bt->fc1_out, st->act_dt, record, 1));
+	fwd_fuse down = { .no_bias = 1, .in_dt = st->act_dt, .pre_bias = qe__stage_lin_bias(st, fc1), .pre_gelu = 1 };
+	QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
 	return residual(st, s, bt->x_out, bt->x_mid, st->ws_h[2], fc2);
 }
 
@@ -251,10 +236,10 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 	if (st->last) {
 		float *x = t->blk[st->nblk - 1].x_out;
 		QE_TRY(ln_linear_forward(st, s, t, st->nlin - 1, x, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
-					 P + pi[st->p_lnfb].offset, t->logits, record, 0));
+					 P + pi[st->p_lnfb].offset, t->logits, st->act_dt, record, 0));
 		/* The step's loss is the mean over microbatches, hence 1/nmicro; padded columns are masked. */
 		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, N, st->vpad, c->vocab,
-			       1.0f / (float)st->nmicro));
+			       1.0f / (float)st->nmicro, st->act_dt));
 	}
 	return record ? qe__stage_update_roles(st, s, QE_ROLE_INPUT, QE_ROLE_WEIGHT) : QE_OK;
 }

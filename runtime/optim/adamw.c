@@ -1,7 +1,10 @@
 /*
- * adamw.c - one AdamW op per parameter tensor, each summing that tensor's
- * views in order before the update (M microbatch views, or one accumulated
- * matrix view).
+ * adamw.c - AdamW over a stage's parameters, each tensor's views summed in
+ * order before the update (M microbatch views, or one accumulated matrix
+ * view).  A step is one adamw_many op over every parameter (149 adamw ops
+ * for GPT-2 small were 149 launches on cuda); the data parallel path updates
+ * one parameter at a time with adamw, as each is all-reduced into a shared
+ * buffer.
  */
 #include "runtime/optim/adamw.h"
 
@@ -23,6 +26,11 @@ int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out)
 		return qe_fail(QE_ENOMEM, "adamw: out of host memory");
 	a->b = b;
 	a->n = qe_stage_param_floats(st);
+	a->nsegs = qe_stage_nparams(st);
+	if (!(a->segs = calloc((size_t)(a->nsegs > 0 ? a->nsegs : 1), sizeof(*a->segs)))) {
+		qe_adamw_free(a);
+		return qe_fail(QE_ENOMEM, "adamw: out of host memory for the segments of stage %d", qe_stage_index(st));
+	}
 	if ((rc = b->ops->alloc(b, a->n * 4, (void **)&a->m)) || (rc = b->ops->alloc(b, a->n * 4, (void **)&a->v))) {
 		qe_adamw_free(a);
 		return qe_fail_ctx(rc, "adamw: allocating moments of stage %d", qe_stage_index(st));
@@ -39,6 +47,8 @@ void qe_adamw_free(qe_adamw *a)
 		a->b->ops->free(a->b, a->m);
 	if (a->v)
 		a->b->ops->free(a->b, a->v);
+	free(a->segs);
+	free(a->views);
 	free(a);
 }
 
@@ -64,27 +74,55 @@ int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const 
 	return rc ? qe_fail_ctx(rc, "adamw: stage %d parameter '%s'", qe_stage_index(st), p->name) : QE_OK;
 }
 
+/* a->views holding at least need pointers; QE_ENOMEM (said) when it cannot grow. */
+static int views_reserve(qe_adamw *a, size_t need)
+{
+	if (need <= a->views_cap)
+		return QE_OK;
+	const float **p = realloc(a->views, need * sizeof(*p));
+	if (!p)
+		return qe_fail(QE_ENOMEM, "adamw: out of host memory for %zu gradient view pointers", need);
+	a->views = p;
+	a->views_cap = need;
+	return QE_OK;
+}
+
 int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
 		  int nmicro, const qe_adamw_config *cfg, float grad_scale)
 {
-	const float *views[256];
 	if (nmicro < 1 || nmicro > 256)
 		return qe_fail(QE_EINVAL, "adamw: %d microbatches (1..256 supported)", nmicro);
 	if (nmatrix_views != 1 && nmatrix_views != nmicro)
 		return qe_fail(QE_EINVAL, "adamw: %d matrix views per parameter (1 or %d microbatches)", nmatrix_views,
 			       nmicro);
-	a->step++;
-	for (int i = 0; i < qe_stage_nparams(st); i++) {
+	int np = qe_stage_nparams(st), nnm = qe_stage_nonmatrix_views(st);
+	if (np != a->nsegs)
+		return qe_fail(QE_EINVAL, "adamw: stage %d has %d parameters; its optimizer was made for %d",
+			       qe_stage_index(st), np, a->nsegs);
+	size_t need = 0;
+	for (int i = 0; i < np; i++)
+		need += (size_t)(qe_stage_param(st, i)->is_matrix ? nmatrix_views : nnm);
+	int rc = views_reserve(a, need);
+	if (rc)
+		return rc;
+	const float **views = a->views;
+	for (int i = 0; i < np; i++) {
 		const qe_param_info *p = qe_stage_param(st, i);
-		int nv = p->is_matrix ? nmatrix_views : qe_stage_nonmatrix_views(st);
+		int nv = p->is_matrix ? nmatrix_views : nnm;
 		for (int m = 0; m < nv; m++)
 			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmatrix_views + m]
 						: qe_stage_nonmatrix_grad(st, m) + p->grad_offset;
-		int rc = qe_adamw_update_param(a, s, st, i, views, nv, cfg, grad_scale);
-		if (rc) {
-			a->step--;
-			return rc;
-		}
+		a->segs[i] = (qe_adamw_seg){ .offset = p->offset, .n = p->rows * p->cols,
+					     .weight_decay = p->decay ? cfg->weight_decay : 0.0f, .nviews = nv,
+					     .grads = views, .name = p->name };
+		views += nv;
 	}
+	qe_adamw_many_args args = { .param = qe_stage_params(st), .m = a->m, .v = a->v, .segs = a->segs, .nseg = np,
+				    .lr = cfg->lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
+				    .step = a->step + 1, .grad_scale = grad_scale };
+	rc = a->b->ops->adamw_many(s, &args);
+	if (rc)
+		return qe_fail_ctx(rc, "adamw: stage %d", qe_stage_index(st));
+	a->step++;
 	return QE_OK;
 }

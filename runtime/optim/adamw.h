@@ -9,6 +9,10 @@
  * which a schedule ran dW.  With the accumulating gradient arena a matrix
  * arrives as one view that already holds that same sum (dW of mb 0 wrote
  * g0, each later dW added g_m), and the reduction of one view is the view.
+ *
+ * A step is one backend op for the whole stage (adamw_many: one segment per
+ * parameter; cuda: one launch), whose bytes are those of one adamw op per
+ * parameter.
  */
 #ifndef QE_ADAMW_H
 #define QE_ADAMW_H
@@ -26,6 +30,11 @@ typedef struct qe_adamw {
 	float *m, *v;   /* backend memory, n floats each */
 	int64_t n;
 	int64_t step;   /* optimizer steps taken (persisted) */
+	/* qe_adamw_step's table for adamw_many: host memory owned here, rewritten every step */
+	qe_adamw_seg *segs;   /* one per parameter */
+	int nsegs;
+	const float **views;  /* the segments' view pointers, views_cap of them (grown as needed) */
+	size_t views_cap;
 } qe_adamw;
 
 /* Moments for a stage's parameter buffer, zero-initialized. Free with qe_adamw_free. */
@@ -33,12 +42,15 @@ int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out);
 void qe_adamw_free(qe_adamw *a);
 
 /*
- * One optimizer step of stage st.  matrix_views[j * nmatrix_views + v] is
- * view v of matrix j (the arena: nmatrix_views = nmicro, microbatch v's
- * gradient, or 1, the accumulated sum); the non-matrix gradients come from
- * the stage's own views (qe_stage_nonmatrix_views: one per microbatch, or
- * the one accumulated sum).  The summed gradient is
- * multiplied by grad_scale before the update.
+ * One optimizer step of stage st, as one adamw_many op on s.
+ * matrix_views[j * nmatrix_views + v] is view v of matrix j (the arena:
+ * nmatrix_views = nmicro, microbatch v's gradient, or 1, the accumulated
+ * sum); the non-matrix gradients come from the stage's own views
+ * (qe_stage_nonmatrix_views: one per microbatch, or the one accumulated
+ * sum).  The summed gradient is multiplied by grad_scale before the update.
+ * a->step advances by one unless it fails: QE_EINVAL for nmicro outside
+ * 1..256 or nmatrix_views neither 1 nor nmicro, QE_ENOMEM, or the op's
+ * status (an argument error names the parameter).
  */
 int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
 		  int nmicro, const qe_adamw_config *cfg, float grad_scale);

@@ -1,8 +1,9 @@
 /*
  * test_adamw.c - AdamW and sum_views against hand-computed values, the
- * index order of the view sums, and run-to-run determinism of a whole
- * forward/backward/update chain (two independent backends, same seed: the
- * same bytes).
+ * index order of the view sums, adamw_many against one adamw per segment
+ * (the same bytes; its refusals, and a capture that keeps its own table),
+ * and run-to-run determinism of a whole forward/backward/update chain (two
+ * independent backends, same seed: the same bytes).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -81,6 +82,211 @@ static void test_view_order(bk *k)
 	float *bufs[] = { a, b, c, out, p, m, v };
 	for (int i = 0; i < 7; i++)
 		k->o->free(k->b, bufs[i]);
+}
+
+/* ---- adamw_many: the bytes of one adamw per segment ---- */
+
+/*
+ * Segments in a buffer of MANY_FLOATS: odd sizes and offsets (so neither
+ * the offsets nor the views are all 16-byte aligned), an empty segment, gaps
+ * no segment covers (which must keep their bytes), 1 to 4 views, weight
+ * decay on and off - and listed out of offset order.
+ */
+enum { MANY_FLOATS = 5600, MANY_SEGS = 7 };
+
+typedef struct many_seg {
+	int64_t offset, n;
+	int nviews, view_shift; /* views start view_shift floats into their buffers */
+	float wd;
+	const char *name;
+} many_seg;
+
+static const many_seg many_segs[MANY_SEGS] = {
+	{ 1011, 1, 2, 1, 0.1f, "one" },      { 1, 7, 1, 0, 0.1f, "seven" },    { 1012, 4096, 1, 0, 0.1f, "wide" },
+	{ 8, 1000, 3, 3, 0.0f, "thousand" }, { 1012, 0, 1, 0, 0.1f, "empty" }, { 5108, 333, 4, 2, 0.0f, "odd" },
+	{ 5441, 128, 2, 0, 0.1f, "tail" },
+};
+
+typedef struct many_state {
+	float *p, *m, *v;
+	float *views[MANY_SEGS][4];
+	const float *vp[MANY_SEGS][4];
+	qe_adamw_seg segs[MANY_SEGS];
+} many_state;
+
+/* Buffers from one seed: the same values for every state made with it. */
+static void many_init(bk *k, many_state *st, uint32_t seed)
+{
+	qe_rng r;
+	qe_rng_init(&r, seed);
+	st->p = bk_f32(k, MANY_FLOATS), st->m = bk_f32(k, MANY_FLOATS), st->v = bk_f32(k, MANY_FLOATS);
+	fill_normal(st->p, MANY_FLOATS, &r, 1.0f);
+	fill_normal(st->m, MANY_FLOATS, &r, 0.1f);
+	fill_normal(st->v, MANY_FLOATS, &r, 0.1f);
+	for (int i = 0; i < MANY_FLOATS; i++)
+		st->v[i] = fabsf(st->v[i]);
+	for (int i = 0; i < MANY_SEGS; i++) {
+		const many_seg *c = &many_segs[i];
+		for (int j = 0; j < c->nviews; j++) {
+			st->views[i][j] = bk_f32(k, c->n + c->view_shift + 1);
+			fill_normal(st->views[i][j], c->n + c->view_shift + 1, &r, 0.01f);
+			st->vp[i][j] = st->views[i][j] + c->view_shift;
+		}
+		st->segs[i] = (qe_adamw_seg){ .offset = c->offset, .n = c->n, .weight_decay = c->wd, .nviews = c->nviews,
+					      .grads = st->vp[i], .name = c->name };
+	}
+}
+
+static void many_free(bk *k, many_state *st)
+{
+	k->o->free(k->b, st->p), k->o->free(k->b, st->m), k->o->free(k->b, st->v);
+	for (int i = 0; i < MANY_SEGS; i++)
+		for (int j = 0; j < many_segs[i].nviews; j++)
+			k->o->free(k->b, st->views[i][j]);
+}
+
+static qe_adamw_many_args many_args(many_state *st, int64_t step)
+{
+	return (qe_adamw_many_args){ .param = st->p, .m = st->m, .v = st->v, .segs = st->segs, .nseg = MANY_SEGS,
+				     .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .step = step,
+				     .grad_scale = 0.5f };
+}
+
+static void many_same(const many_state *a, const many_state *b, const char *what)
+{
+	char w[96];
+	snprintf(w, sizeof(w), "%s: param", what);
+	CHECK_BYTES(a->p, b->p, MANY_FLOATS * 4, w);
+	snprintf(w, sizeof(w), "%s: m", what);
+	CHECK_BYTES(a->m, b->m, MANY_FLOATS * 4, w);
+	snprintf(w, sizeof(w), "%s: v", what);
+	CHECK_BYTES(a->v, b->v, MANY_FLOATS * 4, w);
+}
+
+static void test_adamw_many_bytes(bk *k)
+{
+	many_state one, many, cap, init;
+	many_init(k, &one, SEED);
+	many_init(k, &many, SEED);
+	many_init(k, &cap, SEED);
+	many_init(k, &init, SEED);
+	/* a capture of steps 1..3 must keep its own table: the caller's is scrambled before the replay */
+	qe_stream *cs;
+	qe_graph *g = NULL;
+	CHECK_OK(k->o->stream_create(k->b, &cs));
+	CHECK_OK(k->o->capture_begin(cs));
+	for (int64_t step = 1; step <= 3; step++) {
+		qe_adamw_many_args a = many_args(&cap, step);
+		CHECK_OK(k->o->adamw_many(cs, &a));
+	}
+	CHECK_OK(k->o->capture_end(cs, &g));
+	many_same(&cap, &init, "adamw_many captured, not run");
+	for (int64_t step = 1; step <= 3; step++) {
+		for (int i = 0; i < MANY_SEGS; i++) {
+			const many_seg *c = &many_segs[i];
+			qe_adamw_args a = { .param = one.p + c->offset, .m = one.m + c->offset, .v = one.v + c->offset,
+					    .grads = one.vp[i], .nviews = c->nviews, .n = c->n, .lr = 1e-3f,
+					    .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = c->wd,
+					    .step = step, .grad_scale = 0.5f };
+			CHECK_OK(k->o->adamw(k->s, &a));
+		}
+		qe_adamw_many_args a = many_args(&many, step);
+		CHECK_OK(k->o->adamw_many(k->s, &a));
+		char what[64];
+		snprintf(what, sizeof(what), "adamw_many vs %d adamw, step %lld", MANY_SEGS, (long long)step);
+		many_same(&one, &many, what);
+	}
+	int gaps = 0; /* floats no segment covers keep their bytes */
+	for (int64_t i = 0; i < MANY_FLOATS; i++) {
+		int covered = 0;
+		for (int s = 0; s < MANY_SEGS; s++)
+			covered |= i >= many_segs[s].offset && i < many_segs[s].offset + many_segs[s].n;
+		if (!covered) {
+			gaps++;
+			CHECK(memcmp(&many.p[i], &init.p[i], 4) == 0 && memcmp(&many.m[i], &init.m[i], 4) == 0,
+			      "adamw_many wrote float %lld, which no segment covers", (long long)i);
+		}
+	}
+	CHECK(gaps > 0, "the layout leaves gaps (%d floats)", gaps);
+	for (int i = 0; i < MANY_SEGS; i++) {
+		cap.segs[i].offset = 0, cap.segs[i].n = -1, cap.segs[i].grads = NULL;
+		for (int j = 0; j < many_segs[i].nviews; j++)
+			cap.vp[i][j] = NULL;
+	}
+	if (g) {
+		CHECK_OK(k->o->graph_launch(g, cs));
+		CHECK_OK(k->o->stream_sync(cs));
+		many_same(&cap, &many, "adamw_many replayed (3 steps) vs eager");
+		k->o->graph_destroy(g);
+	}
+	k->o->stream_destroy(cs);
+	many_free(k, &one), many_free(k, &many), many_free(k, &cap), many_free(k, &init);
+}
+
+/* a refused on a fresh stream with code want, its message holding says (if not NULL), nothing written. */
+static void many_refused(bk *k, const qe_adamw_many_args *a, int want, const char *says, const char *what)
+{
+	qe_stream *s;
+	CHECK_OK(k->o->stream_create(k->b, &s));
+	float before = a && a->param ? a->param[1] : 0.0f; /* in segment 'seven' */
+	int rc = k->o->adamw_many(s, a);
+	CHECK(rc == want, "adamw_many %s: want %s, got %s (%s)", what, qe_errname(want), qe_errname(rc),
+	      qe_last_error());
+	CHECK(!says || strstr(qe_last_error(), says), "adamw_many %s: message '%s' lacks '%s'", what, qe_last_error(),
+	      says);
+	CHECK(!a || !a->param || a->param[1] == before, "adamw_many %s: refused but wrote param", what);
+	k->o->stream_destroy(s);
+}
+
+static void test_adamw_many_refusals(bk *k)
+{
+	many_state st;
+	many_init(k, &st, SEED + 1);
+	qe_adamw_many_args a = many_args(&st, 1);
+	many_refused(k, NULL, QE_EINVAL, "NULL arguments", "without arguments");
+	a.nseg = -1;
+	many_refused(k, &a, QE_EINVAL, "-1 segments", "with -1 segments");
+	a.nseg = MANY_SEGS, a.segs = NULL;
+	many_refused(k, &a, QE_EINVAL, "segment array is NULL", "with no segment array");
+	a.segs = st.segs, a.step = 0;
+	many_refused(k, &a, QE_EINVAL, "step 0", "at step 0");
+	a.step = 1;
+	/* each segment fault names the segment and its parameter */
+	qe_adamw_seg keep = st.segs[3];
+	st.segs[3].n = -5;
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7 ('thousand'): negative n", "with n < 0");
+	st.segs[3] = keep, st.segs[3].offset = -1;
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7 ('thousand'): negative offset", "with offset < 0");
+	st.segs[3] = keep, st.segs[3].nviews = 0;
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7 ('thousand'): 0 views", "with no views");
+	st.segs[3] = keep, st.segs[3].grads = NULL;
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7 ('thousand'): view pointer array is NULL", "with no view array");
+	const float *holey[3] = { st.vp[3][0], NULL, st.vp[3][2] };
+	st.segs[3] = keep, st.segs[3].grads = holey;
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7 ('thousand'): view 1 of 3 is NULL", "with a NULL view");
+	st.segs[3] = keep, st.segs[3].name = NULL;
+	st.segs[3].n = -5;
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7: negative n", "with n < 0, unnamed");
+	st.segs[3] = keep;
+	a.m = NULL;
+	many_refused(k, &a, QE_EINVAL, "segment 0 of 7 ('one'): 'm' is NULL", "without m");
+	a.m = st.m;
+	/* overlaps, in the list's order (pairwise) and in offset order (past an empty segment) */
+	st.segs[3].n = 1004; /* [8, 1012) reaches into 'one' at 1011 */
+	many_refused(k, &a, QE_EINVAL, "segment 3 of 7 ('thousand'): floats [8, 1012) overlap those of segment 0 of 7 ('one')",
+		     "with overlapping segments");
+	st.segs[3] = keep;
+	qe_adamw_seg sorted[3] = { st.segs[1], st.segs[3], st.segs[0] }; /* [1, 8), [8, 1008), [1011, 1012) */
+	sorted[1].offset = 5, sorted[1].n = 0;                            /* empty, between */
+	sorted[2].offset = 7;                                             /* [7, 8) in 'seven' */
+	a.segs = sorted, a.nseg = 3;
+	many_refused(k, &a, QE_EINVAL, "segment 2 of 3 ('one'): floats [7, 8) overlap those of segment 0 of 3 ('seven')",
+		     "with overlapping segments in offset order");
+	sorted[2].offset = 8; /* touching is not overlapping */
+	CHECK_OK(k->o->adamw_many(k->s, &a));
+	a.nseg = 0, a.segs = NULL; /* nothing to do */
+	CHECK_OK(k->o->adamw_many(k->s, &a));
+	many_free(k, &st);
 }
 
 /* ---- determinism: a tiny-preset forward/backward/update chain ---- */
@@ -182,7 +388,7 @@ static uint8_t *run_chain(uint32_t seed, size_t *bytes)
 		qe_tensor Hh = t2(c.h, QE_F32, T, H, NULL), WTE = t2(c.wte, QE_F32, V, H, NULL);
 		qe_tensor LG = t2(c.logits, QE_F32, T, V, NULL);
 		CHECK_OK(o->gemm(s, &Hh, &WTE, &LG, NULL, 0));
-		CHECK_OK(o->xent(s, c.loss, c.logits, c.logits, c.tgt, T, V, V, 1.0f));
+		CHECK_OK(o->xent(s, c.loss, c.logits, c.logits, c.tgt, T, V, V, 1.0f, QE_F32));
 		/* head backward: dh = dlogits . wteT^T, dWhead = dlogitsT . hT^T */
 		qe_cast_args c1 = { .x = t2(c.wte, QE_F32, V, H, NULL), .col = t2(c.wteT, QE_F32, H, V, NULL) };
 		qe_cast_args c2 = { .x = t2(c.h, QE_F32, T, H, NULL), .col = t2(c.hT, QE_F32, H, T, NULL) };
@@ -251,6 +457,8 @@ int main(void)
 		return qe_test_done("backend_test_adamw");
 	test_adamw_hand(&k);
 	test_view_order(&k);
+	test_adamw_many_bytes(&k);
+	test_adamw_many_refusals(&k);
 	bk_close(&k);
 
 	size_t n1 = 0, n2 = 0;

@@ -149,7 +149,7 @@ static int enqueue(bk *k, qe_stream *s, state *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->add_inplace(s, st->ln, st->y, N * OUT));
 	n++;
-	CHECK_OK(o->xent(s, st->loss, st->dl, st->ln, st->tgt, N, OUT, OUT, 1.0f));
+	CHECK_OK(o->xent(s, st->loss, st->dl, st->ln, st->tgt, N, OUT, OUT, 1.0f, QE_F32));
 	n++;
 	CHECK_OK(o->bias_grad(s, st->db, st->dl, N, OUT));
 	n++;

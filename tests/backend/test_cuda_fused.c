@@ -1,5 +1,5 @@
 /*
- * test_cuda_fused.c - the fused forms of QE_FUSE=1 on the GPU give the bytes
+ * test_cuda_fused.c - the fused forms the model runs give, on the GPU, the bytes
  * of the ops they replace, run there too (the cpu checks the same
  * identities in test_fused.c): the cast's prologues (FC1's bias and GELU,
  * the layernorm from its statistics, GELU's backward) and its column sums,

@@ -7,7 +7,8 @@
  * overflow and subnormals), amax, scale and scale_inv; fp8_update and fp8_update_many
  * (which must also equal n single fp8_update calls); add, add_inplace,
  * bias_grad, the embedding ops, the layernorm weight/bias gradients, AdamW
- * and the view sum (the same f32 operations in the same order, no FMA).
+ * (adamw, and adamw_many cut into several launches) and the view sum (the
+ * same f32 operations in the same order, no FMA).
  * What must agree within a bound, max|cuda - cpu| <= tol * max|cpu|:
  *   - f32 GEMM, tol 1e-5: both sum k <= 256 products in fp32 in different
  *     orders; each sum's rounding error is below k * 2^-24 * sum|a||b|
@@ -1036,8 +1037,8 @@ static void test_xent_case(qe_rng *r, int T, int V, int valid, int alias)
 	float *cl = pair(hl, n * 4, &gl), *cd = pair(NULL, n * 4, &gd);
 	int32_t *ct = pair(tg, T * 4, &gt);
 	float *closs = pair(NULL, 4, &gloss);
-	CHECK_OK(K.co->xent(K.cs, closs, alias ? cl : cd, cl, ct, T, V, valid, 0.5f));
-	CHECK_OK(K.go->xent(K.gs, gloss, alias ? gl : gd, gl, gt, T, V, valid, 0.5f));
+	CHECK_OK(K.co->xent(K.cs, closs, alias ? cl : cd, cl, ct, T, V, valid, 0.5f, QE_F32));
+	CHECK_OK(K.go->xent(K.gs, gloss, alias ? gl : gd, gl, gt, T, V, valid, 0.5f, QE_F32));
 	char what[96];
 	float *h = fetch(gloss, 4);
 	snprintf(what, sizeof(what), "xent T=%d V=%d valid %d%s loss", T, V, valid, alias ? " (aliased)" : "");
@@ -1125,6 +1126,109 @@ static void test_adamw(qe_rng *r)
 	free(hp);
 	free(hm);
 	free(hv);
+}
+
+/*
+ * adamw_many on both backends, byte for byte: a few hand-placed segments
+ * (whole float4s at aligned offsets; an unaligned offset; an aligned
+ * segment with one unaligned view; n = 1 and 3; an empty one) and then 300
+ * random small ones with random gaps and 1 to 16 views, so that the cuda
+ * launcher cuts the table into several launches (more than
+ * QE_CUDA_ADAMW_SEGS segments and QE_CUDA_ADAMW_VIEWS views).  The views
+ * live in one arena per side at the same float offsets, so a view is
+ * 16-byte aligned on cuda exactly when its offset is a multiple of 4.
+ */
+enum { AWM_SEGS = 307, AWM_MAXV = 16 };
+
+static void test_adamw_many(qe_rng *r)
+{
+	printf("adamw_many\n");
+	fresh_stream();
+	/* gap floats before the segment, then (align) up to a multiple of 4; views start shift floats past one */
+	typedef struct { int64_t n, gap; int nviews, shift, align; } seg_shape;
+	static const seg_shape hand[7] = {
+		{ 5000, 0, 3, 0, 1 }, /* float4s */
+		{ 4096, 1, 2, 0, 0 }, /* unaligned offset */
+		{ 4096, 0, 2, 1, 1 }, /* aligned, but its views are not */
+		{ 1, 0, 1, 0, 0 },    { 3, 0, 4, 2, 0 }, { 0, 0, 1, 0, 0 },
+		{ 2048, 1, 1, 0, 1 }, /* float4s */
+	};
+	static qe_adamw_seg cs[AWM_SEGS], gs[AWM_SEGS];
+	static const float *cvp[AWM_SEGS][AWM_MAXV], *gvp[AWM_SEGS][AWM_MAXV];
+	static int64_t voff[AWM_SEGS][AWM_MAXV];
+	int64_t off = 0, vtot = 0;
+	int nviews = 0;
+	for (int i = 0; i < AWM_SEGS; i++) {
+		seg_shape sh = i < 7 ? hand[i]
+				     : (seg_shape){ 1 + (int64_t)qe_rng_below(r, 40), (int64_t)qe_rng_below(r, 4),
+						    1 + (int)qe_rng_below(r, AWM_MAXV), (int)qe_rng_below(r, 2),
+						    (int)qe_rng_below(r, 2) };
+		off += sh.gap;
+		if (sh.align)
+			off = (off + 3) & ~(int64_t)3;
+		cs[i] = (qe_adamw_seg){ .offset = off, .n = sh.n, .weight_decay = i % 3 ? 0.1f : 0.0f,
+					.nviews = sh.nviews };
+		for (int j = 0; j < sh.nviews; j++) {
+			voff[i][j] = ((vtot + 3) & ~(int64_t)3) + sh.shift;
+			vtot = voff[i][j] + sh.n;
+		}
+		off += sh.n;
+		nviews += sh.nviews;
+	}
+	int64_t n = off + 5;
+	float *hp = rnd(r, n, 1.0f), *hm = rnd(r, n, 0.1f), *hv = rnd(r, n, 0.1f), *hg = rnd(r, vtot, 0.01f);
+	for (int64_t i = 0; i < n; i++)
+		hv[i] = fabsf(hv[i]);
+	void *gp, *gm, *gv, *gg;
+	float *cp = pair(hp, n * 4, &gp), *cm = pair(hm, n * 4, &gm), *cv = pair(hv, n * 4, &gv);
+	float *cg = pair(hg, vtot * 4, &gg);
+	for (int i = 0; i < AWM_SEGS; i++) {
+		for (int j = 0; j < cs[i].nviews; j++) {
+			cvp[i][j] = cg + voff[i][j];
+			gvp[i][j] = (const float *)gg + voff[i][j];
+		}
+		gs[i] = cs[i];
+		cs[i].grads = cvp[i];
+		gs[i].grads = gvp[i];
+	}
+	printf("  %d segments, %d views, %lld floats\n", AWM_SEGS, nviews, (long long)n);
+	CHECK(AWM_SEGS > 256 && nviews > 2048, "the table needs several launches (%d segments, %d views)", AWM_SEGS,
+	      nviews);
+	for (int step = 1; step <= 3; step++) {
+		qe_adamw_many_args a = { 0 };
+		a.nseg = AWM_SEGS, a.lr = 1e-3f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.step = step;
+		a.grad_scale = 0.5f;
+		a.param = cp, a.m = cm, a.v = cv, a.segs = cs;
+		CHECK_OK(K.co->adamw_many(K.cs, &a));
+		a.param = gp, a.m = gm, a.v = gv, a.segs = gs;
+		CHECK_OK(K.go->adamw_many(K.gs, &a));
+	}
+	float *h = fetch(gp, n * 4);
+	same_bytes("adamw_many params (3 steps)", cp, h, n * 4);
+	free(h);
+	h = fetch(gm, n * 4);
+	same_bytes("adamw_many m", cm, h, n * 4);
+	free(h);
+	h = fetch(gv, n * 4);
+	same_bytes("adamw_many v", cv, h, n * 4);
+	free(h);
+	/* a segment of more views than the launch passes by value: refused, naming it */
+	qe_stream *s;
+	CHECK_OK(K.go->stream_create(K.gb, &s));
+	const float **many = calloc(300, sizeof(*many));
+	for (int i = 0; i < 300; i++)
+		many[i] = gvp[0][0];
+	qe_adamw_seg bad = gs[0];
+	bad.grads = many, bad.nviews = 300, bad.name = "wide";
+	qe_adamw_many_args a = { 0 };
+	a.param = gp, a.m = gm, a.v = gv, a.segs = &bad, a.nseg = 1, a.step = 1;
+	int rc = K.go->adamw_many(s, &a);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "segment 0 of 1 ('wide'): 300 views"),
+	      "adamw_many with 300 views: want QE_EINVAL naming the segment, got %s (%s)", qe_errname(rc),
+	      qe_last_error());
+	free(many);
+	K.go->stream_destroy(s);
+	free(hp), free(hm), free(hv), free(hg);
 }
 
 /* ---- capture / replay ---------------------------------------------------------------- */
@@ -1239,7 +1343,7 @@ static int enqueue(qe_stream *s, cstate *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->add_inplace(s, st->ln, st->y, CN * COUT));
 	n++;
-	CHECK_OK(o->xent(s, st->loss, st->dl, st->ln, st->tgt, CN, COUT, COUT, 1.0f));
+	CHECK_OK(o->xent(s, st->loss, st->dl, st->ln, st->tgt, CN, COUT, COUT, 1.0f, QE_F32));
 	n++;
 	CHECK_OK(o->bias_grad(s, st->db, st->dl, CN, COUT));
 	n++;
@@ -1265,6 +1369,26 @@ static int enqueue(qe_stream *s, cstate *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->sum_views(s, st->sum, views, 2, COUT));
 	n++;
+	/* float4s [0, 32), floats [33, 64) through unaligned views; float 32 untouched */
+	const float *v33[2] = { st->db + 33, st->db2 + 33 };
+	qe_adamw_seg segs[2] = { { .offset = 0, .n = 32, .weight_decay = 0.1f, .nviews = 2, .grads = views },
+				 { .offset = 33, .n = 31, .weight_decay = 0.0f, .nviews = 2, .grads = v33 } };
+	qe_adamw_many_args am = { 0 };
+	am.param = st->p;
+	am.m = st->m;
+	am.v = st->v;
+	am.segs = segs;
+	am.nseg = 2;
+	am.lr = 1e-2f;
+	am.beta1 = 0.9f;
+	am.beta2 = 0.95f;
+	am.eps = 1e-8f;
+	am.step = 4;
+	am.grad_scale = 0.25f;
+	CHECK_OK(o->adamw_many(s, &am));
+	n++;
+	segs[0].n = segs[1].n = -1; /* the graph must hold its own copy of the table */
+	v33[0] = v33[1] = NULL;
 	CHECK_OK(o->fp8_update(s, st->rx, CL, QE_E4M3, rec));
 	n++;
 	CHECK_OK(o->attn_fwd(s, st->ao, st->probs, st->qkv, CT, CH, CNH));
@@ -1502,6 +1626,7 @@ int main(void)
 	test_xent_case(&r, 16, 50304, 50257, 0); /* GPT-2's padded vocabulary */
 	test_xent_case(&r, 7, 384, 300, 1);
 	test_adamw(&r);
+	test_adamw_many(&r);
 	test_alignment(&r);
 	test_capture();
 

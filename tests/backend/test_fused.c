@@ -1,5 +1,5 @@
 /*
- * test_fused.c - the fused forms of QE_FUSE=1 give the bytes of the ops they
+ * test_fused.c - the fused forms the model runs give the bytes of the ops they
  * replace (backend.h: qe_cast_args' prologue and column sums, residual_add,
  * layernorm_bwd's residual, flash attention's qkv_bias), on the cpu
  * backend, the reference the cuda kernels are held to (test_cuda_fused.c

@@ -334,7 +334,7 @@ typedef struct {
 static double xent_loss(void *p)
 {
 	xent_ctx *c = p;
-	CHECK_OK(K.o->xent(K.s, c->loss, NULL, c->logits, c->tgt, c->T, c->V, c->V, c->gs));
+	CHECK_OK(K.o->xent(K.s, c->loss, NULL, c->logits, c->tgt, c->T, c->V, c->V, c->gs, QE_F32));
 	return (double)*c->loss * c->gs;
 }
 
@@ -348,7 +348,7 @@ static void test_xent(void)
 	fill_normal(c.logits, n, &rng, 2.0f);
 	for (int64_t t = 0; t < c.T; t++)
 		c.tgt[t] = (int32_t)qe_rng_below(&rng, (uint64_t)c.V);
-	CHECK_OK(K.o->xent(K.s, c.loss, dl, c.logits, c.tgt, c.T, c.V, c.V, c.gs));
+	CHECK_OK(K.o->xent(K.s, c.loss, dl, c.logits, c.tgt, c.T, c.V, c.V, c.gs, QE_F32));
 	/* the loss itself, against a double evaluation */
 	double ref = 0;
 	for (int64_t t = 0; t < c.T; t++) {
@@ -365,7 +365,7 @@ static void test_xent(void)
 	fd_check("xent dlogits", c.logits, dl, n, xent_loss, &c);
 	/* dlogits may alias logits: same loss, same bytes */
 	memcpy(alias, c.logits, (size_t)n * sizeof(float));
-	CHECK_OK(K.o->xent(K.s, loss2, alias, alias, c.tgt, c.T, c.V, c.V, c.gs));
+	CHECK_OK(K.o->xent(K.s, loss2, alias, alias, c.tgt, c.T, c.V, c.V, c.gs, QE_F32));
 	CHECK_BYTES(alias, dl, (size_t)n * sizeof(float), "xent with dlogits aliasing logits");
 	CHECK(memcmp(loss2, &loss1, 4) == 0, "aliased loss %g vs %g", *loss2, loss1);
 	float *bufs[] = { c.logits, c.loss, dl, alias, loss2 };

@@ -101,6 +101,7 @@ int qe_cpu_gemm(qe_cpu_scratch *sc, const qe_tensor *a, const qe_tensor *b, qe_t
 	float sa = qe_dtype_is_fp8(a->dtype) ? *a->scale_inv : 1.0f;
 	float sb = qe_dtype_is_fp8(b->dtype) ? *b->scale_inv : 1.0f;
 	float *cd = (float *)c->data;
+	uint16_t *c16 = c->dtype == QE_BF16 ? (uint16_t *)c->data : NULL; /* results rounded to bf16 */
 	float lut_a[256], lut_b[256];
 	if (m == 0 || n == 0)
 		return QE_OK;
@@ -151,13 +152,18 @@ int qe_cpu_gemm(qe_cpu_scratch *sc, const qe_tensor *a, const qe_tensor *b, qe_t
 					v8f acc[MR];
 					tile(acc, ab + ii * k, k, mr, bp, k);
 					for (int r = 0; r < mr; r++) {
-						float *crow = cd + (i0 + ii + r) * n + jb;
+						int64_t at = (i0 + ii + r) * n + jb;
+						float *crow = c16 ? NULL : cd + at;
 						for (int jj = 0; jj < nr; jj++) {
 							float v = acc[r][jj];
 							v = v * sa;
 							v = v * sb;
 							if (bias)
 								v = v + bias[jb + jj];
+							if (c16) { /* neither bias nor accumulate (checked) */
+								c16[at + jj] = qe_bf16_from_f32(v);
+								continue;
+							}
 							if (accumulate)
 								v = v + crow[jj];
 							crow[jj] = v;

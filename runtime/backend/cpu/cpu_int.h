@@ -65,9 +65,11 @@ int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const fl
 int qe_cpu_attn_flash_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int nh);
 void qe_cpu_attn_flash_bwd(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
 			   int64_t B, int64_t T, int64_t H, int nh);
-int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,
-		int64_t valid, float grad_scale);
+int qe_cpu_xent(qe_cpu_scratch *sc, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
 void qe_cpu_adamw(const qe_adamw_args *a);
+/* adamw of each segment in turn: the bytes of one qe_cpu_adamw per segment. */
+void qe_cpu_adamw_many(const qe_adamw_many_args *a);
 void qe_cpu_sum_views(float *out, const float *const *views, int nviews, int64_t n);
 
 #endif

@@ -87,15 +87,25 @@ static void transpose_f32(float *dst, const float *src, int64_t rows, int64_t co
  * functions the unfused ops run; returns the buffer or NULL (out of memory,
  * said).
  */
-static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, int64_t rows, int64_t cols)
+static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, const float *x, int64_t rows,
+				  int64_t cols)
 {
-	const float *x = (const float *)a->x.data;
 	int64_t n = rows * cols;
 	float *v = qe_cpu_scratch_get(sc, 0, (size_t)n);
 	if (!v)
 		return NULL;
 	if (a->pre_dgelu) {
-		qe_cpu_gelu_bwd(v, a->pre_dgelu, x, a->pre_bias, n, cols);
+		const float *u = a->pre_dgelu;
+		if (a->pre_dgelu_dtype == QE_BF16) { /* widened exactly (scratch 2: 0 is v, 1 may hold x) */
+			float *wu = qe_cpu_scratch_get(sc, 2, (size_t)n);
+			if (!wu)
+				return NULL;
+			const uint16_t *src = a->pre_dgelu;
+			for (int64_t i = 0; i < n; i++)
+				wu[i] = qe_bf16_to_f32(src[i]);
+			u = wu;
+		}
+		qe_cpu_gelu_bwd(v, u, x, a->pre_bias, n, cols);
 		return v;
 	}
 	for (int64_t r = 0; r < rows; r++)
@@ -120,7 +130,16 @@ int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a)
 	int64_t cols = a->x.ndim > 0 ? a->x.shape[a->x.ndim - 1] : 1;
 	int64_t n = qe_tensor_numel(&a->x);
 	int64_t rows = cols > 0 ? n / cols : 0;
-	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu) && !(x = cast_prologue(sc, a, rows, cols)))
+	if (a->x.dtype == QE_BF16) { /* widened exactly (scratch 1: the prologue writes scratch 0) */
+		float *w = qe_cpu_scratch_get(sc, 1, (size_t)n);
+		if (!w)
+			return QE_ENOMEM;
+		const uint16_t *src = (const uint16_t *)a->x.data;
+		for (int64_t i = 0; i < n; i++)
+			w[i] = qe_bf16_to_f32(src[i]);
+		x = w;
+	}
+	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu) && !(x = cast_prologue(sc, a, x, rows, cols)))
 		return QE_ENOMEM;
 
 	/* max|x| of this tensor; a NaN anywhere makes it NaN (TE's torch.amax). */
@@ -637,8 +656,8 @@ void qe_cpu_attn_flash_bwd(float *dqkv, const float *dout, const float *qkv, con
 
 /* ---- softmax cross-entropy ------------------------------------------------- */
 
-int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T, int64_t V,
-		int64_t valid, float grad_scale)
+int qe_cpu_xent(qe_cpu_scratch *sc, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
 {
 	for (int64_t t = 0; t < T; t++)
 		if (tgt[t] < 0 || tgt[t] >= valid)
@@ -646,8 +665,17 @@ int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t 
 				       (int)tgt[t], (long long)t, (long long)valid);
 	double total = 0.0;
 	float g = grad_scale / (float)T;
+	float *wide = NULL; /* bf16: the row widened; its gradient goes out rounded */
+	if (dt == QE_BF16 && !(wide = qe_cpu_scratch_get(sc, 0, (size_t)(2 * V))))
+		return QE_ENOMEM;
 	for (int64_t t = 0; t < T; t++) {
-		const float *l = logits + t * V;
+		const float *l = (const float *)logits + t * V;
+		if (wide) {
+			const uint16_t *src = (const uint16_t *)logits + t * V;
+			for (int64_t v = 0; v < V; v++)
+				wide[v] = qe_bf16_to_f32(src[v]);
+			l = wide;
+		}
 		float maxv = -INFINITY;
 		for (int64_t v = 0; v < valid; v++)
 			if (l[v] > maxv)
@@ -659,13 +687,18 @@ int qe_cpu_xent(float *loss, float *dlogits, const float *logits, const int32_t 
 		total += (double)(logf(sum) - (l[tgt[t]] - maxv));
 		if (dlogits) {
 			float inv = 1.0f / sum;
-			float *d = dlogits + t * V;
+			float *d = wide ? wide + V : (float *)dlogits + t * V;
 			for (int64_t v = 0; v < valid; v++) {
 				float p = expf(l[v] - maxv) * inv; /* read before d[v] may overwrite l[v] */
 				d[v] = (p - (v == tgt[t] ? 1.0f : 0.0f)) * g;
 			}
 			for (int64_t v = valid; v < V; v++)
 				d[v] = 0.0f; /* padding: probability 0, no gradient */
+			if (wide) {
+				uint16_t *dst = (uint16_t *)dlogits + t * V;
+				for (int64_t v = 0; v < V; v++)
+					dst[v] = qe_bf16_from_f32(d[v]);
+			}
 		}
 	}
 	if (loss)
@@ -692,6 +725,20 @@ void qe_cpu_adamw(const qe_adamw_args *a)
 		a->m[i] = m;
 		a->v[i] = v;
 		a->param[i] = p - a->lr * (mhat / (sqrtf(vhat) + a->eps) + a->weight_decay * p);
+	}
+}
+
+void qe_cpu_adamw_many(const qe_adamw_many_args *a)
+{
+	for (int i = 0; i < a->nseg; i++) {
+		const qe_adamw_seg *g = &a->segs[i];
+		if (g->n == 0)
+			continue; /* its pointers may be NULL */
+		qe_adamw_args one = { .param = a->param + g->offset, .m = a->m + g->offset, .v = a->v + g->offset,
+				      .grads = g->grads, .nviews = g->nviews, .n = g->n, .lr = a->lr,
+				      .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps,
+				      .weight_decay = g->weight_decay, .step = a->step, .grad_scale = a->grad_scale };
+		qe_cpu_adamw(&one);
 	}
 }
 

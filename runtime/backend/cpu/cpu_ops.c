@@ -147,7 +147,7 @@ int qe__cpu_enqueue_fp8_update_many(qe_stream *s, const qe_fp8_update_item *item
 
 static int check_gemm(const qe_cpu_gemm_args *a)
 {
-	return qe__check_gemm(&a->a, &a->b, &a->c, QE_DEV_CPU);
+	return qe__check_gemm(&a->a, &a->b, &a->c, a->bias, a->accumulate, QE_DEV_CPU);
 }
 
 static int exec_gemm(qe_cpu_scratch *sc, const qe_cpu_gemm_args *a)
@@ -160,7 +160,7 @@ int qe__cpu_enqueue_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, q
 			 int accumulate)
 {
 	if (!a || !b || !c)
-		return refuse_null(s, "gemm", qe__check_gemm(a, b, c, QE_DEV_CPU));
+		return refuse_null(s, "gemm", qe__check_gemm(a, b, c, bias, accumulate, QE_DEV_CPU));
 	return SUBMIT(s, GEMM, gemm, *a, *b, *c, bias, accumulate);
 }
 
@@ -435,19 +435,18 @@ int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout,
 
 static int check_xent(const qe_cpu_xent_args *a)
 {
-	return qe__check_xent(a->logits, a->tgt, a->T, a->V, a->valid);
+	return qe__check_xent(a->logits, a->tgt, a->T, a->V, a->valid, a->dt);
 }
 
 static int exec_xent(qe_cpu_scratch *sc, const qe_cpu_xent_args *a)
 {
-	(void)sc;
-	return qe_cpu_xent(a->loss, a->dlogits, a->logits, a->tgt, a->T, a->V, a->valid, a->grad_scale);
+	return qe_cpu_xent(sc, a->loss, a->dlogits, a->logits, a->tgt, a->T, a->V, a->valid, a->grad_scale, a->dt);
 }
 
-int qe__cpu_enqueue_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
-			 int64_t T, int64_t V, int64_t valid, float grad_scale)
+int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
+			 int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
 {
-	return SUBMIT(s, XENT, xent, loss, dlogits, logits, tgt, T, V, valid, grad_scale);
+	return SUBMIT(s, XENT, xent, loss, dlogits, logits, tgt, T, V, valid, grad_scale, dt);
 }
 
 static int check_adamw(const qe_cpu_adamw_args *a)
@@ -484,6 +483,25 @@ static int exec_sum_views(qe_cpu_scratch *sc, const qe_cpu_sum_views_args *a)
 int qe__cpu_enqueue_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)
 {
 	return SUBMIT(s, SUM_VIEWS, sum_views, out, views, nviews, n);
+}
+
+static int check_adamw_many(const qe_cpu_adamw_many_args *a)
+{
+	return qe__check_adamw_many(a, 0);
+}
+
+static int exec_adamw_many(qe_cpu_scratch *sc, const qe_cpu_adamw_many_args *a)
+{
+	(void)sc;
+	qe_cpu_adamw_many(a);
+	return QE_OK;
+}
+
+int qe__cpu_enqueue_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
+{
+	if (!a)
+		return refuse_null(s, "adamw_many", qe__check_adamw_many(NULL, 0));
+	return qe__cpu_submit(s, &(qe_cpu_op){ .kind = QE_CPU_OP_ADAMW_MANY, .u.adamw_many = *a });
 }
 
 /* ---- dispatch, generated from the op list ------------------------------------------ */
@@ -533,6 +551,36 @@ static void *dup_array(const void *p, int n, size_t sz)
 	return arr;
 }
 
+/*
+ * adamw_many's segments and all their view pointers in one block (freed as
+ * segs): the segments first, then each one's views in segment order.  The
+ * names are dropped: only the check, at enqueue, reads them.
+ */
+static int own_adamw_many(qe_cpu_adamw_many_args *a)
+{
+	if (a->nseg <= 0) {
+		a->segs = NULL;
+		return QE_OK;
+	}
+	size_t nviews = 0;
+	for (int i = 0; i < a->nseg; i++)
+		nviews += (size_t)a->segs[i].nviews;
+	size_t bytes = (size_t)a->nseg * sizeof(qe_adamw_seg) + nviews * sizeof(const float *);
+	qe_adamw_seg *segs = malloc(bytes);
+	if (!segs)
+		return qe_fail(QE_ENOMEM, "capture: copying %d segments (%zu views) of adamw_many", a->nseg, nviews);
+	const float **views = (const float **)(segs + a->nseg);
+	for (int i = 0; i < a->nseg; i++) {
+		segs[i] = a->segs[i];
+		segs[i].name = NULL;
+		memcpy(views, a->segs[i].grads, (size_t)a->segs[i].nviews * sizeof(*views));
+		segs[i].grads = views;
+		views += a->segs[i].nviews;
+	}
+	a->segs = segs;
+	return QE_OK;
+}
+
 int qe__cpu_op_own(qe_cpu_op *op)
 {
 	switch (op->kind) {
@@ -552,6 +600,8 @@ int qe__cpu_op_own(qe_cpu_op *op)
 		op->u.sum_views.views = arr;
 		return QE_OK;
 	}
+	case QE_CPU_OP_ADAMW_MANY:
+		return own_adamw_many(&op->u.adamw_many);
 	case QE_CPU_OP_FP8_UPDATE_MANY: {
 		int n = op->u.fp8_update_many.n;
 		qe_fp8_update_item *arr = dup_array(op->u.fp8_update_many.items, n, sizeof(*arr));
@@ -573,4 +623,6 @@ void qe__cpu_op_release(qe_cpu_op *op)
 		free((void *)op->u.sum_views.views);
 	else if (op->kind == QE_CPU_OP_FP8_UPDATE_MANY)
 		free((void *)op->u.fp8_update_many.items);
+	else if (op->kind == QE_CPU_OP_ADAMW_MANY)
+		free((void *)op->u.adamw_many.segs);
 }

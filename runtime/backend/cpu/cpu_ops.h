@@ -21,7 +21,8 @@
  *   backend_check.c) and runs them (through the kernels of cpu_int.h).
  *
  * A record holds pointers, never data.  Its pointer arrays (AdamW gradient
- * views, summed views, the items of fp8_update_many) belong to the caller
+ * views, summed views, the items of fp8_update_many, adamw_many's segments
+ * and their views) belong to the caller
  * until a capture records the op; qe__cpu_op_own then copies them into the
  * record and qe__cpu_op_release frees them with the graph.
  */
@@ -61,7 +62,8 @@
 	X(ATTN_FLASH_BWD, attn_flash_bwd)  \
 	X(XENT, xent)                      \
 	X(ADAMW, adamw)                    \
-	X(SUM_VIEWS, sum_views)
+	X(SUM_VIEWS, sum_views)            \
+	X(ADAMW_MANY, adamw_many)
 
 #define QE_CPU_OPS(X) QE_CPU_STREAM_OPS(X) QE_CPU_WORK_OPS(X)
 
@@ -214,11 +216,13 @@ typedef struct qe_cpu_attn_flash_bwd_args {
 } qe_cpu_attn_flash_bwd_args;
 
 typedef struct qe_cpu_xent_args {
-	float *loss, *dlogits;
-	const float *logits;
+	float *loss;
+	void *dlogits;
+	const void *logits;
 	const int32_t *tgt;
 	int64_t T, V, valid;
 	float grad_scale;
+	qe_dtype dt;
 } qe_cpu_xent_args;
 
 typedef qe_adamw_args qe_cpu_adamw_args; /* grads owned by the record once captured */
@@ -229,6 +233,9 @@ typedef struct qe_cpu_sum_views_args {
 	int nviews;
 	int64_t n;
 } qe_cpu_sum_views_args;
+
+/* segs, and each segment's grads, owned by the record once captured (one block; names cleared) */
+typedef qe_adamw_many_args qe_cpu_adamw_many_args;
 
 /* One op call: its kind and, in the member the list names, its arguments. */
 typedef struct qe_cpu_op {
@@ -302,9 +309,10 @@ int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const f
 int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
 				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
 				   int64_t H, int nh, qe_flash_operands operands);
-int qe__cpu_enqueue_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
-			 int64_t T, int64_t V, int64_t valid, float grad_scale);
+int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
+			 int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
 int qe__cpu_enqueue_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cpu_enqueue_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
+int qe__cpu_enqueue_adamw_many(qe_stream *s, const qe_adamw_many_args *a);
 
 #endif

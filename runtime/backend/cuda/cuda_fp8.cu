@@ -81,6 +81,35 @@ __device__ void block_amax(unsigned m, unsigned *target)
 }
 
 /*
+ * The cast's input: f32, or bf16 widened exactly (its bits are the high half
+ * of the float's).  bf16 takes 8-byte four-element loads (the launcher
+ * checks the alignment the four-wide kernel needs).
+ */
+typedef struct xin {
+	const void *p;
+	int bf16;
+} xin;
+
+__device__ __forceinline__ float bf16_bits(unsigned short b)
+{
+	return __uint_as_float((unsigned)b << 16);
+}
+
+__device__ __forceinline__ float xload(const xin &x, int64_t i)
+{
+	return x.bf16 ? bf16_bits(((const unsigned short *)x.p)[i]) : ((const float *)x.p)[i];
+}
+
+__device__ __forceinline__ float4 xload4(const xin &x, int64_t i)
+{
+	if (!x.bf16)
+		return *(const float4 *)((const float *)x.p + i);
+	uint2 u = *(const uint2 *)((const unsigned short *)x.p + i);
+	return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u), __uint_as_float(u.y << 16),
+			   __uint_as_float(u.y & 0xFFFF0000u));
+}
+
+/*
  * The cast's prologue (qe_cast_args): the layernorm of row r with its saved
  * statistics (the layernorm kernels' expression), v + bias[c] as gemm's bias
  * add, then GELU with gelu_fwd's expression, so the fused cast sees the
@@ -90,13 +119,13 @@ typedef struct cast_pre {
 	const float *mean, *rstd, *w, *b; /* layernorm: mean NULL for none */
 	const float *bias;                /* [cols] or NULL */
 	int gelu;
-	const float *dgelu;               /* GELU backward: GELU's input [rows, cols], x its output's gradient */
+	xin dgelu;                        /* GELU backward: GELU's input [rows, cols], x its output's gradient */
 	int64_t cols;
 } cast_pre;
 
 __device__ __forceinline__ bool pre_none(const cast_pre &p)
 {
-	return !p.mean && !p.bias && !p.gelu && !p.dgelu;
+	return !p.mean && !p.bias && !p.gelu && !p.dgelu.p;
 }
 
 /* gelu_bwd_kernel's expression: dx = gelu'(u (+ bias)) * v */
@@ -107,8 +136,8 @@ __device__ __forceinline__ float pre_dgelu1(const cast_pre &p, float u, float v,
 
 __device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r, int64_t c)
 {
-	if (p.dgelu)
-		return pre_dgelu1(p, p.dgelu[r * p.cols + c], v, c);
+	if (p.dgelu.p)
+		return pre_dgelu1(p, xload(p.dgelu, r * p.cols + c), v, c);
 	if (p.mean)
 		v = (p.rstd[r] * (v - p.mean[r])) * p.w[c] + p.b[c];
 	if (p.bias)
@@ -120,8 +149,8 @@ __device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, int64_
 {
 	if (pre_none(p))
 		return v;
-	if (p.dgelu) { /* 16-byte aligned with x (the launcher checks) */
-		float4 u = *(const float4 *)(p.dgelu + r * p.cols + c);
+	if (p.dgelu.p) { /* aligned as x (the launcher checks) */
+		float4 u = xload4(p.dgelu, r * p.cols + c);
 		return make_float4(pre_dgelu1(p, u.x, v.x, c), pre_dgelu1(p, u.y, v.y, c + 1),
 				   pre_dgelu1(p, u.z, v.z, c + 2), pre_dgelu1(p, u.w, v.w, c + 3));
 	}
@@ -130,19 +159,19 @@ __device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, int64_
 }
 
 /* v = x after the prologue, into a buffer (the cast's fallback when it must also sum columns of v). */
-__global__ void pre_materialize_kernel(float *__restrict__ v, const float *__restrict__ x, int64_t n, int64_t cols,
+__global__ void pre_materialize_kernel(float *__restrict__ v, xin x, int64_t n, int64_t cols,
 				       cast_pre pre)
 {
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		v[i] = pre_apply(pre, x[i], i / cols, i % cols);
+		v[i] = pre_apply(pre, xload(x, i), i / cols, i % cols);
 }
 
 /* amax of a whole tensor [n / cols, cols], after the prologue, into *target (current scaling's first pass). */
-__global__ void amax_kernel(const float *__restrict__ x, int64_t n, int64_t cols, cast_pre pre, unsigned *target)
+__global__ void amax_kernel(xin x, int64_t n, int64_t cols, cast_pre pre, unsigned *target)
 {
 	unsigned m = 0;
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		m = max(m, abs_bits(pre_apply(pre, x[i], i / cols, i % cols)));
+		m = max(m, abs_bits(pre_apply(pre, xload(x, i), i / cols, i % cols)));
 	block_amax(m, target);
 }
 
@@ -155,7 +184,7 @@ __global__ void amax_kernel(const float *__restrict__ x, int64_t n, int64_t cols
  * current scaling scale and amax.
  */
 template <typename T>
-__global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+__global__ void cast_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			    int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			    float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
 {
@@ -169,7 +198,7 @@ __global__ void cast_kernel(const float *__restrict__ x, T *__restrict__ row, T 
 	for (int j = threadIdx.y; j < TILE; j += TROWS) {
 		int64_t r = r0 + j, c = c0 + threadIdx.x;
 		if (r < rows && c < cols) {
-			float v = pre_apply(pre, x[r * cols + c], r, c);
+			float v = pre_apply(pre, xload(x, r * cols + c), r, c);
 			m = max(m, abs_bits(v));
 			T q;
 			if constexpr (is_fp8)
@@ -250,7 +279,7 @@ template <typename T> __device__ __forceinline__ void store4(T *p, const T *q)
  */
 static_assert(VT == QE_COLSUM_ROWS, "a cast tile must be one row group of colsum.h");
 template <typename T, bool SUMS>
-__global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+__global__ void cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
 			     float *__restrict__ part)
@@ -268,7 +297,7 @@ __global__ void cast4_kernel(const float *__restrict__ x, T *__restrict__ row, T
 	for (int j = threadIdx.y; j < VT; j += VY) {
 		int64_t r = r0 + j, c = c0 + cx;
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
-			float4 v = pre_apply4(pre, *(const float4 *)(x + r * cols + c), r, c);
+			float4 v = pre_apply4(pre, xload4(x, r * cols + c), r, c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
 			T q[4];
 			codes4<T>(v, s, k, q);
@@ -411,7 +440,7 @@ static int launch_cast4(qe_stream *s, const char *name, dim3 grid, const qe_cast
 			float *part)
 {
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
-	const float *x = (const float *)a->x.data;
+	xin x = { a->x.data, a->x.dtype == QE_BF16 };
 	dim3 block(VX, VY);
 	if (part)
 		cast4_kernel<T, true><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,
@@ -432,7 +461,7 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	const char *op = "cast";
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	qe_dtype fmt = qe__cast_out_dtype(a);
-	const float *x = (const float *)a->x.data;
+	xin x = { a->x.data, a->x.dtype == QE_BF16 };
 	int64_t gx = (cols + TILE - 1) / TILE, gy = (rows + TILE - 1) / TILE;
 	if (gx < 1)
 		gx = 1;
@@ -444,25 +473,26 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
 	cast_pre pre = { a->pre_ln.mean, a->pre_ln.rstd, a->pre_ln.w, a->pre_ln.b, a->pre_bias, a->pre_gelu,
-			 a->pre_dgelu, cols };
+			 { a->pre_dgelu, a->pre_dgelu_dtype == QE_BF16 }, cols };
 	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT));
 	int is_fp8 = qe_dtype_is_fp8(fmt), esz = fmt == QE_BF16 ? 8 : 4; /* alignment of four codes */
-	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 && (uintptr_t)x % 16 == 0 &&
-		   (uintptr_t)a->pre_dgelu % 16 == 0 && (uintptr_t)a->row.data % esz == 0 &&
+	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 &&
+		   (uintptr_t)x.p % (x.bf16 ? 8 : 16) == 0 &&
+		   (uintptr_t)a->pre_dgelu % (pre.dgelu.bf16 ? 8 : 16) == 0 && (uintptr_t)a->row.data % esz == 0 &&
 		   (uintptr_t)a->col.data % esz == 0 && (rows + VT - 1) / VT <= 65535;
 	int prologue = a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu;
 	/*
 	 * Column sums: in the four-wide kernel when it runs (a tile is a row
 	 * group); else their own pass over x first (bias_grad's kernels), or,
-	 * with a prologue, over v made in the stream's scratch, which the cast
-	 * then rounds without the prologue.
+	 * with a prologue or a bf16 x, over v (f32) made in the stream's
+	 * scratch, which the cast then rounds without the prologue.
 	 */
 	float *part = NULL;
 	int rc;
 	if (a->colsum && rows > 0 && cols > 0 && wide) {
 		if ((rc = qe__cuda_scratch(s, (size_t)(qe_colsum_groups(rows) * cols) * sizeof(float), op, (void **)&part)))
 			return rc;
-	} else if (a->colsum && prologue && rows > 0 && cols > 0) {
+	} else if (a->colsum && (prologue || x.bf16) && rows > 0 && cols > 0) {
 		int64_t n = rows * cols;
 		float *v = NULL;
 		size_t bytes = (size_t)(n + qe_colsum_groups(rows) * cols) * sizeof(float);
@@ -475,13 +505,14 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 			return rc;
 		qe_cast_args plain = *a;
 		plain.x.data = v;
+		plain.x.dtype = QE_F32;
 		memset(&plain.pre_ln, 0, sizeof(plain.pre_ln));
 		plain.pre_bias = NULL;
 		plain.pre_gelu = 0;
 		plain.pre_dgelu = NULL;
 		plain.colsum = NULL;
 		return qe__cuda_cast(s, &plain);
-	} else if (a->colsum && (rc = qe__cuda_bias_grad(s, a->colsum, x, rows, cols))) {
+	} else if (a->colsum && (rc = qe__cuda_bias_grad(s, a->colsum, (const float *)x.p, rows, cols))) {
 		return rc;
 	}
 

@@ -26,6 +26,10 @@
  * picked another algorithm, whose products round differently.  The accumulation order differs from
  * the cpu's, so results agree with it within a tolerance, not bitwise.
  *
+ * C in bf16 (an activation stored in bf16; no bias, no accumulate - the
+ * op's rule): C and D are CUDA_R_16BF and cuBLASLt rounds its fp32 result
+ * to nearest even, from FP8 or bf16 operands.
+ *
  * Bias: cuBLASLt's bias epilogue wants a bf16 bias for FP8 inputs with f32
  * output, which would round our f32 bias; a small kernel adds it instead,
  * exactly as the cpu does (v + bias[j] in f32).
@@ -83,7 +87,7 @@ __global__ void add_bias_kernel(float *__restrict__ c, const float *__restrict__
 
 typedef struct algo_entry {
 	int64_t m, n, k;
-	int adt, bdt; /* no beta: accumulate uses the beta = 0 algorithm (file comment) */
+	int adt, bdt, cdt; /* no beta: accumulate uses the beta = 0 algorithm (file comment) */
 	cublasLtMatmulAlgo_t algo;
 } algo_entry;
 
@@ -178,13 +182,14 @@ static cublasStatus_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_
 /* The cached algorithm of this problem, asking the heuristic the first time. */
 static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublasLtMatrixLayout_t bl,
 		    cublasLtMatrixLayout_t cl, int64_t m, int64_t n, int64_t k, qe_dtype adt, qe_dtype bdt,
-		    cublasLtMatmulAlgo_t *out)
+		    qe_dtype cdt, cublasLtMatmulAlgo_t *out)
 {
 	int rc = QE_OK, found = 0;
 	pthread_mutex_lock(&g_algo_lock);
 	for (int i = 0; i < g_nalgos; i++) {
 		algo_entry *e = &g_algos[i];
-		if (e->m == m && e->n == n && e->k == k && e->adt == (int)adt && e->bdt == (int)bdt) {
+		if (e->m == m && e->n == n && e->k == k && e->adt == (int)adt && e->bdt == (int)bdt &&
+		    e->cdt == (int)cdt) {
 			*out = e->algo;
 			pthread_mutex_unlock(&g_algo_lock);
 			return QE_OK;
@@ -217,6 +222,7 @@ static int get_algo(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t al, cublas
 			e->k = k;
 			e->adt = (int)adt;
 			e->bdt = (int)bdt;
+			e->cdt = (int)cdt;
 			e->algo = algo;
 		} else {
 			rc = qe_fail(QE_ENOMEM, "gemm: caching the algorithm of m=%lld n=%lld k=%lld", (long long)m,
@@ -266,7 +272,7 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 {
 	const char *op = "gemm";
 	int64_t m = a->shape[0], k = a->shape[1], n = b->shape[0];
-	qe_dtype adt = a->dtype, bdt = b->dtype;
+	qe_dtype adt = a->dtype, bdt = b->dtype, cdt = c->dtype;
 	int fp8 = qe_dtype_is_fp8(adt);
 	float *cd = (float *)c->data;
 	char da[96], db[96];
@@ -278,6 +284,9 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 		return qe_fail(QE_EUNSUPPORTED,
 			       "gemm: mixed operands A %s, B %s: the cuda backend multiplies FP8 x FP8, bf16 x bf16 or f32 x f32",
 			       da, db);
+	if (cdt == QE_BF16 && adt == QE_F32)
+		return qe_fail(QE_EUNSUPPORTED, "gemm: f32 A %s . B %s^T into bf16 C: the cuda backend writes bf16 from "
+			       "FP8 or bf16 operands only", da, db);
 	if (adt == QE_E5M2 && bdt == QE_E5M2)
 		return qe_fail(QE_EUNSUPPORTED, "gemm: A %s x B %s: E5M2 x E5M2 is not supported by cuBLASLt", da, db);
 	if (m == 0 || n == 0)
@@ -294,7 +303,7 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 	if (k == 0) {
 		/* an empty sum: C = 0 (+C), then the bias, as the cpu's acc = 0 */
 		if (!accumulate) {
-			cudaError_t e = cudaMemsetAsync(cd, 0, (size_t)(m * n) * sizeof(float), s->cs);
+			cudaError_t e = cudaMemsetAsync(cd, 0, (size_t)(m * n) * qe_dtype_size(cdt), s->cs);
 			if (e != cudaSuccess)
 				return qe__cuda_err(e, op, "cudaMemsetAsync(C)");
 		}
@@ -331,12 +340,12 @@ extern "C" int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *
 	if (st == CUBLAS_STATUS_SUCCESS)
 		st = cublasLtMatrixLayoutCreate(&bl, cuda_type(adt), (uint64_t)k, (uint64_t)m, k);
 	if (st == CUBLAS_STATUS_SUCCESS)
-		st = cublasLtMatrixLayoutCreate(&cl, CUDA_R_32F, (uint64_t)n, (uint64_t)m, n);
+		st = cublasLtMatrixLayoutCreate(&cl, cuda_type(cdt), (uint64_t)n, (uint64_t)m, n);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		rc = qe__blas_err(st, op, call);
 		goto out;
 	}
-	if ((rc = get_algo(desc, al, bl, cl, m, n, k, adt, bdt, &algo)))
+	if ((rc = get_algo(desc, al, bl, cl, m, n, k, adt, bdt, cdt, &algo)))
 		goto out;
 	{
 		float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

@@ -41,6 +41,8 @@ extern "C" {
 #define QE_CUDA_SCRATCH_BYTES ((size_t)16 << 20)   /* initial per-stream scratch (attention, xent) */
 #define QE_CUDA_MAX_VIEWS 256                      /* view pointers passed by value to adamw / sum_views */
 #define QE_CUDA_UPDATE_BATCH 32                    /* role blocks passed by value to one fp8_update_many launch */
+#define QE_CUDA_ADAMW_SEGS 256                     /* segments passed by value to one adamw_many launch */
+#define QE_CUDA_ADAMW_VIEWS 2048                   /* and the view pointers of those segments */
 
 /* Bits of the per-stream device error word, set by kernels that find bad data. */
 #define QE_CUDA_ERR_TOKEN 1u  /* embed_bwd: a token outside [0, V) */
@@ -159,9 +161,11 @@ static inline size_t qe__cuda_align256(size_t n)
 int qe__cuda_add_bias(qe_stream *s, const char *op, float *c, const float *bias, int64_t m, int64_t n);
 /* Dt[b, h, t] = dout_t . out_t over head h's columns, into Dt [B*nh*T] (cuda_flash.cu) */
 int qe__cuda_flash_dot(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T, int H, int nh);
-int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		  int64_t V, int64_t valid, float grad_scale);
+/* softmax cross-entropy over f32 or bf16 logits (cuda_xent.cu) */
+int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		  int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
 int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
+int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a);
 int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 
 /* Set the link ops of the table (NCCL); left NULL when built without NCCL. */

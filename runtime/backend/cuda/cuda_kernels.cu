@@ -1,7 +1,7 @@
 /*
  * cuda_kernels.cu - the non-GEMM, non-attention ops of the table but the
  * optimizer's (cuda_optim.cu): elementwise adds, bias gradient, GELU,
- * layernorm, embedding and softmax cross-entropy.
+ * layernorm and embedding (the cross-entropy is cuda_xent.cu).
  *
  * Same formulas as the cpu reference (cpu_kernels.c), written operation for
  * operation in the same order; this folder is compiled with -fmad=false
@@ -20,14 +20,13 @@
 #include "runtime/backend/cuda/cuda_gelu.cuh"
 #include "runtime/backend/cuda/cuda_grid.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
+#include "runtime/backend/cuda/cuda_reduce.cuh"
 #include "runtime/backend/colsum.h"
 
 /* Column sums: a block covers 32 columns, one thread per (column, row group of colsum.h). */
 #define COL_THREADS 32
 /* Layernorm keeps a row in registers: up to this many float4s per thread, 256 threads a row. */
 #define LN_VEC_MAX 8
-/* Threads per row for the cross-entropy: a vocabulary row is long. */
-#define XENT_THREADS 1024
 
 /* ---- kernels ------------------------------------------------------------------ */
 
@@ -131,43 +130,6 @@ __global__ void gelu_bwd_kernel(float *dx, const float *x, const float *dy, int6
 {
 	GRID_STRIDE(i, n)
 	dx[i] = gelu_bwd1(x[i], dy[i]);
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-	for (int off = 16; off > 0; off >>= 1)
-		v = v + __shfl_xor_sync(0xffffffffu, v, off);
-	return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-	for (int off = 16; off > 0; off >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
-	return v;
-}
-
-/* Sum over the block in a fixed tree; every thread gets the same value. blockDim.x % 32 == 0. */
-__device__ float block_sum(float v, float *sh)
-{
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = warp_sum(v);
-	__syncthreads(); /* sh may still be read by an earlier call */
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	return warp_sum(lane < nw ? sh[lane] : 0.0f);
-}
-
-__device__ float block_max(float v, float *sh)
-{
-	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	v = warp_max(v);
-	__syncthreads();
-	if (lane == 0)
-		sh[w] = v;
-	__syncthreads();
-	return warp_max(lane < nw ? sh[lane] : -INFINITY);
 }
 
 /* One block per row (eps 1e-5, llm.c). */
@@ -316,91 +278,6 @@ __global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, c
 		float *e = dwte + (int64_t)tk * H + c;
 		*e = accumulate ? *e + acc : acc;
 	}
-}
-
-/*
- * One block per row t: max, sum of exp, the row's -log p into rowloss[t],
- * and dlogits (which may alias logits: each element is read before it is
- * written, by the same thread, after the row's reductions finished).
- */
-__global__ void xent_row_kernel(float *rowloss, float *dlogits, const float *logits, const int32_t *tgt, int64_t V,
-				int64_t nvalid, float g, unsigned *err)
-{
-	__shared__ float sh[32];
-	int64_t t = blockIdx.x;
-	const float *l = logits + t * V;
-	int32_t tg = tgt[t];
-	bool valid = tg >= 0 && tg < nvalid;
-	float lt = valid ? l[tg] : 0.0f; /* read before any thread may overwrite it */
-	/*
-	 * One pass for the max and the sum (online softmax): each thread keeps
-	 * its running max mx and sum of exp(l - mx), rescaled when mx grows;
-	 * the block then takes the max of the maxima and sums every thread's
-	 * sum brought to it.  The row is read twice in all, not three times.
-	 */
-	float mx = -INFINITY, part = 0.0f;
-	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x) {
-		float lv = l[v];
-		if (lv > mx) {
-			part = part * expf(mx - lv) + 1.0f;
-			mx = lv;
-		} else {
-			part += expf(lv - mx);
-		}
-	}
-	float maxv = block_max(mx, sh);
-	float sum = block_sum(mx == -INFINITY ? 0.0f : part * expf(mx - maxv), sh);
-	if (threadIdx.x == 0) {
-		if (!valid)
-			atomicOr(err, QE_CUDA_ERR_TARGET);
-		if (rowloss)
-			rowloss[t] = valid ? logf(sum) - (lt - maxv) : __uint_as_float(0x7FC00000u);
-	}
-	if (dlogits) {
-		float inv = 1.0f / sum;
-		float *d = dlogits + t * V;
-		for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-			/* padded columns: probability 0, no gradient */
-			float p = v < nvalid ? expf(l[v] - maxv) * inv : 0.0f;
-			d[v] = v < nvalid ? (p - (v == tg ? 1.0f : 0.0f)) * g : 0.0f;
-		}
-	}
-}
-
-/*
- * The mean over rows, in double and in row order (the cpu's): the block
- * stages XENT_LOSS_TILE rows at a time in shared memory (coalesced), thread 0
- * adds them in order - one thread reading global memory row by row waited
- * on every load (376 us for 8192 rows).
- */
-#define XENT_LOSS_TILE 4096
-__global__ void xent_loss_kernel(float *loss, const float *rowloss, int64_t T)
-{
-	__shared__ float tile[XENT_LOSS_TILE];
-	double total = 0.0;
-	for (int64_t t0 = 0; t0 < T; t0 += XENT_LOSS_TILE) {
-		int64_t n = T - t0 < XENT_LOSS_TILE ? T - t0 : XENT_LOSS_TILE;
-		__syncthreads();
-		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-			tile[i] = rowloss[t0 + i];
-		__syncthreads();
-		if (threadIdx.x == 0) {
-			int64_t i = 0;
-			for (; i + 16 <= n; i += 16) {
-				float v[16];
-#pragma unroll
-				for (int k = 0; k < 16; k++)
-					v[k] = tile[i + k];
-#pragma unroll
-				for (int k = 0; k < 16; k++)
-					total += (double)v[k];
-			}
-			for (; i < n; i++)
-				total += (double)tile[i];
-		}
-	}
-	if (threadIdx.x == 0)
-		*loss = (float)(total / (double)T);
 }
 
 /* ---- float4 versions (16-byte aligned pointers, lengths in float4s) ---------------- */
@@ -825,26 +702,3 @@ extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const 
 	return qe__cuda_launched(op, "embed_bwd_kernel");
 }
 
-extern "C" int qe__cuda_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt,
-			     int64_t T, int64_t V, int64_t valid, float grad_scale)
-{
-	const char *op = "xent";
-	float *rowloss = NULL;
-	int rc;
-	if (T > INT32_MAX)
-		return qe_fail(QE_EUNSUPPORTED, "xent: %lld rows", (long long)T);
-	if (loss && (rc = qe__cuda_scratch(s, (size_t)T * sizeof(float), op, (void **)&rowloss)))
-		return rc;
-	float g = grad_scale / (float)T;
-	unsigned xt = 32;
-	while (xt < XENT_THREADS && (int64_t)xt < V)
-		xt <<= 1;
-	xent_row_kernel<<<(unsigned)T, xt, 0, s->cs>>>(rowloss, dlogits, logits, tgt, V, valid, g, s->words + 1);
-	if ((rc = qe__cuda_launched(op, "xent_row_kernel")))
-		return rc;
-	if (loss) {
-		xent_loss_kernel<<<1, 1024, 0, s->cs>>>(loss, rowloss, T);
-		rc = qe__cuda_launched(op, "xent_loss_kernel");
-	}
-	return rc;
-}

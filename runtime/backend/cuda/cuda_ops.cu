@@ -52,7 +52,7 @@ static int cu_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tens
 	int rc = qe__cuda_op_begin(&s, "gemm");
 	if (rc)
 		return rc;
-	rc = qe__check_gemm(a, b, c, QE_DEV_CUDA);
+	rc = qe__check_gemm(a, b, c, bias, accumulate, QE_DEV_CUDA);
 	if (!rc)
 		rc = qe__cuda_gemm(s, a, b, c, bias, accumulate);
 	return qe__cuda_op_end(s, rc, "gemm");
@@ -217,15 +217,15 @@ static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_xent(qe_stream *s, float *loss, float *dlogits, const float *logits, const int32_t *tgt, int64_t T,
-		   int64_t V, int64_t valid, float grad_scale)
+static int cu_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		   int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
 {
 	const char *nm = "xent";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_xent(logits, tgt, T, V, valid)))
-		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, valid, grad_scale);
+	if (!(rc = qe__check_xent(logits, tgt, T, V, valid, dt)))
+		rc = qe__cuda_xent(s, loss, dlogits, logits, tgt, T, V, valid, grad_scale, dt);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
@@ -248,6 +248,17 @@ static int cu_sum_views(qe_stream *s, float *out, const float *const *views, int
 		return rc;
 	if (!(rc = qe__check_sum_views(out, views, nviews, n, QE_CUDA_MAX_VIEWS)))
 		rc = qe__cuda_sum_views(s, out, views, nviews, n);
+	return qe__cuda_op_end(s, rc, nm);
+}
+
+static int cu_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
+{
+	const char *nm = "adamw_many";
+	int rc = qe__cuda_op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_adamw_many(a, QE_CUDA_MAX_VIEWS)))
+		rc = qe__cuda_adamw_many(s, a);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
@@ -275,4 +286,5 @@ void qe__cuda_ops_fill(qe_backend_ops *o)
 	o->xent = cu_xent;
 	o->adamw = cu_adamw;
 	o->sum_views = cu_sum_views;
+	o->adamw_many = cu_adamw_many;
 }

@@ -1,10 +1,12 @@
 /*
  * cuda_optim.cu - the optimizer's ops: AdamW over a parameter's gradient
- * views (summed in view order per element) and the view sum of the data
- * parallel replica sum, operation for operation as the cpu reference
- * (cpu_kernels.c; -fmad=false, so the bits are the cpu's), with float4
- * kernels on 16-byte aligned buffers.
+ * views (summed in view order per element), AdamW over many parameters in
+ * one launch (adamw_many), and the view sum of the data parallel replica
+ * sum, operation for operation as the cpu reference (cpu_kernels.c;
+ * -fmad=false, so the bits are the cpu's), with float4 loads and stores on
+ * 16-byte aligned buffers.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -15,28 +17,133 @@ typedef struct views_arg {
 	const float *p[QE_CUDA_MAX_VIEWS];
 } views_arg;
 
-__device__ __forceinline__ float adamw1(float *pp, float *mp, float *vp, float grad, float lr, float beta1,
-					float beta2, float eps, float wd, float b1c, float b2c)
+/* What every element of one optimizer op shares; b1c, b2c = 1 - beta^step, made on the host with the cpu's powf. */
+typedef struct adamw_hyper {
+	float lr, beta1, beta2, eps, b1c, b2c, grad_scale;
+} adamw_hyper;
+
+static adamw_hyper adamw_hyper_of(float lr, float beta1, float beta2, float eps, int64_t step, float grad_scale)
 {
-	float p = *pp;
-	float m = beta1 * *mp + (1.0f - beta1) * grad;
-	float v = beta2 * *vp + (1.0f - beta2) * grad * grad;
-	float mhat = m / b1c;
-	float vhat = v / b2c;
-	*mp = m;
-	*vp = v;
-	return p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);
+	adamw_hyper h;
+	h.lr = lr;
+	h.beta1 = beta1;
+	h.beta2 = beta2;
+	h.eps = eps;
+	h.b1c = 1.0f - powf(beta1, (float)step);
+	h.b2c = 1.0f - powf(beta2, (float)step);
+	h.grad_scale = grad_scale;
+	return h;
 }
 
-__global__ void adamw_kernel(float *param, float *mom, float *var, views_arg g, int nviews, int64_t n, float lr,
-			     float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
+__device__ __forceinline__ float adamw1(float *pp, float *mp, float *vp, float grad, const adamw_hyper &h, float wd)
+{
+	float p = *pp;
+	float m = h.beta1 * *mp + (1.0f - h.beta1) * grad;
+	float v = h.beta2 * *vp + (1.0f - h.beta2) * grad * grad;
+	float mhat = m / h.b1c;
+	float vhat = v / h.b2c;
+	*mp = m;
+	*vp = v;
+	return p - h.lr * (mhat / (sqrtf(vhat) + h.eps) + wd * p);
+}
+
+/* Element i: the views summed in view order, scaled, then the update - qe_cpu_adamw's order. */
+__device__ __forceinline__ void adamw_at(float *param, float *mom, float *var, const float *const *g, int nviews,
+					 int64_t i, const adamw_hyper &h, float wd)
+{
+	float grad = g[0][i];
+	for (int vi = 1; vi < nviews; vi++)
+		grad += g[vi][i];
+	param[i] = adamw1(&param[i], &mom[i], &var[i], grad * h.grad_scale, h, wd);
+}
+
+/* Elements 4i..4i+3 as adamw_at does each, through float4 loads and stores. */
+__device__ __forceinline__ void adamw4_at(float4 *param, float4 *mom, float4 *var, const float *const *g, int nviews,
+					  int64_t i, const adamw_hyper &h, float wd)
+{
+	float4 gr = ((const float4 *)g[0])[i];
+	for (int vi = 1; vi < nviews; vi++) {
+		float4 u = ((const float4 *)g[vi])[i];
+		gr = make_float4(gr.x + u.x, gr.y + u.y, gr.z + u.z, gr.w + u.w);
+	}
+	float4 p = param[i], m = mom[i], v = var[i];
+	float4 np;
+	np.x = adamw1(&p.x, &m.x, &v.x, gr.x * h.grad_scale, h, wd);
+	np.y = adamw1(&p.y, &m.y, &v.y, gr.y * h.grad_scale, h, wd);
+	np.z = adamw1(&p.z, &m.z, &v.z, gr.z * h.grad_scale, h, wd);
+	np.w = adamw1(&p.w, &m.w, &v.w, gr.w * h.grad_scale, h, wd);
+	mom[i] = m;
+	var[i] = v;
+	param[i] = np;
+}
+
+/* __grid_constant__: the views are read where the launch put them, not copied to local memory. */
+__global__ void adamw_kernel(float *param, float *mom, float *var, const __grid_constant__ views_arg g, int nviews,
+			     int64_t n, adamw_hyper h, float wd)
 {
 	GRID_STRIDE(i, n)
-	{
-		float grad = g.p[0][i];
-		for (int vi = 1; vi < nviews; vi++)
-			grad += g.p[vi][i];
-		param[i] = adamw1(&param[i], &mom[i], &var[i], grad * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
+	adamw_at(param, mom, var, g.p, nviews, i, h, wd);
+}
+
+__global__ void adamw4_kernel(float4 *param, float4 *mom, float4 *var, const __grid_constant__ views_arg g,
+			      int nviews, int64_t n4, adamw_hyper h, float wd)
+{
+	GRID_STRIDE(i, n4)
+	adamw4_at(param, mom, var, g.p, nviews, i, h, wd);
+}
+
+/*
+ * The segments of one adamw_many launch, by value, as fp8_update_many passes
+ * its role blocks: a captured graph keeps the kernel's arguments, so a replay
+ * reads neither the caller's table (freed or changed by then) nor a device
+ * copy of it that a later call on the stream could overwrite.  That takes
+ * 25 KB of kernel parameters: over the 4 KB of drivers before CUDA 12.1,
+ * within the 32764 bytes it allows from Volta on.
+ *
+ * Every segment has at least one block (the launcher leaves out empty ones).
+ * Block b of the grid works on segment s, the last with block0[s] <= b, and
+ * there on units [(b - block0[s]) * ADAMW_CHUNK, + ADAMW_CHUNK): a unit is a
+ * float4 when vec[s] (param, m, v at off[s] and every view 16-byte aligned,
+ * n[s] a multiple of 4), else a float.  So big and tiny segments share one
+ * grid, and a block's segment costs a search of the prefix table.
+ */
+#define ADAMW_CHUNK (4 * THREADS)
+
+struct adamw_batch {
+	int64_t off[QE_CUDA_ADAMW_SEGS];
+	int64_t n[QE_CUDA_ADAMW_SEGS];
+	float wd[QE_CUDA_ADAMW_SEGS];
+	int view0[QE_CUDA_ADAMW_SEGS]; /* the segment's first view in views */
+	int nviews[QE_CUDA_ADAMW_SEGS];
+	int vec[QE_CUDA_ADAMW_SEGS];
+	int block0[QE_CUDA_ADAMW_SEGS + 1]; /* block0[nseg]: the grid */
+	int nseg;
+	const float *views[QE_CUDA_ADAMW_VIEWS];
+};
+static_assert(sizeof(adamw_batch) + 128 <= 32764, "adamw_many's kernel parameters exceed CUDA's 32764 bytes");
+
+__global__ void __launch_bounds__(THREADS) adamw_many_kernel(float *param, float *mom, float *var,
+							     const __grid_constant__ adamw_batch b, adamw_hyper h)
+{
+	int bx = (int)blockIdx.x, lo = 0, hi = b.nseg - 1;
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (b.block0[mid] <= bx)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	int64_t off = b.off[lo], first = (int64_t)(bx - b.block0[lo]) * ADAMW_CHUNK;
+	const float *const *g = b.views + b.view0[lo];
+	if (b.vec[lo]) {
+		int64_t n4 = b.n[lo] / 4, end = first + ADAMW_CHUNK < n4 ? first + ADAMW_CHUNK : n4;
+		for (int64_t i = first + threadIdx.x; i < end; i += THREADS)
+			adamw4_at((float4 *)(param + off), (float4 *)(mom + off), (float4 *)(var + off), g, b.nviews[lo],
+				  i, h, b.wd[lo]);
+	} else {
+		int64_t end = first + ADAMW_CHUNK < b.n[lo] ? first + ADAMW_CHUNK : b.n[lo];
+		for (int64_t i = first + threadIdx.x; i < end; i += THREADS)
+			adamw_at(param + off, mom + off, var + off, g, b.nviews[lo], i, h, b.wd[lo]);
 	}
 }
 
@@ -52,29 +159,6 @@ __global__ void sum_views_kernel(float *out, views_arg g, int nviews, int64_t n)
 	}
 }
 
-/* adamw_kernel on float4s: the views are summed in view order per element, as there. */
-__global__ void adamw4_kernel(float4 *param, float4 *mom, float4 *var, views_arg g, int nviews, int64_t n4, float lr,
-			      float beta1, float beta2, float eps, float wd, float b1c, float b2c, float grad_scale)
-{
-	GRID_STRIDE(i, n4)
-	{
-		float4 gr = ((const float4 *)g.p[0])[i];
-		for (int vi = 1; vi < nviews; vi++) {
-			float4 u = ((const float4 *)g.p[vi])[i];
-			gr = make_float4(gr.x + u.x, gr.y + u.y, gr.z + u.z, gr.w + u.w);
-		}
-		float4 p = param[i], m = mom[i], v = var[i];
-		float4 np;
-		np.x = adamw1(&p.x, &m.x, &v.x, gr.x * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		np.y = adamw1(&p.y, &m.y, &v.y, gr.y * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		np.z = adamw1(&p.z, &m.z, &v.z, gr.z * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		np.w = adamw1(&p.w, &m.w, &v.w, gr.w * grad_scale, lr, beta1, beta2, eps, wd, b1c, b2c);
-		mom[i] = m;
-		var[i] = v;
-		param[i] = np;
-	}
-}
-
 extern "C" int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a)
 {
 	if (a->n == 0)
@@ -83,21 +167,73 @@ extern "C" int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a)
 	memset(&g, 0, sizeof(g));
 	for (int i = 0; i < a->nviews; i++)
 		g.p[i] = a->grads[i];
-	/* bias corrections on the host with the cpu's powf, so both use the same bits */
-	float b1c = 1.0f - powf(a->beta1, (float)a->step);
-	float b2c = 1.0f - powf(a->beta2, (float)a->step);
+	adamw_hyper h = adamw_hyper_of(a->lr, a->beta1, a->beta2, a->eps, a->step, a->grad_scale);
 	bool al = vec4_ok(a->n, a->param, a->m, a->v);
 	for (int i = 0; i < a->nviews && al; i++)
 		al = vec4_ok(0, g.p[i], NULL, NULL);
 	if (al)
-		adamw4_kernel<<<grid_for(a->n / 4), THREADS, 0, s->cs>>>(
-			(float4 *)a->param, (float4 *)a->m, (float4 *)a->v, g, a->nviews, a->n / 4, a->lr, a->beta1,
-			a->beta2, a->eps, a->weight_decay, b1c, b2c, a->grad_scale);
+		adamw4_kernel<<<grid_for(a->n / 4), THREADS, 0, s->cs>>>((float4 *)a->param, (float4 *)a->m,
+									  (float4 *)a->v, g, a->nviews, a->n / 4, h,
+									  a->weight_decay);
 	else
-		adamw_kernel<<<grid_for(a->n), THREADS, 0, s->cs>>>(a->param, a->m, a->v, g, a->nviews, a->n, a->lr,
-								    a->beta1, a->beta2, a->eps, a->weight_decay,
-								    b1c, b2c, a->grad_scale);
+		adamw_kernel<<<grid_for(a->n), THREADS, 0, s->cs>>>(a->param, a->m, a->v, g, a->nviews, a->n, h,
+								    a->weight_decay);
 	return qe__cuda_launched("adamw", "adamw_kernel");
+}
+
+/* Enqueue the batch's segments (one launch) and empty it. */
+static int adamw_many_flush(qe_stream *s, const qe_adamw_many_args *a, adamw_batch *b, const adamw_hyper &h,
+			    int *nviews)
+{
+	if (b->nseg == 0)
+		return QE_OK;
+	adamw_many_kernel<<<(unsigned)b->block0[b->nseg], THREADS, 0, s->cs>>>(a->param, a->m, a->v, *b, h);
+	b->nseg = 0;
+	*nviews = 0;
+	return qe__cuda_launched("adamw_many", "adamw_many_kernel");
+}
+
+/*
+ * One launch per QE_CUDA_ADAMW_SEGS segments or QE_CUDA_ADAMW_VIEWS views,
+ * whichever fills first (a segment brings at most QE_CUDA_MAX_VIEWS, checked),
+ * or before the grid would pass INT_MAX / 2 blocks (2^40 floats: one segment
+ * never does).  The segments are disjoint
+ * (checked), so neither the batching nor the order of the blocks changes a bit.
+ */
+extern "C" int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
+{
+	adamw_batch tab, *b = &tab; /* 25 KB of stack; the launch copies it */
+	adamw_hyper h = adamw_hyper_of(a->lr, a->beta1, a->beta2, a->eps, a->step, a->grad_scale);
+	int nviews = 0, rc = QE_OK;
+	b->nseg = 0;
+	b->block0[0] = 0;
+	for (int i = 0; i < a->nseg && !rc; i++) {
+		const qe_adamw_seg *g = &a->segs[i];
+		if (g->n == 0)
+			continue;
+		bool vec = vec4_ok(g->n, a->param + g->offset, a->m + g->offset, a->v + g->offset);
+		for (int j = 0; j < g->nviews && vec; j++)
+			vec = vec4_ok(0, g->grads[j], NULL, NULL);
+		int64_t units = vec ? g->n / 4 : g->n, blocks = (units + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+		if (b->nseg == QE_CUDA_ADAMW_SEGS || nviews + g->nviews > QE_CUDA_ADAMW_VIEWS ||
+		    b->block0[b->nseg] + blocks > INT_MAX / 2)
+			rc = adamw_many_flush(s, a, b, h, &nviews);
+		if (rc)
+			break;
+		int k = b->nseg++;
+		b->off[k] = g->offset;
+		b->n[k] = g->n;
+		b->wd[k] = g->weight_decay;
+		b->view0[k] = nviews;
+		b->nviews[k] = g->nviews;
+		b->vec[k] = vec;
+		b->block0[k + 1] = b->block0[k] + (int)blocks;
+		for (int j = 0; j < g->nviews; j++)
+			b->views[nviews++] = g->grads[j];
+	}
+	if (!rc)
+		rc = adamw_many_flush(s, a, b, h, &nviews);
+	return rc;
 }
 
 extern "C" int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)

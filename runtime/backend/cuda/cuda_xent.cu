@@ -1,0 +1,254 @@
+/*
+ * cuda_xent.cu - softmax cross-entropy over f32 or bf16 logits (backend.h
+ * xent), one block per row.
+ *
+ * The row kernel brings its row into shared memory once, with 16-byte loads,
+ * taking the max as it goes; the sum of exp(l - max) and the gradient are
+ * then computed from shared memory, and the gradient goes out with 16-byte
+ * stores (over the logits when dlogits aliases them: the row is read whole
+ * before any of it is written).  A GPT-2 row is 50304 logits: 100 KB in
+ * bf16, 200 KB in f32, so the logits cross memory once each way.  Rows too
+ * long for shared memory take the streaming kernel, which reads the row
+ * from global memory in each pass.
+ *
+ * The arithmetic is the cpu's (cpu_kernels.c qe_cpu_xent): the max and
+ * every exp and product in the same expressions, bf16 widened exactly and
+ * the gradient rounded to nearest even; only the row sum runs in a fixed
+ * tree instead of left to right, so results are repeatable to the bit and
+ * within rounding of the cpu's.  The loss is the mean of the rows' -log p in
+ * double, in row order, as on the cpu.
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "runtime/backend/cuda/cuda_int.h"
+#include "runtime/backend/cuda/cuda_reduce.cuh"
+
+#define XENT_THREADS 512
+/* Rows of at most this many bytes are staged in shared memory (the H100/H200 allow 227 KB a block). */
+#define XENT_SMEM_MAX ((size_t)200 << 10)
+
+/* E = float or __nv_bfloat16: widen to f32, round back */
+__device__ __forceinline__ float widen(float v)
+{
+	return v;
+}
+__device__ __forceinline__ float widen(__nv_bfloat16 v)
+{
+	return __bfloat162float(v);
+}
+template <typename E> __device__ __forceinline__ E narrow(float v);
+template <> __device__ __forceinline__ float narrow<float>(float v)
+{
+	return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v)
+{
+	return __float2bfloat16_rn(v);
+}
+
+/* The row's loss and the target check, by thread 0, once max and sum are known. */
+__device__ __forceinline__ void row_loss(float *rowloss, int64_t t, bool valid, float lt, float maxv, float sum,
+					 unsigned *err)
+{
+	if (threadIdx.x != 0)
+		return;
+	if (!valid)
+		atomicOr(err, QE_CUDA_ERR_TARGET);
+	if (rowloss)
+		rowloss[t] = valid ? logf(sum) - (lt - maxv) : __uint_as_float(0x7FC00000u);
+}
+
+/* The gradient of column v: (p - onehot) * g, 0 in the padding. */
+__device__ __forceinline__ float grad_of(float lv, int64_t v, int64_t nvalid, int32_t tg, float maxv, float inv,
+					 float g)
+{
+	if (v >= nvalid)
+		return 0.0f;
+	float p = expf(lv - maxv) * inv;
+	return (p - (v == tg ? 1.0f : 0.0f)) * g;
+}
+
+/*
+ * The row in shared memory (V * sizeof(E) bytes of dynamic shared memory).
+ * vec: the row's bytes are a multiple of 16 and both pointers 16-byte
+ * aligned, so it moves in uint4s.
+ */
+template <typename E>
+__global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, const int32_t *tgt, int64_t V,
+				 int64_t nvalid, float g, unsigned *err, bool vec)
+{
+	extern __shared__ uint4 stage[];
+	__shared__ float sh[32];
+	E *row = (E *)stage;
+	int64_t t = blockIdx.x;
+	const E *l = logits + t * V;
+	int32_t tg = tgt[t];
+	bool valid = tg >= 0 && tg < nvalid;
+	constexpr int per = 16 / sizeof(E);
+	float mx = -INFINITY;
+	if (vec) {
+		const uint4 *src = (const uint4 *)l;
+		for (int64_t i = threadIdx.x; i < V / per; i += blockDim.x) {
+			uint4 u = src[i];
+			stage[i] = u;
+			const E *e = (const E *)&u;
+#pragma unroll
+			for (int k = 0; k < per; k++) {
+				float lv = widen(e[k]);
+				if (i * per + k < nvalid && lv > mx)
+					mx = lv;
+			}
+		}
+	} else {
+		for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+			E e = l[v];
+			row[v] = e;
+			float lv = widen(e);
+			if (v < nvalid && lv > mx)
+				mx = lv;
+		}
+	}
+	float maxv = block_max(mx, sh); /* its barriers also make the staged row visible */
+	float part = 0.0f;
+	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
+		part += expf(widen(row[v]) - maxv);
+	float sum = block_sum(part, sh);
+	row_loss(rowloss, t, valid, valid ? widen(row[tg]) : 0.0f, maxv, sum, err);
+	if (!dlogits)
+		return;
+	float inv = 1.0f / sum;
+	E *d = dlogits + t * V;
+	if (vec) {
+		for (int64_t i = threadIdx.x; i < V / per; i += blockDim.x) {
+			uint4 u = stage[i];
+			E *e = (E *)&u;
+#pragma unroll
+			for (int k = 0; k < per; k++)
+				e[k] = narrow<E>(grad_of(widen(e[k]), i * per + k, nvalid, tg, maxv, inv, g));
+			((uint4 *)d)[i] = u;
+		}
+	} else {
+		for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+			d[v] = narrow<E>(grad_of(widen(row[v]), v, nvalid, tg, maxv, inv, g));
+	}
+}
+
+/*
+ * Rows too long for shared memory: the max, the sum and the gradient each
+ * read the row from global memory; dlogits may alias logits (each element
+ * is read before it is written, by the same thread, after the reductions).
+ */
+template <typename E>
+__global__ void xent_stream_kernel(float *rowloss, E *dlogits, const E *logits, const int32_t *tgt, int64_t V,
+				   int64_t nvalid, float g, unsigned *err)
+{
+	__shared__ float sh[32];
+	int64_t t = blockIdx.x;
+	const E *l = logits + t * V;
+	int32_t tg = tgt[t];
+	bool valid = tg >= 0 && tg < nvalid;
+	float lt = valid ? widen(l[tg]) : 0.0f; /* read before any thread may overwrite it */
+	float mx = -INFINITY;
+	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x) {
+		float lv = widen(l[v]);
+		if (lv > mx)
+			mx = lv;
+	}
+	float maxv = block_max(mx, sh);
+	float part = 0.0f;
+	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
+		part += expf(widen(l[v]) - maxv);
+	float sum = block_sum(part, sh);
+	row_loss(rowloss, t, valid, lt, maxv, sum, err);
+	if (!dlogits)
+		return;
+	float inv = 1.0f / sum;
+	E *d = dlogits + t * V;
+	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+		d[v] = narrow<E>(grad_of(widen(l[v]), v, nvalid, tg, maxv, inv, g));
+}
+
+/*
+ * The mean over rows, in double and in row order (the cpu's): the block
+ * stages XENT_LOSS_TILE rows at a time in shared memory (coalesced), thread 0
+ * adds them in order - one thread reading global memory row by row waited
+ * on every load (376 us for 8192 rows).
+ */
+#define XENT_LOSS_TILE 4096
+__global__ void xent_loss_kernel(float *loss, const float *rowloss, int64_t T)
+{
+	__shared__ float tile[XENT_LOSS_TILE];
+	double total = 0.0;
+	for (int64_t t0 = 0; t0 < T; t0 += XENT_LOSS_TILE) {
+		int64_t n = T - t0 < XENT_LOSS_TILE ? T - t0 : XENT_LOSS_TILE;
+		__syncthreads();
+		for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+			tile[i] = rowloss[t0 + i];
+		__syncthreads();
+		if (threadIdx.x == 0) {
+			int64_t i = 0;
+			for (; i + 16 <= n; i += 16) {
+				float v[16];
+#pragma unroll
+				for (int k = 0; k < 16; k++)
+					v[k] = tile[i + k];
+#pragma unroll
+				for (int k = 0; k < 16; k++)
+					total += (double)v[k];
+			}
+			for (; i < n; i++)
+				total += (double)tile[i];
+		}
+	}
+	if (threadIdx.x == 0)
+		*loss = (float)(total / (double)T);
+}
+
+template <typename E>
+static int launch_rows(qe_stream *s, float *rowloss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		       int64_t V, int64_t valid, float g)
+{
+	const char *op = "xent";
+	size_t bytes = (size_t)V * sizeof(E);
+	if (bytes <= XENT_SMEM_MAX) {
+		/* above 48 KB a kernel must ask for its shared memory (once a process, before any capture) */
+		static bool asked = false;
+		if (bytes > ((size_t)48 << 10) && !asked) {
+			cudaError_t e = cudaFuncSetAttribute(xent_smem_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+							     (int)XENT_SMEM_MAX);
+			if (e != cudaSuccess)
+				return qe__cuda_err(e, op, "cudaFuncSetAttribute(xent_smem_kernel shared memory)");
+			asked = true;
+		}
+		bool vec = bytes % 16 == 0 && ((uintptr_t)logits | (uintptr_t)dlogits) % 16 == 0;
+		xent_smem_kernel<E><<<(unsigned)T, XENT_THREADS, bytes, s->cs>>>(rowloss, (E *)dlogits, (const E *)logits,
+										 tgt, V, valid, g, s->words + 1, vec);
+		return qe__cuda_launched(op, "xent_smem_kernel");
+	}
+	xent_stream_kernel<E><<<(unsigned)T, XENT_THREADS, 0, s->cs>>>(rowloss, (E *)dlogits, (const E *)logits, tgt, V,
+								       valid, g, s->words + 1);
+	return qe__cuda_launched(op, "xent_stream_kernel");
+}
+
+extern "C" int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
+			     int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
+{
+	const char *op = "xent";
+	float *rowloss = NULL;
+	int rc;
+	if (T > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "xent: %lld rows", (long long)T);
+	if (loss && (rc = qe__cuda_scratch(s, (size_t)T * sizeof(float), op, (void **)&rowloss)))
+		return rc;
+	float g = grad_scale / (float)T;
+	rc = dt == QE_BF16 ? launch_rows<__nv_bfloat16>(s, rowloss, dlogits, logits, tgt, T, V, valid, g)
+			   : launch_rows<float>(s, rowloss, dlogits, logits, tgt, T, V, valid, g);
+	if (rc)
+		return rc;
+	if (loss) {
+		xent_loss_kernel<<<1, 1024, 0, s->cs>>>(loss, rowloss, T);
+		rc = qe__cuda_launched(op, "xent_loss_kernel");
+	}
+	return rc;
+}
