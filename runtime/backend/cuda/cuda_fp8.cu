@@ -145,12 +145,12 @@ __device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r
 	return p.gelu ? gelu_fwd1(v) : v;
 }
 
-__device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, int64_t r, int64_t c)
+/* u: GELU's input at (r, c..c+3), loaded by the caller when p.dgelu is set (aligned as x: the launcher checks) */
+__device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, float4 u, int64_t r, int64_t c)
 {
 	if (pre_none(p))
 		return v;
-	if (p.dgelu.p) { /* aligned as x (the launcher checks) */
-		float4 u = xload4(p.dgelu, r * p.cols + c);
+	if (p.dgelu.p) {
 		return make_float4(pre_dgelu1(p, u.x, v.x, c), pre_dgelu1(p, u.y, v.y, c + 1),
 				   pre_dgelu1(p, u.z, v.z, c + 2), pre_dgelu1(p, u.w, v.w, c + 3));
 	}
@@ -294,10 +294,28 @@ __global__ void cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, in
 	int64_t r0 = (int64_t)blockIdx.y * VT, c0 = (int64_t)blockIdx.x * VT;
 	int cx = threadIdx.x * 4;
 	unsigned m = 0;
-	for (int j = threadIdx.y; j < VT; j += VY) {
+	/*
+	 * Every load of the thread's rows first, then the arithmetic: each
+	 * thread keeps all its loads in flight at once (one at a time, the
+	 * casts ran at half the memory's bandwidth).
+	 */
+	constexpr int NJ = VT / VY;
+	float4 xv[NJ], uv[NJ];
+#pragma unroll
+	for (int q = 0; q < NJ; q++) {
+		int64_t r = r0 + threadIdx.y + q * VY, c = c0 + cx;
+		if (r < rows && c < cols) {
+			xv[q] = xload4(x, r * cols + c);
+			if (pre.dgelu.p)
+				uv[q] = xload4(pre.dgelu, r * cols + c);
+		}
+	}
+#pragma unroll
+	for (int q = 0; q < NJ; q++) {
+		int j = threadIdx.y + q * VY;
 		int64_t r = r0 + j, c = c0 + cx;
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
-			float4 v = pre_apply4(pre, xload4(x, r * cols + c), r, c);
+			float4 v = pre_apply4(pre, xv[q], uv[q], r, c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
 			T q[4];
 			codes4<T>(v, s, k, q);

@@ -455,6 +455,121 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const fl
 	}
 }
 
+/*
+ * Layernorm over rows of c4 * 4 columns with c4 <= 32 * K, one warp per row
+ * and LN_WARP_ROWS rows a block: lane l holds float4s l, l + 32, ... in
+ * registers, adds its own left to right, and the warp adds the lanes in a
+ * fixed butterfly (every lane ends with the same bits) - no barrier and no
+ * shared memory, so a row costs its loads and a few shuffles.  A row of 768
+ * columns took 57 us a gpt2 batch-16 call (890 GB/s) with a block a row,
+ * mostly waiting on the block's barriers.  As in the block kernels, which
+ * lane adds which element depends on the shape alone, never on alignment.
+ */
+#define LN_WARP_ROWS 8
+template <int K>
+__global__ void __launch_bounds__(32 * LN_WARP_ROWS)
+	layernorm_fwd_warp_kernel(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+				  int64_t rows, int64_t c4, bool al)
+{
+	int lane = threadIdx.x & 31;
+	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+	if (r >= rows)
+		return; /* the whole warp */
+	const float *xr = x + r * c4 * 4;
+	float cols = (float)(c4 * 4);
+	float4 xv[K];
+	float part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int64_t i = lane + 32 * k;
+		if (i < c4) {
+			xv[k] = ld4(xr, i, al);
+			part = sum4(part, xv[k]);
+		}
+	}
+	float m = warp_sum(part) / cols;
+	part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int64_t i = lane + 32 * k;
+		if (i < c4) {
+			float4 d = make_float4(xv[k].x - m, xv[k].y - m, xv[k].z - m, xv[k].w - m);
+			part = sum4(part, make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w));
+		}
+	}
+	float v = warp_sum(part) / cols;
+	float s = 1.0f / sqrtf(v + 1e-5f);
+	if (y) {
+		float *yr = y + r * c4 * 4;
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int64_t i = lane + 32 * k;
+			if (i < c4) {
+				float4 wv = ld4(w, i, al), bv = ld4(b, i, al), o;
+				o.x = (s * (xv[k].x - m)) * wv.x + bv.x;
+				o.y = (s * (xv[k].y - m)) * wv.y + bv.y;
+				o.z = (s * (xv[k].z - m)) * wv.z + bv.z;
+				o.w = (s * (xv[k].w - m)) * wv.w + bv.w;
+				st4(yr, i, o, al);
+			}
+		}
+	}
+	if (lane == 0) {
+		if (mean)
+			mean[r] = m;
+		if (rstd)
+			rstd[r] = s;
+	}
+}
+
+/* dx of one row per warp, nrm and w * dy in registers (+ the residual's gradient, when given). */
+template <int K>
+__global__ void __launch_bounds__(32 * LN_WARP_ROWS)
+	layernorm_bwd_dx_warp_kernel(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
+				     const float *w, const float *residual, int64_t rows, int64_t c4, bool al)
+{
+	int lane = threadIdx.x & 31;
+	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+	if (r >= rows)
+		return;
+	const float *dyr = dy + r * c4 * 4, *xr = x + r * c4 * 4;
+	float *dxr = dx + r * c4 * 4;
+	float m = mean[r], s = rstd[r];
+	float cols = (float)(c4 * 4);
+	float4 nv[K], dv[K];
+	float p1 = 0.0f, p2 = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int64_t i = lane + 32 * k;
+		if (i < c4) {
+			float4 xv = ld4(xr, i, al), g = ld4(dyr, i, al), wv = ld4(w, i, al);
+			nv[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
+			dv[k] = make_float4(wv.x * g.x, wv.y * g.y, wv.z * g.z, wv.w * g.w);
+			p1 = sum4(p1, dv[k]);
+			p2 = sum4(p2, make_float4(dv[k].x * nv[k].x, dv[k].y * nv[k].y, dv[k].z * nv[k].z,
+						  dv[k].w * nv[k].w));
+		}
+	}
+	float dnorm_mean = warp_sum(p1) / cols;
+	float dnorm_norm_mean = warp_sum(p2) / cols;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int64_t i = lane + 32 * k;
+		if (i < c4) {
+			float4 o;
+			o.x = (dv[k].x - dnorm_mean - nv[k].x * dnorm_norm_mean) * s;
+			o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
+			o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
+			o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
+			if (residual) {
+				float4 q = ld4(residual + r * c4 * 4, i, al);
+				o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
+			}
+			st4(dxr, i, o, al);
+		}
+	}
+}
+
 /* ---- launchers ------------------------------------------------------------------- */
 
 /* One block per row: a power of two up to 256, at least a warp. */
@@ -485,6 +600,27 @@ static bool ln_vec_threads(int64_t cols, unsigned *threads)
 	*threads = (unsigned)t;
 	return true;
 }
+
+/*
+ * The warp-per-row layernorm's K (float4s a lane: 1, 2, 4, 8 or 16, the
+ * smallest that holds a row) when a row is whole float4s of at most 32 *
+ * kmax; 0 when it does not apply.  A function of cols alone.
+ */
+static int ln_warp_k(int64_t cols, int kmax)
+{
+	if (cols % 4 != 0 || cols == 0)
+		return 0;
+	int64_t per = (cols / 4 + 31) / 32;
+	for (int k = 1; k <= kmax; k <<= 1)
+		if (per <= k)
+			return k;
+	return 0;
+}
+
+#define LN_WARP_CASE(KK, kernel, ...)                                                                          \
+	case KK:                                                                                               \
+		kernel<KK><<<grid, 32 * LN_WARP_ROWS, 0, s->cs>>>(__VA_ARGS__);                                 \
+		break;
 
 extern "C" int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n)
 {
@@ -617,6 +753,19 @@ extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float
 	if (rows > INT32_MAX)
 		return qe_fail(QE_EUNSUPPORTED, "layernorm_fwd: %lld rows", (long long)rows);
 	unsigned lt;
+	int k = ln_warp_k(cols, 16);
+	if (k) {
+		bool al = vec4_ok(0, y, x, w) && vec4_ok(0, b, NULL, NULL);
+		unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+		switch (k) {
+			LN_WARP_CASE(1, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(2, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(4, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(8, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(16, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
+		}
+		return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_warp_kernel");
+	}
 	if (ln_vec_threads(cols, &lt)) {
 		bool al = vec4_ok(0, y, x, w) && vec4_ok(0, b, NULL, NULL);
 		layernorm_fwd_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(y, mean, rstd, x, w, b, cols / 4, al);
@@ -636,7 +785,22 @@ extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float 
 		return qe_fail(QE_EUNSUPPORTED, "layernorm_bwd: %lld rows", (long long)rows);
 	if (rows > 0 && cols > 0) {
 		unsigned lt;
-		if (ln_vec_threads(cols, &lt)) {
+		int k = ln_warp_k(cols, 8);
+		if (k) {
+			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
+			unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+			switch (k) {
+				LN_WARP_CASE(1, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
+					     cols / 4, al)
+				LN_WARP_CASE(2, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
+					     cols / 4, al)
+				LN_WARP_CASE(4, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
+					     cols / 4, al)
+				LN_WARP_CASE(8, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
+					     cols / 4, al)
+			}
+			rc = qe__cuda_launched(op, "layernorm_bwd_dx_warp_kernel");
+		} else if (ln_vec_threads(cols, &lt)) {
 			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
 			layernorm_bwd_dx_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, residual,
 										     cols / 4, al);
