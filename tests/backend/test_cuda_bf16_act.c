@@ -4,7 +4,7 @@
  *
  *  - the cast of a bf16 x: codes, the role's amax/scale/scale_inv and the
  *    column sums byte for byte those of the cast of x widened to f32, and
- *    (without GELU, whose tanhf differs in its last bits) of the cpu's,
+ *    (without GELU, whose expf differs in its last bits) of the cpu's,
  *    through every kernel the cast picks (four-wide and byte-wide, delayed
  *    and current scaling, with the bias + GELU prologue, column sums in the
  *    tile and in their own pass);
@@ -82,7 +82,7 @@ static void gpu_cast(const cast16_case *c, void *x, qe_dtype xdt, void *const o[
  * Each case three times: the cpu on the bf16 x, the GPU on the bf16 x, the
  * GPU on x widened to f32.  The two GPU casts give the same bytes (the bf16
  * path is the f32 path of the widened values); the GPU and the cpu give the
- * same bytes where no GELU runs (GELU's tanhf differs in its last bits
+ * same bytes where no GELU runs (GELU's expf differs in its last bits
  * between the two, which the column sums of its values show; the cast
  * tests of test_cuda_ops.c hold the same rule).
  */

@@ -285,25 +285,33 @@ void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols)
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
 
+/*
+ * GELU, tanh approximation, through one exponential: with a = sqrt(2/pi)
+ * (v + 0.044715 v^3) clamped to [-30, 30] and e = exp(-2a),
+ * 0.5 (1 + tanh a) = 1 / (1 + e) and 0.5 sech^2 a = 2 e / (1 + e)^2, so
+ * gelu(v) = v / (1 + e) and gelu'(v) = 1 / (1 + e) + 2 v e / (1 + e)^2 *
+ * sqrt(2/pi) (1 + 3 * 0.044715 v^2).  cuda_gelu.cuh has the same expressions.
+ */
+static float gelu_exp(float v)
+{
+	float a = GELU_SCALING_FACTOR * (v + 0.044715f * v * v * v);
+	a = fminf(fmaxf(a, -30.0f), 30.0f);
+	return expf(-2.0f * a);
+}
+
 void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n)
 {
-	for (int64_t i = 0; i < n; i++) {
-		float v = x[i];
-		float cube = 0.044715f * v * v * v;
-		y[i] = 0.5f * v * (1.0f + tanhf(GELU_SCALING_FACTOR * (v + cube)));
-	}
+	for (int64_t i = 0; i < n; i++)
+		y[i] = x[i] / (1.0f + gelu_exp(x[i]));
 }
 
 void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols)
 {
 	for (int64_t i = 0; i < n; i++) {
 		float v = bias ? x[i] + bias[i % cols] : x[i];
-		float cube = 0.044715f * v * v * v;
-		float arg = GELU_SCALING_FACTOR * (v + cube);
-		float th = tanhf(arg);
-		float ch = coshf(arg);
-		float sech = 1.0f / (ch * ch);
-		float local = 0.5f * (1.0f + th) + v * 0.5f * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
+		float e = gelu_exp(v);
+		float sg = 1.0f / (1.0f + e);
+		float local = sg + 2.0f * v * (e * sg * sg) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
 		dx[i] = local * dy[i];
 	}
 }

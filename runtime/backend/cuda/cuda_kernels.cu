@@ -1,18 +1,17 @@
 /*
  * cuda_kernels.cu - the non-GEMM, non-attention ops of the table but the
  * optimizer's (cuda_optim.cu): elementwise adds, bias gradient, GELU,
- * layernorm and embedding (the cross-entropy is cuda_xent.cu).
+ * layernorm (the embedding is cuda_embed.cu, the cross-entropy cuda_xent.cu).
  *
  * Same formulas as the cpu reference (cpu_kernels.c), written operation for
  * operation in the same order; this folder is compiled with -fmad=false
  * (CMakeLists.txt), so no multiply-add is fused and an op whose cpu version
- * has no reduction gives the same bits (add, bias_grad, embedding, the
+ * has no reduction gives the same bits (add, bias_grad, the
  * layernorm weight/bias gradients).  Row reductions
  * (layernorm statistics, softmax sums) are fixed-shape trees rather than the
  * cpu's left-to-right sums: repeatable to the bit, within rounding of the
  * cpu.  No atomics where order matters: column sums run one thread per
- * column over the rows in order; the embedding gradient sums each token's
- * rows in t order in one thread.
+ * column over the rows in order.
  */
 #include <math.h>
 #include <string.h>
@@ -187,96 +186,6 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float 
 		float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
 		float g = dval * s;
 		dxr[i] = residual ? residual[r * cols + i] + g : g;
-	}
-}
-
-__global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
-				 int64_t H)
-{
-	GRID_STRIDE(i, T * H)
-	{
-		int64_t t = i / H, c = i - t * H;
-		float e = wte[(int64_t)tok[t] * H + c];
-		out[i] = wpe ? e + wpe[i] : e;
-	}
-}
-
-/* The rows of dwte the previous embed_bwd on it wrote (ids outside [0, V) skipped) become zero. */
-__global__ void clear_rows_kernel(float *dwte, const int32_t *rows, int64_t T, int64_t H, int64_t V)
-{
-	GRID_STRIDE(i, T * H)
-	{
-		int64_t t = i / H, c = i - t * H;
-		int32_t id = rows[t];
-		if (id >= 0 && id < V)
-			dwte[(int64_t)id * H + c] = 0.0f;
-	}
-}
-
-/*
- * The token embedding's gradient without atomics, in three kernels over the
- * chains of equal tokens: embed_next_kernel gives each valid token t the
- * next position u > t holding the same token (-1: none) and marks it a chain
- * head; embed_mark_kernel unmarks every position some other one points to;
- * embed_bwd_kernel's element (t, c) writes the position gradient and, at a
- * chain head, that token's row: its occurrences' dout summed along the chain,
- * i.e. in t order from 0 (the cpu's scatter order).  One scan per token
- * rather than per element: the per-element scan of the first occurrence took
- * 9.9 ms for 8192 tokens x 768.
- */
-__global__ void embed_next_kernel(int32_t *next, int32_t *head, const int32_t *tok, int64_t T, int64_t V)
-{
-	GRID_STRIDE(t, T)
-	{
-		int32_t tk = tok[t], nx = -1;
-		bool ok = tk >= 0 && tk < V;
-		/* eight loads in flight at once, checked in position order */
-		for (int64_t u = t + 1; ok && nx < 0 && u < T; u += 8) {
-			int32_t v[8];
-#pragma unroll
-			for (int k = 0; k < 8; k++)
-				v[k] = u + k < T ? tok[u + k] : -1;
-#pragma unroll
-			for (int k = 0; k < 8; k++)
-				if (nx < 0 && v[k] == tk)
-					nx = (int32_t)(u + k);
-		}
-		next[t] = nx;
-		head[t] = ok ? 1 : 0;
-	}
-}
-
-__global__ void embed_mark_kernel(int32_t *head, const int32_t *next, int64_t T)
-{
-	GRID_STRIDE(t, T)
-	if (next[t] >= 0)
-		head[next[t]] = 0;
-}
-
-__global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-				 const int32_t *next, const int32_t *head, int64_t T, int64_t H, int64_t V,
-				 unsigned *err, int32_t *rows_written, int accumulate)
-{
-	GRID_STRIDE(i, T * H)
-	{
-		int64_t t = i / H, c = i - t * H;
-		if (dwpe)
-			dwpe[i] = 0.0f + dout[i];
-		int32_t tk = tok[t];
-		if (rows_written && c == 0)
-			rows_written[t] = tk; /* clear_rows_kernel, which read it, has finished */
-		if (tk < 0 || tk >= V) {
-			if (c == 0)
-				atomicOr(err, QE_CUDA_ERR_TOKEN);
-			continue;
-		}
-		if (!head[t])
-			continue;
-		float acc = 0.0f;
-		for (int64_t u = t; u >= 0; u = next[u])
-			acc += dout[u * H + c];
-		float *e = dwte + (int64_t)tk * H + c;
-		*e = accumulate ? *e + acc : acc;
 	}
 }
 
@@ -817,52 +726,3 @@ extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float 
 		return colsum_launch(s, op, dw, db, dy, dw ? x : NULL, mean, rstd, rows, cols);
 	return QE_OK;
 }
-
-extern "C" int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
-				  int64_t T, int64_t H)
-{
-	if (T * H == 0)
-		return QE_OK;
-	embed_fwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(out, tok, wte, wpe, T, H);
-	return qe__cuda_launched("embed_fwd", "embed_fwd_kernel");
-}
-
-extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-				  int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate)
-{
-	const char *op = "embed_bwd";
-	if (accumulate) {
-		/* nothing cleared: the rows tok names are added to */
-	} else if (rows_written) {
-		if (T * H > 0) {
-			clear_rows_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, rows_written, T, H, V);
-			int rc = qe__cuda_launched(op, "clear_rows_kernel");
-			if (rc)
-				return rc;
-		}
-	} else if (V * H > 0) {
-		cudaError_t e = cudaMemsetAsync(dwte, 0, (size_t)(V * H) * sizeof(float), s->cs);
-		if (e != cudaSuccess)
-			return qe__cuda_err(e, op, "cudaMemsetAsync(dwte)");
-	}
-	if (T * H == 0)
-		return QE_OK;
-	if (T > INT32_MAX)
-		return qe_fail(QE_EUNSUPPORTED, "%s: %lld tokens", op, (long long)T);
-	int32_t *next = NULL;
-	int rc = qe__cuda_scratch(s, 2 * (size_t)T * sizeof(int32_t), op, (void **)&next);
-	if (rc)
-		return rc;
-	int32_t *head = next + T;
-	/* 64-thread blocks: each thread's scan is serial, so spread them over more SMs */
-	embed_next_kernel<<<(unsigned)((T + 63) / 64), 64, 0, s->cs>>>(next, head, tok, T, V);
-	if ((rc = qe__cuda_launched(op, "embed_next_kernel")))
-		return rc;
-	embed_mark_kernel<<<grid_for(T), THREADS, 0, s->cs>>>(head, next, T);
-	if ((rc = qe__cuda_launched(op, "embed_mark_kernel")))
-		return rc;
-	embed_bwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, dwpe, tok, dout, next, head, T, H, V,
-								 s->words + 1, rows_written, accumulate);
-	return qe__cuda_launched(op, "embed_bwd_kernel");
-}
-

@@ -1,0 +1,160 @@
+/*
+ * cuda_embed.cu - the token and position embedding (backend.h embed_fwd,
+ * embed_bwd), bit for bit as the cpu reference (cpu_kernels.c): the
+ * forward gathers rows, the backward sums each token's rows in position
+ * order in one thread (no atomics), so both backends give the same bytes.
+ */
+#include <cub/cub.cuh>
+
+#include "runtime/backend/cuda/cuda_grid.cuh"
+#include "runtime/backend/cuda/cuda_int.h"
+
+__global__ void embed_fwd_kernel(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
+				 int64_t H)
+{
+	GRID_STRIDE(i, T * H)
+	{
+		int64_t t = i / H, c = i - t * H;
+		float e = wte[(int64_t)tok[t] * H + c];
+		out[i] = wpe ? e + wpe[i] : e;
+	}
+}
+
+/* The rows of dwte the previous embed_bwd on it wrote (ids outside [0, V) skipped) become zero. */
+__global__ void clear_rows_kernel(float *dwte, const int32_t *rows, int64_t T, int64_t H, int64_t V)
+{
+	GRID_STRIDE(i, T * H)
+	{
+		int64_t t = i / H, c = i - t * H;
+		int32_t id = rows[t];
+		if (id >= 0 && id < V)
+			dwte[(int64_t)id * H + c] = 0.0f;
+	}
+}
+
+/*
+ * The token embedding's gradient without atomics, over the chains of equal
+ * tokens: the positions are sorted by token (cub's radix sort is stable, so
+ * each token's positions stay in ascending order); embed_chain_kernel gives
+ * each valid position t the next position holding its token (-1: none) and
+ * marks the first of each token a chain head; embed_bwd_kernel's element
+ * (t, c) writes the position gradient and, at a chain head, that token's
+ * row: its occurrences' dout summed along the chain, i.e. in t order from 0
+ * (the cpu's scatter order).  The sort replaced a scan of the tokens after
+ * each position for its next occurrence, which took 470 us for 16384 tokens
+ * (a rare token scans to the end).
+ */
+
+/* key: the token, or V for an id outside [0, V) (sorted last, in no chain); value: the position */
+__global__ void embed_keys_kernel(int32_t *keys, int32_t *pos, const int32_t *tok, int64_t T, int64_t V)
+{
+	GRID_STRIDE(t, T)
+	{
+		int32_t tk = tok[t];
+		keys[t] = tk >= 0 && tk < V ? tk : (int32_t)V;
+		pos[t] = (int32_t)t;
+	}
+}
+
+__global__ void embed_chain_kernel(int32_t *next, int32_t *head, const int32_t *keys, const int32_t *pos, int64_t T,
+				   int64_t V)
+{
+	GRID_STRIDE(i, T)
+	{
+		int32_t k = keys[i], p = pos[i];
+		bool ok = k < V;
+		next[p] = ok && i + 1 < T && keys[i + 1] == k ? pos[i + 1] : -1;
+		head[p] = ok && (i == 0 || keys[i - 1] != k) ? 1 : 0;
+	}
+}
+
+__global__ void embed_bwd_kernel(float *dwte, float *dwpe, const int32_t *tok, const float *dout,
+				 const int32_t *next, const int32_t *head, int64_t T, int64_t H, int64_t V,
+				 unsigned *err, int32_t *rows_written, int accumulate)
+{
+	GRID_STRIDE(i, T * H)
+	{
+		int64_t t = i / H, c = i - t * H;
+		if (dwpe)
+			dwpe[i] = 0.0f + dout[i];
+		int32_t tk = tok[t];
+		if (rows_written && c == 0)
+			rows_written[t] = tk; /* clear_rows_kernel, which read it, has finished */
+		if (tk < 0 || tk >= V) {
+			if (c == 0)
+				atomicOr(err, QE_CUDA_ERR_TOKEN);
+			continue;
+		}
+		if (!head[t])
+			continue;
+		float acc = 0.0f;
+		for (int64_t u = t; u >= 0; u = next[u])
+			acc += dout[u * H + c];
+		float *e = dwte + (int64_t)tk * H + c;
+		*e = accumulate ? *e + acc : acc;
+	}
+}
+
+extern "C" int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
+				  int64_t T, int64_t H)
+{
+	if (T * H == 0)
+		return QE_OK;
+	embed_fwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(out, tok, wte, wpe, T, H);
+	return qe__cuda_launched("embed_fwd", "embed_fwd_kernel");
+}
+
+extern "C" int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
+				  int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate)
+{
+	const char *op = "embed_bwd";
+	if (accumulate) {
+		/* nothing cleared: the rows tok names are added to */
+	} else if (rows_written) {
+		if (T * H > 0) {
+			clear_rows_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, rows_written, T, H, V);
+			int rc = qe__cuda_launched(op, "clear_rows_kernel");
+			if (rc)
+				return rc;
+		}
+	} else if (V * H > 0) {
+		cudaError_t e = cudaMemsetAsync(dwte, 0, (size_t)(V * H) * sizeof(float), s->cs);
+		if (e != cudaSuccess)
+			return qe__cuda_err(e, op, "cudaMemsetAsync(dwte)");
+	}
+	if (T * H == 0)
+		return QE_OK;
+	if (T > INT32_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "%s: %lld tokens", op, (long long)T);
+	/* next, head, keys and positions before and after the sort, then cub's temporary storage */
+	int bits = 1;
+	while (bits < 31 && ((int64_t)1 << bits) <= V)
+		bits++;
+	size_t temp_bytes = 0;
+	cudaError_t e = cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const int32_t *)NULL, (int32_t *)NULL,
+							(const int32_t *)NULL, (int32_t *)NULL, (int)T, 0, bits, s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cub::DeviceRadixSort::SortPairs (temporary storage size)");
+	size_t ints = qe__cuda_align256((size_t)T * sizeof(int32_t));
+	int32_t *next = NULL;
+	int rc = qe__cuda_scratch(s, 6 * ints + temp_bytes, op, (void **)&next);
+	if (rc)
+		return rc;
+	char *base = (char *)next;
+	int32_t *head = (int32_t *)(base + ints), *keys = (int32_t *)(base + 2 * ints);
+	int32_t *pos = (int32_t *)(base + 3 * ints), *keys_sorted = (int32_t *)(base + 4 * ints);
+	int32_t *pos_sorted = (int32_t *)(base + 5 * ints);
+	void *temp = base + 6 * ints;
+	embed_keys_kernel<<<grid_for(T), THREADS, 0, s->cs>>>(keys, pos, tok, T, V);
+	if ((rc = qe__cuda_launched(op, "embed_keys_kernel")))
+		return rc;
+	e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_sorted, pos, pos_sorted, (int)T, 0, bits, s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cub::DeviceRadixSort::SortPairs");
+	embed_chain_kernel<<<grid_for(T), THREADS, 0, s->cs>>>(next, head, keys_sorted, pos_sorted, T, V);
+	if ((rc = qe__cuda_launched(op, "embed_chain_kernel")))
+		return rc;
+	embed_bwd_kernel<<<grid_for(T * H), THREADS, 0, s->cs>>>(dwte, dwpe, tok, dout, next, head, T, H, V,
+								 s->words + 1, rows_written, accumulate);
+	return qe__cuda_launched(op, "embed_bwd_kernel");
+}
