@@ -289,7 +289,7 @@ void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols)
  * GELU, tanh approximation, through one exponential: with a = sqrt(2/pi)
  * (v + 0.044715 v^3) clamped to [-30, 30] and e = exp(-2a),
  * 0.5 (1 + tanh a) = 1 / (1 + e) and 0.5 sech^2 a = 2 e / (1 + e)^2, so
- * gelu(v) = v / (1 + e) and gelu'(v) = 1 / (1 + e) + 2 v e / (1 + e)^2 *
+ * gelu(v) = v (1 / (1 + e)) and gelu'(v) = 1 / (1 + e) + 2 v e / (1 + e)^2 *
  * sqrt(2/pi) (1 + 3 * 0.044715 v^2).  cuda_gelu.cuh has the same expressions.
  */
 static float gelu_exp(float v)
@@ -302,7 +302,7 @@ static float gelu_exp(float v)
 void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n)
 {
 	for (int64_t i = 0; i < n; i++)
-		y[i] = x[i] / (1.0f + gelu_exp(x[i]));
+		y[i] = x[i] * (1.0f / (1.0f + gelu_exp(x[i])));
 }
 
 void qe_cpu_gelu_bwd(float *dx, const float *x, const float *dy, const float *bias, int64_t n, int64_t cols)

@@ -121,6 +121,7 @@ typedef struct cast_pre {
 	int gelu;
 	xin dgelu;                        /* GELU backward: GELU's input [rows, cols], x its output's gradient */
 	int64_t cols;
+	bool al;                          /* w, b and bias 16-byte aligned (or NULL): float4 loads of them */
 } cast_pre;
 
 __device__ __forceinline__ bool pre_none(const cast_pre &p)
@@ -145,17 +146,42 @@ __device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r
 	return p.gelu ? gelu_fwd1(v) : v;
 }
 
-/* u: GELU's input at (r, c..c+3), loaded by the caller when p.dgelu is set (aligned as x: the launcher checks) */
+/* columns c..c+3 of a [cols] parameter: one 16-byte load when aligned */
+__device__ __forceinline__ float4 col4(const float *q, int64_t c, bool al)
+{
+	return al ? *(const float4 *)(q + c) : make_float4(q[c], q[c + 1], q[c + 2], q[c + 3]);
+}
+
+/*
+ * pre_apply on four elements of row r, columns c..c+3, with the same
+ * expressions; the row's statistics and the columns' parameters are loaded
+ * once for the four (a load per element and parameter made the prologue
+ * casts load-bound).  u: GELU's input there, loaded by the caller when
+ * p.dgelu is set (aligned as x: the launcher checks).
+ */
 __device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, float4 u, int64_t r, int64_t c)
 {
 	if (pre_none(p))
 		return v;
+	float4 bias = p.bias ? col4(p.bias, c, p.al) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	if (p.dgelu.p) {
-		return make_float4(pre_dgelu1(p, u.x, v.x, c), pre_dgelu1(p, u.y, v.y, c + 1),
-				   pre_dgelu1(p, u.z, v.z, c + 2), pre_dgelu1(p, u.w, v.w, c + 3));
+		if (p.bias)
+			u = make_float4(u.x + bias.x, u.y + bias.y, u.z + bias.z, u.w + bias.w);
+		return make_float4(gelu_bwd1(u.x, v.x), gelu_bwd1(u.y, v.y), gelu_bwd1(u.z, v.z), gelu_bwd1(u.w, v.w));
 	}
-	return make_float4(pre_apply(p, v.x, r, c), pre_apply(p, v.y, r, c + 1), pre_apply(p, v.z, r, c + 2),
-			   pre_apply(p, v.w, r, c + 3));
+	if (p.mean) {
+		float mr = p.mean[r], sr = p.rstd[r];
+		float4 w = col4(p.w, c, p.al), b = col4(p.b, c, p.al);
+		v.x = (sr * (v.x - mr)) * w.x + b.x;
+		v.y = (sr * (v.y - mr)) * w.y + b.y;
+		v.z = (sr * (v.z - mr)) * w.z + b.z;
+		v.w = (sr * (v.w - mr)) * w.w + b.w;
+	}
+	if (p.bias)
+		v = make_float4(v.x + bias.x, v.y + bias.y, v.z + bias.z, v.w + bias.w);
+	if (p.gelu)
+		v = make_float4(gelu_fwd1(v.x), gelu_fwd1(v.y), gelu_fwd1(v.z), gelu_fwd1(v.w));
+	return v;
 }
 
 /* v = x after the prologue, into a buffer (the cast's fallback when it must also sum columns of v). */
@@ -491,7 +517,8 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
 	cast_pre pre = { a->pre_ln.mean, a->pre_ln.rstd, a->pre_ln.w, a->pre_ln.b, a->pre_bias, a->pre_gelu,
-			 { a->pre_dgelu, a->pre_dgelu_dtype == QE_BF16 }, cols };
+			 { a->pre_dgelu, a->pre_dgelu_dtype == QE_BF16 }, cols,
+			 ((uintptr_t)a->pre_ln.w | (uintptr_t)a->pre_ln.b | (uintptr_t)a->pre_bias) % 16 == 0 };
 	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT));
 	int is_fp8 = qe_dtype_is_fp8(fmt), esz = fmt == QE_BF16 ? 8 : 4; /* alignment of four codes */
 	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 &&

@@ -28,15 +28,21 @@ __device__ __forceinline__ float gelu_exp1(float v)
 	return expf(-2.0f * a);
 }
 
+/* 1 / (1 + e), correctly rounded as the division is (the reciprocal instruction and its refinement) */
+__device__ __forceinline__ float gelu_sig1(float e)
+{
+	return __frcp_rn(1.0f + e);
+}
+
 __device__ __forceinline__ float gelu_fwd1(float v)
 {
-	return v / (1.0f + gelu_exp1(v));
+	return v * gelu_sig1(gelu_exp1(v));
 }
 
 __device__ __forceinline__ float gelu_bwd1(float v, float d)
 {
 	float e = gelu_exp1(v);
-	float sg = 1.0f / (1.0f + e);
+	float sg = gelu_sig1(e);
 	float local = sg + 2.0f * v * (e * sg * sg) * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * v * v);
 	return local * d;
 }
