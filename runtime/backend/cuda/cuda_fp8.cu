@@ -124,7 +124,7 @@ typedef struct cast_pre {
 	bool al;                          /* w, b and bias 16-byte aligned (or NULL): float4 loads of them */
 } cast_pre;
 
-__device__ __forceinline__ bool pre_none(const cast_pre &p)
+__host__ __device__ __forceinline__ bool pre_none(const cast_pre &p)
 {
 	return !p.mean && !p.bias && !p.gelu && !p.dgelu.p;
 }
@@ -154,21 +154,26 @@ __device__ __forceinline__ float4 col4(const float *q, int64_t c, bool al)
 
 /*
  * pre_apply on four elements of row r, columns c..c+3, with the same
- * expressions; the row's statistics and the columns' parameters are loaded
+ * expressions, in the two kinds the four-wide kernel is built for (PK_FWD,
+ * PK_DGELU); the row's statistics and the columns' parameters are loaded
  * once for the four (a load per element and parameter made the prologue
- * casts load-bound).  u: GELU's input there, loaded by the caller when
- * p.dgelu is set (aligned as x: the launcher checks).
+ * casts load-bound).  u: GELU's input there, loaded by the caller (aligned
+ * as x: the launcher checks).
  */
-__device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, float4 u, int64_t r, int64_t c)
+enum { PK_NONE = 0, PK_FWD = 1, PK_DGELU = 2 };
+
+__device__ __forceinline__ float4 pre_dgelu4(const cast_pre &p, float4 v, float4 u, int64_t c)
 {
-	if (pre_none(p))
-		return v;
-	float4 bias = p.bias ? col4(p.bias, c, p.al) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	if (p.dgelu.p) {
-		if (p.bias)
-			u = make_float4(u.x + bias.x, u.y + bias.y, u.z + bias.z, u.w + bias.w);
-		return make_float4(gelu_bwd1(u.x, v.x), gelu_bwd1(u.y, v.y), gelu_bwd1(u.z, v.z), gelu_bwd1(u.w, v.w));
+	if (p.bias) {
+		float4 bias = col4(p.bias, c, p.al);
+		u = make_float4(u.x + bias.x, u.y + bias.y, u.z + bias.z, u.w + bias.w);
 	}
+	return make_float4(gelu_bwd1(u.x, v.x), gelu_bwd1(u.y, v.y), gelu_bwd1(u.z, v.z), gelu_bwd1(u.w, v.w));
+}
+
+/* the forward prologue (layernorm, bias, GELU: no pre_dgelu) on four elements */
+__device__ __forceinline__ float4 pre_fwd4(const cast_pre &p, float4 v, int64_t r, int64_t c)
+{
 	if (p.mean) {
 		float mr = p.mean[r], sr = p.rstd[r];
 		float4 w = col4(p.w, c, p.al), b = col4(p.b, c, p.al);
@@ -177,8 +182,10 @@ __device__ __forceinline__ float4 pre_apply4(const cast_pre &p, float4 v, float4
 		v.z = (sr * (v.z - mr)) * w.z + b.z;
 		v.w = (sr * (v.w - mr)) * w.w + b.w;
 	}
-	if (p.bias)
+	if (p.bias) {
+		float4 bias = col4(p.bias, c, p.al);
 		v = make_float4(v.x + bias.x, v.y + bias.y, v.z + bias.z, v.w + bias.w);
+	}
 	if (p.gelu)
 		v = make_float4(gelu_fwd1(v.x), gelu_fwd1(v.y), gelu_fwd1(v.z), gelu_fwd1(v.w));
 	return v;
@@ -304,8 +311,15 @@ template <typename T> __device__ __forceinline__ void store4(T *p, const T *q)
  * the column sums need no pass of their own over x (colsum_fin adds them).
  */
 static_assert(VT == QE_COLSUM_ROWS, "a cast tile must be one row group of colsum.h");
-template <typename T, bool SUMS>
-__global__ void cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+/*
+ * PK: the prologue kind, so that each kernel carries only its own code and
+ * registers (one kernel for all kinds took 60 registers: half the threads
+ * an SM, and the casts ran at 1.0-1.6 TB/s).  The launch bounds keep the
+ * forward prologue's kernel at 32 registers (every thread slot), the
+ * others at 40 and 48, without spills (ptxas -v).
+ */
+template <typename T, bool SUMS, int PK>
+__global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 8 : PK == PK_NONE ? 6 : 5) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
 			     float *__restrict__ part)
@@ -326,13 +340,13 @@ __global__ void cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, in
 	 * casts ran at half the memory's bandwidth).
 	 */
 	constexpr int NJ = VT / VY;
-	float4 xv[NJ], uv[NJ];
+	float4 xv[NJ], uv[PK == PK_DGELU ? NJ : 1];
 #pragma unroll
 	for (int q = 0; q < NJ; q++) {
 		int64_t r = r0 + threadIdx.y + q * VY, c = c0 + cx;
 		if (r < rows && c < cols) {
 			xv[q] = xload4(x, r * cols + c);
-			if (pre.dgelu.p)
+			if constexpr (PK == PK_DGELU)
 				uv[q] = xload4(pre.dgelu, r * cols + c);
 		}
 	}
@@ -341,7 +355,11 @@ __global__ void cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, in
 		int j = threadIdx.y + q * VY;
 		int64_t r = r0 + j, c = c0 + cx;
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
-			float4 v = pre_apply4(pre, xv[q], uv[q], r, c);
+			float4 v = xv[q];
+			if constexpr (PK == PK_FWD)
+				v = pre_fwd4(pre, v, r, c);
+			else if constexpr (PK == PK_DGELU)
+				v = pre_dgelu4(pre, v, uv[q], c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
 			T q[4];
 			codes4<T>(v, s, k, q);
@@ -486,14 +504,17 @@ static int launch_cast4(qe_stream *s, const char *name, dim3 grid, const qe_cast
 	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
 	xin x = { a->x.data, a->x.dtype == QE_BF16 };
 	dim3 block(VX, VY);
+	/* one kernel a prologue kind and with or without the sums: each carries only its own registers */
+	int pk = pre.dgelu.p ? PK_DGELU : pre_none(pre) ? PK_NONE : PK_FWD;
+#define CAST4(SUMS, PK)                                                                                            \
+	cast4_kernel<T, SUMS, PK><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,   \
+							      e5m2, scale, cur, fmax, a->margin, amax_dst, scale_out, \
+							      a->scale_inv, part)
 	if (part)
-		cast4_kernel<T, true><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,
-								  e5m2, scale, cur, fmax, a->margin, amax_dst,
-								  scale_out, a->scale_inv, part);
+		pk == PK_NONE ? CAST4(true, PK_NONE) : pk == PK_FWD ? CAST4(true, PK_FWD) : CAST4(true, PK_DGELU);
 	else
-		cast4_kernel<T, false><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,
-								   e5m2, scale, cur, fmax, a->margin, amax_dst,
-								   scale_out, a->scale_inv, NULL);
+		pk == PK_NONE ? CAST4(false, PK_NONE) : pk == PK_FWD ? CAST4(false, PK_FWD) : CAST4(false, PK_DGELU);
+#undef CAST4
 	int rc = qe__cuda_launched("cast", name);
 	if (rc || !part)
 		return rc;

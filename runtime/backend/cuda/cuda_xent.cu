@@ -27,7 +27,7 @@
 #include "runtime/backend/cuda/cuda_int.h"
 #include "runtime/backend/cuda/cuda_reduce.cuh"
 
-#define XENT_THREADS 512
+#define XENT_THREADS 1024 /* two 100 KB bf16 rows an SM: every thread slot busy (31 registers) */
 /* Rows of at most this many bytes are staged in shared memory (the H100/H200 allow 227 KB a block). */
 #define XENT_SMEM_MAX ((size_t)200 << 10)
 
