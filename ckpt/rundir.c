@@ -513,7 +513,7 @@ int ckpt_rundir_lock(const char *run_dir, const char *command, ckpt_lock **out)
 		return rc;
 	rc = ckpt_lock_take(path, command, out);
 	if (rc == QE_EBUSY)
-		return qe_fail(QE_EBUSY, "run directory '%s' is in use: %s", run_dir, qe_last_error());
+		return qe_fail_ctx(QE_EBUSY, "run directory '%s' is in use", run_dir); /* the lock's message after it */
 	return rc;
 }
 

@@ -156,46 +156,61 @@ static int fingerprint_of(const char *flag, const char *path, uint64_t *out)
 }
 
 /*
- * Which file the resumed ranks read.  Hosts differ: the run's data may lie
- * at another path here, so --data names it, and it is accepted when its
- * tokens have the run's fingerprint (or, for a run recorded before
- * fingerprints, the file it was trained on, read here).  Without --data the
- * run's own path must be readable; a refusal says what to pass.
+ * Which file the resumed ranks read, and that it holds the run's tokens.
+ * Hosts differ: the run's data may lie at another path here, so --data names
+ * it.  Either way the file read is fingerprinted and must match the run's
+ * recorded fingerprint - also when it is the run's own path, which may have
+ * been edited in place since.  A run recorded before fingerprints is checked
+ * against its own file when that is readable here (and trusted, with a
+ * warning, when it is not).  Without --data the run's own path must be
+ * readable; a refusal says what to pass.  --data is recorded as an absolute
+ * path, as train records it.
  */
 static int check_data(const cli_train_args *a, const qe_train_config *s, qe_train_config *m)
 {
 	const char *given = (a->given & CLI_F_DATA) ? a->cfg.data : NULL;
-	if (!given) {
-		if (s->data[0] && access(s->data, R_OK)) {
-			fprintf(stderr,
-				"qeffect resume: the run's data '%s' cannot be read on this host (%s): pass --data PATH "
-				"naming a copy of it\n",
-				s->data, strerror(errno));
-			return 2;
-		}
-		return 0;
+	if (!given && s->data[0] && access(s->data, R_OK)) {
+		fprintf(stderr,
+			"qeffect resume: the run's data '%s' cannot be read on this host (%s): pass --data PATH "
+			"naming a copy of it\n",
+			s->data, strerror(errno));
+		return 2;
 	}
-	if (same_file(given, s->data))
-		return 0;
+	const char *path = given ? given : s->data;
 	uint64_t want = s->data_fingerprint, got;
-	int rc = fingerprint_of("--data", given, &got);
-	if (rc)
-		return rc;
-	char x[600], y[600];
-	if (!want && s->data[0] && access(s->data, R_OK) == 0 && (rc = fingerprint_of("the run's data", s->data, &want)))
+	int rc;
+	if (!want) { /* recorded before fingerprints: the run's own file, if it is here, is the reference */
+		if (!given || same_file(given, s->data))
+			return 0;
+		if (s->data[0] && access(s->data, R_OK) == 0 && (rc = fingerprint_of("the run's data", s->data, &want)))
+			return rc;
+	}
+	if ((rc = fingerprint_of(given ? "--data" : "the run's data", path, &got)))
 		return rc;
 	if (!want) {
 		fprintf(stderr,
 			"qeffect resume: warning: the run was recorded before data fingerprints and its data '%s' is not "
 			"on this host: trusting that --data '%s' holds the same tokens\n",
 			s->data, given);
+	} else if (got != want && (!given || same_file(given, s->data))) {
+		fprintf(stderr,
+			"qeffect resume: the run's data '%s' has changed since the run recorded it: its tokens have "
+			"fingerprint %016llx, the run trained on %016llx; restore the file, or pass --data PATH naming a "
+			"copy of the tokens the run trained on\n",
+			path, (unsigned long long)got, (unsigned long long)want);
+		return 2;
 	} else if (got != want) {
+		char x[600], y[600];
 		snprintf(x, sizeof(x), "'%.280s' (tokens %016llx)", given, (unsigned long long)got);
 		snprintf(y, sizeof(y), "data '%.280s' (tokens %016llx)", s->data, (unsigned long long)want);
 		return conflict("--data", x, y);
 	}
-	snprintf(m->data, sizeof(m->data), "%s", given);
-	m->data_fingerprint = got;
+	if (given) {
+		char abs[PATH_MAX];
+		const char *rec = realpath(given, abs) && strlen(abs) < sizeof(m->data) ? abs : given;
+		snprintf(m->data, sizeof(m->data), "%s", rec);
+		m->data_fingerprint = got;
+	}
 	return 0;
 }
 

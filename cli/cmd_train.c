@@ -2,6 +2,7 @@
  * cmd_train.c - `qeffect train`: configure a run, create its run directory
  * and catalog, and launch the rank processes.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,10 @@ int cli_train_main(int argc, char **argv)
 		return 2;
 	}
 	a.cfg.data_fingerprint = qe_data_fingerprint(&data); /* lets a resume find the same tokens at another path */
+	/* recorded absolute: a resume from another working directory reads the same file, or is told */
+	char abs[PATH_MAX];
+	if (a.cfg.data[0] && realpath(a.cfg.data, abs) && strlen(abs) < sizeof(a.cfg.data))
+		snprintf(a.cfg.data, sizeof(a.cfg.data), "%s", abs);
 	cli_rank_job job;
 	cli_rank_job_init(&job, &a, async);
 	job.data = &data;

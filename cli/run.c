@@ -113,8 +113,10 @@ int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_trai
 	*out = NULL;
 	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
 		return rc;
-	if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+	if (stat(dir, &sb))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
+	if (!S_ISDIR(sb.st_mode))
+		return qe_fail(QE_EINVAL, "run directory '%s' is not a directory", dir);
 	if (access(path, F_OK))
 		return qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", dir, path);
 	cat *c;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,15 +47,48 @@ static int tb_push(tokbuf *b, const unsigned char *s, size_t n)
 	return QE_OK;
 }
 
+/*
+ * The next line of f into *line (grown as needed, NUL-terminated, the '\n'
+ * kept): its length, 0 at the end of the file, -1 with an error set when it
+ * is longer than QE_DATA_RECORD_MAX bytes (named by lineno) or cannot be
+ * held.  Bounded, unlike getline: one line never takes more than the limit.
+ */
+static int64_t read_record(const char *path, FILE *f, int64_t lineno, char **line, size_t *cap)
+{
+	size_t len = 0;
+	for (;;) {
+		if (*cap - len < 2) {
+			size_t nc = *cap ? *cap * 2 : 1 << 16;
+			char *p = realloc(*line, nc);
+			if (!p) {
+				qe_fail(QE_ENOMEM, "data '%s' line %lld: out of memory", path, (long long)lineno);
+				return -1;
+			}
+			*line = p;
+			*cap = nc;
+		}
+		if (!fgets(*line + len, (int)(*cap - len > INT32_MAX ? INT32_MAX : *cap - len), f))
+			return (int64_t)len; /* end of file (or a read error, which the caller checks) */
+		len += strlen(*line + len);
+		if (len > QE_DATA_RECORD_MAX) {
+			qe_fail(QE_ECORRUPT, "data '%s' line %lld: a record over %d bytes (the limit of one JSONL record)",
+				path, (long long)lineno, QE_DATA_RECORD_MAX);
+			return -1;
+		}
+		if (len > 0 && (*line)[len - 1] == '\n')
+			return (int64_t)len;
+	}
+}
+
 static int load_jsonl(const char *path, FILE *f, qe_data *d)
 {
 	tokbuf tr = { 0 }, ho = { 0 };
 	char *line = NULL;
 	size_t cap = 0;
-	ssize_t len;
+	int64_t len;
 	int64_t lineno = 0;
 	int rc = QE_OK;
-	while ((len = getline(&line, &cap, f)) >= 0) {
+	while ((len = read_record(path, f, lineno + 1, &line, &cap)) > 0) {
 		lineno++;
 		if (len <= 1)
 			continue;
@@ -78,6 +112,8 @@ static int load_jsonl(const char *path, FILE *f, qe_data *d)
 		d->records++;
 	}
 	free(line);
+	if (!rc && len < 0)
+		rc = QE_ECORRUPT; /* read_record said why */
 	if (!rc && ferror(f))
 		rc = qe_fail(QE_EIO, "data '%s': read error: %s", path, strerror(errno));
 	if (!rc && (d->records < 2 || ho.n == 0))
@@ -96,19 +132,30 @@ static int load_jsonl(const char *path, FILE *f, qe_data *d)
 }
 
 /*
- * llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+ * llm.c shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens,
+ * exactly as many as the header says (the file's size is checked against it).
  * OUT: *raw (malloc'd, n tokens), *maxtok.
  */
 static int read_shard(const char *path, FILE *f, uint16_t **raw, int64_t *count, int *maxtok)
 {
 	int32_t hdr[256];
+	struct stat sb;
+	if (fstat(fileno(f), &sb))
+		return qe_fail(QE_EIO, "data '%s': cannot stat: %s", path, strerror(errno));
 	if (fread(hdr, sizeof(hdr), 1, f) != 1)
 		return qe_fail(QE_ECORRUPT, "data '%s': shorter than the 1024-byte llm.c header", path);
 	if (hdr[0] != 20240520)
 		return qe_fail(QE_ECORRUPT, "data '%s': bad magic %d (want 20240520)", path, hdr[0]);
+	if (hdr[1] != 1)
+		return qe_fail(QE_ECORRUPT, "data '%s': llm.c shard version %d; this reader takes version 1 (uint16 tokens)",
+			       path, hdr[1]);
 	int64_t n = hdr[2];
 	if (n < 10)
 		return qe_fail(QE_ECORRUPT, "data '%s': only %lld tokens", path, (long long)n);
+	if ((int64_t)sb.st_size > (int64_t)sizeof(hdr) + 2 * n)
+		return qe_fail(QE_ECORRUPT, "data '%s': the header says %lld tokens but the file holds %lld bytes after it "
+			       "(%lld tokens)", path, (long long)n, (long long)(sb.st_size - (off_t)sizeof(hdr)),
+			       (long long)((sb.st_size - (off_t)sizeof(hdr)) / 2));
 	uint16_t *r = malloc((size_t)n * 2);
 	if (!r)
 		return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
@@ -227,6 +274,17 @@ int qe_data_load(const char *path, qe_data *out)
 		return QE_OK;
 	}
 	snprintf(out->path, sizeof(out->path), "%s", path);
+	/* a device, a pipe or a directory has no end that bounds what is read (and a pipe blocks the open) */
+	struct stat sb;
+	if (stat(path, &sb))
+		return qe_fail(QE_EIO, "data '%s': cannot open: %s", path, strerror(errno));
+	if (!S_ISREG(sb.st_mode))
+		return qe_fail(QE_EINVAL, "data '%s': %s: training data is a JSONL file or an llm.c shard", path,
+			       S_ISDIR(sb.st_mode)    ? "a directory"
+			       : S_ISCHR(sb.st_mode)  ? "a character device"
+			       : S_ISFIFO(sb.st_mode) ? "a pipe"
+			       : S_ISBLK(sb.st_mode)  ? "a block device"
+						      : "not a regular file");
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return qe_fail(QE_EIO, "data '%s': cannot open: %s", path, strerror(errno));

@@ -13,6 +13,9 @@
 #ifndef QE_DATA_H
 #define QE_DATA_H
 
+/* The longest JSONL record (one line) the reader takes, in bytes. */
+#define QE_DATA_RECORD_MAX (16 << 20)
+
 #include <stdint.h>
 
 typedef struct qe_data {

@@ -70,6 +70,13 @@ int main(void)
 	      "missing run directory");
 	CHECK(access(d, F_OK) != 0, "resume created the missing run directory");
 
+	/* a file where the run directory should be: said so, not "does not exist" (issue 35) */
+	snprintf(d, sizeof(d), "%s/afile", tu_tmp);
+	sh("echo not a run >'%s'%s", d, "");
+	CHECK(tu_qe(NULL, "resume --run-dir '%s' --steps 4", d) == 1 && tu_log_has("is not a directory") &&
+		      !tu_log_has("does not exist"),
+	      "a file given as the run directory");
+
 	/* a directory without a catalog */
 	snprintf(d, sizeof(d), "%s/empty", tu_tmp);
 	mkdir(d, 0755);

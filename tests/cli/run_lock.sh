@@ -18,6 +18,9 @@ for cmd in "resume --run-dir $T/r --steps 8" "gc --run-dir $T/r --keep-last 1" \
   out=$(timeout 20 "$Q" $cmd 2>&1); st=$?
   [ $st -ne 0 ] && [ $st -ne 124 ] && grep -q "pid $bg" <<<"$out" && grep -q "qeffect resume" <<<"$out" \
     || { echo "$out"; echo "FAIL: a second writer ($cmd) was not refused at once naming the holder (exit $st)"; exit 1; }
+  # the refusal says it once (the message was once formatted into its own buffer: "in use: run directory ... in use: riter")
+  [ "$(grep -o "is in use" <<<"$out" | wc -l)" -eq 1 ] && grep -q "held by another writer" <<<"$out" \
+    || { echo "$out"; echo "FAIL: the refusal of $cmd is garbled"; exit 1; }
 done
 timeout 20 "$Q" list --run-dir "$T/r" >/dev/null && timeout 20 "$Q" inspect --run-dir "$T/r" >/dev/null \
   && timeout 60 "$Q" verify --run-dir "$T/r" >/dev/null || { echo "FAIL: a read-only command waited or failed during a write"; exit 1; }
