@@ -270,9 +270,11 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 	rc = 0;
 	for (size_t first = 0; first < n;) {
 		/* A transaction holds about txn_bytes of chunks, at least one. */
-		size_t end = first, batch = 0;
+		size_t end = first, batch = 0, largest = 0;
 		while (end < n && (end == first || batch + chunk_size <= s->txn_bytes)) {
 			batch += (size_t)chunks[end].size;
+			if ((size_t)chunks[end].size > largest)
+				largest = (size_t)chunks[end].size;
 			end++;
 		}
 		if (threaded)
@@ -283,7 +285,7 @@ int store_put_tensor(store *s, const void *data, size_t bytes, size_t chunk_size
 					      &chunks[i].hash);
 		c.first = first;
 		c.end = end;
-		rc = store_write_txn(s, batch + (end - first) * 64, store__put_body, &c, "put tensor");
+		rc = store_write_txn(s, batch + (end - first) * 64, largest, store__put_body, &c, "put tensor");
 		if (rc)
 			break;
 		first = end;
@@ -316,7 +318,7 @@ int store_put_chunk(store *s, const void *data, size_t size, store_hash *hash)
 	store_hash_of(data, size, &ch.hash);
 	struct store_put_ctx c = { .data = data, .chunks = &ch, .chunk_size = size, .first = 0, .end = 1,
 			     .now = (uint64_t)time(NULL) };
-	rc = store_write_txn(s, size + 64, store__put_body, &c, "put chunk");
+	rc = store_write_txn(s, size + 64, size, store__put_body, &c, "put chunk");
 	if (!rc && hash)
 		*hash = ch.hash;
 	return rc;
@@ -633,7 +635,7 @@ int store_delete_chunks(store *s, const store_hash *hashes, size_t n, uint64_t *
 	const size_t per_txn = 4096;
 	for (size_t first = 0; first < n; first += per_txn) {
 		struct del_ctx c = { .hashes = hashes, .first = first, .end = first + per_txn < n ? first + per_txn : n };
-		if ((rc = store_write_txn(s, (c.end - c.first) * 64, del_body, &c, "delete chunks")))
+		if ((rc = store_write_txn(s, (c.end - c.first) * 64, 0, del_body, &c, "delete chunks")))
 			return rc;
 		if (reclaimed)
 			*reclaimed += c.reclaimed;

@@ -184,10 +184,108 @@ static int set_map(store *s, size_t size, const char *what)
 	return rc ? store_mdb_fail(s, rc, what) : 0;
 }
 
-/* Allocate the file's blocks for the pages a write transaction of about
- * want bytes may touch, so a full disk fails here rather than faulting in a
- * write into the map.  Call with s->mu held and no transaction open. */
-static int reserve_blocks(store *s, size_t want)
+/* LMDB's page header (lmdb.h's on-disk format 1, 64-bit builds): page number
+ * (8 bytes), pad (2), flags (2), then for an overflow page its page count (4);
+ * a large value starts right after it. */
+#define LMDB_PAGEHDR 16
+#define LMDB_P_OVERFLOW 0x04
+
+/* mdb_reader_list's lines: "pid thread txnid", txnid "-" for a slot no transaction holds. */
+static int count_active_reader(const char *msg, void *ctx)
+{
+	int pid;
+	size_t tid;
+	char txn[32];
+	if (sscanf(msg, "%d %zx %31s", &pid, &tid, txn) == 3 && strcmp(txn, "-") != 0)
+		(*(int *)ctx)++;
+	return 0;
+}
+
+static int cmp_pgno(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Pages of the file a write of values up to max_value bytes each will take
+ * from LMDB's free list rather than from past its end - a lower bound: LMDB
+ * reuses the pages freed by earlier transactions (a gc's deletes) when no
+ * reader holds a snapshot that still sees them, and an overflow value of v
+ * pages needs v contiguous free pages, so a run of r free pages is counted as
+ * r - v + 1 (first-fit leaves less than one value unused in each run).  Any
+ * doubt (a reader in a transaction, a read error) gives 0: then the whole
+ * write is reserved past the end, as before.  s->mu held, no transaction open.
+ */
+static size_t reusable_pages(store *s, size_t max_value)
+{
+	int dead = 0, active = 0;
+	mdb_reader_check(s->env, &dead);
+	if (mdb_reader_list(s->env, count_active_reader, &active) < 0 || active)
+		return 0;
+	MDB_txn *txn = NULL;
+	MDB_cursor *cur = NULL;
+	if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn))
+		return 0;
+	size_t *pg = NULL, n = 0, cap = 0, reuse = 0;
+	int ok = mdb_cursor_open(txn, 0 /* FREE_DBI */, &cur) == 0;
+	MDB_val k, v;
+	while (ok && mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0) {
+		/* a record: its count, then that many page numbers */
+		size_t cnt;
+		if (v.mv_size < sizeof(size_t)) {
+			ok = 0;
+			break;
+		}
+		memcpy(&cnt, v.mv_data, sizeof(cnt));
+		if (cnt > v.mv_size / sizeof(size_t) - 1) {
+			ok = 0;
+			break;
+		}
+		if (n + cnt > cap) {
+			size_t nc = cap ? cap : 4096;
+			while (nc < n + cnt)
+				nc *= 2;
+			size_t *p = realloc(pg, nc * sizeof(*pg));
+			if (!p) {
+				ok = 0;
+				break;
+			}
+			pg = p;
+			cap = nc;
+		}
+		memcpy(pg + n, (const size_t *)v.mv_data + 1, cnt * sizeof(size_t));
+		n += cnt;
+	}
+	if (cur)
+		mdb_cursor_close(cur);
+	mdb_txn_abort(txn);
+	if (ok && n) {
+		size_t need = max_value > s->page_size ? (LMDB_PAGEHDR - 1 + max_value) / s->page_size + 1 : 1;
+		qsort(pg, n, sizeof(*pg), cmp_pgno);
+		for (size_t i = 0; i < n;) {
+			size_t j = i + 1;
+			while (j < n && pg[j] == pg[j - 1] + 1)
+				j++;
+			if (j - i >= need)
+				reuse += j - i - need + 1;
+			i = j;
+		}
+	}
+	free(pg);
+	return ok ? reuse : 0;
+}
+
+/*
+ * Allocate the file's blocks for the pages a write transaction of about
+ * want bytes (values of up to max_value bytes each) may take past the end of
+ * the used pages, so a full disk fails here rather than faulting in a write
+ * into the map.  When the whole of want does not fit, the pages LMDB will
+ * reuse from its free list (reusable_pages) are left out: after a gc on a
+ * full disk, a save fits in the pages the gc freed.  Call with s->mu held
+ * and no transaction open.
+ */
+static int reserve_blocks(store *s, size_t want, size_t max_value)
 {
 	if (!s->writemap || s->no_fallocate)
 		return 0;
@@ -206,15 +304,18 @@ static int reserve_blocks(store *s, size_t want)
 		s->no_fallocate = 1; /* this file system cannot: writes into holes stay unchecked */
 		return 0;
 	}
+	if (errno == ENOSPC) {
+		size_t reuse = reusable_pages(s, max_value) * s->page_size;
+		if (reuse >= to - from)
+			return 0;
+		if (reuse > 0 && fallocate(s->data_fd, 0, (off_t)from, (off_t)(to - from - reuse)) == 0)
+			return 0;
+		errno = ENOSPC;
+	}
 	return qe_fail(qe_errno_status(errno), "store '%s': allocate %zu bytes of data.mdb for a write: %s", s->path, to - from,
 		       strerror(errno));
 }
 
-/* LMDB's page header (lmdb.h's on-disk format 1, 64-bit builds): page number
- * (8 bytes), pad (2), flags (2), then for an overflow page its page count (4);
- * a large value starts right after it. */
-#define LMDB_PAGEHDR 16
-#define LMDB_P_OVERFLOW 0x04
 
 int store_value_offset(store *s, const void *val, size_t len, uint64_t *off)
 {
@@ -333,7 +434,7 @@ size_t store__map_room(store *s)
 	return info.me_mapsize > used ? info.me_mapsize - used : 0;
 }
 
-int store__write_begin(store *s, size_t expect_bytes, MDB_txn **txn)
+int store__write_begin(store *s, size_t expect_bytes, size_t max_value, MDB_txn **txn)
 {
 	int qrc;
 	*txn = NULL;
@@ -344,7 +445,7 @@ int store__write_begin(store *s, size_t expect_bytes, MDB_txn **txn)
 		 * open over several pieces cannot be run again after MDB_MAP_FULL. */
 		if ((qrc = ensure_room(s, expect_bytes)))
 			return qrc;
-		if ((qrc = reserve_blocks(s, expect_bytes + expect_bytes / 8 + MIB)))
+		if ((qrc = reserve_blocks(s, expect_bytes + expect_bytes / 8 + MIB, max_value)))
 			return qrc;
 		int rc = mdb_txn_begin(s->env, NULL, 0, txn);
 		if (rc == MDB_MAP_RESIZED) {
@@ -378,7 +479,7 @@ int store_read_begin(store *s, MDB_txn **txn)
 	return qe_fail(QE_ESTORE, "store '%s': the map keeps being resized; gave up", s->path);
 }
 
-int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, const char *what)
+int store_write_txn(store *s, size_t expect_bytes, size_t max_value, store_txn_fn fn, void *ctx, const char *what)
 {
 	if (s->read_only)
 		return qe_fail(QE_EINVAL, "store '%s': %s: the store is open read-only", s->path, what);
@@ -392,7 +493,7 @@ int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, c
 		}
 		if (!s->grow_on_full_only && (qrc = ensure_room(s, expect_bytes)))
 			break;
-		if ((qrc = reserve_blocks(s, expect_bytes + expect_bytes / 8 + MIB)))
+		if ((qrc = reserve_blocks(s, expect_bytes + expect_bytes / 8 + MIB, max_value)))
 			break;
 		MDB_txn *txn = NULL;
 		int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -512,7 +613,7 @@ static int open_dbs(store *s, int create)
 {
 	struct open_ctx ctx = { create };
 	if (!s->read_only)
-		return store_write_txn(s, 0, open_dbs_body, &ctx, "open");
+		return store_write_txn(s, 0, 0, open_dbs_body, &ctx, "open");
 	MDB_txn *txn;
 	int rc = store_read_begin(s, &txn);
 	if (rc)

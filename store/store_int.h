@@ -72,9 +72,11 @@ typedef int (*store_txn_fn)(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
 /*
  * Run fn in a write transaction under s->mu and commit it, growing the map
  * and retrying on MDB_MAP_FULL.  expect_bytes (payload about to be written)
- * lets the map grow once up front instead of failing a large write first.
+ * lets the map grow once up front instead of failing a large write first;
+ * max_value (the largest value it writes, 0: small ones) tells how much of
+ * LMDB's free list the write can reuse when the disk is full.
  */
-int store_write_txn(store *s, size_t expect_bytes, store_txn_fn fn, void *ctx, const char *what);
+int store_write_txn(store *s, size_t expect_bytes, size_t max_value, store_txn_fn fn, void *ctx, const char *what);
 
 /* Chunks of one write transaction: chunks[first..end) of the bytes at data,
  * chunk i at data + i * chunk_size (chunk.c's put, stream.c's pieces). */
@@ -95,7 +97,7 @@ int store__put_body(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
  * expect_bytes (map and file blocks) and begin one.  On failure s->mu is
  * still held; the caller unlocks.
  */
-int store__write_begin(store *s, size_t expect_bytes, MDB_txn **txn);
+int store__write_begin(store *s, size_t expect_bytes, size_t max_value, MDB_txn **txn);
 /* Bytes of the map beyond its last used page (s->mu held). */
 size_t store__map_room(store *s);
 

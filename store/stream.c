@@ -125,7 +125,8 @@ int store_stream_put(store_stream *w, const void *data, size_t len, store_chunk_
 		if (expect < len)
 			expect = len;
 		pthread_mutex_lock(&s->mu);
-		rc = store__write_begin(s, expect + w->n * 64, &w->txn);
+		rc = store__write_begin(s, expect + w->n * 64, w->chunk_size < w->bytes ? w->chunk_size : w->bytes,
+					&w->txn);
 		if (rc)
 			pthread_mutex_unlock(&s->mu);
 		else {
