@@ -32,7 +32,8 @@ SAN_ENV = ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=0:detect_st
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	QE_CRASH_TRIALS=$${QE_CRASH_TRIALS:-12} QE_FAULT_TRIALS=$${QE_FAULT_TRIALS:-2} QE_SHAPE_STEPS=$${QE_SHAPE_STEPS:-2} \
-	QE_REPL_CRASH_TRIALS=$${QE_REPL_CRASH_TRIALS:-13} QE_GPT2_TRAIN_STEPS=$${QE_GPT2_TRAIN_STEPS:-30}
+	QE_REPL_CRASH_TRIALS=$${QE_REPL_CRASH_TRIALS:-13} QE_GPT2_TRAIN_STEPS=$${QE_GPT2_TRAIN_STEPS:-30} \
+	QE_FLIP_TRIALS=$${QE_FLIP_TRIALS:-2}
 test-sanitize: deps
 	cmake -S . -B $(SAN_BUILD) -DQE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
 		-DCMAKE_C_FLAGS="$(SAN_CFLAGS)" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" $(CMAKE_FLAGS)

@@ -184,12 +184,6 @@ static int set_map(store *s, size_t size, const char *what)
 	return rc ? store_mdb_fail(s, rc, what) : 0;
 }
 
-/* LMDB's page header (lmdb.h's on-disk format 1, 64-bit builds): page number
- * (8 bytes), pad (2), flags (2), then for an overflow page its page count (4);
- * a large value starts right after it. */
-#define LMDB_PAGEHDR 16
-#define LMDB_P_OVERFLOW 0x04
-
 /* mdb_reader_list's lines: "pid thread txnid", txnid "-" for a slot no transaction holds. */
 static int count_active_reader(const char *msg, void *ctx)
 {
@@ -739,6 +733,9 @@ int store_open(const char *dir, const store_opts *opts, store **out)
 		rc = qe_fail(QE_ENOTFOUND, "store: no store at '%s' (data.mdb missing)", dir);
 		goto fail_alloc;
 	}
+	/* LMDB trusts its pages; this process reads them only after a child has (check.c) */
+	if ((rc = store__check_pages(dir, datafile)))
+		goto fail_alloc;
 	s->pid = getpid();
 	s->max_map_size = o.max_map_size;
 	s->txn_bytes = o.txn_bytes;

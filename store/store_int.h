@@ -98,6 +98,18 @@ int store__put_body(store *s, MDB_txn *txn, void *ctx, int *mdb_rc);
  * still held; the caller unlocks.
  */
 int store__write_begin(store *s, size_t expect_bytes, size_t max_value, MDB_txn **txn);
+/* LMDB's page header (lmdb.h's on-disk format 1, 64-bit builds): page number
+ * (8 bytes), pad (2), flags (2), then for an overflow page its page count (4);
+ * a large value starts right after it. */
+#define LMDB_PAGEHDR 16
+#define LMDB_P_OVERFLOW 0x04
+
+/*
+ * Before an existing store is opened: its pages walked by a forked child
+ * (check.c), so that damage is an error naming data.mdb, never a signal in
+ * this process.  QE_OK when data.mdb does not exist.
+ */
+int store__check_pages(const char *dir, const char *datafile);
 /* Bytes of the map beyond its last used page (s->mu held). */
 size_t store__map_room(store *s);
 
