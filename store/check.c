@@ -64,17 +64,11 @@ static int value_ok(const MDB_val *v, size_t psize, size_t file_len)
 	size_t off = (uintptr_t)v->mv_data % psize;
 	if (off != LMDB_PAGEHDR)
 		return off + v->mv_size <= psize;
-	const unsigned char *page = (const unsigned char *)v->mv_data - LMDB_PAGEHDR;
-	uint64_t pgno;
-	uint16_t flags;
-	uint32_t pages;
-	memcpy(&pgno, page, 8);
-	memcpy(&flags, page + 10, 2);
-	memcpy(&pages, page + 12, 4);
-	if (!(flags & LMDB_P_OVERFLOW))
+	lmdb_page_head h = lmdb_page_head_at((const unsigned char *)v->mv_data - LMDB_PAGEHDR);
+	if (!(h.flags & LMDB_P_OVERFLOW))
 		return v->mv_size <= psize - LMDB_PAGEHDR;
-	return pgno < file_len / psize && pages <= file_len / psize - pgno &&
-	       LMDB_PAGEHDR + v->mv_size <= (size_t)pages * psize;
+	return h.pgno < file_len / psize && h.pages <= file_len / psize - h.pgno &&
+	       LMDB_PAGEHDR + v->mv_size <= (size_t)h.pages * psize;
 }
 
 /* Every entry of dbi, each value where its node says (value_ok). */

@@ -316,15 +316,10 @@ int store_value_offset(store *s, const void *val, size_t len, uint64_t *off)
 	const unsigned char *page = (const unsigned char *)val - LMDB_PAGEHDR;
 	if (sizeof(size_t) != 8 || !s->db_page_size || (uintptr_t)page % s->db_page_size)
 		return -1;
-	uint64_t pgno;
-	uint16_t flags;
-	uint32_t pages;
-	memcpy(&pgno, page, 8);
-	memcpy(&flags, page + 10, 2);
-	memcpy(&pages, page + 12, 4);
-	if (!(flags & LMDB_P_OVERFLOW) || (uint64_t)pages * s->db_page_size < LMDB_PAGEHDR + len)
+	lmdb_page_head h = lmdb_page_head_at(page);
+	if (!(h.flags & LMDB_P_OVERFLOW) || (uint64_t)h.pages * s->db_page_size < LMDB_PAGEHDR + len)
 		return -1;
-	*off = pgno * s->db_page_size + LMDB_PAGEHDR;
+	*off = h.pgno * s->db_page_size + LMDB_PAGEHDR;
 	return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <lmdb.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* Stored value: a 16-byte little-endian header, then the chunk's bytes.  The
@@ -103,6 +104,22 @@ int store__write_begin(store *s, size_t expect_bytes, size_t max_value, MDB_txn 
  * a large value starts right after it. */
 #define LMDB_PAGEHDR 16
 #define LMDB_P_OVERFLOW 0x04
+
+/* The header of the page at page (lmdb's format above). */
+typedef struct lmdb_page_head {
+	uint64_t pgno;
+	uint16_t flags;
+	uint32_t pages; /* overflow pages only */
+} lmdb_page_head;
+
+static inline lmdb_page_head lmdb_page_head_at(const unsigned char *page)
+{
+	lmdb_page_head h;
+	memcpy(&h.pgno, page, 8);
+	memcpy(&h.flags, page + 10, 2);
+	memcpy(&h.pages, page + 12, 4);
+	return h;
+}
 
 /*
  * Before an existing store is opened: its pages walked by a forked child
