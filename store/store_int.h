@@ -122,6 +122,12 @@ static inline lmdb_page_head lmdb_page_head_at(const unsigned char *page)
 }
 
 /*
+ * Pages of data.mdb a write of values up to max_value bytes each will take
+ * from LMDB's free list, a lower bound (0 while a reader holds a snapshot);
+ * s->mu held, no transaction open (freelist.c).
+ */
+size_t store__reusable_pages(store *s, size_t max_value);
+/*
  * Before an existing store is opened: its pages walked by a forked child
  * (check.c), so that damage is an error naming data.mdb, never a signal in
  * this process.  QE_OK when data.mdb does not exist.
