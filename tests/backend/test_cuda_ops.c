@@ -1618,6 +1618,7 @@ int main(void)
 	test_flash_case(&r, 1, 64, 64, 4);    /* D 16, one tile */
 	test_flash_case(&r, 2, 100, 64, 2);   /* D 32, a partial tile, two sequences */
 	test_flash_case(&r, 2, 200, 128, 2);  /* D 64 */
+	test_flash_case(&r, 2, 330, 128, 2);  /* D 64, an odd count of tiles: half a forward block */
 	test_flash_case(&r, 1, 1024, 768, 12); /* GPT-2's attention, one sequence */
 	printf("xent\n");
 	test_xent_case(&r, 32, 256, 256, 0);

@@ -188,7 +188,7 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(float *out, float *ls
 			continue; /* every key of the tile is after every row of the warp */
 		float sc[FL_NS][4];
 		mm_xyt<D>(sc, Qs + w * 16 * LD, Ks, lane);
-		flash_softmax_step<FL_NS, D / 8>(sc, o, &rs, k0, ra, rb, c, T, sl2);
+		flash_softmax_step<FL_NS, D / 8, true>(sc, o, &rs, k0, ra, rb, c, T, sl2);
 #pragma unroll
 		for (int n = 0; n < FL_NS; n++)
 #pragma unroll

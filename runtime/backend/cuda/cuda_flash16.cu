@@ -37,7 +37,8 @@
 #include "runtime/backend/cuda/cuda_flash_row.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 
-#define F16_TILE 64              /* queries or keys per tile walked, and rows a block owns */
+#define F16_TILE 64              /* queries or keys per tile walked, and rows a backward block owns */
+#define F16_QROWS 128            /* queries a forward block owns */
 #define F16_NS (F16_TILE / 8)    /* 8-column slices of a 16 x 64 score tile */
 #define F16_NT 128               /* threads a block: 4 warps of 16 rows */
 #define F16_LOG2E FLASH_LOG2E
@@ -167,17 +168,23 @@ template <int D> __device__ __forceinline__ void frag_rows(uint32_t (*a)[4], con
 }
 
 /*
- * acc[n] = X_w . Y^T: X_w the warp's A fragments, Y the tile's 64 rows in
- * shared memory; acc[n] is columns 8n..8n+7.  One ldmatrix.x4 gives the B
- * fragments of two slices (rows 16j..16j+15, 16 of the D columns).
+ * acc[r][n] = X_r . Y^T for each of the warp's RG groups of 16 rows: X_r
+ * the group's A fragments, Y the tile's 64 rows in shared memory; acc[r][n]
+ * is columns 8n..8n+7.  One ldmatrix.x4 gives the B fragments of two slices
+ * (rows 16j..16j+15, 16 of the D columns), which every group uses: with two
+ * groups a fragment serves four products, which is what lets the forward
+ * keep the tensor cores fed from shared memory.
  */
-template <int D>
-__device__ __forceinline__ void mm16_xyt(float (*acc)[4], const uint32_t (*xa)[4], const bf16 *y, int lane)
+template <int D, int RG>
+__device__ __forceinline__ void mm16_xyt(float (*acc)[F16_NS][4], const uint32_t (*xa)[D / 16][4], const bf16 *y,
+					 int lane)
 {
 	const int LD = D + 8;
 #pragma unroll
-	for (int n = 0; n < F16_NS; n++)
-		acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+	for (int r = 0; r < RG; r++)
+#pragma unroll
+		for (int n = 0; n < F16_NS; n++)
+			acc[r][n][0] = acc[r][n][1] = acc[r][n][2] = acc[r][n][3] = 0.0f;
 	const bf16 *yl = y + ((lane >> 4) * 8 + (lane & 7)) * LD + ((lane >> 3) & 1) * 8;
 #pragma unroll
 	for (int k = 0; k < D / 16; k++)
@@ -185,32 +192,45 @@ __device__ __forceinline__ void mm16_xyt(float (*acc)[4], const uint32_t (*xa)[4
 		for (int j = 0; j < F16_NS / 2; j++) {
 			uint32_t b[4];
 			ldsm4(b, yl + 16 * j * LD + 16 * k);
-			mma16(acc[2 * j], xa[k], b[0], b[1]);
-			mma16(acc[2 * j + 1], xa[k], b[2], b[3]);
+#pragma unroll
+			for (int r = 0; r < RG; r++) {
+				mma16(acc[r][2 * j], xa[r][k], b[0], b[1]);
+				mma16(acc[r][2 * j + 1], xa[r][k], b[2], b[3]);
+			}
 		}
 }
 
 /*
- * out[n] += P . Y over the tile's 64 columns: p[j] the accumulator layout of
- * slice j (fp32, rounded to bf16 here), Y the tile's 64 rows (stride D+8);
- * out[n] is columns 8n..8n+7 of the D.  One ldmatrix.x4.trans gives the B
- * fragments of 16 rows for two 8-column slices of Y.
+ * out[r][n] += P_r . Y over the tile's 64 columns for each of RG row
+ * groups: p[r][j] the accumulator layout of slice j (fp32, rounded to bf16
+ * here), Y the tile's 64 rows (stride D+8); out[r][n] is columns 8n..8n+7
+ * of the D.  One ldmatrix.x4.trans gives the B fragments of 16 rows for two
+ * 8-column slices of Y, shared by the groups.
  */
-template <int D>
-__device__ __forceinline__ void mm16_py(float (*out)[4], const float (*p)[4], const bf16 *y, int lane)
+template <int D, int RG>
+__device__ __forceinline__ void mm16_py(float (*out)[D / 8][4], const float (*p)[F16_NS][4], const bf16 *y, int lane)
 {
 	const int LD = D + 8;
 	const bf16 *yl = y + (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
 #pragma unroll
 	for (int k = 0; k < F16_TILE / 16; k++) {
-		uint32_t a[4] = { pack2(p[2 * k][0], p[2 * k][1]), pack2(p[2 * k][2], p[2 * k][3]),
-				  pack2(p[2 * k + 1][0], p[2 * k + 1][1]), pack2(p[2 * k + 1][2], p[2 * k + 1][3]) };
+		uint32_t a[RG][4];
+#pragma unroll
+		for (int r = 0; r < RG; r++) {
+			a[r][0] = pack2(p[r][2 * k][0], p[r][2 * k][1]);
+			a[r][1] = pack2(p[r][2 * k][2], p[r][2 * k][3]);
+			a[r][2] = pack2(p[r][2 * k + 1][0], p[r][2 * k + 1][1]);
+			a[r][3] = pack2(p[r][2 * k + 1][2], p[r][2 * k + 1][3]);
+		}
 #pragma unroll
 		for (int n = 0; n < D / 16; n++) {
 			uint32_t b[4];
 			ldsm4_t(b, yl + 16 * k * LD + 16 * n);
-			mma16(out[2 * n], a, b[0], b[1]);
-			mma16(out[2 * n + 1], a, b[2], b[3]);
+#pragma unroll
+			for (int r = 0; r < RG; r++) {
+				mma16(out[r][2 * n], a[r], b[0], b[1]);
+				mma16(out[r][2 * n + 1], a[r], b[2], b[3]);
+			}
 		}
 	}
 }
@@ -230,56 +250,123 @@ __device__ __forceinline__ int64_t head_at(int p, int64_t B, int b, int nh, int 
 
 /* ---- forward ------------------------------------------------------------------------ */
 
+/*
+ * A block owns 128 queries (F16_QROWS): each warp 32 rows, two groups of
+ * 16 that share every K and V fragment it loads.  Tp need not be a multiple
+ * of 128: the second half of the last block's Q is then not loaded, and its
+ * warps, whose rows are all at or after T, do nothing.  A tile wholly
+ * before the warp's first row and inside T is taken without the mask.
+ */
 template <int D>
-__global__ void __launch_bounds__(F16_NT) flash16_fwd_kernel(float *out, float *lse, const bf16 *qkv16, int64_t B,
-							      int T, int Tp, int H, int nh, float scale)
+__global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(float *out, float *lse, const bf16 *qkv16, int64_t B,
+								 int T, int Tp, int H, int nh, float scale)
 {
 	extern __shared__ __align__(16) unsigned char smraw[];
 	const int LD = D + 8, TS = F16_TILE * LD;
-	bf16 *Qs = (bf16 *)smraw, *KV = Qs + TS; /* KV: buffer i holds K at KV + 2i TS, V after it */
-	const int nqt = Tp / F16_TILE;
-	const int qt = nqt - 1 - (int)blockIdx.x; /* the longest rows first */
+	bf16 *Qs = (bf16 *)smraw, *KV = Qs + 2 * TS; /* KV: buffer i holds K at KV + 2i TS, V after it */
+	const int nqb = (Tp + F16_QROWS - 1) / F16_QROWS;
+	const int qb = nqb - 1 - (int)blockIdx.x; /* the longest rows first */
 	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
-	const int64_t base = (int64_t)b * T;
-	const int q0 = qt * F16_TILE, wlast = q0 + w * 16 + 15;
-	const int ra = q0 + w * 16 + g, rb = ra + 8;
-	const int nkt = qt + 1; /* key tiles up to the diagonal */
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int q0 = qb * F16_QROWS, wfirst = q0 + w * 32, wlast = wfirst + 31;
+	const int nkt = min(Tp / F16_TILE, (q0 + F16_QROWS - 1) / F16_TILE + 1); /* key tiles up to the diagonal */
 	const float sl2 = scale * F16_LOG2E;
 	const bf16 *qg = qkv16 + head_at(0, B, b, nh, h, Tp, D), *kg = qkv16 + head_at(1, B, b, nh, h, Tp, D);
 	const bf16 *vg = qkv16 + head_at(2, B, b, nh, h, Tp, D);
 	tile_async<D>(Qs, qg + (int64_t)q0 * D);
+	if (q0 + F16_TILE < Tp)
+		tile_async<D>(Qs + TS, qg + (int64_t)(q0 + F16_TILE) * D);
 	cp_commit();
 	tile_async<D>(KV, kg);
 	tile_async<D>(KV + TS, vg);
 	cp_commit();
 	cp_wait<1>();
 	__syncthreads();
-	uint32_t qa[D / 16][4];
-	frag_rows<D>(qa, Qs + w * 16 * LD, lane);
-	float o[D / 8][4];
+	const bool live = wfirst < T;
+	uint32_t qa[2][D / 16][4];
+	frag_rows<D>(qa[0], Qs + w * 32 * LD, lane);
+	frag_rows<D>(qa[1], Qs + (w * 32 + 16) * LD, lane);
+	float o[2][D / 8][4];
 #pragma unroll
-	for (int n = 0; n < D / 8; n++)
-		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-	flash_rows rs = flash_rows_start();
+	for (int r = 0; r < 2; r++)
+#pragma unroll
+		for (int n = 0; n < D / 8; n++)
+			o[r][n][0] = o[r][n][1] = o[r][n][2] = o[r][n][3] = 0.0f;
+	flash_rows rs[2] = { flash_rows_start(), flash_rows_start() };
+	const int ra0 = wfirst + g, ra1 = ra0 + 16;
 	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * F16_TILE;
 		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
 		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (int64_t)(k0 + F16_TILE) * D,
 			     vg + (int64_t)(k0 + F16_TILE) * D, kt + 1 < nkt);
 		__syncthreads();
-		if (k0 <= wlast) { /* else every key of the tile is after every row of the warp */
-			float sc[F16_NS][4];
-			mm16_xyt<D>(sc, qa, Ks, lane);
-			flash_softmax_step<F16_NS, D / 8>(sc, o, &rs, k0, ra, rb, c, T, sl2);
-			mm16_py<D>(o, sc, Vs, lane);
+		if (live && k0 <= wlast) { /* else every key of the tile is after every row of the warp */
+			float sc[2][F16_NS][4];
+			mm16_xyt<D, 2>(sc, qa, Ks, lane);
+			if (k0 + F16_TILE - 1 > wfirst || k0 + F16_TILE > T) {
+				flash_softmax_step<F16_NS, D / 8, true>(sc[0], o[0], &rs[0], k0, ra0, ra0 + 8, c, T, sl2);
+				flash_softmax_step<F16_NS, D / 8, true>(sc[1], o[1], &rs[1], k0, ra1, ra1 + 8, c, T, sl2);
+			} else {
+				flash_softmax_step<F16_NS, D / 8, false>(sc[0], o[0], &rs[0], k0, ra0, ra0 + 8, c, T, sl2);
+				flash_softmax_step<F16_NS, D / 8, false>(sc[1], o[1], &rs[1], k0, ra1, ra1 + 8, c, T, sl2);
+			}
+			mm16_py<D, 2>(o, sc, Vs, lane);
 		}
 		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
 	}
-	flash_store_rows<D / 8>(out, lse, o, &rs, base, ((int64_t)b * nh + h) * T, ra, rb, c, T, H, h);
+	if (live) {
+		flash_store_rows<D / 8>(out, lse, o[0], &rs[0], base, hrow, ra0, ra0 + 8, c, T, H, h);
+		flash_store_rows<D / 8>(out, lse, o[1], &rs[1], base, hrow, ra1, ra1 + 8, c, T, H, h);
+	}
 }
 
 /* ---- backward (Dt = dout . out from cuda_flash.cu's qe__cuda_flash_dot) ---------------- */
+
+/*
+ * dQ's tile: sc (scores of rows ra, rb against keys k0..k0 + 63) becomes
+ * dS = P (dP - Dt), P = 2^(s sl2 - lse log2 e) (la, lb: the rows' lse in
+ * log2 units; da, db: their Dt).  With MASK, P is 0 where the key is after
+ * the row or either is outside T; a tile wholly before the warp's first row
+ * and inside T needs no mask.
+ */
+template <bool MASK>
+__device__ __forceinline__ void ds_rows(float (*sc)[4], const float (*dp)[4], int k0, int ra, int rb, int c, int T,
+					float sl2, float la, float lb, float da, float db)
+{
+#pragma unroll
+	for (int n = 0; n < F16_NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+			float p = flash_ex2(fmaf(sc[n][e], sl2, -(e < 2 ? la : lb)));
+			if (MASK && !(key <= row && key < T && row < T))
+				p = 0.0f;
+			sc[n][e] = p * (dp[n][e] - (e < 2 ? da : db));
+		}
+}
+
+/*
+ * dK and dV's tile, transposed: st (scores of keys ka, kb against queries
+ * q0..q0 + 63) becomes P^T and dpt becomes dS^T; ls and ds are the
+ * queries' lse (log2 units) and Dt.  MASK as for ds_rows.
+ */
+template <bool MASK>
+__device__ __forceinline__ void ds_cols(float (*st)[4], float (*dpt)[4], int q0, int ka, int kb, int c, int T, float sl2,
+					const float *ls, const float *ds)
+{
+#pragma unroll
+	for (int n = 0; n < F16_NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
+			float p = flash_ex2(fmaf(st[n][e], sl2, -ls[qc]));
+			if (MASK && !(key <= tq && tq < T && key < T))
+				p = 0.0f;
+			st[n][e] = p;
+			dpt[n][e] = p * (dpt[n][e] - ds[qc]);
+		}
+}
 
 template <int D>
 __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
@@ -294,8 +381,8 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int q0 = qt * F16_TILE, wlast = q0 + w * 16 + 15;
-	const int ra = q0 + w * 16 + g, rb = ra + 8;
+	const int q0 = qt * F16_TILE, wfirst = q0 + w * 16, wlast = wfirst + 15;
+	const int ra = wfirst + g, rb = ra + 8;
 	const float sl2 = scale * F16_LOG2E;
 	const bf16 *kg = qkv16 + head_at(1, B, b, nh, h, Tp, D), *vg = qkv16 + head_at(2, B, b, nh, h, Tp, D);
 	tile_async<D>(Qs, qkv16 + head_at(0, B, b, nh, h, Tp, D) + (int64_t)q0 * D);
@@ -306,10 +393,10 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 	cp_commit();
 	const float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
 	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
-	float dq[D / 8][4];
+	float dq[1][D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
-		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+		dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
 	for (int kt = 0; kt <= qt; kt++) {
 		const int k0 = kt * F16_TILE;
 		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
@@ -318,26 +405,21 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 		__syncthreads();
 		if (k0 <= wlast) {
 			/* the warp's Q and dO rows come from shared memory for every tile (as in dK/dV) */
-			float sc[F16_NS][4], dp[F16_NS][4];
-			uint32_t xa[D / 16][4];
-			frag_rows<D>(xa, Qs + w * 16 * LD, lane);
-			mm16_xyt<D>(sc, xa, Ks, lane);
-			frag_rows<D>(xa, dOs + w * 16 * LD, lane);
-			mm16_xyt<D>(dp, xa, Vs, lane);
-#pragma unroll
-			for (int n = 0; n < F16_NS; n++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
-					float p = (key <= row && key < T && row < T) ? exp2f(sc[n][e] * sl2 - (e < 2 ? la : lb))
-										     : 0.0f;
-					sc[n][e] = p * (dp[n][e] - (e < 2 ? da : db)); /* dS */
-				}
-			mm16_py<D>(dq, sc, Ks, lane);
+			float sc[1][F16_NS][4], dp[1][F16_NS][4];
+			uint32_t xa[1][D / 16][4];
+			frag_rows<D>(xa[0], Qs + w * 16 * LD, lane);
+			mm16_xyt<D, 1>(sc, xa, Ks, lane);
+			frag_rows<D>(xa[0], dOs + w * 16 * LD, lane);
+			mm16_xyt<D, 1>(dp, xa, Vs, lane);
+			if (k0 + F16_TILE - 1 > wfirst || k0 + F16_TILE > T || wlast >= T)
+				ds_rows<true>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
+			else
+				ds_rows<false>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
+			mm16_py<D, 1>(dq, sc, Ks, lane);
 		}
 		__syncthreads();
 	}
-	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
+	flash_store_dq<D / 8>(dqkv, dq[0], base, ra, rb, c, T, H, h, scale);
 }
 
 template <int D>
@@ -368,11 +450,11 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 		lse_s[tid] = t < T ? lse[hrow + t] * F16_LOG2E : 0.0f;
 		dt_s[tid] = t < T ? Dt[hrow + t] : 0.0f;
 	}
-	float dk[D / 8][4], dv[D / 8][4];
+	float dk[1][D / 8][4], dv[1][D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++) {
-		dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
-		dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+		dk[0][n][0] = dk[0][n][1] = dk[0][n][2] = dk[0][n][3] = 0.0f;
+		dv[0][n][0] = dv[0][n][1] = dv[0][n][2] = dv[0][n][3] = 0.0f;
 	}
 	for (int qt = kt; qt < nqt; qt++) {
 		const int q0 = qt * F16_TILE, cur = (qt - kt) & 1, nxt = cur ^ 1;
@@ -390,23 +472,18 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 			const float *ls = lse_s + cur * F16_TILE, *ds = dt_s + cur * F16_TILE;
 			/* the warp's K and V rows are read from shared memory for every tile, not kept in
 			 * registers: 32 fewer registers let 3 blocks share an SM instead of 2 */
-			float st[F16_NS][4], dpt[F16_NS][4];
-			uint32_t xa[D / 16][4];
-			frag_rows<D>(xa, Ks + w * 16 * LD, lane);
-			mm16_xyt<D>(st, xa, Qs, lane); /* S^T: keys x queries */
-			frag_rows<D>(xa, Vs + w * 16 * LD, lane);
-			mm16_xyt<D>(dpt, xa, dOs, lane); /* dP^T */
-#pragma unroll
-			for (int n = 0; n < F16_NS; n++)
-#pragma unroll
-				for (int e = 0; e < 4; e++) {
-					int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
-					float p = (key <= tq && tq < T && key < T) ? exp2f(st[n][e] * sl2 - ls[qc]) : 0.0f;
-					st[n][e] = p;                        /* P^T */
-					dpt[n][e] = p * (dpt[n][e] - ds[qc]); /* dS^T */
-				}
-			mm16_py<D>(dv, st, dOs, lane);
-			mm16_py<D>(dk, dpt, Qs, lane);
+			float st[1][F16_NS][4], dpt[1][F16_NS][4];
+			uint32_t xa[1][D / 16][4];
+			frag_rows<D>(xa[0], Ks + w * 16 * LD, lane);
+			mm16_xyt<D, 1>(st, xa, Qs, lane); /* S^T: keys x queries */
+			frag_rows<D>(xa[0], Vs + w * 16 * LD, lane);
+			mm16_xyt<D, 1>(dpt, xa, dOs, lane); /* dP^T */
+			if (q0 < wfirst + 15 || q0 + F16_TILE > T || wfirst + 15 >= T)
+				ds_cols<true>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
+			else
+				ds_cols<false>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
+			mm16_py<D, 1>(dv, st, dOs, lane);
+			mm16_py<D, 1>(dk, dpt, Qs, lane);
 		}
 		if (tid < F16_TILE) {
 			lse_s[nxt * F16_TILE + tid] = ln;
@@ -414,13 +491,13 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 		}
 		__syncthreads();
 	}
-	flash_store_dkv<D / 8>(dqkv, dk, dv, base, ka, kb, c, T, H, h, scale);
+	flash_store_dkv<D / 8>(dqkv, dk[0], dv[0], base, ka, kb, c, T, H, h, scale);
 }
 
 /* ---- launchers (cuda_flash.cu checked the arguments) ----------------------------------- */
 
 static size_t tile_bytes(int D) { return (size_t)F16_TILE * (D + 8) * sizeof(bf16); }
-static size_t fwd_smem16(int D) { return 5 * tile_bytes(D); }
+static size_t fwd_smem16(int D) { return 6 * tile_bytes(D); }
 static size_t bwd_smem16(int D) { return 6 * tile_bytes(D) + 4 * F16_TILE * sizeof(float); }
 
 template <typename K> static int smem16(K kernel, size_t bytes, const char *op, const char *name)
@@ -450,7 +527,7 @@ static int fwd16(qe_stream *s, float *out, float *lse, const float *qkv, const f
 	    (rc = qe__cuda_scratch(s, (size_t)3 * B * H * Tp * sizeof(bf16), op, (void **)&qkv16)) ||
 	    (rc = heads16<D>(s, qkv16, qkv, qkv_bias, B, T, Tp, H, nh, 3, op)))
 		return rc;
-	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
+	dim3 grid((unsigned)((Tp + F16_QROWS - 1) / F16_QROWS), (unsigned)nh, (unsigned)B);
 	flash16_fwd_kernel<D><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, B, T, Tp, H, nh,
 								       1.0f / sqrtf((float)D));
 	return qe__cuda_launched(op, "flash16_fwd_kernel");

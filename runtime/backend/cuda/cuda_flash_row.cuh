@@ -29,26 +29,41 @@ __device__ __forceinline__ flash_rows flash_rows_start(void)
 	return r;
 }
 
+/* 2^x by the special-function unit (ex2.approx.ftz: 2^-22 relative, -inf -> +0) */
+__device__ __forceinline__ float flash_ex2(float x)
+{
+	float y;
+	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+	return y;
+}
+
 /*
- * One key tile (keys k0..k0 + 8 NS - 1) for rows ra, rb: scores scaled by
- * sl2 (= scale log2 e) where the key is causal and inside T, -inf elsewhere;
- * then the online softmax: the rows' new maxima, sc holding the
- * probabilities exp2(s - max) in fp32, the sums rescaled and grown, and the
- * output accumulators o (DN 8-column slices) rescaled.  The quad's partial
- * maxima and sums are combined in a fixed butterfly, so the bits do not
- * depend on timing.
+ * One key tile (keys k0..k0 + 8 NS - 1) for rows ra, rb: with MASK, the
+ * scores where the key is after the row or outside T become -inf (a tile
+ * wholly inside both needs no mask, and the kernels say which); then the
+ * online softmax in units of log2: the rows' new maxima (max score times
+ * sl2 = scale log2 e), sc holding the probabilities 2^(s sl2 - max) (one
+ * fused multiply-add and one ex2 a score), the sums rescaled and grown, and
+ * the output accumulators o (DN 8-column slices) rescaled.  The quad's
+ * partial maxima and sums are combined in a fixed butterfly, so the bits do
+ * not depend on timing.  Every tile a warp reads holds a key at or before
+ * each of its rows (key k0 <= the warp's first row), so a row's maximum is
+ * finite from its first tile on; the guard against an all -inf row stays
+ * for safety and costs one select a row.
  */
-template <int NS, int DN>
+template <int NS, int DN, bool MASK>
 __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4], flash_rows *st, int k0, int ra, int rb,
 						   int c, int T, float sl2)
 {
 	float xa = -INFINITY, xb = -INFINITY;
 #pragma unroll
 	for (int n = 0; n < NS; n++) {
+		if (MASK) {
 #pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
-			sc[n][e] = (key <= row && key < T) ? sc[n][e] * sl2 : -INFINITY;
+			for (int e = 0; e < 4; e++) {
+				int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+				sc[n][e] = (key <= row && key < T) ? sc[n][e] : -INFINITY;
+			}
 		}
 		xa = fmaxf(xa, fmaxf(sc[n][0], sc[n][1]));
 		xb = fmaxf(xb, fmaxf(sc[n][2], sc[n][3]));
@@ -57,20 +72,18 @@ __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4]
 	xa = fmaxf(xa, __shfl_xor_sync(0xffffffffu, xa, 2));
 	xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 1));
 	xb = fmaxf(xb, __shfl_xor_sync(0xffffffffu, xb, 2));
-	float na = fmaxf(st->ma, xa), nb = fmaxf(st->mb, xb);
-	float aa = na == -INFINITY ? 1.0f : exp2f(st->ma - na), ab = nb == -INFINITY ? 1.0f : exp2f(st->mb - nb);
+	float na = fmaxf(st->ma, xa * sl2), nb = fmaxf(st->mb, xb * sl2);
+	float ua = na == -INFINITY ? 0.0f : na, ub = nb == -INFINITY ? 0.0f : nb;
+	float aa = flash_ex2(st->ma - ua), ab = flash_ex2(st->mb - ub);
 	float sa = 0.0f, sb = 0.0f;
 #pragma unroll
 	for (int n = 0; n < NS; n++) {
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			float pv = sc[n][e] == -INFINITY ? 0.0f : exp2f(sc[n][e] - (e < 2 ? na : nb));
-			if (e < 2)
-				sa += pv;
-			else
-				sb += pv;
-			sc[n][e] = pv;
-		}
+		sc[n][0] = flash_ex2(fmaf(sc[n][0], sl2, -ua));
+		sc[n][1] = flash_ex2(fmaf(sc[n][1], sl2, -ua));
+		sc[n][2] = flash_ex2(fmaf(sc[n][2], sl2, -ub));
+		sc[n][3] = flash_ex2(fmaf(sc[n][3], sl2, -ub));
+		sa += sc[n][0] + sc[n][1];
+		sb += sc[n][2] + sc[n][3];
 	}
 	sa += __shfl_xor_sync(0xffffffffu, sa, 1);
 	sa += __shfl_xor_sync(0xffffffffu, sa, 2);
