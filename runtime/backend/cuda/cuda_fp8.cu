@@ -171,11 +171,10 @@ __device__ __forceinline__ float4 pre_dgelu4(const cast_pre &p, float4 v, float4
 	return make_float4(gelu_bwd1(u.x, v.x), gelu_bwd1(u.y, v.y), gelu_bwd1(u.z, v.z), gelu_bwd1(u.w, v.w));
 }
 
-/* the forward prologue (layernorm, bias, GELU: no pre_dgelu) on four elements */
-__device__ __forceinline__ float4 pre_fwd4(const cast_pre &p, float4 v, int64_t r, int64_t c)
+/* the forward prologue (layernorm with the row's mean mr and rstd sr, bias, GELU: no pre_dgelu) on four elements */
+__device__ __forceinline__ float4 pre_fwd4(const cast_pre &p, float4 v, float mr, float sr, int64_t c)
 {
 	if (p.mean) {
-		float mr = p.mean[r], sr = p.rstd[r];
 		float4 w = col4(p.w, c, p.al), b = col4(p.b, c, p.al);
 		v.x = (sr * (v.x - mr)) * w.x + b.x;
 		v.y = (sr * (v.y - mr)) * w.y + b.y;
@@ -314,12 +313,14 @@ static_assert(VT == QE_COLSUM_ROWS, "a cast tile must be one row group of colsum
 /*
  * PK: the prologue kind, so that each kernel carries only its own code and
  * registers (one kernel for all kinds took 60 registers: half the threads
- * an SM, and the casts ran at 1.0-1.6 TB/s).  The launch bounds keep the
- * forward prologue's kernel at 32 registers (every thread slot), the
- * others at 40 and 48, without spills (ptxas -v).
+ * an SM, and the casts ran at 1.0-1.6 TB/s).  The launch bounds give the
+ * kernel without a prologue 40 registers, the forward prologue's 48 (its
+ * rows' statistics are loaded with x) and GELU backward's 64 (the
+ * special-function unit's exponential lets it keep more of its elements
+ * in flight), without spills (ptxas -v).
  */
 template <typename T, bool SUMS, int PK>
-__global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 8 : PK == PK_NONE ? 6 : 5) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+__global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 5 : PK == PK_NONE ? 6 : 4) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
 			     float *__restrict__ part)
@@ -341,6 +342,7 @@ __global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 8 : PK == PK_NONE ? 6 
 	 */
 	constexpr int NJ = VT / VY;
 	float4 xv[NJ], uv[PK == PK_DGELU ? NJ : 1];
+	float mr[PK == PK_FWD ? NJ : 1], sr[PK == PK_FWD ? NJ : 1]; /* the rows' layernorm statistics */
 #pragma unroll
 	for (int q = 0; q < NJ; q++) {
 		int64_t r = r0 + threadIdx.y + q * VY, c = c0 + cx;
@@ -348,6 +350,12 @@ __global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 8 : PK == PK_NONE ? 6 
 			xv[q] = xload4(x, r * cols + c);
 			if constexpr (PK == PK_DGELU)
 				uv[q] = xload4(pre.dgelu, r * cols + c);
+			if constexpr (PK == PK_FWD) {
+				if (pre.mean) {
+					mr[q] = pre.mean[r];
+					sr[q] = pre.rstd[r];
+				}
+			}
 		}
 	}
 #pragma unroll
@@ -357,7 +365,7 @@ __global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 8 : PK == PK_NONE ? 6 
 		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
 			float4 v = xv[q];
 			if constexpr (PK == PK_FWD)
-				v = pre_fwd4(pre, v, r, c);
+				v = pre_fwd4(pre, v, mr[q], sr[q], c);
 			else if constexpr (PK == PK_DGELU)
 				v = pre_dgelu4(pre, v, uv[q], c);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
