@@ -162,29 +162,41 @@ __device__ __forceinline__ float4 col4(const float *q, int64_t c, bool al)
  */
 enum { PK_NONE = 0, PK_FWD = 1, PK_DGELU = 2 };
 
-__device__ __forceinline__ float4 pre_dgelu4(const cast_pre &p, float4 v, float4 u, int64_t c)
+/* the columns' parameters of the thread's four columns, loaded once for all its rows */
+typedef struct cols4 {
+	float4 w, b, bias;
+} cols4;
+
+__device__ __forceinline__ cols4 cols4_load(const cast_pre &p, int64_t c)
 {
-	if (p.bias) {
-		float4 bias = col4(p.bias, c, p.al);
-		u = make_float4(u.x + bias.x, u.y + bias.y, u.z + bias.z, u.w + bias.w);
+	cols4 q;
+	if (p.mean) {
+		q.w = col4(p.w, c, p.al);
+		q.b = col4(p.b, c, p.al);
 	}
+	if (p.bias)
+		q.bias = col4(p.bias, c, p.al);
+	return q;
+}
+
+__device__ __forceinline__ float4 pre_dgelu4(const cast_pre &p, float4 v, float4 u, const cols4 &q)
+{
+	if (p.bias)
+		u = make_float4(u.x + q.bias.x, u.y + q.bias.y, u.z + q.bias.z, u.w + q.bias.w);
 	return make_float4(gelu_bwd1(u.x, v.x), gelu_bwd1(u.y, v.y), gelu_bwd1(u.z, v.z), gelu_bwd1(u.w, v.w));
 }
 
 /* the forward prologue (layernorm with the row's mean mr and rstd sr, bias, GELU: no pre_dgelu) on four elements */
-__device__ __forceinline__ float4 pre_fwd4(const cast_pre &p, float4 v, float mr, float sr, int64_t c)
+__device__ __forceinline__ float4 pre_fwd4(const cast_pre &p, float4 v, float mr, float sr, const cols4 &q)
 {
 	if (p.mean) {
-		float4 w = col4(p.w, c, p.al), b = col4(p.b, c, p.al);
-		v.x = (sr * (v.x - mr)) * w.x + b.x;
-		v.y = (sr * (v.y - mr)) * w.y + b.y;
-		v.z = (sr * (v.z - mr)) * w.z + b.z;
-		v.w = (sr * (v.w - mr)) * w.w + b.w;
+		v.x = (sr * (v.x - mr)) * q.w.x + q.b.x;
+		v.y = (sr * (v.y - mr)) * q.w.y + q.b.y;
+		v.z = (sr * (v.z - mr)) * q.w.z + q.b.z;
+		v.w = (sr * (v.w - mr)) * q.w.w + q.b.w;
 	}
-	if (p.bias) {
-		float4 bias = col4(p.bias, c, p.al);
-		v = make_float4(v.x + bias.x, v.y + bias.y, v.z + bias.z, v.w + bias.w);
-	}
+	if (p.bias)
+		v = make_float4(v.x + q.bias.x, v.y + q.bias.y, v.z + q.bias.z, v.w + q.bias.w);
 	if (p.gelu)
 		v = make_float4(gelu_fwd1(v.x), gelu_fwd1(v.y), gelu_fwd1(v.z), gelu_fwd1(v.w));
 	return v;
@@ -275,20 +287,29 @@ __global__ void cast_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int
 #define VX 16 /* threads in x, four columns each */
 #define VY 16 /* threads in y */
 
-/* four codes of v: FP8 (T = uint8_t, scaled by s) or bf16 (T = uint16_t, the code's bits) */
+/*
+ * Four codes of v packed as they lie in memory: FP8 (T = uint8_t, scaled by
+ * s; one 4-byte word) by two pair conversions (cvt.rn.satfinite.e4m3x2, the
+ * single conversion's instruction on two elements: the same bytes), or bf16
+ * (T = uint16_t, the codes' bits; 8 bytes), rounded to nearest even.
+ */
+template <typename T> struct word4 {
+	typedef uint2 type;
+};
+template <> struct word4<uint8_t> {
+	typedef uint32_t type;
+};
+
 template <typename T>
-__device__ __forceinline__ void codes4(float4 v, float s, __nv_fp8_interpretation_t k, T *q)
+__device__ __forceinline__ typename word4<T>::type codes4(float4 v, float s, __nv_fp8_interpretation_t k)
 {
 	if constexpr (sizeof(T) == 1) {
-		q[0] = (T)__nv_cvt_float_to_fp8(v.x * s, __NV_SATFINITE, k);
-		q[1] = (T)__nv_cvt_float_to_fp8(v.y * s, __NV_SATFINITE, k);
-		q[2] = (T)__nv_cvt_float_to_fp8(v.z * s, __NV_SATFINITE, k);
-		q[3] = (T)__nv_cvt_float_to_fp8(v.w * s, __NV_SATFINITE, k);
+		uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(v.x * s, v.y * s), __NV_SATFINITE, k);
+		uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v.z * s, v.w * s), __NV_SATFINITE, k);
+		return lo | (hi << 16);
 	} else {
-		q[0] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.x));
-		q[1] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.y));
-		q[2] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.z));
-		q[3] = (T)__bfloat16_as_ushort(__float2bfloat16_rn(v.w));
+		__nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+		return make_uint2(*(uint32_t *)&lo, *(uint32_t *)&hi);
 	}
 }
 
@@ -314,27 +335,37 @@ static_assert(VT == QE_COLSUM_ROWS, "a cast tile must be one row group of colsum
  * PK: the prologue kind, so that each kernel carries only its own code and
  * registers (one kernel for all kinds took 60 registers: half the threads
  * an SM, and the casts ran at 1.0-1.6 TB/s).  The launch bounds give the
- * kernel without a prologue 40 registers, the forward prologue's 48 (its
- * rows' statistics are loaded with x) and GELU backward's 64 (the
- * special-function unit's exponential lets it keep more of its elements
- * in flight), without spills (ptxas -v).
+ * kernel without a prologue 48 registers, the prologue kernels 64 (the
+ * columns' parameters and the rows' statistics are held for all of the
+ * thread's rows) and GELU backward with column sums 80, without spills
+ * (ptxas -v).
  */
-template <typename T, bool SUMS, int PK>
-__global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 5 : PK == PK_NONE ? 6 : 4) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
-			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
-			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
-			     float *__restrict__ part)
+/*
+ * One tile of cast4_kernel for one kind of x (XB: bf16, else f32) and of
+ * tile (FULL: every row and column inside the tensor, so no element needs
+ * a bound check): split out so that each combination is straight-line
+ * code.  The casts are bound by instructions issued, not by memory (ncu:
+ * 80% of issue slots at 1.4 TB/s for GELU's), so what every element pays
+ * for is kept to the arithmetic.
+ */
+template <typename T, bool SUMS, int PK, bool XB, bool FULL>
+__device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT + 1], const void *xp,
+					   T *__restrict__ row, T *__restrict__ col, int64_t rows, int64_t cols,
+					   const cast_pre &pre, float s, __nv_fp8_interpretation_t k, unsigned *amax_dst,
+					   float *__restrict__ part)
 {
-	constexpr bool is_fp8 = sizeof(T) == 1;
-	__shared__ __align__(8) T tile[VT][VT + 4];
-	__shared__ float vals[SUMS ? VT : 1][VT + 1];
-	__nv_fp8_interpretation_t k = fmt_e5m2 ? __NV_E5M2 : __NV_E4M3;
-	float s = 1.0f;
-	if constexpr (is_fp8)
-		s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
-	int64_t r0 = (int64_t)blockIdx.y * VT, c0 = (int64_t)blockIdx.x * VT;
-	int cx = threadIdx.x * 4;
+	typedef typename word4<T>::type W;
+	const int64_t r0 = (int64_t)blockIdx.y * VT, c0 = (int64_t)blockIdx.x * VT;
+	const int cx = threadIdx.x * 4;
+	const int64_t c = c0 + cx;
+	const bool cin = FULL || c < cols;
+	const xin x = { xp, XB };
 	unsigned m = 0;
+	cols4 cp;
+	if constexpr (PK != PK_NONE) {
+		if (cin)
+			cp = cols4_load(pre, c);
+	}
 	/*
 	 * Every load of the thread's rows first, then the arithmetic: each
 	 * thread keeps all its loads in flight at once (one at a time, the
@@ -345,8 +376,8 @@ __global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 5 : PK == PK_NONE ? 6 
 	float mr[PK == PK_FWD ? NJ : 1], sr[PK == PK_FWD ? NJ : 1]; /* the rows' layernorm statistics */
 #pragma unroll
 	for (int q = 0; q < NJ; q++) {
-		int64_t r = r0 + threadIdx.y + q * VY, c = c0 + cx;
-		if (r < rows && c < cols) {
+		int64_t r = r0 + threadIdx.y + q * VY;
+		if (FULL || (r < rows && cin)) {
 			xv[q] = xload4(x, r * cols + c);
 			if constexpr (PK == PK_DGELU)
 				uv[q] = xload4(pre.dgelu, r * cols + c);
@@ -361,19 +392,18 @@ __global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 5 : PK == PK_NONE ? 6 
 #pragma unroll
 	for (int q = 0; q < NJ; q++) {
 		int j = threadIdx.y + q * VY;
-		int64_t r = r0 + j, c = c0 + cx;
-		if (r < rows && c < cols) { /* cols % 4 == 0: the whole float4 is inside */
+		int64_t r = r0 + j;
+		if (FULL || (r < rows && cin)) { /* cols % 4 == 0: the whole float4 is inside */
 			float4 v = xv[q];
 			if constexpr (PK == PK_FWD)
-				v = pre_fwd4(pre, v, mr[q], sr[q], c);
+				v = pre_fwd4(pre, v, mr[q], sr[q], cp);
 			else if constexpr (PK == PK_DGELU)
-				v = pre_dgelu4(pre, v, uv[q], c);
+				v = pre_dgelu4(pre, v, uv[q], cp);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
-			T q[4];
-			codes4<T>(v, s, k, q);
+			W w = codes4<T>(v, s, k);
 			if (row)
-				store4<T>(row + r * cols + c, q);
-			store4<T>(&tile[j][cx], q);
+				*(W *)(row + r * cols + c) = w;
+			*(W *)&tile[j][cx] = w;
 			if constexpr (SUMS) {
 				vals[j][cx] = v.x;
 				vals[j][cx + 1] = v.y;
@@ -388,24 +418,46 @@ __global__ void __launch_bounds__(VX * VY, PK == PK_FWD ? 5 : PK == PK_NONE ? 6 
 		__syncthreads();
 	if (col) {
 		for (int j = threadIdx.y; j < VT; j += VY) {
-			int64_t c = c0 + j, r = r0 + cx;
-			if (c < cols && r < rows) { /* rows % 4 == 0 */
+			int64_t cc = c0 + j, r = r0 + cx;
+			if (FULL || (cc < cols && r < rows)) { /* rows % 4 == 0 */
 				T q[4] = { tile[cx][j], tile[cx + 1][j], tile[cx + 2][j], tile[cx + 3][j] };
-				store4<T>(col + c * rows + r, q);
+				store4<T>(col + cc * rows + r, q);
 			}
 		}
 	}
 	if constexpr (SUMS) {
 		int t = threadIdx.y * VX + threadIdx.x;
-		int64_t c = c0 + t;
-		if (t < VT && c < cols) {
-			int nr = rows - r0 < VT ? (int)(rows - r0) : VT;
+		int64_t cc = c0 + t;
+		if (t < VT && (FULL || cc < cols)) {
+			int nr = FULL ? VT : rows - r0 < VT ? (int)(rows - r0) : VT;
 			float p = 0.0f;
 			for (int j = 0; j < nr; j++)
 				p += vals[j][t];
-			part[(int64_t)blockIdx.y * cols + c] = p;
+			part[(int64_t)blockIdx.y * cols + cc] = p;
 		}
 	}
+}
+
+template <typename T, bool SUMS, int PK>
+__global__ void __launch_bounds__(VX * VY, PK == PK_DGELU && SUMS ? 3 : PK == PK_NONE ? 5 : 4) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
+			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
+			     float *__restrict__ part)
+{
+	constexpr bool is_fp8 = sizeof(T) == 1;
+	__shared__ __align__(8) T tile[VT][VT + 4];
+	__shared__ float vals[SUMS ? VT : 1][VT + 1];
+	__nv_fp8_interpretation_t k = fmt_e5m2 ? __NV_E5M2 : __NV_E4M3;
+	float s = 1.0f;
+	if constexpr (is_fp8)
+		s = cur_amax ? scale_for_amax(__uint_as_float(*cur_amax), fp8_max, margin, 1.0f) : *scale;
+	const bool full = ((int64_t)blockIdx.y + 1) * VT <= rows && ((int64_t)blockIdx.x + 1) * VT <= cols;
+#define CAST4_TILE(XB, FULL)                                                                                       	cast4_tile<T, SUMS, PK, XB, FULL>(tile, vals, x.p, row, col, rows, cols, pre, s, k, amax_dst, part)
+	if (x.bf16)
+		full ? CAST4_TILE(true, true) : CAST4_TILE(true, false);
+	else
+		full ? CAST4_TILE(false, true) : CAST4_TILE(false, false);
+#undef CAST4_TILE
 	if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
 		if (scale_inv_out)
 			*scale_inv_out = is_fp8 ? 1.0f / s : 1.0f;
