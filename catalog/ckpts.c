@@ -264,7 +264,7 @@ int cat_ckpt_commit(cat *c, int64_t id)
 		sqlite3_stmt *st;
 		/* an earlier committed checkpoint of this step gives way in the same transaction */
 		rc = cat_prepare(c,
-				 "UPDATE checkpoints SET status = 'aborted', note = 'superseded by checkpoint ' || ?1"
+				 "UPDATE checkpoints SET status = 'aborted', note = 'superseded: step ' || ?2 || ' saved again'"
 				 " WHERE status = 'committed' AND id <> ?1 AND step = ?2"
 				 " AND run_id = (SELECT run_id FROM checkpoints WHERE id = ?1)",
 				 &st, "supersede the previous checkpoint of this step");
@@ -273,8 +273,8 @@ int cat_ckpt_commit(cat *c, int64_t id)
 			sqlite3_bind_int64(st, 2, step);
 			rc = cat_step_done(c, st, "supersede the previous checkpoint of this step");
 			if (!rc && sqlite3_changes(c->db) > 0)
-				qe_log(QE_LOG_INFO, "catalog '%s': checkpoint %lld supersedes the committed one of step %lld",
-				       c->path, (long long)id, (long long)step);
+				qe_log(QE_LOG_INFO, "catalog '%s': step %lld saved again: its earlier checkpoint is superseded",
+				       c->path, (long long)step);
 			sqlite3_finalize(st);
 		}
 		if (!rc)

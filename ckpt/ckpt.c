@@ -228,6 +228,27 @@ int ckpt__seen_open(ckpt_session *s, int i, store **out)
 	return QE_OK;
 }
 
+int ckpt_store_check_owner(ckpt_session *s, qe_rank *r)
+{
+	int rank = qe_rank_index(r), rc;
+	char dir[CKPT_PATH_MAX];
+	ckpt_store_identity id;
+	if ((rc = ckpt_rundir_rank_store(s->run_dir, rank, dir, sizeof(dir))))
+		return rc;
+	rc = ckpt_store_identity_read(dir, &id);
+	if (rc == QE_ENOTFOUND)
+		return QE_OK; /* the store comes with the first checkpoint */
+	if (rc)
+		return qe_fail_ctx(rc, "rank %d on %s: its store", rank, s->host);
+	if (strcmp(id.run_id, s->run_id))
+		return qe_fail(QE_EMISMATCH,
+			       "rank %d on %s: the store '%s' belongs to run '%s', not to this run '%s': the catalog of "
+			       "that run is gone or another run shares the stores' folder; move the store away or choose "
+			       "another --run-dir (or --local-dir)",
+			       rank, s->host, dir, id.run_id, s->run_id);
+	return QE_OK;
+}
+
 int ckpt_store_clear(ckpt_session *s, qe_rank *r, uint64_t *chunks, uint64_t *bytes)
 {
 	int rank = qe_rank_index(r), rc;
@@ -256,55 +277,12 @@ int ckpt_store_clear(ckpt_session *s, qe_rank *r, uint64_t *chunks, uint64_t *by
 	return QE_OK;
 }
 
-/* A catalog copied in from another run directory names another run than the stores here. */
-static int check_owner(const char *run_dir, const char *run_id, const char *catalog_path)
-{
-	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 300], file[CKPT_PATH_MAX + 16], owner[128];
-	int rc = ckpt_rundir_legacy_store(run_dir, root, sizeof(root));
-	if (rc)
-		return rc;
-	snprintf(path, sizeof(path), "%s", root);
-	snprintf(file, sizeof(file), "%s/run_id", root);
-	FILE *f = fopen(file, "r");
-	if (f) {
-		if (!fgets(owner, sizeof(owner), f))
-			owner[0] = 0;
-		fclose(f);
-		owner[strcspn(owner, "\r\n")] = 0;
-		if (owner[0] && strcmp(owner, run_id))
-			return qe_fail(QE_EMISMATCH,
-				       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
-				       "copied from another run directory?)",
-				       path, owner, catalog_path, run_id);
-	}
-	if ((rc = ckpt_rundir_stores(run_dir, root, sizeof(root))))
-		return rc;
-	DIR *d = opendir(root);
-	struct dirent *e;
-	while (d && (e = readdir(d))) {
-		if (strncmp(e->d_name, "rank-", 5))
-			continue;
-		ckpt_store_identity id;
-		snprintf(path, sizeof(path), "%s/%s", root, e->d_name);
-		if (ckpt_store_identity_read(path, &id) == QE_OK && strcmp(id.run_id, run_id)) {
-			closedir(d);
-			return qe_fail(QE_EMISMATCH,
-				       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
-				       "copied from another run directory?)",
-				       path, id.run_id, catalog_path, run_id);
-		}
-	}
-	if (d)
-		closedir(d);
-	return QE_OK;
-}
-
 /* ---- finding a checkpoint ------------------------------------------------- */
 
 int ckpt_find(const char *run_dir, cat *c, const char *run_id, int64_t step, cat_ckpt *out)
 {
 	memset(out, 0, sizeof(*out));
-	int rc = check_owner(run_dir, run_id, cat_path(c));
+	int rc = ckpt_rundir_check_owner(run_dir, run_id, cat_path(c));
 	if (rc)
 		return rc;
 	rc = step < 0 ? cat_ckpt_latest_committed(c, run_id, out) : cat_ckpt_get(c, run_id, step, out);

@@ -161,6 +161,15 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t 
 int ckpt_store_clear(ckpt_session *s, qe_rank *r, uint64_t *chunks, uint64_t *bytes);
 
 /*
+ * The rank's store, where one exists, belongs to this session's run; else
+ * QE_EMISMATCH naming the rank, host, store and both runs.  A run calls it
+ * when it opens, so a directory holding another run's stores (its catalog
+ * deleted, or a --local-dir two runs share) fails before step 1, not at the
+ * first checkpoint.
+ */
+int ckpt_store_check_owner(ckpt_session *s, qe_rank *r);
+
+/*
  * Find the committed checkpoint of run_id a restore would load: the one at
  * `step`, or the latest committed when step < 0.  Not collective (the resume
  * command checks before it starts ranks; restore calls it on rank 0).

@@ -173,6 +173,11 @@ int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
 		rc = qe_fail_ctx(rc, "catalog '%s'", path);
 		goto fail;
 	}
+	/* another run's stores beside this catalog: refused before any command reads or changes a thing */
+	if ((rc = ckpt_rundir_check_owner(dir, r->run_id, path))) {
+		cat_run_release(&run);
+		goto fail;
+	}
 	r->config_json = run.config_json;
 	r->created = run.created;
 	run.config_json = run.created = NULL;

@@ -60,6 +60,12 @@ typedef struct ckpt_store_identity {
 /* Read STORE/identity.  QE_ENOTFOUND when the store has none; QE_ECORRUPT naming the file when malformed. */
 int ckpt_store_identity_read(const char *store_dir, ckpt_store_identity *out);
 /*
+ * The stores of this host's run directory (RUN/store and STORES/rank-*) that
+ * carry an identity all name run_id; else QE_EMISMATCH naming the store, its
+ * run, catalog_path and run_id (a catalog copied from another run).
+ */
+int ckpt_rundir_check_owner(const char *run_dir, const char *run_id, const char *catalog_path);
+/*
  * Give a new store folder its identity (a fresh random store id), written
  * durably (temp file, fsync, rename, fsync of the folder).  An existing
  * identity is read instead; one of another run is QE_EMISMATCH naming both.

@@ -251,6 +251,41 @@ static void apply_mapping(const cli_train_args *a, qe_train_config *m)
 	snprintf(m->run_dir, sizeof(m->run_dir), "%s", g->run_dir);
 }
 
+
+/*
+ * resume --from S with committed checkpoints after step S: say which steps
+ * they are, that each stays restorable with --from until this run saves
+ * that step again (the new save supersedes it; gc's policy drops it later),
+ * and which of them this run will save again.
+ */
+static void say_newer(cat *c, const char *run_id, int64_t from, int64_t every, int64_t until)
+{
+	cat_ckpt_rows l = { 0 };
+	if (cat_ckpt_list(c, run_id, &l))
+		return;
+	char steps[512] = "", again[512] = "";
+	size_t n = 0, m = 0;
+	for (size_t i = 0; i < l.n; i++) {
+		const cat_ckpt *k = &l.rows[i];
+		if (k->status != CAT_COMMITTED || k->step <= from)
+			continue;
+		size_t u = strlen(steps);
+		snprintf(steps + u, sizeof(steps) - u, "%s%lld", n++ ? ", " : "", (long long)k->step);
+		if (every > 0 && k->step % every == 0 && k->step <= until) {
+			u = strlen(again);
+			snprintf(again + u, sizeof(again) - u, "%s%lld", m++ ? ", " : "", (long long)k->step);
+		}
+	}
+	cat_ckpt_rows_free(&l);
+	if (!n)
+		return;
+	printf("note: the run has committed checkpoints after step %lld (step%s %s); they stay restorable with --from "
+	       "until this run saves the same step again, which supersedes the earlier save (gc's policy drops it "
+	       "later)%s%s%s\n",
+	       (long long)from, n > 1 ? "s" : "", steps, m ? "; this run saves step" : "", m > 1 ? "s " : m ? " " : "",
+	       again);
+}
+
 int cli_resume_main(int argc, char **argv)
 {
 	/* --remote: pull the checkpoint into --run-dir first (resume_remote.c). */
@@ -314,6 +349,8 @@ int cli_resume_main(int argc, char **argv)
 			(long long)merged.steps, (long long)ck.step);
 		status = 2;
 	}
+	if (!status && a.from_step >= 0 && !a.quiet)
+		say_newer(c, run_id, ck.step, merged.ckpt_every, merged.steps);
 	/* The rank processes open the catalog themselves, after fork. */
 	cat_close(c);
 	/* Checked before locking, so a refused resume leaves the run directory as it was; a second

@@ -421,6 +421,9 @@ int cli_rank_main(void *vjob)
 			rc = cat_open(path, 0, &ctx.cat);
 		if (!rc)
 			rc = ckpt_session_open(cfg->run_dir, job->run_id, ctx.cat, &ctx.ck);
+		/* another run's store where this rank's will be: refused before step 1 */
+		if (!rc && (cfg->ckpt_every > 0 || job->resume))
+			rc = ckpt_store_check_owner(ctx.ck, r);
 		if (!rc && job->restart) {
 			/* The run starts over: this rank's store holds only chunks of attempts that never committed. */
 			uint64_t n = 0, bytes = 0;
