@@ -97,6 +97,17 @@ int store_remote_parse_url(const char *url, char *bucket, size_t bucket_len, cha
 			return qe_fail(QE_EINVAL, "remote '%s': the prefix has a control character or an empty part",
 				       url);
 	}
+	/* "." and ".." parts: curl folds them out of the request path, so the objects would land under
+	 * another prefix than the one recorded, and a pull of the same URL would find nothing */
+	for (size_t i = 0; i < pl;) {
+		size_t n = 0;
+		while (i + n < pl && p[i + n] != '/')
+			n++;
+		if ((n == 1 && p[i] == '.') || (n == 2 && p[i] == '.' && p[i + 1] == '.'))
+			return qe_fail(QE_EINVAL, "remote '%s': the prefix has a '%.*s' part; name the prefix without it",
+				       url, (int)n, p + i);
+		i += n + 1;
+	}
 	memcpy(prefix, p, pl);
 	prefix[pl] = 0;
 	return QE_OK;

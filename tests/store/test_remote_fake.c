@@ -103,6 +103,14 @@ int main(void)
 	CHECK(store_remote_parse_url("http://x/y", b, sizeof(b), p, sizeof(p)) == QE_EINVAL, "http:// accepted");
 	CHECK(store_remote_parse_url("s3://UPPER/x", b, sizeof(b), p, sizeof(p)) == QE_EINVAL, "bad bucket accepted");
 	CHECK(store_remote_parse_url("s3://ab", b, sizeof(b), p, sizeof(p)) == QE_EINVAL, "short bucket accepted");
+	/* "." and ".." parts and empty parts would move the objects under another prefix (curl folds them) */
+	static const char *const bad_prefix[] = { "s3://my-bucket/a/../b", "s3://my-bucket/./a", "s3://my-bucket/a/.",
+						  "s3://my-bucket/..",     "s3://my-bucket/a//b" };
+	for (size_t i = 0; i < sizeof(bad_prefix) / sizeof(bad_prefix[0]); i++)
+		CHECK(store_remote_parse_url(bad_prefix[i], b, sizeof(b), p, sizeof(p)) == QE_EINVAL, "'%s' accepted",
+		      bad_prefix[i]);
+	CHECK_OK(store_remote_parse_url("s3://my-bucket/a.b/..c/d..", b, sizeof(b), p, sizeof(p)));
+	CHECK(strcmp(p, "a.b/..c/d..") == 0, "parse: dotted names '%s'", p);
 
 	/* Missing credentials are refused before any request. */
 	{
