@@ -85,6 +85,15 @@ int ckpt_persist_open(ckpt_session *s, const ckpt_persist_opts *o, ckpt_persist 
 	p->pushed_upto = -1;
 	p->reported = 1;
 	pthread_mutex_init(&p->mu, NULL);
+	/* The endpoint and the credentials, checked now: a bad one fails the run before step 1, where it
+	 * used to fail every background push and leave a run that exited 0. */
+	store_remote *rem = NULL;
+	if ((rc = ckpt__persist_remote(p, &rem))) {
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+		return qe_fail_ctx(rc, "the remote %s, checked before training", o->url);
+	}
+	store_remote_close(rem);
 	*out = p;
 	return QE_OK;
 }

@@ -57,4 +57,7 @@ void *ckpt__persist_thread(void *arg);
 /* A quarter of the comm's time-out: the longest a waiting rank goes without word from a live one. */
 int ckpt__persist_beat_ms(const ckpt_persist *p);
 
+/* The remote of p opened with its options, then checked with one request (store_remote_check). */
+int ckpt__persist_remote(ckpt_persist *p, store_remote **rem);
+
 #endif

@@ -494,6 +494,11 @@ int cli_rank_main(void *vjob)
 		rc = cli_run_tiers_end(ctx.tiers, ctx.ck, r);
 	if (!rc && job->json)
 		print_counters(r, &ctx);
+	/* Every step trained, but a background push that failed makes the run's exit non-zero; the ranks
+	 * still end together (no abandon: nothing is wrong with them). */
+	int pushes_rc = rc ? QE_OK : cli_run_tiers_failed(ctx.tiers);
+	if (pushes_rc)
+		fprintf(stderr, "qeffect: %s\n", qe_last_error());
 	if (rc) {
 		fprintf(stderr, "qeffect: rank %d: %s (%s)\n", env.rank, qe_last_error()[0] ? qe_last_error() : qe_strerror(rc),
 			qe_errname(rc));
@@ -513,7 +518,7 @@ int cli_rank_main(void *vjob)
 	}
 	qe_comm_close(comm);
 	fflush(stdout);
-	return rc ? 1 : 0;
+	return rc || pushes_rc ? 1 : 0;
 }
 
 int cli_run_nproc_check(const char *cmd, const qe_train_config *cfg, int nproc)

@@ -38,6 +38,8 @@ struct cli_run_tiers {
 	int64_t pushed[MAX_EVENTS];
 	int npushed;
 	json_t *failed; /* rank 0: [{"step", "url", "error"}] */
+	int64_t nfailed;  /* rank 0: background pushes that failed */
+	char failed_steps[256];
 	uint64_t local_dropped, chunks_deleted, bytes_reclaimed;
 	uint64_t remote_dropped;
 };
@@ -113,6 +115,9 @@ static void report_done(cli_run_tiers *t, const ckpt_persist_event *ev)
 		"--remote %s --step %lld')\n",
 		(long long)ev->done_step, ev->done_url, ev->done_msg, t->run_dir, t->cfg.remote, (long long)ev->done_step);
 	fflush(stderr);
+	size_t u = strlen(t->failed_steps);
+	if (t->nfailed++ < 16)
+		snprintf(t->failed_steps + u, sizeof(t->failed_steps) - u, "%s%lld", u ? ", " : "", (long long)ev->done_step);
 	if (json_array_size(t->failed) < MAX_EVENTS) {
 		json_t *o = json_object();
 		if (o) {
@@ -220,6 +225,17 @@ int cli_run_tiers_end(cli_run_tiers *t, ckpt_session *ck, qe_rank *r)
 			return rc;
 	}
 	return cli_run_tiers_retain(t, ck, r);
+}
+
+int cli_run_tiers_failed(const cli_run_tiers *t)
+{
+	if (!t || t->rank != 0 || !t->nfailed)
+		return QE_OK;
+	return qe_fail(QE_ESTORE,
+		       "%lld background push%s to %s failed (step%s %s%s); training finished and every checkpoint stays "
+		       "local: push them with 'qeffect push --run-dir %s --remote %s --all'",
+		       (long long)t->nfailed, t->nfailed > 1 ? "es" : "", t->cfg.remote, t->nfailed > 1 ? "s" : "",
+		       t->failed_steps, t->nfailed > 16 ? ", ..." : "", t->run_dir, t->cfg.remote);
 }
 
 void cli_run_tiers_json(const cli_run_tiers *t)

@@ -34,6 +34,9 @@ int cli_run_tiers_point(cli_run_tiers *t, qe_rank *r);
 /* The end of training (collective, after the async drain): the last push, waited for with progress,
  * then a last retention. */
 int cli_run_tiers_end(cli_run_tiers *t, ckpt_session *ck, qe_rank *r);
+/* Rank 0 after the end: QE_ESTORE saying how many background pushes failed and which steps, when any
+ * did (the run then exits non-zero); QE_OK otherwise and on the other ranks. */
+int cli_run_tiers_failed(const cli_run_tiers *t);
 /* The --json fields ("persist_...") of this rank, each followed by a comma. */
 void cli_run_tiers_json(const cli_run_tiers *t);
 void cli_run_tiers_close(cli_run_tiers *t);

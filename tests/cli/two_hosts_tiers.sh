@@ -15,8 +15,9 @@
 #  4. with the right endpoint (no pull) the restore fetches rank 1's tensors from the pushed
 #     copy and the resumed run is bit-exact (`qeffect compare`) against an uninterrupted one;
 #     it keeps pushing (--ckpt-persist-every on resume: step 16 appears);
-#  5. S3 goes down while a background push is held: training finishes (exit 0), reports
-#     the failure (stderr: step, URL, error; --json persist_failed), and every local
+#  5. S3 goes down while a background push is held: training finishes, reports the
+#     failure (stderr: step, URL, error; --json persist_failed), exits non-zero saying how
+#     many pushes failed and which steps, and every local
 #     checkpoint is committed (nothing lost).
 # SKIP without node (s3rver) unless QE_S3_REQUIRED=1.
 set -u
@@ -146,7 +147,9 @@ wait_file "$T/pause2" 120 || { kill $jobpid; show down; fail "the push of step 4
 bash "$(dirname "$0")/../../scripts/s3-test-env.sh" stop "$PID" >/dev/null 2>&1
 PID=""
 rm -f "$T/pause2"
-wait $jobpid || { show down; fail "training stopped when S3 went down during a background push"; }
+wait $jobpid && { show down; fail "the run exited 0 although its background pushes failed"; }
+grep -Eq "[0-9]+ background push(es)? to s3://qe-test/down failed \(steps? 4[,)]" "$T/down.rank0.log" \
+  || { show down; fail "the run's end does not say how many background pushes failed and which steps"; }
 grep -q "the background push of checkpoint step 4 to s3://qe-test/down failed: .*127.0.0.1" "$T/down.rank0.log" \
   || { show down; fail "the failed push is not reported with its step, URL and error"; }
 J=$(json_of "$T/down.rank0.log")
@@ -155,4 +158,4 @@ python3 -c "import json,sys; f=json.loads(sys.argv[1])['persist_failed']; assert
 [ "$(committed "$T/c")" = "2 4 6 8" ] || fail "local checkpoints are '$(committed "$T/c")', want '2 4 6 8': a failed push lost data"
 n=$(sqlite3 "$T/c/catalog.db" "select count(*) from remotes")
 [ "$n" = 0 ] || fail "the catalog records $n pushed copies although every push failed"
-echo "ok: S3 down during a background push: training finished, the failure was reported, every local checkpoint kept"
+echo "ok: S3 down during a background push: training finished, the failure was reported, the exit was non-zero, every local checkpoint kept"
