@@ -230,7 +230,7 @@ static int push_one(ckj *j, ckpt_run *r, push_job *pj, const cat_ckpt *ck, ckpt_
 	}
 	/* The remote commit, once every rank's chunks are there. */
 	size_t len = strlen(text);
-	if ((rc = store_remote_put(pj->rem, key, text, len))) {
+	if ((rc = ckpt__manifest_put(pj->rem, key, text, len))) {
 		qe_fail_ctx(rc, "push of step %lld: writing the manifest (the remote commit)", (long long)ck->step);
 		goto out;
 	}

@@ -253,7 +253,7 @@ static int upload(ckpt_persist *p, store_remote *rem, const unsigned char *chunk
 	return rc;
 }
 
-static int open_remote(ckpt_persist *p, store_remote **rem)
+int ckpt__persist_remote(ckpt_persist *p, store_remote **rem)
 {
 	store_remote_opts ro;
 	opts_of(p, &ro);
@@ -475,7 +475,7 @@ static int push_rank0(ckpt_persist *p)
 		pthread_mutex_unlock(&p->mu);
 	}
 	if (!rc && !comm_rc)
-		rc = open_remote(p, &rem);
+		rc = ckpt__persist_remote(p, &rem);
 	uint64_t present = 0;
 	if (!rc && !comm_rc)
 		rc = upload(p, rem, per[0].v, per[0].n, &p->uploaded, &present, &p->bytes_up);
@@ -521,7 +521,7 @@ static int push_rank0(ckpt_persist *p)
 	pause_maybe(p->step);
 	size_t tlen = strlen(text);
 	char hash[33];
-	if ((rc = store_remote_put(rem, key, text, tlen))) {
+	if ((rc = ckpt__manifest_put(rem, key, text, tlen))) {
 		qe_fail_ctx(rc, "writing the manifest (the remote commit)");
 		goto out;
 	}
@@ -591,7 +591,7 @@ static int push_rank(ckpt_persist *p)
 	}
 	store_remote *rem = NULL;
 	uint64_t present = 0;
-	if (!rc && !(rc = open_remote(p, &rem)))
+	if (!rc && !(rc = ckpt__persist_remote(p, &rem)))
 		rc = upload(p, rem, (unsigned char *)buf + sizeof(h), h.n, &d.uploaded, &present, &d.bytes);
 	store_remote_close(rem);
 	free(buf);

@@ -174,7 +174,7 @@ static int push_one(push_ctx *p, const cat_ckpt *ck, ckpt_push_result *res)
 		goto out;
 	/* The remote commit. */
 	size_t len = strlen(text);
-	if ((rc = store_remote_put(p->rem, key, text, len))) {
+	if ((rc = ckpt__manifest_put(p->rem, key, text, len))) {
 		qe_fail_ctx(rc, "push of step %lld: writing the manifest (the remote commit)", (long long)ck->step);
 		goto out;
 	}

@@ -78,6 +78,13 @@ void ckpt__uploader_release(ckpt__uploader *u);
 void ckpt__remote_object_url(const char *url, const char *key, char *buf, size_t len);
 /* XXH3-128 of the bytes as 32 hex digits. */
 void ckpt__manifest_hash(const void *data, size_t len, char out[33]);
+/*
+ * The remote commit: the manifest PUT (whose answer must carry the MD5 of its
+ * bytes as ETag: store_remote_put), then read back and compared byte for
+ * byte, so a server that answers 200 without storing it makes the push
+ * fail before the catalog records a remote copy that does not exist.
+ */
+int ckpt__manifest_put(store_remote *rem, const char *key, const char *text, size_t len);
 
 /* A run id we accept in object keys and file names: 1..63 of [A-Za-z0-9._-]. */
 int ckpt__valid_run_id(const char *id);

@@ -336,3 +336,22 @@ done:
 		ckpt__manifest_release(out);
 	return rc;
 }
+
+int ckpt__manifest_put(store_remote *rem, const char *key, const char *text, size_t len)
+{
+	int rc = store_remote_put(rem, key, text, len);
+	if (rc)
+		return rc;
+	void *back = NULL;
+	size_t n = 0;
+	if ((rc = store_remote_get(rem, key, len + 1, &back, &n)))
+		return qe_fail_ctx(rc, "reading the manifest %s back", key);
+	int same = n == len && !memcmp(back, text, len);
+	free(back);
+	if (!same)
+		return qe_fail(QE_ESTORE,
+			       "the manifest %s read back from %s is not the one written (%zu bytes, %zu read back): the "
+			       "remote did not store it, and no remote copy is recorded",
+			       key, store_remote_url(rem), len, n);
+	return QE_OK;
+}

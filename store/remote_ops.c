@@ -15,8 +15,11 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
@@ -52,6 +55,34 @@ int store_remote_create_bucket(store_remote *r)
 	return rc;
 }
 
+/*
+ * A single-part PUT's answer carries the object's ETag, the MD5 of its bytes
+ * (quoted): a server that answers 200 without storing what was sent (a
+ * proxy's page, a stub) has no such ETag, so the upload is not believed.
+ */
+static int check_etag(store_remote *r, const char *key, const char *etag, const void *data, size_t size)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	char want[33];
+	if (!EVP_Digest(size ? data : "", size, md, &mdlen, EVP_md5(), NULL) || mdlen != 16)
+		return qe_fail(QE_EIO, "s3: cannot compute the MD5 of s3://%s/%s%s%s (OpenSSL without MD5?)", r->bucket,
+			       r->prefix, r->prefix[0] ? "/" : "", key);
+	for (int i = 0; i < 16; i++)
+		snprintf(want + 2 * i, 3, "%02x", md[i]);
+	size_t n = strlen(etag);
+	const char *e = etag;
+	if (n >= 2 && e[0] == '"' && e[n - 1] == '"')
+		e++, n -= 2;
+	if (n == 32 && !strncasecmp(e, want, 32))
+		return QE_OK;
+	return qe_fail(QE_ESTORE,
+		       "s3: PUT s3://%s/%s%s%s at %s: the answer's ETag %s%s%s is not the MD5 %s of the %zu bytes sent: the "
+		       "server did not store them (not believed)",
+		       r->bucket, r->prefix, r->prefix[0] ? "/" : "", key, r->endpoint, etag[0] ? "'" : "", etag[0] ? etag : "(none)",
+		       etag[0] ? "'" : "", want, size);
+}
+
 int store_remote_put(store_remote *r, const char *key, const void *data, size_t size)
 {
 	if (!key || !key[0] || (size && !data))
@@ -62,6 +93,8 @@ int store_remote_put(store_remote *r, const char *key, const void *data, size_t 
 			 .max_size = (size_t)1 << 20 };
 	remote_resp p;
 	int rc = remote__do(r, &q, &p);
+	if (!rc)
+		rc = check_etag(r, key, p.etag, data, size);
 	remote__resp_free(&p);
 	return rc;
 }

@@ -16,7 +16,9 @@
 #  4. a server steady at 100 B/s, above a low-speed limit of 10 B/s: the
 #     request fails at its deadline (QE_S3_TIMEOUT_S=2 + bytes at
 #     QE_S3_MIN_RATE) with "over its deadline";
-#  5. back in pass-through mode the same proxy serves a dry-run gc and a pull.
+#  5. back in pass-through mode the same proxy serves a dry-run gc and a pull;
+#  6. (run before 5) a server answering HTTP 200 and some XML to every request, storing nothing:
+#     push fails naming the object that was not believed, and the catalog records no remote copy.
 # Without node/npm it prints SKIP and passes, unless QE_S3_REQUIRED=1.
 set -u
 Q=${1:?usage: s3_faults.sh QEFFECT [SHARED]}
@@ -151,6 +153,15 @@ expect_fail "gc at 100 B/s" "over its deadline of 2 s" "GET s3://qe-test/f1/"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 12 else 1)" "$secs" || fail "gc took $secs s to fail"
 unset QE_S3_LOW_SPEED_BPS QE_S3_TIMEOUT_S QE_S3_MIN_RATE
 unchanged "slow servers"
+
+# --- 6. a server that answers 200 to everything and stores nothing -----------------------------
+echo lie >mode
+n0=$(sqlite3 A/catalog.db "select count(*) from remotes")
+run 60 out.txt err.txt "$Q" push --run-dir A --remote s3://qe-test/lie --endpoint "$PX" --all
+expect_fail "push to a server that says yes to everything" "not believed" "s3://qe-test/lie/"
+n1=$(sqlite3 A/catalog.db "select count(*) from remotes")
+[ "$n1" = "$n0" ] || fail "push to a lying server recorded $((n1 - n0)) remote copies"
+echo "ok: a lying server: push failed, no remote copy recorded"
 
 # --- 5. pass-through again ---------------------------------------------------------------------
 echo pass >mode

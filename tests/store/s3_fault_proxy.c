@@ -12,6 +12,9 @@
  *   flag-list [SUB]       a listing says IsTruncated true but has no continuation token
  *   trickle N MS          every answer (status line, headers and body) is sent N bytes at a
  *                         time every MS milliseconds
+ *   lie                   only listings are forwarded: every other request answers HTTP 200
+ *                         with a small XML body and no ETag (a stub that stores nothing and
+ *                         says yes)
  *
  * SUB, when given, limits a listing mode to listings whose query holds SUB
  * ("checkpoints" spoils only the listing of the manifests: the dangerous
@@ -261,6 +264,19 @@ static void serve(int cfd, int up_port, const char *mode_file, const char *log_f
 		return;
 	mode m;
 	read_mode(mode_file, &m);
+	if (strcmp(m.name, "lie") == 0 && !(strcmp(method, "GET") == 0 && strstr(target, "list-type=2"))) {
+		static const char yes[] = "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: 36\r\n"
+					  "Connection: close\r\n\r\n<Result><Status>OK</Status></Result>";
+		send_all(cfd, yes, sizeof(yes) - 1);
+		if (log_file) {
+			FILE *lf = fopen(log_file, "a");
+			if (lf) {
+				fprintf(lf, "lie* %s %.300s -> 200 36\n", method, target);
+				fclose(lf);
+			}
+		}
+		return;
+	}
 
 	/* Forward: the request line, its headers but Connection/Expect, then the body. */
 	const char *eol = strstr(in.p, "\r\n");

@@ -132,7 +132,7 @@ int main(void)
 		fs_reset(&s);
 		fs_push(&s, FS_ANSWER, 503, NULL, "<Error><Code>SlowDown</Code><Message>slow</Message></Error>");
 		fs_push(&s, FS_ANSWER, 500, NULL, "<Error><Code>InternalError</Code><Message>oops</Message></Error>");
-		fs_push(&s, FS_ANSWER, 200, "ETag: \"abc\"\r\n", NULL);
+		fs_push(&s, FS_ANSWER, 200, "ETag: \"982017f2313a26a953160e107a099d18\"\r\n", NULL); /* its MD5 */
 		const char payload[] = "hello, object storage";
 		CHECK_OK(store_remote_put(r, "chunks/a b+c", payload, sizeof(payload) - 1));
 		store_remote_stats st;
@@ -145,6 +145,25 @@ int main(void)
 		fs_header(s.req[0].headers, "x-amz-security-token", tok, sizeof(tok));
 		CHECK(strcmp(tok, "TOKEN/with+odd=chars") == 0, "session token header: '%s'", tok);
 		check_all_signed(&s, "put");
+		store_remote_close(r);
+	}
+
+	/* 1b. A 200 without the MD5 of the bytes as its ETag (a stub that stores nothing) is not believed. */
+	{
+		store_remote *r = open_fake(&s, "s3://bkt/x", NULL, 1);
+		static const char *const answers[] = { NULL, "ETag: \"abc\"\r\n",
+						       "ETag: \"0cc175b9c0f1b6a831c399e269772661\"\r\n" /* MD5 of "a" */ };
+		for (int i = 0; i < 3; i++) {
+			fs_reset(&s);
+			fs_push(&s, FS_ANSWER, 200, answers[i], "<Result>fine</Result>");
+			int rc = store_remote_put(r, "chunks/k", "x", 1);
+			CHECK(rc == QE_ESTORE && strstr(qe_last_error(), "is not the MD5 9dd4e461268c8034f5c8564e155c67a6") &&
+				      strstr(qe_last_error(), "s3://bkt/x/chunks/k"),
+			      "put answered 200 with ETag %d: %s: %s", i, qe_errname(rc), qe_last_error());
+		}
+		fs_reset(&s);
+		fs_push(&s, FS_ANSWER, 200, "ETag: \"9DD4E461268C8034F5C8564E155C67A6\"\r\n", NULL);
+		CHECK_OK(store_remote_put(r, "chunks/k", "x", 1));
 		store_remote_close(r);
 	}
 
