@@ -10,7 +10,11 @@
  * bytes / min_rate_bps, checked in the progress callback so that the bytes
  * may include the answer's Content-Length once it is known.  A minimum
  * speed alone is not a bound: a server trickling just above it, or in
- * bursts, holds a request for as long as it likes.
+ * bursts, holds a request for as long as it likes.  Retries (transient
+ * failures, with doubling backoff) stop when another attempt, held for a
+ * whole low-speed window, could end past the request's budget
+ * (QE_S3_RETRY_BUDGET_S, 150 s): a trickling server used to hold a push
+ * for five windows and the backoffs, 154-155 s.
  *
  * Why a 2xx answer is checked before it counts: see remote_xml.c.
  *
@@ -269,6 +273,8 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 		goto fail;
 	r->backoff_ms = o->backoff_ms;
 	if (!r->backoff_ms && (rc = env_int("QE_S3_BACKOFF_MS", 200, 1, 600000, &r->backoff_ms)))
+		goto fail;
+	if ((rc = env_int("QE_S3_RETRY_BUDGET_S", 150, 1, 86400, &r->retry_budget_s)))
 		goto fail;
 	r->connect_timeout_s = o->connect_timeout_s;
 	if (!r->connect_timeout_s && (rc = env_int("QE_S3_CONNECT_TIMEOUT_S", 10, 1, 3600, &r->connect_timeout_s)))
@@ -586,15 +592,45 @@ static void curl_time_why(store_remote *r, CURLcode cc, const xfer_clock *k, cha
 	snprintf(buf, len, "%s%s%s", curl_easy_strerror(cc), r->errbuf[0] ? ": " : "", r->errbuf);
 }
 
-static void backoff_sleep(store_remote *r, int attempt)
+/* The wait before retry `attempt` (0-based): doubling from backoff_ms, at most 20 s, plus up to half again of jitter. */
+static long backoff_ms_of(store_remote *r, int attempt)
 {
 	long ms = (long)r->backoff_ms << (attempt < 16 ? attempt : 16);
 	if (ms > 20000)
 		ms = 20000;
-	ms += (long)(rand_r(&r->rng) % (unsigned)(ms / 2 + 1));
+	return ms + (long)(rand_r(&r->rng) % (unsigned)(ms / 2 + 1));
+}
+
+static void sleep_ms(long ms)
+{
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
+}
+
+/*
+ * Retry `attempt` when the retries allow it and it fits the budget: the
+ * time since the first attempt began, the wait, and one more attempt held
+ * for a whole low-speed window stay within retry_budget_s (150 s by
+ * default), so a server that trickles ends a request in time instead of
+ * just after.  Sleeps the wait and returns 1 to retry; 0 leaves why in why.
+ */
+static int retry_wait(store_remote *r, int attempt, const struct timespec *t0, char *why, size_t len)
+{
+	why[0] = 0;
+	if (attempt >= r->retries)
+		return 0;
+	long ms = backoff_ms_of(r, attempt);
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	double spent = (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) * 1e-9;
+	if (spent + (double)ms * 1e-3 + (double)r->stall_timeout_s > (double)r->retry_budget_s) {
+		snprintf(why, len, "; no retry: another attempt could end past the request's %d s budget (%.0f s spent)",
+			 r->retry_budget_s, spent);
+		return 0;
+	}
+	sleep_ms(ms);
+	return 1;
 }
 
 int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
@@ -643,7 +679,9 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 
 	int attempt = 0;
 	xfer_clock clk;
-	char why[512];
+	char why[512], budget[128] = "";
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		CURL *c = r->curl;
 		curl_easy_reset(c);
@@ -714,11 +752,18 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 			if (transient_http(p->status, p->code) && attempt < r->retries) {
 				qe_log(QE_LOG_WARN, "s3: %s %s: HTTP %ld %s; retry %d of %d", q->method,
 				       q->key ? q->key : r->bucket, p->status, p->code, attempt + 1, r->retries);
-				backoff_sleep(r, attempt++);
-				r->stats.retries++;
-				continue;
+				if (retry_wait(r, attempt, &t0, budget, sizeof(budget))) {
+					attempt++;
+					r->stats.retries++;
+					continue;
+				}
 			}
 			rc = http_fail(r, q, p, attempt + 1);
+			if (budget[0]) {
+				char m[1024];
+				snprintf(m, sizeof(m), "%s", qe_last_error());
+				rc = qe_fail(rc, "%s%s", m, budget);
+			}
 			break;
 		}
 		if (cc == CURLE_WRITE_ERROR && p->body.overflow) {
@@ -729,18 +774,20 @@ int remote__do(store_remote *r, const remote_req *q, remote_resp *p)
 		}
 		if (transient_curl(cc) && attempt < r->retries) {
 			curl_time_why(r, cc, &clk, why, sizeof(why));
-			qe_log(QE_LOG_WARN, "s3: %s %s: %s; retry %d of %d", q->method, q->key ? q->key : r->bucket, why,
-			       attempt + 1, r->retries);
-			backoff_sleep(r, attempt++);
-			r->stats.retries++;
-			continue;
+			if (retry_wait(r, attempt, &t0, budget, sizeof(budget))) {
+				qe_log(QE_LOG_WARN, "s3: %s %s: %s; retry %d of %d", q->method, q->key ? q->key : r->bucket,
+				       why, attempt + 1, r->retries);
+				attempt++;
+				r->stats.retries++;
+				continue;
+			}
 		}
 		char target[1500], tries[48] = "";
 		target_text(r, q, target, sizeof(target));
 		if (attempt)
 			snprintf(tries, sizeof(tries), " after %d attempts", attempt + 1);
 		curl_time_why(r, cc, &clk, why, sizeof(why));
-		rc = qe_fail(QE_EIO, "s3: %s %s at %s failed%s: %s", q->method, target, r->endpoint, tries, why);
+		rc = qe_fail(QE_EIO, "s3: %s %s at %s failed%s: %s%s", q->method, target, r->endpoint, tries, why, budget);
 		break;
 	}
 	if (rc == QE_OK && q->has_body)

@@ -25,6 +25,7 @@ struct store_remote {
 	char *session_token; /* NULL when none */
 	int retries;
 	int backoff_ms;
+	int retry_budget_s;   /* a request and its retries end within this (another attempt must fit) */
 	int connect_timeout_s;
 	int stall_timeout_s;  /* the low-speed window (s) */
 	long low_speed_bps;   /* slower than this over the window fails */

@@ -12,7 +12,9 @@
 #     nothing (a cut listing must not make it pull an older step);
 #  3. a server trickling 2 bytes per second: push, pull and gc each fail
 #     within a few seconds with "slower than 65536 B/s for 2 s"
-#     (QE_S3_LOW_SPEED_S=2), where they used to hang;
+#     (QE_S3_LOW_SPEED_S=2), where they used to hang; with 4 retries a push ends within the
+#     request's retry budget (QE_S3_RETRY_BUDGET_S=7 here, 150 s by default), saying why it
+#     stopped retrying;
 #  4. a server steady at 100 B/s, above a low-speed limit of 10 B/s: the
 #     request fails at its deadline (QE_S3_TIMEOUT_S=2 + bytes at
 #     QE_S3_MIN_RATE) with "over its deadline";
@@ -143,6 +145,10 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 12 else 1)" "$secs" |
 run 25 out.txt err.txt "$Q" gc --remote $R --endpoint "$PX" --keep-last 2 --grace 0
 expect_fail "gc, trickled" "slower than 65536 B/s for 2 s"
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 12 else 1)" "$secs" || fail "gc took $secs s to fail"
+# with retries, the request and its retries end within the budget (150 s by default; 7 s here)
+QE_S3_RETRIES=4 QE_S3_RETRY_BUDGET_S=7 run 40 out.txt err.txt "$Q" push --run-dir A --remote $R --endpoint "$PX" --all
+expect_fail "push, trickled, retried within a budget" "no retry: another attempt could end past the request's 7 s budget"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 7.5 else 1)" "$secs" || fail "the retried push took $secs s, past its 7 s budget"
 unset QE_S3_LOW_SPEED_S
 
 # --- 4. steady but too slow for the deadline --------------------------------------------------
