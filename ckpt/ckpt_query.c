@@ -229,6 +229,26 @@ void ckq_describe_store(ckpt_run *r, const char *store_id, char *buf, size_t len
 	cat_store_rows_free(&l);
 }
 
+int ckpt_q_store_gone(ckpt_run *r, const char *store_id)
+{
+	if (!store_id || !store_id[0] || ckpt_storeset_find(r->stores, store_id) >= 0)
+		return QE_OK;
+	cat_store_rows l = { 0 };
+	char host[CKPT_HOST_MAX];
+	ckpt_host_name(host, sizeof(host));
+	int rc = QE_OK;
+	if (cat_store_list(r->cat, r->run_id, &l) == QE_OK) {
+		const cat_store *st = cat_store_find(&l, store_id);
+		if (st && st->host && !strcmp(st->host, host))
+			rc = qe_fail(QE_ENOTFOUND,
+				     "store %s of rank %d was made on this host ('%s') at %s and is not there now (looked "
+				     "in the run's stores folder; a run made with --local-dir needs it here too)",
+				     store_id, st->rank, host, st->path);
+	}
+	cat_store_rows_free(&l);
+	return rc;
+}
+
 /* --- list and select ------------------------------------------------------------- */
 
 int ckpt_q_list(ckpt_run *r, cat_ckpt_rows *out)
@@ -310,6 +330,8 @@ int ckpt_q_read(ckpt_run *r, const cat_tensor *t, void **data)
 			       "bytes for the tensor",
 			       t->name, t->stage, t->n_chunks, (unsigned long long)sum, (unsigned long long)t->bytes);
 	int si = ckpt_storeset_find(r->stores, t->store_id);
+	if (si < 0 && ckpt_q_store_gone(r, t->store_id))
+		return qe_fail_ctx(QE_ENOTFOUND, "tensor '%s' of stage %d", t->name, t->stage);
 	if (si < 0) {
 		char where[400];
 		ckq_describe_store(r, t->store_id, where, sizeof(where));

@@ -108,6 +108,13 @@ int ckpt_q_is_runtime_state(const cat_tensor *t);
  * QE_ECORRUPT / QE_ENOTFOUND name the tensor (stage, name) and the chunk.
  */
 int ckpt_q_read(ckpt_run *r, const cat_tensor *t, void **data);
+/*
+ * QE_ENOTFOUND naming the store, its rank, this host and its recorded folder
+ * when the catalog says store_id was made on this host but the run's opened
+ * stores lack it (deleted, or looked for in the wrong folder); QE_OK when it
+ * is open here or lives on another host.
+ */
+int ckpt_q_store_gone(ckpt_run *r, const char *store_id);
 
 /* Parse shape text "[a,b,c]" (or "[]" for a scalar).  OUT dims[0..*ndim);
  * QE_EINVAL for malformed text or more than max dims. */

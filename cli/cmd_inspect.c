@@ -267,6 +267,8 @@ int cli_inspect_main(int argc, char **argv)
 		if (strcmp(t->name, "adam_step") || (stage != NO_STAGE && ckpt_q_stage_of(t) != stage))
 			continue;
 		int64_t v[1];
+		if ((rc = ckpt_q_store_gone(r, t->store_id)))
+			goto fail;
 		if (!on_this_host(r, t)) {
 			/* Its store is on another host: the table above still lists it. */
 			if (json)
@@ -296,6 +298,8 @@ int cli_inspect_main(int argc, char **argv)
 			continue;
 		void *d;
 		ckpt_fp8_meta m;
+		if ((rc = ckpt_q_store_gone(r, t->store_id)))
+			goto fail;
 		if (!on_this_host(r, t)) {
 			if (!json)
 				printf("fp8 scaling state of stage %d: its store is not on this host\n", t->stage);
@@ -341,7 +345,10 @@ int cli_inspect_main(int argc, char **argv)
 		const cat_tensor *t = &tr.rows[i];
 		if (stage != NO_STAGE && ckpt_q_stage_of(t) != stage)
 			continue;
-		/* Shown means read through the store and re-hashed: a damaged chunk is an error naming it. */
+		/* Shown means read through the store and re-hashed: a damaged chunk is an error naming it,
+		 * and so is a store made on this host that is gone. */
+		if ((rc = ckpt_q_store_gone(r, t->store_id)))
+			goto fail;
 		if (on_this_host(r, t)) {
 			void *d;
 			if ((rc = ckpt_q_read(r, t, &d)))
