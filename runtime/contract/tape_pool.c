@@ -41,11 +41,11 @@ const char *qe_consumer_name(int consumer)
 {
 	switch (consumer) {
 	case QE_CONSUMER_DI:
-		return "dI";
+		return qe_action_name(QE_ACT_DI);
 	case QE_CONSUMER_DW:
-		return "dW";
+		return qe_action_name(QE_ACT_DW);
 	case QE_CONSUMER_FULL:
-		return "B";
+		return qe_action_name(QE_ACT_B);
 	}
 	return "?";
 }

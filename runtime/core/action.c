@@ -1,24 +1,34 @@
 /*
- * action.c - names of the stage-action kinds and the delayed-dW rule
+ * action.c - the names of the stage-action kinds (from QE_ACTION_KINDS, their
+ * one table) and the delayed-dW rule
  * (see action.h: one definition shared by the schedule statistics, the
  * executor and the tape pool).
  */
 #include "runtime/core/action.h"
 
+#define NAME(k, name, listing, label, what) name,
+#define LISTING(k, name, listing, label, what) listing,
+#define LABEL(k, name, listing, label, what) label,
+static const char *const names[QE_ACT_NKINDS] = { QE_ACTION_KINDS(NAME) };
+static const char *const listings[QE_ACT_NKINDS] = { QE_ACTION_KINDS(LISTING) };
+static const char *const labels[QE_ACT_NKINDS] = { QE_ACTION_KINDS(LABEL) };
+#undef NAME
+#undef LISTING
+#undef LABEL
+
 const char *qe_action_name(qe_action_kind k)
 {
-	switch (k) {
-	case QE_ACT_F:
-		return "F";
-	case QE_ACT_DI:
-		return "dI";
-	case QE_ACT_DW:
-		return "dW";
-	case QE_ACT_B:
-		return "B";
-	default:
-		return "-";
-	}
+	return (int)k >= 0 && k < QE_ACT_NKINDS ? names[k] : "-";
+}
+
+const char *qe_action_listing(qe_action_kind k)
+{
+	return (int)k >= 0 && k < QE_ACT_NKINDS ? listings[k] : "?";
+}
+
+const char *qe_action_label(qe_action_kind k)
+{
+	return (int)k >= 0 && k < QE_ACT_NKINDS ? labels[k] : "?";
 }
 
 void qe_dw_rule_reset(qe_dw_rule *r)

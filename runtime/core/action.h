@@ -15,20 +15,29 @@
 #include <stdint.h>
 
 /*
- * The compute kinds come first and in this order (F, DI, DW index the
- * executor's graphs; the schedule's JSON counts walk 0..QE_ACT_NKINDS-1).
- * QE_ACT_NONE is no action: a stage contract with nothing in flight.
+ * Every kind once: X(KIND, name, listing, label, what).  name is how contract
+ * and executor messages spell a compute kind ("-" for the others:
+ * qe_action_name), listing is the schedule's spelling (qe_sched_action_name,
+ * `qeffect schedule`), label the profile's row.  The compute kinds come
+ * first and in this order (F, DI, DW index the executor's graphs; the
+ * schedule's JSON counts walk 0..QE_ACT_NKINDS-1).
  */
+#define QE_ACTION_KINDS(X)                                                                                        \
+	X(F, "F", "F", "F", "forward; retains the tape of (stage, mb)")                                           \
+	X(DI, "dI", "DI", "dI", "input gradient (critical path)")                                                  \
+	X(DW, "dW", "DW", "dW", "weight gradient (may be deferred)")                                               \
+	X(B, "B", "B", "B", "full backward = DI + DW, reference only")                                             \
+	X(SEND_ACT, "-", "SEND_ACT", "send act", "send F's output of `stage` to `peer`")                           \
+	X(RECV_ACT, "-", "RECV_ACT", "recv act", "receive F's output of `stage` from `peer`")                      \
+	X(SEND_GRAD, "-", "SEND_GRAD", "send grad", "send the input gradient made by DI/B of `stage` to `peer`")  \
+	X(RECV_GRAD, "-", "RECV_GRAD", "recv grad", "receive the input gradient made by DI/B of `stage` from `peer`")
+
+/* QE_ACT_NONE is no action: a stage contract with nothing in flight. */
 typedef enum qe_action_kind {
 	QE_ACT_NONE = -1,
-	QE_ACT_F = 0,       /* forward; retains the tape of (stage, mb) */
-	QE_ACT_DI,          /* input gradient (critical path) */
-	QE_ACT_DW,          /* weight gradient (may be deferred) */
-	QE_ACT_B,           /* full backward = DI + DW, reference only */
-	QE_ACT_SEND_ACT,    /* send F's output of `stage` to `peer` */
-	QE_ACT_RECV_ACT,    /* receive F's output of `stage` from `peer` */
-	QE_ACT_SEND_GRAD,   /* send the input gradient made by DI/B of `stage` to `peer` */
-	QE_ACT_RECV_GRAD,   /* receive the input gradient made by DI/B of `stage` from `peer` */
+#define QE_ACTION_ENUM(k, name, listing, label, what) QE_ACT_##k,
+	QE_ACTION_KINDS(QE_ACTION_ENUM)
+#undef QE_ACTION_ENUM
 	QE_ACT_NKINDS
 } qe_action_kind;
 
@@ -39,9 +48,12 @@ static inline int qe_action_is_compute(qe_action_kind k)
 }
 
 /* "F", "dI", "dW", "B" for the compute kinds, "-" for any other: how contract
- * and executor messages spell them (schedule listings use qe_sched_action_name()).
- * Static string. */
+ * and executor messages spell them.  Static string. */
 const char *qe_action_name(qe_action_kind k);
+/* The schedule's spelling ("F", "DI", ..., "RECV_GRAD"); "?" outside the kinds.  Static string. */
+const char *qe_action_listing(qe_action_kind k);
+/* The profile's row label ("F", "dI", ..., "send act"); "?" outside the kinds.  Static string. */
+const char *qe_action_label(qe_action_kind k);
 
 /*
  * The delayed-dW rule: a dW is delayed unless the compute action right

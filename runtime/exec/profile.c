@@ -58,11 +58,10 @@ void qe__rank_profile_step_end(qe_rank *r)
 
 void qe__rank_profile_report(const qe_rank *r)
 {
-	static const char *names[RANK_PROF_ROWS] = {
-		[QE_ACT_F] = "F", [QE_ACT_DI] = "dI", [QE_ACT_DW] = "dW", [QE_ACT_B] = "B",
-		[QE_ACT_SEND_ACT] = "send act", [QE_ACT_RECV_ACT] = "recv act",
-		[QE_ACT_SEND_GRAD] = "send grad", [QE_ACT_RECV_GRAD] = "recv grad",
-		[RANK_PROF_OTHER] = "other", [RANK_PROF_LOSS] = "loss", [RANK_PROF_OPTIM] = "optimizer" };
+	const char *names[RANK_PROF_ROWS] = { [RANK_PROF_OTHER] = "other", [RANK_PROF_LOSS] = "loss",
+					      [RANK_PROF_OPTIM] = "optimizer" };
+	for (int k = 0; k < QE_ACT_NKINDS; k++)
+		names[k] = qe_action_label((qe_action_kind)k);
 	if (!r->prof.on || r->prof.steps < 1)
 		return;
 	double total = 0;

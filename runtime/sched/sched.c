@@ -16,15 +16,9 @@
 #include "runtime/core/status.h"
 #include "runtime/sched/sched_int.h"
 
-static const char *const action_names[QE_ACT_NKINDS] = {
-	"F", "DI", "DW", "B", "SEND_ACT", "RECV_ACT", "SEND_GRAD", "RECV_GRAD",
-};
-
 const char *qe_sched_action_name(qe_action_kind k)
 {
-	if ((int)k < 0 || k >= QE_ACT_NKINDS)
-		return "?";
-	return action_names[k];
+	return qe_action_listing(k);
 }
 
 const char *qe_sched_kind_name(qe_sched_kind k)
