@@ -1,5 +1,6 @@
 /*
- * store.h - the checkpoint blob store: an LMDB environment (RUN/store/) that
+ * store.h - the checkpoint blob store: an LMDB environment (one per rank,
+ * STORES/rank-R/; ckpt/rundir.h owns the paths) that
  * holds tensor bytes as content-addressed chunks (DESIGN.md section 8).
  *
  * A tensor is split into chunks (64 MiB by default: LMDB values are limited
@@ -110,7 +111,7 @@ typedef struct store_stats {
 /* --- environment ------------------------------------------------------------ */
 
 /*
- * Open the store in folder dir (RUN/store).  opts may be NULL (defaults,
+ * Open the store in folder dir (STORES/rank-R).  opts may be NULL (defaults,
  * create = 0).  Clears reader slots left by dead processes.  A folder without
  * an environment is QE_ENOTFOUND unless opts->create; a data.mdb that is not
  * an LMDB file, is truncated, or holds another format is QE_ECORRUPT (or
