@@ -2,9 +2,9 @@
 # Issue 19 on one GPU (one device call; builds nothing): the accumulating gradient arena
 # against per-microbatch views on the CUDA backend.
 #   bash bench/arena/run.sh BUILD_DIR OUT_DIR [TRIALS]
-# BUILD_DIR holds qeffect and backend_test_cuda_ops from `make gpu-build`.
-# 1. backend_test_cuda_ops (beta = 1 accumulation in the cuBLASLt epilogue gives the bytes of
-#    beta = 0 plus a separate add, with the algorithm fixed per shape);
+# BUILD_DIR holds qeffect and backend_test_cuda_{ops,attn,layers,capture} from `make gpu-build`.
+# 1. the cuda op tests; among them backend_test_cuda_ops (beta = 1 accumulation in the cuBLASLt
+#    epilogue gives the bytes of beta = 0 plus a separate add, with the algorithm fixed per shape);
 # 2. tiny --pp 1 on cuda: per-mb and accumulate runs byte-identical (eager/graph x direct/copy);
 # 3. tiny checkpoint at step 3 resumed in a fresh process to step 6 equals the uninterrupted run;
 # 4. h4096 M=8 --pp 1 captured direct: step time (median of steps 6.. in each process, then
@@ -20,7 +20,9 @@ declare -A R
 note() { R[$1]=$2; printf '%-40s %s\n' "$1" "$2"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
 
-if "$B/backend_test_cuda_ops" >"$OUT/cuda_ops.log" 2>&1; then note cuda_ops "pass ($(tail -1 "$OUT/cuda_ops.log"))"; else note cuda_ops "FAIL ($(tail -1 "$OUT/cuda_ops.log"))"; fi
+for t in ops attn layers capture; do
+  if "$B/backend_test_cuda_$t" >"$OUT/cuda_$t.log" 2>&1; then note cuda_$t "pass ($(tail -1 "$OUT/cuda_$t.log"))"; else note cuda_$t "FAIL ($(tail -1 "$OUT/cuda_$t.log"))"; fi
+done
 
 T="--backend cuda --preset tiny --pp 1 --micro 4 --amax-history 4 --quiet --steps 12"
 for ex in eager graph; do for g in direct copy; do

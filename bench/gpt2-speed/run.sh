@@ -2,9 +2,9 @@
 # bench/gpt2-speed/run.sh - issue 33 (FP8 that beats bf16 PyTorch on GPT-2) in one device call; builds
 # nothing.
 #   bash bench/gpt2-speed/run.sh PKG [OUT]
-# PKG holds what `make gpu-build` made and the call needs: qeffect, backend_test_cuda_{ops,fused,
-# bf16_act,model}, brown.jsonl and brown_train.bin (`qeffect tokenize`), and optionally qeffect-base, the
-# binary to compare against (timed with QE_FUSE=1, the knob it still had).
+# PKG holds what `make gpu-build` made and the call needs: qeffect, backend_test_cuda_{ops,attn,layers,
+# capture,fused,bf16_act,model}, brown.jsonl and brown_train.bin (`qeffect tokenize`), and optionally
+# qeffect-base, the binary to compare against (timed with QE_FUSE=1, the knob it still had).
 # Parts (PARTS, default tests,equiv,speed):
 #   tests  the cuda backend tests against the cpu reference (each prints its bounds)
 #   equiv  bench/gpu-check/run.sh PARTS=det,fuse: two tiny runs byte-identical, the fused forms byte for
@@ -29,7 +29,7 @@ row() { ROWS+=("$(printf '%-46s %s' "$1" "$2")"); say "$(printf '%-46s %s' "$1" 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$S"
 
 if has tests; then
-  for t in ops fused bf16_act model; do
+  for t in ops attn layers capture fused bf16_act model; do
     b=$P/backend_test_cuda_$t
     [ -x "$b" ] || { row "cuda_$t" "not carried"; continue; }
     if timeout -k 5 300 "$b" >"$L/cuda_$t.log" 2>&1; then row "cuda_$t" "pass ($(tail -1 "$L/cuda_$t.log"))"

@@ -33,7 +33,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 # 1. ops and whole model against the cpu reference
 if has ops; then
-if "$B/backend_test_cuda_ops" >"$OUT/cuda_ops.log" 2>&1; then note cuda_ops "pass ($(tail -1 "$OUT/cuda_ops.log"))"; else note cuda_ops "FAIL (see cuda_ops.log)"; fi
+# the cuda op tests: casts and GEMMs, attention, the other layers' ops and AdamW, capture and replay
+for t in ops attn layers capture; do
+  if "$B/backend_test_cuda_$t" >"$OUT/cuda_$t.log" 2>&1; then note cuda_$t "pass ($(tail -1 "$OUT/cuda_$t.log"))"; else note cuda_$t "FAIL (see cuda_$t.log)"; fi
+done
 if "$B/backend_test_cuda_model" >"$OUT/cuda_model.log" 2>&1; then note cuda_model "pass ($(tail -1 "$OUT/cuda_model.log"))"; else note cuda_model "FAIL (see cuda_model.log)"; fi
 fi
 

@@ -15,7 +15,8 @@ PKG=${1:?PKG}; OUT=${2:?OUT}
 mkdir -p "$OUT"
 log() { echo "== $*"; }
 fail=0
-for t in backend_test_cuda_ops backend_test_cuda_model backend_test_capture; do
+for t in backend_test_cuda_ops backend_test_cuda_attn backend_test_cuda_layers backend_test_cuda_capture \
+    backend_test_cuda_model backend_test_capture; do
   if "$PKG/$t" >"$OUT/$t.log" 2>&1; then log "$t: $(tail -1 "$OUT/$t.log")"
   else log "$t FAILED: $(grep -m5 FAIL "$OUT/$t.log")"; tail -3 "$OUT/$t.log"; fail=1; fi
 done

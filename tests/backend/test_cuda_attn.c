@@ -1,0 +1,206 @@
+/*
+ * test_cuda_attn.c - the cuda backend's attention against the cpu reference,
+ * on fresh random inputs (the seed is printed; QE_TEST_SEED overrides it):
+ * the probabilities path (attn_fwd, attn_bwd) and flash attention
+ * (attn_flash_fwd, attn_flash_bwd) with either kind of tensor-core operand.
+ *
+ * What must agree within a bound, max|cuda - cpu| <= tol * max|cpu|:
+ *   - attention, forward tol 4e-3 and backward 8e-3: its GEMMs run in TF32
+ *     (cuda_attn.cu), operands rounded to 11 significant bits (2^-11 = 4.9e-4
+ *     relative each) before fp32 accumulation; the softmax exponentiates the
+ *     scores' error and the backward subtracts nearly equal sums;
+ *   - flash attention: TF32 operands 4e-3, bf16 operands 1.6e-2, and the
+ *     cpu's flash output against its probabilities path 1e-5 (why: the
+ *     comment of test_flash_operands).
+ * Seen on an H100 (seed 20261129): TF32 attention and flash up to 8.3e-4 of
+ * max|cpu|, bf16 flash up to 5.0e-3, the cpu's two paths 0.
+ * Also: two runs on cuda are byte-identical; the probabilities above the
+ * diagonal are exactly zero; the two flash operand kinds give different
+ * bytes; an unknown operand kind is refused on both backends.
+ * Without a GPU (or without CUDA in the build) the test prints SKIP and passes.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "bk_util.h"
+#include "cuda_pair.h"
+#ifdef QE_WITH_CUDA
+#include "runtime/backend/cuda/cuda_backend.h"
+#endif
+
+#define NAME "backend_test_cuda_attn"
+
+#ifdef QE_WITH_CUDA
+
+/* ---- attention ------------------------------------------------------------------- */
+
+/*
+ * The flash attention against the cpu's, with each kind of tensor-core
+ * operand: TF32 within the batched attention's bound (4e-3 of max|cpu|),
+ * bf16 within 1.6e-2 (a bf16 operand keeps 8 significant bits against
+ * TF32's 11, so its rounding is 8x coarser; the bound is 4x, because the
+ * sums average most of it out); its forward also against the cpu's
+ * probabilities path (out: both are the same math in fp32, 1e-5), two cuda
+ * runs byte-identical (no atomics), the two operand kinds giving different
+ * bytes (the bf16 kernels ran), and the backward from the cpu's out and
+ * lse on both sides.
+ */
+static void test_flash_operands(qe_rng *r, int B, int T, int H, int nh, qe_flash_operands op)
+{
+	fresh_stream();
+	const char *on = op == QE_FLASH_BF16 ? "bf16" : "tf32";
+	double bound = op == QE_FLASH_BF16 ? 1.6e-2 : 4e-3;
+	int64_t N = (int64_t)B * T, nq = N * 3 * H, no = N * H, nl = (int64_t)B * nh * T;
+	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f);
+	void *gq, *go, *gl, *gdo, *gdq, *go2, *gl2, *gdq2, *go3;
+	float *cq = pair(hq, nq * 4, &gq), *co = pair(NULL, no * 4, &go), *cl = pair(NULL, nl * 4, &gl);
+	float *cdo = pair(hdo, no * 4, &gdo), *cdq = pair(NULL, nq * 4, &gdq);
+	pair(NULL, no * 4, &go2);
+	pair(NULL, nl * 4, &gl2);
+	pair(NULL, nq * 4, &gdq2);
+	pair(NULL, no * 4, &go3);
+	qe_flash_operands other = op == QE_FLASH_BF16 ? QE_FLASH_TF32 : QE_FLASH_BF16;
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go3, gl2, gq, NULL, B, T, H, nh, other));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op));
+	char what[112];
+	float *h = fetch(go, no * 4), *h2 = fetch(go2, no * 4), *h3 = fetch(go3, no * 4);
+	snprintf(what, sizeof(what), "flash_fwd %s B=%d T=%d H=%d nh=%d out", on, B, T, H, nh);
+	close_to(what, co, h, no, bound);
+	CHECK(bytes_diff(h, h2, no * 4) < 0, "%s: two cuda runs differ", what);
+	CHECK(bytes_diff(h, h3, no * 4) >= 0, "%s: the same bytes under the other operand kind", what);
+	free(h);
+	free(h2);
+	free(h3);
+	h = fetch(gl, nl * 4);
+	h2 = fetch(gl2, nl * 4);
+	snprintf(what, sizeof(what), "flash_fwd %s B=%d T=%d H=%d nh=%d lse", on, B, T, H, nh);
+	close_to(what, cl, h, nl, bound);
+	CHECK(bytes_diff(h, h2, nl * 4) < 0, "%s: two cuda runs differ", what);
+	free(h);
+	free(h2);
+	/* the cpu's flash output is the probabilities path's, sequence by sequence */
+	float *po = malloc((size_t)no * 4), *pp = malloc((size_t)nh * T * T * 4);
+	for (int b = 0; b < B; b++)
+		CHECK_OK(K.co->attn_fwd(K.cs, po + (int64_t)b * T * H, pp, cq + (int64_t)b * T * 3 * H, T, H, nh));
+	snprintf(what, sizeof(what), "flash_fwd cpu vs probs B=%d T=%d out", B, T);
+	close_to(what, po, co, no, 1e-5);
+	free(po);
+	free(pp);
+	/* backward from the cpu's out and lse on both sides */
+	up(go, co, no * 4);
+	up(gl, cl, nl * 4);
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, NULL, co, cl, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, NULL, go, gl, B, T, H, nh, op));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, NULL, go, gl, B, T, H, nh, op));
+	h = fetch(gdq, nq * 4);
+	h2 = fetch(gdq2, nq * 4);
+	snprintf(what, sizeof(what), "flash_bwd %s B=%d T=%d H=%d nh=%d dqkv", on, B, T, H, nh);
+	close_to(what, cdq, h, nq, bound);
+	CHECK(bytes_diff(h, h2, nq * 4) < 0, "%s: two cuda runs differ", what);
+	free(h);
+	free(h2);
+	free(hq);
+	free(hdo);
+}
+
+static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
+{
+	test_flash_operands(r, B, T, H, nh, QE_FLASH_TF32);
+	test_flash_operands(r, B, T, H, nh, QE_FLASH_BF16);
+	/* an unknown operand kind is refused before anything runs, on both backends */
+	fresh_stream();
+	int64_t N = (int64_t)B * T;
+	void *gq, *go, *gl;
+	float *cq = pair(NULL, N * 3 * H * 4, &gq), *co = pair(NULL, N * H * 4, &go);
+	float *cl = pair(NULL, (int64_t)B * nh * T * 4, &gl);
+	int rc = K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, (qe_flash_operands)7);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cuda: operand kind 7: got %s: %s",
+	      qe_errname(rc), qe_last_error());
+	qe_stream *cs = NULL; /* a stream of its own: the refusal fails it */
+	CHECK_OK(K.co->stream_create(K.cb, &cs));
+	rc = K.co->attn_flash_fwd(cs, co, cl, cq, NULL, B, T, H, nh, (qe_flash_operands)7);
+	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cpu: operand kind 7: got %s: %s",
+	      qe_errname(rc), qe_last_error());
+	K.co->stream_destroy(cs);
+}
+
+static void test_attn_case(qe_rng *r, int T, int H, int nh)
+{
+	fresh_stream();
+	int64_t nq = (int64_t)T * 3 * H, no = (int64_t)T * H, np = (int64_t)nh * T * T;
+	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f);
+	void *gq, *go, *gp, *gdo, *gdq, *gp2, *gdq2;
+	float *cq = pair(hq, nq * 4, &gq), *co = pair(NULL, no * 4, &go), *cp = pair(NULL, np * 4, &gp);
+	float *cdo = pair(hdo, no * 4, &gdo), *cdq = pair(NULL, nq * 4, &gdq);
+	pair(NULL, np * 4, &gp2);
+	pair(NULL, nq * 4, &gdq2);
+	CHECK_OK(K.co->attn_fwd(K.cs, co, cp, cq, T, H, nh));
+	CHECK_OK(K.go->attn_fwd(K.gs, go, gp, gq, T, H, nh));
+	CHECK_OK(K.go->attn_fwd(K.gs, go, gp2, gq, T, H, nh));
+	char what[96];
+	float *h = fetch(go, no * 4);
+	snprintf(what, sizeof(what), "attn_fwd T=%d H=%d nh=%d out", T, H, nh);
+	close_to(what, co, h, no, 4e-3);
+	free(h);
+	h = fetch(gp, np * 4);
+	float *h2 = fetch(gp2, np * 4);
+	snprintf(what, sizeof(what), "attn_fwd T=%d H=%d nh=%d probs", T, H, nh);
+	close_to(what, cp, h, np, 4e-3);
+	CHECK(bytes_diff(h, h2, np * 4) < 0, "attn_fwd: two cuda runs differ");
+	int upper_zero = 1;
+	for (int hh = 0; hh < nh; hh++)
+		for (int t = 0; t < T; t++)
+			for (int t2 = t + 1; t2 < T; t2++)
+				upper_zero &= h[((int64_t)hh * T + t) * T + t2] == 0.0f;
+	CHECK(upper_zero, "attn_fwd: probs above the diagonal are not zero");
+	free(h);
+	free(h2);
+	/* backward from the cpu's probabilities on both sides */
+	up(gp, cp, np * 4);
+	CHECK_OK(K.co->attn_bwd(K.cs, cdq, cdo, cq, cp, T, H, nh));
+	CHECK_OK(K.go->attn_bwd(K.gs, gdq, gdo, gq, gp, T, H, nh));
+	CHECK_OK(K.go->attn_bwd(K.gs, gdq2, gdo, gq, gp, T, H, nh));
+	h = fetch(gdq, nq * 4);
+	h2 = fetch(gdq2, nq * 4);
+	snprintf(what, sizeof(what), "attn_bwd T=%d H=%d nh=%d dqkv", T, H, nh);
+	close_to(what, cdq, h, nq, 8e-3);
+	CHECK(bytes_diff(h, h2, nq * 4) < 0, "attn_bwd: two cuda runs differ");
+	free(h);
+	free(h2);
+	free(hq);
+	free(hdo);
+}
+
+int main(void)
+{
+	qe_rng r;
+	int rc = both_open(20261129u, &r);
+	if (rc <= 0)
+		return rc < 0 ? qe_test_done(NAME) : 0;
+
+	printf("attention\n");
+	test_attn_case(&r, 32, 64, 4);
+	test_attn_case(&r, 48, 96, 3);
+	test_attn_case(&r, 256, 256, 2);
+	test_flash_case(&r, 1, 64, 64, 4);    /* D 16, one tile */
+	test_flash_case(&r, 2, 100, 64, 2);   /* D 32, a partial tile, two sequences */
+	test_flash_case(&r, 2, 200, 128, 2);  /* D 64 */
+	test_flash_case(&r, 2, 330, 128, 2);  /* D 64, an odd count of tiles: half a forward block */
+	test_flash_case(&r, 1, 1024, 768, 12); /* GPT-2's attention, one sequence */
+
+	/* leak accounting is the backends' business; the buffers die with the process */
+	return qe_test_done(NAME);
+}
+
+#else /* !QE_WITH_CUDA */
+
+int main(void)
+{
+	printf("SKIP: built without CUDA (QE_CUDA=OFF or nvcc not found)\n");
+	return 0;
+}
+
+#endif
