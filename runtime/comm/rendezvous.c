@@ -27,11 +27,9 @@
  *   connector -> proof (HMAC connector-label(the same))
  *   acceptor  -> verdict (at once on the mesh; rank 0 when all have joined)
  *
- * The acceptor handles many handshakes at once: its loop polls the listener
- * and every connection in its handshake, each with its own time limit
- * (HELLO_WAIT_MS), so a process that connects and stalls, or proves nothing,
- * costs the job nothing: it is dropped, logged with its address, and never
- * takes a rank's place.  A rank is admitted only once its proof checks.
+ * The accepting side (rendezvous_accept.c) handles many handshakes at
+ * once, so a process that connects and stalls, or proves nothing, costs the
+ * job nothing.  A rank is admitted only once its proof checks.
  *
  * Every handshake also carries a magic, a protocol version and the run id,
  * so a process of another job that reaches one of our ports is turned away
@@ -39,6 +37,7 @@
  */
 #define _GNU_SOURCE
 #include "runtime/comm/comm_int.h"
+#include "runtime/comm/rendezvous_int.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -59,22 +58,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-#define RDV_MAGIC 0x56524551u /* "QERV" */
-#define RDV_VERSION 2u
-#define RDV_HOST 64
-#define HELLO_SIZE (24 + QE_DIST_RUN_ID_MAX + RDV_HOST + QE_AUTH_NONCE_BYTES)
-#define CHAL_MAGIC 0x43524551u  /* "QERC": the acceptor's nonce and proof */
-#define CHAL_SIZE (8 + QE_AUTH_NONCE_BYTES + QE_AUTH_MAC_BYTES)
-#define PROOF_MAGIC 0x50524551u /* "QERP": the connector's proof */
-#define PROOF_SIZE (4 + QE_AUTH_MAC_BYTES)
-#define RDV_FLAG_SECRET 1u      /* hello/challenge flag: this side has a job secret */
-#define VERDICT_TEXT 200
-#define VERDICT_SIZE (8 + VERDICT_TEXT)
 #define ENTRY_SIZE (RDV_HOST + 4)
-/* A connection that does not finish its handshake within this time is dropped. */
-#define HELLO_WAIT_MS 5000
-/* Handshakes under way at once on one listener; a new one beyond drops the oldest. */
-#define PEND_MAX 64
 
 int64_t qe_comm_now_ms(void)
 {
@@ -84,8 +68,6 @@ int64_t qe_comm_now_ms(void)
 }
 
 /* ---- socket helpers -------------------------------------------------------- */
-
-enum { IO_OK = 0, IO_TIMEOUT, IO_EOF, IO_ERR };
 
 /* 1 ready, 0 deadline passed, -1 error (errno). */
 static int wait_fd(int fd, short ev, int64_t deadline)
@@ -107,7 +89,7 @@ static int wait_fd(int fd, short ev, int64_t deadline)
 }
 
 /* Move exactly n bytes over a non-blocking socket before deadline. */
-static int xfer(int fd, void *buf, size_t n, int writing, int64_t deadline)
+int qe__rdv_xfer(int fd, void *buf, size_t n, int writing, int64_t deadline)
 {
 	unsigned char *p = buf;
 	while (n > 0) {
@@ -153,19 +135,6 @@ static void sleep_ms(int64_t ms)
 		;
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-	p[2] = (unsigned char)(v >> 16);
-	p[3] = (unsigned char)(v >> 24);
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Copy a fixed-width NUL-padded wire string into a C string. */
 static void get_str(char *dst, const unsigned char *p, size_t width)
 {
@@ -173,7 +142,7 @@ static void get_str(char *dst, const unsigned char *p, size_t width)
 	dst[width - 1] = '\0';
 }
 
-static void addr_text(const struct sockaddr *sa, socklen_t len, char *host, size_t hostlen, int *port)
+void qe__rdv_addr_text(const struct sockaddr *sa, socklen_t len, char *host, size_t hostlen, int *port)
 {
 	char serv[16];
 	if (getnameinfo(sa, len, host, (socklen_t)hostlen, serv, sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV)) {
@@ -248,35 +217,28 @@ static int connect_retry(int self, const char *what, const char *host, int port,
 		       self, what, host, port, attempts, strerror(last_err));
 }
 
-typedef struct hello {
-	uint32_t magic, version, world, rank, port, flags;
-	char run_id[QE_DIST_RUN_ID_MAX];
-	char host[RDV_HOST];
-	unsigned char nonce[QE_AUTH_NONCE_BYTES];
-} hello;
-
-static void hello_pack(const hello *h, unsigned char *b)
+static void hello_pack(const rdv_hello *h, unsigned char *b)
 {
 	memset(b, 0, HELLO_SIZE);
-	put_u32(b, h->magic);
-	put_u32(b + 4, h->version);
-	put_u32(b + 8, h->world);
-	put_u32(b + 12, h->rank);
-	put_u32(b + 16, h->port);
-	put_u32(b + 20, h->flags);
+	qe__rdv_put_u32(b, h->magic);
+	qe__rdv_put_u32(b + 4, h->version);
+	qe__rdv_put_u32(b + 8, h->world);
+	qe__rdv_put_u32(b + 12, h->rank);
+	qe__rdv_put_u32(b + 16, h->port);
+	qe__rdv_put_u32(b + 20, h->flags);
 	memcpy(b + 24, h->run_id, strnlen(h->run_id, QE_DIST_RUN_ID_MAX - 1));
 	memcpy(b + 24 + QE_DIST_RUN_ID_MAX, h->host, strnlen(h->host, RDV_HOST - 1));
 	memcpy(b + 24 + QE_DIST_RUN_ID_MAX + RDV_HOST, h->nonce, QE_AUTH_NONCE_BYTES);
 }
 
-static void hello_unpack(hello *h, const unsigned char *b)
+void qe__rdv_hello_unpack(rdv_hello *h, const unsigned char *b)
 {
-	h->magic = get_u32(b);
-	h->version = get_u32(b + 4);
-	h->world = get_u32(b + 8);
-	h->rank = get_u32(b + 12);
-	h->port = get_u32(b + 16);
-	h->flags = get_u32(b + 20);
+	h->magic = qe__rdv_get_u32(b);
+	h->version = qe__rdv_get_u32(b + 4);
+	h->world = qe__rdv_get_u32(b + 8);
+	h->rank = qe__rdv_get_u32(b + 12);
+	h->port = qe__rdv_get_u32(b + 16);
+	h->flags = qe__rdv_get_u32(b + 20);
 	get_str(h->run_id, b + 24, QE_DIST_RUN_ID_MAX);
 	get_str(h->host, b + 24 + QE_DIST_RUN_ID_MAX, RDV_HOST);
 	memcpy(h->nonce, b + 24 + QE_DIST_RUN_ID_MAX + RDV_HOST, QE_AUTH_NONCE_BYTES);
@@ -287,27 +249,27 @@ static void hello_unpack(hello *h, const unsigned char *b)
  * world || connecting rank || accepting rank || both nonces).  The label
  * names the side, so the acceptor's proof is never a valid connector proof.
  */
-static int rdv_mac(const qe_auth_key *key, int acceptor, const char *run_id, int world, int conn_rank,
-		   int acc_rank, const unsigned char *nc, const unsigned char *na, unsigned char *out)
+int qe__rdv_mac(const qe_auth_key *key, int acceptor, const char *run_id, int world, int conn_rank,
+		int acc_rank, const unsigned char *nc, const unsigned char *na, unsigned char *out)
 {
 	unsigned char ctx[QE_DIST_RUN_ID_MAX + 12 + 2 * QE_AUTH_NONCE_BYTES] = { 0 };
 	memcpy(ctx, run_id, strnlen(run_id, QE_DIST_RUN_ID_MAX - 1));
-	put_u32(ctx + QE_DIST_RUN_ID_MAX, (uint32_t)world);
-	put_u32(ctx + QE_DIST_RUN_ID_MAX + 4, (uint32_t)conn_rank);
-	put_u32(ctx + QE_DIST_RUN_ID_MAX + 8, (uint32_t)acc_rank);
+	qe__rdv_put_u32(ctx + QE_DIST_RUN_ID_MAX, (uint32_t)world);
+	qe__rdv_put_u32(ctx + QE_DIST_RUN_ID_MAX + 4, (uint32_t)conn_rank);
+	qe__rdv_put_u32(ctx + QE_DIST_RUN_ID_MAX + 8, (uint32_t)acc_rank);
 	memcpy(ctx + QE_DIST_RUN_ID_MAX + 12, nc, QE_AUTH_NONCE_BYTES);
 	memcpy(ctx + QE_DIST_RUN_ID_MAX + 12 + QE_AUTH_NONCE_BYTES, na, QE_AUTH_NONCE_BYTES);
 	return qe_auth_mac(key, acceptor ? "qeffect rendezvous v2 acceptor" : "qeffect rendezvous v2 connector", ctx,
 			   sizeof(ctx), out);
 }
 
-static int send_verdict(int fd, int ok, const char *text, int64_t deadline)
+int qe__rdv_send_verdict(int fd, int ok, const char *text, int64_t deadline)
 {
 	unsigned char b[VERDICT_SIZE] = { 0 };
-	put_u32(b, RDV_MAGIC);
-	put_u32(b + 4, (uint32_t)ok);
+	qe__rdv_put_u32(b, RDV_MAGIC);
+	qe__rdv_put_u32(b + 4, (uint32_t)ok);
 	snprintf((char *)b + 8, VERDICT_TEXT, "%s", text);
-	return xfer(fd, b, sizeof(b), 1, deadline);
+	return qe__rdv_xfer(fd, b, sizeof(b), 1, deadline);
 }
 
 /* Read the answer to our hello. */
@@ -315,15 +277,15 @@ static int read_verdict(int self, int fd, const char *what, const char *host, in
 {
 	unsigned char b[VERDICT_SIZE];
 	char text[VERDICT_TEXT];
-	int io = xfer(fd, b, sizeof(b), 0, deadline);
+	int io = qe__rdv_xfer(fd, b, sizeof(b), 0, deadline);
 	if (io != IO_OK)
 		return qe_fail(QE_ECOMM, "rank %d: waiting for %s at %s:%d to admit it: %s", self, what, host, port,
 			       io_text(io));
-	if (get_u32(b) != RDV_MAGIC)
+	if (qe__rdv_get_u32(b) != RDV_MAGIC)
 		return qe_fail(QE_ECOMM, "rank %d: the listener at %s:%d is not a qeffect rank (bad magic)", self, host,
 			       port);
 	get_str(text, b + 8, VERDICT_TEXT);
-	if (get_u32(b + 4) != 1)
+	if (qe__rdv_get_u32(b + 4) != 1)
 		return qe_fail(QE_ECOMM, "rank %d: %s at %s:%d refused it: %s", self, what, host, port, text);
 	return 0;
 }
@@ -335,7 +297,7 @@ static int read_verdict(int self, int fd, const char *what, const char *host, in
  * believed), our proof.  The verdict comes after, from read_verdict.
  */
 static int say_hello(const qe_dist_env *env, const qe_auth_key *key, int fd, int peer, const char *what,
-		     const char *host, int port, hello *h, int64_t deadline)
+		     const char *host, int port, rdv_hello *h, int64_t deadline)
 {
 	unsigned char hb[HELLO_SIZE], cb[VERDICT_SIZE > CHAL_SIZE ? VERDICT_SIZE : CHAL_SIZE], pb[PROOF_SIZE];
 	unsigned char mac[QE_AUTH_MAC_BYTES];
@@ -344,38 +306,38 @@ static int say_hello(const qe_dist_env *env, const qe_auth_key *key, int fd, int
 		return rc;
 	h->flags = key->set ? RDV_FLAG_SECRET : 0;
 	hello_pack(h, hb);
-	io = xfer(fd, hb, sizeof(hb), 1, deadline);
+	io = qe__rdv_xfer(fd, hb, sizeof(hb), 1, deadline);
 	if (io == IO_OK)
-		io = xfer(fd, cb, 8, 0, deadline);
+		io = qe__rdv_xfer(fd, cb, 8, 0, deadline);
 	if (io != IO_OK)
 		return qe_fail(QE_ECOMM, "rank %d: saying hello to %s at %s:%d: %s", self, what, host, port, io_text(io));
-	if (get_u32(cb) == RDV_MAGIC) {
+	if (qe__rdv_get_u32(cb) == RDV_MAGIC) {
 		char text[VERDICT_TEXT];
-		io = xfer(fd, cb + 8, VERDICT_SIZE - 8, 0, deadline);
+		io = qe__rdv_xfer(fd, cb + 8, VERDICT_SIZE - 8, 0, deadline);
 		if (io != IO_OK)
 			return qe_fail(QE_ECOMM, "rank %d: reading the answer of %s at %s:%d: %s", self, what, host, port,
 				       io_text(io));
 		get_str(text, cb + 8, VERDICT_TEXT);
 		return qe_fail(QE_ECOMM, "rank %d: %s at %s:%d refused it: %s", self, what, host, port, text);
 	}
-	if (get_u32(cb) != CHAL_MAGIC)
+	if (qe__rdv_get_u32(cb) != CHAL_MAGIC)
 		return qe_fail(QE_ECOMM, "rank %d: the listener at %s:%d is not a qeffect rank (bad magic)", self, host,
 			       port);
-	io = xfer(fd, cb + 8, CHAL_SIZE - 8, 0, deadline);
+	io = qe__rdv_xfer(fd, cb + 8, CHAL_SIZE - 8, 0, deadline);
 	if (io != IO_OK)
 		return qe_fail(QE_ECOMM, "rank %d: reading the challenge of %s at %s:%d: %s", self, what, host, port,
 			       io_text(io));
-	if ((rc = rdv_mac(key, 1, env->run_id, env->world_size, self, peer, h->nonce, cb + 8, mac)))
+	if ((rc = qe__rdv_mac(key, 1, env->run_id, env->world_size, self, peer, h->nonce, cb + 8, mac)))
 		return rc;
 	if (!qe_auth_equal(mac, cb + 8 + QE_AUTH_NONCE_BYTES))
 		return qe_fail(QE_ECOMM,
 			       "rank %d: the listener at %s:%d does not prove that it is %s of this job: its job secret "
 			       "differs from ours (QE_JOB_SECRET / QE_JOB_SECRET_FILE)",
 			       self, host, port, what);
-	put_u32(pb, PROOF_MAGIC);
-	if ((rc = rdv_mac(key, 0, env->run_id, env->world_size, self, peer, h->nonce, cb + 8, pb + 4)))
+	qe__rdv_put_u32(pb, PROOF_MAGIC);
+	if ((rc = qe__rdv_mac(key, 0, env->run_id, env->world_size, self, peer, h->nonce, cb + 8, pb + 4)))
 		return rc;
-	io = xfer(fd, pb, sizeof(pb), 1, deadline);
+	io = qe__rdv_xfer(fd, pb, sizeof(pb), 1, deadline);
 	if (io != IO_OK)
 		return qe_fail(QE_ECOMM, "rank %d: sending our proof to %s at %s:%d: %s", self, what, host, port,
 			       io_text(io));
@@ -402,7 +364,7 @@ static int make_listener(int self, const struct sockaddr *sa, socklen_t len, int
 		e = errno;
 		close(fd);
 		if (!(retry_busy && e == EADDRINUSE) || qe_comm_now_ms() >= deadline) {
-			addr_text(sa, len, host, sizeof(host), &port);
+			qe__rdv_addr_text(sa, len, host, sizeof(host), &port);
 			errno = e;
 			return qe_fail(QE_ECOMM, "rank %d: cannot listen on %s:%d: %s", self, host, port, strerror(e));
 		}
@@ -415,258 +377,6 @@ static void set_nodelay(int fd)
 {
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-/* ---- accepting: many handshakes at once ------------------------------------ */
-
-/*
- * A connection whose handshake is under way.  The accept loop polls the
- * listener and every pending connection together, so a peer that connects
- * and then stalls (or trickles bytes) holds only its own slot, until its
- * HELLO_WAIT_MS run out; the real ranks keep being accepted meanwhile.
- */
-typedef struct pending {
-	int fd;
-	int stage; /* 0: reading the hello, 1: reading the proof */
-	size_t got;
-	int64_t until;
-	char addr[RDV_HOST + 8];
-	hello h;
-	unsigned char na[QE_AUTH_NONCE_BYTES];
-	unsigned char buf[HELLO_SIZE];
-} pending;
-
-typedef struct acceptor {
-	const qe_dist_env *env;
-	const qe_auth_key *key;
-	int lo, hi;
-	const int *taken;
-	int hosts_wanted; /* rank 0: the hello must announce a listening port */
-} acceptor;
-
-enum { STEP_MORE = 0, STEP_ADMIT = 1, STEP_DROP = -1 };
-
-/* Why hello h may not join here ("" when it may). */
-static void judge(const acceptor *a, const hello *h, char *why, size_t n)
-{
-	const qe_dist_env *env = a->env;
-	why[0] = '\0';
-	if (h->version != RDV_VERSION)
-		snprintf(why, n, "protocol version %u, rank %d speaks %u", h->version, env->rank, RDV_VERSION);
-	else if (strcmp(h->run_id, env->run_id) != 0)
-		snprintf(why, n, "run id '%s' does not match rank %d's run id '%s' (QE_RUN_ID)", h->run_id, env->rank,
-			 env->run_id);
-	else if ((int)h->world != env->world_size)
-		snprintf(why, n, "WORLD_SIZE=%u does not match rank %d's WORLD_SIZE=%d", h->world, env->rank,
-			 env->world_size);
-	else if ((int)h->rank < a->lo || (int)h->rank > a->hi)
-		snprintf(why, n, "rank %u is not expected here (rank %d accepts ranks %d..%d)", h->rank, env->rank, a->lo,
-			 a->hi);
-	else if (a->taken[h->rank])
-		snprintf(why, n, "rank %u has already joined", h->rank);
-	else if (a->hosts_wanted && (h->port == 0 || h->port > 65535))
-		snprintf(why, n, "rank %u announced an invalid port %u", h->rank, h->port);
-	else if (a->key->set && !(h->flags & RDV_FLAG_SECRET))
-		snprintf(why, n, "rank %d has a job secret and rank %u has none (QE_JOB_SECRET, QE_JOB_SECRET_FILE)",
-			 env->rank, h->rank);
-	else if (!a->key->set && (h->flags & RDV_FLAG_SECRET))
-		snprintf(why, n, "rank %u has a job secret and rank %d has none (QE_JOB_SECRET, QE_JOB_SECRET_FILE)",
-			 h->rank, env->rank);
-}
-
-static int refuse(const acceptor *a, pending *p, const char *why)
-{
-	qe_log(QE_LOG_WARN, "rank %d: refused a connection from %s (claiming rank %u): %s", a->env->rank, p->addr,
-	       p->h.rank, why);
-	send_verdict(p->fd, 0, why, qe_comm_now_ms() + 100);
-	return STEP_DROP;
-}
-
-/* Move p's handshake on as far as the bytes that have arrived allow. */
-static int step(const acceptor *a, pending *p)
-{
-	const qe_dist_env *env = a->env;
-	size_t want = p->stage == 0 ? HELLO_SIZE : PROOF_SIZE;
-	char why[VERDICT_TEXT];
-	while (p->got < want) {
-		ssize_t r = recv(p->fd, p->buf + p->got, want - p->got, MSG_DONTWAIT);
-		if (r > 0) {
-			p->got += (size_t)r;
-			continue;
-		}
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return STEP_MORE;
-		qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %s during the handshake", env->rank, p->addr,
-		       r == 0 ? "closed" : strerror(errno));
-		return STEP_DROP;
-	}
-	if (p->stage == 0) {
-		unsigned char cb[CHAL_SIZE];
-		hello_unpack(&p->h, p->buf);
-		if (p->h.magic != RDV_MAGIC) {
-			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s that is not a qeffect rank (bad magic 0x%08x)",
-			       env->rank, p->addr, p->h.magic);
-			return STEP_DROP;
-		}
-		judge(a, &p->h, why, sizeof(why));
-		if (why[0])
-			return refuse(a, p, why);
-		put_u32(cb, CHAL_MAGIC);
-		put_u32(cb + 4, a->key->set ? RDV_FLAG_SECRET : 0);
-		if (qe_auth_nonce(p->na) ||
-		    rdv_mac(a->key, 1, env->run_id, env->world_size, (int)p->h.rank, env->rank, p->h.nonce, p->na,
-			    cb + 8 + QE_AUTH_NONCE_BYTES)) {
-			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %s", env->rank, p->addr, qe_last_error());
-			return STEP_DROP;
-		}
-		memcpy(cb + 8, p->na, QE_AUTH_NONCE_BYTES);
-		/* A fresh socket's buffer takes these bytes at once; a peer that reads nothing cannot stall us. */
-		if (xfer(p->fd, cb, sizeof(cb), 1, qe_comm_now_ms() + 100) != IO_OK) {
-			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s (claiming rank %u): it does not take our challenge",
-			       env->rank, p->addr, p->h.rank);
-			return STEP_DROP;
-		}
-		p->stage = 1;
-		p->got = 0;
-		return STEP_MORE;
-	}
-	{
-		unsigned char mac[QE_AUTH_MAC_BYTES];
-		if (get_u32(p->buf) != PROOF_MAGIC)
-			return refuse(a, p, "the handshake has no proof where one belongs");
-		if (rdv_mac(a->key, 0, env->run_id, env->world_size, (int)p->h.rank, env->rank, p->h.nonce, p->na, mac)) {
-			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %s", env->rank, p->addr, qe_last_error());
-			return STEP_DROP;
-		}
-		if (!qe_auth_equal(mac, p->buf + 4))
-			return refuse(a, p,
-				      "it does not prove that it knows the job secret (QE_JOB_SECRET / QE_JOB_SECRET_FILE "
-				      "differ, or it is not a rank of this job)");
-		if (a->taken[p->h.rank])
-			return refuse(a, p, "this rank has already joined");
-	}
-	return STEP_ADMIT;
-}
-
-static void pend_remove(pending *pend, int *np, int i, int close_fd)
-{
-	if (close_fd)
-		close(pend[i].fd);
-	pend[i] = pend[*np - 1];
-	(*np)--;
-}
-
-/* Accept ranks lo..hi on lfd; fds[r] gets each connection (rank 0 also records hosts and ports). */
-static int accept_ranks(const qe_dist_env *env, const qe_auth_key *key, int lfd, int lo, int hi, int64_t deadline,
-			int *fds, char (*hosts)[RDV_HOST], int *ports)
-{
-	int want = hi - lo + 1, got = 0, np = 0, rc = 0;
-	int *taken = calloc((size_t)env->world_size, sizeof(int));
-	pending *pend = calloc(PEND_MAX, sizeof(pending));
-	struct pollfd *pf = calloc(PEND_MAX + 1, sizeof(struct pollfd));
-	acceptor a = { .env = env, .key = key, .lo = lo, .hi = hi, .taken = taken, .hosts_wanted = hosts != NULL };
-	if (!taken || !pend || !pf) {
-		rc = qe_fail(QE_ENOMEM, "rank %d: rendezvous table", env->rank);
-		goto drop_pending;
-	}
-	while (got < want) {
-		int64_t now = qe_comm_now_ms(), wake = deadline;
-		int r;
-		for (int i = np - 1; i >= 0; i--) {
-			if (now >= pend[i].until) {
-				qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: no complete handshake within %d ms",
-				       env->rank, pend[i].addr, HELLO_WAIT_MS);
-				pend_remove(pend, &np, i, 1);
-			} else if (pend[i].until < wake) {
-				wake = pend[i].until;
-			}
-		}
-		if (now >= deadline) {
-			char missing[256] = "";
-			size_t used = 0;
-			for (int k = lo; k <= hi && used + 16 < sizeof(missing); k++)
-				if (!taken[k])
-					used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%d",
-								 used ? ", " : "", k);
-			rc = qe_fail(QE_ECOMM, "rank %d: rendezvous timed out: %d of %d ranks joined (missing: %s)", env->rank,
-				     got, want, missing);
-			goto drop_pending;
-		}
-		pf[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
-		for (int i = 0; i < np; i++)
-			pf[1 + i] = (struct pollfd){ .fd = pend[i].fd, .events = POLLIN };
-		r = poll(pf, (nfds_t)(1 + np), wake - now > INT_MAX ? INT_MAX : (int)(wake - now));
-		if (r < 0 && errno != EINTR) {
-			rc = qe_fail(QE_ECOMM, "rank %d: rendezvous: poll: %s", env->rank, strerror(errno));
-			goto drop_pending;
-		}
-		if (r <= 0)
-			continue;
-		for (int i = np - 1; i >= 0; i--) {
-			int s, rk;
-			if (!pf[1 + i].revents)
-				continue;
-			s = step(&a, &pend[i]);
-			if (s == STEP_MORE)
-				continue;
-			if (s == STEP_DROP) {
-				pend_remove(pend, &np, i, 1);
-				continue;
-			}
-			rk = (int)pend[i].h.rank;
-			/* Mesh links are admitted at once; rank 0 answers when it has the table. */
-			if (!hosts && send_verdict(pend[i].fd, 1, "ok", deadline) != IO_OK) {
-				qe_log(QE_LOG_WARN, "rank %d: rank %d left while being admitted", env->rank, rk);
-				pend_remove(pend, &np, i, 1);
-				continue;
-			}
-			taken[rk] = 1;
-			fds[rk] = pend[i].fd;
-			if (hosts)
-				memcpy(hosts[rk], pend[i].h.host, RDV_HOST);
-			if (ports)
-				ports[rk] = (int)pend[i].h.port;
-			got++;
-			pend_remove(pend, &np, i, 0);
-		}
-		if (!(pf[0].revents & POLLIN))
-			continue;
-		for (;;) {
-			struct sockaddr_storage ss;
-			socklen_t sl = sizeof(ss);
-			int cfd = accept4(lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC), port, oldest = 0;
-			char host[RDV_HOST];
-			if (cfd < 0)
-				break; /* EAGAIN, ECONNABORTED, EINTR: poll again */
-			if (np == PEND_MAX) {
-				for (int i = 1; i < np; i++)
-					if (pend[i].until < pend[oldest].until)
-						oldest = i;
-				qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: %d handshakes are under way",
-				       env->rank, pend[oldest].addr, PEND_MAX);
-				pend_remove(pend, &np, oldest, 1);
-			}
-			addr_text((struct sockaddr *)&ss, sl, host, sizeof(host), &port);
-			memset(&pend[np], 0, sizeof(pend[np]));
-			pend[np].fd = cfd;
-			pend[np].until = qe_comm_now_ms() + HELLO_WAIT_MS;
-			snprintf(pend[np].addr, sizeof(pend[np].addr), "%s:%d", host, port);
-			np++;
-		}
-	}
-drop_pending:
-	for (int i = 0; i < np; i++) {
-		if (!rc)
-			qe_log(QE_LOG_WARN, "rank %d: dropped a connection from %s: its handshake was unfinished when every rank had joined",
-			       env->rank, pend[i].addr);
-		close(pend[i].fd);
-	}
-	free(taken);
-	free(pend);
-	free(pf);
-	return rc;
 }
 
 /* ---- rank 0 and the others ------------------------------------------------- */
@@ -725,17 +435,17 @@ static int rendezvous_root(const qe_dist_env *env, const qe_auth_key *key, int64
 		goto close_listener;
 	}
 	qe_log(QE_LOG_DEBUG, "rank 0: waiting for %d ranks on port %d", world - 1, env->master_port);
-	rc = accept_ranks(env, key, lfd, 1, world - 1, deadline, fds, hosts, ports);
+	rc = qe__rdv_accept_ranks(env, key, lfd, 1, world - 1, deadline, fds, hosts, ports);
 	if (rc)
 		goto close_listener;
 	for (int r = 1; r < world; r++) {
 		memcpy(table + (size_t)r * ENTRY_SIZE, hosts[r], RDV_HOST);
-		put_u32(table + (size_t)r * ENTRY_SIZE + RDV_HOST, (uint32_t)ports[r]);
+		qe__rdv_put_u32(table + (size_t)r * ENTRY_SIZE + RDV_HOST, (uint32_t)ports[r]);
 	}
 	for (int r = 1; r < world; r++) {
-		int io = send_verdict(fds[r], 1, "ok", deadline);
+		int io = qe__rdv_send_verdict(fds[r], 1, "ok", deadline);
 		if (io == IO_OK)
-			io = xfer(fds[r], table, (size_t)world * ENTRY_SIZE, 1, deadline);
+			io = qe__rdv_xfer(fds[r], table, (size_t)world * ENTRY_SIZE, 1, deadline);
 		if (io != IO_OK) {
 			rc = qe_fail(QE_ECOMM, "rank 0: sending the rank table to rank %d failed: %s", r, io_text(io));
 			goto close_listener;
@@ -805,9 +515,9 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 		*lfd = -1;
 		return rc;
 	}
-	addr_text((struct sockaddr *)&ss, sl, lhost, hl, lport);
+	qe__rdv_addr_text((struct sockaddr *)&ss, sl, lhost, hl, lport);
 	if (is_wildcard(&ss))
-		addr_text((struct sockaddr *)&route, rl, lhost, hl, &dummy);
+		qe__rdv_addr_text((struct sockaddr *)&route, rl, lhost, hl, &dummy);
 	return 0;
 }
 
@@ -815,7 +525,7 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 {
 	int self = env->rank, world = env->world_size, fd0 = -1, lfd = -1, rc, io, lport = 0;
 	unsigned char *table = NULL;
-	hello h = { .magic = RDV_MAGIC, .version = RDV_VERSION, .world = (uint32_t)world, .rank = (uint32_t)self };
+	rdv_hello h = { .magic = RDV_MAGIC, .version = RDV_VERSION, .world = (uint32_t)world, .rank = (uint32_t)self };
 	char lhost[RDV_HOST], where[QE_DIST_ADDR_MAX + 16];
 
 	snprintf(where, sizeof(where), "%s:%d", env->master_addr, env->master_port);
@@ -842,7 +552,7 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 		rc = qe_fail(QE_ENOMEM, "rank %d: rendezvous table for %d ranks", self, world);
 		goto close_listener;
 	}
-	io = xfer(fd0, table, (size_t)world * ENTRY_SIZE, 0, deadline);
+	io = qe__rdv_xfer(fd0, table, (size_t)world * ENTRY_SIZE, 0, deadline);
 	if (io != IO_OK) {
 		rc = qe_fail(QE_ECOMM, "rank %d: reading the rank table from rank 0: %s", self, io_text(io));
 		goto close_listener;
@@ -852,7 +562,7 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 	h.host[0] = '\0';
 	for (int j = 1; j < self; j++) {
 		char host[RDV_HOST], what[32];
-		int port = (int)get_u32(table + (size_t)j * ENTRY_SIZE + RDV_HOST);
+		int port = (int)qe__rdv_get_u32(table + (size_t)j * ENTRY_SIZE + RDV_HOST);
 		get_str(host, table + (size_t)j * ENTRY_SIZE, RDV_HOST);
 		snprintf(what, sizeof(what), "rank %d", j);
 		rc = connect_retry(self, what, host, port, deadline, &fds[j]);
@@ -865,7 +575,7 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 			goto close_listener;
 	}
 	if (self + 1 < world) {
-		rc = accept_ranks(env, key, lfd, self + 1, world - 1, deadline, fds, NULL, NULL);
+		rc = qe__rdv_accept_ranks(env, key, lfd, self + 1, world - 1, deadline, fds, NULL, NULL);
 		if (rc)
 			goto close_listener;
 	}

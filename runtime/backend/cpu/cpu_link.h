@@ -1,6 +1,7 @@
 /*
  * cpu_link.h - private interface between the cpu op table (cpu_backend.c)
- * and the cpu device links (cpu_link.c).
+ * and the cpu device links (cpu_link.c; the ids and the handshake in
+ * cpu_link_connect.c).
  *
  * The link ops are the table's entries (backend.h says what they promise).
  * cpu_link.c applies the cpu streams' rules (sticky failure, refusal while
