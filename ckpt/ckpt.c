@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -100,7 +101,7 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 	ckpt_host_name(s->host, sizeof(s->host));
 	s->pid = getpid();
 	s->chunk_bytes = STORE_DEFAULT_CHUNK;
-	const char *cb = getenv("QE_CKPT_CHUNK_BYTES");
+	const char *cb = qe_env("QE_CKPT_CHUNK_BYTES");
 	if (cb && cb[0]) {
 		char *end;
 		errno = 0;
@@ -117,7 +118,7 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 		free(s);
 		return rrc;
 	}
-	const char *kill = getenv("QE_CKPT_KILL");
+	const char *kill = qe_env("QE_CKPT_KILL");
 	if (kill && kill[0]) {
 		int rc = parse_kills(s, kill);
 		if (rc) {

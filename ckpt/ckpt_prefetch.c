@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/env.h"
+
 #define READ_AHEAD_DEFAULT_MIB 512
 
 struct ckpt_prefetch {
@@ -37,7 +39,7 @@ struct ckpt_prefetch {
 
 uint64_t ckpt__read_ahead_bytes(void)
 {
-	const char *e = getenv("QE_CKPT_READ_AHEAD_MIB");
+	const char *e = qe_env("QE_CKPT_READ_AHEAD_MIB");
 	unsigned long long mib = READ_AHEAD_DEFAULT_MIB;
 	if (e && e[0]) {
 		char *end;

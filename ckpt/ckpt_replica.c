@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -63,7 +64,7 @@ struct ckpt_repl {
 
 int ckpt__repl_config(ckpt_session *s)
 {
-	const char *v = getenv("QE_CKPT_REPLICAS");
+	const char *v = qe_env("QE_CKPT_REPLICAS");
 	s->replicas = 0;
 	if (!v || !v[0])
 		return QE_OK;

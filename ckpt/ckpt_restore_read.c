@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -38,7 +39,7 @@
 
 int ckpt__want_device_staging(qe_rank *r)
 {
-	const char *e = getenv("QE_CKPT_STAGING");
+	const char *e = qe_env("QE_CKPT_STAGING");
 	if (e && strcmp(e, "device") == 0)
 		return 1;
 	if (e && strcmp(e, "host") == 0)
@@ -333,7 +334,7 @@ static void *host_load_worker(void *arg)
 static int load_threads(int npc)
 {
 	int t = 4;
-	const char *e = getenv("QE_CKPT_LOAD_THREADS");
+	const char *e = qe_env("QE_CKPT_LOAD_THREADS");
 	if (e && *e)
 		t = atoi(e);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -348,7 +349,7 @@ static int load_threads(int npc)
 
 static size_t load_piece_bytes(void)
 {
-	const char *e = getenv("QE_CKPT_LOAD_PIECE_BYTES");
+	const char *e = qe_env("QE_CKPT_LOAD_PIECE_BYTES");
 	long long v = e && *e ? atoll(e) : 0;
 	return v > 0 ? (size_t)v : LOAD_PIECE;
 }

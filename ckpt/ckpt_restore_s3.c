@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_remote_int.h"
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -28,7 +29,7 @@ static void remote_opts(store_remote_opts *ro)
 {
 	memset(ro, 0, sizeof(*ro));
 	ro->retries = -1;
-	const char *ep = getenv("QE_CKPT_REMOTE_ENDPOINT");
+	const char *ep = qe_env("QE_CKPT_REMOTE_ENDPOINT");
 	ro->endpoint = ep && ep[0] ? ep : NULL;
 }
 

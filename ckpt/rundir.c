@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -46,7 +47,7 @@ int ckpt_rundir_catalog(const char *run_dir, char *buf, size_t len)
 
 int ckpt_rundir_stores(const char *run_dir, char *buf, size_t len)
 {
-	const char *local = getenv("QE_LOCAL_DIR");
+	const char *local = qe_env("QE_LOCAL_DIR");
 	return join(buf, len, local && local[0] ? local : run_dir, "stores");
 }
 
@@ -209,7 +210,7 @@ int ckpt_store_identity_ensure_memory(const char *store_dir, const char *run_id,
 
 const char *ckpt_memory_dir(void)
 {
-	const char *m = getenv("QE_CKPT_MEMORY_DIR");
+	const char *m = qe_env("QE_CKPT_MEMORY_DIR");
 	return m && m[0] ? m : NULL;
 }
 
@@ -600,7 +601,7 @@ int ckpt_memory_fs_check(const char *dir)
 
 int ckpt_fs_check(const char *path, const char *what)
 {
-	const char *allow = getenv("QE_ALLOW_NETWORK_FS");
+	const char *allow = qe_env("QE_ALLOW_NETWORK_FS");
 	if (allow && strcmp(allow, "1") == 0)
 		return QE_OK;
 	struct statfs sf;

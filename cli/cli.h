@@ -34,6 +34,7 @@ int cli_schedule_main(int argc, char **argv);
 int cli_selftest_main(int argc, char **argv);
 int cli_train_main(int argc, char **argv);
 int cli_compare_main(int argc, char **argv);
+int cli_env_main(int argc, char **argv);
 int cli_list_main(int argc, char **argv);
 int cli_inspect_main(int argc, char **argv);
 int cli_verify_main(int argc, char **argv);

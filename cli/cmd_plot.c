@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "cli/gnuplot.h"
 #include "ckpt/ckpt_query.h"
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)
@@ -157,7 +158,7 @@ int cli_plot_main(int argc, char **argv)
 	char exe[4096];
 	if (cli_gnuplot_find(exe, sizeof(exe))) {
 		fprintf(stderr, "qeffect plot: gnuplot not found in PATH%s (install it: apt-get install gnuplot-nox)\n",
-			getenv("QE_GNUPLOT") ? " or QE_GNUPLOT" : "");
+			qe_env("QE_GNUPLOT") ? " or QE_GNUPLOT" : "");
 		return 1;
 	}
 	series A = { .dir = dir }, B = { .dir = vs };
@@ -176,7 +177,7 @@ int cli_plot_main(int argc, char **argv)
 		snprintf(A.label, sizeof(A.label), "%s", dir);
 		snprintf(B.label, sizeof(B.label), "%s", vs);
 	}
-	const char *base = getenv("TMPDIR");
+	const char *base = qe_env("TMPDIR");
 	snprintf(tmp, sizeof(tmp), "%s/qeffect-plot-XXXXXX", base && *base ? base : "/tmp");
 	if (!mkdtemp(tmp)) {
 		fprintf(stderr, "qeffect plot: cannot create a temporary folder '%s': %s\n", tmp, strerror(errno));

@@ -24,6 +24,7 @@
 #include "cli/cli.h"
 #include "cli/resume_remote.h"
 #include "cli/run.h"
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "runtime/job/data.h"
 #include "cli/train_flags.h"
@@ -309,8 +310,8 @@ int cli_resume_main(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = a.cfg.run_dir;
-	const char *rank_env = getenv("RANK");
-	if (rank_env && getenv("WORLD_SIZE") && strcmp(rank_env, "0")) {
+	const char *rank_env = qe_env("RANK");
+	if (rank_env && qe_env("WORLD_SIZE") && strcmp(rank_env, "0")) {
 		/* An external launcher's rank other than 0: its host need not have the catalog; rank 0
 		 * checks the run and sends the configuration and the checkpoint to resume from. */
 		cli_rank_job job;

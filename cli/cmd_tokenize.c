@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "runtime/job/shard.h"
 #include "runtime/job/tokenizer.h"
@@ -72,7 +73,7 @@ static double now_s(void)
 /* The encoder folder and where the choice came from (for the error when it is missing). */
 static void default_encoder_dir(char *out, size_t n, const char **from)
 {
-	const char *env = getenv("QE_GPT2_ENCODER_DIR");
+	const char *env = qe_env("QE_GPT2_ENCODER_DIR");
 	if (env && env[0]) {
 		snprintf(out, n, "%s", env);
 		*from = "QE_GPT2_ENCODER_DIR";

@@ -11,6 +11,7 @@
 #include "cli/tier_flags.h"
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "runtime/job/data.h"
 #include "cli/train_flags.h"
@@ -104,7 +105,7 @@ int cli_train_main(int argc, char **argv)
 	cli_rank_job_init(&job, &a, async);
 	job.data = &data;
 	/* Under an external launcher only rank 0 creates the run directory and holds its lock. */
-	const char *rank_env = getenv("RANK");
+	const char *rank_env = qe_env("RANK");
 	ckpt_lock *lock = NULL;
 	if (a.cfg.run_dir[0] && (!rank_env || strcmp(rank_env, "0") == 0)) {
 		int64_t dropped = -1;

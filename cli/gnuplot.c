@@ -12,14 +12,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "runtime/core/env.h"
+
 int cli_gnuplot_find(char *buf, size_t len)
 {
-	const char *env = getenv("QE_GNUPLOT");
+	const char *env = qe_env("QE_GNUPLOT");
 	if (env && *env) {
 		snprintf(buf, len, "%s", env);
 		return access(buf, X_OK) == 0 ? 0 : -1;
 	}
-	const char *path = getenv("PATH");
+	const char *path = qe_env("PATH");
 	while (path && *path) {
 		const char *e = strchr(path, ':');
 		size_t n = e ? (size_t)(e - path) : strlen(path);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
@@ -27,6 +28,7 @@ static const cli_command commands[] = {
 	{ "tokenize", cli_tokenize_main, "GPT-2 tokens of a JSONL corpus as llm.c shards (tokenize --in C.jsonl --out PREFIX)" },
 	{ "bench", cli_bench_main, "Benchmarks: handoff, step time vs the floor, microbatch scaling (bench step --help)" },
 	{ "selftest", cli_selftest_main, "Inject contract violations and check each is rejected (selftest inject)" },
+	{ "env", cli_env_main, "Every environment variable qeffect reads, whether it is set, and its meaning (env --json)" },
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -102,7 +104,7 @@ int cli_parse_double(const char *cmd, const char *flag, const char *s, double *o
 
 const char *cli_shared_dir(void)
 {
-	const char *d = getenv("QE_SHARED_DIR");
+	const char *d = qe_env("QE_SHARED_DIR");
 	return d ? d : QE_SHARED_DIR;
 }
 
@@ -120,7 +122,7 @@ static int take_storage_flags(int *argc, char **argv)
 	for (int i = 1; i < *argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "--allow-network-fs") == 0) {
-			setenv("QE_ALLOW_NETWORK_FS", "1", 1);
+			qe_env_set("QE_ALLOW_NETWORK_FS", "1", 1);
 			continue;
 		}
 		int taken = 0;
@@ -142,7 +144,7 @@ static int take_storage_flags(int *argc, char **argv)
 				fprintf(stderr, "qeffect: %s needs a folder, got ''\n", folders[k].flag);
 				return 2;
 			}
-			setenv(folders[k].env, v, 1);
+			qe_env_set(folders[k].env, v, 1);
 			taken = 1;
 		}
 		if (!taken)

@@ -15,6 +15,7 @@
 #include "ckpt/ckpt_remote.h"
 #include "cli/cli.h"
 #include "cli/run.h"
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 
 void cli_resume_remote_help(FILE *f)
@@ -97,9 +98,9 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	/* The ranks read them too: --ckpt-persist-every pushes to --remote, and a restore fetches what no
 	 * store holds from the checkpoint's pushed copy through --endpoint (ckpt_persist.h, ckpt_restore_s3.c). */
 	if (url)
-		setenv("QE_CKPT_REMOTE", url, 1);
+		qe_env_set("QE_CKPT_REMOTE", url, 1);
 	if (endpoint)
-		setenv("QE_CKPT_REMOTE_ENDPOINT", endpoint, 1);
+		qe_env_set("QE_CKPT_REMOTE_ENDPOINT", endpoint, 1);
 	if (help || !url) {
 		if (!url && run_id) {
 			fprintf(stderr, "qeffect resume: --remote-run-id goes with --remote\n");
@@ -125,8 +126,8 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	ro.endpoint = endpoint;
 	/* Under an external launcher only rank 0 pulls: it is the rank with the catalog, and
 	 * restore sends the pulled chunks to the ranks that load them. */
-	const char *rank_env = getenv("RANK");
-	if (rank_env && getenv("WORLD_SIZE") && strcmp(rank_env, "0"))
+	const char *rank_env = qe_env("RANK");
+	if (rank_env && qe_env("WORLD_SIZE") && strcmp(rank_env, "0"))
 		return 0;
 	ckpt_pull_result r;
 	ckpt_lock *lock = NULL;

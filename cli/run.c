@@ -18,6 +18,7 @@
 #include "ckpt/ckpt_async.h"
 #include "ckpt/rundir.h"
 #include "runtime/comm/comm.h"
+#include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
@@ -524,7 +525,7 @@ int cli_rank_main(void *vjob)
 int cli_run_nproc_check(const char *cmd, const qe_train_config *cfg, int nproc)
 {
 	int world = cfg->pp * cfg->dp;
-	if (nproc <= 0 || nproc == world || (getenv("RANK") && getenv("WORLD_SIZE")))
+	if (nproc <= 0 || nproc == world || (qe_env("RANK") && qe_env("WORLD_SIZE")))
 		return 0;
 	fprintf(stderr, "qeffect %s: --nproc %d does not match --pp %d x --dp %d = %d ranks\n", cmd, nproc, cfg->pp,
 		cfg->dp, world);
@@ -536,7 +537,7 @@ int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 	int world = job->cfg.pp * job->cfg.dp;
 	if (nproc <= 0)
 		nproc = world;
-	if (getenv("RANK") && getenv("WORLD_SIZE"))
+	if (qe_env("RANK") && qe_env("WORLD_SIZE"))
 		return cli_rank_main(job); /* started by an external launcher */
 	int rc = cli_run_nproc_check(cmd, &job->cfg, nproc);
 	if (rc)

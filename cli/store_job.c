@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -28,13 +29,13 @@ int cli_store_job_forked(void)
 
 int cli_store_job_locks(int as_job)
 {
-	return !as_job || !(getenv("RANK") && getenv("WORLD_SIZE"));
+	return !as_job || !(qe_env("RANK") && qe_env("WORLD_SIZE"));
 }
 
 int cli_store_job_wanted(int nproc)
 {
-	const char *w = getenv("WORLD_SIZE");
-	if (getenv("RANK") && w)
+	const char *w = qe_env("WORLD_SIZE");
+	if (qe_env("RANK") && w)
 		return atoi(w) > 1;
 	return nproc > 1;
 }
@@ -76,7 +77,7 @@ static int rank_main(void *varg)
 int cli_store_job_run(const char *cmd, int nproc, int (*body)(qe_comm *comm, void *arg), void *arg)
 {
 	job_arg a = { cmd, body, arg };
-	if (getenv("RANK") && getenv("WORLD_SIZE"))
+	if (qe_env("RANK") && qe_env("WORLD_SIZE"))
 		return rank_main(&a); /* started by an external launcher */
 	if (nproc <= 1)
 		return body(NULL, arg);

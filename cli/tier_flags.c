@@ -9,6 +9,7 @@
 
 #include "ckpt/rundir.h"
 #include "cli/cli.h"
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "store/remote.h"
 
@@ -76,7 +77,7 @@ static int count_flag(const char *cmd, const char *flag, const char *v, long lo,
 	}
 	char buf[32];
 	snprintf(buf, sizeof(buf), "%ld", n);
-	setenv(env, buf, 1);
+	qe_env_set(env, buf, 1);
 	return 0;
 }
 
@@ -115,7 +116,7 @@ int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 					fprintf(stderr, "qeffect %s: %s needs a value\n", cmd, tier_flags[k].flag);
 					return 2;
 				}
-				setenv(tier_flags[k].env, v, 1);
+				qe_env_set(tier_flags[k].env, v, 1);
 			} else if (count_flag(cmd, tier_flags[k].flag, v, tier_flags[k].lo, tier_flags[k].hi,
 					      tier_flags[k].env)) {
 				return 2;
@@ -138,7 +139,7 @@ int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 		}
 		char buf[16];
 		snprintf(buf, sizeof(buf), "%ld", n);
-		setenv("QE_CKPT_REPLICAS", buf, 1);
+		qe_env_set("QE_CKPT_REPLICAS", buf, 1);
 		i += used;
 	}
 	*argc = out;
@@ -151,7 +152,7 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 	cli_tiers t;
 	cli_tiers_get(&t);
 	if (t.memory) {
-		const char *r = getenv("QE_CKPT_REPLICAS");
+		const char *r = qe_env("QE_CKPT_REPLICAS");
 		if (strcmp(cmd, "train") == 0 && (!r || atol(r) < 1)) {
 			fprintf(stderr, "qeffect %s: --ckpt-memory keeps replica copies in memory: it needs --ckpt-replicas R "
 				"(R >= 1)\n", cmd);
@@ -160,7 +161,7 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 		/* Under an external launcher (torchrun's variables) every host checks its own folder when the
 		 * ranks first agree (ckpt_replica.c), so that rank 0 names the host at fault and no rank waits
 		 * out the rendezvous for one that refused alone; here only a local launch checks. */
-		if (!getenv("RANK") && ckpt_memory_fs_check(t.memory)) {
+		if (!qe_env("RANK") && ckpt_memory_fs_check(t.memory)) {
 			fprintf(stderr, "qeffect %s: --ckpt-memory: %s\n", cmd, qe_last_error());
 			return 2;
 		}
@@ -197,7 +198,7 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 
 static long env_long(const char *name)
 {
-	const char *v = getenv(name);
+	const char *v = qe_env(name);
 	return v && v[0] ? atol(v) : 0;
 }
 
@@ -207,12 +208,12 @@ void cli_tiers_get(cli_tiers *t)
 	t->keep = (int)env_long("QE_CKPT_KEEP");
 	t->persist_every = env_long("QE_CKPT_PERSIST_EVERY");
 	t->persist_keep = (int)env_long("QE_CKPT_PERSIST_KEEP");
-	const char *r = getenv("QE_CKPT_REMOTE"), *e = getenv("QE_CKPT_REMOTE_ENDPOINT");
+	const char *r = qe_env("QE_CKPT_REMOTE"), *e = qe_env("QE_CKPT_REMOTE_ENDPOINT");
 	t->remote = r && r[0] ? r : NULL;
 	t->endpoint = e && e[0] ? e : NULL;
 	t->memory = ckpt_memory_dir();
-	const char *g = getenv("QE_CKPT_KEEP_GRACE_S");
+	const char *g = qe_env("QE_CKPT_KEEP_GRACE_S");
 	t->keep_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
-	g = getenv("QE_CKPT_PERSIST_GRACE_S");
+	g = qe_env("QE_CKPT_PERSIST_GRACE_S");
 	t->persist_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
 }

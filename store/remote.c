@@ -37,6 +37,7 @@
 
 #include <openssl/evp.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -151,7 +152,7 @@ int remote__full_key(const store_remote *r, const char *key, char *buf, size_t l
 
 static int env_int(const char *name, int def, int lo, int hi, int *out)
 {
-	const char *v = getenv(name);
+	const char *v = qe_env(name);
 	*out = def;
 	if (!v || !v[0])
 		return QE_OK;
@@ -166,7 +167,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out)
 
 static int env_long(const char *name, long def, long lo, long hi, long *out)
 {
-	const char *v = getenv(name);
+	const char *v = qe_env(name);
 	*out = def;
 	if (!v || !v[0])
 		return QE_OK;
@@ -181,7 +182,7 @@ static int env_long(const char *name, long def, long lo, long hi, long *out)
 
 static int env_size(const char *name, size_t def, size_t lo, size_t *out)
 {
-	const char *v = getenv(name);
+	const char *v = qe_env(name);
 	*out = def;
 	if (!v || !v[0])
 		return QE_OK;
@@ -196,10 +197,10 @@ static int env_size(const char *name, size_t def, size_t lo, size_t *out)
 
 static const char *first_env(const char *a, const char *b)
 {
-	const char *v = getenv(a);
+	const char *v = qe_env(a);
 	if (v && v[0])
 		return v;
-	v = b ? getenv(b) : NULL;
+	v = b ? qe_env(b) : NULL;
 	return v && v[0] ? v : NULL;
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 
 void qe_dist_env_default(qe_dist_env *out)
@@ -30,7 +31,7 @@ void qe_dist_env_default(qe_dist_env *out)
 
 static int env_int(const char *name, int def, long lo, long hi, int *out)
 {
-	const char *s = getenv(name);
+	const char *s = qe_env(name);
 	char *end;
 	long v;
 	if (!s) {
@@ -51,7 +52,7 @@ static int env_int(const char *name, int def, long lo, long hi, int *out)
 
 static int env_str(const char *name, const char *def, char *dst, size_t cap)
 {
-	const char *s = getenv(name);
+	const char *s = qe_env(name);
 	size_t i;
 	if (!s)
 		s = def;
@@ -84,7 +85,7 @@ int qe_dist_env_from_environ(qe_dist_env *out)
 		return rc;
 	if (e.rank >= e.world_size)
 		return qe_fail(QE_EINVAL, "environment variable RANK=%d is not below WORLD_SIZE=%d%s", e.rank,
-			       e.world_size, getenv("WORLD_SIZE") ? "" : " (WORLD_SIZE unset)");
+			       e.world_size, qe_env("WORLD_SIZE") ? "" : " (WORLD_SIZE unset)");
 	*out = e;
 	return 0;
 }

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/auth.h"
+#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -111,7 +112,7 @@ static __attribute__((noreturn)) void child_run(const launch_spec *spec, int ran
 	for (int v = 0; v < nvals; v++) {
 		char *eq = strchr(vals[v], '=');
 		*eq = '\0';
-		setenv(vals[v], eq + 1, 1);
+		qe_env_set(vals[v], eq + 1, 1);
 		*eq = '=';
 	}
 	rc = spec->rank_main(spec->arg);
@@ -141,7 +142,7 @@ static void describe(const qe_launch_result *out, int r, char *buf, size_t len)
 
 static int grace_ms(void)
 {
-	const char *s = getenv("QE_LAUNCH_GRACE_MS");
+	const char *s = qe_env("QE_LAUNCH_GRACE_MS");
 	int v = s ? atoi(s) : 0;
 	return v > 0 ? v : 3000;
 }
@@ -215,7 +216,7 @@ static int supervise(qe_launch_result *out)
 static int launch(int nproc, const launch_spec *spec, const char *master_addr, int port, qe_launch_result *out)
 {
 	char run_id[QE_DIST_RUN_ID_MAX], secret[QE_AUTH_GENERATED_CHARS + 1] = "";
-	const char *rid = getenv("QE_RUN_ID");
+	const char *rid = qe_env("QE_RUN_ID");
 	pid_t parent = getpid();
 	int rc, nvals = NVARS - 1;
 	memset(out, 0, sizeof(*out));
@@ -239,7 +240,7 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 			 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 	}
 	/* The caller's own secret is inherited as it is; otherwise this launch makes one. */
-	if (!getenv("QE_JOB_SECRET") && !getenv("QE_JOB_SECRET_FILE")) {
+	if (!qe_env("QE_JOB_SECRET") && !qe_env("QE_JOB_SECRET_FILE")) {
 		if ((rc = qe_auth_generate(secret, sizeof(secret))))
 			return rc;
 		nvals = NVARS;

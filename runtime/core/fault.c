@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 
 static const char *const kind_names[QE_FAULT_KINDS] = {
@@ -84,7 +85,7 @@ static int parse(const char *spec)
 
 static void init_once(void)
 {
-	const char *spec = getenv("QE_FAULT"), *cnt = getenv("QE_FAULT_COUNT");
+	const char *spec = qe_env("QE_FAULT"), *cnt = qe_env("QE_FAULT_COUNT");
 	if (cnt && cnt[0] && strcmp(cnt, "0"))
 		snprintf(count_dest, sizeof(count_dest), "%s", strcmp(cnt, "1") ? cnt : "-");
 	if (spec && spec[0] && (init_rc = parse(spec))) {

@@ -14,12 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
 void qe__rank_profile_init(qe_rank *r)
 {
-	const char *prof = getenv("QE_PROFILE");
+	const char *prof = qe_env("QE_PROFILE");
 	r->prof.on = prof && *prof && strcmp(prof, "0") != 0;
 }
 

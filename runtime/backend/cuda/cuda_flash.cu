@@ -341,7 +341,7 @@ static int flash_warps(void)
 {
 	static int w;
 	if (!w) {
-		const char *e = getenv("QE_FLASH_ROWS");
+		const char *e = qe_env("QE_FLASH_ROWS");
 		w = e && strcmp(e, "128") == 0 ? 8 : 4;
 	}
 	return w;

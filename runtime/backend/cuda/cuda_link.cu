@@ -41,7 +41,7 @@ static int cu_link_id(qe_backend *b, void *id)
 	(void)b;
 	static_assert(sizeof(ncclUniqueId) == QE_LINK_ID_BYTES, "QE_LINK_ID_BYTES must be NCCL's id size");
 	/* NVLink multicast is never needed by two-member links, and can take a shared host's GPUs down. */
-	setenv("NCCL_NVLS_ENABLE", "0", 0);
+	qe_env_set("NCCL_NVLS_ENABLE", "0", 0);
 	ncclUniqueId u;
 	ncclResult_t r = ncclGetUniqueId(&u);
 	if (r != ncclSuccess)
@@ -55,7 +55,7 @@ static int cu_link_open(qe_backend *b, const void *id, int is_sender, qe_link **
 	if (!b || !id || !out)
 		return qe_fail(QE_EINVAL, "link_open: NULL argument");
 	*out = NULL;
-	setenv("NCCL_NVLS_ENABLE", "0", 0);
+	qe_env_set("NCCL_NVLS_ENABLE", "0", 0);
 	qe_link *l = (qe_link *)calloc(1, sizeof(*l));
 	if (!l)
 		return qe_fail(QE_ENOMEM, "link_open: out of host memory");

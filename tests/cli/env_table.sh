@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Every environment variable is read in one file (issue 36, item 2): runtime/core/env.c holds the
+# table of the variables qeffect honours, with their meanings, and the only getenv and setenv.
+#  1. no other source of the program (runtime, ckpt, store, catalog, cli) calls getenv, setenv,
+#     unsetenv, putenv or secure_getenv;
+#  2. every name the sources hand to qe_env / qe_env_set or to their own env helpers, and every
+#     variable cli sets from a flag, is in the table (`qeffect env --json`);
+#  3. README's table lists exactly the table's names.
+set -u
+Q=${1:?usage: env_table.sh QEFFECT [SHARED]}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+fail() { echo "FAIL: $*"; exit 1; }
+cd "$ROOT" || fail "no source tree"
+
+# 1.
+bad=$(grep -rnE '\b(getenv|setenv|unsetenv|putenv|secure_getenv)[[:space:]]*\(' runtime ckpt store catalog cli \
+  --include=*.c --include=*.h --include=*.cu --include=*.cuh | grep -v '^runtime/core/env\.c:' | grep -vE ':[0-9]+:\s*(/?\*|//)')
+[ -z "$bad" ] || { echo "$bad"; fail "getenv/setenv outside runtime/core/env.c"; }
+echo "ok: getenv and setenv only in runtime/core/env.c"
+
+# 2.
+"$Q" env --json >"${TMPDIR:-/tmp}/env.$$.json" || fail "qeffect env --json"
+listed=$(python3 -c "import json,sys; print('\n'.join(v['name'] for v in json.load(open(sys.argv[1]))['variables']))" \
+  "${TMPDIR:-/tmp}/env.$$.json")
+rm -f "${TMPDIR:-/tmp}/env.$$.json"
+used=$( (grep -rhoE '\b(qe_env|qe_env_set|env_int|env_long|env_size|env_str|first_env)\(\s*"[A-Z][A-Z0-9_]*"' runtime ckpt store catalog cli \
+    --include=*.c --include=*.cu | grep -oE '"[A-Z][A-Z0-9_]*"'
+  grep -rhoE 'first_env\("[A-Z0-9_]+", "[A-Z0-9_]+"' store | grep -oE '"[A-Z][A-Z0-9_]*"'
+  grep -hoE '\{ "--[a-z-]+", "[A-Z][A-Z0-9_]*"' cli/main.c cli/tier_flags.c | grep -oE '"[A-Z][A-Z0-9_]*"'
+  grep -hoE '"[A-Z][A-Z0-9_]*=%' runtime/comm/launch.c | grep -oE '[A-Z][A-Z0-9_]*') | tr -d '"' | sort -u)
+[ "$(grep -c . <<<"$used")" -ge 30 ] || fail "found only $(grep -c . <<<"$used") names in the sources: the pattern is stale"
+missing=$(comm -23 <(echo "$used") <(sort -u <<<"$listed"))
+[ -z "$missing" ] || { echo "$missing"; fail "read or set but not in runtime/core/env.c's table"; }
+echo "ok: the $(grep -c . <<<"$used") names the sources use are all in the table of $(grep -c . <<<"$listed")"
+
+# 3.
+readme=$(sed -n '/^## Environment variables/,/^## /p' README.md | grep -oE '^\| `[A-Z][A-Z0-9_]*`' | grep -oE '[A-Z][A-Z0-9_]*' | sort -u)
+diff <(sort -u <<<"$listed") <(echo "$readme") >/dev/null || { diff <(sort -u <<<"$listed") <(echo "$readme"); fail "README's table and the program's differ"; }
+echo "ok: README's table lists the same $(grep -c . <<<"$readme") variables"
+
