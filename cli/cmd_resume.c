@@ -55,9 +55,37 @@ static int conflict(const char *flag, const char *given, const char *saved)
 {
 	fprintf(stderr,
 		"qeffect resume: %s %s conflicts with the run, which was trained with %s; a run keeps its model, "
-		"recipe, seed, microbatches, learning rate and data (start a new run with 'qeffect train')\n",
+		"recipe, seed, microbatches, optimizer settings and data (start a new run with 'qeffect train')\n",
 		flag, given, saved);
 	return 2;
+}
+
+/* An optimizer flag given to resume that differs from the run's: refused naming it (exit 2). */
+static int optim_conflict(unsigned given, const qe_adamw_config *g, const qe_adamw_config *s)
+{
+	char x[64], y[96];
+	if ((given & CLI_O_SCHEDULE) && g->lr_schedule != s->lr_schedule) {
+		snprintf(y, sizeof(y), "learning-rate schedule %s", qe_lr_schedule_name(s->lr_schedule));
+		return conflict("--lr-schedule", qe_lr_schedule_name(g->lr_schedule), y);
+	}
+	const struct {
+		unsigned bit;
+		const char *flag, *what;
+		double gv, sv;
+	} v[] = { { CLI_O_WARMUP, "--warmup", "warmup of", (double)g->warmup, (double)s->warmup },
+		  { CLI_O_DECAY, "--lr-decay-steps", "decay over", (double)g->decay_steps, (double)s->decay_steps },
+		  { CLI_O_LR_MIN, "--lr-min", "minimum learning rate", (double)g->lr_min, (double)s->lr_min },
+		  { CLI_O_WD, "--weight-decay", "weight decay", (double)g->weight_decay, (double)s->weight_decay },
+		  { CLI_O_BETA1, "--beta1", "beta1", (double)g->beta1, (double)s->beta1 },
+		  { CLI_O_BETA2, "--beta2", "beta2", (double)g->beta2, (double)s->beta2 },
+		  { CLI_O_EPS, "--eps", "eps", (double)g->eps, (double)s->eps } };
+	for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++)
+		if ((given & v[k].bit) && v[k].gv != v[k].sv) {
+			snprintf(x, sizeof(x), "%g", v[k].gv);
+			snprintf(y, sizeof(y), "%s %g", v[k].what, v[k].sv);
+			return conflict(v[k].flag, x, y);
+		}
+	return 0;
 }
 
 static int same_file(const char *a, const char *b)
@@ -140,7 +168,7 @@ static int check_conflicts(const cli_train_args *a, const qe_train_config *s)
 		snprintf(y, sizeof(y), "learning rate %g", (double)s->optim.lr);
 		return conflict("--lr", x, y);
 	}
-	return 0;
+	return optim_conflict(a->optim_given, &g->optim, &s->optim);
 }
 
 /* The fingerprint of the tokens in path; exit status 2 (printed) when it cannot be read. */

@@ -35,8 +35,17 @@ void cli_train_flags_help(FILE *f, int for_resume)
 			"  --amax-margin N        scale margin (default 0)\n"
 			"  --amax-algo max|most_recent   (default max)\n"
 			"  --seed N               initialization and data seed (default 1)\n"
-			"  --lr X                 AdamW learning rate (default 1e-3)\n"
 			"  --micro M              microbatches per step (default 4)\n");
+	fprintf(f,
+		"optimizer (AdamW; a resume continues the run's schedule and refuses a different value):\n"
+		"  --lr X                 peak learning rate (default 1e-3)\n"
+		"  --lr-schedule constant|cosine|linear   after warmup (default constant)\n"
+		"  --warmup N             steps of linear warmup: lr (s+1)/N at step s < N (default 0)\n"
+		"  --lr-min X             where cosine and linear end (default 0)\n"
+		"  --lr-decay-steps N     the step where they reach --lr-min (default: train's --steps)\n"
+		"  --weight-decay X       decoupled weight decay of the matrices and embeddings; biases and\n"
+		"                         layernorm weights never decay (default 0.1)\n"
+		"  --beta1 X  --beta2 X  --eps X   (defaults 0.9, 0.95, 1e-8)\n");
 	fprintf(f,
 		"parallelism and execution:\n"
 		"  --pp P                 pipeline ranks (default 1)\n"
@@ -94,7 +103,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
-		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP
+		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
+		O_WD, O_BETA1, O_BETA2, O_EPS
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -112,6 +122,9 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "precision", 1, 0, O_PRECISION }, { "layers", 1, 0, O_LAYERS }, { "hidden", 1, 0, O_HIDDEN },
 		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
 		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
+		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
+		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 },
+		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
 		{ 0, 0, 0, 0 }
 	};
 	memset(a, 0, sizeof(*a));
@@ -187,6 +200,52 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			cfg->optim.lr = (float)d;
 			a->given |= CLI_F_LR;
 			break;
+		case O_LRSCHED:
+			if (qe_lr_schedule_parse(optarg, &cfg->optim.lr_schedule))
+				return bad(cmd, "--lr-schedule", optarg);
+			a->optim_given |= CLI_O_SCHEDULE;
+			break;
+		case O_WARMUP:
+		case O_DECAY:
+			if (cli_parse_long(cmd, c == O_WARMUP ? "--warmup" : "--lr-decay-steps", optarg, &v))
+				return 2;
+			if (v < 0 || v > 1000000000L) {
+				fprintf(stderr, "qeffect %s: %s must be in 0..1000000000, got %s\n", cmd,
+					c == O_WARMUP ? "--warmup" : "--lr-decay-steps", optarg);
+				return 2;
+			}
+			*(c == O_WARMUP ? &cfg->optim.warmup : &cfg->optim.decay_steps) = v;
+			a->optim_given |= c == O_WARMUP ? CLI_O_WARMUP : CLI_O_DECAY;
+			break;
+		case O_LRMIN:
+		case O_WD:
+		case O_BETA1:
+		case O_BETA2:
+		case O_EPS: {
+			static const struct {
+				int opt;
+				const char *flag;
+				unsigned bit;
+				double lo, hi; /* [lo, hi) */
+			} fl[] = { { O_LRMIN, "--lr-min", CLI_O_LR_MIN, 0, 10 },   { O_WD, "--weight-decay", CLI_O_WD, 0, 10 },
+				   { O_BETA1, "--beta1", CLI_O_BETA1, 0, 1 },	  { O_BETA2, "--beta2", CLI_O_BETA2, 0, 1 },
+				   { O_EPS, "--eps", CLI_O_EPS, 1e-30, 1 } };
+			int k = 0;
+			while (fl[k].opt != c)
+				k++;
+			if (cli_parse_double(cmd, fl[k].flag, optarg, &d))
+				return 2;
+			if (!(d >= fl[k].lo && d < fl[k].hi)) {
+				fprintf(stderr, "qeffect %s: %s must be in [%g, %g), got %s\n", cmd, fl[k].flag, fl[k].lo,
+					fl[k].hi, optarg);
+				return 2;
+			}
+			float *dst[] = { &cfg->optim.lr_min, &cfg->optim.weight_decay, &cfg->optim.beta1, &cfg->optim.beta2,
+					 &cfg->optim.eps };
+			*dst[k] = (float)d;
+			a->optim_given |= fl[k].bit;
+			break;
+		}
 		case O_SCHEDULE:
 			if (qe_sched_kind_parse(optarg, &cfg->schedule))
 				return bad(cmd, "--schedule", optarg);
@@ -319,6 +378,9 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 				"config records (both layouts give the same bits)\n", cmd);
 		return 2;
 	}
+	/* cosine and linear end at train's --steps unless told otherwise (recorded: a resume keeps it) */
+	if (!for_resume && !(a->optim_given & CLI_O_DECAY))
+		cfg->optim.decay_steps = cfg->optim.lr_schedule == QE_LR_CONSTANT ? 0 : cfg->steps;
 	if (!for_resume && (a->given & CLI_F_FROM)) {
 		fprintf(stderr, "qeffect %s: --from belongs to resume\n", cmd);
 		return 2;

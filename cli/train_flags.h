@@ -19,6 +19,12 @@ enum {
 	CLI_F_SHAPE = 1 << 28, /* any of --layers --hidden --heads --ffn --seq --vocab --batch */
 };
 
+/* The optimizer flags beside --lr (cli_train_args.optim_given): a resume refuses any that differs. */
+enum {
+	CLI_O_SCHEDULE = 1 << 0, CLI_O_WARMUP = 1 << 1, CLI_O_LR_MIN = 1 << 2, CLI_O_DECAY = 1 << 3,
+	CLI_O_WD = 1 << 4, CLI_O_BETA1 = 1 << 5, CLI_O_BETA2 = 1 << 6, CLI_O_EPS = 1 << 7,
+};
+
 /* The shape flags in the order of cli_train_args.shape. */
 extern const char *const cli_shape_flags[7];
 int *cli_shape_field(qe_model_config *m, int i);
@@ -26,6 +32,7 @@ int *cli_shape_field(qe_model_config *m, int i);
 typedef struct cli_train_args {
 	qe_train_config cfg;
 	unsigned given;   /* CLI_F_* of the flags on the command line */
+	unsigned optim_given; /* CLI_O_* */
 	int nproc;        /* 0: pp * dp */
 	int quiet;
 	int json;

@@ -280,6 +280,9 @@ static int optimizer_commit(qe_rank *r)
 {
 	const qe_backend_ops *o = r->b->ops;
 	const float **views = r->commit_views;
+	/* this step's learning rate (the schedule at the steps done so far: the data position) */
+	qe_adamw_config hyper = r->cfg.optim;
+	hyper.lr = qe_adamw_lr_at(&r->cfg.optim, r->steps);
 	/* views per matrix: M (per-mb: reduced here in microbatch order) or 1 (accumulated by dW) */
 	const int nv = qe_arena_nviews(r->arena);
 	for (int c = 0; c < r->V; c++)
@@ -292,7 +295,7 @@ static int optimizer_commit(qe_rank *r)
 		for (int j = 0; j < ch->nmat; j++)
 			QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * nv], NULL));
 		if (r->D == 1) {
-			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &r->cfg.optim, 1.0f));
+			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, 1.0f));
 			continue;
 		}
 		/* Data parallel: reduce the microbatch views in order (an accumulated matrix view is
@@ -315,7 +318,7 @@ static int optimizer_commit(qe_rank *r)
 			/* the host path waits for the device itself; the link path stays on the streams */
 			QE_TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
 			const float *one[1] = { r->reduce_buf };
-			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &r->cfg.optim, 1.0f / (float)r->D));
+			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &hyper, 1.0f / (float)r->D));
 		}
 	}
 	QE_TRY(qe__rank_sync(r, r->caller));

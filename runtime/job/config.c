@@ -78,6 +78,21 @@ int qe_train_config_check(const qe_train_config *c)
 		return qe_fail(QE_EINVAL, "--arena must be accumulate or per-mb (got %d)", (int)c->arena);
 	if (c->optim.lr <= 0)
 		return qe_fail(QE_EINVAL, "--lr must be > 0");
+	const qe_adamw_config *o = &c->optim;
+	if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+		return qe_fail(QE_EINVAL, "--beta1 (%g) and --beta2 (%g) must be in [0, 1)", (double)o->beta1,
+			       (double)o->beta2);
+	if (!(o->eps > 0))
+		return qe_fail(QE_EINVAL, "--eps must be > 0, got %g", (double)o->eps);
+	if (!(o->weight_decay >= 0))
+		return qe_fail(QE_EINVAL, "--weight-decay must be >= 0, got %g", (double)o->weight_decay);
+	if (o->lr_schedule < QE_LR_CONSTANT || o->lr_schedule > QE_LR_LINEAR)
+		return qe_fail(QE_EINVAL, "--lr-schedule: unknown schedule %d", o->lr_schedule);
+	if (o->warmup < 0 || o->decay_steps < 0)
+		return qe_fail(QE_EINVAL, "--warmup (%lld) and --lr-decay-steps (%lld) must be >= 0", (long long)o->warmup,
+			       (long long)o->decay_steps);
+	if (!(o->lr_min >= 0 && o->lr_min <= o->lr))
+		return qe_fail(QE_EINVAL, "--lr-min (%g) must be in [0, --lr %g]", (double)o->lr_min, (double)o->lr);
 	return QE_OK;
 }
 
@@ -122,8 +137,13 @@ char *qe_train_config_to_json(const qe_train_config *c)
 		"eval_micro", c->eval_micro, "ckpt_every", c->ckpt_every, "log_every", c->log_every);
 	if (!o)
 		return NULL;
+	json_t *op = json_object_get(o, "optim");
 	if (json_object_set_new(json_object_get(o, "model"), "attention", json_string(qe_attn_mode_name(c->model.attn))) ||
-	    json_object_set_new(o, "arena", json_string(qe_arena_layout_name(c->arena)))) {
+	    json_object_set_new(o, "arena", json_string(qe_arena_layout_name(c->arena))) ||
+	    json_object_set_new(op, "lr_schedule", json_string(qe_lr_schedule_name(c->optim.lr_schedule))) ||
+	    json_object_set_new(op, "warmup", json_integer((json_int_t)c->optim.warmup)) ||
+	    json_object_set_new(op, "lr_min", json_real((double)c->optim.lr_min)) ||
+	    json_object_set_new(op, "decay_steps", json_integer((json_int_t)c->optim.decay_steps))) {
 		json_decref(o);
 		return NULL;
 	}
@@ -193,6 +213,18 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	c->model.batch = 1;
 	if (!rc && bt && (!json_is_integer(bt) || (c->model.batch = (int)json_integer_value(bt)) < 1))
 		rc = qe_fail(QE_ECORRUPT, "run config: field 'model.batch'");
+	/* the learning-rate schedule is newer: runs recorded without it had a constant rate */
+	json_t *op = json_object_get(o, "optim"), *ls = json_object_get(op, "lr_schedule"),
+	       *wu = json_object_get(op, "warmup"), *lm = json_object_get(op, "lr_min"),
+	       *ds = json_object_get(op, "decay_steps");
+	if (!rc && ls && (!json_is_string(ls) || qe_lr_schedule_parse(json_string_value(ls), &c->optim.lr_schedule)))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.lr_schedule'");
+	if (!rc && wu && (!json_is_integer(wu) || (c->optim.warmup = json_integer_value(wu)) < 0))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.warmup'");
+	if (!rc && lm && (!json_is_number(lm) || (c->optim.lr_min = (float)json_number_value(lm)) < 0))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.lr_min'");
+	if (!rc && ds && (!json_is_integer(ds) || (c->optim.decay_steps = json_integer_value(ds)) < 0))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.decay_steps'");
 	json_t *at = json_object_get(json_object_get(o, "model"), "attention");
 	qe_attn_mode am = QE_ATTN_AUTO;
 	if (!rc && at && (!json_is_string(at) || qe_attn_mode_parse(json_string_value(at), &am)))

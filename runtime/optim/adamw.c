@@ -8,14 +8,51 @@
  */
 #include "runtime/optim/adamw.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/core/status.h"
 
 qe_adamw_config qe_adamw_config_default(void)
 {
-	qe_adamw_config c = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f };
+	qe_adamw_config c = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, QE_LR_CONSTANT, 0, 0.0f, 0 };
 	return c;
+}
+
+float qe_adamw_lr_at(const qe_adamw_config *c, int64_t s)
+{
+	double lr = c->lr, lo = c->lr_min;
+	if (c->warmup > 0 && s < c->warmup)
+		return (float)(lr * (double)(s + 1) / (double)c->warmup);
+	if (c->lr_schedule != QE_LR_COSINE && c->lr_schedule != QE_LR_LINEAR)
+		return c->lr;
+	int64_t span = c->decay_steps - c->warmup;
+	double p = span > 0 ? (double)(s - c->warmup) / (double)span : 1.0;
+	if (p > 1.0)
+		p = 1.0;
+	if (p < 0.0)
+		p = 0.0;
+	if (c->lr_schedule == QE_LR_COSINE)
+		return (float)(lo + (lr - lo) * 0.5 * (1.0 + cos(3.14159265358979323846 * p)));
+	return (float)(lr - (lr - lo) * p);
+}
+
+static const char *const schedule_names[] = { "constant", "cosine", "linear" };
+
+const char *qe_lr_schedule_name(int k)
+{
+	return k >= 0 && k < 3 ? schedule_names[k] : "?";
+}
+
+int qe_lr_schedule_parse(const char *s, int *out)
+{
+	for (int k = 0; k < 3; k++)
+		if (!strcmp(s, schedule_names[k])) {
+			*out = k;
+			return QE_OK;
+		}
+	return qe_fail(QE_EINVAL, "unknown learning-rate schedule '%s' (constant, cosine or linear)", s);
 }
 
 int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out)

@@ -19,11 +19,38 @@
 
 #include "runtime/model/model.h"
 
+/* The learning rate's shape over the steps after warmup (qe_adamw_lr_at). */
+typedef enum qe_lr_schedule { QE_LR_CONSTANT = 0, QE_LR_COSINE, QE_LR_LINEAR } qe_lr_schedule;
+
+/*
+ * AdamW's hyperparameters and the learning-rate schedule.  Weight decay
+ * applies to the matrices and the embeddings, not to biases or layernorm
+ * weights (qe_param_info.decay), as llm.c and nanoGPT do.
+ */
 typedef struct qe_adamw_config {
 	float lr, beta1, beta2, eps, weight_decay;
+	int lr_schedule;     /* qe_lr_schedule */
+	int64_t warmup;      /* steps of linear warmup: lr (s + 1) / warmup at step s < warmup */
+	float lr_min;        /* where cosine and linear end */
+	int64_t decay_steps; /* the step where they reach lr_min (train's --steps unless given) */
 } qe_adamw_config;
 
 qe_adamw_config qe_adamw_config_default(void);
+
+/*
+ * The learning rate of the update at 0-based step s (the steps done before
+ * it): during warmup lr (s + 1) / warmup; then constant lr, or with
+ * p = min(1, (s - warmup) / (decay_steps - warmup)) (1 when decay_steps <=
+ * warmup): cosine lr_min + (lr - lr_min) (1 + cos(pi p)) / 2, linear
+ * lr - (lr - lr_min) p.  Computed in double on the host, rounded to float
+ * once: every rank and backend gets the same value, and a resume continues
+ * the schedule exactly.
+ */
+float qe_adamw_lr_at(const qe_adamw_config *c, int64_t s);
+
+/* "constant", "cosine", "linear"; "?" otherwise.  Parse: QE_EINVAL naming the value. */
+const char *qe_lr_schedule_name(int k);
+int qe_lr_schedule_parse(const char *s, int *out);
 
 typedef struct qe_adamw {
 	qe_backend *b;
