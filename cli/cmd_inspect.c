@@ -95,15 +95,25 @@ static void print_config(const char *json)
 	       qe_amax_algo_name(c.prec.recipe.algo), c.prec.head_current ? ", head with current scaling" : "");
 }
 
+/*
+ * The amax history newest first.  After a role update (every checkpoint is
+ * taken after one) the newest recorded amax is at index L-1, older ones
+ * below it down to index 1, and index 0 is the slot the next step fills
+ * (fp8_recipe.c's roll): so "next" shows [0], then [L-1], [L-2], ...
+ */
 static void fmt_history(const ckpt_fp8_role *f, char *buf, size_t len)
 {
+	int L = f->history_len;
 	size_t o = 0;
-	int show = f->history_len <= 8 ? f->history_len : 8;
 	buf[0] = 0;
+	if (L < 1)
+		return;
+	o += (size_t)snprintf(buf, len, "next %.6g;", f->history[0]);
+	int show = L - 1 <= 8 ? L - 1 : 8;
 	for (int i = 0; i < show && o + 20 < len; i++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%.6g", i ? " " : "", f->history[i]);
-	if (show < f->history_len)
-		snprintf(buf + o, len - o, " ... (%d values)", f->history_len);
+		o += (size_t)snprintf(buf + o, len - o, " %.6g", f->history[L - 1 - i]);
+	if (show < L - 1 && o < len)
+		snprintf(buf + o, len - o, " ... (%d values)", L);
 }
 
 int cli_inspect_main(int argc, char **argv)
@@ -313,7 +323,7 @@ int cli_inspect_main(int argc, char **argv)
 			goto fail;
 		if (!json && !header++)
 			printf("fp8 scaling state:\n%5s  %-5s %-12s %15s %15s  %s\n", "stage", "lin", "role", "scale",
-			       "scale_inv", "amax history (newest first)");
+			       "scale_inv", "amax history (the next step's slot, then newest first)");
 		for (size_t k = 0; k < m.n; k++) {
 			const ckpt_fp8_role *f = &m.rows[k];
 			if (json) {

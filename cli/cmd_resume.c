@@ -373,6 +373,13 @@ int cli_resume_main(int argc, char **argv)
 	cat_ckpt ck = { 0 };
 	if (!status && (rc = ckpt_find(dir, c, run_id, a.from_step, &ck)))
 		status = cli_report("resume", rc, "nothing to resume from");
+	if (!status && !(a.given & CLI_F_STEPS) && merged.steps <= ck.step) {
+		fprintf(stderr,
+			"qeffect resume: nothing to train: the checkpoint is at step %lld and the run was to train %lld "
+			"steps; give --steps N (N > %lld) to train on, or --steps %lld to only restore\n",
+			(long long)ck.step, (long long)merged.steps, (long long)ck.step, (long long)ck.step);
+		status = 2;
+	}
 	if (!status && merged.steps < ck.step) {
 		fprintf(stderr, "qeffect resume: --steps %lld is before the checkpoint's step %lld: nothing to train\n",
 			(long long)merged.steps, (long long)ck.step);

@@ -128,9 +128,17 @@ int cli_train_main(int argc, char **argv)
 	}
 	if (!a.quiet) {
 		const qe_model_config *mc = &a.cfg.model;
-		printf("training %s (%d layers, hidden %d, heads %d, seq %d, batch %d, vocab %d): pp %d, dp %d, "
+		/* the parameters the model trains (the vocabulary's padding rows left out): wte, wpe; per
+		 * block two layernorms, QKV, projection, FC1, FC2 with biases; the final layernorm and the
+		 * output head (untied) */
+		double H = mc->hidden, F = mc->ffn, V = mc->vocab, T = mc->seq;
+		double nparam = V * H + T * H + mc->layers * (4 * H + (3 * H * H + 3 * H) + (H * H + H) + (F * H + F) +
+							   (H * F + H)) + 2 * H + V * H;
+		printf("training %s (%d layers, hidden %d, heads %d, ffn %d, seq %d, batch %d, vocab %d; %.2fM parameters): "
+		       "pp %d, dp %d, "
 		       "%d microbatches, %s/%s, exec %s, grad %s, precision %s, %lld steps%s%s\n",
-		       mc->preset, mc->layers, mc->hidden, mc->heads, mc->seq, mc->batch, mc->vocab, a.cfg.pp, a.cfg.dp,
+		       mc->preset, mc->layers, mc->hidden, mc->heads, mc->ffn, mc->seq, mc->batch, mc->vocab, nparam / 1e6,
+		       a.cfg.pp, a.cfg.dp,
 		       a.cfg.micro, qe_sched_kind_name(a.cfg.schedule), qe_sched_backward_name(a.cfg.backward),
 		       qe_exec_name(a.cfg.exec), qe_grad_name(a.cfg.grad), qe_prec_mode_name(a.cfg.prec.mode),
 		       (long long)a.cfg.steps, a.cfg.run_dir[0] ? ", run " : "", a.cfg.run_dir);

@@ -19,8 +19,8 @@ void cli_train_flags_help(FILE *f, int for_resume)
 			"                         gpt2-xl (default tiny)\n"
 			"  --layers N  --hidden N  --heads N  --ffn N  --seq N  --vocab N\n"
 			"                         override the preset's shape (--preset gpt2 --layers 2: a 2-layer\n"
-			"                         GPT-2); the vocabulary is padded to a multiple of 128 rows, masked\n"
-			"                         out of the loss\n"
+			"                         GPT-2; --hidden without --ffn sets ffn 4 x hidden); the vocabulary\n"
+			"                         is padded to a multiple of 128 rows, masked out of the loss\n"
 			"  --batch B              sequences per microbatch (default 1): B x seq tokens\n"
 			"  --attention auto|flash|probs   keep the row log-sum-exp and recompute the\n"
 			"                         probabilities (flash: no T x T tensor; head dimension 16, 32 or\n"
@@ -67,7 +67,8 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --nproc N              local rank processes (default P x D); an external launcher may set\n"
 		"                         RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT instead\n"
 		"run:\n"
-		"  --steps N              train until N steps are done (default 20)\n"
+		"  --steps N              train until N steps are done (train: default 20; resume: the\n"
+		"                         run's --steps)\n"
 		"  --data FILE            JSONL with a \"text\" field, or an llm.c .bin token shard\n"
 		"                         (default: the Brown corpus in the shared data folder)\n"
 		"  --run-dir DIR          where the catalog, store and traces go\n"
@@ -367,6 +368,9 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 	for (int i = 0; i < 7; i++)
 		if (shape[i])
 			*cli_shape_field(&cfg->model, i) = shape[i];
+	/* fields left unset follow the ones given: the FFN is 4 x hidden, as every preset has it */
+	if (shape[1] && !shape[3])
+		cfg->model.ffn = 4 * shape[1];
 	if (a->attn)
 		cfg->model.attn = a->attn - 1;
 	if ((a->given & CLI_F_SHAPE) && qe_model_config_check(&cfg->model)) {
