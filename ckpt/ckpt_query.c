@@ -239,11 +239,14 @@ int ckpt_q_store_gone(ckpt_run *r, const char *store_id)
 	int rc = QE_OK;
 	if (cat_store_list(r->cat, r->run_id, &l) == QE_OK) {
 		const cat_store *st = cat_store_find(&l, store_id);
+		char root[CKPT_PATH_MAX];
+		if (ckpt_rundir_stores(r->dir, root, sizeof(root)))
+			snprintf(root, sizeof(root), "%s/stores", r->dir);
 		if (st && st->host && !strcmp(st->host, host))
 			rc = qe_fail(QE_ENOTFOUND,
 				     "store %s of rank %d was made on this host ('%s') at %s and is not there now (looked "
-				     "in the run's stores folder; a run made with --local-dir needs it here too)",
-				     store_id, st->rank, host, st->path);
+				     "in %s)",
+				     store_id, st->rank, host, st->path, root);
 	}
 	cat_store_rows_free(&l);
 	return rc;

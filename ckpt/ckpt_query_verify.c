@@ -274,7 +274,12 @@ int ckpt_q_verify(ckpt_run *r, ckpt_verify_report *out)
 		vs[i].checked_by = -1;
 		vs[i].st = ckpt_storeset_at(r->stores, i);
 	}
-	if ((rc = ckq_verify_walk(r, vs, nset, "not on this host", out)))
+	/* a missing store: say where this host looked, so a forgotten --local-dir does not read as damage */
+	char root[CKPT_PATH_MAX], why[CKPT_PATH_MAX + 64];
+	if (ckpt_rundir_stores(r->dir, root, sizeof(root)))
+		snprintf(root, sizeof(root), "%s/stores", r->dir);
+	snprintf(why, sizeof(why), "not on this host (looked in %s)", root);
+	if ((rc = ckq_verify_walk(r, vs, nset, why, out)))
 		goto out;
 	if (nset) {
 		if ((rc = ckq_set_referenced(r->cat, &refs))) {

@@ -394,6 +394,7 @@ static int gc_run(const char *dir, const char *remote, const char *endpoint, con
 		return st;
 	}
 	ckpt_run *r;
+	cli_recall_local_dir(dir);
 	if ((rc = ckpt_run_open(dir, CKPT_RUN_STORE | (dry ? 0 : CKPT_RUN_WRITE), &r)))
 		return cli_report("gc", rc, dir);
 	ckpt_gc_policy p = { .keep_last = (int)keep_last,

@@ -350,6 +350,7 @@ int cli_resume_main(int argc, char **argv)
 	cat *c = NULL;
 	char run_id[64];
 	qe_train_config saved;
+	cli_recall_local_dir(dir);
 	if ((rc = cli_run_open(dir, 1, &c, run_id, &saved)))
 		return cli_report("resume", rc, "cannot open the run");
 

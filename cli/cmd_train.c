@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/async_flag.h"
 #include "cli/tier_flags.h"
@@ -101,6 +102,17 @@ int cli_train_main(int argc, char **argv)
 	char abs[PATH_MAX];
 	if (a.cfg.data[0] && realpath(a.cfg.data, abs) && strlen(abs) < sizeof(a.cfg.data))
 		snprintf(a.cfg.data, sizeof(a.cfg.data), "%s", abs);
+	/* --local-dir recorded absolute with the run: verify, inspect, gc and resume find the stores there
+	 * without the flag (a relative one names a folder of this working directory) */
+	const char *local = qe_env("QE_LOCAL_DIR");
+	if (local && local[0]) {
+		char cwd[PATH_MAX];
+		if (local[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+			snprintf(a.cfg.local_dir, sizeof(a.cfg.local_dir), "%s", local);
+		else if ((size_t)snprintf(a.cfg.local_dir, sizeof(a.cfg.local_dir), "%s/%s", cwd, local) >=
+			 sizeof(a.cfg.local_dir))
+			a.cfg.local_dir[0] = 0; /* too long to record: later commands need the flag */
+	}
 	cli_rank_job job;
 	cli_rank_job_init(&job, &a, async);
 	job.data = &data;

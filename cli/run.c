@@ -142,6 +142,23 @@ int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_trai
 	return QE_OK;
 }
 
+void cli_recall_local_dir(const char *dir)
+{
+	const char *set = qe_env("QE_LOCAL_DIR");
+	if ((set && set[0]) || !dir || !dir[0])
+		return;
+	cat *c = NULL;
+	char run_id[64];
+	qe_train_config *cfg = calloc(1, sizeof(*cfg));
+	if (cfg && !cli_run_open(dir, 0, &c, run_id, cfg) && cfg->local_dir[0]) {
+		qe_env_set("QE_LOCAL_DIR", cfg->local_dir, 1);
+		fprintf(stderr, "qeffect: run '%s' keeps its stores under --local-dir %s (as recorded)\n", dir,
+			cfg->local_dir);
+	}
+	cat_close(c);
+	free(cfg);
+}
+
 void cli_rank_job_init(cli_rank_job *job, const cli_train_args *a, int ckpt_async)
 {
 	memset(job, 0, sizeof(*job));

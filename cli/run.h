@@ -33,6 +33,13 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, in
 /* Open RUN's catalog, read-write when writable, else read-only (compare: a run on a read-only disk
  * can be read); OUT: the handle, run_id and the run's config. */
 int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg);
+/*
+ * Without --local-dir (QE_LOCAL_DIR unset): the stores' folder the run in dir
+ * recorded when it was trained with --local-dir, set for this process and the
+ * ranks it starts, with a line saying so.  Nothing when the run recorded
+ * none, or its catalog cannot be read (the command reports that itself).
+ */
+void cli_recall_local_dir(const char *dir);
 
 /* What a rank process needs to run training. */
 typedef struct cli_rank_job {

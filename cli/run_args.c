@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "cli/run.h"
 
 int cli_run_args_unknown(const char *cmd, char **argv)
 {
@@ -25,7 +26,10 @@ int cli_run_args_check(const char *cmd, int argc, char **argv, const char *dir)
 		fprintf(stderr, "qeffect %s: --run-dir DIR is required (see --help)\n", cmd);
 		return 2;
 	}
-	return cli_parse_path(cmd, "--run-dir", dir);
+	if (cli_parse_path(cmd, "--run-dir", dir))
+		return 2;
+	cli_recall_local_dir(dir);
+	return 0;
 }
 
 int cli_run_args_parse(const char *cmd, int argc, char **argv, const char **dir, int *json)

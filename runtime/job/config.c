@@ -147,6 +147,10 @@ char *qe_train_config_to_json(const qe_train_config *c)
 		json_decref(o);
 		return NULL;
 	}
+	if (c->local_dir[0] && json_object_set_new(o, "local_dir", json_string(c->local_dir))) {
+		json_decref(o);
+		return NULL;
+	}
 	if (c->data_fingerprint) {
 		char hex[17];
 		snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)c->data_fingerprint);
@@ -213,6 +217,12 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	c->model.batch = 1;
 	if (!rc && bt && (!json_is_integer(bt) || (c->model.batch = (int)json_integer_value(bt)) < 1))
 		rc = qe_fail(QE_ECORRUPT, "run config: field 'model.batch'");
+	/* the stores' --local-dir is newer: runs recorded without it name none */
+	json_t *ld = json_object_get(o, "local_dir");
+	if (!rc && ld && (!json_is_string(ld) || strlen(json_string_value(ld)) >= sizeof(c->local_dir)))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'local_dir'");
+	else if (!rc && ld)
+		snprintf(c->local_dir, sizeof(c->local_dir), "%s", json_string_value(ld));
 	/* the learning-rate schedule is newer: runs recorded without it had a constant rate */
 	json_t *op = json_object_get(o, "optim"), *ls = json_object_get(op, "lr_schedule"),
 	       *wu = json_object_get(op, "warmup"), *lm = json_object_get(op, "lr_min"),

@@ -34,6 +34,7 @@ typedef struct qe_train_config {
 	char data[512];          /* JSONL or llm.c shard; "" = built-in text */
 	uint64_t data_fingerprint; /* qe_data_fingerprint of its tokens; 0 = not recorded (older runs) */
 	char run_dir[512];       /* "" = no run directory (no traces, no checkpoints) */
+	char local_dir[512];     /* --local-dir of train (absolute), "" = none: later commands use it by default */
 	int eval_every;          /* 0 = never */
 	int eval_micro;          /* held-out microbatches per evaluation */
 	int ckpt_every;          /* 0 = never */
