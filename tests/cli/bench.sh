@@ -103,7 +103,7 @@ want(len(d["runs"]) == 10 and all(r["ok"] and len(r["slowest_step_ms"]) == 5 and
   --trials 1 --repl 0 --steps 4 --warmup 2 --out p1 >p1.out 2>&1 || { cat p1.out; bad "bench step --pp 1 exited $?"; }
 grep -q 'tok/s' p1.out || bad "--pp 1 table lacks tok/s"
 grep -q 'pp 1, dp 1, 2 microbatches.*precision bf16' p1/logs/gpt2-m2-b2-bf16-main-1-captured_direct.log || bad "bf16 row's child is not --pp 1 bf16"
-grep -q 'hidden 32, heads 2, seq 64, batch 4' p1/logs/gpt2-m1-b4-fp8-main-1-reference_eager.log || bad "PRESET:M:B batch or shape flags not passed"
+grep -q 'hidden 32, heads 2, ffn 128, seq 64, batch 4' p1/logs/gpt2-m1-b4-fp8-main-1-reference_eager.log || bad "PRESET:M:B batch or shape flags not passed"
 py p1/step.json '
 want(d["pp"] == 1 and d["truncated"] is False, "pp 1, not truncated")
 want(d["shape_overrides"] == {"layers": 1, "hidden": 32, "heads": 2, "seq": 64, "vocab": 256}, "shape %s" % d["shape_overrides"])
