@@ -620,24 +620,15 @@ int ckpt_fs_check(const char *path, const char *what)
 /* A catalog copied in from another run directory names another run than the stores here. */
 int ckpt_rundir_check_owner(const char *run_dir, const char *run_id, const char *catalog_path)
 {
-	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 300], file[CKPT_PATH_MAX + 16], owner[128];
+	char root[CKPT_PATH_MAX], path[CKPT_PATH_MAX + 300], owner[128];
 	int rc = ckpt_rundir_legacy_store(run_dir, root, sizeof(root));
 	if (rc)
 		return rc;
-	snprintf(path, sizeof(path), "%s", root);
-	snprintf(file, sizeof(file), "%s/run_id", root);
-	FILE *f = fopen(file, "r");
-	if (f) {
-		if (!fgets(owner, sizeof(owner), f))
-			owner[0] = 0;
-		fclose(f);
-		owner[strcspn(owner, "\r\n")] = 0;
-		if (owner[0] && strcmp(owner, run_id))
-			return qe_fail(QE_EMISMATCH,
-				       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
-				       "copied from another run directory?)",
-				       path, owner, catalog_path, run_id);
-	}
+	if (legacy_owner(root, owner, sizeof(owner)) && strcmp(owner, run_id))
+		return qe_fail(QE_EMISMATCH,
+			       "the store '%s' belongs to run '%s' but the catalog '%s' is of run '%s' (was catalog.db "
+			       "copied from another run directory?)",
+			       root, owner, catalog_path, run_id);
 	if ((rc = ckpt_rundir_stores(run_dir, root, sizeof(root))))
 		return rc;
 	DIR *d = opendir(root);
