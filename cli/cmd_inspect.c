@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/inspect_named.h"
 #include "ckpt/ckpt_query.h"
 #include "ckpt/rundir.h"
 #include "cli/run_args.h"
@@ -27,17 +28,25 @@
 
 static void help(FILE *f)
 {
-	fprintf(f, "usage: qeffect inspect --run-dir DIR [--step S] [--stage N] [--tensor NAME] [--json]\n\n"
+	fprintf(f, "usage: qeffect inspect --run-dir DIR [--step S] [--stage N] [--tensor NAME] [--names] [--json]\n\n"
 		   "Show one checkpoint (default: the latest committed; --step S picks the committed one at\n"
 		   "S, or the newest attempt at S when none there is committed):\n"
 		   "  configuration and FP8 recipe of the run; epochs (e_W, steps done, AdamW steps);\n"
 		   "  per stage, linear and FP8 role: amax history, scale and scale_inv;\n"
 		   "  the tensor table (stage, name, kind, dtype, shape, bytes, chunks, first chunk hash);\n"
-		   "  runtime-state bytes against total bytes.\n"
+		   "  runtime-state bytes against total bytes;\n"
+		   "  the named tensors: every parameter by its GPT-2 name (wte.weight, h.3.attn.c_attn.weight,\n"
+		   "  ..., ln_f.weight, lm_head.weight) with its shape and where it is stored; --names also\n"
+		   "  lists the AdamW moments (NAME.exp_avg, NAME.exp_avg_sq) and the FP8 meta\n"
+		   "  (M.fp8.ROLE.amax_history, .scale, .scale_inv for each linear M and ROLE input, weight,\n"
+		   "  grad_output).\n"
 		   "--stage N limits the FP8 and tensor tables to global stage N (-1: run-wide records);\n"
 		   "a stage the checkpoint does not have is bad usage.\n"
 		   "--tensor NAME adds a value summary (count, min, max, mean, rms, non-finite, first\n"
-		   "values) of that tensor, of --stage N or of every stage that has it.\n"
+		   "values) of that tensor, of --stage N or of every stage that has it.  A GPT-2 name\n"
+		   "(--tensor h.0.attn.c_attn.weight) gives that tensor under any pipeline mapping: its shape\n"
+		   "(a linear's weight as [out, in]; wte and lm_head without the vocabulary's padding rows),\n"
+		   "the xxh3-128 and sha256 of its bytes (little-endian f32, row-major) and the summary.\n"
 		   "Every tensor shown whose store is on this host is read through the store and re-hashed\n"
 		   "(a damaged or missing chunk is an error naming the tensor); the others are listed.\n"
 		   "Exit status: 0 shown, 1 missing or damaged checkpoint or run, 2 bad usage.\n");
@@ -120,9 +129,10 @@ int cli_inspect_main(int argc, char **argv)
 {
 	const char *dir = NULL, *tname = NULL;
 	long step = -1, stage = NO_STAGE;
-	int json = 0, rc;
+	int json = 0, all_names = 0, rc;
 	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "step", 1, 0, 's' }, { "stage", 1, 0, 'g' },
 					       { "tensor", 1, 0, 't' }, { "json", 0, 0, 'j' }, { "help", 0, 0, 'h' },
+					       { "names", 0, 0, 'n' },
 					       { 0, 0, 0, 0 } };
 	int c;
 	optind = 1;
@@ -151,6 +161,8 @@ int cli_inspect_main(int argc, char **argv)
 			tname = optarg;
 		} else if (c == 'j') {
 			json = 1;
+		} else if (c == 'n') {
+			all_names = 1;
 		} else {
 			return cli_run_args_unknown("inspect", argv);
 		}
@@ -161,6 +173,9 @@ int cli_inspect_main(int argc, char **argv)
 	ckpt_run *r = NULL;
 	cat_ckpt ck = { 0 };
 	cat_tensor_rows tr = { 0 };
+	cli_named nm = { 0 };
+	int have_names = 0;
+	char names_why[512] = "";
 	json_t *o = NULL, *jfp8 = NULL, *jt = NULL, *jsum = NULL;
 	int status = 1;
 	char what[256];
@@ -388,8 +403,28 @@ int cli_inspect_main(int argc, char **argv)
 		       (unsigned long long)moments, (unsigned long long)ck.bytes,
 		       (unsigned long long)ck.runtime_state_bytes);
 
+	/* named tensors: a view of the stage arrays, so a run the table cannot name still inspects */
+	if (cli_named_open(r, &tr, &nm) == QE_OK) {
+		have_names = 1;
+		json_t *jn = json ? json_array() : NULL;
+		if (jn)
+			json_object_set_new(o, "named", jn);
+		cli_inspect_named_list(&nm, all_names, jn);
+	} else {
+		snprintf(names_why, sizeof(names_why), "%s", qe_last_error());
+		if (json)
+			json_object_set_new(o, "named_error", json_string(names_why));
+		else
+			printf("named tensors: none (%s)\n", names_why);
+	}
+
 	/* value summary */
-	if (tname) {
+	const qe_named *ne = have_names && tname ? qe_names_find(&nm.names, tname) : NULL;
+	if (ne) {
+		snprintf(what, sizeof(what), "%s: checkpoint step %lld", dir, (long long)ck.step);
+		if ((rc = cli_inspect_named_summary(&nm, ne, jsum)))
+			goto fail;
+	} else if (tname) {
 		int found = 0;
 		for (size_t i = 0; i < tr.n; i++) {
 			const cat_tensor *t = &tr.rows[i];
@@ -427,8 +462,12 @@ int cli_inspect_main(int argc, char **argv)
 		if (!found) {
 			if (stage != NO_STAGE)
 				rc = qe_fail(QE_ENOTFOUND, "no tensor '%s' at stage %ld", tname, stage);
+			else if (have_names)
+				rc = qe_fail(QE_ENOTFOUND, "no tensor '%s' in this checkpoint (neither a stage array nor a "
+					     "GPT-2 name: see the named tensors above, --names for all)", tname);
 			else
-				rc = qe_fail(QE_ENOTFOUND, "no tensor '%s' in this checkpoint", tname);
+				rc = qe_fail(QE_ENOTFOUND, "no tensor '%s' in this checkpoint (its tensors cannot be named: %s)",
+					     tname, names_why);
 			goto fail;
 		}
 	}
@@ -444,6 +483,7 @@ fail:
 	status = cli_report("inspect", rc, what);
 out:
 	json_decref(o);
+	cli_named_release(&nm);
 	cat_tensor_rows_free(&tr);
 	cat_ckpt_release(&ck);
 	ckpt_run_close(r);

@@ -132,6 +132,15 @@ const qe_model_config *qe_stage_config(const qe_stage *st);
 /* GPT-2 style initialization, a pure function of (seed, global layer, parameter), so every cut of the model into stages initializes the same model. */
 int qe_stage_init_params(qe_stage *st, uint64_t seed);
 
+/*
+ * The parameter table of global stage `stage` of `nstages` without creating
+ * the stage (no backend, no memory beyond the table): what qe_stage_param
+ * would list, and the floats of its parameter buffer (the checkpoint's
+ * "params", "adam_m" and "adam_v" arrays of that stage).  QE_EINVAL for a bad
+ * shape or cut.  OUT *out: nparams entries, the caller frees it with free().
+ */
+int qe_model_param_table(const qe_model_config *cfg, int stage, int nstages, qe_param_info **out, int *nparams,
+			 int64_t *param_floats);
 int qe_stage_nparams(const qe_stage *st);
 const qe_param_info *qe_stage_param(const qe_stage *st, int i);
 int qe_stage_nmatrices(const qe_stage *st);

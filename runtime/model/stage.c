@@ -395,6 +395,54 @@ int qe_stage_index(const qe_stage *st) { return st->stage; }
 int qe_stage_is_first(const qe_stage *st) { return st->first; }
 int qe_stage_is_last(const qe_stage *st) { return st->last; }
 const qe_model_config *qe_stage_config(const qe_stage *st) { return &st->cfg; }
+/*
+ * The parameter table of a stage without creating it: the same
+ * build_param_table on a host-only qe_stage holding just the table's arrays,
+ * so readers of a checkpoint (names.c) see the very layout training writes.
+ */
+int qe_model_param_table(const qe_model_config *cfg, int stage, int nstages, qe_param_info **out, int *nparams,
+			 int64_t *param_floats)
+{
+	int rc, nblk;
+	*out = NULL;
+	*nparams = 0;
+	*param_floats = 0;
+	if ((rc = qe_model_config_check(cfg)) || (rc = qe_model_blocks_per_stage(cfg, nstages, &nblk)))
+		return rc;
+	if (stage < 0 || stage >= nstages)
+		return qe_fail(QE_EINVAL, "stage %d of %d is not a stage", stage, nstages);
+	qe_stage t;
+	memset(&t, 0, sizeof(t));
+	t.cfg = *cfg;
+	t.stage = stage;
+	t.nstages = nstages;
+	t.first = stage == 0;
+	t.last = stage == nstages - 1;
+	t.nblk = nblk;
+	t.vpad = qe_model_vocab_padded(cfg);
+	t.nlin = 4 * nblk + (t.last ? 1 : 0);
+	t.cap_params = 12 * nblk + 5;
+	t.params = calloc((size_t)t.cap_params, sizeof(*t.params));
+	t.matrix_param = calloc((size_t)t.nlin, sizeof(int));
+	t.lin = calloc((size_t)t.nlin, sizeof(*t.lin));
+	t.blocks = calloc((size_t)nblk, sizeof(*t.blocks));
+	if (!t.params || !t.matrix_param || !t.lin || !t.blocks) {
+		free(t.params);
+		free(t.matrix_param);
+		free(t.lin);
+		free(t.blocks);
+		return qe_fail(QE_ENOMEM, "stage %d: out of host memory for its parameter table", stage);
+	}
+	build_param_table(&t);
+	free(t.matrix_param);
+	free(t.lin);
+	free(t.blocks);
+	*out = t.params;
+	*nparams = t.nparams;
+	*param_floats = t.param_floats;
+	return QE_OK;
+}
+
 int qe_stage_nparams(const qe_stage *st) { return st->nparams; }
 const qe_param_info *qe_stage_param(const qe_stage *st, int i) { return &st->params[i]; }
 int qe_stage_nmatrices(const qe_stage *st) { return st->nmatrices; }
