@@ -37,6 +37,7 @@ int cli_compare_main(int argc, char **argv);
 int cli_env_main(int argc, char **argv);
 int cli_list_main(int argc, char **argv);
 int cli_inspect_main(int argc, char **argv);
+int cli_export_main(int argc, char **argv);
 int cli_verify_main(int argc, char **argv);
 int cli_gc_main(int argc, char **argv);
 int cli_plot_main(int argc, char **argv);

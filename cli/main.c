@@ -21,6 +21,7 @@ static const cli_command commands[] = {
 	{ "list", cli_list_main, "The checkpoints of a run: step, e_W, status, bytes (list --run-dir DIR)" },
 	{ "inspect", cli_inspect_main, "What a checkpoint holds: config, epochs, FP8 scales, tensors (inspect --run-dir DIR)" },
 	{ "verify", cli_verify_main, "Re-hash every chunk of every committed checkpoint (verify --run-dir DIR)" },
+	{ "export", cli_export_main, "A checkpoint's weights as HF GPT-2 safetensors or an llm.c file (export --run-dir DIR --format safetensors -o OUT/)" },
 	{ "gc", cli_gc_main, "Drop old checkpoints, then unreferenced chunks (gc --run-dir DIR --keep-last 2)" },
 	{ "plot", cli_plot_main, "Training and held-out loss curves with gnuplot (plot --run-dir DIR -o loss.png)" },
 	{ "push", cli_push_main, "Copy committed checkpoints to S3-compatible storage (push --run-dir DIR --remote s3://B/P)" },
