@@ -227,7 +227,7 @@ static int gc_job(qe_comm *comm, void *varg)
 	ckpt_job_report where;
 	memset(&g, 0, sizeof(g));
 	/* under an external launcher rank 0 takes the run's lock itself (forked ranks share the parent's) */
-	if (rank0 && !a->p.dry_run && qe_env("RANK") && !cli_store_job_forked())
+	if (rank0 && !a->p.dry_run && cli_launched(NULL) && !cli_store_job_forked())
 		rc = cli_run_lock(a->dir, "gc", 0, &lock);
 	rc = rc ? rc : ckpt_job_gc(comm, a->dir, &a->p, &g, &where);
 	int status = 0;

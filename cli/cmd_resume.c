@@ -338,8 +338,8 @@ int cli_resume_main(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = a.cfg.run_dir;
-	const char *rank_env = qe_env("RANK");
-	if (rank_env && qe_env("WORLD_SIZE") && strcmp(rank_env, "0")) {
+	int launched_rank;
+	if (cli_launched(&launched_rank) && launched_rank != 0) {
 		/* An external launcher's rank other than 0: its host need not have the catalog; rank 0
 		 * checks the run and sends the configuration and the checkpoint to resume from. */
 		cli_rank_job job;

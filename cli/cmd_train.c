@@ -117,9 +117,10 @@ int cli_train_main(int argc, char **argv)
 	cli_rank_job_init(&job, &a, async);
 	job.data = &data;
 	/* Under an external launcher only rank 0 creates the run directory and holds its lock. */
-	const char *rank_env = qe_env("RANK");
+	int launched_rank;
+	int launched = cli_launched(&launched_rank);
 	ckpt_lock *lock = NULL;
-	if (a.cfg.run_dir[0] && (!rank_env || strcmp(rank_env, "0") == 0)) {
+	if (a.cfg.run_dir[0] && (!launched || launched_rank == 0)) {
 		int64_t dropped = -1;
 		if ((rc = cli_run_lock(a.cfg.run_dir, "train", 1, &lock))) {
 			qe_data_free(&data);

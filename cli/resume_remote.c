@@ -126,8 +126,8 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	ro.endpoint = endpoint;
 	/* Under an external launcher only rank 0 pulls: it is the rank with the catalog, and
 	 * restore sends the pulled chunks to the ranks that load them. */
-	const char *rank_env = qe_env("RANK");
-	if (rank_env && qe_env("WORLD_SIZE") && strcmp(rank_env, "0"))
+	int rank;
+	if (cli_launched(&rank) && rank != 0)
 		return 0;
 	ckpt_pull_result r;
 	ckpt_lock *lock = NULL;

@@ -539,10 +539,21 @@ int cli_rank_main(void *vjob)
 	return rc || pushes_rc ? 1 : 0;
 }
 
+int cli_launched(int *rank)
+{
+	qe_dist_env env;
+	int rc = qe_dist_env_from_environ(&env);
+	if (rank)
+		*rank = rc ? -1 : env.rank;
+	if (rc)
+		qe_clear_error();
+	return rc || env.source != QE_DIST_NONE;
+}
+
 int cli_run_nproc_check(const char *cmd, const qe_train_config *cfg, int nproc)
 {
 	int world = cfg->pp * cfg->dp;
-	if (nproc <= 0 || nproc == world || (qe_env("RANK") && qe_env("WORLD_SIZE")))
+	if (nproc <= 0 || nproc == world || cli_launched(NULL))
 		return 0;
 	fprintf(stderr, "qeffect %s: --nproc %d does not match --pp %d x --dp %d = %d ranks\n", cmd, nproc, cfg->pp,
 		cfg->dp, world);
@@ -554,7 +565,7 @@ int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 	int world = job->cfg.pp * job->cfg.dp;
 	if (nproc <= 0)
 		nproc = world;
-	if (qe_env("RANK") && qe_env("WORLD_SIZE"))
+	if (cli_launched(NULL))
 		return cli_rank_main(job); /* started by an external launcher */
 	int rc = cli_run_nproc_check(cmd, &job->cfg, nproc);
 	if (rc)

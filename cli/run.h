@@ -71,6 +71,16 @@ void cli_rank_job_init(cli_rank_job *job, const struct cli_train_args *a, int ck
 int cli_rank_main(void *job);
 
 /*
+ * Whether a launcher placed this process as one rank of a job: torchrun's
+ * RANK and WORLD_SIZE (as qeffect's own launcher sets them for its ranks),
+ * a task of an srun step, or mpirun's (qe_dist_env_from_environ has the
+ * order).  Such a process runs its own rank and forks none.  OUT: *rank
+ * (may be NULL): its rank, or -1 when a variable is malformed, which still
+ * counts as launched so that the rank's start reports the variable.
+ */
+int cli_launched(int *rank);
+
+/*
  * The launch's own check, for a command to make before it writes anything:
  * --nproc (0: P x D) must be P x D unless an external launcher started this
  * process.  Returns 0, or 2 after printing a usage error naming the flags.

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -29,14 +30,14 @@ int cli_store_job_forked(void)
 
 int cli_store_job_locks(int as_job)
 {
-	return !as_job || !(qe_env("RANK") && qe_env("WORLD_SIZE"));
+	return !as_job || !cli_launched(NULL);
 }
 
 int cli_store_job_wanted(int nproc)
 {
-	const char *w = qe_env("WORLD_SIZE");
-	if (qe_env("RANK") && w)
-		return atoi(w) > 1;
+	qe_dist_env env;
+	if (cli_launched(NULL))
+		return qe_dist_env_from_environ(&env) || env.world_size > 1;
 	return nproc > 1;
 }
 
@@ -77,7 +78,7 @@ static int rank_main(void *varg)
 int cli_store_job_run(const char *cmd, int nproc, int (*body)(qe_comm *comm, void *arg), void *arg)
 {
 	job_arg a = { cmd, body, arg };
-	if (qe_env("RANK") && qe_env("WORLD_SIZE"))
+	if (cli_launched(NULL))
 		return rank_main(&a); /* started by an external launcher */
 	if (nproc <= 1)
 		return body(NULL, arg);

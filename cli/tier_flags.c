@@ -9,6 +9,7 @@
 
 #include "ckpt/rundir.h"
 #include "cli/cli.h"
+#include "cli/run.h"
 #include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "store/remote.h"
@@ -158,10 +159,10 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 				"(R >= 1)\n", cmd);
 			return 2;
 		}
-		/* Under an external launcher (torchrun's variables) every host checks its own folder when the
+		/* Under an external launcher (torchrun, srun, mpirun) every host checks its own folder when the
 		 * ranks first agree (ckpt_replica.c), so that rank 0 names the host at fault and no rank waits
 		 * out the rendezvous for one that refused alone; here only a local launch checks. */
-		if (!qe_env("RANK") && ckpt_memory_fs_check(t.memory)) {
+		if (!cli_launched(NULL) && ckpt_memory_fs_check(t.memory)) {
 			fprintf(stderr, "qeffect %s: --ckpt-memory: %s\n", cmd, qe_last_error());
 			return 2;
 		}

@@ -60,6 +60,17 @@
 #define QE_COMM_DEFAULT_TIMEOUT_MS 600000
 #define QE_COMM_DEFAULT_PORT 29500
 
+/* Which launcher's variables placed this process (qe_dist_env.source). */
+typedef enum qe_dist_source {
+	QE_DIST_NONE = 0, /* none: a process of its own (qeffect may fork its ranks) */
+	QE_DIST_TORCHRUN, /* RANK and WORLD_SIZE (torchrun, qeffect's own launcher, a script) */
+	QE_DIST_SLURM,    /* a task of an srun step: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID */
+	QE_DIST_OMPI,     /* mpirun: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK */
+} qe_dist_source;
+
+/* "none", "torchrun's RANK/WORLD_SIZE", "SLURM (SLURM_PROCID/SLURM_NTASKS)", ...: static text. */
+const char *qe_dist_source_name(qe_dist_source s);
+
 /* Where this process sits in the job.  Plain data; nothing to free. */
 typedef struct qe_dist_env {
 	int rank;                             /* RANK, default 0 */
@@ -74,18 +85,49 @@ typedef struct qe_dist_env {
 	 */
 	char run_id[QE_DIST_RUN_ID_MAX];
 	int timeout_ms;                       /* QE_COMM_TIMEOUT_MS, default 600000 */
+	qe_dist_source source;                /* whose variables these are */
+	/* 1: the launcher says the ranks span several hosts, 0: one host, -1: it does not say */
+	int multi_host;
+	/* what master_addr and master_port came from, for messages ("MASTER_ADDR", "the first host of
+	 * SLURM_JOB_NODELIST 'node[01-04]'", ...) */
+	char master_from[QE_DIST_ADDR_MAX + 64];
 } qe_dist_env;
 
 /* The single-process job: rank 0 of 1 on 127.0.0.1:29500. */
 void qe_dist_env_default(qe_dist_env *out);
 
 /*
- * Fill OUT: *out from the environment, each variable defaulting as above when
- * unset.  Returns QE_EINVAL with a message naming the variable and its value
- * when one is malformed (not a decimal integer, out of range, RANK not below
- * WORLD_SIZE, empty or too long strings); *out is then the defaults.
+ * Fill OUT: *out from the environment.  The first launcher whose variables
+ * are present places the process (README, "Launchers"):
+ *  1. torchrun's: RANK or WORLD_SIZE set (source QE_DIST_TORCHRUN when both
+ *     are);
+ *  2. SLURM's, for a task of an srun step (SLURM_PROCID and SLURM_STEP_ID
+ *     set; a batch script's own SLURM_PROCID is not a rank): rank
+ *     SLURM_PROCID, world SLURM_NTASKS, local rank SLURM_LOCALID; master the
+ *     first host of SLURM_STEP_NODELIST, else of SLURM_JOB_NODELIST, else
+ *     SLURM_LAUNCH_NODE_IPADDR; port 20000 + SLURM_JOB_ID mod 12000; run id
+ *     "slurm-JOB.STEP".  A world of one is no job: source QE_DIST_NONE;
+ *  3. Open MPI's: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK; Open MPI names
+ *     no master, so a world above one needs MASTER_ADDR.  A world of one is
+ *     no job, as for SLURM;
+ * MASTER_ADDR and MASTER_PORT, when set, win over what SLURM gives.  Each
+ * unset variable takes the default above.  Returns QE_EINVAL with a message
+ * naming the variable and its value when one is malformed (not a decimal
+ * integer, out of range, RANK not below WORLD_SIZE, empty or too long
+ * strings, a host list qe_hostlist_host refuses) or when Open MPI placed the
+ * process without MASTER_ADDR; *out is then the defaults.
  */
 int qe_dist_env_from_environ(qe_dist_env *out);
+
+/*
+ * Host i (0-based) of a SLURM host list such as "node[01-04,07]",
+ * "a1,b[2-3]" or "rack[1-2]-gpu[1-4]" (hostlist.c has the grammar; zero
+ * padding is kept).  host (cap bytes) may be NULL when i < 0, which only
+ * counts.  OUT: *count (may be NULL): the hosts the list names.  Returns 0,
+ * or QE_EINVAL with a message quoting the list and the offset of what is
+ * wrong (a malformed list, i past the end, a name longer than cap).
+ */
+int qe_hostlist_host(const char *list, long i, char *host, size_t cap, long *count);
 
 typedef struct qe_comm qe_comm;
 

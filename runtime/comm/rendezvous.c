@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -382,10 +383,49 @@ static void set_nodelay(int fd)
 
 /* ---- rank 0 and the others ------------------------------------------------- */
 
+static int is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+	if (sa->sa_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return 0;
+}
+
+/*
+ * MASTER_ADDR is a host name (not an address, not localhost) that this host
+ * resolves to loopback only, though the job may span hosts: Debian's
+ * /etc/hosts maps the machine's own name to 127.0.1.1, and SLURM's node
+ * names are such names.  The other hosts resolve it to a real address that
+ * a listener on 127.0.1.1 never answers.
+ */
+static int own_name_on_loopback(const qe_dist_env *env, const struct addrinfo *ai)
+{
+	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST }, *num = NULL;
+	const char *h = env->master_addr;
+	if (env->world_size < 2 || env->multi_host == 0 || !strcasecmp(h, "localhost") ||
+	    !strncasecmp(h, "localhost.", 10))
+		return 0;
+	if (getaddrinfo(h, NULL, &hints, &num) == 0) {
+		freeaddrinfo(num);
+		return 0; /* an address: the user chose it */
+	}
+	for (; ai; ai = ai->ai_next)
+		if (!is_loopback(ai->ai_addr))
+			return 0;
+	return 1;
+}
+
 /*
  * Rank 0 listens on QE_LISTEN_ADDR when set, else on MASTER_ADDR itself:
  * the interface the other ranks reach, and only that one (a job on
- * 127.0.0.1 is reachable from this host only).  where gets "host:port".
+ * 127.0.0.1 is reachable from this host only).  The exception is
+ * own_name_on_loopback: rank 0 cannot know which of its addresses the
+ * other hosts will use, so it listens on every interface (the wildcard of
+ * the family), says so, and the job secret keeps strangers out as on any
+ * multi-host job.  where gets "host:port".
  */
 static int root_listener(const qe_dist_env *env, int64_t deadline, int *lfd, char *where, size_t wl)
 {
@@ -394,12 +434,30 @@ static int root_listener(const qe_dist_env *env, int64_t deadline, int *lfd, cha
 			*ai, *p;
 	const char *la = qe_env("QE_LISTEN_ADDR");
 	const char *host = la && la[0] ? la : env->master_addr, *var = la && la[0] ? "QE_LISTEN_ADDR" : "MASTER_ADDR";
-	char ps[16], last[512] = "";
+	char ps[16], last[512] = "", shown[INET6_ADDRSTRLEN + 8] = "";
 	int gai, rc = QE_ECOMM;
 	snprintf(ps, sizeof(ps), "%d", env->master_port);
 	gai = getaddrinfo(host, ps, &hints, &ai);
 	if (gai)
-		return qe_fail(QE_ECOMM, "rank 0: cannot resolve %s '%s': %s", var, host, gai_strerror(gai));
+		return qe_fail(QE_ECOMM, "rank 0: cannot resolve %s '%s'%s%s: %s", var, host, la && la[0] ? "" : " from ",
+			       la && la[0] ? "" : env->master_from, gai_strerror(gai));
+	if (!(la && la[0]) && own_name_on_loopback(env, ai)) {
+		int port;
+		hints.ai_family = ai->ai_family;
+		qe__rdv_addr_text(ai->ai_addr, ai->ai_addrlen, shown, sizeof(shown), &port);
+		freeaddrinfo(ai);
+		gai = getaddrinfo(NULL, ps, &hints, &ai);
+		if (gai)
+			return qe_fail(QE_ECOMM, "rank 0: cannot make the wildcard address of port %s: %s", ps,
+				       gai_strerror(gai));
+		qe_log(QE_LOG_WARN,
+		       "rank 0: MASTER_ADDR '%s' (%s) resolves to the loopback address %s on this host (as Debian's "
+		       "/etc/hosts does for the machine's own name), which other hosts cannot reach: listening on "
+		       "every interface instead, port %d (set QE_LISTEN_ADDR to the address the other hosts use, or "
+		       "MASTER_ADDR to that address, to listen on one)",
+		       env->master_addr, env->master_from, shown, env->master_port);
+		host = ai->ai_family == AF_INET6 ? "::" : "0.0.0.0";
+	}
 	for (p = ai; p; p = p->ai_next) {
 		rc = make_listener(0, p->ai_addr, p->ai_addrlen, env->world_size + 16, deadline, 1, lfd);
 		if (rc == 0)
@@ -533,6 +591,11 @@ static int rendezvous_rank(const qe_dist_env *env, const qe_auth_key *key, int64
 	if ((rc = qe_auth_policy(key, self, world, where)))
 		return rc;
 	rc = connect_retry(self, "rank 0", env->master_addr, env->master_port, deadline, &fd0);
+	if (rc && env->master_from[0]) {
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", qe_last_error());
+		return qe_fail(rc, "%s (rank 0's address is %s)", why, env->master_from);
+	}
 	if (rc)
 		return rc;
 	fds[0] = fd0;
