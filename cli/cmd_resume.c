@@ -78,7 +78,8 @@ static int optim_conflict(unsigned given, const qe_adamw_config *g, const qe_ada
 		  { CLI_O_WD, "--weight-decay", "weight decay", (double)g->weight_decay, (double)s->weight_decay },
 		  { CLI_O_BETA1, "--beta1", "beta1", (double)g->beta1, (double)s->beta1 },
 		  { CLI_O_BETA2, "--beta2", "beta2", (double)g->beta2, (double)s->beta2 },
-		  { CLI_O_EPS, "--eps", "eps", (double)g->eps, (double)s->eps } };
+		  { CLI_O_EPS, "--eps", "eps", (double)g->eps, (double)s->eps },
+		  { CLI_O_CLIP, "--grad-clip", "gradient clipping at", (double)g->grad_clip, (double)s->grad_clip } };
 	for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++)
 		if ((given & v[k].bit) && v[k].gv != v[k].sv) {
 			snprintf(x, sizeof(x), "%g", v[k].gv);

@@ -45,7 +45,10 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --lr-decay-steps N     the step where they reach --lr-min (default: train's --steps)\n"
 		"  --weight-decay X       decoupled weight decay of the matrices and embeddings; biases and\n"
 		"                         layernorm weights never decay (default 0.1)\n"
-		"  --beta1 X  --beta2 X  --eps X   (defaults 0.9, 0.95, 1e-8)\n");
+		"  --beta1 X  --beta2 X  --eps X   (defaults 0.9, 0.95, 1e-8)\n"
+		"  --grad-clip NORM       scale the step's gradients by NORM / (norm + 1e-6) when their\n"
+		"                         global norm (every stage and replica, summed in a fixed order)\n"
+		"                         is above NORM (default 0: off); the progress line shows the norm\n");
 	fprintf(f,
 		"parallelism and execution:\n"
 		"  --pp P                 pipeline ranks (default 1)\n"
@@ -105,7 +108,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
 		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
-		O_WD, O_BETA1, O_BETA2, O_EPS
+		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -124,7 +127,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
 		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
 		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
-		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 },
+		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP },
 		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
 		{ 0, 0, 0, 0 }
 	};
@@ -222,7 +225,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		case O_WD:
 		case O_BETA1:
 		case O_BETA2:
-		case O_EPS: {
+		case O_EPS:
+		case O_CLIP: {
 			static const struct {
 				int opt;
 				const char *flag;
@@ -230,7 +234,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 				double lo, hi; /* [lo, hi) */
 			} fl[] = { { O_LRMIN, "--lr-min", CLI_O_LR_MIN, 0, 10 },   { O_WD, "--weight-decay", CLI_O_WD, 0, 10 },
 				   { O_BETA1, "--beta1", CLI_O_BETA1, 0, 1 },	  { O_BETA2, "--beta2", CLI_O_BETA2, 0, 1 },
-				   { O_EPS, "--eps", CLI_O_EPS, 1e-30, 1 } };
+				   { O_EPS, "--eps", CLI_O_EPS, 1e-30, 1 },	  { O_CLIP, "--grad-clip", CLI_O_CLIP, 0, 1e30 } };
 			int k = 0;
 			while (fl[k].opt != c)
 				k++;
@@ -242,7 +246,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 				return 2;
 			}
 			float *dst[] = { &cfg->optim.lr_min, &cfg->optim.weight_decay, &cfg->optim.beta1, &cfg->optim.beta2,
-					 &cfg->optim.eps };
+					 &cfg->optim.eps, &cfg->optim.grad_clip };
 			*dst[k] = (float)d;
 			a->optim_given |= fl[k].bit;
 			break;

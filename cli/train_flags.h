@@ -22,7 +22,7 @@ enum {
 /* The optimizer flags beside --lr (cli_train_args.optim_given): a resume refuses any that differs. */
 enum {
 	CLI_O_SCHEDULE = 1 << 0, CLI_O_WARMUP = 1 << 1, CLI_O_LR_MIN = 1 << 2, CLI_O_DECAY = 1 << 3,
-	CLI_O_WD = 1 << 4, CLI_O_BETA1 = 1 << 5, CLI_O_BETA2 = 1 << 6, CLI_O_EPS = 1 << 7,
+	CLI_O_WD = 1 << 4, CLI_O_BETA1 = 1 << 5, CLI_O_BETA2 = 1 << 6, CLI_O_EPS = 1 << 7, CLI_O_CLIP = 1 << 8,
 };
 
 /* The shape flags in the order of cli_train_args.shape. */

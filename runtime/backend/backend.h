@@ -364,6 +364,18 @@ typedef struct qe_backend_ops {
 	 * (at most 256 on cuda), two overlapping segments.
 	 */
 	int (*adamw_many)(qe_stream *s, const qe_adamw_many_args *a);
+	/*
+	 * The squared norm of each segment's gradient, as adamw_many(a) would
+	 * apply it: out[i] = sum over the segment's elements of (grad_scale x
+	 * the views summed in index order)^2, for --grad-clip.  out is backend
+	 * memory of a->nseg floats (0 for an empty segment); param, m and v are
+	 * not touched.  Deterministic: a fixed split into chunks, each summed in
+	 * a fixed order in fp32, the chunks added in order in double and rounded
+	 * to float once.  The chunking is the backend's, so cpu and cuda agree
+	 * within rounding, not to the bit.  Refusals as adamw_many's, and
+	 * QE_EINVAL for a NULL out.
+	 */
+	int (*grad_sumsq)(qe_stream *s, const qe_adamw_many_args *a, float *out);
 } qe_backend_ops;
 
 struct qe_backend {

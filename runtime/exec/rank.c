@@ -6,6 +6,7 @@
  */
 #include "runtime/exec/rank_int.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,9 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 	for (int c = 0; c < r->V; c++)
 		if ((rc = setup_chunk(r, c, aparams, anames, cap, &np)))
 			goto free_rank;
+	r->grad_norm = NAN;
+	if ((rc = qe__rank_grad_norm_init(r)))
+		goto free_rank;
 	size_t abytes = qe_arena_bytes(aparams, np, r->M, cfg->arena);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
 	    (rc = qe_arena_create(aparams, np, r->M, cfg->arena,
@@ -214,6 +218,7 @@ void qe_rank_free(qe_rank *r)
 		o->free(r->b, r->loss_mb);
 	free(r->host_buf);
 	free(r->commit_views);
+	free(r->norm_sq);
 	if (r->ev_in)
 		o->event_destroy(r->ev_in);
 	if (r->ev_tail)
@@ -267,6 +272,7 @@ qe_adamw *qe_rank_optimizer(qe_rank *r, int chunk) { return r->chunks[chunk].opt
 qe_backend *qe_rank_backend(qe_rank *r) { return r->b; }
 qe_comm *qe_rank_comm(qe_rank *r) { return r->comm; }
 int64_t qe_rank_steps_done(const qe_rank *r) { return r->steps; }
+double qe_rank_grad_norm(const qe_rank *r) { return r->grad_norm; }
 const qe_epoch_state *qe_rank_epochs(const qe_rank *r) { return &r->ep; }
 
 void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out)

@@ -84,6 +84,13 @@ qe_adamw *qe_rank_optimizer(qe_rank *r, int chunk);
 qe_backend *qe_rank_backend(qe_rank *r);
 qe_comm *qe_rank_comm(qe_rank *r);
 int64_t qe_rank_steps_done(const qe_rank *r);
+/*
+ * The global gradient norm of the last step, before clipping (the norm over
+ * every parameter of every stage, the same on every rank); NaN when that
+ * step did not measure it (it does under --grad-clip and on the steps the
+ * progress line shows: every log_every-th and the last).
+ */
+double qe_rank_grad_norm(const qe_rank *r);
 const qe_epoch_state *qe_rank_epochs(const qe_rank *r);
 void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out);
 

@@ -33,6 +33,7 @@ typedef struct rank_chunk {
 	qe_graph *graphs[RANK_GRAPH_KINDS][QE_RANK_MAX_MICRO];
 	qe_rank_chunk_stats last;            /* resource counts of the last step */
 	int nslots;                          /* tape slots: microbatch m uses slot m % nslots (slots.c) */
+	int64_t param_base;                  /* global index of the stage's first parameter (grad_norm.c) */
 } rank_chunk;
 
 /* The tape slot of microbatch m on chunk ch. */
@@ -79,6 +80,9 @@ struct qe_rank {
 	float *loss_mb;             /* last stage: each microbatch's loss, copied out of its slot after F (backend memory) */
 	int nslots;                 /* tape slots per local chunk (slots.c) */
 	int commit_cap;
+	float *norm_sq;             /* grad_norm.c: each parameter's squared gradient norm, by global index */
+	int64_t norm_params;        /* the model's parameter count (norm_sq's length) */
+	double grad_norm;           /* the last step's global gradient norm before clipping; NaN: not measured */
 };
 
 /* Message tags: kind, producing stage, microbatch. */
@@ -138,6 +142,16 @@ void qe__rank_profile_report(const qe_rank *r);
 int qe__rank_send(qe_rank *r, int peer, uint32_t tag, const void *src, size_t bytes);
 int qe__rank_recv(qe_rank *r, int peer, uint32_t tag, void *dst, size_t bytes);
 int qe__rank_allreduce(qe_rank *r, float *buf, size_t n, const int *group, int group_size);
+
+/* grad_norm.c: the global parameter index of each local stage, and norm_sq (at rank creation). */
+int qe__rank_grad_norm_init(qe_rank *r);
+/*
+ * The global gradient norm from each local chunk's opt->sumsq (filled by
+ * qe_adamw_grad_sumsq or qe_adamw_param_sumsq on r->caller): copied back,
+ * summed over the pipeline ranks of this replica, added in global index
+ * order.  A collective over those ranks: each calls it at the same step.
+ */
+int qe__rank_grad_norm_collect(qe_rank *r, double *norm);
 
 /*
  * Device links (links.c).  open: a no-op unless the backend has links, the

@@ -276,9 +276,73 @@ static int run_action(qe_rank *r, const qe_sched_action *a, const qe_data *data)
 
 /* ---- optimizer commit --------------------------------------------------- */
 
+/* The views of chunk ch's matrices (nv each) into r->commit_views. */
+static int chunk_views(qe_rank *r, rank_chunk *ch, int nv)
+{
+	if (ch->nmat > r->commit_cap)
+		return qe_fail(QE_EINVAL, "stage %d: %d matrices, more than the %d planned", ch->stage, ch->nmat,
+			       r->commit_cap);
+	for (int j = 0; j < ch->nmat; j++)
+		QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &r->commit_views[j * nv], NULL));
+	return QE_OK;
+}
+
+/*
+ * Data parallel: parameter i of chunk ch summed over its microbatch views in
+ * order (an accumulated matrix view is that sum already: it is only copied),
+ * then all-reduced over the replicas of this pipeline rank in replica order,
+ * into r->reduce_buf.  The arena's view itself stays this rank's own sum.
+ */
+static int replica_sum(qe_rank *r, rank_chunk *ch, int i, int nv)
+{
+	const qe_param_info *pi = qe_stage_param(ch->st, i);
+	const float *pv[QE_RANK_MAX_MICRO];
+	int group[64];
+	for (int d = 0; d < r->D && d < 64; d++)
+		group[d] = d * r->P + r->pr;
+	int64_t n = pi->rows * pi->cols;
+	int npv = pi->is_matrix ? nv : qe_stage_nonmatrix_views(ch->st);
+	for (int m = 0; m < npv; m++)
+		pv[m] = pi->is_matrix ? r->commit_views[pi->matrix_index * nv + m]
+				      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
+	QE_TRY(r->b->ops->sum_views(r->caller, r->reduce_buf, pv, npv, n));
+	/* the host path waits for the device itself; the link path stays on the streams */
+	return qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D);
+}
+
+/* Whether this step's gradient norm is measured: always under --grad-clip, else on the steps the progress line shows. */
+static int norm_wanted(const qe_rank *r)
+{
+	int64_t step = r->steps + 1, every = r->cfg.log_every;
+	return r->cfg.optim.grad_clip > 0 || every <= 1 || step % every == 0 || step == r->cfg.steps;
+}
+
+/*
+ * Under --grad-clip, the norm must be known before any update: a first pass
+ * over the gradients (with --dp, the replica sums are made twice: once for
+ * the norm, once for the update, keeping one parameter's buffer).  Without
+ * it the norm is taken on the way (D == 1: before the update, which reads
+ * the same views; D > 1: from each replica sum before its update).
+ */
+static int clip_pass(qe_rank *r, const qe_adamw_config *hyper, int nv, double *norm)
+{
+	for (int c = 0; c < r->V; c++) {
+		rank_chunk *ch = &r->chunks[c];
+		QE_TRY(chunk_views(r, ch, nv));
+		if (r->D == 1) {
+			QE_TRY(qe_adamw_grad_sumsq(ch->opt, r->caller, ch->st, r->commit_views, nv, r->M, hyper, 1.0f));
+			continue;
+		}
+		for (int i = 0; i < qe_stage_nparams(ch->st); i++) {
+			QE_TRY(replica_sum(r, ch, i, nv));
+			QE_TRY(qe_adamw_param_sumsq(ch->opt, r->caller, ch->st, i, r->reduce_buf, 1.0f / (float)r->D));
+		}
+	}
+	return qe__rank_grad_norm_collect(r, norm);
+}
+
 static int optimizer_commit(qe_rank *r)
 {
-	const qe_backend_ops *o = r->b->ops;
 	const float **views = r->commit_views;
 	/* this step's learning rate (the schedule at the steps done so far: the data position) */
 	qe_adamw_config hyper = r->cfg.optim;
@@ -287,40 +351,34 @@ static int optimizer_commit(qe_rank *r)
 	const int nv = qe_arena_nviews(r->arena);
 	for (int c = 0; c < r->V; c++)
 		QE_TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
+	int want = norm_wanted(r), clip = r->cfg.optim.grad_clip > 0;
+	double norm = NAN;
+	float factor = 1.0f;
+	if (want && (clip || r->D == 1)) {
+		QE_TRY(clip_pass(r, &hyper, nv, &norm));
+		factor = qe_adamw_clip_factor(r->cfg.optim.grad_clip, norm);
+	}
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
-		if (ch->nmat > r->commit_cap)
-			return qe_fail(QE_EINVAL, "stage %d: %d matrices, more than the %d planned", ch->stage, ch->nmat,
-				       r->commit_cap);
-		for (int j = 0; j < ch->nmat; j++)
-			QE_TRY(qe_arena_views_for(r->arena, ch->p_begin + j, &views[j * nv], NULL));
+		QE_TRY(chunk_views(r, ch, nv));
 		if (r->D == 1) {
-			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, 1.0f));
+			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, factor));
 			continue;
 		}
-		/* Data parallel: reduce the microbatch views in order (an accumulated matrix view is
-		 * that sum already: it is only copied), all-reduce over the replicas of this pipeline
-		 * rank in replica order, then one view per parameter.  The arena's view itself stays
-		 * this rank's own sum. */
-		int group[64];
-		for (int d = 0; d < r->D && d < 64; d++)
-			group[d] = d * r->P + r->pr;
 		ch->opt->step++;
+		float scale = (float)((double)factor / (double)r->D);
 		for (int i = 0; i < qe_stage_nparams(ch->st); i++) {
-			const qe_param_info *pi = qe_stage_param(ch->st, i);
-			const float *pv[QE_RANK_MAX_MICRO];
-			int64_t n = pi->rows * pi->cols;
-			int npv = pi->is_matrix ? nv : qe_stage_nonmatrix_views(ch->st);
-			for (int m = 0; m < npv; m++)
-				pv[m] = pi->is_matrix ? views[pi->matrix_index * nv + m]
-						      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
-			QE_TRY(o->sum_views(r->caller, r->reduce_buf, pv, npv, n));
-			/* the host path waits for the device itself; the link path stays on the streams */
-			QE_TRY(qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D));
+			QE_TRY(replica_sum(r, ch, i, nv));
+			if (want && !clip)
+				QE_TRY(qe_adamw_param_sumsq(ch->opt, r->caller, ch->st, i, r->reduce_buf,
+							    1.0f / (float)r->D));
 			const float *one[1] = { r->reduce_buf };
-			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &hyper, 1.0f / (float)r->D));
+			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &hyper, scale));
 		}
 	}
+	if (want && !clip && r->D > 1)
+		QE_TRY(qe__rank_grad_norm_collect(r, &norm));
+	r->grad_norm = norm;
 	QE_TRY(qe__rank_sync(r, r->caller));
 	qe_arena_stats as;
 	qe_arena_get_stats(r->arena, &as);

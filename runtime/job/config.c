@@ -3,6 +3,7 @@
  */
 #include "runtime/job/config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,8 @@ int qe_train_config_check(const qe_train_config *c)
 		return qe_fail(QE_EINVAL, "--eps must be > 0, got %g", (double)o->eps);
 	if (!(o->weight_decay >= 0))
 		return qe_fail(QE_EINVAL, "--weight-decay must be >= 0, got %g", (double)o->weight_decay);
+	if (!(o->grad_clip >= 0) || isinf(o->grad_clip))
+		return qe_fail(QE_EINVAL, "--grad-clip must be a finite norm >= 0 (0: off), got %g", (double)o->grad_clip);
 	if (o->lr_schedule < QE_LR_CONSTANT || o->lr_schedule > QE_LR_LINEAR)
 		return qe_fail(QE_EINVAL, "--lr-schedule: unknown schedule %d", o->lr_schedule);
 	if (o->warmup < 0 || o->decay_steps < 0)
@@ -143,7 +146,8 @@ char *qe_train_config_to_json(const qe_train_config *c)
 	    json_object_set_new(op, "lr_schedule", json_string(qe_lr_schedule_name(c->optim.lr_schedule))) ||
 	    json_object_set_new(op, "warmup", json_integer((json_int_t)c->optim.warmup)) ||
 	    json_object_set_new(op, "lr_min", json_real((double)c->optim.lr_min)) ||
-	    json_object_set_new(op, "decay_steps", json_integer((json_int_t)c->optim.decay_steps))) {
+	    json_object_set_new(op, "decay_steps", json_integer((json_int_t)c->optim.decay_steps)) ||
+	    (c->optim.grad_clip > 0 && json_object_set_new(op, "grad_clip", json_real((double)c->optim.grad_clip)))) {
 		json_decref(o);
 		return NULL;
 	}
@@ -226,7 +230,7 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	/* the learning-rate schedule is newer: runs recorded without it had a constant rate */
 	json_t *op = json_object_get(o, "optim"), *ls = json_object_get(op, "lr_schedule"),
 	       *wu = json_object_get(op, "warmup"), *lm = json_object_get(op, "lr_min"),
-	       *ds = json_object_get(op, "decay_steps");
+	       *ds = json_object_get(op, "decay_steps"), *gc = json_object_get(op, "grad_clip");
 	if (!rc && ls && (!json_is_string(ls) || qe_lr_schedule_parse(json_string_value(ls), &c->optim.lr_schedule)))
 		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.lr_schedule'");
 	if (!rc && wu && (!json_is_integer(wu) || (c->optim.warmup = json_integer_value(wu)) < 0))
@@ -235,6 +239,9 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.lr_min'");
 	if (!rc && ds && (!json_is_integer(ds) || (c->optim.decay_steps = json_integer_value(ds)) < 0))
 		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.decay_steps'");
+	/* clipping is newer, and recorded only when on */
+	if (!rc && gc && (!json_is_number(gc) || !((c->optim.grad_clip = (float)json_number_value(gc)) >= 0)))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'optim.grad_clip'");
 	json_t *at = json_object_get(json_object_get(o, "model"), "attention");
 	qe_attn_mode am = QE_ATTN_AUTO;
 	if (!rc && at && (!json_is_string(at) || qe_attn_mode_parse(json_string_value(at), &am)))

@@ -16,7 +16,7 @@
 
 qe_adamw_config qe_adamw_config_default(void)
 {
-	qe_adamw_config c = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, QE_LR_CONSTANT, 0, 0.0f, 0 };
+	qe_adamw_config c = { 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, QE_LR_CONSTANT, 0, 0.0f, 0, 0.0f };
 	return c;
 }
 
@@ -68,7 +68,8 @@ int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out)
 		qe_adamw_free(a);
 		return qe_fail(QE_ENOMEM, "adamw: out of host memory for the segments of stage %d", qe_stage_index(st));
 	}
-	if ((rc = b->ops->alloc(b, a->n * 4, (void **)&a->m)) || (rc = b->ops->alloc(b, a->n * 4, (void **)&a->v))) {
+	if ((rc = b->ops->alloc(b, a->n * 4, (void **)&a->m)) || (rc = b->ops->alloc(b, a->n * 4, (void **)&a->v)) ||
+	    (rc = b->ops->alloc(b, (size_t)(a->nsegs > 0 ? a->nsegs : 1) * 4, (void **)&a->sumsq))) {
 		qe_adamw_free(a);
 		return qe_fail_ctx(rc, "adamw: allocating moments of stage %d", qe_stage_index(st));
 	}
@@ -84,6 +85,8 @@ void qe_adamw_free(qe_adamw *a)
 		a->b->ops->free(a->b, a->m);
 	if (a->v)
 		a->b->ops->free(a->b, a->v);
+	if (a->sumsq)
+		a->b->ops->free(a->b, a->sumsq);
 	free(a->segs);
 	free(a->views);
 	free(a);
@@ -124,8 +127,9 @@ static int views_reserve(qe_adamw *a, size_t need)
 	return QE_OK;
 }
 
-int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
-		  int nmicro, const qe_adamw_config *cfg, float grad_scale)
+/* a->segs for every parameter of st: its gradient views, decay and place (qe_adamw_step's table). */
+static int fill_segments(qe_adamw *a, qe_stage *st, const float *const *matrix_views, int nmatrix_views, int nmicro,
+			 const qe_adamw_config *cfg)
 {
 	if (nmicro < 1 || nmicro > 256)
 		return qe_fail(QE_EINVAL, "adamw: %d microbatches (1..256 supported)", nmicro);
@@ -154,12 +158,56 @@ int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *m
 					     .grads = views, .name = p->name };
 		views += nv;
 	}
-	qe_adamw_many_args args = { .param = qe_stage_params(st), .m = a->m, .v = a->v, .segs = a->segs, .nseg = np,
-				    .lr = cfg->lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
-				    .step = a->step + 1, .grad_scale = grad_scale };
+	return QE_OK;
+}
+
+static qe_adamw_many_args many_args(qe_adamw *a, qe_stage *st, const qe_adamw_seg *segs, int nseg,
+				    const qe_adamw_config *cfg, float grad_scale)
+{
+	return (qe_adamw_many_args){ .param = qe_stage_params(st), .m = a->m, .v = a->v, .segs = segs, .nseg = nseg,
+				     .lr = cfg->lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
+				     .step = a->step + 1, .grad_scale = grad_scale };
+}
+
+int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+		  int nmicro, const qe_adamw_config *cfg, float grad_scale)
+{
+	int rc = fill_segments(a, st, matrix_views, nmatrix_views, nmicro, cfg);
+	if (rc)
+		return rc;
+	qe_adamw_many_args args = many_args(a, st, a->segs, a->nsegs, cfg, grad_scale);
 	rc = a->b->ops->adamw_many(s, &args);
 	if (rc)
 		return qe_fail_ctx(rc, "adamw: stage %d", qe_stage_index(st));
 	a->step++;
 	return QE_OK;
+}
+
+int qe_adamw_grad_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+			int nmicro, const qe_adamw_config *cfg, float grad_scale)
+{
+	int rc = fill_segments(a, st, matrix_views, nmatrix_views, nmicro, cfg);
+	if (rc)
+		return rc;
+	qe_adamw_many_args args = many_args(a, st, a->segs, a->nsegs, cfg, grad_scale);
+	rc = a->b->ops->grad_sumsq(s, &args, a->sumsq);
+	return rc ? qe_fail_ctx(rc, "grad norm: stage %d", qe_stage_index(st)) : QE_OK;
+}
+
+int qe_adamw_param_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *grad, float grad_scale)
+{
+	const qe_param_info *p = qe_stage_param(st, i);
+	const float *views[1] = { grad };
+	qe_adamw_seg seg = { .offset = p->offset, .n = p->rows * p->cols, .nviews = 1, .grads = views, .name = p->name };
+	qe_adamw_config cfg = qe_adamw_config_default();
+	qe_adamw_many_args args = many_args(a, st, &seg, 1, &cfg, grad_scale);
+	int rc = a->b->ops->grad_sumsq(s, &args, a->sumsq + i);
+	return rc ? qe_fail_ctx(rc, "grad norm: stage %d", qe_stage_index(st)) : QE_OK;
+}
+
+float qe_adamw_clip_factor(float clip, double norm)
+{
+	if (!(clip > 0) || !(norm > (double)clip))
+		return 1.0f;
+	return (float)((double)clip / (norm + 1e-6));
 }

@@ -33,6 +33,7 @@ typedef struct qe_adamw_config {
 	int64_t warmup;      /* steps of linear warmup: lr (s + 1) / warmup at step s < warmup */
 	float lr_min;        /* where cosine and linear end */
 	int64_t decay_steps; /* the step where they reach lr_min (train's --steps unless given) */
+	float grad_clip;     /* > 0: scale the gradients so their global norm is at most this; 0: off */
 } qe_adamw_config;
 
 qe_adamw_config qe_adamw_config_default(void);
@@ -55,6 +56,7 @@ int qe_lr_schedule_parse(const char *s, int *out);
 typedef struct qe_adamw {
 	qe_backend *b;
 	float *m, *v;   /* backend memory, n floats each */
+	float *sumsq;   /* backend memory, one float per parameter: qe_adamw_grad_sumsq's results */
 	int64_t n;
 	int64_t step;   /* optimizer steps taken (persisted) */
 	/* qe_adamw_step's table for adamw_many: host memory owned here, rewritten every step */
@@ -89,5 +91,25 @@ int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *m
  */
 int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *const *views, int nviews,
 			  const qe_adamw_config *cfg, float grad_scale);
+
+/*
+ * For --grad-clip: the squared norm of each parameter's gradient, as
+ * qe_adamw_step with these arguments would apply it (the views summed in
+ * order, times grad_scale), into a->sumsq[i] for parameter i (backend
+ * memory; the caller copies it back).  The step does not advance.  The
+ * backend's grad_sumsq op fixes the order of every addition, so a
+ * parameter's value does not depend on the stage it sits in.
+ */
+int qe_adamw_grad_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+			int nmicro, const qe_adamw_config *cfg, float grad_scale);
+/* The same for parameter i alone, from one gradient buffer (the data parallel replica sum), into a->sumsq[i]. */
+int qe_adamw_param_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *grad, float grad_scale);
+
+/*
+ * The factor --grad-clip puts on the gradients: clip / (norm + 1e-6) when
+ * norm > clip > 0 (as PyTorch's clip_grad_norm_), else 1; in double, rounded
+ * to float once.
+ */
+float qe_adamw_clip_factor(float clip, double norm);
 
 #endif

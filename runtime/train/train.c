@@ -30,6 +30,7 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 		rep.ms = now_ms() - t0;
 		rep.tokens_per_s = rep.ms > 0 ? tokens / (rep.ms / 1e3) : 0;
 		rep.step = qe_rank_steps_done(r);
+		rep.grad_norm = qe_rank_grad_norm(r);
 		rep.eval_loss = NAN;
 		if (cfg->eval_every > 0 && (rep.step % cfg->eval_every == 0 || rep.step == until))
 			if ((rc = qe_rank_eval(r, data, &rep.eval_loss)))
@@ -42,18 +43,20 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 		rep.rows = rows;
 		if (progress && qe_rank_index(r) == 0 &&
 		    (cfg->log_every <= 1 || rep.step % cfg->log_every == 0 || rep.step == until)) {
-			/* the rate this step's update used, when it changes over the run */
-			char lr[48] = "";
+			/* the rate this step's update used, when it changes over the run; the gradient norm, when measured */
+			char lr[48] = "", gn[40] = "";
 			const qe_adamw_config *oc = &cfg->optim;
 			if (oc->lr_schedule != QE_LR_CONSTANT || oc->warmup > 0)
 				snprintf(lr, sizeof(lr), "  lr %.6e", (double)qe_adamw_lr_at(oc, rep.step - 1));
+			if (!isnan(rep.grad_norm))
+				snprintf(gn, sizeof(gn), "  grad norm %.4e", rep.grad_norm);
 			if (isnan(rep.eval_loss))
-				printf("step %5lld/%lld  loss %.4f  %9.0f tok/s  %8.2f ms/step%s\n", (long long)rep.step,
-				       (long long)until, rep.loss, rep.tokens_per_s, rep.ms, lr);
+				printf("step %5lld/%lld  loss %.4f  %9.0f tok/s  %8.2f ms/step%s%s\n", (long long)rep.step,
+				       (long long)until, rep.loss, rep.tokens_per_s, rep.ms, gn, lr);
 			else
-				printf("step %5lld/%lld  loss %.4f  held-out %.4f  %9.0f tok/s  %8.2f ms/step%s\n",
+				printf("step %5lld/%lld  loss %.4f  held-out %.4f  %9.0f tok/s  %8.2f ms/step%s%s\n",
 				       (long long)rep.step, (long long)until, rep.loss, rep.eval_loss, rep.tokens_per_s,
-				       rep.ms, lr);
+				       rep.ms, gn, lr);
 			fflush(stdout);
 		}
 		rc = hooks && hooks->on_step ? hooks->on_step(hooks->ctx, r, &rep) : QE_OK;

@@ -223,6 +223,56 @@ static void test_adamw_many_bytes(bk *k)
 	many_free(k, &one), many_free(k, &many), many_free(k, &cap), many_free(k, &init);
 }
 
+/*
+ * grad_sumsq: each segment's squared norm of grad_scale x its view sums,
+ * against a double sum of the same float view sums (within 1e-6 of the
+ * value: the op adds float chunks); the empty segment gives 0; a capture
+ * replays it; nothing of param, m or v changes.
+ */
+static void test_grad_sumsq(bk *k)
+{
+	many_state st, init;
+	many_init(k, &st, SEED);
+	many_init(k, &init, SEED);
+	float *out = bk_f32(k, MANY_SEGS), *replay = bk_f32(k, MANY_SEGS);
+	qe_adamw_many_args a = many_args(&st, 1);
+	CHECK_OK(k->o->grad_sumsq(k->s, &a, out));
+	qe_stream *cs;
+	qe_graph *g = NULL;
+	CHECK_OK(k->o->stream_create(k->b, &cs));
+	CHECK_OK(k->o->capture_begin(cs));
+	CHECK_OK(k->o->grad_sumsq(cs, &a, replay));
+	CHECK_OK(k->o->capture_end(cs, &g));
+	CHECK_OK(k->o->stream_sync(k->s));
+	for (int i = 0; i < MANY_SEGS; i++) {
+		const many_seg *c = &many_segs[i];
+		double want = 0;
+		for (int64_t e = 0; e < c->n; e++) {
+			float x = st.vp[i][0][e];
+			for (int j = 1; j < c->nviews; j++)
+				x += st.vp[i][j][e];
+			x = x * 0.5f;
+			want += (double)x * (double)x;
+		}
+		CHECK(fabs((double)out[i] - want) <= 1e-6 * want, "grad_sumsq '%s': %.9g, the double sum %.9g", c->name,
+		      (double)out[i], want);
+	}
+	CHECK(out[4] == 0.0f, "grad_sumsq of the empty segment: %g", (double)out[4]);
+	many_same(&st, &init, "grad_sumsq leaves param, m and v");
+	if (g) {
+		CHECK_OK(k->o->graph_launch(g, cs));
+		CHECK_OK(k->o->stream_sync(cs));
+		CHECK_BYTES(replay, out, MANY_SEGS * 4, "grad_sumsq replayed vs eager");
+		k->o->graph_destroy(g);
+	}
+	a.grad_scale = 1.0f;
+	CHECK_OK(k->o->grad_sumsq(k->s, &a, out));
+	CHECK(k->o->grad_sumsq(k->s, &a, NULL) == QE_EINVAL, "grad_sumsq with a NULL out is refused");
+	k->o->stream_destroy(cs);
+	k->o->free(k->b, out), k->o->free(k->b, replay);
+	many_free(k, &st), many_free(k, &init);
+}
+
 /* a refused on a fresh stream with code want, its message holding says (if not NULL), nothing written. */
 static void many_refused(bk *k, const qe_adamw_many_args *a, int want, const char *says, const char *what)
 {
@@ -459,6 +509,7 @@ int main(void)
 	test_view_order(&k);
 	test_adamw_many_bytes(&k);
 	test_adamw_many_refusals(&k);
+	test_grad_sumsq(&k);
 	bk_close(&k);
 
 	size_t n1 = 0, n2 = 0;

@@ -3,7 +3,7 @@
  * embedding, loss and optimizer ops against the cpu reference, on fresh
  * random inputs (the seed is printed; QE_TEST_SEED overrides it): add,
  * add_inplace, gelu, bias_grad, sum_views, layernorm, the embedding ops,
- * xent, adamw and adamw_many, and the float4 kernels of these against
+ * xent, adamw, adamw_many and grad_sumsq, and the float4 kernels of these against
  * their scalar ones.
  *
  * What must be equal, byte for byte: add, add_inplace, bias_grad, the
@@ -444,6 +444,40 @@ static void test_adamw_many(qe_rng *r)
 	h = fetch(gv, n * 4);
 	same_bytes("adamw_many v", cv, h, n * 4);
 	free(h);
+	/*
+	 * grad_sumsq over the same table: each segment's squared norm of the
+	 * scaled view sums.  The backends chunk differently (cpu: 4096 floats in
+	 * order; cuda: 1024 per block in a tree), so they agree to float
+	 * rounding, 1e-5 of the value; cuda twice gives the same bytes.
+	 */
+	{
+		static float zeros[AWM_SEGS];
+		void *gout;
+		float *cout = pair(zeros, sizeof(zeros), &gout);
+		qe_adamw_many_args a = { 0 };
+		a.nseg = AWM_SEGS, a.step = 1, a.grad_scale = 0.5f;
+		a.param = cp, a.m = cm, a.v = cv, a.segs = cs;
+		CHECK_OK(K.co->grad_sumsq(K.cs, &a, cout));
+		a.param = gp, a.m = gm, a.v = gv, a.segs = gs;
+		CHECK_OK(K.go->grad_sumsq(K.gs, &a, gout));
+		float *g1 = fetch(gout, sizeof(zeros));
+		CHECK_OK(K.go->grad_sumsq(K.gs, &a, gout));
+		float *g2 = fetch(gout, sizeof(zeros));
+		same_bytes("grad_sumsq twice on cuda", g1, g2, sizeof(zeros));
+		double worst = 0;
+		for (int i = 0; i < AWM_SEGS; i++) {
+			double d = fabs((double)g1[i] - (double)cout[i]), tol = 1e-5 * fabs((double)cout[i]);
+			CHECK(d <= tol, "grad_sumsq segment %d (n %lld, %d views): cuda %.9g, cpu %.9g", i, (long long)cs[i].n,
+			      cs[i].nviews, (double)g1[i], (double)cout[i]);
+			if (cout[i] != 0 && d / fabs((double)cout[i]) > worst)
+				worst = d / fabs((double)cout[i]);
+			CHECK((cs[i].n == 0) == (cout[i] == 0), "grad_sumsq segment %d (n %lld): %g", i, (long long)cs[i].n,
+			      (double)cout[i]);
+		}
+		printf("  grad_sumsq: %d segments, cuda vs cpu worst relative difference %.3g (bound 1e-5)\n", AWM_SEGS,
+		       worst);
+		free(g1), free(g2);
+	}
 	/* a segment of more views than the launch passes by value: refused, naming it */
 	qe_stream *s;
 	CHECK_OK(K.go->stream_create(K.gb, &s));

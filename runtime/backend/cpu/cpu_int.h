@@ -70,6 +70,7 @@ int qe_cpu_xent(qe_cpu_scratch *sc, float *loss, void *dlogits, const void *logi
 void qe_cpu_adamw(const qe_adamw_args *a);
 /* adamw of each segment in turn: the bytes of one qe_cpu_adamw per segment. */
 void qe_cpu_adamw_many(const qe_adamw_many_args *a);
+void qe_cpu_grad_sumsq(const qe_adamw_many_args *a, float *out);
 void qe_cpu_sum_views(float *out, const float *const *views, int nviews, int64_t n);
 
 #endif

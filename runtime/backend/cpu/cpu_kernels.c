@@ -750,6 +750,33 @@ void qe_cpu_adamw_many(const qe_adamw_many_args *a)
 	}
 }
 
+/*
+ * Each segment's squared gradient norm: the scaled view sums of
+ * qe_cpu_adamw, squared and summed in fp32 over chunks of QE_CPU_SUMSQ_CHUNK
+ * elements, the chunks added in double.
+ */
+#define QE_CPU_SUMSQ_CHUNK 4096
+void qe_cpu_grad_sumsq(const qe_adamw_many_args *a, float *out)
+{
+	for (int i = 0; i < a->nseg; i++) {
+		const qe_adamw_seg *g = &a->segs[i];
+		double total = 0;
+		for (int64_t c = 0; c < g->n; c += QE_CPU_SUMSQ_CHUNK) {
+			int64_t end = c + QE_CPU_SUMSQ_CHUNK < g->n ? c + QE_CPU_SUMSQ_CHUNK : g->n;
+			float part = 0;
+			for (int64_t k = c; k < end; k++) {
+				float grad = g->grads[0][k];
+				for (int vi = 1; vi < g->nviews; vi++)
+					grad += g->grads[vi][k];
+				grad = grad * a->grad_scale;
+				part += grad * grad;
+			}
+			total += (double)part;
+		}
+		out[i] = (float)total;
+	}
+}
+
 /* out[i] = ((v0[i] + v1[i]) + v2[i]) ...; out may alias v0 (the DP all-reduce case). */
 void qe_cpu_sum_views(float *out, const float *const *views, int nviews, int64_t n)
 {

@@ -504,6 +504,28 @@ int qe__cpu_enqueue_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
 	return qe__cpu_submit(s, &(qe_cpu_op){ .kind = QE_CPU_OP_ADAMW_MANY, .u.adamw_many = *a });
 }
 
+static int check_grad_sumsq(const qe_cpu_grad_sumsq_args *a)
+{
+	int rc = qe__check_adamw_many(&a->a, 0);
+	if (!rc && !a->out)
+		rc = qe_fail(QE_EINVAL, "grad_sumsq: out is NULL");
+	return rc;
+}
+
+static int exec_grad_sumsq(qe_cpu_scratch *sc, const qe_cpu_grad_sumsq_args *a)
+{
+	(void)sc;
+	qe_cpu_grad_sumsq(&a->a, a->out);
+	return QE_OK;
+}
+
+int qe__cpu_enqueue_grad_sumsq(qe_stream *s, const qe_adamw_many_args *a, float *out)
+{
+	if (!a)
+		return refuse_null(s, "grad_sumsq", qe__check_adamw_many(NULL, 0));
+	return qe__cpu_submit(s, &(qe_cpu_op){ .kind = QE_CPU_OP_GRAD_SUMSQ, .u.grad_sumsq = { *a, out } });
+}
+
 /* ---- dispatch, generated from the op list ------------------------------------------ */
 
 int qe__cpu_op_check(const qe_cpu_op *op)
@@ -602,6 +624,8 @@ int qe__cpu_op_own(qe_cpu_op *op)
 	}
 	case QE_CPU_OP_ADAMW_MANY:
 		return own_adamw_many(&op->u.adamw_many);
+	case QE_CPU_OP_GRAD_SUMSQ:
+		return own_adamw_many(&op->u.grad_sumsq.a);
 	case QE_CPU_OP_FP8_UPDATE_MANY: {
 		int n = op->u.fp8_update_many.n;
 		qe_fp8_update_item *arr = dup_array(op->u.fp8_update_many.items, n, sizeof(*arr));
@@ -625,4 +649,6 @@ void qe__cpu_op_release(qe_cpu_op *op)
 		free((void *)op->u.fp8_update_many.items);
 	else if (op->kind == QE_CPU_OP_ADAMW_MANY)
 		free((void *)op->u.adamw_many.segs);
+	else if (op->kind == QE_CPU_OP_GRAD_SUMSQ)
+		free((void *)op->u.grad_sumsq.a.segs);
 }

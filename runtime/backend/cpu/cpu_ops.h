@@ -63,7 +63,8 @@
 	X(XENT, xent)                      \
 	X(ADAMW, adamw)                    \
 	X(SUM_VIEWS, sum_views)            \
-	X(ADAMW_MANY, adamw_many)
+	X(ADAMW_MANY, adamw_many)          \
+	X(GRAD_SUMSQ, grad_sumsq)
 
 #define QE_CPU_OPS(X) QE_CPU_STREAM_OPS(X) QE_CPU_WORK_OPS(X)
 
@@ -237,6 +238,12 @@ typedef struct qe_cpu_sum_views_args {
 /* segs, and each segment's grads, owned by the record once captured (one block; names cleared) */
 typedef qe_adamw_many_args qe_cpu_adamw_many_args;
 
+/* grad_sumsq: adamw_many's arguments (owned as adamw_many's once captured) and where the sums go */
+typedef struct qe_cpu_grad_sumsq_args {
+	qe_adamw_many_args a;
+	float *out;
+} qe_cpu_grad_sumsq_args;
+
 /* One op call: its kind and, in the member the list names, its arguments. */
 typedef struct qe_cpu_op {
 	qe_cpu_op_kind kind;
@@ -314,5 +321,6 @@ int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *l
 int qe__cpu_enqueue_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cpu_enqueue_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 int qe__cpu_enqueue_adamw_many(qe_stream *s, const qe_adamw_many_args *a);
+int qe__cpu_enqueue_grad_sumsq(qe_stream *s, const qe_adamw_many_args *a, float *out);
 
 #endif

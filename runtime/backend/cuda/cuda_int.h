@@ -167,6 +167,7 @@ int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, 
 		  int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
 int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a);
+int qe__cuda_grad_sumsq(qe_stream *s, const qe_adamw_many_args *a, float *out);
 int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 
 /* Set the link ops of the table (NCCL); left NULL when built without NCCL. */

@@ -262,6 +262,19 @@ static int cu_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
 	return qe__cuda_op_end(s, rc, nm);
 }
 
+static int cu_grad_sumsq(qe_stream *s, const qe_adamw_many_args *a, float *out)
+{
+	const char *nm = "grad_sumsq";
+	int rc = qe__cuda_op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_adamw_many(a, QE_CUDA_MAX_VIEWS)) && !out)
+		rc = qe_fail(QE_EINVAL, "grad_sumsq: out is NULL");
+	if (!rc)
+		rc = qe__cuda_grad_sumsq(s, a, out);
+	return qe__cuda_op_end(s, rc, nm);
+}
+
 /* The compute ops' entries of the cuda table (cuda_backend.cu fills the rest). */
 void qe__cuda_ops_fill(qe_backend_ops *o)
 {
@@ -287,4 +300,5 @@ void qe__cuda_ops_fill(qe_backend_ops *o)
 	o->adamw = cu_adamw;
 	o->sum_views = cu_sum_views;
 	o->adamw_many = cu_adamw_many;
+	o->grad_sumsq = cu_grad_sumsq;
 }

@@ -1,7 +1,8 @@
 /*
  * cuda_optim.cu - the optimizer's ops: AdamW over a parameter's gradient
  * views (summed in view order per element), AdamW over many parameters in
- * one launch (adamw_many), and the view sum of the data parallel replica
+ * one launch (adamw_many), each segment's squared gradient norm for
+ * clipping (grad_sumsq, in adamw_many's chunks), and the view sum of the data parallel replica
  * sum, operation for operation as the cpu reference (cpu_kernels.c;
  * -fmad=false, so the bits are the cpu's), with float4 loads and stores on
  * 16-byte aligned buffers.
@@ -117,15 +118,16 @@ struct adamw_batch {
 	int nviews[QE_CUDA_ADAMW_SEGS];
 	int vec[QE_CUDA_ADAMW_SEGS];
 	int block0[QE_CUDA_ADAMW_SEGS + 1]; /* block0[nseg]: the grid */
+	int seg[QE_CUDA_ADAMW_SEGS];        /* the segment's index in the op's table (grad_sumsq's out) */
 	int nseg;
 	const float *views[QE_CUDA_ADAMW_VIEWS];
 };
 static_assert(sizeof(adamw_batch) + 128 <= 32764, "adamw_many's kernel parameters exceed CUDA's 32764 bytes");
 
-__global__ void __launch_bounds__(THREADS) adamw_many_kernel(float *param, float *mom, float *var,
-							     const __grid_constant__ adamw_batch b, adamw_hyper h)
+/* The batch's segment of block bx: the last with block0[s] <= bx. */
+__device__ __forceinline__ int batch_segment(const adamw_batch &b, int bx)
 {
-	int bx = (int)blockIdx.x, lo = 0, hi = b.nseg - 1;
+	int lo = 0, hi = b.nseg - 1;
 	while (lo < hi) {
 		int mid = (lo + hi + 1) / 2;
 		if (b.block0[mid] <= bx)
@@ -133,6 +135,13 @@ __global__ void __launch_bounds__(THREADS) adamw_many_kernel(float *param, float
 		else
 			hi = mid - 1;
 	}
+	return lo;
+}
+
+__global__ void __launch_bounds__(THREADS) adamw_many_kernel(float *param, float *mom, float *var,
+							     const __grid_constant__ adamw_batch b, adamw_hyper h)
+{
+	int bx = (int)blockIdx.x, lo = batch_segment(b, bx);
 	int64_t off = b.off[lo], first = (int64_t)(bx - b.block0[lo]) * ADAMW_CHUNK;
 	const float *const *g = b.views + b.view0[lo];
 	if (b.vec[lo]) {
@@ -145,6 +154,68 @@ __global__ void __launch_bounds__(THREADS) adamw_many_kernel(float *param, float
 		for (int64_t i = first + threadIdx.x; i < end; i += THREADS)
 			adamw_at(param + off, mom + off, var + off, g, b.nviews[lo], i, h, b.wd[lo]);
 	}
+}
+
+/*
+ * grad_sumsq, pass 1: block bx's chunk of its segment (adamw_many_kernel's
+ * chunk), each element the scaled view sum adamw_at computes, squared; each
+ * thread adds its elements in order (a float4's x, y, z, w), then the block
+ * adds the threads' sums in a fixed tree.  partial[bx] gets the chunk's sum.
+ */
+__global__ void __launch_bounds__(THREADS) grad_sumsq_kernel(const __grid_constant__ adamw_batch b, float scale,
+							     float *partial)
+{
+	__shared__ float red[THREADS];
+	int bx = (int)blockIdx.x, lo = batch_segment(b, bx);
+	int64_t first = (int64_t)(bx - b.block0[lo]) * ADAMW_CHUNK;
+	const float *const *g = b.views + b.view0[lo];
+	int nv = b.nviews[lo];
+	float acc = 0.0f;
+	if (b.vec[lo]) {
+		int64_t n4 = b.n[lo] / 4, end = first + ADAMW_CHUNK < n4 ? first + ADAMW_CHUNK : n4;
+		for (int64_t i = first + threadIdx.x; i < end; i += THREADS) {
+			float4 gr = ((const float4 *)g[0])[i];
+			for (int vi = 1; vi < nv; vi++) {
+				float4 u = ((const float4 *)g[vi])[i];
+				gr = make_float4(gr.x + u.x, gr.y + u.y, gr.z + u.z, gr.w + u.w);
+			}
+			float x = gr.x * scale, y = gr.y * scale, z = gr.z * scale, w = gr.w * scale;
+			acc += x * x;
+			acc += y * y;
+			acc += z * z;
+			acc += w * w;
+		}
+	} else {
+		int64_t end = first + ADAMW_CHUNK < b.n[lo] ? first + ADAMW_CHUNK : b.n[lo];
+		for (int64_t i = first + threadIdx.x; i < end; i += THREADS) {
+			float gr = g[0][i];
+			for (int vi = 1; vi < nv; vi++)
+				gr += g[vi][i];
+			gr = gr * scale;
+			acc += gr * gr;
+		}
+	}
+	red[threadIdx.x] = acc;
+	__syncthreads();
+	for (int w = THREADS / 2; w > 0; w /= 2) {
+		if ((int)threadIdx.x < w)
+			red[threadIdx.x] += red[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		partial[bx] = red[0];
+}
+
+/* grad_sumsq, pass 2: segment k's chunks added in block order, in double; out[seg[k]] = that sum as float. */
+__global__ void grad_sumsq_finish_kernel(const __grid_constant__ adamw_batch b, const float *partial, float *out)
+{
+	int k = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+	if (k >= b.nseg)
+		return;
+	double t = 0;
+	for (int bx = b.block0[k]; bx < b.block0[k + 1]; bx++)
+		t += (double)partial[bx];
+	out[b.seg[k]] = (float)t;
 }
 
 /* out may alias view 0: each element is read from every view before it is written. */
@@ -181,37 +252,20 @@ extern "C" int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a)
 	return qe__cuda_launched("adamw", "adamw_kernel");
 }
 
-/* Enqueue the batch's segments (one launch) and empty it. */
-static int adamw_many_flush(qe_stream *s, const qe_adamw_many_args *a, adamw_batch *b, const adamw_hyper &h,
-			    int *nviews)
-{
-	if (b->nseg == 0)
-		return QE_OK;
-	adamw_many_kernel<<<(unsigned)b->block0[b->nseg], THREADS, 0, s->cs>>>(a->param, a->m, a->v, *b, h);
-	b->nseg = 0;
-	*nviews = 0;
-	return qe__cuda_launched("adamw_many", "adamw_many_kernel");
-}
-
 /*
- * One launch per QE_CUDA_ADAMW_SEGS segments or QE_CUDA_ADAMW_VIEWS views,
- * whichever fills first (a segment brings at most QE_CUDA_MAX_VIEWS, checked),
- * or before the grid would pass INT_MAX / 2 blocks (2^40 floats: one segment
- * never does).  The segments are disjoint (checked), so neither the batching
- * nor the order of the blocks changes a bit.  Seen on an H100: GPT-2 small's
- * 149 tensors (163M floats, one view each) took 2.07 ms as 149 adamw
- * launches and 1.53 ms as one adamw_many (2.98 TB/s of the 28 bytes an
- * element reads and writes); a 53-tensor model of 237K floats 261 us and
- * 16 us.
+ * Batches of a's non-empty segments: one per QE_CUDA_ADAMW_SEGS segments or
+ * QE_CUDA_ADAMW_VIEWS views, whichever fills first (a segment brings at most
+ * QE_CUDA_MAX_VIEWS, checked), or before the grid would pass INT_MAX / 2
+ * blocks (2^40 floats: one segment never does); flush(b) launches each.
+ * The segments are disjoint (checked), so neither the batching nor the
+ * order of the blocks changes a bit.
  */
-extern "C" int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
+template <class Flush> static int for_each_batch(const qe_adamw_many_args *a, adamw_batch *b, Flush flush)
 {
-	adamw_batch tab, *b = &tab; /* 24 KB of stack; the launch copies it */
-	adamw_hyper h = adamw_hyper_of(a->lr, a->beta1, a->beta2, a->eps, a->step, a->grad_scale);
 	int nviews = 0, rc = QE_OK;
 	b->nseg = 0;
 	b->block0[0] = 0;
-	for (int i = 0; i < a->nseg; i++) {
+	for (int i = 0; i < a->nseg && !rc; i++) {
 		const qe_adamw_seg *g = &a->segs[i];
 		if (g->n == 0)
 			continue;
@@ -220,10 +274,12 @@ extern "C" int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
 			vec = vec4_ok(0, g->grads[j], NULL, NULL);
 		int64_t units = vec ? g->n / 4 : g->n, blocks = (units + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
 		if (b->nseg == QE_CUDA_ADAMW_SEGS || nviews + g->nviews > QE_CUDA_ADAMW_VIEWS ||
-		    b->block0[b->nseg] + blocks > INT_MAX / 2)
-			rc = adamw_many_flush(s, a, b, h, &nviews);
-		if (rc)
-			break;
+		    b->block0[b->nseg] + blocks > INT_MAX / 2) {
+			if ((rc = flush(b)))
+				break;
+			b->nseg = 0;
+			nviews = 0;
+		}
 		int k = b->nseg++;
 		b->off[k] = g->offset;
 		b->n[k] = g->n;
@@ -231,13 +287,54 @@ extern "C" int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
 		b->view0[k] = nviews;
 		b->nviews[k] = g->nviews;
 		b->vec[k] = vec;
+		b->seg[k] = i;
 		b->block0[k + 1] = b->block0[k] + (int)blocks;
 		for (int j = 0; j < g->nviews; j++)
 			b->views[nviews++] = g->grads[j];
 	}
-	if (!rc)
-		rc = adamw_many_flush(s, a, b, h, &nviews);
+	if (!rc && b->nseg > 0)
+		rc = flush(b);
 	return rc;
+}
+
+/*
+ * One launch per batch.  Seen on an H100: GPT-2 small's 149 tensors (163M
+ * floats, one view each) took 2.07 ms as 149 adamw launches and 1.53 ms as
+ * one adamw_many (2.98 TB/s of the 28 bytes an element reads and writes); a
+ * 53-tensor model of 237K floats 261 us and 16 us.
+ */
+extern "C" int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a)
+{
+	adamw_batch tab; /* 25 KB of stack; the launch copies it */
+	adamw_hyper h = adamw_hyper_of(a->lr, a->beta1, a->beta2, a->eps, a->step, a->grad_scale);
+	return for_each_batch(a, &tab, [&](adamw_batch *b) {
+		adamw_many_kernel<<<(unsigned)b->block0[b->nseg], THREADS, 0, s->cs>>>(a->param, a->m, a->v, *b, h);
+		return qe__cuda_launched("adamw_many", "adamw_many_kernel");
+	});
+}
+
+/* Two launches a batch (the chunks' sums, then each segment's), after zeroing out for the empty segments. */
+extern "C" int qe__cuda_grad_sumsq(qe_stream *s, const qe_adamw_many_args *a, float *out)
+{
+	adamw_batch tab;
+	if (a->nseg == 0)
+		return QE_OK;
+	cudaError_t e = cudaMemsetAsync(out, 0, (size_t)a->nseg * sizeof(float), s->cs);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, "grad_sumsq", "cudaMemsetAsync(out)");
+	return for_each_batch(a, &tab, [&](adamw_batch *b) {
+		float *partial;
+		int nblk = b->block0[b->nseg];
+		int rc = qe__cuda_scratch(s, (size_t)nblk * sizeof(float), "grad_sumsq", (void **)&partial);
+		if (rc)
+			return rc;
+		grad_sumsq_kernel<<<(unsigned)nblk, THREADS, 0, s->cs>>>(*b, a->grad_scale, partial);
+		if ((rc = qe__cuda_launched("grad_sumsq", "grad_sumsq_kernel")))
+			return rc;
+		grad_sumsq_finish_kernel<<<(unsigned)((b->nseg + THREADS - 1) / THREADS), THREADS, 0, s->cs>>>(
+			*b, partial, out);
+		return qe__cuda_launched("grad_sumsq", "grad_sumsq_finish_kernel");
+	});
 }
 
 extern "C" int qe__cuda_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n)
