@@ -36,7 +36,7 @@ void cli_inspect_named_list(const cli_named *nm, int all, json_t *arr)
 {
 	const qe_names *n = &nm->names;
 	if (arr) {
-		for (int i = 0; i < n->n; i++) {
+		for (int i = 0; i < (all ? n->n : n->nparams); i++) {
 			const qe_named *e = &n->t[i];
 			json_t *o = json_pack("{s:s,s:s,s:o,s:i,s:s,s:I,s:I,s:b}", "name", e->name, "dtype", "f32", "shape",
 					      jshape(e), "stage", e->stage, "array", qe_name_source_array(e->source),

@@ -11,8 +11,9 @@
 
 /*
  * Print the table of named tensors: the parameters and a line on the moment
- * and FP8 names, or with all every entry.  With arr non-NULL, append every
- * entry to that JSON array instead of printing.
+ * and FP8 names, or with all every entry.  With arr non-NULL, append the
+ * same entries (the parameters, or with all every one) to that JSON array
+ * instead of printing.
  */
 void cli_inspect_named_list(const cli_named *nm, int all, json_t *arr);
 

@@ -21,7 +21,10 @@ C="$C --data $D --quiet"
 "$Q" train $C --pp 2 --run-dir "$T/b" || fail "train --pp 2"
 
 # inspect names every parameter, whatever the mapping; the name is the address
-"$Q" inspect --run-dir "$T/a" --json >"$T/a.json" && "$Q" inspect --run-dir "$T/b" --json >"$T/b.json" || fail "inspect --json"
+"$Q" inspect --run-dir "$T/a" --json --names >"$T/a.json" && "$Q" inspect --run-dir "$T/b" --json --names >"$T/b.json" \
+  || fail "inspect --json --names"
+"$Q" inspect --run-dir "$T/a" --json | python3 -c "import json,sys; assert len(json.load(sys.stdin)['named']) == 29" \
+  || fail "inspect --json lists the 29 parameters by name"
 python3 - "$T/a.json" "$T/b.json" <<'EOF' || fail "the named tables of the two mappings"
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])

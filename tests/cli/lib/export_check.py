@@ -53,7 +53,7 @@ def hf_name(name):
 
 
 def check_safetensors(q, run, path, cfg_path, flags, faults):
-    info = inspect(q, run)
+    info = inspect(q, run, "--names")
     want_src = {"params"} | ({"adam_m", "adam_v"} if "--with-optimizer" in flags else set()) | \
         ({"fp8_meta"} if "--with-fp8" in flags else set())
     named = {hf_name(e["name"]): e for e in info["named"] if e["array"] in want_src}
