@@ -140,7 +140,15 @@ static const char schema_v4[] =
 	"  PRIMARY KEY (tensor_id, store_id)) WITHOUT ROWID;"
 	"CREATE INDEX copies_store ON copies(store_id);";
 
-static const char *const migrations[CAT_SCHEMA_VERSION] = { schema_v1, schema_v2, schema_v3, schema_v4 };
+/*
+ * Version 4 -> 5: each step's learning rate and global gradient norm beside
+ * its loss (NULL where a step did not measure the norm, and in rows written
+ * before version 5).
+ */
+static const char schema_v5[] = "ALTER TABLE losses ADD COLUMN lr REAL;"
+				"ALTER TABLE losses ADD COLUMN grad_norm REAL;";
+
+static const char *const migrations[CAT_SCHEMA_VERSION] = { schema_v1, schema_v2, schema_v3, schema_v4, schema_v5 };
 
 /* --- errors and helpers ----------------------------------------------------------- */
 

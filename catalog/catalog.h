@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 /* Schema version this build creates and migrates to. */
-#define CAT_SCHEMA_VERSION 4
+#define CAT_SCHEMA_VERSION 5
 /* PRAGMA application_id of a qeffect catalog ("qeCT"). */
 #define CAT_APPLICATION_ID 0x71654354
 
@@ -348,6 +348,8 @@ typedef struct cat_loss {
 	double eval_loss; /* NaN: none */
 	double tokens_per_s;
 	double ms_per_step;
+	double lr;        /* the learning rate the step's update used; NaN: not recorded (before version 5) */
+	double grad_norm; /* the global gradient norm before clipping; NaN: not measured */
 } cat_loss;
 
 typedef struct cat_loss_rows {

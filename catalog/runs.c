@@ -258,22 +258,31 @@ static void bind_loss(sqlite3_stmt *st, const void *rows, size_t i)
 	bind_real(st, 4, l->eval_loss);
 	bind_real(st, 5, l->tokens_per_s);
 	bind_real(st, 6, l->ms_per_step);
+	bind_real(st, 7, l->lr);
+	bind_real(st, 8, l->grad_norm);
 }
 
 int cat_loss_put(cat *c, const char *run_id, const cat_loss *rows, size_t n)
 {
 	return put_rows(c, run_id, rows, n,
-			"INSERT OR REPLACE INTO losses(run_id, step, loss, eval_loss, tokens_per_s, ms_per_step)"
-			" VALUES (?, ?, ?, ?, ?, ?)",
+			"INSERT OR REPLACE INTO losses(run_id, step, loss, eval_loss, tokens_per_s, ms_per_step, lr, grad_norm)"
+			" VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
 			bind_loss, "write losses");
 }
 
 int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 {
 	sqlite3_stmt *st;
-	int rc = cat_rows_begin(c, (void **)&out->rows, &out->n,
-			    "SELECT step, loss, eval_loss, tokens_per_s, ms_per_step FROM losses WHERE run_id = ?"
-			    " ORDER BY step",
+	/* a catalog opened read-only is not migrated: before version 5 it has no lr or grad_norm column */
+	int version = 0;
+	int rc = cat_schema_version(c, &version);
+	if (rc)
+		return rc;
+	rc = cat_rows_begin(c, (void **)&out->rows, &out->n,
+			    version >= 5 ? "SELECT step, loss, eval_loss, tokens_per_s, ms_per_step, lr, grad_norm FROM losses"
+					   " WHERE run_id = ? ORDER BY step"
+					 : "SELECT step, loss, eval_loss, tokens_per_s, ms_per_step, NULL, NULL FROM losses"
+					   " WHERE run_id = ? ORDER BY step",
 			    &st, "read losses");
 	if (rc)
 		return rc;
@@ -291,6 +300,8 @@ int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 		l->eval_loss = col_real(st, 2);
 		l->tokens_per_s = col_real(st, 3);
 		l->ms_per_step = col_real(st, 4);
+		l->lr = col_real(st, 5);
+		l->grad_norm = col_real(st, 6);
 	}
 	rc = cat_rows_end(c, st, rc, src, "read losses");
 	if (rc)

@@ -287,7 +287,7 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 			rows[i].category = rep->rows[i].category;
 			rows[i].fingerprint = rep->rows[i].fp;
 		}
-		cat_loss l = { rep->step, rep->loss, rep->eval_loss, rep->tokens_per_s, rep->ms };
+		cat_loss l = { rep->step, rep->loss, rep->eval_loss, rep->tokens_per_s, rep->ms, rep->lr, rep->grad_norm };
 		rc = ckpt_record_step(ctx->ck, r, rows, (size_t)nrows, &l);
 		free(rows);
 		if (rc)

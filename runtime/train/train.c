@@ -31,6 +31,7 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 		rep.tokens_per_s = rep.ms > 0 ? tokens / (rep.ms / 1e3) : 0;
 		rep.step = qe_rank_steps_done(r);
 		rep.grad_norm = qe_rank_grad_norm(r);
+		rep.lr = qe_adamw_lr_at(&cfg->optim, rep.step - 1);
 		rep.eval_loss = NAN;
 		if (cfg->eval_every > 0 && (rep.step % cfg->eval_every == 0 || rep.step == until))
 			if ((rc = qe_rank_eval(r, data, &rep.eval_loss)))
@@ -47,7 +48,7 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 			char lr[48] = "", gn[40] = "";
 			const qe_adamw_config *oc = &cfg->optim;
 			if (oc->lr_schedule != QE_LR_CONSTANT || oc->warmup > 0)
-				snprintf(lr, sizeof(lr), "  lr %.6e", (double)qe_adamw_lr_at(oc, rep.step - 1));
+				snprintf(lr, sizeof(lr), "  lr %.6e", rep.lr);
 			if (!isnan(rep.grad_norm))
 				snprintf(gn, sizeof(gn), "  grad norm %.4e", rep.grad_norm);
 			if (isnan(rep.eval_loss))

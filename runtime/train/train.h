@@ -19,6 +19,7 @@ typedef struct qe_step_report {
 	double ms;           /* wall time of the step on this rank */
 	double tokens_per_s;
 	double grad_norm;    /* global gradient norm before clipping (qe_rank_grad_norm); NaN: not measured */
+	double lr;           /* the learning rate the step's update used */
 	const qe_trace_row *rows; /* this rank's fingerprints of the step */
 	int nrows;
 } qe_step_report;

@@ -285,8 +285,10 @@ int main(void)
 	CHECK(tl2.n == 0, "run-b has %zu trace rows", tl2.n);
 	cat_trace_rows_free(&tl2);
 
-	/* losses: NaN survives, eval_loss may be absent */
-	cat_loss ls[3] = { { 1, 5.5, NAN, 1000.0, 12.5 }, { 2, 5.25, 5.4, 1001.0, 12.25 }, { 3, NAN, NAN, 0, 0 } };
+	/* losses: NaN survives, eval_loss and grad_norm may be absent; lr and grad_norm round-trip */
+	cat_loss ls[3] = { { 1, 5.5, NAN, 1000.0, 12.5, 1e-3, 2.5 },
+			   { 2, 5.25, 5.4, 1001.0, 12.25, 6e-4, NAN },
+			   { 3, NAN, NAN, 0, 0, 0, 0 } };
 	CHECK_OK(cat_loss_put(c, "run-a", ls, 3));
 	cat_loss_rows ll;
 	CHECK_OK(cat_loss_get(c, "run-a", &ll));
@@ -295,6 +297,10 @@ int main(void)
 		CHECK(ll.rows[0].loss == 5.5 && isnan(ll.rows[0].eval_loss) && ll.rows[0].ms_per_step == 12.5, "loss row 0");
 		CHECK(ll.rows[1].eval_loss == 5.4 && ll.rows[1].tokens_per_s == 1001.0, "loss row 1");
 		CHECK(isnan(ll.rows[2].loss), "NaN loss read back as %g", ll.rows[2].loss);
+		CHECK(ll.rows[0].lr == 1e-3 && ll.rows[0].grad_norm == 2.5 && ll.rows[1].lr == 6e-4 &&
+			      isnan(ll.rows[1].grad_norm),
+		      "lr and grad_norm read back as %g %g, %g %g", ll.rows[0].lr, ll.rows[0].grad_norm, ll.rows[1].lr,
+		      ll.rows[1].grad_norm);
 	}
 	cat_loss_rows_free(&ll);
 

@@ -42,7 +42,7 @@ static int writer(const char *path, int w)
 			tr[k].fingerprint = fp(w, step, k);
 		}
 		CHECK_OK(cat_trace_put(c, run, tr, CATS));
-		cat_loss l = { step, 5.0 - step * 0.01, NAN, 1000.0 + w, 10.0 };
+		cat_loss l = { step, 5.0 - step * 0.01, NAN, 1000.0 + w, 10.0, 1e-3, NAN };
 		CHECK_OK(cat_loss_put(c, run, &l, 1));
 		if (step % EVERY == EVERY - 1) {
 			int64_t id;
@@ -112,7 +112,7 @@ int main(void)
 	int kst = 0;
 	waitpid(kid, &kst, 0);
 	CHECK(WIFEXITED(kst) && WEXITSTATUS(kst) == 0, "inherited catalog handle was not refused in the child");
-	cat_loss l0 = { 0, 1.0, NAN, 0, 0 };
+	cat_loss l0 = { 0, 1.0, NAN, 0, 0, 1e-3, NAN };
 	CHECK_OK(cat_loss_put(c, "run-0", &l0, 1));
 	cat_close(c); /* children open their own after fork */
 

@@ -8,7 +8,8 @@
 #     reference), and differ from the unclipped run;
 #  3. --dp 2 clips the replica sum: the same norms and bytes under --pp 1 and --pp 2, and the
 #     clipped bytes differ from the unclipped run's;
-#  4. a resume continues clipped runs exactly, and a resume that changes --grad-clip is refused.
+#  4. a resume continues clipped runs exactly, and a resume that changes --grad-clip is refused;
+#  5. the catalog records each step's lr and grad norm (losses table, schema version 5).
 set -u
 Q=${1:?usage: grad_clip.sh QEFFECT SHARED}
 S=${2:?usage: grad_clip.sh QEFFECT SHARED}
@@ -75,3 +76,15 @@ echo "ok: resume 3 -> 6 with clipping is bit-exact: $(tail -1 <<<"$out")"
 err=$("$Q" resume --run-dir "$T/half" --steps 8 --grad-clip 2 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q -- "--grad-clip 2 conflicts with the run" <<<"$err" || { echo "$err"; fail "resume --grad-clip 2: rc $rc"; }
 echo "ok: resume --grad-clip 2 refused: $(head -1 <<<"$err" | cut -c1-120)"
+
+# 5. the catalog keeps each step's learning rate and gradient norm beside its loss
+python3 - "$T/pp2/catalog.db" "$ref" <<'PY' || fail "the catalog's losses table"
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("SELECT step, lr, grad_norm FROM losses ORDER BY step").fetchall()
+printed = sys.argv[2].split()
+assert [r[0] for r in rows] == list(range(1, 7)), rows
+for (step, lr, gn), p in zip(rows, printed):
+    assert abs(lr - 1e-3) < 1e-9, (step, lr)
+    assert '%.4e' % gn == p, (step, gn, p)
+print('ok: the catalog records lr and grad norm of every step:', [(r[0], r[1], round(r[2], 5)) for r in rows])
+PY

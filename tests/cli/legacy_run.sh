@@ -20,7 +20,7 @@ R="$T/run"
 "$Q" inspect --run-dir "$R" >"$T/inspect.txt" || { cat "$T/inspect.txt"; echo "FAIL: inspect of an old run"; exit 1; }
 "$Q" verify --run-dir "$R" >"$T/verify.txt" || { cat "$T/verify.txt"; echo "FAIL: verify of an old run"; exit 1; }
 ver=$(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('pragma user_version').fetchone()[0])" "$R/catalog.db")
-[ "$ver" = 4 ] || { echo "FAIL: the catalog was not migrated (schema $ver)"; exit 1; }
+[ "$ver" = 5 ] || { echo "FAIL: the catalog was not migrated (schema $ver)"; exit 1; }
 cp -a "$R" "$T/ref"
 "$Q" resume --run-dir "$T/ref" --data "$D" --steps 8 --quiet || { echo "FAIL: reference (one resume to the end)"; exit 1; }
 "$Q" resume --run-dir "$R" --data "$D" --steps 6 --ckpt-every 3 --quiet || { echo "FAIL: resume of an old run"; exit 1; }
