@@ -42,6 +42,8 @@ typedef struct ckpt_job_store {
 	uint64_t present;        /* push: already on the remote; pull: already in a store of that host */
 	uint64_t store_chunks, orphans, orphan_bytes; /* verify */
 	store_gc_result gc;      /* gc (what was, or for a dry run would be, deleted) */
+	int compacted;           /* gc --compact: 1 when this store was rewritten */
+	store_compact_result compact;
 } ckpt_job_store;
 
 typedef struct ckpt_job_report {
@@ -65,7 +67,9 @@ int ckpt_job_verify(qe_comm *comm, const char *run_dir, ckpt_verify_report *out,
  * gc: rank 0 decides and drops the catalog rows (ckpt_q_gc's order and
  * policy), then sends every rank the chunks to keep; each rank collects the
  * stores it was given (their locks held), with the grace period.  No rank
- * decides anything itself.  OUT (rank 0) *out (out->store: the sums), *where.
+ * decides anything itself.  With p->compact each rank then compacts each of
+ * those stores, closed, with its lock still held (ckq_compact_store).  OUT
+ * (rank 0) *out (out->store, out->compact: the sums), *where.
  */
 int ckpt_job_gc(qe_comm *comm, const char *run_dir, const ckpt_gc_policy *p, ckpt_gc_report *out,
 		ckpt_job_report *where);

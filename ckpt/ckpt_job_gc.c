@@ -23,7 +23,8 @@
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
-static int gc_store(ckj *j, json_t *s, const store_hash *keep, size_t nkeep, uint64_t grace, int dry, json_t *out)
+static int gc_store(ckj *j, json_t *s, const store_hash *keep, size_t nkeep, uint64_t grace, int dry, int compact,
+		    json_t *out)
 {
 	const char *id = json_string_value(json_object_get(s, "id"));
 	const char *path = json_string_value(json_object_get(s, "path"));
@@ -46,11 +47,20 @@ static int gc_store(ckj *j, json_t *s, const store_hash *keep, size_t nkeep, uin
 		rc = qe_fail_ctx(rc, "deleting unreferenced chunks of '%s' (the catalog is already updated; run gc again)",
 				 path);
 	store_close(st);
+	/* closed first: a store is compacted while no process, this one included, has it open */
+	store_compact_result c;
+	memset(&c, 0, sizeof(c));
+	if (!rc && compact && !dry && (rc = ckq_compact_store(path, id, 1, what, &c)))
+		rc = qe_fail_ctx(rc, "gc --compact (its chunks are collected)");
 	ckpt_unlock(lock);
 	if (!rc)
-		json_array_append_new(out, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "id", id, "examined", (json_int_t)g.examined,
-						     "kept", (json_int_t)g.kept, "young", (json_int_t)g.young, "deleted",
-						     (json_int_t)g.deleted, "bytes", (json_int_t)g.bytes_reclaimed));
+		json_array_append_new(out, json_pack("{s:s,s:I,s:I,s:I,s:I,s:I,s:b,s:I,s:I,s:I,s:I}", "id", id, "examined",
+						     (json_int_t)g.examined, "kept", (json_int_t)g.kept, "young",
+						     (json_int_t)g.young, "deleted", (json_int_t)g.deleted, "bytes",
+						     (json_int_t)g.bytes_reclaimed, "compacted", compact && !dry,
+						     "disk_before", (json_int_t)c.disk_before, "disk_after",
+						     (json_int_t)c.disk_after, "length_before", (json_int_t)c.length_before,
+						     "length_after", (json_int_t)c.length_after));
 	return rc;
 }
 
@@ -67,8 +77,9 @@ static json_t *serve_gc(ckj *j, json_t *task, void *ctx)
 	}
 	uint64_t grace = ckj_u64(task, "grace_s");
 	int dry = json_is_true(json_object_get(task, "dry_run"));
+	int compact = json_is_true(json_object_get(task, "compact"));
 	for (size_t i = 0; !rc && i < json_array_size(stores); i++)
-		rc = gc_store(j, json_array_get(stores, i), keep, nkeep, grace, dry, out);
+		rc = gc_store(j, json_array_get(stores, i), keep, nkeep, grace, dry, compact, out);
 	free(keep);
 	if (rc) {
 		json_decref(out);
@@ -99,8 +110,9 @@ static int gc_rank0(ckj *j, const char *run_dir, const ckpt_gc_policy *p, ckpt_g
 			rc = ckj_chunk_add(ka, &keep.e[i].h, keep.e[i].size);
 	for (int q = 0; !rc && q < j->world; q++) {
 		json_t *st = json_array();
-		if (!st || !(tasks[q] = json_pack("{s:s,s:O,s:I,s:b,s:o}", "op", "gc", "keep", ka, "grace_s",
-						  (json_int_t)p->grace_s, "dry_run", p->dry_run, "stores", st))) {
+		if (!st || !(tasks[q] = json_pack("{s:s,s:O,s:I,s:b,s:b,s:o}", "op", "gc", "keep", ka, "grace_s",
+						  (json_int_t)p->grace_s, "dry_run", p->dry_run, "compact", p->compact,
+						  "stores", st))) {
 			rc = qe_fail(QE_ENOMEM, "gc: out of memory");
 			break;
 		}
@@ -125,6 +137,16 @@ static int gc_rank0(ckj *j, const char *run_dir, const ckpt_gc_policy *p, ckpt_g
 			s->gc.young = ckj_u64(a, "young");
 			s->gc.deleted = ckj_u64(a, "deleted");
 			s->gc.bytes_reclaimed = ckj_u64(a, "bytes");
+			s->compacted = json_is_true(json_object_get(a, "compacted"));
+			s->compact.disk_before = ckj_u64(a, "disk_before");
+			s->compact.disk_after = ckj_u64(a, "disk_after");
+			s->compact.length_before = ckj_u64(a, "length_before");
+			s->compact.length_after = ckj_u64(a, "length_after");
+			out->compacted += s->compacted;
+			out->compact.disk_before += s->compact.disk_before;
+			out->compact.disk_after += s->compact.disk_after;
+			out->compact.length_before += s->compact.length_before;
+			out->compact.length_after += s->compact.length_after;
 			out->store.examined += s->gc.examined;
 			out->store.kept += s->gc.kept;
 			out->store.young += s->gc.young;

@@ -232,6 +232,9 @@ typedef struct ckpt_gc_policy {
 	uint64_t grace_s;
 	int dry_run;            /* decide and count, change nothing */
 	int64_t now;            /* unix time for the age test; 0: time(NULL) */
+	/* then rewrite every store with store_compact, under its lock, so the freed pages go back
+	 * to the disk (not with dry_run) */
+	int compact;
 } ckpt_gc_policy;
 
 typedef struct ckpt_gc_item {
@@ -252,7 +255,9 @@ typedef struct ckpt_gc_report {
 	size_t n_missing_pins;
 	int64_t *missing_pins;      /* pinned steps with no checkpoint */
 	uint64_t keep_chunks;       /* distinct chunks still referenced */
-	store_gc_result store;      /* chunks deleted, bytes reclaimed, young ones left */
+	store_gc_result store;      /* chunks deleted, bytes reclaimed (reusable inside the stores), young ones left */
+	int compacted;              /* stores compacted (policy.compact) */
+	store_compact_result compact; /* their disk and length totals, before and after */
 } ckpt_gc_report;
 
 /*
@@ -271,5 +276,14 @@ typedef struct ckpt_gc_report {
  */
 int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out);
 void ckpt_gc_report_free(ckpt_gc_report *g);
+/*
+ * With p->compact, ckpt_q_gc ends by compacting every store of r: the run's
+ * stores are closed first (a store must be open in no process while it is
+ * rewritten; r keeps its catalog), then each is compacted under its lock
+ * (STORE/lock: a training rank that holds it makes compaction fail with
+ * QE_EBUSY, as does any process that has the store open).  The first
+ * failure stops; the stores compacted before it stay compacted, the one
+ * that failed is as it was.
+ */
 
 #endif

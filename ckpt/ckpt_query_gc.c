@@ -201,6 +201,8 @@ out:
 	return rc;
 }
 
+static int compact_all(ckpt_run *r, ckpt_gc_report *out);
+
 int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 {
 	if (!p->dry_run && ckpt_storeset_count(r->stores) && !(r->flags & CKPT_RUN_WRITE)) {
@@ -237,9 +239,55 @@ int ckpt_q_gc(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out)
 		out->store.deleted += one.deleted;
 		out->store.bytes_reclaimed += one.bytes_reclaimed;
 	}
+	if (!rc && p->compact && !p->dry_run)
+		rc = compact_all(r, out);
 out:
 	free(arr);
 	ckq_set_free(&keep);
+	return rc;
+}
+
+int ckq_compact_store(const char *path, const char *store_id, int held, const char *what, store_compact_result *out)
+{
+	ckpt_lock *lock = NULL;
+	char lp[CKPT_PATH_MAX + 8];
+	int rc = 0;
+	if (!held && store_id[0]) {
+		snprintf(lp, sizeof(lp), "%s/lock", path);
+		if ((rc = ckpt_lock_take(lp, what, &lock)))
+			return qe_fail_ctx(rc, "compacting the store '%s'", path);
+	}
+	rc = store_compact(path, out);
+	ckpt_unlock(lock);
+	return rc;
+}
+
+/* Close the run's stores, then compact each (ckpt_q_gc with policy.compact). */
+static int compact_all(ckpt_run *r, ckpt_gc_report *out)
+{
+	int n = ckpt_storeset_count(r->stores), rc = 0;
+	ckpt_local_store *where = qe_calloc(n ? (size_t)n : 1, sizeof(*where));
+	if (!where)
+		return qe_fail(QE_ENOMEM, "gc: out of memory");
+	for (int i = 0; i < n; i++)
+		where[i] = *ckpt_storeset_where(r->stores, i);
+	ckpt_storeset_close(r->stores);
+	r->stores = NULL;
+	for (int i = 0; i < n && !rc; i++) {
+		store_compact_result c;
+		if ((rc = ckq_compact_store(where[i].path, where[i].id.store_id, 0, "qeffect gc --compact", &c))) {
+			rc = qe_fail_ctx(rc, "run '%s': gc --compact (the chunks are collected; %d of %d stores compacted)",
+					 r->dir, out->compacted, n);
+			break;
+		}
+		out->compacted++;
+		out->compact.disk_before += c.disk_before;
+		out->compact.disk_after += c.disk_after;
+		out->compact.length_before += c.length_before;
+		out->compact.length_after += c.length_after;
+		out->compact.chunks += c.chunks;
+	}
+	free(where);
 	return rc;
 }
 

@@ -100,5 +100,12 @@ int ckq_count_orphans(store *st, const ckq_set *refs, ckpt_verify_report *v);
  * the ranks that hold the stores.
  */
 int ckq_gc_catalog(ckpt_run *r, const ckpt_gc_policy *p, ckpt_gc_report *out, ckq_set *keep);
+/*
+ * store_compact of the store at path, holding STORE/lock unless the caller
+ * does (held) or the store has none (store_id "": the schema-2 shared store,
+ * which RUN/lock covers).  what names the command in the lock; failures name
+ * the store's path.
+ */
+int ckq_compact_store(const char *path, const char *store_id, int held, const char *what, store_compact_result *out);
 
 #endif

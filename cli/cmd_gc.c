@@ -28,7 +28,7 @@
 static void help(FILE *f)
 {
 	fprintf(f, "usage: qeffect gc --run-dir DIR --keep-last N [--keep-every K] [--pin STEP]...\n"
-		   "                 [--grace SECONDS] [--dry-run] [--nproc N] [--json]\n"
+		   "                 [--grace SECONDS] [--compact | --dry-run] [--nproc N] [--json]\n"
 		   "       qeffect gc --remote s3://BUCKET/PREFIX [--endpoint URL] [--run-dir DIR] [--run-id ID]\n"
 		   "                 --keep-last N [--keep-every K] [--pin STEP]... [--grace SECONDS] [--dry-run] [--json]\n\n"
 		   "Drop the checkpoints of a run that are not kept, then delete the store chunks that no\n"
@@ -41,10 +41,17 @@ static void help(FILE *f)
 		   "--grace 0 only when no training writes to this run.\n"
 		   "Catalog rows go first (one transaction, flushed), chunks after, so a crash never\n"
 		   "leaves a committed checkpoint with missing chunks.  The store file does not shrink:\n"
-		   "LMDB reuses the freed pages.  --dry-run decides and counts, changing nothing.\n"
+		   "the freed bytes are reusable inside the store (LMDB reuses the pages for later\n"
+		   "checkpoints), which is what gc reports.  --dry-run decides and counts, changing nothing.\n"
+		   "  --compact       then rewrite every store with LMDB's compacting copy (a temporary file\n"
+		   "                  beside it, flushed, renamed over data.mdb, the folder flushed) and report\n"
+		   "                  the bytes freed on disk.  It needs each store alone: a training, resume or\n"
+		   "                  reader that has one open makes it fail (QE_EBUSY, naming the pid); a\n"
+		   "                  failure (a full disk: the copy needs room for the live data) leaves that\n"
+		   "                  store as it was.\n"
 		   "\n"
 		   "Alone, gc collects the stores on this host's disk.  As a job (--nproc N, or one process\n"
-		   "per host under a launcher: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the same command\n"
+		   "per host under a launcher: torchrun, srun or mpirun (README, \"Launchers\"), the same command\n"
 		   "line everywhere) rank 0 (the host with the catalog) drops the rows, then sends every rank\n"
 		   "the chunks to keep, and each rank collects the stores on its own disk, in parallel.\n"
 		   "  --nproc N       fork N local ranks (as train --nproc)\n"
@@ -128,7 +135,13 @@ static void remote_print(const char *url, const ckpt_remote_gc_report *g, int dr
 }
 
 static int gc_run(const char *dir, const char *remote, const char *endpoint, const char *run_id, long keep_last,
-		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int json);
+		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int compact, int json);
+
+/* Bytes compaction freed on disk (negative when the file took more blocks than before). */
+static json_int_t freed(const store_compact_result *c)
+{
+	return (json_int_t)c->disk_before - (json_int_t)c->disk_after;
+}
 
 /* The report of a local gc; job: where each store is and what went there (the job form), or NULL. */
 static void local_print(const char *dir, const ckpt_gc_report *g, const ckpt_job_report *job, int dry, int json,
@@ -155,18 +168,33 @@ static void local_print(const char *dir, const ckpt_gc_report *g, const ckpt_job
 		json_object_set_new(o, "chunks_examined", json_integer((json_int_t)g->store.examined));
 		json_object_set_new(o, "chunks_deleted", json_integer((json_int_t)g->store.deleted));
 		json_object_set_new(o, "chunks_young", json_integer((json_int_t)g->store.young));
+		/* bytes_reclaimed: freed pages inside the stores, reusable there (the files keep their size) */
 		json_object_set_new(o, "bytes_reclaimed", json_integer((json_int_t)g->store.bytes_reclaimed));
+		json_object_set_new(o, "bytes_reusable_in_stores", json_integer((json_int_t)g->store.bytes_reclaimed));
+		json_object_set_new(o, "compacted_stores", json_integer(g->compacted));
+		if (g->compacted) {
+			const store_compact_result *c = &g->compact;
+			json_object_set_new(o, "disk_bytes_before", json_integer((json_int_t)c->disk_before));
+			json_object_set_new(o, "disk_bytes_after", json_integer((json_int_t)c->disk_after));
+			json_object_set_new(o, "disk_bytes_freed", json_integer(freed(c)));
+		}
 		json_object_set_new(o, "grace_s", json_integer(grace));
 		if (job) {
 			json_t *sa = json_array();
 			for (size_t i = 0; i < job->n; i++) {
 				const ckpt_job_store *x = &job->stores[i];
-				json_array_append_new(sa, json_pack("{s:s,s:i,s:i,s:s,s:s,s:I,s:I,s:I,s:I}", "store_id",
-								    x->store_id, "owner", x->owner, "rank", x->rank, "host",
-								    x->host, "path", x->path, "examined",
-								    (json_int_t)x->gc.examined, "deleted", (json_int_t)x->gc.deleted,
-								    "young", (json_int_t)x->gc.young, "bytes_reclaimed",
-								    (json_int_t)x->gc.bytes_reclaimed));
+				json_t *so = json_pack("{s:s,s:i,s:i,s:s,s:s,s:I,s:I,s:I,s:I,s:b}", "store_id", x->store_id,
+						       "owner", x->owner, "rank", x->rank, "host", x->host, "path", x->path,
+						       "examined", (json_int_t)x->gc.examined, "deleted",
+						       (json_int_t)x->gc.deleted, "young", (json_int_t)x->gc.young,
+						       "bytes_reclaimed", (json_int_t)x->gc.bytes_reclaimed, "compacted",
+						       x->compacted);
+				if (so && x->compacted) {
+					json_object_set_new(so, "disk_bytes_before", json_integer((json_int_t)x->compact.disk_before));
+					json_object_set_new(so, "disk_bytes_after", json_integer((json_int_t)x->compact.disk_after));
+					json_object_set_new(so, "disk_bytes_freed", json_integer(freed(&x->compact)));
+				}
+				json_array_append_new(sa, so);
 			}
 			json_object_set_new(o, "ranks", json_integer(job->world));
 			json_object_set_new(o, "stores", sa);
@@ -185,12 +213,17 @@ static void local_print(const char *dir, const ckpt_gc_report *g, const ckpt_job
 		for (size_t i = 0; i < g->n_missing_pins; i++)
 			printf("note: pinned step %lld has no checkpoint\n", (long long)g->missing_pins[i]);
 		printf("%s%s %llu checkpoints (%llu logical bytes), kept %llu; chunks: %llu examined, %llu still "
-		       "referenced, %llu %s, %llu bytes %s\n",
+		       "referenced, %llu %s, %llu bytes %s inside the stores%s\n",
 		       dry ? "dry run: " : "", would, (unsigned long long)g->dropped, (unsigned long long)g->dropped_bytes,
 		       (unsigned long long)g->kept, (unsigned long long)g->store.examined,
 		       (unsigned long long)g->keep_chunks, (unsigned long long)g->store.deleted,
 		       dry ? "would be deleted" : "deleted", (unsigned long long)g->store.bytes_reclaimed,
-		       dry ? "would be reclaimed" : "reclaimed");
+		       dry ? "would become reusable" : "reusable",
+		       g->compacted || !g->store.bytes_reclaimed ? "" : " (the files keep their size; --compact frees them on disk)");
+		if (g->compacted)
+			printf("compacted %d store%s: %llu bytes on disk before, %llu after: %lld bytes freed on disk\n",
+			       g->compacted, g->compacted == 1 ? "" : "s", (unsigned long long)g->compact.disk_before,
+			       (unsigned long long)g->compact.disk_after, (long long)freed(&g->compact));
 		for (size_t i = 0; job && i < job->n; i++) {
 			const ckpt_job_store *x = &job->stores[i];
 			if (x->rank < 0)
@@ -198,10 +231,13 @@ static void local_print(const char *dir, const ckpt_gc_report *g, const ckpt_job
 				       "stay until a gc reaches it\n",
 				       x->store_id, x->owner, x->host);
 			else
-				printf("store %s of rank %d on host '%s' (rank %d): %llu chunks examined, %llu %s\n",
+				printf("store %s of rank %d on host '%s' (rank %d): %llu chunks examined, %llu %s%s",
 				       x->store_id[0] ? x->store_id : "RUN/store", x->owner, x->host, x->rank,
 				       (unsigned long long)x->gc.examined, (unsigned long long)x->gc.deleted,
-				       dry ? "would be deleted" : "deleted");
+				       dry ? "would be deleted" : "deleted", x->compacted ? "" : "\n");
+			if (x->rank >= 0 && x->compacted)
+				printf("; compacted: %llu bytes on disk before, %llu after\n",
+				       (unsigned long long)x->compact.disk_before, (unsigned long long)x->compact.disk_after);
 		}
 		if (g->store.young)
 			printf("%llu unreferenced chunks were put within the last %ld s and were left for a later gc "
@@ -250,14 +286,14 @@ int cli_gc_main(int argc, char **argv)
 	long keep_last = -1, keep_every = 0, grace = DEFAULT_GRACE, v;
 	int64_t pins[MAX_PINS];
 	size_t npins = 0;
-	int json = 0, dry = 0, rc, nproc = 0;
+	int json = 0, dry = 0, compact = 0, rc, nproc = 0;
 	static const struct option opts[] = { { "run-dir", 1, 0, 'r' },	{ "keep-last", 1, 0, 'n' },
 					       { "keep-every", 1, 0, 'k' }, { "pin", 1, 0, 'p' },
 					       { "grace", 1, 0, 'g' },	{ "dry-run", 0, 0, 'd' },
 					       { "json", 0, 0, 'j' },	{ "help", 0, 0, 'h' },
 					       { "remote", 1, 0, 'R' },	{ "endpoint", 1, 0, 'E' },
 					       { "run-id", 1, 0, 'I' },	{ "nproc", 1, 0, 'N' },
-					       { 0, 0, 0, 0 } };
+					       { "compact", 0, 0, 'C' },	{ 0, 0, 0, 0 } };
 	int c;
 	optind = 1;
 	opterr = 0;
@@ -310,6 +346,9 @@ int cli_gc_main(int argc, char **argv)
 		case 'd':
 			dry = 1;
 			break;
+		case 'C':
+			compact = 1;
+			break;
 		case 'j':
 			json = 1;
 			break;
@@ -339,6 +378,11 @@ int cli_gc_main(int argc, char **argv)
 		fprintf(stderr, "qeffect gc: --run-dir DIR (or --remote URL) and --keep-last N are required (see --help)\n");
 		return 2;
 	}
+	if (compact && (dry || remote)) {
+		fprintf(stderr, "qeffect gc: --compact rewrites the local stores: not with %s\n",
+			dry ? "--dry-run" : "--remote");
+		return 2;
+	}
 	if (!remote && (endpoint || run_id)) {
 		fprintf(stderr, "qeffect gc: --endpoint and --run-id go with --remote\n");
 		return 2;
@@ -355,11 +399,11 @@ int cli_gc_main(int argc, char **argv)
 		return cli_report("gc", rc, dir);
 	if (as_job) {
 		gc_job_args a = { dir, { .keep_last = (int)keep_last, .keep_every = keep_every, .pins = pins,
-					 .n_pins = npins, .grace_s = (uint64_t)grace, .dry_run = dry },
+					 .n_pins = npins, .grace_s = (uint64_t)grace, .dry_run = dry, .compact = compact },
 				  json, grace };
 		rc = cli_store_job_run("gc", nproc, gc_job, &a);
 	} else {
-		rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins, npins, grace, dry, json);
+		rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins, npins, grace, dry, compact, json);
 	}
 	ckpt_unlock(lock);
 	return rc;
@@ -367,7 +411,7 @@ int cli_gc_main(int argc, char **argv)
 
 /* The gc itself, under the caller's lock.  Returns an exit status. */
 static int gc_run(const char *dir, const char *remote, const char *endpoint, const char *run_id, long keep_last,
-		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int json)
+		  long keep_every, int64_t *pins, size_t npins, long grace, int dry, int compact, int json)
 {
 	int rc;
 	if (remote) {
@@ -402,7 +446,8 @@ static int gc_run(const char *dir, const char *remote, const char *endpoint, con
 			     .pins = pins,
 			     .n_pins = npins,
 			     .grace_s = (uint64_t)grace,
-			     .dry_run = dry };
+			     .dry_run = dry,
+			     .compact = compact };
 	ckpt_gc_report g;
 	rc = ckpt_q_gc(r, &p, &g);
 	int status = 0;

@@ -255,6 +255,42 @@ typedef struct store_gc_result {
  */
 int store_gc(store *s, const store_hash *keep, size_t n_keep, uint64_t grace_s, int dry_run, store_gc_result *out);
 
+/* --- compaction ----------------------------------------------------------------- */
+
+typedef struct store_compact_result {
+	uint64_t disk_before;   /* blocks data.mdb held on disk before, in bytes */
+	uint64_t disk_after;    /* and after */
+	uint64_t length_before; /* its length before (with WRITEMAP the map size: sparse) */
+	uint64_t length_after;  /* and after: the pages in use, dense */
+	uint64_t chunks;        /* chunks the store holds (the same before and after) */
+} store_compact_result;
+
+/*
+ * Rewrite the store in folder dir with LMDB's compacting copy
+ * (mdb_env_copyfd2, MDB_CP_COMPACT: live pages only, free pages left out)
+ * into dir/data.mdb.compact, fsync it, check that it opens and holds every
+ * chunk, rename it over data.mdb and fsync dir (tmp, fsync, rename, fsync
+ * the folder: a crash leaves the old file or the new one, each a whole
+ * store).  A failure before the rename (a full disk, an I/O error) removes
+ * the temporary file and leaves the old store as it was.
+ *
+ * The store must be open in no process, this one included: store_compact
+ * takes LMDB's lock file (lock.mdb, the byte every opener locks) for itself
+ * and fails with QE_EBUSY naming the holder's pid when another process has
+ * the store open; while it holds it, a process that opens the store waits.
+ * Keeping writers away for the whole operation is the caller's part (the
+ * run's and the store's locks; ckpt).  When done, lock.mdb is emptied so the
+ * next opener builds a fresh reader table for the new file; a process that
+ * was waiting to open the store at that moment fails its open (LMDB:
+ * "Invalid argument") and may simply retry.
+ *
+ * OUT: *out (may be NULL).  Returns 0, QE_ENOTFOUND (no store in dir),
+ * QE_EBUSY, QE_ENOSPC, QE_EIO, QE_ESTORE, QE_ECORRUPT (a damaged store, as
+ * store_open reports it; or a copy that does not hold what the store did,
+ * which is then not used), QE_ENOMEM, QE_EINVAL.  Messages name the folder.
+ */
+int store_compact(const char *dir, store_compact_result *out);
+
 /* --- helpers ------------------------------------------------------------------- */
 
 void store_chunk_list_free(store_chunk_list *l);

@@ -22,12 +22,12 @@ grep -q "QE_ENOSPC" "$L/train.log" || { cat "$L/train.log"; echo "FAIL: the full
 S=$("$Q" list --run-dir "$M/r" | awk '$3 == "aborted" {print $1; exit}')
 [ -n "$S" ] || { "$Q" list --run-dir "$M/r"; echo "FAIL: no aborted checkpoint"; exit 1; }
 "$Q" gc --run-dir "$M/r" --keep-last 2 --grace 0 >"$L/gc.log" 2>&1 || { cat "$L/gc.log"; echo "FAIL: gc"; exit 1; }
-grep -q "bytes reclaimed" "$L/gc.log" || { cat "$L/gc.log"; echo "FAIL: gc reclaimed nothing"; exit 1; }
+grep -q "bytes reusable inside the stores" "$L/gc.log" || { cat "$L/gc.log"; echo "FAIL: gc reclaimed nothing"; exit 1; }
 "$Q" resume --run-dir "$M/r" --steps "$S" --quiet >"$L/resume.log" 2>&1 ||
   { tail -3 "$L/resume.log"; echo "FAIL: after gc, the resume to step $S did not fit in the freed pages"; exit 1; }
 "$Q" list --run-dir "$M/r" | awk -v s="$S" '$1 == s && $3 == "committed" {found=1} END {exit !found}' ||
   { "$Q" list --run-dir "$M/r"; echo "FAIL: checkpoint $S is not committed after the resume"; exit 1; }
 "$Q" verify --run-dir "$M/r" >"$L/verify.log" 2>&1 || { cat "$L/verify.log"; echo "FAIL: verify after the resume"; exit 1; }
-echo "ok: the disk filled at checkpoint $S; after gc ($(grep -o '[0-9]* bytes reclaimed' "$L/gc.log")) the resume committed it and verify passes"
+echo "ok: the disk filled at checkpoint $S; after gc ($(grep -o "[0-9]* bytes reusable inside the stores" "$L/gc.log")) the resume committed it and verify passes"
 IN
 unshare -rm --propagation private bash "$T/inside.sh" "$Q" "$T/mnt" "$T"
