@@ -26,7 +26,7 @@ static void help(FILE *f)
 		"behind and running it again finishes it.  Each pushed copy is recorded in DIR/catalog.db.\n"
 		"The manifest carries the checkpoint's catalog rows (every tensor with its chunks and store).\n\n"
 		"Alone, push reads the stores on this host's disk only.  As a job (--nproc N, or one process per\n"
-		"host under a launcher: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, the same command line\n"
+		"host under a launcher: torchrun, srun or mpirun (README, \"Launchers\"), the same command line\n"
 		"everywhere) every rank uploads the chunks of the stores on its own disk, in parallel, and rank\n"
 		"0 (the host with the catalog) writes the manifest once all are there.\n\n"
 		"  --run-dir DIR      the run to push from\n"

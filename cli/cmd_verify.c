@@ -32,7 +32,7 @@ static void help(FILE *f)
 		   "checked (they are never loaded).\n\n"
 		   "Alone, verify sees the stores on this host's disk only.  As a job it checks every\n"
 		   "host's: start it like train, with --nproc N or one process per host under a launcher\n"
-		   "(torchrun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), the same command line everywhere.\n"
+		   "(torchrun, srun or mpirun: README, \"Launchers\"), the same command line everywhere.\n"
 		   "Rank 0 (the host with the catalog) tells each rank which chunks to re-hash in the stores\n"
 		   "on its disk; the ranks work in parallel and rank 0 prints the one report.\n\n"
 		   "  --run-dir DIR   the run (the same path on every host)\n"

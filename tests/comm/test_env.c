@@ -9,8 +9,10 @@
  */
 #include "comm_test_util.h"
 
-static const char *const vars[] = { "RANK",       "WORLD_SIZE",         "LOCAL_RANK", "MASTER_ADDR",
-				     "MASTER_PORT", "QE_COMM_TIMEOUT_MS", "QE_RUN_ID" };
+/* (and the other launchers' ranks, so that a test run under srun or mpirun sees none: test_launchers.c) */
+static const char *const vars[] = { "RANK",      "WORLD_SIZE",         "LOCAL_RANK", "MASTER_ADDR",
+				     "MASTER_PORT", "QE_COMM_TIMEOUT_MS", "QE_RUN_ID",  "SLURM_PROCID",
+				     "OMPI_COMM_WORLD_RANK" };
 
 static void clear_env(void)
 {
