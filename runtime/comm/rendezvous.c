@@ -395,13 +395,13 @@ static int is_loopback(const struct sockaddr *sa)
 }
 
 /*
- * MASTER_ADDR is a host name (not an address, not localhost) that this host
- * resolves to loopback only, though the job may span hosts: Debian's
- * /etc/hosts maps the machine's own name to 127.0.1.1, and SLURM's node
- * names are such names.  The other hosts resolve it to a real address that
- * a listener on 127.0.1.1 never answers.
+ * MASTER_ADDR is a host name (not an address, not localhost) and the job
+ * may span hosts (the launcher does not say it is on one).  Such a name may
+ * resolve to loopback on its own host only: Debian's /etc/hosts maps the
+ * machine's own name to 127.0.1.1, and SLURM's node names are such names,
+ * while the other hosts resolve it to a real address.
  */
-static int own_name_on_loopback(const qe_dist_env *env, const struct addrinfo *ai)
+static int master_is_host_name(const qe_dist_env *env)
 {
 	struct addrinfo hints = { .ai_flags = AI_NUMERICHOST }, *num = NULL;
 	const char *h = env->master_addr;
@@ -412,6 +412,14 @@ static int own_name_on_loopback(const qe_dist_env *env, const struct addrinfo *a
 		freeaddrinfo(num);
 		return 0; /* an address: the user chose it */
 	}
+	return 1;
+}
+
+/* Rank 0's case of master_is_host_name: the name resolves to loopback only, here. */
+static int own_name_on_loopback(const qe_dist_env *env, const struct addrinfo *ai)
+{
+	if (!master_is_host_name(env))
+		return 0;
 	for (; ai; ai = ai->ai_next)
 		if (!is_loopback(ai->ai_addr))
 			return 0;
@@ -529,7 +537,11 @@ static int is_wildcard(const struct sockaddr_storage *ss)
  * A rank's own listener for the mesh: on QE_LISTEN_ADDR when set, else on
  * the local address it reached rank 0 from (that address routes back to us,
  * and for a job on 127.0.0.1 it is 127.0.0.1).  lhost/lport: what we
- * announce; a wildcard QE_LISTEN_ADDR announces the routed address.
+ * announce; a wildcard QE_LISTEN_ADDR announces the routed address.  A rank
+ * on rank 0's host that reached it over loopback because the master's host
+ * name resolves to loopback there (master_is_host_name) would announce an
+ * address no other host can reach: it listens on every interface instead
+ * and announces the master's name, which every host resolves to this one.
  */
 static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int *lfd, char *lhost, size_t hl,
 			 int *lport)
@@ -537,7 +549,7 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 	struct sockaddr_storage route, ss;
 	socklen_t rl = sizeof(route), sl;
 	const char *la = qe_env("QE_LISTEN_ADDR");
-	int self = env->rank, rc, dummy;
+	int self = env->rank, rc, dummy, by_name = 0;
 	if (getsockname(fd0, (struct sockaddr *)&route, &rl) < 0)
 		return qe_fail(QE_ECOMM, "rank %d: getsockname: %s", self, strerror(errno));
 	if (la && la[0]) {
@@ -564,6 +576,14 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 			((struct sockaddr_in6 *)&ss)->sin6_port = 0;
 		else
 			((struct sockaddr_in *)&ss)->sin_port = 0;
+		if (is_loopback((struct sockaddr *)&route) && master_is_host_name(env) &&
+		    strlen(env->master_addr) < hl) {
+			by_name = 1;
+			if (ss.ss_family == AF_INET6)
+				((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+			else
+				((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+		}
 		if ((rc = make_listener(self, (struct sockaddr *)&ss, rl, env->world_size + 16, deadline, 0, lfd)))
 			return rc;
 	}
@@ -575,8 +595,15 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 		return rc;
 	}
 	qe__rdv_addr_text((struct sockaddr *)&ss, sl, lhost, hl, lport);
-	if (is_wildcard(&ss))
+	if (by_name) {
+		snprintf(lhost, hl, "%s", env->master_addr);
+		qe_log(QE_LOG_INFO,
+		       "rank %d: MASTER_ADDR '%s' resolves to loopback on this host (rank 0's): listening on every "
+		       "interface and announcing '%s' to the other ranks",
+		       self, env->master_addr, lhost);
+	} else if (is_wildcard(&ss)) {
 		qe__rdv_addr_text((struct sockaddr *)&route, rl, lhost, hl, &dummy);
+	}
 	return 0;
 }
 

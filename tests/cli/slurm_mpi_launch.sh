@@ -79,28 +79,47 @@ env SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_NODELIST=n[1-2] "$Q" train $C --run-
 "$Q" compare "$T/forked" "$T/batch" >/dev/null || fail "the run in a batch script differs"
 echo "ok: in a batch script (no SLURM_STEP_ID) qeffect forks its own ranks"
 
-# The first node resolves to loopback on rank 0's host (127.0.1.1): rank 0 listens on every interface
+# The first node resolves to loopback on rank 0's host (127.0.1.1, as Debian's /etc/hosts maps a
+# machine's own name) and to another address on the other host.  Two "hosts", each a mount
+# namespace with its own /etc/hosts, two ranks each (--pp 2 --dp 2): on host A node01 is
+# 127.0.1.1, on host B node01 is 127.0.0.2.  Rank 0 must listen on every interface (on
+# 127.0.1.1 alone, host B's ranks are refused), saying so; rank 1, on rank 0's host, announces
+# node01's name rather than a loopback address; the job trains as --nproc 4 does.
 if ! unshare -rm --propagation private true 2>/dev/null; then
   echo "SKIP (part): unshare -rm is refused here; the loopback case is not tested"
   exit 0
 fi
-printf '127.0.0.1 localhost\n127.0.1.1 node01 node02\n' >"$T/hosts"
-cat >"$T/inside.sh" <<'IN'
+D="--preset tiny --pp 2 --dp 2 --micro 4 --amax-history 4 --steps 4 --quiet"
+"$Q" train $D --run-dir "$T/forked4" >"$T/forked4.log" 2>&1 || { cat "$T/forked4.log"; fail "forked run of 4"; }
+printf '127.0.0.1 localhost\n127.0.1.1 node01\n127.0.0.3 node02\n' >"$T/hostsA"
+printf '127.0.0.1 localhost\n127.0.0.2 node01\n127.0.1.1 node02\n' >"$T/hostsB"
+cat >"$T/host.sh" <<'IN'
+# host.sh HOSTS Q T D JOB FIRST: ranks FIRST and FIRST+1 on a host whose /etc/hosts is HOSTS
 set -u
-Q=$1 T=$2 C=$3 job=$4
-mount --bind "$T/hosts" /etc/hosts || { echo "FAIL: bind-mount /etc/hosts"; exit 1; }
-S="SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_JOB_ID=$job SLURM_STEP_NODELIST=node[01-02]"
-env $S SLURM_PROCID=0 SLURM_LOCALID=0 "$Q" train $C --run-dir "$T/loop" >"$T/loop.0.log" 2>&1 &
-p0=$!
-sleep 0.5
-env $S SLURM_PROCID=1 SLURM_LOCALID=0 "$Q" train $C --run-dir "$T/loop" >"$T/loop.1.log" 2>&1 || { cat "$T/loop.1.log"; exit 1; }
-wait $p0 || { cat "$T/loop.0.log"; exit 1; }
+H=$1 Q=$2 T=$3 D=$4 job=$5 r0=$6
+mount --bind "$H" /etc/hosts || { echo "FAIL: bind-mount /etc/hosts"; exit 1; }
+S="SLURM_STEP_ID=0 SLURM_NTASKS=4 SLURM_JOB_ID=$job SLURM_STEP_NODELIST=node[01-02] QE_COMM_TIMEOUT_MS=60000"
+for l in 0 1; do
+  r=$((r0 + l))
+  env $S SLURM_PROCID=$r SLURM_LOCALID=$l "$Q" train $D --run-dir "$T/loop" >"$T/loop.$r.log" 2>&1 &
+  p[$l]=$!
+  [ $r -eq 0 ] && sleep 0.5 # rank 0 creates the run directory
+done
+st=0
+for l in 0 1; do wait ${p[$l]} || { cat "$T/loop.$((r0 + l)).log"; st=1; }; done
+exit $st
 IN
 job=
 for j in 4343 7411 1335 9977 656 11212; do port_free $((20000 + j)) && { job=$j; break; }; done
 [ -n "$job" ] || fail "no free port among the derived ones"
-unshare -rm --propagation private bash "$T/inside.sh" "$Q" "$T" "$C" "$job" || fail "ranks whose master resolves to 127.0.1.1"
+unshare -rm --propagation private bash "$T/host.sh" "$T/hostsA" "$Q" "$T" "$D" "$job" 0 &
+pa=$!
+sleep 0.7
+unshare -rm --propagation private bash "$T/host.sh" "$T/hostsB" "$Q" "$T" "$D" "$job" 2 || fail "host B's ranks"
+wait $pa || fail "host A's ranks (rank 0's master name resolves to 127.0.1.1 there)"
 grep -q "resolves to the loopback address 127.0.1.1" "$T/loop.0.log" && grep -q "listening on every interface" "$T/loop.0.log" ||
-  { cat "$T/loop.0.log"; fail "rank 0 did not say that MASTER's name resolves to loopback"; }
-"$Q" compare "$T/forked" "$T/loop" >/dev/null || fail "the loopback-master run differs"
-echo "ok: node01 -> 127.0.1.1 on rank 0's host: $(grep -o 'listening on every interface[^(]*' "$T/loop.0.log" | head -1)"
+  { cat "$T/loop.0.log"; fail "rank 0 did not say that the master's name resolves to loopback"; }
+grep -q "announcing 'node01' to the other ranks" "$T/loop.1.log" ||
+  { cat "$T/loop.1.log"; fail "rank 1, on rank 0's host, did not announce the master's name"; }
+"$Q" compare "$T/forked4" "$T/loop" >/dev/null || fail "the two-host loopback-master run differs from --nproc 4"
+echo "ok: node01 -> 127.0.1.1 on rank 0's host, 127.0.0.2 on the other: $(grep -o 'listening on every interface[^(]*' "$T/loop.0.log" | head -1)and rank 1 announces node01; == --nproc 4"
