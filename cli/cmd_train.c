@@ -141,13 +141,9 @@ int cli_train_main(int argc, char **argv)
 	}
 	if (!a.quiet) {
 		const qe_model_config *mc = &a.cfg.model;
-		/* the parameters the model trains (the vocabulary's padding rows left out): wte, wpe; per
-		 * block two layernorms, QKV, projection, FC1, FC2 with biases; the final layernorm and the
-		 * output head (untied) */
-		double H = mc->hidden, F = mc->ffn, V = mc->vocab, T = mc->seq;
-		double nparam = V * H + T * H + mc->layers * (4 * H + (3 * H * H + 3 * H) + (H * H + H) + (F * H + F) +
-							   (H * F + H)) + 2 * H + V * H;
-		printf("training %s (%d layers, hidden %d, heads %d, ffn %d, seq %d, batch %d, vocab %d; %.2fM parameters): "
+		double nparam = qe_model_param_count(mc);
+		FILE *o = a.log_json ? stderr : stdout; /* --log-format json: stdout holds JSON lines alone */
+		fprintf(o, "training %s (%d layers, hidden %d, heads %d, ffn %d, seq %d, batch %d, vocab %d; %.2fM parameters): "
 		       "pp %d, dp %d, "
 		       "%d microbatches, %s/%s, exec %s, grad %s, precision %s, %lld steps%s%s\n",
 		       mc->preset, mc->layers, mc->hidden, mc->heads, mc->ffn, mc->seq, mc->batch, mc->vocab, nparam / 1e6,
@@ -156,7 +152,7 @@ int cli_train_main(int argc, char **argv)
 		       qe_exec_name(a.cfg.exec), qe_grad_name(a.cfg.grad), qe_prec_mode_name(a.cfg.prec.mode),
 		       (long long)a.cfg.steps, a.cfg.run_dir[0] ? ", run " : "", a.cfg.run_dir);
 		/* which tokens: a run without --data and without the shared corpus trains on the built-in text */
-		printf("data: %s (%lld training tokens, %lld held out)%s%s%s\n", data.path, (long long)data.ntrain,
+		fprintf(o, "data: %s (%lld training tokens, %lld held out)%s%s%s\n", data.path, (long long)data.ntrain,
 		       (long long)data.nheldout, a.cfg.data[0] ? "" : ": no --data given and no corpus at ",
 		       a.cfg.data[0] ? "" : cli_shared_dir(), a.cfg.data[0] ? "" : "/data/brown.jsonl");
 		fflush(stdout);

@@ -22,6 +22,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
+#include "cli/progress.h"
 #include "cli/rank_meter.h"
 #include "cli/run_tiers.h"
 #include "cli/train_flags.h"
@@ -165,6 +166,7 @@ void cli_rank_job_init(cli_rank_job *job, const cli_train_args *a, int ckpt_asyn
 	job->cfg = a->cfg;
 	job->quiet = a->quiet;
 	job->json = a->json;
+	job->log_json = a->log_json;
 	job->no_trace = a->no_trace;
 	job->ckpt_async = ckpt_async;
 	job->from_step = -1;
@@ -179,6 +181,7 @@ typedef struct rank_ctx {
 	ckpt_session *ck;
 	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
 	cli_run_tiers *tiers; /* --ckpt-persist-every, --ckpt-keep (run_tiers.h); NULL when neither */
+	cli_progress progress; /* the progress and summary lines (rank 0 prints) */
 	float last_loss;
 	/* --json: each step's wall time on this rank and the memory it holds (rank_meter.h) */
 	double *step_ms;
@@ -271,6 +274,7 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	rank_ctx *ctx = vctx;
 	int rc;
 	ctx->last_loss = rep->loss;
+	cli_progress_step(&ctx->progress, rep);
 	cli_run_tiers_step(ctx->tiers);
 	if (ctx->job->json)
 		meter_sample(ctx, r, rep);
@@ -414,7 +418,8 @@ int cli_rank_main(void *vjob)
 		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
 		rc = qe_backend_open(cfg->backend, &b);
 	}
-	if (!rc && job->json)
+	/* the allocation meter: --json's counters, and the progress line's peak on cuda */
+	if (!rc && (job->json || b->ops->device == QE_DEV_CUDA))
 		rc = cli_rank_meter_attach(b);
 	/* The command loaded the data before it wrote anything (a forked rank has its copy). */
 	if (!rc && job->data)
@@ -471,7 +476,8 @@ int cli_rank_main(void *vjob)
 			ctx.restore_read_memory = (unsigned long long)res.read_memory_bytes;
 		}
 		if (!rc && env.rank == 0 && !job->quiet)
-			printf("resumed from checkpoint step %lld (%llu bytes) in %.1f ms\n", (long long)res.step,
+			fprintf(job->log_json ? stderr : stdout, "resumed from checkpoint step %lld (%llu bytes) in %.1f ms\n",
+				(long long)res.step,
 			       (unsigned long long)res.bytes, res.ms);
 	}
 	/* The tiers start after a restore: only checkpoints of this job's steps are pushed. */
@@ -484,7 +490,9 @@ int cli_rank_main(void *vjob)
 	}
 	if (!rc) {
 		qe_train_hooks hooks = { &ctx, on_step, ctx.ck != NULL && !job->no_trace };
-		rc = qe_train_run(r, &data, job->until, &hooks, !job->quiet);
+		cli_progress_init(&ctx.progress, cfg, env.rank == 0 && !job->quiet, job->log_json,
+				  b->ops->device == QE_DEV_CUDA, qe_rank_steps_done(r), job->until);
+		rc = qe_train_run(r, &data, job->until, &hooks);
 	}
 	if (ctx.async) {
 		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit.
@@ -510,6 +518,8 @@ int cli_rank_main(void *vjob)
 	/* The last push (waited for, with progress) and the last retention, after the last commit. */
 	if (!rc && ctx.tiers)
 		rc = cli_run_tiers_end(ctx.tiers, ctx.ck, r);
+	if (!rc)
+		cli_progress_summary(&ctx.progress);
 	if (!rc && job->json)
 		print_counters(r, &ctx);
 	/* Every step trained, but a background push that failed makes the run's exit non-zero; the ranks

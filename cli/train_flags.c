@@ -82,6 +82,10 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --trace on|off         per-step fingerprints into the run's catalog (default on; they\n"
 		"                         read all state every step: turn off for big models)\n"
 		"  --quiet                no progress lines\n"
+		"  --log-format text|json   the progress lines and the closing summary as text (step, loss,\n"
+		"                         held-out loss, grad norm, tok/s, model TFLOP/s = (6 N + 12 L H T)\n"
+		"                         FLOPs per token x tok/s, ms/step, elapsed, eta, peak memory on cuda,\n"
+		"                         lr) or as one JSON object a line (default text)\n"
 		"  --json                 print a JSON summary at the end\n");
 	if (for_resume)
 		fprintf(f, "  --from STEP            resume from this committed checkpoint (default: the latest)\n");
@@ -108,7 +112,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
 		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
-		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP
+		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -127,7 +131,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
 		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
 		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
-		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP },
+		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP }, { "log-format", 1, 0, O_LOGFMT },
 		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
 		{ 0, 0, 0, 0 }
 	};
@@ -338,6 +342,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			}
 			snprintf(cfg->backend, sizeof(cfg->backend), "%s", optarg);
 			a->given |= CLI_F_BACKEND;
+			break;
+		case O_LOGFMT:
+			if (strcmp(optarg, "text") && strcmp(optarg, "json")) {
+				fprintf(stderr, "qeffect %s: bad value '%s' for --log-format: text or json\n", cmd, optarg);
+				return 2;
+			}
+			a->log_json = !strcmp(optarg, "json");
 			break;
 		case O_QUIET:
 			a->quiet = 1;

@@ -35,6 +35,7 @@ typedef struct cli_train_args {
 	unsigned optim_given; /* CLI_O_* */
 	int nproc;        /* 0: pp * dp */
 	int quiet;
+	int log_json; /* --log-format json */
 	int json;
 	int no_trace;     /* --trace off: no per-step fingerprints (big models on a GPU) */
 	long from_step;   /* resume --from; -1: latest committed */

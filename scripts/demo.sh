@@ -23,7 +23,9 @@ step "2. a second run that stops at step 4 (its checkpoint is what we resume fro
 
 step "3. list and inspect its checkpoints"
 "$Q" list --run-dir "$out/resumed"
-"$Q" inspect --run-dir "$out/resumed" --stage 3 | head -40
+# the whole listing goes to a file first: head closing the pipe early would stop inspect by SIGPIPE
+"$Q" inspect --run-dir "$out/resumed" --stage 3 >"$out/inspect.txt"
+head -40 "$out/inspect.txt"
 
 step "4. resume in fresh processes from step 4 to step 12"
 "$Q" resume --run-dir "$out/resumed" --steps 12 --ckpt-every 4

@@ -64,6 +64,19 @@ int qe_model_config_check(const qe_model_config *c);
 int qe_model_vocab_padded(const qe_model_config *c);
 /* Tokens (activation rows) per microbatch: batch x seq. */
 int64_t qe_model_tokens(const qe_model_config *c);
+/*
+ * The parameters the model trains, the vocabulary's padding rows left out:
+ * wte, wpe; per block two layernorms, QKV, projection, FC1 and FC2 with
+ * biases; the final layernorm and the output head (untied).
+ */
+double qe_model_param_count(const qe_model_config *c);
+/*
+ * Training FLOPs per token, forward and backward, as nanoGPT and PaLM count
+ * them: 6 N for the matrices (N: the parameters without the position
+ * embedding) plus 12 L H T for attention's two products (the causal half
+ * not taken off).
+ */
+double qe_model_flops_per_token(const qe_model_config *c);
 /* Blocks per virtual stage when the model is cut into nstages; QE_EINVAL unless it divides. */
 int qe_model_blocks_per_stage(const qe_model_config *c, int nstages, int *out);
 

@@ -92,6 +92,19 @@ int64_t qe_model_tokens(const qe_model_config *c)
 	return (int64_t)c->batch * c->seq;
 }
 
+double qe_model_param_count(const qe_model_config *c)
+{
+	double H = c->hidden, F = c->ffn, V = c->vocab, T = c->seq;
+	double block = 4 * H + (3 * H * H + 3 * H) + (H * H + H) + (F * H + F) + (H * F + H);
+	return V * H + T * H + c->layers * block + 2 * H + V * H;
+}
+
+double qe_model_flops_per_token(const qe_model_config *c)
+{
+	return 6 * (qe_model_param_count(c) - (double)c->seq * c->hidden) +
+	       12.0 * c->layers * (double)c->hidden * (double)c->seq;
+}
+
 int qe_model_blocks_per_stage(const qe_model_config *c, int nstages, int *out)
 {
 	*out = 0;

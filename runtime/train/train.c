@@ -4,7 +4,6 @@
 #include "runtime/train/train.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -17,7 +16,7 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks, int progress)
+int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks)
 {
 	const qe_train_config *cfg = qe_rank_config(r);
 	double tokens = (double)cfg->micro * cfg->dp * (double)qe_model_tokens(&cfg->model);
@@ -42,24 +41,6 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 		if (hooks && hooks->want_trace && (rc = qe_trace_rank(r, rep.step, rep.loss, &rows, &rep.nrows)))
 			return rc;
 		rep.rows = rows;
-		if (progress && qe_rank_index(r) == 0 &&
-		    (cfg->log_every <= 1 || rep.step % cfg->log_every == 0 || rep.step == until)) {
-			/* the rate this step's update used, when it changes over the run; the gradient norm, when measured */
-			char lr[48] = "", gn[40] = "";
-			const qe_adamw_config *oc = &cfg->optim;
-			if (oc->lr_schedule != QE_LR_CONSTANT || oc->warmup > 0)
-				snprintf(lr, sizeof(lr), "  lr %.6e", rep.lr);
-			if (!isnan(rep.grad_norm))
-				snprintf(gn, sizeof(gn), "  grad norm %.4e", rep.grad_norm);
-			if (isnan(rep.eval_loss))
-				printf("step %5lld/%lld  loss %.4f  %9.0f tok/s  %8.2f ms/step%s%s\n", (long long)rep.step,
-				       (long long)until, rep.loss, rep.tokens_per_s, rep.ms, gn, lr);
-			else
-				printf("step %5lld/%lld  loss %.4f  held-out %.4f  %9.0f tok/s  %8.2f ms/step%s%s\n",
-				       (long long)rep.step, (long long)until, rep.loss, rep.eval_loss, rep.tokens_per_s,
-				       rep.ms, gn, lr);
-			fflush(stdout);
-		}
 		rc = hooks && hooks->on_step ? hooks->on_step(hooks->ctx, r, &rep) : QE_OK;
 		free(rows);
 		if (rc)

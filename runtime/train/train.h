@@ -33,10 +33,9 @@ typedef struct qe_train_hooks {
 } qe_train_hooks;
 
 /*
- * Run steps until qe_rank_steps_done(r) == until.  Rank 0 prints a progress
- * line every cfg.log_every steps (step, loss, held-out loss, tokens/s, ms/step)
- * to stdout when `progress` is set.
+ * Run steps until qe_rank_steps_done(r) == until, with a report of each step
+ * to hooks->on_step (the command prints the progress line from it).
  */
-int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks, int progress);
+int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks);
 
 #endif
