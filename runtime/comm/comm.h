@@ -114,8 +114,9 @@ void qe_dist_env_default(qe_dist_env *out);
  * unset variable takes the default above.  Returns QE_EINVAL with a message
  * naming the variable and its value when one is malformed (not a decimal
  * integer, out of range, RANK not below WORLD_SIZE, empty or too long
- * strings, a host list qe_hostlist_host refuses) or when Open MPI placed the
- * process without MASTER_ADDR; *out is then the defaults.
+ * strings, a host list qe_hostlist_host refuses while MASTER_ADDR is unset)
+ * or when Open MPI placed the process without MASTER_ADDR; *out is then the
+ * defaults.
  */
 int qe_dist_env_from_environ(qe_dist_env *out);
 

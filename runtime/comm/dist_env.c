@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "runtime/core/env.h"
+#include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
 void qe_dist_env_default(qe_dist_env *out)
@@ -151,12 +152,19 @@ static int from_slurm(qe_dist_env *e)
 		return qe_fail(QE_EINVAL, "environment variable SLURM_PROCID=%d is not below SLURM_NTASKS=%d%s", e->rank,
 			       e->world_size, qe_env("SLURM_NTASKS") ? "" : " (SLURM_NTASKS unset)");
 	e->source = e->world_size > 1 ? QE_DIST_SLURM : QE_DIST_NONE;
-	if ((rc = slurm_master(e, "SLURM_STEP_NODELIST")) <= 0 || (rc = slurm_master(e, "SLURM_JOB_NODELIST")) <= 0) {
-		if (rc)
-			return rc;
-	} else if ((rc = env_str("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1", e->master_addr, sizeof(e->master_addr)))) {
+	rc = slurm_master(e, "SLURM_STEP_NODELIST");
+	if (rc == 1)
+		rc = slurm_master(e, "SLURM_JOB_NODELIST");
+	if (rc < 0 && qe_env("MASTER_ADDR")) {
+		/* MASTER_ADDR names the master: a list we cannot read only costs the hosts' count */
+		qe_log(QE_LOG_DEBUG, "ignoring the SLURM node list (MASTER_ADDR is set): %s", qe_last_error());
+		qe_clear_error();
+		e->multi_host = -1;
+	} else if (rc < 0) {
 		return rc;
-	} else {
+	} else if (rc == 1) {
+		if ((rc = env_str("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1", e->master_addr, sizeof(e->master_addr))))
+			return rc;
 		snprintf(e->master_from, sizeof(e->master_from), "%s",
 			 qe_env("SLURM_LAUNCH_NODE_IPADDR") ? "SLURM_LAUNCH_NODE_IPADDR" : "the default (no SLURM node list)");
 	}

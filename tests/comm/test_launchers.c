@@ -170,6 +170,11 @@ static void slurm_case(void)
 		      strstr(qe_last_error(), "node[2-1]"),
 	      "bad node list: %s", qe_last_error());
 	CHECK(e.world_size == 1 && e.rank == 0, "bad node list: env not reset");
+	setenv("MASTER_ADDR", "head", 1); /* names the master: the list is not needed */
+	CHECK_OK(qe_dist_env_from_environ(&e));
+	CHECK(e.source == QE_DIST_SLURM && strcmp(e.master_addr, "head") == 0 && e.multi_host == -1,
+	      "bad node list with MASTER_ADDR: source %d master %s multi %d", (int)e.source, e.master_addr, e.multi_host);
+	unsetenv("MASTER_ADDR");
 	setenv("SLURM_JOB_NODELIST", "node1", 1);
 	setenv("SLURM_PROCID", "2", 1);
 	CHECK(qe_dist_env_from_environ(&e) == QE_EINVAL && strstr(qe_last_error(), "SLURM_PROCID=2 is not below SLURM_NTASKS=2"),
