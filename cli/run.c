@@ -22,6 +22,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
+#include "cli/preempt.h"
 #include "cli/progress.h"
 #include "cli/rank_meter.h"
 #include "cli/run_tiers.h"
@@ -167,6 +168,7 @@ void cli_rank_job_init(cli_rank_job *job, const cli_train_args *a, int ckpt_asyn
 	job->quiet = a->quiet;
 	job->json = a->json;
 	job->log_json = a->log_json;
+	job->ckpt_on_signal = a->ckpt_on_signal;
 	job->no_trace = a->no_trace;
 	job->ckpt_async = ckpt_async;
 	job->from_step = -1;
@@ -182,6 +184,7 @@ typedef struct rank_ctx {
 	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
 	cli_run_tiers *tiers; /* --ckpt-persist-every, --ckpt-keep (run_tiers.h); NULL when neither */
 	cli_progress progress; /* the progress and summary lines (rank 0 prints) */
+	int64_t last_ckpt_step; /* the step of the last checkpoint this process took; -1: none */
 	float last_loss;
 	/* --json: each step's wall time on this rank and the memory it holds (rank_meter.h) */
 	double *step_ms;
@@ -269,6 +272,42 @@ static int async_checkpoint(rank_ctx *ctx, qe_rank *r, int64_t step)
 	return QE_OK;
 }
 
+/* A checkpoint of this step on every rank (sync, or async with its write in the background), then the tiers. */
+static int take_checkpoint(rank_ctx *ctx, qe_rank *r, int64_t step)
+{
+	int rc;
+	ctx->last_ckpt_step = step;
+	if (ctx->async) {
+		/* Retention needs no write in flight: the previous one is waited for first. */
+		if (cli_run_tiers_retains(ctx->tiers)) {
+			ckpt_async_result done;
+			if ((rc = ckpt_async_drain(ctx->async, &done)))
+				return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)step);
+			print_async_done(ctx, r, done.done_step, done.done_ms);
+			if ((rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
+				return rc;
+		}
+		if ((rc = async_checkpoint(ctx, r, step)))
+			return rc;
+		return cli_run_tiers_point(ctx->tiers, r);
+	}
+	ckpt_result res;
+	if ((rc = ckpt_save(ctx->ck, r, &res)))
+		return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)step);
+	if (ctx->nckpts < (int)(sizeof(ctx->ckpts) / sizeof(ctx->ckpts[0]))) {
+		ctx->ckpts[ctx->nckpts].step = (long long)step;
+		ctx->ckpts[ctx->nckpts].bytes = (unsigned long long)res.bytes;
+		ctx->ckpts[ctx->nckpts++].ms = res.ms;
+	}
+	if (qe_rank_index(r) == 0 && !ctx->job->quiet)
+		printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
+		       (long long)step, (unsigned long long)res.bytes,
+		       (unsigned long long)res.runtime_state_bytes, res.ms);
+	if ((rc = cli_run_tiers_point(ctx->tiers, r)) || (rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
+		return rc;
+	return QE_OK;
+}
+
 static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 {
 	rank_ctx *ctx = vctx;
@@ -298,36 +337,8 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 			return qe_fail_ctx(rc, "recording step %lld", (long long)rep->step);
 	}
 	const qe_train_config *cfg = &ctx->job->cfg;
-	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0) {
-		if (ctx->async) {
-			/* Retention needs no write in flight: the previous one is waited for first. */
-			if (cli_run_tiers_retains(ctx->tiers)) {
-				ckpt_async_result done;
-				if ((rc = ckpt_async_drain(ctx->async, &done)))
-					return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
-				print_async_done(ctx, r, done.done_step, done.done_ms);
-				if ((rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
-					return rc;
-			}
-			if ((rc = async_checkpoint(ctx, r, rep->step)))
-				return rc;
-			return cli_run_tiers_point(ctx->tiers, r);
-		}
-		ckpt_result res;
-		if ((rc = ckpt_save(ctx->ck, r, &res)))
-			return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)rep->step);
-		if (ctx->nckpts < (int)(sizeof(ctx->ckpts) / sizeof(ctx->ckpts[0]))) {
-			ctx->ckpts[ctx->nckpts].step = (long long)rep->step;
-			ctx->ckpts[ctx->nckpts].bytes = (unsigned long long)res.bytes;
-			ctx->ckpts[ctx->nckpts++].ms = res.ms;
-		}
-		if (qe_rank_index(r) == 0 && !ctx->job->quiet)
-			printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
-			       (long long)rep->step, (unsigned long long)res.bytes,
-			       (unsigned long long)res.runtime_state_bytes, res.ms);
-		if ((rc = cli_run_tiers_point(ctx->tiers, r)) || (rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
-			return rc;
-	}
+	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0)
+		return take_checkpoint(ctx, r, rep->step);
 	return QE_OK;
 }
 
@@ -434,6 +445,11 @@ int cli_rank_main(void *vjob)
 		rcfg.full_slots = cfg->run_dir[0] && !job->no_trace;
 		rc = qe_rank_create(&rcfg, b, comm, &r);
 	}
+	ctx.last_ckpt_step = -1;
+	if (!rc && job->ckpt_on_signal) {
+		cli_preempt_install();
+		qe_rank_set_stop_source(r, cli_preempt_flag());
+	}
 	if (!rc && job->json)
 		meter_sample(&ctx, r, NULL);
 	if (!rc && cfg->run_dir[0]) {
@@ -494,6 +510,10 @@ int cli_rank_main(void *vjob)
 				  b->ops->device == QE_DEV_CUDA, qe_rank_steps_done(r), job->until);
 		rc = qe_train_run(r, &data, job->until, &hooks);
 	}
+	/* stopped early on a signal: every rank is at the same step; a checkpoint there unless one was just taken */
+	int stopped = !rc && qe_rank_stop_agreed(r) && qe_rank_steps_done(r) < job->until;
+	if (stopped && ctx.ck && ctx.last_ckpt_step != qe_rank_steps_done(r))
+		rc = take_checkpoint(&ctx, r, qe_rank_steps_done(r));
 	if (ctx.async) {
 		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit.
 		 * A failure before it keeps its code and message first: the drain's must not pass for it. */
@@ -520,6 +540,12 @@ int cli_rank_main(void *vjob)
 		rc = cli_run_tiers_end(ctx.tiers, ctx.ck, r);
 	if (!rc)
 		cli_progress_summary(&ctx.progress);
+	if (!rc && stopped && env.rank == 0)
+		fprintf(stderr, "qeffect: stopped after step %lld of %lld on SIGTERM or SIGINT to a rank%s%s (exit status %d)\n",
+			(long long)qe_rank_steps_done(r), (long long)job->until,
+			ctx.ck ? ": its checkpoint is committed; continue with: qeffect resume --run-dir "
+			       : "; no --run-dir, so nothing was saved",
+			ctx.ck ? cfg->run_dir : "", CLI_EXIT_PREEMPTED);
 	if (!rc && job->json)
 		print_counters(r, &ctx);
 	/* Every step trained, but a background push that failed makes the run's exit non-zero; the ranks
@@ -546,7 +572,7 @@ int cli_rank_main(void *vjob)
 	}
 	qe_comm_close(comm);
 	fflush(stdout);
-	return rc || pushes_rc ? 1 : 0;
+	return rc || pushes_rc ? 1 : stopped ? CLI_EXIT_PREEMPTED : 0;
 }
 
 int cli_launched(int *rank)
@@ -590,5 +616,8 @@ int cli_run_job(const char *cmd, cli_rank_job *job, int nproc)
 		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
 		return 1;
 	}
+	for (int i = 0; i < res.nproc; i++)
+		if (res.ranks[i].exit_code == CLI_EXIT_PREEMPTED)
+			return CLI_EXIT_PREEMPTED; /* the ranks stopped together on a signal (preempt.h) */
 	return 0;
 }

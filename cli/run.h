@@ -48,6 +48,7 @@ typedef struct cli_rank_job {
 	int quiet;
 	int json;           /* each rank prints one JSON line of counters at the end */
 	int log_json;       /* --log-format json: the progress and summary lines as JSON lines */
+	int ckpt_on_signal; /* 1 (default): SIGTERM/SIGINT stop every rank after the step, with a checkpoint (preempt.h) */
 	int no_trace;       /* no per-step fingerprints */
 	int resume;         /* 1: restore from a checkpoint before the first step */
 	int64_t from_step;  /* -1: the latest committed */

@@ -82,6 +82,10 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --trace on|off         per-step fingerprints into the run's catalog (default on; they\n"
 		"                         read all state every step: turn off for big models)\n"
 		"  --quiet                no progress lines\n"
+		"  --ckpt-on-signal on|off   on (default): SIGTERM or SIGINT to any rank stops every rank after\n"
+		"                         the current step, takes a checkpoint there (with --run-dir) and exits\n"
+		"                         with status 75; a second signal ends at once; off: the signal ends the\n"
+		"                         process at once\n"
 		"  --log-format text|json   the progress lines and the closing summary as text (step, loss,\n"
 		"                         held-out loss, grad norm, tok/s, model TFLOP/s = (6 N + 12 L H T)\n"
 		"                         FLOPs per token x tok/s, ms/step, elapsed, eta, peak memory on cuda,\n"
@@ -112,7 +116,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
 		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
-		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT
+		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT, O_ONSIGNAL
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -131,12 +135,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
 		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
 		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
-		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP }, { "log-format", 1, 0, O_LOGFMT },
+		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP }, { "log-format", 1, 0, O_LOGFMT }, { "ckpt-on-signal", 1, 0, O_ONSIGNAL },
 		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
 		{ 0, 0, 0, 0 }
 	};
 	memset(a, 0, sizeof(*a));
 	qe_train_config_default(&a->cfg);
+	a->ckpt_on_signal = 1;
 	a->from_step = -1;
 	char path[480];
 	snprintf(path, sizeof(path), "%s/data/brown.jsonl", cli_shared_dir());
@@ -342,6 +347,13 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			}
 			snprintf(cfg->backend, sizeof(cfg->backend), "%s", optarg);
 			a->given |= CLI_F_BACKEND;
+			break;
+		case O_ONSIGNAL:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "qeffect %s: bad value '%s' for --ckpt-on-signal: on or off\n", cmd, optarg);
+				return 2;
+			}
+			a->ckpt_on_signal = !strcmp(optarg, "on");
 			break;
 		case O_LOGFMT:
 			if (strcmp(optarg, "text") && strcmp(optarg, "json")) {

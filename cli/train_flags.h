@@ -36,6 +36,7 @@ typedef struct cli_train_args {
 	int nproc;        /* 0: pp * dp */
 	int quiet;
 	int log_json; /* --log-format json */
+	int ckpt_on_signal; /* --ckpt-on-signal on (default) | off */
 	int json;
 	int no_trace;     /* --trace off: no per-step fingerprints (big models on a GPU) */
 	long from_step;   /* resume --from; -1: latest committed */

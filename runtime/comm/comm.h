@@ -245,6 +245,13 @@ void qe_comm_blobs_free(qe_comm_blob *blobs, int count);
 
 #define QE_LAUNCH_MAX_PROCS 256
 
+/*
+ * A rank's exit status that means it stopped early on request (a signal; the
+ * training ranks stop together at one step, cli/preempt.h), not that it
+ * failed: the launcher does not stop the others for it.
+ */
+#define QE_LAUNCH_EXIT_STOPPED 75
+
 typedef struct qe_launch_rank {
 	pid_t pid;
 	int exit_code;  /* exit status when it exited, else -1 */
@@ -273,9 +280,12 @@ typedef struct qe_launch_result {
  * parent (PR_SET_PDEATHSIG).  Call it before starting threads: the child of a
  * threaded process may only run async-signal-safe code.
  *
- * The parent waits for all children.  When one fails (non-zero status or a
- * signal), the others get SIGTERM, then SIGKILL after a grace period
- * (QE_LAUNCH_GRACE_MS, default 3000).  OUT: *out has every rank's status.
+ * The parent waits for all children.  When one fails (a signal, or a status
+ * other than 0 and QE_LAUNCH_EXIT_STOPPED), the others get SIGTERM, then
+ * SIGKILL after a grace period (QE_LAUNCH_GRACE_MS, default 3000).  While it
+ * waits, the first SIGTERM or SIGINT to the parent goes on to every running
+ * child as SIGTERM, and a later one as SIGKILL; each child runs in its own
+ * process group, so a terminal's Ctrl-C reaches the parent alone.  OUT: *out has every rank's status.
  * Returns 0 when all succeeded; QE_ECOMM naming the first failing rank and how
  * it ended; QE_EINVAL (nproc out of 1..QE_LAUNCH_MAX_PROCS); QE_EIO (fork).
  */

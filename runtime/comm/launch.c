@@ -102,6 +102,8 @@ static __attribute__((noreturn)) void child_run(const launch_spec *spec, int ran
 		_exit(1); /* the launcher died before we got here */
 	signal(SIGTERM, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
+	/* Its own process group: a terminal's Ctrl-C reaches the launcher alone, which passes it on once. */
+	setpgid(0, 0);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (spec->argv) {
@@ -125,7 +127,16 @@ static __attribute__((noreturn)) void child_run(const launch_spec *spec, int ran
 
 static int failed_status(const qe_launch_rank *r)
 {
-	return r->signal != 0 || r->exit_code != 0;
+	return r->signal != 0 || (r->exit_code != 0 && r->exit_code != QE_LAUNCH_EXIT_STOPPED);
+}
+
+/* SIGTERM and SIGINT to the launcher while it supervises: counted, and passed on to the ranks as SIGTERM. */
+static volatile sig_atomic_t g_signals;
+
+static void count_signal(int sig)
+{
+	(void)sig;
+	g_signals++;
 }
 
 static void describe(const qe_launch_result *out, int r, char *buf, size_t len)
@@ -151,10 +162,24 @@ static int grace_ms(void)
 static int supervise(qe_launch_result *out)
 {
 	int n = out->nproc, alive = n, stopping = 0, killed = 0, nap = 1, stopped_others = 0;
+	sig_atomic_t forwarded = 0;
 	int64_t kill_at = 0;
 	char first[256];
 	while (alive > 0) {
 		int reaped = 0;
+		if (g_signals != forwarded) {
+			/*
+			 * The first signal to the launcher goes on to every rank still
+			 * running as SIGTERM (the ranks' handlers decide what it means);
+			 * a later one ends them at once, as a rank's own second signal
+			 * would (two SIGTERMs sent together could arrive as one).
+			 */
+			int sig = forwarded ? SIGKILL : SIGTERM;
+			forwarded = g_signals;
+			for (int o = 0; o < n; o++)
+				if (out->ranks[o].pid > 0 && out->ranks[o].exit_code == -1 && !out->ranks[o].signal)
+					kill(out->ranks[o].pid, sig);
+		}
 		for (int r = 0; r < n; r++) {
 			qe_launch_rank *k = &out->ranks[r];
 			int st;
@@ -211,6 +236,22 @@ static int supervise(qe_launch_result *out)
 	describe(out, out->first_failed, first, sizeof(first));
 	return qe_fail(QE_ECOMM, "launch of %d ranks failed: %s%s", n, first,
 		       stopped_others ? "; the launcher stopped the other ranks" : "");
+}
+
+/* supervise with SIGTERM and SIGINT counted for the ranks, the caller's handlers put back after */
+static int supervise_forwarding(qe_launch_result *out)
+{
+	struct sigaction sa, old_term, old_int;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = count_signal;
+	sigemptyset(&sa.sa_mask);
+	g_signals = 0;
+	sigaction(SIGTERM, &sa, &old_term);
+	sigaction(SIGINT, &sa, &old_int);
+	int rc = supervise(out);
+	sigaction(SIGTERM, &old_term, NULL);
+	sigaction(SIGINT, &old_int, NULL);
+	return rc;
 }
 
 static int launch(int nproc, const launch_spec *spec, const char *master_addr, int port, qe_launch_result *out)
@@ -282,7 +323,7 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 		out->ranks[r].pid = pid;
 	}
 	explicit_bzero(secret, sizeof(secret));
-	return supervise(out);
+	return supervise_forwarding(out);
 
 kill_ranks:
 	explicit_bzero(secret, sizeof(secret));

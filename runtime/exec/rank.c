@@ -273,6 +273,8 @@ qe_backend *qe_rank_backend(qe_rank *r) { return r->b; }
 qe_comm *qe_rank_comm(qe_rank *r) { return r->comm; }
 int64_t qe_rank_steps_done(const qe_rank *r) { return r->steps; }
 double qe_rank_grad_norm(const qe_rank *r) { return r->grad_norm; }
+void qe_rank_set_stop_source(qe_rank *r, const volatile sig_atomic_t *flag) { r->stop_source = flag; }
+int qe_rank_stop_agreed(const qe_rank *r) { return r->stop_agreed; }
 const qe_epoch_state *qe_rank_epochs(const qe_rank *r) { return &r->ep; }
 
 void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out)

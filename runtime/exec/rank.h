@@ -17,6 +17,7 @@
 #ifndef QE_RANK_H
 #define QE_RANK_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "runtime/backend/backend.h"
@@ -91,6 +92,15 @@ int64_t qe_rank_steps_done(const qe_rank *r);
  * progress line shows: every log_every-th and the last).
  */
 double qe_rank_grad_norm(const qe_rank *r);
+/*
+ * Stopping early together (preemption): each step's loss all-reduce carries
+ * every rank's vote, read from *flag (a signal handler's flag; NULL: never
+ * votes).  After a step, qe_rank_stop_agreed says whether any rank voted,
+ * the same answer on every rank, so all of them stop at the same quiescent
+ * step.
+ */
+void qe_rank_set_stop_source(qe_rank *r, const volatile sig_atomic_t *flag);
+int qe_rank_stop_agreed(const qe_rank *r);
 const qe_epoch_state *qe_rank_epochs(const qe_rank *r);
 void qe_rank_get_counters(const qe_rank *r, qe_rank_counters *out);
 

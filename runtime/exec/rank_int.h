@@ -12,6 +12,8 @@
 
 #include "runtime/exec/rank.h"
 
+#include <signal.h>
+
 #define QE_RANK_MAX_CHUNKS 8
 #define QE_RANK_MAX_MICRO 256
 
@@ -83,6 +85,8 @@ struct qe_rank {
 	float *norm_sq;             /* grad_norm.c: each parameter's squared gradient norm, by global index */
 	int64_t norm_params;        /* the model's parameter count (norm_sq's length) */
 	double grad_norm;           /* the last step's global gradient norm before clipping; NaN: not measured */
+	const volatile sig_atomic_t *stop_source; /* non-zero: this rank asks to stop (qe_rank_set_stop_source) */
+	int stop_agreed;            /* the last step's agreement: some rank asked to stop after it */
 };
 
 /* Message tags: kind, producing stage, microbatch. */

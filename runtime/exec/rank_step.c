@@ -404,9 +404,12 @@ static int step_loss(qe_rank *r, float *loss)
 			sum += l[m];
 		v = sum / (float)r->M / (float)r->D;
 	}
+	/* the loss, and beside it this rank's vote to stop after this step (the sum of the loss is unchanged) */
+	float both[2] = { v, r->stop_source && *r->stop_source ? 1.0f : 0.0f };
 	if (r->comm && r->world > 1)
-		QE_TRY(qe_comm_allreduce_sum_f32(r->comm, &v, 1, NULL, r->world));
-	*loss = v;
+		QE_TRY(qe_comm_allreduce_sum_f32(r->comm, both, 2, NULL, r->world));
+	r->stop_agreed = both[1] > 0;
+	*loss = both[0];
 	return QE_OK;
 }
 

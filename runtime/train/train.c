@@ -45,6 +45,8 @@ int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_
 		free(rows);
 		if (rc)
 			return rc;
+		if (qe_rank_stop_agreed(r))
+			break; /* every rank agreed at this step's loss all-reduce: the caller checkpoints and ends */
 	}
 	return QE_OK;
 }

@@ -34,7 +34,9 @@ typedef struct qe_train_hooks {
 
 /*
  * Run steps until qe_rank_steps_done(r) == until, with a report of each step
- * to hooks->on_step (the command prints the progress line from it).
+ * to hooks->on_step (the command prints the progress line from it), or until
+ * the ranks agree to stop early (qe_rank_stop_agreed, after on_step): then
+ * it returns QE_OK with fewer steps done, the same number on every rank.
  */
 int qe_train_run(qe_rank *r, const qe_data *data, int64_t until, const qe_train_hooks *hooks);
 
