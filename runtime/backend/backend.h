@@ -209,6 +209,14 @@ typedef struct qe_backend_ops {
 	 * frees the link.
 	 */
 	int (*link_id)(qe_backend *b, void *id /* QE_LINK_ID_BYTES */);
+	/*
+	 * The physical device this backend runs on, as a string no other device
+	 * of any host shares ("HOST/PCI-bus-id" on cuda), into key (len bytes;
+	 * NULL op: a backend whose links do not care).  Ranks that find the same
+	 * key in two of them share one device: device links between them would
+	 * fail (NCCL refuses two ranks on one GPU), so they use host memory.
+	 */
+	int (*device_key)(qe_backend *b, char *key, size_t len);
 	int (*link_open)(qe_backend *b, const void *id, int is_sender, qe_link **out);
 	int (*link_send)(qe_link *l, qe_stream *s, const void *buf, size_t bytes);
 	int (*link_recv)(qe_link *l, qe_stream *s, void *buf, size_t bytes);

@@ -149,10 +149,44 @@ static int list_channels(const qe_rank *r, channel **out, int *n)
 	return QE_OK;
 }
 
+/*
+ * Whether two ranks of the job run on one device (the backend's device_key,
+ * heard from every rank in rank order, so all ranks answer alike).  OUT: the
+ * first such pair.
+ */
+static int shared_device(qe_rank *r, int *a, int *b)
+{
+	const qe_backend_ops *o = r->b->ops;
+	enum { KEY = 320 };
+	*a = *b = -1;
+	if (!o->device_key)
+		return QE_OK;
+	char *keys = calloc((size_t)r->world, KEY);
+	if (!keys)
+		return qe_fail(QE_ENOMEM, "rank %d: out of host memory for %d device keys", r->rank, r->world);
+	int rc = o->device_key(r->b, keys + (size_t)r->rank * KEY, KEY - 1);
+	for (int k = 0; k < r->world && !rc; k++)
+		rc = qe_comm_bcast(r->comm, k, keys + (size_t)k * KEY, KEY);
+	for (int i = 0; i < r->world && !rc && *a < 0; i++)
+		for (int j = i + 1; j < r->world && *a < 0; j++)
+			if (!strcmp(keys + (size_t)i * KEY, keys + (size_t)j * KEY)) {
+				*a = i;
+				*b = j;
+			}
+	if (!rc && *a >= 0 && r->rank == 0)
+		qe_log(QE_LOG_INFO, "ranks %d and %d share one device (%s): messages go through host memory", *a, *b,
+		       keys + (size_t)*a * KEY);
+	free(keys);
+	return rc;
+}
+
 int qe__rank_links_open(qe_rank *r, size_t max_message, size_t max_reduce_floats)
 {
 	if (!want_links(r))
 		return QE_OK;
+	int sa, sb, src = shared_device(r, &sa, &sb);
+	if (src || sa >= 0)
+		return src; /* nothing made yet */
 	const qe_backend_ops *o = r->b->ops;
 	int P = r->P, D = r->D, rc = QE_OK, nch = 0;
 	channel *ch = NULL;

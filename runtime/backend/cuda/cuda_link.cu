@@ -16,8 +16,10 @@
  */
 #include "runtime/backend/cuda/cuda_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef QE_WITH_NCCL
 #include <nccl.h>
@@ -47,6 +49,22 @@ static int cu_link_id(qe_backend *b, void *id)
 	if (r != ncclSuccess)
 		return nccl_err(r, "link_id", "ncclGetUniqueId", NULL);
 	memcpy(id, &u, sizeof(u));
+	return QE_OK;
+}
+
+static int cu_device_key(qe_backend *b, char *key, size_t len)
+{
+	(void)b;
+	char host[256] = "", bus[64] = "";
+	int dev = 0;
+	cudaError_t e = cudaGetDevice(&dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetPCIBusId(bus, (int)sizeof(bus), dev);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, "device_key", "cudaDeviceGetPCIBusId");
+	if (gethostname(host, sizeof(host) - 1) != 0)
+		snprintf(host, sizeof(host), "?");
+	snprintf(key, len, "%s/%s", host, bus);
 	return QE_OK;
 }
 
@@ -150,6 +168,7 @@ static void cu_link_close(qe_link *l)
 void qe__cuda_link_fill(qe_backend_ops *o)
 {
 	o->link_id = cu_link_id;
+	o->device_key = cu_device_key;
 	o->link_open = cu_link_open;
 	o->link_send = cu_link_send;
 	o->link_recv = cu_link_recv;
