@@ -98,6 +98,10 @@ static void print_config(const char *json)
 	       qe_exec_name(c.exec), qe_grad_name(c.grad), c.backend, (unsigned long long)c.seed);
 	printf("  optimizer: AdamW lr %g, betas %g %g, eps %g, weight decay %g\n", c.optim.lr, c.optim.beta1,
 	       c.optim.beta2, c.optim.eps, c.optim.weight_decay);
+	if (c.init_from[0])
+		printf("  weights from: %s (%s, xxh3-128 %s)\n", c.init_from, c.init_format, c.init_hash);
+	else
+		printf("  weights from: random initialization (seed %llu)\n", (unsigned long long)c.seed);
 	printf("recipe: precision %s, format %s, margin %d, amax history %d, amax algo %s%s\n",
 	       qe_prec_mode_name(c.prec.mode),
 	       qe_fp8_format_name(c.prec.recipe.format), c.prec.recipe.margin, c.prec.recipe.history_len,

@@ -11,6 +11,7 @@
 #include "cli/async_flag.h"
 #include "cli/tier_flags.h"
 #include "cli/cli.h"
+#include "cli/import.h"
 #include "cli/run.h"
 #include "runtime/core/env.h"
 #include "runtime/core/status.h"
@@ -45,6 +46,68 @@ static int check_run_flags(const qe_train_config *cfg)
 	return 0;
 }
 
+/*
+ * --init-from PATH (or --init-from=PATH), taken out of argv before the
+ * shared train/resume flags are parsed: resume never takes it (a resumed run
+ * continues from its checkpoint, not from the file).  Returns 0 or 2.
+ */
+static int init_from_extract(int *argc, char **argv, const char **path)
+{
+	int out = 1;
+	*path = NULL;
+	for (int i = 1; i < *argc; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "--") == 0) {
+			while (i < *argc)
+				argv[out++] = argv[i++];
+			break;
+		}
+		if (strcmp(a, "--init-from") == 0 && i + 1 < *argc)
+			*path = argv[++i];
+		else if (strcmp(a, "--init-from") == 0) {
+			fprintf(stderr, "qeffect train: --init-from needs a path (a safetensors file or folder, or an llm.c "
+					"model file)\n");
+			return 2;
+		} else if (strncmp(a, "--init-from=", 12) == 0)
+			*path = a + 12;
+		else
+			argv[out++] = argv[i];
+	}
+	*argc = out;
+	argv[out] = NULL;
+	return *path ? cli_parse_path("train", "--init-from", *path) : 0;
+}
+
+/*
+ * Read and check the --init-from file against the model, before anything is
+ * written, and record it (absolute path, format, hash) in the run's config.
+ * Returns 0 or 1 after printing the error.
+ */
+static int init_from_check(const char *path, qe_train_config *cfg, int quiet)
+{
+	cli_import im;
+	int rc = cli_import_open(path, &cfg->model, 1, &im);
+	if (rc) {
+		cli_import_release(&im);
+		return cli_report("train", rc, "--init-from");
+	}
+	char abs[PATH_MAX];
+	if (!realpath(path, abs) || strlen(abs) >= sizeof(cfg->init_from)) {
+		cli_import_release(&im);
+		fprintf(stderr, "qeffect train: --init-from '%s': cannot record its absolute path\n", path);
+		return 1;
+	}
+	snprintf(cfg->init_from, sizeof(cfg->init_from), "%s", abs);
+	snprintf(cfg->init_format, sizeof(cfg->init_format), "%s", im.format);
+	snprintf(cfg->init_hash, sizeof(cfg->init_hash), "%s", im.hash);
+	if (!quiet)
+		fprintf(stderr, "qeffect train: weights from %s (%s, xxh3-128 %s)%s%s\n", im.path, im.format, im.hash,
+			im.head_tied ? ": it has no separate lm_head.weight, so the output head starts as a copy of wte" : "",
+			im.skipped ? "; tensors that are not parameters skipped" : "");
+	cli_import_release(&im);
+	return 0;
+}
+
 static void help(FILE *f)
 {
 	fprintf(f, "usage: qeffect train [FLAGS]\n\n"
@@ -59,13 +122,22 @@ static void help(FILE *f)
 	cli_async_flag_help(f);
 	cli_tier_flags_help(f);
 	cli_tier_remote_help(f);
+	fprintf(f, "  --init-from PATH       start from a GPT-2 model file instead of random weights: a Hugging Face\n"
+		   "                         safetensors file or folder (model.safetensors [+ config.json]) or an llm.c\n"
+		   "                         model file (what `qeffect export` writes).  Every tensor is checked against\n"
+		   "                         the model's shapes first; AdamW moments start at zero and the FP8 state\n"
+		   "                         fresh; the run records the file and its hash (`inspect` shows them).\n"
+		   "                         Without lm_head.weight the head starts as a copy of wte\n");
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
 }
 
 int cli_train_main(int argc, char **argv)
 {
 	int async = 0;
+	const char *init_from = NULL;
 	int rc = cli_async_flag_extract("train", &argc, argv, &async);
+	if (!rc)
+		rc = init_from_extract(&argc, argv, &init_from);
 	if (!rc)
 		rc = cli_tier_flags_extract("train", &argc, argv);
 	if (rc)
@@ -96,6 +168,10 @@ int cli_train_main(int argc, char **argv)
 		fprintf(stderr, "qeffect train: --data: %s\n", qe_last_error());
 		qe_data_free(&data);
 		return 2;
+	}
+	if (init_from && (rc = init_from_check(init_from, &a.cfg, a.quiet))) {
+		qe_data_free(&data);
+		return rc;
 	}
 	a.cfg.data_fingerprint = qe_data_fingerprint(&data); /* lets a resume find the same tokens at another path */
 	/* recorded absolute: a resume from another working directory reads the same file, or is told */

@@ -100,11 +100,9 @@ static char *st_header(cli_named *nm, const cli_export_opts *o, size_t *len, int
 {
 	const qe_names *n = &nm->names;
 	json_t *h = json_object();
-	char step[32];
-	snprintf(step, sizeof(step), "%lld", (long long)o->step);
-	json_object_set_new(h, "__metadata__",
-			    json_pack("{s:s,s:s,s:s,s:s}", "format", "pt", "producer", "qeffect", "run_id",
-				      o->run_id ? o->run_id : "", "step", step));
+	/* No run id or step here (config.json has them): the file is a function of the weights alone, so an
+	 * --init-from round trip exports the same bytes (issue 37 item 3). */
+	json_object_set_new(h, "__metadata__", json_pack("{s:s,s:s}", "format", "pt", "producer", "qeffect"));
 	uint64_t off = 0;
 	*ntensors = 0;
 	*maxf = 1;

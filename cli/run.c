@@ -22,6 +22,7 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
+#include "cli/import.h"
 #include "cli/preempt.h"
 #include "cli/progress.h"
 #include "cli/rank_meter.h"
@@ -480,6 +481,14 @@ int cli_rank_main(void *vjob)
 		if (!rc && ctx.async && ckpt_async_prepare(ctx.async, r))
 			qe_log(QE_LOG_WARN, "async checkpoints: the snapshot memory will be allocated at the first save (%s)",
 			       qe_last_error());
+	}
+	/* train --init-from: every rank loads its own stages' weights before step 1; never on resume */
+	if (!rc && cfg->init_from[0] && !job->resume) {
+		cli_import im;
+		rc = cli_import_open(cfg->init_from, &cfg->model, 0, &im);
+		if (!rc)
+			rc = cli_import_load_rank(&im, r);
+		cli_import_release(&im);
 	}
 	if (!rc && job->resume) {
 		ckpt_result res;

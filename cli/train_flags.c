@@ -38,7 +38,7 @@ void cli_train_flags_help(FILE *f, int for_resume)
 			"  --micro M              microbatches per step (default 4)\n");
 	fprintf(f,
 		"optimizer (AdamW; a resume continues the run's schedule and refuses a different value):\n"
-		"  --lr X                 peak learning rate (default 1e-3)\n"
+		"  --lr X                 peak learning rate (default 1e-3; 0 leaves the weights as they are)\n"
 		"  --lr-schedule constant|cosine|linear   after warmup (default constant)\n"
 		"  --warmup N             steps of linear warmup: lr (s+1)/N at step s < N (default 0)\n"
 		"  --lr-min X             where cosine and linear end (default 0)\n"
@@ -206,8 +206,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		case O_LR:
 			if (cli_parse_double(cmd, "--lr", optarg, &d))
 				return 2;
-			if (!(d > 0 && d < 10)) {
-				fprintf(stderr, "qeffect %s: --lr must be in (0, 10), got %s\n", cmd, optarg);
+			if (!(d >= 0 && d < 10)) {
+				fprintf(stderr, "qeffect %s: --lr must be in [0, 10), got %s\n", cmd, optarg);
 				return 2;
 			}
 			cfg->optim.lr = (float)d;

@@ -77,8 +77,9 @@ int qe_train_config_check(const qe_train_config *c)
 	}
 	if (c->arena != QE_ARENA_PER_MB && c->arena != QE_ARENA_ACCUMULATE)
 		return qe_fail(QE_EINVAL, "--arena must be accumulate or per-mb (got %d)", (int)c->arena);
-	if (c->optim.lr <= 0)
-		return qe_fail(QE_EINVAL, "--lr must be > 0");
+	/* lr 0 is allowed: the weights then stay as they are (an --init-from round trip) */
+	if (!(c->optim.lr >= 0))
+		return qe_fail(QE_EINVAL, "--lr must be >= 0");
 	const qe_adamw_config *o = &c->optim;
 	if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
 		return qe_fail(QE_EINVAL, "--beta1 (%g) and --beta2 (%g) must be in [0, 1)", (double)o->beta1,
@@ -162,6 +163,12 @@ char *qe_train_config_to_json(const qe_train_config *c)
 			json_decref(o);
 			return NULL;
 		}
+	}
+	if (c->init_from[0] && json_object_set_new(o, "init_from",
+						   json_pack("{s:s,s:s,s:s}", "path", c->init_from, "format", c->init_format,
+							     "xxh3_128", c->init_hash))) {
+		json_decref(o);
+		return NULL;
 	}
 	char *s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(o);
@@ -263,6 +270,21 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 		c->data_fingerprint = strtoull(hex, &end, 16);
 		if (strlen(hex) != 16 || *end || !c->data_fingerprint)
 			rc = qe_fail(QE_ECORRUPT, "run config: field 'data_fingerprint' is not 16 hex digits");
+	}
+	/* "init_from" (train --init-from) is recorded only by runs that started from a model file */
+	json_t *inf = json_object_get(o, "init_from");
+	if (!rc && inf) {
+		const char *ip = json_string_value(json_object_get(inf, "path")),
+			   *ifm = json_string_value(json_object_get(inf, "format")),
+			   *ih = json_string_value(json_object_get(inf, "xxh3_128"));
+		if (!ip || !ifm || !ih || strlen(ip) >= sizeof(c->init_from) || strlen(ifm) >= sizeof(c->init_format) ||
+		    strlen(ih) >= sizeof(c->init_hash))
+			rc = qe_fail(QE_ECORRUPT, "run config: field 'init_from'");
+		else {
+			snprintf(c->init_from, sizeof(c->init_from), "%s", ip);
+			snprintf(c->init_format, sizeof(c->init_format), "%s", ifm);
+			snprintf(c->init_hash, sizeof(c->init_hash), "%s", ih);
+		}
 	}
 free_json:
 	json_decref(o);

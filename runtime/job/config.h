@@ -41,6 +41,14 @@ typedef struct qe_train_config {
 	int log_every;           /* progress line every N steps */
 	int check_replicas;      /* DP > 1: compare replicas' parameters after every step */
 	/*
+	 * train --init-from: the model file the weights came from (absolute), its
+	 * format ("safetensors" or "llmc") and the xxh3-128 of its bytes (hex);
+	 * "" = initialized from seed.  Loaded before step 1 only, never on resume.
+	 */
+	char init_from[512];
+	char init_format[16];
+	char init_hash[40];
+	/*
 	 * Not part of the run (not in the JSON form): 1 keeps one tape slot per
 	 * microbatch, so every microbatch's outputs are still there at the end of
 	 * the step (per-step traces read them); 0 lets a rank without pipeline
