@@ -73,6 +73,13 @@ void qe_rank_abandon(qe_rank *r);
 int qe_rank_step(qe_rank *r, const qe_data *data, float *loss);
 /* Held-out loss over cfg->eval_micro microbatches (forward only, no state change). */
 int qe_rank_eval(qe_rank *r, const qe_data *data, float *loss);
+/*
+ * The loss of one given microbatch (tokens and targets, batch x seq each),
+ * forward only through every stage with the same evaluation forward (no
+ * amax recorded, no state changed): *loss is the mean over its targets.
+ * Needs a single-rank world (QE_EINVAL otherwise): `qeffect eval`.
+ */
+int qe_rank_eval_tokens(qe_rank *r, const int32_t *tokens, const int32_t *targets, float *loss);
 
 const qe_train_config *qe_rank_config(const qe_rank *r);
 const qe_sched *qe_rank_sched(const qe_rank *r);

@@ -294,6 +294,30 @@ int qe_data_load(const char *path, qe_data *out)
 	return rc;
 }
 
+int qe_data_load_stream(const char *path, int32_t **tokens, int64_t *n, int *max_token)
+{
+	*tokens = NULL;
+	*n = 0;
+	struct stat sb;
+	if (stat(path, &sb))
+		return qe_fail(QE_EIO, "data '%s': cannot open: %s", path, strerror(errno));
+	if (!S_ISREG(sb.st_mode))
+		return qe_fail(QE_EINVAL, "data '%s': not a regular file (an llm.c .bin shard is)", path);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return qe_fail(QE_EIO, "data '%s': cannot open: %s", path, strerror(errno));
+	uint16_t *raw;
+	int rc = read_shard(path, f, &raw, n, max_token);
+	fclose(f);
+	if (rc)
+		return rc;
+	*tokens = widen(raw, *n);
+	free(raw);
+	if (!*tokens)
+		return qe_fail(QE_ENOMEM, "data '%s': out of memory", path);
+	return QE_OK;
+}
+
 void qe_data_free(qe_data *d)
 {
 	free(d->train);

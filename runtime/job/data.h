@@ -34,6 +34,13 @@ typedef struct qe_data {
 int qe_data_load(const char *path, qe_data *out);
 void qe_data_free(qe_data *d);
 /*
+ * One llm.c .bin shard's whole token stream, unsplit and in file order (what
+ * `qeffect eval` reads, as llm.c's loader does).  Fails with QE_EIO /
+ * QE_ECORRUPT naming the file.  OUT *tokens (malloc'd, *n of them; the
+ * caller frees it with free()), *max_token.
+ */
+int qe_data_load_stream(const char *path, int32_t **tokens, int64_t *n, int *max_token);
+/*
  * XXH3 of the token streams (train, then held-out seeded by the train
  * stream's hash and length).  Two files with one fingerprint train the same run, wherever they
  * lie; a run records it so a resume can accept its data at another path.
