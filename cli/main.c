@@ -27,7 +27,7 @@ static const cli_command commands[] = {
 	{ "plot", cli_plot_main, "Training and held-out loss curves with gnuplot (plot --run-dir DIR -o loss.png)" },
 	{ "push", cli_push_main, "Copy committed checkpoints to S3-compatible storage (push --run-dir DIR --remote s3://B/P)" },
 	{ "pull", cli_pull_main, "Fetch a pushed checkpoint into a run directory (pull --run-dir DIR --remote s3://B/P)" },
-	{ "tokenize", cli_tokenize_main, "GPT-2 tokens of a JSONL corpus as llm.c shards (tokenize --in C.jsonl --out PREFIX)" },
+	{ "tokenize", cli_tokenize_main, "GPT-2 (or byte) tokens of .jsonl and .txt files or folders as llm.c shards (tokenize --in C --out PREFIX)" },
 	{ "bench", cli_bench_main, "Benchmarks: handoff, step time vs the floor, microbatch scaling (bench step --help)" },
 	{ "selftest", cli_selftest_main, "Inject contract violations and check each is rejected (selftest inject)" },
 	{ "env", cli_env_main, "Every environment variable qeffect reads, whether it is set, and its meaning (env --json)" },
