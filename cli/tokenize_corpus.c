@@ -242,7 +242,8 @@ static int read_text(cli_corpus *c, const char *p, cli_doc *doc)
 		goto close_file;
 	}
 	if (!cli_utf8_valid(buf, len, &bad)) {
-		fprintf(stderr, "qeffect tokenize: '%s': not UTF-8 text: byte %zu is 0x%02x (convert it first, e.g. iconv -t UTF-8)\n",
+		fprintf(stderr,
+			"qeffect tokenize: '%s': not UTF-8 text: byte %zu is 0x%02x (convert it first, e.g. iconv -t UTF-8)\n",
 			p, bad, (unsigned char)buf[bad]);
 		goto close_file;
 	}

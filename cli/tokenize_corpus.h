@@ -67,7 +67,11 @@ int cli_corpus_next(cli_corpus *c, cli_doc *doc);
 /* Close files and free everything; safe on a zeroed corpus. */
 void cli_corpus_close(cli_corpus *c);
 
-/* Whether s[0..len) is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF); OUT: *bad, the first bad byte's offset. */
+/*
+ * Whether s[0..len) is valid UTF-8: no overlong forms, surrogates or code
+ * points past U+10FFFF.  OUT: *bad, the offset of the first bad byte (set
+ * only when it returns 0).
+ */
 int cli_utf8_valid(const char *s, size_t len, size_t *bad);
 
 #endif
