@@ -11,7 +11,8 @@
 #     --val-split tokens): the last floor(n F) tokens, train + val = the F=0 shard;
 #     --val-split documents refuses it, naming the split; train runs on the result, using
 #     the val shard as held-out stream;
-#  3. bad input (a missing or unreadable file (a symlink loop; chmod 000 unless root), not UTF-8, an empty or whitespace-only file, a
+#  3. bad input (a missing or unreadable file (a symlink loop; chmod 000 unless root), not UTF-8
+#     (Latin-1, an overlong form, a surrogate, a cut sequence), an empty or whitespace-only file, a
 #     folder without .txt files, bad flags) is refused naming the file; nothing is written
 #     and the previous shards stay;
 #  4. gpt2: the same equalities of 1 and 2 with GPT-2's BPE, and a GPT-2-vocabulary model
@@ -153,6 +154,12 @@ printf ' \n\t\r\n' >blank.txt
 mkdir nodocs && echo x >nodocs/readme.md && mkdir nodocs/x.txt
 bad "cannot open" "missing.txt" --in missing.txt
 bad "not UTF-8 text: byte 3 is 0xe9" "latin1.txt" --in fine.txt --in latin1.txt
+printf 'ok \xc0\xaf overlong' >overlong.txt
+printf 'ok \xed\xa0\x80 surrogate' >surrogate.txt
+printf 'cut \xe6\x97' >cut.txt
+bad "not UTF-8 text: byte 3 is 0xc0" "overlong.txt" --in overlong.txt
+bad "not UTF-8 text: byte 3 is 0xed" "surrogate.txt" --in surrogate.txt
+bad "not UTF-8 text: byte 4 is 0xe6" "cut.txt" --in cut.txt
 bad "an empty file" "empty.txt" --in book.txt --in empty.txt
 bad "only whitespace" "blank.txt" --in blank.txt
 bad "holds no .txt files" "nodocs" --in nodocs
