@@ -38,6 +38,7 @@ int cli_env_main(int argc, char **argv);
 int cli_list_main(int argc, char **argv);
 int cli_inspect_main(int argc, char **argv);
 int cli_export_main(int argc, char **argv);
+int cli_sample_main(int argc, char **argv);
 int cli_eval_main(int argc, char **argv);
 int cli_verify_main(int argc, char **argv);
 int cli_gc_main(int argc, char **argv);

@@ -23,6 +23,7 @@ static const cli_command commands[] = {
 	{ "verify", cli_verify_main, "Re-hash every chunk of every committed checkpoint (verify --run-dir DIR)" },
 	{ "export", cli_export_main, "A checkpoint's weights as HF GPT-2 safetensors or an llm.c file (export --run-dir DIR --format safetensors -o OUT/)" },
 	{ "eval", cli_eval_main, "A checkpoint's loss on an llm.c token shard, whole model in one process (eval --run-dir DIR --data X.bin)" },
+	{ "sample", cli_sample_main, "Text from a checkpoint, one token at a time with a KV cache, on the cpu (sample --run-dir DIR --prompt TEXT)" },
 	{ "gc", cli_gc_main, "Drop old checkpoints, then unreferenced chunks (gc --run-dir DIR --keep-last 2)" },
 	{ "plot", cli_plot_main, "Training and held-out loss curves with gnuplot (plot --run-dir DIR -o loss.png)" },
 	{ "push", cli_push_main, "Copy committed checkpoints to S3-compatible storage (push --run-dir DIR --remote s3://B/P)" },

@@ -1,0 +1,402 @@
+/*
+ * cmd_sample.c - `qeffect sample --run-dir R [--step S] [--prompt TEXT]
+ * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--json]`: text
+ * from a committed checkpoint (issue 37, item 6).
+ *
+ * The parameters are read by name (cli/named.h) from whatever cut into
+ * stages wrote the checkpoint, into one process's forward with a key/value
+ * cache (runtime/model/infer.h), on the cpu.  The vocabulary decides the
+ * tokens: 50257 is GPT-2's BPE (runtime/job/tokenizer.h to encode,
+ * runtime/job/detok.h to decode), 256 is bytes; any other is refused before
+ * a weight is read.  Sampling draws from the counter-based generator
+ * (runtime/core/rng.h), one 53-bit uniform per token, so a seed names its
+ * text.  When prompt and continuation outgrow the model's context (seq),
+ * the cache is rebuilt from the last seq/2 tokens and generation goes on.
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "cli/encoder_dir.h"
+#include "cli/named.h"
+#include "cli/run_args.h"
+#include "ckpt/ckpt_query.h"
+#include "runtime/core/rng.h"
+#include "runtime/core/status.h"
+#include "runtime/job/detok.h"
+#include "runtime/job/tokenizer.h"
+#include "runtime/model/infer.h"
+
+#define GPT2_VOCAB 50257
+#define BYTE_VOCAB 256
+#define BYTE_START 10 /* '\n': what the byte loader puts after each document */
+
+static void help(FILE *f)
+{
+	fprintf(f,
+		"usage: qeffect sample --run-dir DIR [--step S] [--prompt TEXT] [--tokens N]\n"
+		"                      [--temperature T] [--top-k K] [--seed S] [--encoder-dir DIR] [--json]\n\n"
+		"Generate text from a committed checkpoint (default: the latest; --step S the one at S), whatever\n"
+		"pipeline mapping wrote it: its fp32 weights are read by name into one process, on the cpu, and\n"
+		"tokens are generated one at a time with cached keys and values.\n\n"
+		"Tokens follow the model's vocabulary:\n"
+		"  50257  GPT-2's byte-level BPE: the prompt is encoded as `tokenize` encodes text and the\n"
+		"         continuation decoded with encoder.json; an empty prompt starts from <|endoftext|>\n"
+		"         (50256).  The encoder files come from --encoder-dir DIR, else $QE_GPT2_ENCODER_DIR,\n"
+		"         else " CLI_ENCODER_SUBDIR " beside this binary\n"
+		"  256    bytes: the prompt's bytes in, bytes out; an empty prompt starts from '\\n' (10)\n"
+		"Any other vocabulary is refused: there is no tokenizer to read its ids.\n\n"
+		"  --prompt TEXT       text to continue (default: empty)\n"
+		"  --tokens N          tokens to generate, 0..1000000 (default 64).  Past the model's seq, the\n"
+		"                      cache restarts from the last seq/2 tokens\n"
+		"  --temperature T     logits are divided by T before the softmax (default 1); 0: greedy, the\n"
+		"                      largest logit (the lowest id on a tie), no random draw\n"
+		"  --top-k K           draw among the K largest logits only (default 0: all)\n"
+		"  --seed S            the generator's seed, >= 0 (default 1337): the same seed, checkpoint and\n"
+		"                      flags give the same tokens\n"
+		"  --json              one JSON object instead of text: prompt_tokens (the ids fed first),\n"
+		"                      tokens (the generated ids), text (the generated text alone, invalid\n"
+		"                      UTF-8 replaced by U+FFFD), and run_id, step, seed, temperature, top_k\n"
+		"Without --json, the prompt and the continuation are written to stdout as bytes, then a newline.\n"
+		"Padding rows of the vocabulary have no logit and are never drawn.\n"
+		"Exit status: 0 generated, 1 missing or damaged run or checkpoint, an unsupported vocabulary or\n"
+		"missing encoder files, 2 bad usage.\n");
+}
+
+typedef struct sample_flags {
+	const char *dir, *prompt, *encoder_dir;
+	long step, tokens, top_k, seed;
+	double temperature;
+	int json;
+} sample_flags;
+
+/* Parse argv into *sf.  Returns 0, 2 (bad usage, printed), or -1 for --help (printed). */
+static int parse(int argc, char **argv, sample_flags *sf)
+{
+	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "step", 1, 0, 's' },
+					      { "prompt", 1, 0, 'p' },	 { "tokens", 1, 0, 'n' },
+					      { "temperature", 1, 0, 't' }, { "top-k", 1, 0, 'k' },
+					      { "seed", 1, 0, 'S' },	 { "encoder-dir", 1, 0, 'e' },
+					      { "json", 0, 0, 'j' },	 { "help", 0, 0, 'h' },
+					      { 0, 0, 0, 0 } };
+	int c, rc;
+	*sf = (sample_flags){ .prompt = "", .step = -1, .tokens = 64, .seed = 1337, .temperature = 1.0 };
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			help(stdout);
+			return -1;
+		} else if (c == 'r') {
+			sf->dir = optarg;
+		} else if (c == 's') {
+			if ((rc = cli_parse_long("sample", "--step", optarg, &sf->step)))
+				return rc;
+			if (sf->step < 0) {
+				fprintf(stderr, "qeffect sample: --step must be >= 0, got %ld\n", sf->step);
+				return 2;
+			}
+		} else if (c == 'p') {
+			sf->prompt = optarg;
+		} else if (c == 'n') {
+			if ((rc = cli_parse_long("sample", "--tokens", optarg, &sf->tokens)))
+				return rc;
+			if (sf->tokens < 0 || sf->tokens > 1000000) {
+				fprintf(stderr, "qeffect sample: --tokens must be in 0..1000000, got %ld\n", sf->tokens);
+				return 2;
+			}
+		} else if (c == 't') {
+			if ((rc = cli_parse_double("sample", "--temperature", optarg, &sf->temperature)))
+				return rc;
+			if (!isfinite(sf->temperature) || sf->temperature < 0) {
+				fprintf(stderr, "qeffect sample: --temperature must be a finite number >= 0, got %s\n", optarg);
+				return 2;
+			}
+		} else if (c == 'k') {
+			if ((rc = cli_parse_long("sample", "--top-k", optarg, &sf->top_k)))
+				return rc;
+			if (sf->top_k < 0) {
+				fprintf(stderr, "qeffect sample: --top-k must be >= 0 (0: all), got %ld\n", sf->top_k);
+				return 2;
+			}
+		} else if (c == 'S') {
+			if ((rc = cli_parse_long("sample", "--seed", optarg, &sf->seed)))
+				return rc;
+			if (sf->seed < 0) {
+				fprintf(stderr, "qeffect sample: --seed must be >= 0, got %ld\n", sf->seed);
+				return 2;
+			}
+		} else if (c == 'e') {
+			if ((rc = cli_parse_path("sample", "--encoder-dir", optarg)))
+				return rc;
+			sf->encoder_dir = optarg;
+		} else if (c == 'j') {
+			sf->json = 1;
+		} else {
+			return cli_run_args_unknown("sample", argv);
+		}
+	}
+	return cli_run_args_check("sample", argc, argv, sf->dir);
+}
+
+typedef struct cand {
+	float logit;
+	int32_t id;
+} cand;
+
+/* Larger logit first, the lower id first among equals: a total order, so qsort's result is fixed. */
+static int cand_cmp(const void *a, const void *b)
+{
+	const cand *x = a, *y = b;
+	if (x->logit != y->logit)
+		return x->logit > y->logit ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/*
+ * The next token from logits[0..V): greedy at temperature 0, else a draw
+ * from softmax(logits / T) over the top_k largest (all when 0), by one
+ * uniform u in [0, 1) against the cumulative sum in candidate order.
+ */
+static int32_t pick(const float *logits, int V, double temperature, long top_k, qe_rng *rng, cand *cs)
+{
+	int n = V;
+	for (int i = 0; i < V; i++)
+		cs[i] = (cand){ logits[i], i };
+	if (temperature == 0 || (top_k > 0 && top_k < V)) {
+		if (temperature == 0) {
+			int best = 0;
+			for (int i = 1; i < V; i++)
+				if (logits[i] > logits[best])
+					best = i;
+			return best;
+		}
+		qsort(cs, (size_t)V, sizeof(cand), cand_cmp);
+		n = (int)top_k;
+	}
+	float mx = cs[0].logit;
+	for (int i = 1; i < n; i++)
+		if (cs[i].logit > mx)
+			mx = cs[i].logit;
+	double sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += exp(((double)cs[i].logit - mx) / temperature);
+	double u = (double)(qe_rng_u64(rng) >> 11) * 0x1p-53 * sum, acc = 0;
+	for (int i = 0; i < n; i++) {
+		acc += exp(((double)cs[i].logit - mx) / temperature);
+		if (u < acc)
+			return cs[i].id;
+	}
+	return cs[n - 1].id;
+}
+
+/*
+ * Feed hist[j] to the forward (logits when not NULL); a full cache restarts
+ * from hist's last seq/2 tokens before j.
+ */
+static int feed(qe_infer *m, const qe_tokbuf *hist, size_t j, float *logits)
+{
+	int rc, seq = qe_infer_config(m)->seq;
+	if (qe_infer_pos(m) >= seq) {
+		size_t keep = (size_t)seq / 2;
+		qe_infer_reset(m);
+		for (size_t i = j - keep; i < j; i++)
+			if ((rc = qe_infer_step(m, hist->v[i], NULL)))
+				return rc;
+	}
+	return qe_infer_step(m, hist->v[j], logits);
+}
+
+/* The bytes of tokens t[0..n) appended to *buf (size *len, grown with realloc). */
+static int tokens_bytes(const qe_gpt2_detok *d, const int32_t *t, size_t n, char **buf, size_t *len)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *b;
+		size_t bl = 1;
+		char one = (char)t[i];
+		int rc = d ? qe_gpt2_detok_token(d, t[i], &b, &bl) : QE_OK;
+		if (rc)
+			return rc;
+		if (!d)
+			b = &one;
+		char *g = realloc(*buf, *len + bl + 1);
+		if (!g)
+			return qe_fail(QE_ENOMEM, "out of memory for %zu bytes of text", *len + bl);
+		*buf = g;
+		memcpy(g + *len, b, bl);
+		*len += bl;
+		g[*len] = 0;
+	}
+	return QE_OK;
+}
+
+static json_t *ids_json(const int32_t *t, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_integer(t[i]));
+	return a;
+}
+
+/* Read every parameter of the checkpoint into the forward's one-stage buffer, by name. */
+static int load_weights(cli_named *nm, qe_infer *m)
+{
+	for (int i = 0; i < nm->names.nparams; i++) {
+		const qe_named *e = &nm->names.t[i];
+		const qe_named *to = qe_names_find(qe_infer_names(m), e->name);
+		if (!to || qe_named_floats(to) != qe_named_floats(e))
+			return qe_fail(QE_ECORRUPT, "tensor '%s' of the checkpoint has no place in the model's forward",
+				       e->name);
+		int rc = cli_named_read(nm, e, qe_infer_params(m) + to->offset);
+		if (rc)
+			return rc;
+	}
+	return QE_OK;
+}
+
+int cli_sample_main(int argc, char **argv)
+{
+	sample_flags sf;
+	int rc = parse(argc, argv, &sf), status = 1;
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	ckpt_run *r = NULL;
+	cat_ckpt ck = { 0 };
+	cat_tensor_rows tr = { 0 };
+	cli_named nm = { 0 };
+	qe_gpt2 *enc = NULL;
+	qe_gpt2_detok *dec = NULL;
+	qe_infer *m = NULL;
+	qe_tokbuf hist = { 0 };
+	float *logits = NULL;
+	cand *cs = NULL;
+	char *text = NULL, *prompt_text = NULL, *clean = NULL;
+	size_t text_len = 0, prompt_len = 0, clean_len = 0;
+	char what[4400];
+	snprintf(what, sizeof(what), "%s", sf.dir);
+	if ((rc = ckpt_run_open(sf.dir, CKPT_RUN_STORE, &r)) || (rc = ckpt_q_select(r, sf.step, &ck)))
+		goto fail;
+	snprintf(what, sizeof(what), "%s: checkpoint step %lld", sf.dir, (long long)ck.step);
+	if (ck.status != CAT_COMMITTED) {
+		rc = qe_fail(QE_ENOTFOUND, "it is %s, not committed: only a committed checkpoint is sampled",
+			     cat_status_name(ck.status));
+		goto fail;
+	}
+	if ((rc = cat_ckpt_tensors(ckpt_run_catalog(r), ck.id, &tr)) || (rc = cli_named_open(r, &tr, &nm)))
+		goto fail;
+	const qe_model_config *mc = &nm.cfg.model;
+	int V = mc->vocab, gpt2 = V == GPT2_VOCAB;
+	if (!gpt2 && V != BYTE_VOCAB) {
+		rc = qe_fail(QE_EUNSUPPORTED,
+			     "the model's vocabulary has %d tokens, and sample reads only GPT-2's BPE (50257) and bytes (256): "
+			     "there is no tokenizer for its ids",
+			     V);
+		goto fail;
+	}
+
+	/* The prompt's tokens: GPT-2 BPE or bytes; an empty prompt starts from EOT or '\n'. */
+	size_t plen = strlen(sf.prompt);
+	if (gpt2) {
+		char encdir[4096];
+		const char *from;
+		cli_encoder_dir(sf.encoder_dir, encdir, sizeof(encdir), &from);
+		snprintf(what, sizeof(what), "GPT-2's encoder files in '%s' (%s; the model's vocabulary is 50257)", encdir,
+			 from);
+		if ((rc = qe_gpt2_detok_open(encdir, &dec)) || (rc = qe_gpt2_open(encdir, &enc)))
+			goto fail;
+		if (qe_gpt2_detok_size(dec) != GPT2_VOCAB) {
+			rc = qe_fail(QE_ECORRUPT, "encoder.json has %d ids, GPT-2's has %d", qe_gpt2_detok_size(dec),
+				     GPT2_VOCAB);
+			goto fail;
+		}
+		snprintf(what, sizeof(what), "--prompt");
+		if ((rc = plen ? qe_gpt2_encode(enc, sf.prompt, plen, &hist) : qe_tokbuf_push(&hist, QE_GPT2_EOT))) {
+			if (rc == QE_EINVAL) {
+				fprintf(stderr, "qeffect sample: --prompt: %s\n", qe_last_error());
+				status = 2;
+				goto release;
+			}
+			goto fail;
+		}
+	} else {
+		for (size_t i = 0; i < plen && !rc; i++)
+			rc = qe_tokbuf_push(&hist, (unsigned char)sf.prompt[i]);
+		if (!rc && !plen)
+			rc = qe_tokbuf_push(&hist, BYTE_START);
+		if (rc)
+			goto fail;
+	}
+	size_t nprompt = hist.n;
+
+	snprintf(what, sizeof(what), "%s: checkpoint step %lld", sf.dir, (long long)ck.step);
+	logits = malloc((size_t)V * sizeof(float));
+	cs = malloc((size_t)V * sizeof(cand));
+	if (!logits || !cs) {
+		rc = qe_fail(QE_ENOMEM, "out of memory for %d logits", V);
+		goto fail;
+	}
+	if ((rc = qe_infer_create(mc, &m)) || (rc = load_weights(&nm, m)))
+		goto fail;
+
+	/* The prompt, then one token at a time. */
+	qe_rng rng;
+	qe_rng_init(&rng, (uint64_t)sf.seed);
+	for (size_t j = 0; j < nprompt; j++)
+		if ((rc = feed(m, &hist, j, j + 1 == nprompt ? logits : NULL)))
+			goto fail;
+	for (long k = 0; k < sf.tokens; k++) {
+		if ((rc = qe_tokbuf_push(&hist, pick(logits, V, sf.temperature, sf.top_k, &rng, cs))))
+			goto fail;
+		if (k + 1 < sf.tokens && (rc = feed(m, &hist, hist.n - 1, logits)))
+			goto fail;
+	}
+
+	/* Text: the start token of an empty prompt is not part of it. */
+	size_t shown = plen ? 0 : nprompt;
+	if ((rc = tokens_bytes(dec, hist.v + shown, nprompt - shown, &prompt_text, &prompt_len)) ||
+	    (rc = tokens_bytes(dec, hist.v + nprompt, hist.n - nprompt, &text, &text_len)))
+		goto fail;
+	if (sf.json) {
+		if ((rc = qe_utf8_lossy(text ? text : "", text_len, &clean, &clean_len)))
+			goto fail;
+		json_t *o = json_pack("{s:s,s:I,s:I,s:f,s:I}", "run_id", ckpt_run_id(r), "step", (json_int_t)ck.step,
+				      "seed", (json_int_t)sf.seed, "temperature", sf.temperature, "top_k",
+				      (json_int_t)sf.top_k);
+		json_object_set_new(o, "prompt_tokens", ids_json(hist.v, nprompt));
+		json_object_set_new(o, "tokens", ids_json(hist.v + nprompt, hist.n - nprompt));
+		json_object_set_new(o, "text", json_stringn(clean, clean_len));
+		char *s = json_dumps(o, JSON_COMPACT);
+		if (s)
+			puts(s);
+		free(s);
+		json_decref(o);
+	} else {
+		fwrite(prompt_text ? prompt_text : "", 1, prompt_len, stdout);
+		fwrite(text ? text : "", 1, text_len, stdout);
+		fputc('\n', stdout);
+	}
+	status = fflush(stdout) ? 1 : 0;
+	goto release;
+fail:
+	status = cli_report("sample", rc, what);
+release:
+	free(clean);
+	free(text);
+	free(prompt_text);
+	free(cs);
+	free(logits);
+	qe_tokbuf_release(&hist);
+	qe_infer_free(m);
+	qe_gpt2_free(enc);
+	qe_gpt2_detok_free(dec);
+	cli_named_release(&nm);
+	cat_tensor_rows_free(&tr);
+	cat_ckpt_release(&ck);
+	ckpt_run_close(r);
+	return status;
+}

@@ -1,0 +1,71 @@
+/*
+ * infer.h - the model's forward for one token at a time, with cached keys and
+ * values per layer: what `qeffect sample` generates with (issue 37, item 6).
+ *
+ * A plain fp32 forward on the host, written out loop by loop, beside the
+ * staged forward of the op table (stage_forward.c), not through it: sampling
+ * runs one row at a time on one process, and needs neither tapes, FP8 casts
+ * nor pipeline stages.  It computes what the model computes at f32
+ * precision, as tests/cli/lib/gpt2_forward.py writes it down: x = wte[token]
+ * + wpe[pos]; per block (pre-norm) x += proj(attn(qkv(LN1(x)))), x +=
+ * fc2(gelu(fc1(LN2(x)))), layernorm eps 1e-5 with the biased variance, GELU's
+ * tanh approximation, causal attention scaled by 1/sqrt(head dim) over the
+ * cached positions; then LN_f and the head.  Logits are computed for the real
+ * vocabulary only: the rows padding it to a multiple of 128 have no logit, so
+ * they can never be sampled.  A model trained at fp8 or bf16 is run here on
+ * its fp32 master weights (what export writes), so its logits differ from its
+ * training forward's by that quantization.
+ *
+ * The parameters are one buffer in the layout of a one-stage cut of the
+ * model (the naming table qe_model_names(cfg, 1, ...)), which the caller fills
+ * by name from wherever they come from (a checkpoint cut into any number of
+ * stages).  The head is lm_head.weight, or wte.weight when the table has no
+ * head of its own (a tied model).
+ *
+ * A qe_infer is single-threaded state; use one per thread.
+ */
+#ifndef QE_MODEL_INFER_H
+#define QE_MODEL_INFER_H
+
+#include <stdint.h>
+
+#include "runtime/model/model.h"
+#include "runtime/model/names.h"
+
+typedef struct qe_infer qe_infer;
+
+/*
+ * A forward for model cfg with a key/value cache of cfg->seq positions (the
+ * rows of wpe) and zero parameters.  Codes: QE_EINVAL (the shape fails
+ * qe_model_config_check, or the table lacks a tensor the forward needs),
+ * QE_ENOMEM.  OUT *out: freed with qe_infer_free (NULL after a failure).
+ */
+int qe_infer_create(const qe_model_config *cfg, qe_infer **out);
+void qe_infer_free(qe_infer *m);
+
+/*
+ * The naming table of the parameter buffer (one stage) and the buffer
+ * itself (t->param_floats[0] floats, zero at create): fill entry e's floats
+ * at qe_infer_params(m) + e->offset, e.g. with cli_named_read.  Both live as
+ * long as m.
+ */
+const qe_names *qe_infer_names(const qe_infer *m);
+float *qe_infer_params(qe_infer *m);
+
+/* The model's configuration (real vocabulary, seq: the cache's length). */
+const qe_model_config *qe_infer_config(const qe_infer *m);
+/* Positions in the cache: tokens fed since create or the last reset. */
+int qe_infer_pos(const qe_infer *m);
+/* Empty the cache: the next token is at position 0. */
+void qe_infer_reset(qe_infer *m);
+
+/*
+ * Feed token at position qe_infer_pos(m) and, when logits is not NULL, write
+ * the next token's logits there (cfg->vocab floats, the real vocabulary).
+ * Codes: QE_EINVAL (token outside [0, vocab), or the cache is full: pos ==
+ * seq; nothing changes), QE_ENUMERIC (a logit is not finite: the weights are
+ * damaged or diverged; the position was consumed).
+ */
+int qe_infer_step(qe_infer *m, int32_t token, float *logits);
+
+#endif
