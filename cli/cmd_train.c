@@ -101,9 +101,13 @@ static int init_from_check(const char *path, qe_train_config *cfg, int quiet)
 	snprintf(cfg->init_format, sizeof(cfg->init_format), "%s", im.format);
 	snprintf(cfg->init_hash, sizeof(cfg->init_hash), "%s", im.hash);
 	if (!quiet)
-		fprintf(stderr, "qeffect train: weights from %s (%s, xxh3-128 %s)%s%s\n", im.path, im.format, im.hash,
-			im.head_tied ? ": it has no separate lm_head.weight, so the output head starts as a copy of wte" : "",
-			im.skipped ? "; tensors that are not parameters skipped" : "");
+		fprintf(stderr, "qeffect train: weights from %s (%s, xxh3-128 %s)%s\n", im.path, im.format, im.hash,
+			im.skipped ? "; tensors in it that are not parameters skipped" : "");
+	/* said even with --quiet: the head is not what the file held */
+	if (im.head_tied)
+		fprintf(stderr, "qeffect train: note: %s has no separate lm_head.weight (%s ties it to wte): the output "
+				"head starts as a copy of wte and trains on its own from there\n",
+			im.path, strcmp(im.format, "llmc") ? "GPT-2" : "llm.c");
 	cli_import_release(&im);
 	return 0;
 }

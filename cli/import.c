@@ -156,6 +156,67 @@ static int skippable(const cli_import *im, const char *name, const qe_named **e)
 	return -1;
 }
 
+/*
+ * Parameter p's header entry v (named key; NULL when the file lacks it):
+ * dtype F32, the model's shape, bytes inside the file's data.  A missing
+ * lm_head.weight becomes a copy of wte.
+ */
+static int check_entry(cli_import *im, int p, json_t *v, const char *key, uint64_t data, uint64_t dbytes)
+{
+	char ms[256];
+	const qe_named *e = &im->names.t[p];
+	if (!v && strcmp(e->name, "lm_head.weight") == 0) {
+		int wi = (int)(qe_names_find(&im->names, "wte.weight") - im->names.t);
+		im->src[p] = im->src[wi]; /* wte is checked before the head: the model's order */
+		im->src[p].from = wi;
+		im->head_tied = 1;
+		return QE_OK;
+	}
+	if (!v)
+		return qe_fail(QE_EINVAL, "'%s': has no tensor '%s%s' (nor '%s'), which %s needs", im->path,
+			       strncmp(e->name, "lm_head.", 8) ? "transformer." : "", e->name, e->name,
+			       model_str(im, ms, sizeof(ms)));
+	json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"), *of = json_object_get(v, "data_offsets");
+	if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(of) || json_array_size(of) != 2 ||
+	    !json_is_integer(json_array_get(of, 0)) || !json_is_integer(json_array_get(of, 1)))
+		return qe_fail(QE_ECORRUPT, "'%s': tensor '%s': its header entry lacks dtype, shape or data_offsets",
+			       im->path, key);
+	if (strcmp(json_string_value(dt), "F32"))
+		return qe_fail(QE_EINVAL, "'%s': tensor '%s' is %s; --init-from reads F32 tensors", im->path, key,
+			       json_string_value(dt));
+	int64_t want[2], got[2] = { 0, 1 };
+	hf_shape(e, want);
+	size_t nd = json_array_size(sh);
+	for (size_t i = 0; i < nd && i < 2; i++)
+		got[i] = json_is_integer(json_array_get(sh, i)) ? json_integer_value(json_array_get(sh, i)) : -1;
+	if ((int)nd != e->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
+		char gs[64], ws[64];
+		if (nd >= 1 && nd <= 2)
+			shape_str(gs, sizeof(gs), (int)nd, got);
+		else
+			snprintf(gs, sizeof(gs), "of %zu dimensions", nd);
+		shape_str(ws, sizeof(ws), e->ndim, want);
+		return qe_fail(QE_EINVAL, "'%s': tensor '%s' is %s in the file; %s needs %s", im->path, key, gs,
+			       model_str(im, ms, sizeof(ms)), ws);
+	}
+	json_int_t b = json_integer_value(json_array_get(of, 0)), en = json_integer_value(json_array_get(of, 1));
+	uint64_t need = (uint64_t)qe_named_floats(e) * 4;
+	if (b < 0 || en < b || (uint64_t)en > dbytes)
+		return qe_fail(QE_ECORRUPT,
+			       "'%s': tensor '%s': data_offsets [%lld, %lld] lie outside the file's %llu data bytes "
+			       "(truncated, or a header that does not match the file)",
+			       im->path, key, (long long)b, (long long)en, (unsigned long long)dbytes);
+	if ((uint64_t)(en - b) != need)
+		return qe_fail(QE_ECORRUPT, "'%s': tensor '%s': data_offsets [%lld, %lld] hold %lld bytes; F32 of its shape "
+					    "needs %llu",
+			       im->path, key, (long long)b, (long long)en, (long long)(en - b), (unsigned long long)need);
+	im->src[p].offset = data + (uint64_t)b;
+	im->src[p].file_rows = e->shape[0];
+	im->src[p].transposed = e->conv1d;
+	im->src[p].from = p;
+	return QE_OK;
+}
+
 static int open_safetensors(cli_import *im, int fd)
 {
 	char ms[256];
@@ -185,8 +246,10 @@ static int open_safetensors(cli_import *im, int fd)
 			       h ? "another JSON value" : err.text);
 	}
 	uint64_t data = 8 + hl, dbytes = im->size - data;
-	int *seen = calloc((size_t)im->names.nparams, sizeof(int));
-	if (!seen)
+	/* The file's entry of each parameter (borrowed from h); checked below in the model's order. */
+	json_t **ent = calloc((size_t)im->names.nparams, sizeof(*ent));
+	const char **keys = calloc((size_t)im->names.nparams, sizeof(*keys));
+	if (!ent || !keys)
 		rc = qe_fail(QE_ENOMEM, "'%s': out of memory", im->path);
 	const char *key;
 	json_t *v;
@@ -198,102 +261,46 @@ static int open_safetensors(cli_import *im, int fd)
 			continue;
 		const char *name = strncmp(key, "transformer.", 12) == 0 ? key + 12 : key;
 		const qe_named *e;
-		int sk = skippable(im, name, &e);
-		int layer;
+		int sk = skippable(im, name, &e), layer;
 		if (sk > 0) {
 			im->skipped++;
-			continue;
-		}
-		if (sk < 0 && sscanf(name, "h.%d.", &layer) == 1 && (layer < 0 || layer >= im->model.layers)) {
+		} else if (sk < 0 && sscanf(name, "h.%d.", &layer) == 1 && (layer < 0 || layer >= im->model.layers)) {
 			rc = qe_fail(QE_EINVAL, "'%s': tensor '%s' is of block h.%d, but %s has blocks h.0 .. h.%d", im->path,
 				     key, layer, model_str(im, ms, sizeof(ms)), im->model.layers - 1);
-			break;
-		}
-		if (sk < 0) {
+		} else if (sk < 0) {
 			rc = qe_fail(QE_EINVAL, "'%s': tensor '%s' is not a GPT-2 parameter qeffect knows", im->path, key);
-			break;
-		}
-		int p = (int)(e - im->names.t);
-		json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
-		       *of = json_object_get(v, "data_offsets");
-		if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(of) || json_array_size(of) != 2 ||
-		    !json_is_integer(json_array_get(of, 0)) || !json_is_integer(json_array_get(of, 1))) {
-			rc = qe_fail(QE_ECORRUPT, "'%s': tensor '%s': its header entry lacks dtype, shape or data_offsets",
-				     im->path, key);
-			break;
-		}
-		if (strcmp(json_string_value(dt), "F32")) {
-			rc = qe_fail(QE_EINVAL, "'%s': tensor '%s' is %s; --init-from reads F32 tensors", im->path, key,
-				     json_string_value(dt));
-			break;
-		}
-		int64_t want[2], got[2] = { 0, 1 };
-		hf_shape(e, want);
-		size_t nd = json_array_size(sh);
-		for (size_t i = 0; i < nd && i < 2; i++)
-			got[i] = json_is_integer(json_array_get(sh, i)) ? json_integer_value(json_array_get(sh, i)) : -1;
-		if ((int)nd != e->ndim || got[0] != want[0] || (nd == 2 && got[1] != want[1])) {
-			char gs[64], ws[64];
-			if (nd >= 1 && nd <= 2)
-				shape_str(gs, sizeof(gs), (int)nd, got);
-			else
-				snprintf(gs, sizeof(gs), "of %zu dimensions", nd);
-			shape_str(ws, sizeof(ws), e->ndim, want);
-			rc = qe_fail(QE_EINVAL, "'%s': tensor '%s' is %s in the file; %s needs %s", im->path, key, gs,
-				     model_str(im, ms, sizeof(ms)), ws);
-			break;
-		}
-		json_int_t b = json_integer_value(json_array_get(of, 0)), en = json_integer_value(json_array_get(of, 1));
-		uint64_t need = (uint64_t)qe_named_floats(e) * 4;
-		if (b < 0 || en < b || (uint64_t)en > dbytes) {
-			rc = qe_fail(QE_ECORRUPT,
-				     "'%s': tensor '%s': data_offsets [%lld, %lld] lie outside the file's %llu data bytes "
-				     "(truncated, or a header that does not match the file)",
-				     im->path, key, (long long)b, (long long)en, (unsigned long long)dbytes);
-			break;
-		}
-		if ((uint64_t)(en - b) != need) {
-			rc = qe_fail(QE_ECORRUPT, "'%s': tensor '%s': data_offsets [%lld, %lld] hold %lld bytes; F32 %s needs %llu",
-				     im->path, key, (long long)b, (long long)en, (long long)(en - b),
-				     (nd == 2 ? "of its 2-d shape" : "of its shape"), (unsigned long long)need);
-			break;
-		}
-		if (seen[p]++) {
+		} else if (ent[e - im->names.t]) {
 			rc = qe_fail(QE_ECORRUPT, "'%s': tensor '%s' appears twice (with and without 'transformer.')", im->path,
 				     key);
-			break;
+		} else {
+			ent[e - im->names.t] = v;
+			keys[e - im->names.t] = key;
 		}
-		im->src[p].offset = data + (uint64_t)b;
-		im->src[p].file_rows = e->shape[0];
-		im->src[p].transposed = e->conv1d;
-		im->src[p].from = p;
 	}
+	for (int p = 0; !rc && p < im->names.nparams; p++)
+		rc = check_entry(im, p, ent[p], keys[p], data, dbytes);
 	json_decref(h);
-	/* Every parameter present, in the model's order: the first missing one is named. */
-	for (int p = 0; !rc && p < im->names.nparams; p++) {
-		const qe_named *e = &im->names.t[p];
-		if (seen[p])
-			continue;
-		if (strcmp(e->name, "lm_head.weight") == 0) {
-			const qe_named *w = qe_names_find(&im->names, "wte.weight");
-			int wi = (int)(w - im->names.t);
-			if (seen[wi]) {
-				im->src[p] = im->src[wi];
-				im->src[p].from = wi;
-				im->head_tied = 1;
-				continue;
-			}
-		}
-		rc = qe_fail(QE_EINVAL, "'%s': has no tensor '%s%s' (nor '%s'), which %s needs", im->path,
-			     strncmp(e->name, "lm_head.", 8) ? "transformer." : "", e->name, e->name,
-			     model_str(im, ms, sizeof(ms)));
-	}
-	free(seen);
+	free(ent);
+	free(keys);
 	return rc;
+}
+
+/* A tensor of llm.c's file by its name there and ours ("h.N." for a block's, stacked over the layers). */
+static const char *llmc_name(const qe_named *e, char *buf, size_t len)
+{
+	static const char *const n[QE_LLMC_TENSORS] = { "wte",	    "wpe",  "ln1w", "ln1b", "qkvw",	"qkvb",
+							  "attprojw", "attprojb", "ln2w", "ln2b", "fcw",	"fcb",
+							  "fcprojw",  "fcprojb",  "lnfw", "lnfb" };
+	if (e->layer >= 0)
+		snprintf(buf, len, "%s (h.N.%s, all layers)", n[e->llmc], strchr(e->name + 2, '.') + 1);
+	else
+		snprintf(buf, len, "%s (%s)", n[e->llmc], e->name);
+	return buf;
 }
 
 static int open_llmc(cli_import *im, int fd)
 {
+	char ln[128];
 	char ms[256];
 	unsigned char hb[LLMC_HEADER_INTS * 4];
 	const qe_model_config *m = &im->model;
@@ -341,16 +348,16 @@ static int open_llmc(cli_import *im, int fd)
 			int64_t g[2] = { fr, fc };
 			shape_str(gs, sizeof(gs), e->ndim, g);
 			shape_str(ws, sizeof(ws), e->ndim, e->shape);
-			return qe_fail(QE_EINVAL, "'%s': tensor '%s' is %s in the file; %s needs %s", im->path, e->name, gs,
-				       model_str(im, ms, sizeof(ms)), ws);
+			return qe_fail(QE_EINVAL, "'%s': tensor %s is %s in the file; %s needs %s", im->path,
+				       llmc_name(e, ln, sizeof(ln)), gs, model_str(im, ms, sizeof(ms)), ws);
 		}
 		per[k] = (k == 0 ? (int64_t)Vp : fr) * fc;
 		start[k] = at;
 		at += per[k] * (e->layer >= 0 ? L : 1);
 		if ((uint64_t)at * 4 > im->size)
-			return qe_fail(QE_ECORRUPT, "'%s': truncated: tensor '%s' (llm.c's tensor %d) ends at byte %llu, but the "
-						    "file has %llu bytes",
-				       im->path, e->name, k, (unsigned long long)at * 4, (unsigned long long)im->size);
+			return qe_fail(QE_ECORRUPT, "'%s': truncated: tensor %s ends at byte %llu, but the file has %llu bytes",
+				       im->path, llmc_name(e, ln, sizeof(ln)), (unsigned long long)at * 4,
+				       (unsigned long long)im->size);
 	}
 	if ((uint64_t)at * 4 != im->size)
 		return qe_fail(QE_ECORRUPT, "'%s': %llu bytes, but its header describes %llu", im->path,
