@@ -61,7 +61,9 @@ static void help(FILE *f)
 		"                      flags give the same tokens\n"
 		"  --json              one JSON object instead of text: prompt_tokens (the ids fed first),\n"
 		"                      tokens (the generated ids), text (the generated text alone, invalid\n"
-		"                      UTF-8 replaced by U+FFFD), and run_id, step, seed, temperature, top_k\n"
+		"                      UTF-8 replaced by U+FFFD), logprobs (each generated token's natural log\n"
+		"                      probability under the model: log softmax of the logits, before\n"
+		"                      temperature and top-k), and run_id, step, seed, temperature, top_k\n"
 		"Without --json, the prompt and the continuation are written to stdout as bytes, then a newline.\n"
 		"Padding rows of the vocabulary have no logit and are never drawn.\n"
 		"Exit status: 0 generated, 1 missing or damaged run or checkpoint, an unsupported vocabulary or\n"
@@ -243,6 +245,19 @@ static json_t *ids_json(const int32_t *t, size_t n)
 	return a;
 }
 
+/* log softmax(logits)[id]: the model's own probability of id, before temperature and top-k. */
+static double logprob(const float *logits, int V, int32_t id)
+{
+	float mx = logits[0];
+	for (int i = 1; i < V; i++)
+		if (logits[i] > mx)
+			mx = logits[i];
+	double sum = 0;
+	for (int i = 0; i < V; i++)
+		sum += exp((double)logits[i] - mx);
+	return (double)logits[id] - mx - log(sum);
+}
+
 /* Read every parameter of the checkpoint into the forward's one-stage buffer, by name. */
 static int load_weights(cli_named *nm, qe_infer *m)
 {
@@ -274,6 +289,7 @@ int cli_sample_main(int argc, char **argv)
 	qe_infer *m = NULL;
 	qe_tokbuf hist = { 0 };
 	float *logits = NULL;
+	double *lps = NULL;
 	cand *cs = NULL;
 	char *text = NULL, *prompt_text = NULL, *clean = NULL;
 	size_t text_len = 0, prompt_len = 0, clean_len = 0;
@@ -336,7 +352,8 @@ int cli_sample_main(int argc, char **argv)
 	snprintf(what, sizeof(what), "%s: checkpoint step %lld", sf.dir, (long long)ck.step);
 	logits = malloc((size_t)V * sizeof(float));
 	cs = malloc((size_t)V * sizeof(cand));
-	if (!logits || !cs) {
+	lps = malloc(((size_t)sf.tokens + 1) * sizeof(double));
+	if (!logits || !cs || !lps) {
 		rc = qe_fail(QE_ENOMEM, "out of memory for %d logits", V);
 		goto fail;
 	}
@@ -352,6 +369,7 @@ int cli_sample_main(int argc, char **argv)
 	for (long k = 0; k < sf.tokens; k++) {
 		if ((rc = qe_tokbuf_push(&hist, pick(logits, V, sf.temperature, sf.top_k, &rng, cs))))
 			goto fail;
+		lps[k] = logprob(logits, V, hist.v[hist.n - 1]);
 		if (k + 1 < sf.tokens && (rc = feed(m, &hist, hist.n - 1, logits)))
 			goto fail;
 	}
@@ -370,6 +388,10 @@ int cli_sample_main(int argc, char **argv)
 		json_object_set_new(o, "prompt_tokens", ids_json(hist.v, nprompt));
 		json_object_set_new(o, "tokens", ids_json(hist.v + nprompt, hist.n - nprompt));
 		json_object_set_new(o, "text", json_stringn(clean, clean_len));
+		json_t *lp = json_array();
+		for (long k = 0; k < sf.tokens; k++)
+			json_array_append_new(lp, json_real(lps[k]));
+		json_object_set_new(o, "logprobs", lp);
 		char *s = json_dumps(o, JSON_COMPACT);
 		if (s)
 			puts(s);
@@ -389,6 +411,7 @@ release:
 	free(text);
 	free(prompt_text);
 	free(cs);
+	free(lps);
 	free(logits);
 	qe_tokbuf_release(&hist);
 	qe_infer_free(m);

@@ -9,7 +9,8 @@ per block: a = LN(h; ln_1) (eps layer_norm_epsilon), qkv = a @ c_attn.weight + c
 columns, causal softmax(q k^T / sqrt(d)) v, merged heads @ c_proj.weight + bias, residual;
 m = LN(h; ln_2), gelu_new(m @ c_fc.weight + b) @ c_proj.weight + b, residual; LN(h; ln_f);
 logits = h @ lm_head.weight^T (nn.Linear, [vocab, n_embd]); loss = mean cross-entropy of
-targets.  Computed in double precision.
+targets.  Computed in double precision.  next_logits gives the last row's logits alone (greedy
+decoding in tests/cli/sample.sh).
 
 usage: gpt2_forward.py FOLDER TOKEN,TOKEN,... TARGET,TARGET,...   prints the loss
 """
@@ -72,7 +73,8 @@ def gelu_new(v):
     return 0.5 * v * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
 
 
-def forward_loss(cfg, w, tokens, targets):
+def forward_hidden(cfg, w, tokens):
+    """The last layernorm's output, one row per token (what the head multiplies)."""
     C, nh, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
     d = C // nh
     T = len(tokens)
@@ -99,9 +101,21 @@ def forward_loss(cfg, w, tokens, targets):
         fc = [[gelu_new(v) for v in r] for r in linear(m, cols(w[q + "mlp.c_fc.weight"]), w[q + "mlp.c_fc.bias"])]
         out = linear(fc, cols(w[q + "mlp.c_proj.weight"]), w[q + "mlp.c_proj.bias"])
         h = [[x + y for x, y in zip(r, s)] for r, s in zip(h, out)]
-    h = layernorm(h, w[p + "ln_f.weight"], w[p + "ln_f.bias"], eps)
-    head = w["lm_head.weight"] if not cfg.get("tie_word_embeddings", True) else w[p + "wte.weight"]
-    logits = linear(h, head, None)
+    return layernorm(h, w[p + "ln_f.weight"], w[p + "ln_f.bias"], eps)
+
+
+def head(cfg, w):
+    return w["lm_head.weight"] if not cfg.get("tie_word_embeddings", True) else w["transformer.wte.weight"]
+
+
+def next_logits(cfg, w, tokens):
+    """The logits of the token after tokens (the last row only), over the real vocabulary."""
+    return linear(forward_hidden(cfg, w, tokens)[-1:], head(cfg, w), None)[0]
+
+
+def forward_loss(cfg, w, tokens, targets):
+    T = len(tokens)
+    logits = linear(forward_hidden(cfg, w, tokens), head(cfg, w), None)
     loss = 0.0
     for row, tgt in zip(logits, targets):
         m = max(row)
