@@ -143,6 +143,10 @@ refuse deep.safetensors bad4 "transformer.h.2.ln_1.weight" "h.0 .. h.1"
 refuse magic.bin bad5 "bad magic 20240520"
 refuse trunc.bin bad6 "truncated" "fcprojw (h.N.mlp.c_proj.weight"
 refuse nothing.safetensors bad7 "No such file"
+# config.json beside it is checked too: n_head is in no tensor's shape
+cp -r "$T/st1" "$T/h8"
+python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["n_head"]=8; json.dump(c,open(p,"w"))' "$T/h8/config.json"
+refuse h8 bad9 "config.json" "n_head is 8"
 # the model differs from the file: its first differing tensor is named (wte: hidden 64)
 "$Q" train ${C/--hidden 128/--hidden 64} --steps 1 --ckpt-every 1 --init-from "$T/st1" --run-dir "$T/bad8" 2>"$T/err" &&
 	fail "a model of another hidden size was accepted"
