@@ -179,6 +179,9 @@ const e = JSON.parse(fs.readFileSync(ejs, "utf8"));
 if (!same(e.prompt_tokens, [50256])) throw new Error(`empty prompt starts from ${e.prompt_tokens}`);
 console.log(`ok: gpt2 prompt ${o.prompt_tokens}, text ${JSON.stringify(o.text)}`);
 EOF
+"$Q" sample --run-dir "$T/g" --encoder-dir "$ENC" --prompt $'ab\xff' >/dev/null 2>"$T/err"
+rc=$?
+[ $rc = 2 ] && grep -q "not valid UTF-8" "$T/err" || fail "a prompt that is not UTF-8: exit $rc, $(cat "$T/err")"
 "$Q" sample --run-dir "$T/g" --encoder-dir "$T/none" >/dev/null 2>"$T/err"
 rc=$?
 [ $rc = 1 ] && grep -q "$T/none/encoder.json" "$T/err" || fail "missing encoder files: exit $rc, $(cat "$T/err")"
