@@ -228,9 +228,12 @@ static int open_safetensors(cli_import *im, int fd)
 	if (rc)
 		return rc;
 	uint64_t hl = le64(lenb);
-	if (hl > im->size - 8 || hl > (100u << 20))
+	if (hl > im->size - 8)
 		return qe_fail(QE_ECORRUPT, "'%s': its header says it is %llu bytes, but the file has %llu after the length",
 			       im->path, (unsigned long long)hl, (unsigned long long)(im->size - 8));
+	if (hl > (100u << 20)) /* the format's own limit */
+		return qe_fail(QE_ECORRUPT, "'%s': a safetensors header of %llu bytes (the format allows 100 MB)", im->path,
+			       (unsigned long long)hl);
 	char *hdr = malloc(hl + 1);
 	if (!hdr)
 		return qe_fail(QE_ENOMEM, "'%s': out of memory for a header of %llu bytes", im->path, (unsigned long long)hl);

@@ -108,6 +108,7 @@ python3 - "$T/st1/model.safetensors" "$T/m1.bin" "$T" <<'EOF' || fail "write the
 import json, struct, sys
 st = open(sys.argv[1], "rb").read(); ll = open(sys.argv[2], "rb").read(); d = sys.argv[3]
 open(d + "/trunc.safetensors", "wb").write(st[: len(st) // 2])
+open(d + "/hdrlen.safetensors", "wb").write(struct.pack("<Q", len(st)) + st[8:])
 n = struct.unpack("<Q", st[:8])[0]
 hdr = json.loads(st[8:8 + n]); data = st[8 + n:]
 def write(name, h):
@@ -137,6 +138,7 @@ refuse() { # FILE RUN_NAME PATTERN...: refused, each pattern in the error, no ru
 	echo "ok: $f refused (rc $rc): $(head -c 240 "$T/err")"
 }
 refuse trunc.safetensors bad1 "transformer." "data_offsets"
+refuse hdrlen.safetensors bad10 "its header says it is"
 refuse lie.safetensors bad2 "transformer.h.1.mlp.c_fc.bias" "data_offsets"
 refuse shape.safetensors bad3 "transformer.h.0.attn.c_proj.weight" "[64, 256]" "[128, 128]"
 refuse deep.safetensors bad4 "transformer.h.2.ln_1.weight" "h.0 .. h.1"
