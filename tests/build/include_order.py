@@ -2,7 +2,7 @@
 """include_order.py - the dependency order of the library, checked on every #include.
 
 Dependencies point one way, folder by folder (DESIGN.md section 2, issue 17 item 2).
-This file is where that order is written; README.md's "Layout and design" shows the
+This file is where that order is written; CONTRIBUTING.md's "Layout and design" shows the
 same lines, and this test fails if it stops doing so.  Every quoted #include of a
 library source (runtime/, ckpt/, store/, catalog/, cli/: .c, .h and .cu; not tests/
 or bench/) must name a file of its own folder or of a folder below it in its stack.
@@ -62,7 +62,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 
 def order_lines():
-    """The order as README.md shows it, one line per stack."""
+    """The order as CONTRIBUTING.md shows it, one line per stack."""
     def fmt(stack):
         return " <- ".join(lv[0] if len(lv) == 1 else "{" + ", ".join(lv) + "}" for lv in stack)
     return [fmt(RUNTIME), fmt(SERVICE)]
@@ -192,17 +192,17 @@ def self_check(root):
 
 
 def readme_shows_order(root):
-    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(root, "CONTRIBUTING.md"), encoding="utf-8") as f:
         text = f.read()
     sec = text.split("## Layout and design", 1)
     if len(sec) < 2:
-        print("FAIL: README.md has no 'Layout and design' section")
+        print("FAIL: CONTRIBUTING.md has no 'Layout and design' section")
         return False
     sec = sec[1].split("\n## ", 1)[0]
     ok = True
     for line in order_lines():
         if line not in sec:
-            print(f"FAIL: README.md's layout section does not show the order: {line}")
+            print(f"FAIL: CONTRIBUTING.md's layout section does not show the order: {line}")
             ok = False
     return ok
 
