@@ -262,13 +262,13 @@ int cli_eval_main(int argc, char **argv)
 	double loss = sum / (double)nwin;
 	long long scored = (long long)(nwin * T);
 	if (a.json)
-		printf("{\"loss\": %.9g, \"tokens\": %lld, \"windows\": %lld, \"seq\": %lld, \"step\": %lld, \"precision\": "
+		printf("{\"loss\": %#.9g, \"tokens\": %lld, \"windows\": %lld, \"seq\": %lld, \"step\": %lld, \"precision\": "
 		       "\"%s\", \"backend\": \"%s\", \"run_id\": \"%s\"}\n",
 		       loss, scored, (long long)nwin, (long long)T, (long long)ck.step, qe_prec_mode_name(ecfg.prec.mode),
 		       a.backend, ckpt_run_id(r));
 	else
 		printf("eval: run %s checkpoint step %lld on %s: %lld windows of %lld tokens (%lld targets), %s on %s: loss "
-		       "%.9g\n",
+		       "%#.9g\n",
 		       ckpt_run_id(r), (long long)ck.step, a.data, (long long)nwin, (long long)T, scored,
 		       qe_prec_mode_name(ecfg.prec.mode), a.backend, loss);
 	status = 0;
