@@ -338,7 +338,7 @@ void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...)
 	}
 }
 
-static int world_of(qe_rank *r)
+int ckpt__world(qe_rank *r)
 {
 	qe_comm *c = qe_rank_comm(r);
 	return c ? qe_comm_world_size(c) : 1;
@@ -346,7 +346,7 @@ static int world_of(qe_rank *r)
 
 int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all)
 {
-	int world = world_of(r);
+	int world = ckpt__world(r);
 	if (world == 1) {
 		*all = *mine;
 		return QE_OK;
@@ -394,7 +394,7 @@ int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all)
 
 int ckpt__bcast(qe_rank *r, ckpt_word *w)
 {
-	if (world_of(r) == 1)
+	if (ckpt__world(r) == 1)
 		return QE_OK;
 	int rc = qe_comm_bcast(qe_rank_comm(r), 0, w, sizeof(*w));
 	if (rc)

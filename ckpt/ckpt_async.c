@@ -285,12 +285,6 @@ static int finished(ckpt_async *a)
 
 /* ---- the collective part ------------------------------------------------------- */
 
-static int world_of(qe_rank *r)
-{
-	qe_comm *c = qe_rank_comm(r);
-	return c ? qe_comm_world_size(c) : 1;
-}
-
 /*
  * Every rank hands its word; rank 0 combines (first failure's code, every
  * failing rank's message, busy if any is busy, sums) and every rank gets the
@@ -298,7 +292,7 @@ static int world_of(qe_rank *r)
  */
 static int agree(qe_rank *r, const async_word *mine, async_word *all)
 {
-	int world = world_of(r);
+	int world = ckpt__world(r);
 	if (world == 1) {
 		*all = *mine;
 		return QE_OK;

@@ -144,6 +144,8 @@ static inline uint64_t ckpt__get64(const unsigned char *p)
 
 /* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
+/* The job's rank count (1 without a comm): every agreement among the ranks starts from it. */
+int ckpt__world(qe_rank *r);
 
 /*
  * 1 when item bytes take the device path (the ring's slots on a save, device

@@ -32,17 +32,21 @@
  */
 static int sync_catalog(const char *dir)
 {
-	static const char *names[] = { "catalog.db-wal", "catalog.db" };
-	char path[4200];
+	char db[4200], wal[4208];
+	int rc = ckpt_rundir_catalog(dir, db, sizeof(db));
+	if (rc)
+		return rc;
+	snprintf(wal, sizeof(wal), "%s-wal", db);
+	const char *paths[] = { wal, db };
 	for (int i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		const char *path = paths[i];
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0) {
 			if (errno == ENOENT && i == 0)
 				continue; /* no WAL: the last connection checkpointed and synced it */
 			return qe_fail(QE_EIO, "gc: cannot open '%s' to flush it: %s", path, strerror(errno));
 		}
-		int rc = qe_fsync(fd);
+		rc = qe_fsync(fd);
 		int e = errno;
 		close(fd);
 		if (rc)

@@ -13,6 +13,7 @@
 
 #include "ckpt/ckpt_job.h"
 #include "ckpt/ckpt_remote.h"
+#include "ckpt/rundir.h"
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "runtime/core/env.h"
@@ -118,8 +119,7 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	/* With the persistent tier, --remote names where to push: a run that is here needs no pull (a
 	 * tensor no store holds is fetched from its pushed copy by the restore itself). */
 	char cat_path[4200];
-	snprintf(cat_path, sizeof(cat_path), "%s/catalog.db", run_dir);
-	if (persist && access(cat_path, F_OK) == 0)
+	if (persist && !ckpt_rundir_catalog(run_dir, cat_path, sizeof(cat_path)) && access(cat_path, F_OK) == 0)
 		return 0;
 	store_remote_opts ro = { 0 };
 	ro.retries = -1;
