@@ -2,8 +2,7 @@
  * detok.c - GPT-2 ids to bytes, and lossy UTF-8 (what and why: detok.h).
  *
  * All token bytes sit in one arena, indexed by id.  The stand-in alphabet is
- * the one tokenizer.c builds for encoding; it is rebuilt here rather than
- * shared because it is ten lines and the two directions load independently.
+ * tokenizer.c's (qe_gpt2_byte_alphabet, qe_gpt2_stand_in_bytes).
  */
 #include "runtime/job/detok.h"
 
@@ -15,46 +14,13 @@
 #include <jansson.h>
 
 #include "runtime/core/status.h"
+#include "runtime/job/tokenizer.h"
 
 struct qe_gpt2_detok {
 	int size;
 	uint32_t *off, *len; /* per id; len 0: no token has the id */
 	char *arena;
 };
-
-/* Encoder.js's bytes_to_unicode read backwards: code point (< 512) -> byte, -1 outside the alphabet. */
-static void stand_ins(int16_t byte_of[512])
-{
-	int n = 0;
-	for (int i = 0; i < 512; i++)
-		byte_of[i] = -1;
-	for (int b = 0; b < 256; b++) {
-		int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-		byte_of[keep ? b : 256 + n++] = (int16_t)b;
-	}
-}
-
-/* The bytes key spells (at most strlen(key) of them) into out; -1 for a character outside the alphabet. */
-static long key_bytes(const int16_t byte_of[512], const char *key, char *out)
-{
-	const unsigned char *u = (const unsigned char *)key;
-	long n = 0;
-	for (size_t i = 0; u[i];) {
-		uint32_t cp;
-		if (u[i] < 0x80) {
-			cp = u[i++];
-		} else if ((u[i] & 0xE0) == 0xC0 && (u[i + 1] & 0xC0) == 0x80) {
-			cp = ((uint32_t)(u[i] & 0x1F) << 6) | (u[i + 1] & 0x3F);
-			i += 2;
-		} else {
-			return -1; /* the alphabet ends at U+0143: two bytes at most */
-		}
-		if (cp >= 512 || byte_of[cp] < 0)
-			return -1;
-		out[n++] = (char)byte_of[cp];
-	}
-	return n;
-}
 
 void qe_gpt2_detok_free(qe_gpt2_detok *d)
 {
@@ -111,11 +77,12 @@ int qe_gpt2_detok_open(const char *dir, qe_gpt2_detok **out)
 		goto free_detok;
 	}
 	int16_t byte_of[512];
-	stand_ins(byte_of);
+	uint32_t cp_of[256];
+	qe_gpt2_byte_alphabet(cp_of, byte_of);
 	size_t used = 0;
 	json_object_foreach(root, k, v)
 	{
-		long n = key_bytes(byte_of, k, d->arena + used);
+		long n = qe_gpt2_stand_in_bytes(byte_of, k, strlen(k), d->arena + used);
 		if (n <= 0) {
 			rc = qe_fail(QE_ECORRUPT, "'%s': token \"%.60s\" is empty or has a character outside GPT-2's byte alphabet",
 				     path, k);

@@ -194,8 +194,7 @@ struct qe_gpt2 {
 	uint64_t lookups, hits;
 };
 
-/* bytes_to_unicode of Encoder.js: printable Latin-1 bytes stand for themselves, the rest for 256+n. */
-static void byte_alphabet(uint32_t cp_of[256], int16_t byte_of[512])
+void qe_gpt2_byte_alphabet(uint32_t cp_of[256], int16_t byte_of[512])
 {
 	int n = 0;
 	for (int i = 0; i < 512; i++)
@@ -207,11 +206,7 @@ static void byte_alphabet(uint32_t cp_of[256], int16_t byte_of[512])
 	}
 }
 
-/*
- * Translate the UTF-8 string s (the package's stand-in characters) to bytes.
- * Returns the byte count, or -1 when s holds a character outside the alphabet.
- */
-static long stand_in_to_bytes(const int16_t byte_of[512], const char *s, size_t len, char *out)
+long qe_gpt2_stand_in_bytes(const int16_t byte_of[512], const char *s, size_t len, char *out)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	long n = 0;
@@ -219,7 +214,7 @@ static long stand_in_to_bytes(const int16_t byte_of[512], const char *s, size_t 
 		uint32_t cp;
 		if (u[i] < 0x80) {
 			cp = u[i++];
-		} else if ((u[i] & 0xE0) == 0xC0 && i + 1 < len) {
+		} else if ((u[i] & 0xE0) == 0xC0 && i + 1 < len && (u[i + 1] & 0xC0) == 0x80) {
 			cp = ((uint32_t)(u[i] & 0x1F) << 6) | (u[i + 1] & 0x3F);
 			i += 2;
 		} else {
@@ -255,7 +250,7 @@ static int load_vocab(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 	json_object_foreach(root, k, v)
 	{
 		size_t klen = strlen(k);
-		long n = klen < sizeof(buf) ? stand_in_to_bytes(byte_of, k, klen, buf) : -1;
+		long n = klen < sizeof(buf) ? qe_gpt2_stand_in_bytes(byte_of, k, klen, buf) : -1;
 		if (n <= 0) {
 			rc = qe_fail(QE_ECORRUPT, "'%s': token \"%.60s\" is empty or has a character outside GPT-2's byte alphabet",
 				     path, k);
@@ -340,8 +335,8 @@ static int load_merges(qe_gpt2 *e, const char *path, const int16_t byte_of[512])
 			rc = qe_fail(QE_ECORRUPT, "'%s' line %zu: a merge is two pieces, found %d", path, lineno, np);
 			goto close_file;
 		}
-		long n0 = stand_in_to_bytes(byte_of, p[0], pl[0], key);
-		long n1 = n0 > 0 ? stand_in_to_bytes(byte_of, p[1], pl[1], key + n0 + 1) : -1;
+		long n0 = qe_gpt2_stand_in_bytes(byte_of, p[0], pl[0], key);
+		long n1 = n0 > 0 ? qe_gpt2_stand_in_bytes(byte_of, p[1], pl[1], key + n0 + 1) : -1;
 		if (n0 <= 0 || n1 <= 0) {
 			rc = qe_fail(QE_ECORRUPT, "'%s' line %zu: a piece has a character outside GPT-2's byte alphabet", path,
 				     lineno);
@@ -384,7 +379,7 @@ int qe_gpt2_open(const char *dir, qe_gpt2 **out)
 		return qe_fail(QE_ENOMEM, "tokenizer: out of memory");
 	uint32_t cp_of[256];
 	int16_t byte_of[512];
-	byte_alphabet(cp_of, byte_of);
+	qe_gpt2_byte_alphabet(cp_of, byte_of);
 	char path[4096];
 	int rc;
 	snprintf(path, sizeof(path), "%s/encoder.json", dir);

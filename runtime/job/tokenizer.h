@@ -61,6 +61,16 @@ void qe_tokbuf_release(qe_tokbuf *b);
  * QE_EUNSUPPORTED (PCRE2 refused the pattern: built without Unicode support).
  * On failure *out is NULL and nothing needs freeing.
  */
+/*
+ * The package's byte alphabet (Encoder.js's bytes_to_unicode): byte b stands
+ * as code point cp_of[b]; byte_of[cp] is the byte of a code point below 512,
+ * -1 outside the alphabet.  The encoder's vocabulary and merges, and the
+ * decoder (detok.c), spell tokens in it.
+ */
+void qe_gpt2_byte_alphabet(uint32_t cp_of[256], int16_t byte_of[512]);
+/* The bytes the UTF-8 stand-ins s[0..len) spell, into out (at most len); -1 for a character outside the alphabet. */
+long qe_gpt2_stand_in_bytes(const int16_t byte_of[512], const char *s, size_t len, char *out);
+
 int qe_gpt2_open(const char *dir, qe_gpt2 **out);
 void qe_gpt2_free(qe_gpt2 *e);
 
