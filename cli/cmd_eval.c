@@ -192,16 +192,7 @@ int cli_eval_main(int argc, char **argv)
 	int64_t ntok = 0;
 	int maxtok = 0, status = 1;
 	char what[4400];
-	snprintf(what, sizeof(what), "%s", a.dir);
-	if ((rc = ckpt_run_open(a.dir, CKPT_RUN_STORE, &r)) || (rc = ckpt_q_select(r, a.step, &ck)))
-		goto fail;
-	snprintf(what, sizeof(what), "%s: checkpoint step %lld", a.dir, (long long)ck.step);
-	if (ck.status != CAT_COMMITTED) {
-		rc = qe_fail(QE_ENOTFOUND, "it is %s, not committed: only a committed checkpoint is evaluated",
-			     cat_status_name(ck.status));
-		goto fail;
-	}
-	if ((rc = cat_ckpt_tensors(ckpt_run_catalog(r), ck.id, &tr)) || (rc = cli_named_open(r, &tr, &nm)))
+	if ((rc = cli_named_checkpoint(a.dir, a.step, "evaluated", &r, &ck, &tr, &nm, what, sizeof(what))))
 		goto fail;
 
 	/* The token stream, checked against the model before any forward. */

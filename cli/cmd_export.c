@@ -154,16 +154,7 @@ int cli_export_main(int argc, char **argv)
 	cli_export_result res = { 0 };
 	int status = 1;
 	char what[4400];
-	snprintf(what, sizeof(what), "%s", dir);
-	if ((rc = ckpt_run_open(dir, CKPT_RUN_STORE, &r)) || (rc = ckpt_q_select(r, step, &ck)))
-		goto fail;
-	snprintf(what, sizeof(what), "%s: checkpoint step %lld", dir, (long long)ck.step);
-	if (ck.status != CAT_COMMITTED) {
-		rc = qe_fail(QE_ENOTFOUND, "it is %s, not committed: only a committed checkpoint is exported",
-			     cat_status_name(ck.status));
-		goto fail;
-	}
-	if ((rc = cat_ckpt_tensors(ckpt_run_catalog(r), ck.id, &tr)) || (rc = cli_named_open(r, &tr, &nm)))
+	if ((rc = cli_named_checkpoint(dir, step, "exported", &r, &ck, &tr, &nm, what, sizeof(what))))
 		goto fail;
 	eo.run_id = ckpt_run_id(r);
 	eo.step = ck.step;

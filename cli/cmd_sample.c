@@ -294,16 +294,7 @@ int cli_sample_main(int argc, char **argv)
 	char *text = NULL, *prompt_text = NULL, *clean = NULL;
 	size_t text_len = 0, prompt_len = 0, clean_len = 0;
 	char what[4400];
-	snprintf(what, sizeof(what), "%s", sf.dir);
-	if ((rc = ckpt_run_open(sf.dir, CKPT_RUN_STORE, &r)) || (rc = ckpt_q_select(r, sf.step, &ck)))
-		goto fail;
-	snprintf(what, sizeof(what), "%s: checkpoint step %lld", sf.dir, (long long)ck.step);
-	if (ck.status != CAT_COMMITTED) {
-		rc = qe_fail(QE_ENOTFOUND, "it is %s, not committed: only a committed checkpoint is sampled",
-			     cat_status_name(ck.status));
-		goto fail;
-	}
-	if ((rc = cat_ckpt_tensors(ckpt_run_catalog(r), ck.id, &tr)) || (rc = cli_named_open(r, &tr, &nm)))
+	if ((rc = cli_named_checkpoint(sf.dir, sf.step, "sampled", &r, &ck, &tr, &nm, what, sizeof(what))))
 		goto fail;
 	const qe_model_config *mc = &nm.cfg.model;
 	int V = mc->vocab, gpt2 = V == GPT2_VOCAB;

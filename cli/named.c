@@ -40,6 +40,22 @@ static int row_of(cli_named *nm, qe_name_source src, int s, const cat_tensor **o
 	return QE_OK;
 }
 
+int cli_named_checkpoint(const char *dir, long step, const char *verb, ckpt_run **r, cat_ckpt *ck,
+			 cat_tensor_rows *tr, cli_named *nm, char *what, size_t whatlen)
+{
+	int rc;
+	snprintf(what, whatlen, "%s", dir);
+	if ((rc = ckpt_run_open(dir, CKPT_RUN_STORE, r)) || (rc = ckpt_q_select(*r, step, ck)))
+		return rc;
+	snprintf(what, whatlen, "%s: checkpoint step %lld", dir, (long long)ck->step);
+	if (ck->status != CAT_COMMITTED)
+		return qe_fail(QE_ENOTFOUND, "it is %s, not committed: only a committed checkpoint is %s",
+			       cat_status_name(ck->status), verb);
+	if ((rc = cat_ckpt_tensors(ckpt_run_catalog(*r), ck->id, tr)))
+		return rc;
+	return cli_named_open(*r, tr, nm);
+}
+
 int cli_named_open(ckpt_run *r, const cat_tensor_rows *tr, cli_named *out)
 {
 	int rc;

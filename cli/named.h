@@ -39,6 +39,18 @@ int cli_named_open(ckpt_run *r, const cat_tensor_rows *tr, cli_named *out);
 void cli_named_release(cli_named *nm);
 
 /*
+ * What export, eval and sample start from: open run directory dir (stores
+ * too), select checkpoint step (-1: the latest), refuse one that is not
+ * committed ("only a committed checkpoint is <verb>"), read its rows and
+ * name them.  what (whatlen bytes) says where a failure lies: dir, then
+ * "dir: checkpoint step S".  OUT: *r, *ck, *tr, *nm, which the caller
+ * releases as it would have (ckpt_run_close, cat_ckpt_release,
+ * cat_tensor_rows_free, cli_named_release), after a failure too.
+ */
+int cli_named_checkpoint(const char *dir, long step, const char *verb, ckpt_run **r, cat_ckpt *ck,
+			 cat_tensor_rows *tr, cli_named *nm, char *what, size_t whatlen);
+
+/*
  * Read named tensor e's floats (qe_named_floats(e) of them, row-major in its
  * shape; a vocabulary's padding rows left out) into dst.  Every chunk read is
  * re-hashed (ckpt_q_read).  QE_E* naming the tensor on failure.
