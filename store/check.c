@@ -97,7 +97,7 @@ static int walk_db(MDB_txn *txn, MDB_dbi dbi, const char *name, size_t psize, si
 }
 
 /* The child: open dir read-only, without the lock file, and walk it; the exit code says. */
-static int child_walk(const char *dir, size_t file_len, int fd)
+static int child_walk(const char *dir, const char *datafile, size_t file_len, int fd)
 {
 	MDB_env *env;
 	MDB_txn *txn;
@@ -121,6 +121,14 @@ static int child_walk(const char *dir, size_t file_len, int fd)
 		return CHECK_DAMAGED;
 	}
 	size_t psize = est.ms_psize;
+	/*
+	 * Every page of the snapshot this transaction reads was written before its
+	 * meta page: the file is at least that long now.  A writer of another
+	 * process may have grown it since the parent measured it.
+	 */
+	struct stat now;
+	if (stat(datafile, &now) == 0 && (size_t)now.st_size > file_len)
+		file_len = (size_t)now.st_size;
 	static const char *const names[] = { "meta", "chunks", "touch" };
 	if (walk_db(txn, main_dbi, "(main)", psize, file_len, fd))
 		return CHECK_DAMAGED;
@@ -171,24 +179,9 @@ static int seen(const struct stat *st, int add)
 	return found;
 }
 
-int store__check_pages(const char *dir, const char *datafile)
+/* One walk of dir's pages in a forked child (child_walk); QE_ECORRUPT naming what it met. */
+static int walk_in_child(const char *dir, const char *datafile, const struct stat *st)
 {
-	struct stat st;
-	if (stat(datafile, &st) != 0)
-		return QE_OK; /* no store yet: nothing to check */
-	long psz = sysconf(_SC_PAGESIZE);
-	if (st.st_size < 2 * (off_t)(psz > 4096 ? psz : 4096)) {
-		char ident[4096];
-		snprintf(ident, sizeof(ident), "%s/identity", dir);
-		if (access(ident, F_OK) == 0)
-			return qe_fail(QE_ECORRUPT,
-				       "store '%s': data.mdb is %lld bytes, shorter than LMDB's two meta pages, though the "
-				       "store exists (its identity is there): the store is damaged",
-				       dir, (long long)st.st_size);
-		return QE_OK; /* a creation that did not finish: store_open decides */
-	}
-	if (seen(&st, 0))
-		return QE_OK;
 	int pfd[2];
 	if (pipe(pfd) != 0)
 		return qe_fail(QE_EIO, "store '%s': check its pages: pipe: %s", dir, strerror(errno));
@@ -208,7 +201,7 @@ int store__check_pages(const char *dir, const char *datafile)
 			dup2(dn, STDERR_FILENO);
 		signal(SIGSEGV, SIG_DFL);
 		signal(SIGBUS, SIG_DFL);
-		int code = child_walk(dir, (size_t)st.st_size, pfd[1]);
+		int code = child_walk(dir, datafile, (size_t)st->st_size, pfd[1]);
 		_exit(code);
 	}
 	close(pfd[1]);
@@ -234,6 +227,45 @@ int store__check_pages(const char *dir, const char *datafile)
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != CHECK_OK)
 		return qe_fail(QE_ECORRUPT, "store '%s': data.mdb is damaged: %s", dir,
 			       msg[0] ? msg : "its pages could not be read");
+	return QE_OK;
+}
+
+int store__check_pages(const char *dir, const char *datafile)
+{
+	struct stat st;
+	if (stat(datafile, &st) != 0)
+		return QE_OK; /* no store yet: nothing to check */
+	long psz = sysconf(_SC_PAGESIZE);
+	if (st.st_size < 2 * (off_t)(psz > 4096 ? psz : 4096)) {
+		char ident[4096];
+		snprintf(ident, sizeof(ident), "%s/identity", dir);
+		if (access(ident, F_OK) == 0)
+			return qe_fail(QE_ECORRUPT,
+				       "store '%s': data.mdb is %lld bytes, shorter than LMDB's two meta pages, though the "
+				       "store exists (its identity is there): the store is damaged",
+				       dir, (long long)st.st_size);
+		return QE_OK; /* a creation that did not finish: store_open decides */
+	}
+	if (seen(&st, 0))
+		return QE_OK;
+	/*
+	 * The child reads without a place in LMDB's reader table (MDB_NOLOCK), so
+	 * a writer in another process may reuse the pages of its snapshot while it
+	 * walks them.  A damage report is believed when data.mdb did not change
+	 * during the walk; otherwise the walk runs again (a few times: a store
+	 * written that often is alive, and its next check comes at the next open).
+	 */
+	int rc = QE_OK;
+	for (int attempt = 0; attempt < 5; attempt++) {
+		struct stat after;
+		rc = walk_in_child(dir, datafile, &st);
+		if (rc != QE_ECORRUPT || stat(datafile, &after) != 0 || (after.st_size == st.st_size &&
+		    after.st_mtim.tv_sec == st.st_mtim.tv_sec && after.st_mtim.tv_nsec == st.st_mtim.tv_nsec))
+			break;
+		st = after;
+	}
+	if (rc)
+		return rc;
 	seen(&st, 1);
 	return QE_OK;
 }
