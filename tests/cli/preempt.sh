@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Preemption checkpoints (issue 38, item 2).  QE_PREEMPT_TRIALS (default 20) runs of --pp 2 --nproc 2
-# with checkpoints every 25 steps, each sent SIGTERM at a random time, to the launcher or to one of
-# the ranks (a signal to one rank reaches all through the step's loss all-reduce):
+# with checkpoints every 25 steps, each sent SIGTERM after a random step (5 to 70 of 100), to the
+# launcher or to one of the ranks (a signal to one rank reaches all through the step's loss
+# all-reduce):
 #  1. the run exits 75, the newest committed checkpoint is the step its progress stopped at, and a
 #     resume to the end equals the uninterrupted run, byte for byte;
 #  2. a second signal ends at once (to the launcher: it kills the ranks; exit 1, not 75), and loses
@@ -17,12 +18,15 @@ T=$(mktemp -d)
 bg=()
 trap 'for p in "${bg[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-STEPS=150
+STEPS=100
 C="--preset tiny --pp 2 --micro 2 --data $S/data/brown.jsonl --ckpt-every 25 --steps $STEPS"
 newest() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute(\"SELECT max(step) FROM checkpoints WHERE status='committed'\").fetchone()[0])" "$1/catalog.db"; }
 last_step() { sed -n 's/^step *\([0-9]*\)\/.*/\1/p' "$1" | tail -1; }
-# a random pause of 0.4 to 1.6 s (seeded per trial, printed)
-pause() { python3 -c "import random,sys; random.seed(int(sys.argv[1])); print('%.2f' % random.uniform(0.4, 1.6))" "$1"; }
+# a random step of 5 to 70 (seeded per trial, printed) to send the signal after: a time in the run
+# that does not depend on the machine's speed
+pick() { python3 -c "import random,sys; random.seed(int(sys.argv[1])); print(random.randint(5, 70))" "$1"; }
+# wait until RUN.out shows step K (or the run ended)
+reach() { for _ in $(seq 1500); do [ "$(last_step "$1.out")" -ge "$2" ] 2>/dev/null && return 0; kill -0 "$launcher" 2>/dev/null || return 1; sleep 0.02; done; return 1; }
 
 # shellcheck disable=SC2086
 "$Q" train $C --nproc 2 --quiet --run-dir "$T/ref" || fail "the uninterrupted run"
@@ -36,9 +40,9 @@ start() { # RUN FLAGS...: the launcher's pid in $launcher
 
 # 1.
 for i in $(seq 1 "$N"); do
-  R="$T/run$i"; p=$(pause "$i")
+  R="$T/run$i"; k=$(pick "$i")
   start "$R"
-  sleep "$p"
+  reach "$R" "$k" || { tail -3 "$R.out" "$R.err"; fail "trial $i: the run never reached step $k"; }
   kids=$(pgrep -P "$launcher" | tr '\n' ' ')
   case $((i % 3)) in
     0) target=$launcher; who=launcher ;;
@@ -49,12 +53,12 @@ for i in $(seq 1 "$N"); do
   kill -TERM "$target"
   wait "$launcher"; rc=$?
   s=$(last_step "$R.out"); c=$(newest "$R")
-  [ "$rc" -eq 75 ] || { tail -5 "$R.out" "$R.err"; fail "trial $i (SIGTERM to $who after ${p}s): exit $rc, want 75"; }
+  [ "$rc" -eq 75 ] || { tail -5 "$R.out" "$R.err"; fail "trial $i (SIGTERM to $who after step $k): exit $rc, want 75"; }
   [ -n "$s" ] && [ "$s" -lt "$STEPS" ] || fail "trial $i: the run stopped at step '$s' of $STEPS"
   [ "$c" = "$s" ] || { tail -5 "$R.out" "$R.err"; fail "trial $i: stopped at step $s, newest committed checkpoint $c"; }
   "$Q" resume --run-dir "$R" --quiet >"$R.resume" 2>&1 || { cat "$R.resume"; fail "trial $i: resume from $c"; }
   out=$("$Q" compare "$T/ref" "$R" 2>&1) || { echo "$out"; fail "trial $i: resumed from $c, differs from the uninterrupted run"; }
-  echo "ok: trial $i: SIGTERM to $who after ${p}s: exit 75 at step $s, checkpoint $c, resumed == uninterrupted"
+  echo "ok: trial $i: SIGTERM to $who after step $k: exit 75 at step $s, checkpoint $c, resumed == uninterrupted"
 done
 
 # 2. (steps of about half a second, so that the second signal comes while the first step runs)
@@ -81,7 +85,7 @@ done
 # 3.
 R="$T/off"
 start "$R" --ckpt-on-signal off
-sleep 1
+reach "$R" 30 || fail "--ckpt-on-signal off: the run never reached step 30"
 kill -TERM "$launcher"
 wait "$launcher"; rc=$?
 s=$(last_step "$R.out"); c=$(newest "$R")
@@ -92,8 +96,8 @@ echo "ok: --ckpt-on-signal off: exit $rc at step $s, newest checkpoint $c (a mul
 # 4.
 R="$T/one"
 "$Q" train ${C/--pp 2/--pp 1} --log-every 1 --run-dir "$R" >"$R.out" 2>"$R.err" &
-pid=$!; bg+=($pid)
-sleep 1
+pid=$!; bg+=($pid); launcher=$pid
+reach "$R" 30 || fail "one process: the run never reached step 30"
 kill -INT "$pid"
 wait "$pid"; rc=$?
 s=$(last_step "$R.out"); c=$(newest "$R")

@@ -2,10 +2,10 @@
 # README's quick start stays true (issue 38, item 8): the code block under "## Quick start on
 # your own text" runs as written, with Q set to the qeffect under test, in a scratch folder holding
 # mytexts/ (40 Brown documents as .txt files); each step leaves what the next needs: both shards,
-# a checkpoint at step 40 and then 60, the plot, a finite eval loss, sampled text, the export.
+# a checkpoint at step 20 and then 30, the plot, a finite eval loss, sampled text, the export.
 # The Python line that loads the export into transformers runs only where transformers is
 # installed (it is not here: tests/cli/export_*.sh check the export against the formats).
-# QE_QUICK_SHORT=1 (test-sanitize) runs the block with 8 and 12 steps instead of 40 and 60.
+# QE_QUICK_SHORT=1 (test-sanitize) runs the block with 10 and 20 steps instead of 20 and 30.
 set -u
 Q=$(cd "$(dirname "${1:?usage: quick_start.sh QEFFECT SHARED}")" && pwd)/$(basename "$1")
 S=$(cd "${2:?usage: quick_start.sh QEFFECT SHARED}" && pwd)
@@ -19,7 +19,7 @@ block=$(awk '/^## Quick start on your own text/ { q = 1 } q && /^```$/ { n++; if
 grep -q '^Q=build/qeffect$' <<<"$block" || fail "the block no longer starts with Q=build/qeffect"
 block=$(sed "s|^Q=build/qeffect$|Q='$Q'|" <<<"$block")
 if [ "${QE_QUICK_SHORT:-0}" = 1 ]; then
-  block=$(sed -e 's/--steps 40/--steps 8/; s/--lr-decay-steps 60/--lr-decay-steps 12/; s/--steps 60/--steps 12/' <<<"$block")
+  block=$(sed -e 's/--steps 20/--steps 10/; s/--lr-decay-steps 30/--lr-decay-steps 20/; s/--steps 30/--steps 20/' <<<"$block")
 fi
 python3 -c "import transformers" 2>/dev/null || block=$(grep -v '^python3 -c "from transformers' <<<"$block")
 cd "$T" && mkdir mytexts
@@ -32,7 +32,7 @@ for i, line in enumerate(open(sys.argv[1])):
 PY
 echo "$block" >quick.sh
 bash -e quick.sh >quick.out 2>&1 || { cat quick.out; fail "the quick start failed"; }
-last=60; [ "${QE_QUICK_SHORT:-0}" = 1 ] && last=12
+last=30; [ "${QE_QUICK_SHORT:-0}" = 1 ] && last=20
 for f in data/my_train.bin data/my_val.bin runs/my/loss.png runs/my/hf/model.safetensors runs/my/hf/config.json; do
   [ -s "$f" ] || { cat quick.out; fail "the quick start left no $f"; }
 done
