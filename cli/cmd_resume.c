@@ -128,6 +128,9 @@ static int check_conflicts(const cli_train_args *a, const qe_train_config *s)
 			return conflict("--preset", x, y);
 		}
 	}
+	if (a->tie && a->tie - 1 != s->model.tie_embeddings)
+		return conflict("--tie-embeddings", a->tie == 2 ? "on" : "off",
+				s->model.tie_embeddings ? "tied embeddings" : "untied embeddings");
 	if ((f & CLI_F_FP8) && g->prec.mode != s->prec.mode) {
 		snprintf(y, sizeof(y), "precision %s (fp8 %s)", qe_prec_mode_name(s->prec.mode),
 			 qe_prec_is_fp8(&s->prec) ? "on" : "off");

@@ -25,6 +25,9 @@ void cli_train_flags_help(FILE *f, int for_resume)
 			"  --attention auto|flash|probs   keep the row log-sum-exp and recompute the\n"
 			"                         probabilities (flash: no T x T tensor; head dimension 16, 32 or\n"
 			"                         64), or keep the probabilities; auto: flash above seq 256\n"
+			"  --tie-embeddings on|off   the output head is the token embedding, as in GPT-2 (default on\n"
+			"                         for the gpt2 presets, off for the others); the two copies on the\n"
+			"                         first and last stage get the same summed gradient every step\n"
 			"  --precision fp8|bf16|f32   GEMM operands: FP8 with delayed scaling, bf16 (round to\n"
 			"                         nearest even, fp32 accumulation: the baseline), or f32 (gradient\n"
 			"                         checks); default fp8\n"
@@ -116,7 +119,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
 		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
-		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT, O_ONSIGNAL
+		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT, O_ONSIGNAL, O_TIE
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -134,6 +137,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "precision", 1, 0, O_PRECISION }, { "layers", 1, 0, O_LAYERS }, { "hidden", 1, 0, O_HIDDEN },
 		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
 		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
+		{ "tie-embeddings", 1, 0, O_TIE },
 		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
 		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP }, { "log-format", 1, 0, O_LOGFMT }, { "ckpt-on-signal", 1, 0, O_ONSIGNAL },
 		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
@@ -313,6 +317,14 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			a->given |= CLI_F_SHAPE;
 			break;
 		}
+		case O_TIE:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				fprintf(stderr, "qeffect %s: bad value '%s' for --tie-embeddings: on or off\n", cmd, optarg);
+				return 2;
+			}
+			a->tie = strcmp(optarg, "on") == 0 ? 2 : 1;
+			a->given |= CLI_F_SHAPE;
+			break;
 		case O_PRECISION:
 			if (qe_prec_mode_parse(optarg, &cfg->prec.mode))
 				return bad(cmd, "--precision", optarg);
@@ -400,6 +412,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		cfg->model.ffn = 4 * shape[1];
 	if (a->attn)
 		cfg->model.attn = a->attn - 1;
+	if (a->tie)
+		cfg->model.tie_embeddings = a->tie - 1;
 	if ((a->given & CLI_F_SHAPE) && qe_model_config_check(&cfg->model)) {
 		fprintf(stderr, "qeffect %s: %s\n", cmd, qe_last_error());
 		return 2;

@@ -16,7 +16,7 @@ enum {
 	CLI_F_HEAD = 1 << 17, CLI_F_DATA = 1 << 18, CLI_F_RUNDIR = 1 << 19, CLI_F_EVAL = 1 << 20,
 	CLI_F_CKPT = 1 << 21, CLI_F_BACKEND = 1 << 22, CLI_F_NPROC = 1 << 23, CLI_F_LOG = 1 << 24,
 	CLI_F_EVAL_MICRO = 1 << 25, CLI_F_FROM = 1 << 26, CLI_F_ARENA = 1 << 27,
-	CLI_F_SHAPE = 1 << 28, /* any of --layers --hidden --heads --ffn --seq --vocab --batch */
+	CLI_F_SHAPE = 1 << 28, /* any of --layers --hidden --heads --ffn --seq --vocab --batch --attention --tie-embeddings */
 };
 
 /* The optimizer flags beside --lr (cli_train_args.optim_given): a resume refuses any that differs. */
@@ -42,6 +42,7 @@ typedef struct cli_train_args {
 	long from_step;   /* resume --from; -1: latest committed */
 	int shape[7];     /* --layers --hidden --heads --ffn --seq --vocab --batch as given; 0: not given */
 	int attn;         /* --attention as given: qe_attn_mode + 1; 0: not given */
+	int tie;          /* --tie-embeddings as given: 1 off, 2 on; 0: not given (the preset's) */
 	char prec_flag[16], prec_value[16]; /* the precision flag as given: "--fp8" "off", "--precision" "bf16" */
 } cli_train_args;
 

@@ -10,7 +10,8 @@
  * exact whatever order the transport adds in.  Every rank then adds the
  * vector in index order in double: all ranks get the same norm, and it does
  * not depend on how the model is cut into stages.  Replicas hold the same
- * reduced gradient and compute the same norm on their own.
+ * reduced gradient and compute the same norm on their own.  A tied head
+ * (tie.c) is not counted: wte's slot holds the tied matrix's norm.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -67,6 +68,10 @@ int qe__rank_grad_norm_collect(qe_rank *r, double *norm)
 		QE_TRY(o->copy(r->caller, r->norm_sq + ch->param_base, ch->opt->sumsq, n * sizeof(float), QE_COPY_D2H));
 	}
 	QE_TRY(qe__rank_sync(r, r->caller));
+	/* a tied head is wte's copy with wte's gradient: the matrix counts once, at wte's slot */
+	rank_chunk *hc = r->tie.head >= 0 ? qe__rank_chunk_of_stage(r, r->S - 1) : NULL;
+	if (hc)
+		r->norm_sq[hc->param_base + r->tie.head] = 0;
 	if (r->comm && r->P > 1)
 		QE_TRY(pipeline_sum(r));
 	double t = 0;

@@ -100,7 +100,7 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		if ((rc = setup_chunk(r, c, aparams, anames, cap, &np)))
 			goto free_rank;
 	r->grad_norm = NAN;
-	if ((rc = qe__rank_grad_norm_init(r)))
+	if ((rc = qe__rank_grad_norm_init(r)) || (rc = qe__rank_tie_init(r)))
 		goto free_rank;
 	size_t abytes = qe_arena_bytes(aparams, np, r->M, cfg->arena);
 	if ((rc = o->alloc(b, abytes, &r->arena_mem)) ||
@@ -199,6 +199,7 @@ void qe_rank_free(qe_rank *r)
 	qe__rank_profile_report(r);
 	qe__rank_links_close(r);
 	qe__rank_drop_graphs(r);
+	qe__rank_tie_free(r);
 	for (int c = 0; c < r->V; c++) {
 		rank_chunk *ch = &r->chunks[c];
 		qe_tape_pool_free(ch->pool);

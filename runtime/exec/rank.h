@@ -144,8 +144,12 @@ int qe_rank_restart(qe_rank *r, int64_t step, int64_t e_W);
 
 /*
  * Data parallelism: every replica of each pipeline rank holds byte-identical
- * parameters (collective; QE_EMISMATCH naming the stage and replica when not).
- * qe_rank_step runs it after every commit when cfg->check_replicas is set.
+ * parameters, and with tied embeddings each replica's wte and head copies
+ * are the same bytes (collective; QE_EMISMATCH naming the stage, replica and
+ * ranks when not).  qe_rank_step runs it after every commit when
+ * cfg->check_replicas is set; with one replica and tied embeddings only
+ * every 100 steps and after the run's last step (each check copies both
+ * copies to the host and hashes them).
  */
 int qe_rank_check_replicas(qe_rank *r);
 

@@ -1,8 +1,8 @@
 /*
  * rank_int.h - the inside of a qe_rank, shared by rank.c (setup),
  * rank_step.c (actions, graphs, optimizer), rank_eval.c, links.c (messages
- * and sums between ranks), profile.c (QE_PROFILE), slots.c, replicas.c and
- * pstate.c.  The files depend one way: rank.c and rank_step.c call links.c,
+ * and sums between ranks), profile.c (QE_PROFILE), slots.c, replicas.c,
+ * grad_norm.c, tie.c (tied embeddings) and pstate.c.  The files depend one way: rank.c and rank_step.c call links.c,
  * profile.c and slots.c, never each other.
  */
 #ifndef QE_RANK_INT_H
@@ -42,6 +42,17 @@ typedef struct rank_chunk {
 static inline int rank_slot(const rank_chunk *ch, int m) { return m % ch->nslots; }
 
 typedef struct rank_links rank_links; /* links.c */
+
+/* Tied embeddings (tie.c): where the two copies are and the buffer of their one gradient. */
+typedef struct rank_tie {
+	int on;
+	int pr_wte, pr_head; /* the pipeline ranks holding stage 0 (wte) and the last stage (the head) */
+	int wte, head;       /* their parameter index in the local stage, -1 when not held here */
+	float *sum;          /* backend memory: the tied gradient both local copies read */
+	float *scratch;      /* backend memory: the head's sum when this rank holds both copies */
+	float *host;         /* staging of the exchange when the backend is not host memory */
+	int64_t n;           /* floats of the matrix (padded vocabulary x hidden) */
+} rank_tie;
 
 /* QE_PROFILE=1: wall ms per action kind (each action waited for), summed over steps. */
 #define RANK_PROF_ROWS 16
@@ -87,6 +98,7 @@ struct qe_rank {
 	double grad_norm;           /* the last step's global gradient norm before clipping; NaN: not measured */
 	const volatile sig_atomic_t *stop_source; /* non-zero: this rank asks to stop (qe_rank_set_stop_source) */
 	int stop_agreed;            /* the last step's agreement: some rank asked to stop after it */
+	rank_tie tie;               /* tie.c */
 };
 
 /* Message tags: kind, producing stage, microbatch. */
@@ -156,6 +168,16 @@ int qe__rank_grad_norm_init(qe_rank *r);
  * order.  A collective over those ranks: each calls it at the same step.
  */
 int qe__rank_grad_norm_collect(qe_rank *r, double *norm);
+
+/*
+ * Tied embeddings (tie.c).  init: after the chunks are made (a no-op unless
+ * the model ties them); free: its buffers.  grads: the tied gradient of this
+ * step into tie.sum, which the local copies' optimizers read; a collective
+ * of the replica's wte and head ranks, called by both at the same step.
+ */
+int qe__rank_tie_init(qe_rank *r);
+void qe__rank_tie_free(qe_rank *r);
+int qe__rank_tie_grads(qe_rank *r);
 
 /*
  * Device links (links.c).  open: a no-op unless the backend has links, the

@@ -301,9 +301,11 @@ static int replica_sum(qe_rank *r, rank_chunk *ch, int i, int nv)
 	for (int d = 0; d < r->D && d < 64; d++)
 		group[d] = d * r->P + r->pr;
 	int64_t n = pi->rows * pi->cols;
-	int npv = pi->is_matrix ? nv : qe_stage_nonmatrix_views(ch->st);
+	const float *whole = qe_adamw_grad_of(ch->opt, i); /* a tied embedding's summed gradient */
+	int npv = whole ? 1 : pi->is_matrix ? nv : qe_stage_nonmatrix_views(ch->st);
 	for (int m = 0; m < npv; m++)
-		pv[m] = pi->is_matrix ? r->commit_views[pi->matrix_index * nv + m]
+		pv[m] = whole ? whole
+		      : pi->is_matrix ? r->commit_views[pi->matrix_index * nv + m]
 				      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
 	QE_TRY(r->b->ops->sum_views(r->caller, r->reduce_buf, pv, npv, n));
 	/* the host path waits for the device itself; the link path stays on the streams */
@@ -351,6 +353,8 @@ static int optimizer_commit(qe_rank *r)
 	const int nv = qe_arena_nviews(r->arena);
 	for (int c = 0; c < r->V; c++)
 		QE_TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
+	/* tied embeddings: wte's and the head's gradient summed, before anything reads either */
+	QE_TRY(qe__rank_tie_grads(r));
 	int want = norm_wanted(r), clip = r->cfg.optim.grad_clip > 0;
 	double norm = NAN;
 	float factor = 1.0f;
@@ -462,7 +466,8 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 	r->steps++;
 	r->steps_here++;
 	qe__rank_profile_step_end(r);
-	if (r->cfg.check_replicas && (rc = qe_rank_check_replicas(r)))
+	int check = r->cfg.check_replicas && (r->D > 1 || (r->tie.on && (r->steps % 100 == 0 || r->steps == r->cfg.steps)));
+	if (check && (rc = qe_rank_check_replicas(r)))
 		return rc;
 	return QE_OK;
 }

@@ -143,6 +143,7 @@ char *qe_train_config_to_json(const qe_train_config *c)
 		return NULL;
 	json_t *op = json_object_get(o, "optim");
 	if (json_object_set_new(json_object_get(o, "model"), "attention", json_string(qe_attn_mode_name(c->model.attn))) ||
+	    json_object_set_new(json_object_get(o, "model"), "tie_embeddings", json_boolean(c->model.tie_embeddings)) ||
 	    json_object_set_new(o, "arena", json_string(qe_arena_layout_name(c->arena))) ||
 	    json_object_set_new(op, "lr_schedule", json_string(qe_lr_schedule_name(c->optim.lr_schedule))) ||
 	    json_object_set_new(op, "warmup", json_integer((json_int_t)c->optim.warmup)) ||
@@ -254,6 +255,13 @@ int qe_train_config_from_json(const char *text, qe_train_config *c)
 	if (!rc && at && (!json_is_string(at) || qe_attn_mode_parse(json_string_value(at), &am)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'model.attention'");
 	c->model.attn = (int)am;
+	/* tied embeddings are newer: runs recorded without the field had a separate head */
+	json_t *te = json_object_get(json_object_get(o, "model"), "tie_embeddings");
+	c->model.tie_embeddings = 0;
+	if (!rc && te && !json_is_boolean(te))
+		rc = qe_fail(QE_ECORRUPT, "run config: field 'model.tie_embeddings' is not true or false");
+	else if (te)
+		c->model.tie_embeddings = json_is_true(te);
 	json_t *md = json_object_get(json_object_get(o, "precision"), "mode");
 	if (!rc && md && (!json_is_string(md) || qe_prec_mode_parse(json_string_value(md), &c->prec.mode)))
 		rc = qe_fail_ctx(QE_ECORRUPT, "run config: field 'precision.mode'");
@@ -310,6 +318,10 @@ int qe_train_config_compatible(const qe_train_config *a, const qe_train_config *
 	     bm->layers, bm->hidden, bm->heads, bm->ffn, bm->seq, bm->vocab, bm->batch);
 	DIFF(qe_model_attn(am) != qe_model_attn(bm), "model: checkpoint has %s attention, asked for %s",
 	     qe_attn_mode_name(qe_model_attn(am)), qe_attn_mode_name(qe_model_attn(bm)));
+	DIFF(am->tie_embeddings != bm->tie_embeddings,
+	     "model: checkpoint has %s embeddings, asked for %s (--tie-embeddings %s; it cannot change in a run)",
+	     am->tie_embeddings ? "tied" : "untied", bm->tie_embeddings ? "tied" : "untied",
+	     am->tie_embeddings ? "on" : "off");
 	DIFF(a->prec.mode != b->prec.mode, "precision: checkpoint has %s, asked for %s", qe_prec_mode_name(a->prec.mode),
 	     qe_prec_mode_name(b->prec.mode));
 	DIFF(a->pp * a->chunks != b->pp * b->chunks,

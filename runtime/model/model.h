@@ -38,6 +38,14 @@ typedef struct qe_model_config {
 	int hidden, ffn, heads, seq, layers;
 	int batch;  /* sequences per microbatch */
 	int attn;   /* qe_attn_mode: how attention keeps what its backward needs */
+	/*
+	 * The output head is the token embedding (GPT-2, nanoGPT, llm.c).  The
+	 * first stage keeps wte and the last stage the head as two copies that
+	 * training keeps identical: both start from wte's initialization, and
+	 * each step both take the same gradient, (wte's summed over its views)
+	 * + (the head's summed over its views), so the same AdamW update.
+	 */
+	int tie_embeddings;
 } qe_model_config;
 
 /*
@@ -67,7 +75,8 @@ int64_t qe_model_tokens(const qe_model_config *c);
 /*
  * The parameters the model trains, the vocabulary's padding rows left out:
  * wte, wpe; per block two layernorms, QKV, projection, FC1 and FC2 with
- * biases; the final layernorm and the output head (untied).
+ * biases; the final layernorm and the output head (not counted again when
+ * tied to wte).
  */
 double qe_model_param_count(const qe_model_config *c);
 /*

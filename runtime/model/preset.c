@@ -6,8 +6,9 @@
  * tiny is what the CPU tests train and small the CPU demo (four layers, seq
  * 32/64, byte vocabulary); h2048 and h4096 are the paper's GPU benchmark
  * cells; gpt2 ... gpt2-xl are GPT-2's shapes (ffn 4 x hidden, seq 1024,
- * vocabulary 50257, padded to 50304 as llm.c pads it).  Every preset has
- * batch 1; --batch and the shape flags override any field.
+ * vocabulary 50257, padded to 50304 as llm.c pads it, the head tied to
+ * wte).  Every preset has batch 1; --batch, --tie-embeddings and the shape
+ * flags override any field.
  */
 #include "runtime/model/model.h"
 
@@ -18,15 +19,15 @@
 #include "runtime/core/status.h"
 
 static const qe_model_config presets[] = {
-	/* name, vocab, hidden, ffn, heads, seq, layers, batch, attention */
-	{ "tiny", 256, 64, 256, 4, 32, 4, 1, QE_ATTN_AUTO },
-	{ "small", 256, 128, 512, 4, 64, 4, 1, QE_ATTN_AUTO },
-	{ "h2048", 32768, 2048, 8192, 16, 256, 4, 1, QE_ATTN_AUTO },
-	{ "h4096", 32768, 4096, 11008, 32, 256, 4, 1, QE_ATTN_AUTO },
-	{ "gpt2", 50257, 768, 3072, 12, 1024, 12, 1, QE_ATTN_AUTO },
-	{ "gpt2-medium", 50257, 1024, 4096, 16, 1024, 24, 1, QE_ATTN_AUTO },
-	{ "gpt2-large", 50257, 1280, 5120, 20, 1024, 36, 1, QE_ATTN_AUTO },
-	{ "gpt2-xl", 50257, 1600, 6400, 25, 1024, 48, 1, QE_ATTN_AUTO },
+	/* name, vocab, hidden, ffn, heads, seq, layers, batch, attention, tied embeddings (GPT-2's shapes tie them) */
+	{ "tiny", 256, 64, 256, 4, 32, 4, 1, QE_ATTN_AUTO, 0 },
+	{ "small", 256, 128, 512, 4, 64, 4, 1, QE_ATTN_AUTO, 0 },
+	{ "h2048", 32768, 2048, 8192, 16, 256, 4, 1, QE_ATTN_AUTO, 0 },
+	{ "h4096", 32768, 4096, 11008, 32, 256, 4, 1, QE_ATTN_AUTO, 0 },
+	{ "gpt2", 50257, 768, 3072, 12, 1024, 12, 1, QE_ATTN_AUTO, 1 },
+	{ "gpt2-medium", 50257, 1024, 4096, 16, 1024, 24, 1, QE_ATTN_AUTO, 1 },
+	{ "gpt2-large", 50257, 1280, 5120, 20, 1024, 36, 1, QE_ATTN_AUTO, 1 },
+	{ "gpt2-xl", 50257, 1600, 6400, 25, 1024, 48, 1, QE_ATTN_AUTO, 1 },
 };
 
 int qe_model_preset(const char *name, qe_model_config *out)
@@ -96,7 +97,7 @@ double qe_model_param_count(const qe_model_config *c)
 {
 	double H = c->hidden, F = c->ffn, V = c->vocab, T = c->seq;
 	double block = 4 * H + (3 * H * H + 3 * H) + (H * H + H) + (F * H + F) + (H * F + H);
-	return V * H + T * H + c->layers * block + 2 * H + V * H;
+	return V * H + T * H + c->layers * block + 2 * H + (c->tie_embeddings ? 0 : V * H);
 }
 
 double qe_model_flops_per_token(const qe_model_config *c)

@@ -368,10 +368,16 @@ int qe_stage_init_params(qe_stage *st, uint64_t seed)
 		 * its block only, so any cut of the model into stages initializes the
 		 * same model (with one block per stage the layer is the stage). */
 		const char *base = p->name[0] == 'L' ? strchr(p->name, '.') + 1 : p->name;
+		int layer = p->layer;
+		/* a tied head is wte's copy: wte's stream, on whichever stage it sits */
+		if (st->cfg.tie_embeddings && strcmp(base, "head.w") == 0) {
+			base = "wte";
+			layer = 0;
+		}
 		uint64_t h = 1469598103934665603ULL;
 		for (const char *c = base; *c; c++)
 			h = (h ^ (uint8_t)*c) * 1099511628211ULL;
-		qe_rng r = qe_rng_derive(seed, h ^ ((uint64_t)p->layer << 56));
+		qe_rng r = qe_rng_derive(seed, h ^ ((uint64_t)layer << 56));
 		const char *dot = strrchr(base, '.');
 		int is_ln_w = dot && strcmp(dot, ".w") == 0 && strncmp(base, "ln", 2) == 0;
 		if (is_ln_w) {

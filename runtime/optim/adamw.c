@@ -64,7 +64,8 @@ int qe_adamw_create(qe_backend *b, const qe_stage *st, qe_adamw **out)
 	a->b = b;
 	a->n = qe_stage_param_floats(st);
 	a->nsegs = qe_stage_nparams(st);
-	if (!(a->segs = calloc((size_t)(a->nsegs > 0 ? a->nsegs : 1), sizeof(*a->segs)))) {
+	if (!(a->segs = calloc((size_t)(a->nsegs > 0 ? a->nsegs : 1), sizeof(*a->segs))) ||
+	    !(a->grad_of = calloc((size_t)(a->nsegs > 0 ? a->nsegs : 1), sizeof(*a->grad_of)))) {
 		qe_adamw_free(a);
 		return qe_fail(QE_ENOMEM, "adamw: out of host memory for the segments of stage %d", qe_stage_index(st));
 	}
@@ -88,6 +89,7 @@ void qe_adamw_free(qe_adamw *a)
 	if (a->sumsq)
 		a->b->ops->free(a->b, a->sumsq);
 	free(a->segs);
+	free(a->grad_of);
 	free(a->views);
 	free(a);
 }
@@ -142,17 +144,18 @@ static int fill_segments(qe_adamw *a, qe_stage *st, const float *const *matrix_v
 			       qe_stage_index(st), np, a->nsegs);
 	size_t need = 0;
 	for (int i = 0; i < np; i++)
-		need += (size_t)(qe_stage_param(st, i)->is_matrix ? nmatrix_views : nnm);
+		need += a->grad_of[i] ? 1 : (size_t)(qe_stage_param(st, i)->is_matrix ? nmatrix_views : nnm);
 	int rc = views_reserve(a, need);
 	if (rc)
 		return rc;
 	const float **views = a->views;
 	for (int i = 0; i < np; i++) {
 		const qe_param_info *p = qe_stage_param(st, i);
-		int nv = p->is_matrix ? nmatrix_views : nnm;
+		int nv = a->grad_of[i] ? 1 : p->is_matrix ? nmatrix_views : nnm;
 		for (int m = 0; m < nv; m++)
-			views[m] = p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmatrix_views + m]
-						: qe_stage_nonmatrix_grad(st, m) + p->grad_offset;
+			views[m] = a->grad_of[i] ? a->grad_of[i]
+				   : p->is_matrix ? matrix_views[(size_t)p->matrix_index * nmatrix_views + m]
+						  : qe_stage_nonmatrix_grad(st, m) + p->grad_offset;
 		a->segs[i] = (qe_adamw_seg){ .offset = p->offset, .n = p->rows * p->cols,
 					     .weight_decay = p->decay ? cfg->weight_decay : 0.0f, .nviews = nv,
 					     .grads = views, .name = p->name };
@@ -203,6 +206,17 @@ int qe_adamw_param_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const f
 	qe_adamw_many_args args = many_args(a, st, &seg, 1, &cfg, grad_scale);
 	int rc = a->b->ops->grad_sumsq(s, &args, a->sumsq + i);
 	return rc ? qe_fail_ctx(rc, "grad norm: stage %d", qe_stage_index(st)) : QE_OK;
+}
+
+void qe_adamw_set_grad(qe_adamw *a, int i, const float *grad)
+{
+	if (i >= 0 && i < a->nsegs)
+		a->grad_of[i] = grad;
+}
+
+const float *qe_adamw_grad_of(const qe_adamw *a, int i)
+{
+	return i >= 0 && i < a->nsegs ? a->grad_of[i] : NULL;
 }
 
 float qe_adamw_clip_factor(float clip, double norm)

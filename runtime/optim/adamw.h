@@ -64,6 +64,7 @@ typedef struct qe_adamw {
 	int nsegs;
 	const float **views;  /* the segments' view pointers, views_cap of them (grown as needed) */
 	size_t views_cap;
+	const float **grad_of; /* per parameter: NULL, or the one buffer holding its whole gradient (qe_adamw_set_grad) */
 } qe_adamw;
 
 /* Moments for a stage's parameter buffer, zero-initialized. Free with qe_adamw_free. */
@@ -91,6 +92,17 @@ int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *m
  */
 int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *const *views, int nviews,
 			  const qe_adamw_config *cfg, float grad_scale);
+
+/*
+ * From now on parameter i's gradient is the one buffer grad (backend memory)
+ * instead of its views: qe_adamw_step and qe_adamw_grad_sumsq read it, and
+ * so does the data-parallel replica sum (qe_adamw_grad_of).  Tied embeddings use it for wte and the head,
+ * whose gradient is the sum of both (runtime/exec/tie.c).  grad NULL: the
+ * views again.
+ */
+void qe_adamw_set_grad(qe_adamw *a, int i, const float *grad);
+/* parameter i's gradient buffer set by qe_adamw_set_grad, or NULL. */
+const float *qe_adamw_grad_of(const qe_adamw *a, int i);
 
 /*
  * For --grad-clip: the squared norm of each parameter's gradient, as

@@ -195,13 +195,13 @@ static void run_case(const qe_model_config *cfg, int nstages)
 int main(void)
 {
 	printf("seed %d, eps %g, bound |a-n| <= %g*max(|a|,|n|) + %g\n", SEED, EPS, RTOL, ATOL);
-	qe_model_config one = { "gradcheck", 32, 16, 32, 2, 8, 3, 1, QE_ATTN_PROBS };
+	qe_model_config one = { "gradcheck", 32, 16, 32, 2, 8, 3, 1, QE_ATTN_PROBS, 0 };
 	run_case(&one, 3);
 	/* two blocks per stage, two sequences per microbatch, vocabulary 100 padded to 128 */
-	qe_model_config multi = { "gradcheck-b2", 100, 16, 32, 2, 8, 6, 2, QE_ATTN_PROBS };
+	qe_model_config multi = { "gradcheck-b2", 100, 16, 32, 2, 8, 6, 2, QE_ATTN_PROBS, 0 };
 	run_case(&multi, 3);
 	/* the flash attention (output and log-sum-exp kept, probabilities recomputed), head dimension 16 */
-	qe_model_config flash = { "gradcheck-flash", 100, 16, 32, 1, 8, 4, 2, QE_ATTN_FLASH };
+	qe_model_config flash = { "gradcheck-flash", 100, 16, 32, 1, 8, 4, 2, QE_ATTN_FLASH, 0 };
 	run_case(&flash, 2);
 	return qe_test_done("model_grad");
 }
