@@ -34,20 +34,25 @@ static void help(FILE *f)
 		"Write a committed checkpoint's weights (default: the latest; --step S the one at S) for other\n"
 		"tools, whatever pipeline mapping wrote it:\n"
 		"  safetensors  Hugging Face GPT-2: transformer.wte.weight, transformer.h.N.attn.c_attn.weight,\n"
-		"               ..., transformer.ln_f.weight and lm_head.weight (the head is untied), linear\n"
-		"               weights in Conv1D's [in, out], the vocabulary's padding rows dropped; F32.  A\n"
-		"               config.json for GPT2LMHeadModel goes beside it (n_layer, n_embd, n_head,\n"
-		"               n_positions, vocab_size, gelu_new, layer_norm_epsilon 1e-5,\n"
-		"               tie_word_embeddings false).  -o FOLDER (existing, or ending in /) writes\n"
-		"               FOLDER/model.safetensors and FOLDER/config.json; -o FILE writes FILE and\n"
-		"               config.json in FILE's folder.\n"
+		"               ..., transformer.ln_f.weight, linear weights in Conv1D's [in, out], the\n"
+		"               vocabulary's padding rows dropped; F32.  A config.json for GPT2LMHeadModel\n"
+		"               goes beside it (n_layer, n_embd, n_head, n_positions, vocab_size, gelu_new,\n"
+		"               layer_norm_epsilon 1e-5, tie_word_embeddings).  A tied model (--tie-embeddings\n"
+		"               on, the gpt2 presets' default) is written as GPT-2's own files are: no\n"
+		"               lm_head.weight, tie_word_embeddings true (the head is wte); an untied one\n"
+		"               adds lm_head.weight, tie_word_embeddings false.  -o FOLDER (existing, or\n"
+		"               ending in /) writes FOLDER/model.safetensors and FOLDER/config.json; -o FILE\n"
+		"               writes FILE and config.json in FILE's folder.\n"
 		"  llmc         llm.c's GPT-2 model file (header magic 20240326, version 3, f32; wte padded\n"
-		"               to Vp rows).  llm.c ties its head to wte: an untied model is refused unless\n"
-		"               --untied-ok, which writes it without lm_head.weight (wte is then the head).\n"
-		"               Needs ffn = 4 x hidden.  -o FOLDER writes FOLDER/model.bin.\n"
+		"               to Vp rows).  llm.c ties its head to wte, so a tied model is written whole;\n"
+		"               an untied model is refused unless --untied-ok, which writes it without\n"
+		"               lm_head.weight (wte is then the head).  Needs ffn = 4 x hidden.  -o FOLDER\n"
+		"               writes FOLDER/model.bin.\n"
 		"--with-optimizer adds the AdamW moments NAME.exp_avg and NAME.exp_avg_sq, --with-fp8 the FP8\n"
 		"meta M.fp8.ROLE.amax_history, .scale, .scale_inv (safetensors only; names as `inspect --names`\n"
 		"lists them, with the transformer. prefix; moments of Conv1D weights transposed as they are).\n"
+		"A tied head's moments are wte's, byte for byte, and are left out with it; its FP8 meta\n"
+		"(lm_head.fp8.*) is its own and is written.\n"
 		"Files are written to a temporary file, fsync'd and renamed; nothing is left on failure.\n"
 		"Exit status: 0 written, 1 missing or damaged run or checkpoint, a model the format cannot hold,\n"
 		"or an I/O error, 2 bad usage.\n");
@@ -181,10 +186,10 @@ int cli_export_main(int argc, char **argv)
 				"uses wte as the output head\n",
 			model_path);
 	if (json) {
-		json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:i,s:I,s:b,s:b,s:b}", "format", format, "run_id", ckpt_run_id(r),
-				      "step", (json_int_t)ck.step, "model", model_path, "tensors", res.tensors, "bytes",
-				      (json_int_t)res.bytes, "with_optimizer", eo.with_optimizer, "with_fp8", eo.with_fp8,
-				      "head_dropped", res.head_dropped);
+		json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:i,s:I,s:b,s:b,s:b,s:b}", "format", format, "run_id",
+				      ckpt_run_id(r), "step", (json_int_t)ck.step, "model", model_path, "tensors", res.tensors,
+				      "bytes", (json_int_t)res.bytes, "with_optimizer", eo.with_optimizer, "with_fp8",
+				      eo.with_fp8, "tied", nm.cfg.model.tie_embeddings != 0, "head_dropped", res.head_dropped);
 		if (!llmc)
 			json_object_set_new(o, "config", json_string(cfg_path));
 		char *s = json_dumps(o, JSON_INDENT(2));

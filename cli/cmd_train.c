@@ -101,12 +101,13 @@ static int init_from_check(const char *path, qe_train_config *cfg, int quiet)
 	snprintf(cfg->init_format, sizeof(cfg->init_format), "%s", im.format);
 	snprintf(cfg->init_hash, sizeof(cfg->init_hash), "%s", im.hash);
 	if (!quiet)
-		fprintf(stderr, "qeffect train: weights from %s (%s, xxh3-128 %s)%s\n", im.path, im.format, im.hash,
-			im.skipped ? "; tensors in it that are not parameters skipped" : "");
-	/* said even with --quiet: the head is not what the file held */
+		fprintf(stderr, "qeffect train: weights from %s (%s, xxh3-128 %s)%s%s\n", im.path, im.format, im.hash,
+			im.skipped ? "; tensors in it that are not parameters skipped" : "",
+			cfg->model.tie_embeddings ? "; the output head is wte (tied embeddings)" : "");
+	/* said even with --quiet: an untied model's head is not what the file held */
 	if (im.head_tied)
 		fprintf(stderr, "qeffect train: note: %s has no separate lm_head.weight (%s ties it to wte): the output "
-				"head starts as a copy of wte and trains on its own from there\n",
+				"head starts as a copy of wte and trains on its own from there (--tie-embeddings on keeps it wte)\n",
 			im.path, strcmp(im.format, "llmc") ? "GPT-2" : "llm.c");
 	cli_import_release(&im);
 	return 0;
@@ -131,7 +132,9 @@ static void help(FILE *f)
 		   "                         model file (what `qeffect export` writes).  Every tensor is checked against\n"
 		   "                         the model's shapes first; AdamW moments start at zero and the FP8 state\n"
 		   "                         fresh; the run records the file and its hash (`inspect` shows them).\n"
-		   "                         Without lm_head.weight the head starts as a copy of wte\n");
+		   "                         With tied embeddings the head is wte's copy (a file whose\n"
+		   "                         lm_head.weight differs from its wte is refused); untied, a file\n"
+		   "                         without lm_head.weight starts the head as a copy of wte\n");
 	fprintf(f, "\nexample:\n  qeffect train --preset tiny --pp 2 --micro 4 --schedule zbv --steps 20 --run-dir runs/a\n");
 }
 

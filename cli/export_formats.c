@@ -33,8 +33,16 @@ void cli_export_hf_name(const qe_named *e, char *buf, size_t len)
 		snprintf(buf, len, "transformer.%s", e->name);
 }
 
+/*
+ * Whether safetensors writes e.  A tied model's head (lm_head.weight and its
+ * moments) is wte's copy, byte for byte: it is written once, as wte, and
+ * config.json says tie_word_embeddings, as Hugging Face's own GPT-2 files do.
+ * The head's FP8 meta is its own and goes with --with-fp8.
+ */
 static int wanted(const cli_export_opts *o, const qe_named *e)
 {
+	if (e->tied)
+		return 0;
 	switch (e->source) {
 	case QE_NAME_PARAMS:
 		return 1;
@@ -71,7 +79,8 @@ static json_t *hf_config(const cli_named *nm, const cli_export_opts *o)
 			      "n_positions", m->seq, "n_ctx", m->seq, "n_embd", m->hidden, "n_layer", m->layers, "n_head",
 			      m->heads, "n_inner", m->ffn, "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5,
 			      "initializer_range", 0.02, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop", 0.0,
-			      "scale_attn_weights", 1, "tie_word_embeddings", 0, "torch_dtype", "float32");
+			      "scale_attn_weights", 1, "tie_word_embeddings", m->tie_embeddings != 0, "torch_dtype",
+			      "float32");
 	if (m->vocab == 50257) { /* GPT-2's BPE: <|endoftext|> begins and ends a text */
 		json_object_set_new(c, "bos_token_id", json_integer(50256));
 		json_object_set_new(c, "eos_token_id", json_integer(50256));
@@ -202,8 +211,10 @@ int cli_export_llmc(cli_named *nm, const cli_export_opts *o, const char *path, c
 			       "llm.c's GPT-2 has an MLP of 4 x hidden (%d); this model has --ffn %d, which its file cannot "
 			       "describe",
 			       4 * m->hidden, m->ffn);
+	/* llm.c's head is wte: a tied model's head is wte's copy, an untied one's is lost */
 	const qe_named *head = qe_names_find(n, "lm_head.weight");
-	if (head && !o->untied_ok)
+	int drops_head = head && !head->tied;
+	if (drops_head && !o->untied_ok)
 		return qe_fail(QE_EINVAL,
 			       "llm.c ties its output head to wte, but this model's head (lm_head.weight) is a separate "
 			       "tensor: its file would drop the head (--untied-ok writes it anyway, wte serving as the "
@@ -252,7 +263,7 @@ int cli_export_llmc(cli_named *nm, const cli_export_opts *o, const char *path, c
 		res->tensors++;
 	}
 	res->bytes = (uint64_t)sizeof(hdr) + (uint64_t)at * 4;
-	res->head_dropped = head != NULL;
+	res->head_dropped = drops_head;
 	if ((rc = cli_xfile_sync(&x)) || (rc = cli_xfile_commit(&x)) || (rc = cli_fsync_dir_of(path)))
 		goto remove_tmp;
 remove_tmp:

@@ -156,20 +156,27 @@ static int skippable(const cli_import *im, const char *name, const qe_named **e)
 	return -1;
 }
 
+/* The head takes wte's bytes (wte is checked before the head: the model's order). */
+static void head_from_wte(cli_import *im, int head)
+{
+	int wi = (int)(qe_names_find(&im->names, "wte.weight") - im->names.t);
+	im->src[head] = im->src[wi];
+	im->src[head].from = wi;
+}
+
 /*
  * Parameter p's header entry v (named key; NULL when the file lacks it):
  * dtype F32, the model's shape, bytes inside the file's data.  A missing
- * lm_head.weight becomes a copy of wte.
+ * lm_head.weight becomes a copy of wte (a tied model's head is wte's copy
+ * anyway: tie_head below).
  */
 static int check_entry(cli_import *im, int p, json_t *v, const char *key, uint64_t data, uint64_t dbytes)
 {
 	char ms[256];
 	const qe_named *e = &im->names.t[p];
 	if (!v && strcmp(e->name, "lm_head.weight") == 0) {
-		int wi = (int)(qe_names_find(&im->names, "wte.weight") - im->names.t);
-		im->src[p] = im->src[wi]; /* wte is checked before the head: the model's order */
-		im->src[p].from = wi;
-		im->head_tied = 1;
+		head_from_wte(im, p);
+		im->head_tied = !e->tied; /* an untied head starting from wte is news; a tied one is wte by definition */
 		return QE_OK;
 	}
 	if (!v)
@@ -215,6 +222,47 @@ static int check_entry(cli_import *im, int p, json_t *v, const char *key, uint64
 	im->src[p].transposed = e->conv1d;
 	im->src[p].from = p;
 	return QE_OK;
+}
+
+/*
+ * A tied model's head is wte's copy, so it takes the file's wte.  A file
+ * with an lm_head.weight of other bytes holds an untied model: loading wte
+ * into both copies would drop its head without a word, so it is refused.
+ * The two are compared a slice at a time, bytes as they are in the file
+ * (both [vocab, C], neither transposed).
+ */
+static int tie_head(cli_import *im, int fd)
+{
+	const qe_named *h = qe_names_find(&im->names, "lm_head.weight"), *w = qe_names_find(&im->names, "wte.weight");
+	int hi = (int)(h - im->names.t), wi = (int)(w - im->names.t);
+	if (im->src[hi].from != hi) /* not in the file: already wte's */
+		return QE_OK;
+	uint64_t total = (uint64_t)qe_named_floats(h) * 4, slice = 1 << 20;
+	unsigned char *a = malloc(slice), *b = malloc(slice);
+	int rc = a && b ? QE_OK : qe_fail(QE_ENOMEM, "'%s': out of memory comparing lm_head.weight with wte", im->path);
+	for (uint64_t off = 0; !rc && off < total; off += slice) {
+		size_t n = total - off < slice ? (size_t)(total - off) : (size_t)slice;
+		if ((rc = read_at(fd, im->path, a, n, im->src[hi].offset + off)) ||
+		    (rc = read_at(fd, im->path, b, n, im->src[wi].offset + off)))
+			break;
+		if (memcmp(a, b, n)) {
+			size_t at = 0;
+			while (a[at] == b[at])
+				at++;
+			int64_t fl = (int64_t)((off + at) / 4), C = h->shape[1];
+			rc = qe_fail(QE_EINVAL,
+				     "'%s': its lm_head.weight differs from its wte.weight (first at row %lld, column %lld): "
+				     "the file's head is a tensor of its own, but this model ties its head to wte "
+				     "(--tie-embeddings on, the gpt2 presets' default) and would drop it; pass "
+				     "--tie-embeddings off to load the head as it is",
+				     im->path, (long long)(fl / C), (long long)(fl % C));
+		}
+	}
+	free(a);
+	free(b);
+	if (!rc)
+		head_from_wte(im, hi);
+	return rc;
 }
 
 static int open_safetensors(cli_import *im, int fd)
@@ -282,6 +330,8 @@ static int open_safetensors(cli_import *im, int fd)
 	}
 	for (int p = 0; !rc && p < im->names.nparams; p++)
 		rc = check_entry(im, p, ent[p], keys[p], data, dbytes);
+	if (!rc && im->model.tie_embeddings)
+		rc = tie_head(im, fd);
 	json_decref(h);
 	free(ent);
 	free(keys);
@@ -375,7 +425,8 @@ static int open_llmc(cli_import *im, int fd)
 		im->src[p].file_rows = f->llmc == 0 ? (Vp == vpad ? Vp : V) : f->shape[0];
 		im->src[p].transposed = 0;
 	}
-	im->head_tied = qe_names_find(&im->names, "lm_head.weight") != NULL;
+	const qe_named *head = qe_names_find(&im->names, "lm_head.weight");
+	im->head_tied = head && !head->tied; /* an untied head starts as wte's copy; a tied one is wte's copy */
 	return QE_OK;
 }
 

@@ -6,14 +6,20 @@
  *     (and config.json, whose n_layer, n_embd, n_head, n_positions and
  *     vocab_size are checked when present).  Names "transformer.h.N..." or
  *     bare "h.N..."; Conv1D weights [in, out], turned into qeffect's
- *     [out, in]; F32 only.  No lm_head.weight: the head starts as a copy of
- *     wte (GPT-2's tie), and the open says so.  The attention mask buffers of
+ *     [out, in]; F32 only.  A tied model (--tie-embeddings on, names.h)
+ *     takes its head from the file's wte: a file without lm_head.weight (as
+ *     Hugging Face writes GPT-2) loads, one whose lm_head.weight has the
+ *     bytes of its wte loads, and one whose lm_head.weight differs is refused
+ *     (its head would be lost; --tie-embeddings off loads it).  An untied
+ *     model takes lm_head.weight when the file has it; without it the head
+ *     starts as a copy of wte (GPT-2's tie), and the open says so
+ *     (head_tied).  The attention mask buffers of
  *     old GPT-2 files (h.N.attn.bias, h.N.attn.masked_bias) and the extras
  *     `export --with-optimizer --with-fp8` adds are skipped; any other name
  *     is refused.
  *   - llm.c's model file (magic 20240326, version 3 = f32): its padded
  *     vocabulary's rows are read too when the padding matches ours; its head
- *     is wte.
+ *     is wte (for an untied model a starting copy, head_tied).
  * Every tensor is checked against the model's naming table (names.h) before
  * a byte is loaded: the first one that differs is named with both shapes,
  * and every tensor's bytes must lie inside the file.  The vocabulary's
@@ -40,7 +46,7 @@ typedef struct cli_import {
 	char format[16];        /* "safetensors" or "llmc" */
 	char hash[33];          /* xxh3-128 of the file's bytes (cli_import_open with hash) */
 	uint64_t size;
-	int head_tied;          /* lm_head.weight was not in the file: a copy of wte */
+	int head_tied;          /* an untied model's lm_head.weight was not in the file: it starts as a copy of wte */
 	int skipped;            /* tensors in the file that are not parameters (skipped) */
 	qe_model_config model;
 	qe_names names;         /* the model as one stage: names and shapes */

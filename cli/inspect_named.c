@@ -38,10 +38,10 @@ void cli_inspect_named_list(const cli_named *nm, int all, json_t *arr)
 	if (arr) {
 		for (int i = 0; i < (all ? n->n : n->nparams); i++) {
 			const qe_named *e = &n->t[i];
-			json_t *o = json_pack("{s:s,s:s,s:o,s:i,s:s,s:I,s:I,s:b}", "name", e->name, "dtype", "f32", "shape",
-					      jshape(e), "stage", e->stage, "array", qe_name_source_array(e->source),
+			json_t *o = json_pack("{s:s,s:s,s:o,s:i,s:s,s:I,s:I,s:b,s:b}", "name", e->name, "dtype", "f32",
+					      "shape", jshape(e), "stage", e->stage, "array", qe_name_source_array(e->source),
 					      "offset", (json_int_t)e->offset, "stored_rows", (json_int_t)e->stored_rows,
-					      "conv1d", e->conv1d);
+					      "conv1d", e->conv1d, "tied", e->tied);
 			json_array_append_new(arr, o);
 		}
 		return;
@@ -59,6 +59,8 @@ void cli_inspect_named_list(const cli_named *nm, int all, json_t *arr)
 		       (long long)e->offset);
 		if (e->stored_rows != e->shape[0])
 			printf("  (stored padded to %lld rows)", (long long)e->stored_rows);
+		if (e->tied)
+			printf("  (tied: wte's copy)");
 		printf("\n");
 	}
 	if (!all)
@@ -98,12 +100,13 @@ int cli_inspect_named_summary(cli_named *nm, const qe_named *e, json_t *arr)
 		json_t *fv = json_array();
 		for (int k = 0; k < s.nfirst; k++)
 			json_array_append_new(fv, jreal(s.first[k]));
-		json_t *o = json_pack("{s:s,s:i,s:s,s:I,s:s,s:o,s:I,s:b,s:s,s:s,s:s,s:I,s:o,s:o,s:o,s:o,s:I}", "name",
+		json_t *o = json_pack("{s:s,s:i,s:s,s:I,s:s,s:o,s:I,s:b,s:b,s:s,s:s,s:s,s:I,s:o,s:o,s:o,s:o,s:I}", "name",
 				      e->name, "stage", e->stage, "array", qe_name_source_array(e->source), "offset",
 				      (json_int_t)e->offset, "dtype", "f32", "shape", jshape(e), "stored_rows",
-				      (json_int_t)e->stored_rows, "conv1d", e->conv1d, "xxh3_128", xxh, "sha256", sha, "as",
-				      s.as, "count", (json_int_t)s.count, "min", jreal(s.min), "max", jreal(s.max), "mean",
-				      jreal(s.mean), "rms", jreal(s.rms), "nonfinite", (json_int_t)s.nonfinite);
+				      (json_int_t)e->stored_rows, "conv1d", e->conv1d, "tied", e->tied, "xxh3_128", xxh,
+				      "sha256", sha, "as", s.as, "count", (json_int_t)s.count, "min", jreal(s.min), "max",
+				      jreal(s.max), "mean", jreal(s.mean), "rms", jreal(s.rms), "nonfinite",
+				      (json_int_t)s.nonfinite);
 		json_object_set_new(o, "first", fv);
 		json_array_append_new(arr, o);
 		return QE_OK;
@@ -113,6 +116,8 @@ int cli_inspect_named_summary(cli_named *nm, const qe_named *e, json_t *arr)
 	       e->conv1d ? " (a linear's [out, in]; Hugging Face's Conv1D holds the transpose)" : "");
 	if (e->stored_rows != e->shape[0])
 		printf("  the vocabulary's rows only: stored padded to %lld rows\n", (long long)e->stored_rows);
+	if (e->tied)
+		printf("  tied: wte's copy (tied embeddings), kept byte-identical to it by training\n");
 	printf("  xxh3-128 %s  sha256 %s (of its %lld bytes, little-endian f32, row-major)\n", xxh, sha,
 	       (long long)nf * 4);
 	printf("  count %llu, min %.9g, max %.9g, mean %.9g, rms %.9g, non-finite %llu\n  first:",

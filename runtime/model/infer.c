@@ -75,7 +75,8 @@ static int bind(qe_infer *m)
 	}
 	m->lnfw = tensor(m, "ln_f.weight", C, &rc);
 	m->lnfb = tensor(m, "ln_f.bias", C, &rc);
-	/* A tied model's table has no head of its own: wte is the head. */
+	/* Every table names lm_head.weight; a tied model's is wte's copy, the same bytes (names.h).  wte serves
+	 * only a table without a head. */
 	m->head = qe_names_find(&m->names, "lm_head.weight") ? tensor(m, "lm_head.weight", V * C, &rc) : m->wte;
 	return rc;
 }

@@ -135,6 +135,7 @@ int qe_model_names(const qe_model_config *cfg, int nstages, int history_len, qe_
 			e->llmc = kinds[k].llmc;
 			e->layer = kinds[k].block ? p->layer : -1;
 			e->linear = p->is_matrix ? p->linear : -1;
+			e->tied = cfg->tie_embeddings && strcmp(kinds[k].stage_name, "head.w") == 0;
 		}
 		free(pt);
 		if (rc)
@@ -154,6 +155,7 @@ int qe_model_names(const qe_model_config *cfg, int nstages, int history_len, qe_
 			e->stored_rows = p.stored_rows;
 			e->conv1d = p.conv1d;
 			e->layer = p.layer;
+			e->tied = p.tied; /* the copies take the same gradient, so the same moments */
 		}
 	}
 

@@ -26,6 +26,17 @@
  * stage's array (stored_rows) and are not part of the named tensor.  "wte"
  * and "wpe" are accepted as short names of wte.weight and wpe.weight.
  *
+ * Tied embeddings (qe_model_config.tie_embeddings, the gpt2 presets'
+ * default): the head is the token embedding, but the model still holds two
+ * copies, wte on the first stage and the head on the last, which training
+ * keeps byte-identical (runtime/exec/tie.c), their AdamW moments too.  The
+ * table names both, each at its own place, so every stage array stays
+ * named; lm_head.weight, lm_head.weight.exp_avg and .exp_avg_sq are marked
+ * tied: wte's copy, not a tensor of the model's own.  What leaves qeffect
+ * (export) writes the tied tensor once, as wte; what comes in (--init-from)
+ * fills both copies from wte.  The head's FP8 meta (lm_head.fp8.*) is its
+ * own in either case: the head is an FP8 linear, wte a lookup.
+ *
  * AdamW moments: NAME.exp_avg (first moment, "adam_m") and NAME.exp_avg_sq
  * (second moment, "adam_v") of every parameter NAME, PyTorch's state names,
  * same shape and layout.  FP8 meta of each linear M (M is the weight's name
@@ -67,6 +78,8 @@ typedef struct qe_named {
 	int layer;           /* the block h.N, -1 for wte, wpe, ln_f, lm_head */
 	int linear;          /* a linear's weight: its index among the stage's linears (FP8 meta); else -1 */
 	int param;           /* the parameter this entry belongs to (index in the table); itself for a parameter */
+	int tied;            /* a tied model's head (lm_head.weight and its moments): wte's copy, kept
+				byte-identical by training; not a tensor of its own */
 } qe_named;
 
 typedef struct qe_names {

@@ -2,9 +2,11 @@
 # qeffect export --format llmc (issue 37, item 2): llm.c's GPT-2 model file.  Its header (magic
 # 20240326, version 3, maxT, V, L, NH, C, Vp) matches the run, the file holds llm.c's 16 tensors
 # in its order with wte padded to Vp rows, and every layer's slice hashes as `inspect --tensor
-# NAME` says (lib/export_check.py), at --pp 2.  The untied head is refused without --untied-ok
-# (llm.c ties it to wte) and creates nothing; with it the file is written and a warning says the
-# head is left out; a model whose MLP is not 4 x hidden is refused; a damaged file fails the check.
+# NAME` says (lib/export_check.py), at --pp 2.  An untied head (--tie-embeddings off) is refused
+# without --untied-ok (llm.c ties it to wte) and creates nothing; with it the file is written and a
+# warning says the head is left out.  A tied model (issue 37 item 4; the gpt2 preset's default) is
+# written whole without --untied-ok and without the warning.  A model whose MLP is not 4 x hidden
+# is refused; a damaged file fails the check.
 set -u
 Q=${1:?usage: export_llmc.sh QEFFECT SHARED}
 D="${2:?usage: export_llmc.sh QEFFECT SHARED}/data/brown.jsonl"
@@ -14,7 +16,7 @@ trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 C="--preset gpt2 --layers 2 --hidden 128 --heads 4 --seq 64 --micro 2 --steps 2 --ckpt-every 2 --amax-history 4"
 C="$C --data $D --quiet"
-"$Q" train $C --pp 2 --run-dir "$T/b" || fail "train --pp 2"
+"$Q" train $C --pp 2 --tie-embeddings off --run-dir "$T/b" || fail "train --pp 2 --tie-embeddings off"
 
 "$Q" export --run-dir "$T/b" --format llmc -o "$T/gpt2.bin" >/dev/null 2>"$T/err"; rc=$?
 [ $rc = 1 ] && grep -q "lm_head.weight" "$T/err" && grep -q -- "--untied-ok" "$T/err" || { cat "$T/err"; fail "an untied head: rc $rc"; }
@@ -29,6 +31,14 @@ cmp -s "$T/gpt2.bin" "$T/dir/model.bin" || fail "the folder's model.bin differs 
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['head_dropped'] and j['tensors']==28, j" "$T/j" \
   || fail "--json"
 ls -a "$T" "$T/dir" | grep -q "\.tmp\." && fail "temporary files left behind"
+
+# a tied model: llm.c's own shape, written whole without --untied-ok and without a warning
+"$Q" train $C --pp 2 --run-dir "$T/t" || fail "train --pp 2, tied"
+"$Q" export --run-dir "$T/t" --format llmc -o "$T/tied.bin" --json >"$T/j" 2>"$T/err" || { cat "$T/err"; fail "export of a tied model"; }
+[ -s "$T/err" ] && { cat "$T/err"; fail "a tied model's export must not warn"; }
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['tied'] and not j['head_dropped'] and j['tensors']==28, j" "$T/j" \
+  || fail "--json of the tied export"
+python3 "$L/export_check.py" "$Q" "$T/t" llmc "$T/tied.bin" || fail "the tied model's llm.c file"
 
 # the check can fail: a flipped byte in layer 1's c_attn weight, and a wrong header field
 python3 - "$T/gpt2.bin" "$T" <<'EOF' || exit 1
@@ -50,4 +60,4 @@ python3 "$L/export_check.py" "$Q" "$T/b" llmc "$T/heads.bin" >"$T/out" && fail "
 "$Q" export --run-dir "$T/f" --format llmc --untied-ok -o "$T/ffn.bin" >/dev/null 2>"$T/err"; rc=$?
 [ $rc = 1 ] && grep -q "ffn 256" "$T/err" || { cat "$T/err"; fail "ffn 256: rc $rc"; }
 [ -e "$T/ffn.bin" ] && fail "a refused export created a file"
-echo "ok: llm.c export at --pp 2: header, order and every layer's bytes equal inspect's; untied head and ffn refused"
+echo "ok: llm.c export at --pp 2: header, order and every layer's bytes equal inspect's; a tied model written whole; untied head and ffn refused"

@@ -7,7 +7,10 @@
 # and, training being bit-exact across mappings, the same bytes.  Bad usage and missing inputs
 # create nothing; broken files (truncated, a header lying about offsets, a flipped byte) are
 # refused by the reader or fail the hash check, so this test can fail.  The schema-2 run of
-# legacy_run.sh is named and exported too.
+# legacy_run.sh is named and exported too.  Tied embeddings (issue 37 item 4; the gpt2 preset's
+# default): inspect marks lm_head.weight and its moments tied, the file has no lm_head.weight nor
+# its moments (the head's FP8 meta stays) and config.json says tie_word_embeddings true; the same
+# shape with --tie-embeddings off writes lm_head.weight, its moments and tie_word_embeddings false.
 set -u
 Q=${1:?usage: export_safetensors.sh QEFFECT SHARED}
 D="${2:?usage: export_safetensors.sh QEFFECT SHARED}/data/brown.jsonl"
@@ -38,7 +41,12 @@ for n in ["wte.weight", "wpe.weight", "h.1.attn.c_attn.weight", "h.0.mlp.c_proj.
     assert n in names, n
 assert dict(na)["wte.weight"] == [50257, 128] and dict(na)["h.0.attn.c_attn.weight"] == [384, 128]
 assert len(names) == 29 * 3 + 9 * 9, len(names)
+assert a["config"]["model"]["tie_embeddings"] is True, "the gpt2 preset ties its embeddings"
+tied = sorted(e["name"] for e in a["named"] if e["tied"])
+assert tied == ["lm_head.weight", "lm_head.weight.exp_avg", "lm_head.weight.exp_avg_sq"], tied
 EOF
+"$Q" inspect --run-dir "$T/a" | grep -q "^  lm_head.weight .*(tied: wte's copy)$" || fail "inspect's table must show the tied head"
+"$Q" inspect --run-dir "$T/a" | grep "^  wte.weight " | grep -q "tied" && fail "inspect's table marks wte tied"
 "$Q" inspect --run-dir "$T/b" --tensor h.1.mlp.c_fc.weight >"$T/t.txt" || fail "inspect --tensor by name"
 grep -q "tensor 'h.1.mlp.c_fc.weight': f32 \[512,128\], stage 1" "$T/t.txt" && grep -q "xxh3-128 [0-9a-f]\{32\}  sha256 [0-9a-f]\{64\}" "$T/t.txt" \
   && grep -q "count 65536, min" "$T/t.txt" || { cat "$T/t.txt"; fail "inspect --tensor NAME output"; }
@@ -60,8 +68,11 @@ assert list(a) == list(b), "names"
 diff = [k for k in a if a[k] != b[k]]
 assert not diff, f"bytes differ: {diff}"
 j = json.load(open(sys.argv[3]))
-assert j["format"] == "safetensors" and j["tensors"] == 29 and j["step"] == 2, j
+assert j["format"] == "safetensors" and j["tensors"] == 28 and j["step"] == 2 and j["tied"] is True, j
+assert "lm_head.weight" not in a and "transformer.wte.weight" in a, "a tied model's head is written once, as wte"
 EOF
+python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); assert c["tie_word_embeddings"] is True, c' "$T/ea/config.json" \
+  || fail "a tied model's config.json must say tie_word_embeddings true"
 # a FILE -o with everything: config.json lands beside it
 "$Q" export --run-dir "$T/b" --step 2 --format safetensors -o "$T/f/full.safetensors" --with-optimizer --with-fp8 >/dev/null 2>&1 \
   && fail "export into a folder that does not exist"
@@ -71,7 +82,27 @@ mkdir "$T/f"
   || fail "export --with-optimizer --with-fp8"
 python3 "$L/export_check.py" "$Q" "$T/b" safetensors "$T/f/full.safetensors" "$T/f/config.json" --with-optimizer --with-fp8 \
   || fail "moments and FP8 meta"
-ls -a "$T/ea" "$T/eb" "$T/f" | grep -q "\.tmp\." && fail "temporary files left behind"
+# untied (--tie-embeddings off): lm_head.weight and its moments are written, tie_word_embeddings false
+"$Q" train $C --pp 2 --tie-embeddings off --run-dir "$T/u" || fail "train --tie-embeddings off"
+"$Q" export --run-dir "$T/u" --format safetensors -o "$T/eu/" --with-optimizer --with-fp8 --json >"$T/eu.json" \
+  || fail "export of the untied run"
+python3 "$L/export_check.py" "$Q" "$T/u" safetensors "$T/eu/model.safetensors" "$T/eu/config.json" --with-optimizer --with-fp8 \
+  || fail "the untied export"
+python3 - "$T/f/full.safetensors" "$T/eu/model.safetensors" "$T/eu/config.json" "$T/eu.json" "$L" <<'EOF' || fail "tied and untied full exports"
+import json, sys
+sys.path.insert(0, sys.argv[5])
+import safetensors_read as s
+_, tied = s.load(sys.argv[1]); _, untied = s.load(sys.argv[2])
+head = lambda t: sorted(k for k in t if k.startswith("lm_head."))
+fp8 = [k for k in head(untied) if ".fp8." in k]
+assert len(fp8) == 9 and head(tied) == fp8, f"tied: the head's FP8 meta only, got {head(tied)}"
+assert head(untied) == sorted(fp8 + ["lm_head.weight", "lm_head.weight.exp_avg", "lm_head.weight.exp_avg_sq"]), head(untied)
+assert sorted(untied) == sorted(list(tied) + ["lm_head.weight", "lm_head.weight.exp_avg", "lm_head.weight.exp_avg_sq"])
+assert json.load(open(sys.argv[3]))["tie_word_embeddings"] is False
+j = json.load(open(sys.argv[4]))
+assert j["tied"] is False and j["tensors"] == 29 * 3 + 9 * 9, j
+EOF
+ls -a "$T/ea" "$T/eb" "$T/f" "$T/eu" | grep -q "\.tmp\." && fail "temporary files left behind"
 
 # bad usage and missing inputs: exit 2 or 1, nothing created
 expect() { # expect RC WHAT -- ARGS...
@@ -122,4 +153,4 @@ tar xzf "$(dirname "$0")/../data/legacy-run-v2.tar.gz" -C "$T" || fail "cannot u
 grep -q "tensor 'h.3.mlp.c_fc.bias': f32 \[256\], stage 3" "$T/t.txt" || { cat "$T/t.txt"; fail "old run: where h.3 lives"; }
 "$Q" export --run-dir "$T/run" --format safetensors -o "$T/eold/" >/dev/null || fail "export of an old run"
 python3 "$L/export_check.py" "$Q" "$T/run" safetensors "$T/eold/model.safetensors" "$T/eold/config.json" || fail "old run's export"
-echo "ok: safetensors exports of one stage, --pp 2 and an old run equal inspect's named hashes; refusals create nothing"
+echo "ok: safetensors exports of one stage, --pp 2, untied and an old run equal inspect's named hashes; a tied head is written once; refusals create nothing"

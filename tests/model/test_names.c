@@ -15,7 +15,11 @@
  *     tile each stage's fp8_meta array [linear, role, L + 2] exactly, at the
  *     stage's linear index of the weight they belong to;
  *   - llm.c's order covers its 16 tensors, the per-block ones once per layer;
- *   - short names and unknown names are looked up as documented.
+ *   - short names and unknown names are looked up as documented;
+ *   - tied embeddings (the gpt2 preset's default): exactly lm_head.weight
+ *     and its two moments are marked tied, the head's FP8 meta is not and
+ *     stays named; the same shape untied (and tiny) marks nothing, and its
+ *     names are the tied model's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,6 +156,29 @@ static void check_cut(qe_backend *b, const qe_model_config *cfg, int S, qe_names
 	}
 }
 
+/* Exactly the head and its moments are tied in a tied model; nothing in an untied one. */
+static void check_tied(const qe_model_config *cfg, const qe_names *n)
+{
+	static const char *const head[] = { "lm_head.weight", "lm_head.weight.exp_avg", "lm_head.weight.exp_avg_sq" };
+	int tied = 0;
+	for (int i = 0; i < n->n; i++)
+		tied += n->t[i].tied != 0;
+	CHECK(tied == (cfg->tie_embeddings ? 3 : 0), "%s (tie_embeddings %d): %d entries tied, expected %d", cfg->preset,
+	      cfg->tie_embeddings, tied, cfg->tie_embeddings ? 3 : 0);
+	for (int k = 0; k < 3; k++) {
+		const qe_named *e = qe_names_find(n, head[k]);
+		CHECK(e && e->tied == cfg->tie_embeddings, "%s: '%s' tied %d, tie_embeddings %d", cfg->preset, head[k],
+		      e ? e->tied : -1, cfg->tie_embeddings);
+	}
+	const qe_named *w = qe_names_find(n, "wte.weight"), *h = qe_names_find(n, "lm_head.weight");
+	CHECK(w && h && !w->tied && h->shape[0] == w->shape[0] && h->shape[1] == w->shape[1] &&
+		      h->stored_rows == w->stored_rows,
+	      "%s: the head and wte must have one shape", cfg->preset);
+	const qe_named *f = qe_names_find(n, "lm_head.fp8.weight.amax_history");
+	CHECK(f && !f->tied && f->source == QE_NAME_FP8_META, "%s: the head's FP8 meta is named and its own",
+	      cfg->preset);
+}
+
 int main(void)
 {
 	qe_backend *b = NULL;
@@ -163,12 +190,18 @@ int main(void)
 	g.heads = 4;
 	g.ffn = 256;
 	g.seq = 32;
+	CHECK(g.tie_embeddings == 1, "the gpt2 preset ties its embeddings");
 	CHECK_OK(qe_model_preset("tiny", &t));
-	const qe_model_config *cfgs[] = { &g, &t };
-	for (int c = 0; c < 2 && b; c++) {
+	CHECK(t.tie_embeddings == 0, "the tiny preset does not tie its embeddings");
+	qe_model_config u = g; /* the same shape untied: --tie-embeddings off */
+	u.tie_embeddings = 0;
+	const qe_model_config *cfgs[] = { &g, &t, &u };
+	qe_names gnames = { 0 };
+	for (int c = 0; c < 3 && b; c++) {
 		qe_names first = { 0 };
 		for (int S = 1; S <= 4; S *= 2)
 			check_cut(b, cfgs[c], S, &first);
+		check_tied(cfgs[c], &first);
 		const qe_named *e = qe_names_find(&first, "wte");
 		CHECK(e && strcmp(e->name, "wte.weight") == 0 && e->shape[0] == cfgs[c]->vocab, "short name wte");
 		e = qe_names_find(&first, "h.3.attn.c_attn.weight");
@@ -179,8 +212,20 @@ int main(void)
 		e = qe_names_find(&first, "h.0.ln_1.bias.exp_avg_sq");
 		CHECK(e && e->source == QE_NAME_ADAM_V, "h.0.ln_1.bias.exp_avg_sq");
 		CHECK(!qe_names_find(&first, "h.4.ln_1.bias") && !qe_names_find(&first, "params"), "unknown names");
+		if (c == 0) {
+			gnames = first; /* the tied gpt2 shape, against its untied twin below */
+			continue;
+		}
+		if (c == 2) {
+			CHECK(gnames.n == first.n, "tied %d entries, untied %d", gnames.n, first.n);
+			for (int i = 0; i < first.n && i < gnames.n; i++)
+				CHECK(strcmp(gnames.t[i].name, first.t[i].name) == 0 &&
+					      gnames.t[i].offset == first.t[i].offset && gnames.t[i].stage == first.t[i].stage,
+				      "entry %d: tied '%s', untied '%s'", i, gnames.t[i].name, first.t[i].name);
+		}
 		qe_names_release(&first);
 	}
+	qe_names_release(&gnames);
 	qe_names n;
 	CHECK(qe_model_names(&g, 3, HIST, &n) == QE_EINVAL, "4 layers into 3 stages must be refused");
 	qe_names_release(&n);

@@ -9,7 +9,10 @@ tensor names are exactly the Hugging Face names of inspect's named tensors (para
 moments and FP8 meta when asked for); every tensor is F32 with inspect's shape (Conv1D
 weights and their moments transposed: [in, out]), and the sha256 of its bytes - transposed
 back for Conv1D - equals the sha256 `inspect --tensor NAME --json` reports. config.json has
-the run's shape, gelu_new, eps 1e-5 and tie_word_embeddings false.
+the run's shape, gelu_new, eps 1e-5 and tie_word_embeddings as the run's model.tie_embeddings.
+A tied model (inspect marks lm_head.weight and its moments "tied"): the file has no
+lm_head.weight nor its moments (--with-fp8 still has lm_head.fp8.*), and inspect's
+lm_head.weight hashes as its wte.weight (training keeps the two copies byte-identical).
 
 llmc: the 256-int header (llm.c's train_gpt2.c: magic 20240326, version 3, maxT, V, L, NH,
 C, Vp) matches the run's configuration, the file has exactly the 16 tensors' floats in
@@ -56,7 +59,15 @@ def check_safetensors(q, run, path, cfg_path, flags, faults):
     info = inspect(q, run, "--names")
     want_src = {"params"} | ({"adam_m", "adam_v"} if "--with-optimizer" in flags else set()) | \
         ({"fp8_meta"} if "--with-fp8" in flags else set())
-    named = {hf_name(e["name"]): e for e in info["named"] if e["array"] in want_src}
+    m = info["config"]["model"]
+    tied = bool(m.get("tie_embeddings", False))
+    marked = sorted(e["name"] for e in info["named"] if e.get("tied"))
+    want_marked = ["lm_head.weight", "lm_head.weight.exp_avg", "lm_head.weight.exp_avg_sq"] if tied else []
+    if marked != want_marked:
+        faults.append(f"inspect --names marks {marked} tied, expected {want_marked}")
+    if tied and named_sha(q, run, "lm_head.weight")["sha256"] != named_sha(q, run, "wte.weight")["sha256"]:
+        faults.append("a tied model's lm_head.weight is not byte-identical to its wte.weight")
+    named = {hf_name(e["name"]): e for e in info["named"] if e["array"] in want_src and not e.get("tied")}
     try:
         meta, tensors = safetensors_read.load(path)
     except safetensors_read.SafetensorsError as e:
@@ -84,12 +95,11 @@ def check_safetensors(q, run, path, cfg_path, flags, faults):
         got = hashlib.sha256(data).hexdigest()
         if got != s["sha256"]:
             faults.append(f"{hf}: sha256 {got} of the file's bytes, inspect says {s['sha256']}")
-    m = info["config"]["model"]
     with open(cfg_path) as f:
         cfg = json.load(f)
     want = {"model_type": "gpt2", "n_layer": m["layers"], "n_embd": m["hidden"], "n_head": m["heads"],
             "n_positions": m["seq"], "vocab_size": m["vocab"], "activation_function": "gelu_new",
-            "layer_norm_epsilon": 1e-5, "tie_word_embeddings": False, "architectures": ["GPT2LMHeadModel"]}
+            "layer_norm_epsilon": 1e-5, "tie_word_embeddings": tied, "architectures": ["GPT2LMHeadModel"]}
     for k, v in want.items():
         if cfg.get(k) != v:
             faults.append(f"config.json {k} is {cfg.get(k)!r}, expected {v!r}")
