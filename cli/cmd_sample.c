@@ -10,8 +10,10 @@
  * runtime/job/detok.h to decode), 256 is bytes; any other is refused before
  * a weight is read.  Sampling draws from the counter-based generator
  * (runtime/core/rng.h), one 53-bit uniform per token, so a seed names its
- * text.  When prompt and continuation outgrow the model's context (seq),
- * the cache is rebuilt from the last seq/2 tokens and generation goes on.
+ * text; the generator is cli/train_sample.h's, which `train
+ * --sample-every` draws with too.  When prompt and continuation outgrow the
+ * model's context (seq), the cache is rebuilt from the last seq/2 tokens and
+ * generation goes on.
  */
 #include <getopt.h>
 #include <math.h>
@@ -25,16 +27,12 @@
 #include "cli/encoder_dir.h"
 #include "cli/named.h"
 #include "cli/run_args.h"
+#include "cli/train_sample.h"
 #include "ckpt/ckpt_query.h"
-#include "runtime/core/rng.h"
 #include "runtime/core/status.h"
 #include "runtime/job/detok.h"
 #include "runtime/job/tokenizer.h"
 #include "runtime/model/infer.h"
-
-#define GPT2_VOCAB 50257
-#define BYTE_VOCAB 256
-#define BYTE_START 10 /* '\n': what the byte loader puts after each document */
 
 static void help(FILE *f)
 {
@@ -146,118 +144,6 @@ static int parse(int argc, char **argv, sample_flags *sf)
 	return cli_run_args_check("sample", argc, argv, sf->dir);
 }
 
-typedef struct cand {
-	float logit;
-	int32_t id;
-} cand;
-
-/* Larger logit first, the lower id first among equals: a total order, so qsort's result is fixed. */
-static int cand_cmp(const void *a, const void *b)
-{
-	const cand *x = a, *y = b;
-	if (x->logit != y->logit)
-		return x->logit > y->logit ? -1 : 1;
-	return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/*
- * The next token from logits[0..V): greedy at temperature 0, else a draw
- * from softmax(logits / T) over the top_k largest (all when 0), by one
- * uniform u in [0, 1) against the cumulative sum in candidate order.
- */
-static int32_t pick(const float *logits, int V, double temperature, long top_k, qe_rng *rng, cand *cs)
-{
-	int n = V;
-	for (int i = 0; i < V; i++)
-		cs[i] = (cand){ logits[i], i };
-	if (temperature == 0 || (top_k > 0 && top_k < V)) {
-		if (temperature == 0) {
-			int best = 0;
-			for (int i = 1; i < V; i++)
-				if (logits[i] > logits[best])
-					best = i;
-			return best;
-		}
-		qsort(cs, (size_t)V, sizeof(cand), cand_cmp);
-		n = (int)top_k;
-	}
-	float mx = cs[0].logit;
-	for (int i = 1; i < n; i++)
-		if (cs[i].logit > mx)
-			mx = cs[i].logit;
-	double sum = 0;
-	for (int i = 0; i < n; i++)
-		sum += exp(((double)cs[i].logit - mx) / temperature);
-	double u = (double)(qe_rng_u64(rng) >> 11) * 0x1p-53 * sum, acc = 0;
-	for (int i = 0; i < n; i++) {
-		acc += exp(((double)cs[i].logit - mx) / temperature);
-		if (u < acc)
-			return cs[i].id;
-	}
-	return cs[n - 1].id;
-}
-
-/*
- * Feed hist[j] to the forward (logits when not NULL); a full cache restarts
- * from hist's last seq/2 tokens before j.
- */
-static int feed(qe_infer *m, const qe_tokbuf *hist, size_t j, float *logits)
-{
-	int rc, seq = qe_infer_config(m)->seq;
-	if (qe_infer_pos(m) >= seq) {
-		size_t keep = (size_t)seq / 2;
-		qe_infer_reset(m);
-		for (size_t i = j - keep; i < j; i++)
-			if ((rc = qe_infer_step(m, hist->v[i], NULL)))
-				return rc;
-	}
-	return qe_infer_step(m, hist->v[j], logits);
-}
-
-/* The bytes of tokens t[0..n) appended to *buf (size *len, grown with realloc). */
-static int tokens_bytes(const qe_gpt2_detok *d, const int32_t *t, size_t n, char **buf, size_t *len)
-{
-	for (size_t i = 0; i < n; i++) {
-		const char *b;
-		size_t bl = 1;
-		char one = (char)t[i];
-		int rc = d ? qe_gpt2_detok_token(d, t[i], &b, &bl) : QE_OK;
-		if (rc)
-			return rc;
-		if (!d)
-			b = &one;
-		char *g = realloc(*buf, *len + bl + 1);
-		if (!g)
-			return qe_fail(QE_ENOMEM, "out of memory for %zu bytes of text", *len + bl);
-		*buf = g;
-		memcpy(g + *len, b, bl);
-		*len += bl;
-		g[*len] = 0;
-	}
-	return QE_OK;
-}
-
-static json_t *ids_json(const int32_t *t, size_t n)
-{
-	json_t *a = json_array();
-	for (size_t i = 0; i < n; i++)
-		json_array_append_new(a, json_integer(t[i]));
-	return a;
-}
-
-/* log softmax(logits)[id]: the model's own probability of id, before temperature and top-k. */
-static double logprob(const float *logits, int V, int32_t id)
-{
-	float mx = logits[0];
-	for (int i = 1; i < V; i++)
-		if (logits[i] > mx)
-			mx = logits[i];
-	double sum = 0;
-	for (int i = 0; i < V; i++)
-		sum += exp((double)logits[i] - mx);
-	return (double)logits[id] - mx - log(sum);
-}
-
 /* Read every parameter of the checkpoint into the forward's one-stage buffer, by name. */
 static int load_weights(cli_named *nm, qe_infer *m)
 {
@@ -288,17 +174,15 @@ int cli_sample_main(int argc, char **argv)
 	qe_gpt2_detok *dec = NULL;
 	qe_infer *m = NULL;
 	qe_tokbuf hist = { 0 };
-	float *logits = NULL;
 	double *lps = NULL;
-	cand *cs = NULL;
 	char *text = NULL, *prompt_text = NULL, *clean = NULL;
 	size_t text_len = 0, prompt_len = 0, clean_len = 0;
 	char what[4400];
 	if ((rc = cli_named_checkpoint(sf.dir, sf.step, "sampled", &r, &ck, &tr, &nm, what, sizeof(what))))
 		goto fail;
 	const qe_model_config *mc = &nm.cfg.model;
-	int V = mc->vocab, gpt2 = V == GPT2_VOCAB;
-	if (!gpt2 && V != BYTE_VOCAB) {
+	int V = mc->vocab, gpt2 = V == CLI_GPT2_VOCAB;
+	if (!gpt2 && V != CLI_BYTE_VOCAB) {
 		rc = qe_fail(QE_EUNSUPPORTED,
 			     "the model's vocabulary has %d tokens, and sample reads only GPT-2's BPE (50257) and bytes (256): "
 			     "there is no tokenizer for its ids",
@@ -316,9 +200,9 @@ int cli_sample_main(int argc, char **argv)
 			 from);
 		if ((rc = qe_gpt2_detok_open(encdir, &dec)) || (rc = qe_gpt2_open(encdir, &enc)))
 			goto fail;
-		if (qe_gpt2_detok_size(dec) != GPT2_VOCAB) {
+		if (qe_gpt2_detok_size(dec) != CLI_GPT2_VOCAB) {
 			rc = qe_fail(QE_ECORRUPT, "encoder.json has %d ids, GPT-2's has %d", qe_gpt2_detok_size(dec),
-				     GPT2_VOCAB);
+				     CLI_GPT2_VOCAB);
 			goto fail;
 		}
 		snprintf(what, sizeof(what), "--prompt");
@@ -334,41 +218,30 @@ int cli_sample_main(int argc, char **argv)
 		for (size_t i = 0; i < plen && !rc; i++)
 			rc = qe_tokbuf_push(&hist, (unsigned char)sf.prompt[i]);
 		if (!rc && !plen)
-			rc = qe_tokbuf_push(&hist, BYTE_START);
+			rc = qe_tokbuf_push(&hist, CLI_BYTE_START);
 		if (rc)
 			goto fail;
 	}
 	size_t nprompt = hist.n;
 
 	snprintf(what, sizeof(what), "%s: checkpoint step %lld", sf.dir, (long long)ck.step);
-	logits = malloc((size_t)V * sizeof(float));
-	cs = malloc((size_t)V * sizeof(cand));
 	lps = malloc(((size_t)sf.tokens + 1) * sizeof(double));
-	if (!logits || !cs || !lps) {
-		rc = qe_fail(QE_ENOMEM, "out of memory for %d logits", V);
+	if (!lps) {
+		rc = qe_fail(QE_ENOMEM, "out of memory for %ld log probabilities", sf.tokens);
 		goto fail;
 	}
 	if ((rc = qe_infer_create(mc, &m)) || (rc = load_weights(&nm, m)))
 		goto fail;
 
 	/* The prompt, then one token at a time. */
-	qe_rng rng;
-	qe_rng_init(&rng, (uint64_t)sf.seed);
-	for (size_t j = 0; j < nprompt; j++)
-		if ((rc = feed(m, &hist, j, j + 1 == nprompt ? logits : NULL)))
-			goto fail;
-	for (long k = 0; k < sf.tokens; k++) {
-		if ((rc = qe_tokbuf_push(&hist, pick(logits, V, sf.temperature, sf.top_k, &rng, cs))))
-			goto fail;
-		lps[k] = logprob(logits, V, hist.v[hist.n - 1]);
-		if (k + 1 < sf.tokens && (rc = feed(m, &hist, hist.n - 1, logits)))
-			goto fail;
-	}
+	cli_gen g = { sf.tokens, sf.temperature, sf.top_k, (uint64_t)sf.seed };
+	if ((rc = cli_generate(m, &hist, &g, lps)))
+		goto fail;
 
 	/* Text: the start token of an empty prompt is not part of it. */
 	size_t shown = plen ? 0 : nprompt;
-	if ((rc = tokens_bytes(dec, hist.v + shown, nprompt - shown, &prompt_text, &prompt_len)) ||
-	    (rc = tokens_bytes(dec, hist.v + nprompt, hist.n - nprompt, &text, &text_len)))
+	if ((rc = cli_tokens_bytes(dec, hist.v + shown, nprompt - shown, &prompt_text, &prompt_len)) ||
+	    (rc = cli_tokens_bytes(dec, hist.v + nprompt, hist.n - nprompt, &text, &text_len)))
 		goto fail;
 	if (sf.json) {
 		if ((rc = qe_utf8_lossy(text ? text : "", text_len, &clean, &clean_len)))
@@ -376,8 +249,8 @@ int cli_sample_main(int argc, char **argv)
 		json_t *o = json_pack("{s:s,s:I,s:I,s:f,s:I}", "run_id", ckpt_run_id(r), "step", (json_int_t)ck.step,
 				      "seed", (json_int_t)sf.seed, "temperature", sf.temperature, "top_k",
 				      (json_int_t)sf.top_k);
-		json_object_set_new(o, "prompt_tokens", ids_json(hist.v, nprompt));
-		json_object_set_new(o, "tokens", ids_json(hist.v + nprompt, hist.n - nprompt));
+		json_object_set_new(o, "prompt_tokens", cli_ids_json(hist.v, nprompt));
+		json_object_set_new(o, "tokens", cli_ids_json(hist.v + nprompt, hist.n - nprompt));
 		json_object_set_new(o, "text", json_stringn(clean, clean_len));
 		json_t *lp = json_array();
 		for (long k = 0; k < sf.tokens; k++)
@@ -401,9 +274,7 @@ release:
 	free(clean);
 	free(text);
 	free(prompt_text);
-	free(cs);
 	free(lps);
-	free(logits);
 	qe_tokbuf_release(&hist);
 	qe_infer_free(m);
 	qe_gpt2_free(enc);

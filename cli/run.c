@@ -28,6 +28,7 @@
 #include "cli/rank_meter.h"
 #include "cli/run_tiers.h"
 #include "cli/train_flags.h"
+#include "cli/train_sample.h"
 
 int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out)
 {
@@ -174,6 +175,8 @@ void cli_rank_job_init(cli_rank_job *job, const cli_train_args *a, int ckpt_asyn
 	job->ckpt_async = ckpt_async;
 	job->from_step = -1;
 	job->until = a->cfg.steps;
+	job->sample_every = a->sample_every;
+	job->sample_tokens = a->sample_tokens;
 }
 
 /* ---- the rank process ------------------------------------------------------ */
@@ -184,6 +187,7 @@ typedef struct rank_ctx {
 	ckpt_session *ck;
 	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
 	cli_run_tiers *tiers; /* --ckpt-persist-every, --ckpt-keep (run_tiers.h); NULL when neither */
+	cli_train_sample *sample; /* --sample-every (train_sample.h); NULL when off */
 	cli_progress progress; /* the progress and summary lines (rank 0 prints) */
 	int64_t last_ckpt_step; /* the step of the last checkpoint this process took; -1: none */
 	float last_loss;
@@ -338,9 +342,10 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 			return qe_fail_ctx(rc, "recording step %lld", (long long)rep->step);
 	}
 	const qe_train_config *cfg = &ctx->job->cfg;
-	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0)
-		return take_checkpoint(ctx, r, rep->step);
-	return QE_OK;
+	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0 &&
+	    (rc = take_checkpoint(ctx, r, rep->step)))
+		return rc;
+	return cli_train_sample_step(ctx->sample, r, rep->step);
 }
 
 /* One JSON line per rank: what it ran and the resources it provisioned. */
@@ -426,6 +431,11 @@ int cli_rank_main(void *vjob)
 		rc = qe_comm_bcast(comm, 0, &job->until, sizeof(job->until));
 	if (!rc && comm)
 		rc = qe_comm_bcast(comm, 0, &job->restart, sizeof(job->restart));
+	/* --sample-every is collective: every rank takes rank 0's, whatever its own command line said */
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, &job->sample_every, sizeof(job->sample_every));
+	if (!rc && comm)
+		rc = qe_comm_bcast(comm, 0, &job->sample_tokens, sizeof(job->sample_tokens));
 	if (!rc) {
 		qe_log_set_rank(env.world_size > 1 ? env.rank : -1);
 		rc = qe_backend_open(cfg->backend, &b);
@@ -513,6 +523,8 @@ int cli_rank_main(void *vjob)
 			rc = cli_run_tiers_open(ctx.ck, r, env.rank == 0 ? path : NULL, qe_rank_steps_done(r), job->quiet,
 						&ctx.tiers);
 	}
+	if (!rc && job->sample_every > 0)
+		rc = cli_train_sample_open(r, job->sample_every, job->sample_tokens, job->log_json, &ctx.sample);
 	if (!rc) {
 		qe_train_hooks hooks = { &ctx, on_step, ctx.ck != NULL && !job->no_trace };
 		cli_progress_init(&ctx.progress, cfg, env.rank == 0 && !job->quiet, job->log_json,
@@ -567,6 +579,7 @@ int cli_rank_main(void *vjob)
 			qe_errname(rc));
 		qe_rank_abandon(r);
 	}
+	cli_train_sample_close(ctx.sample);
 	cli_run_tiers_close(ctx.tiers);
 	ckpt_async_close(ctx.async);
 	ckpt_session_close(ctx.ck);

@@ -55,6 +55,8 @@ typedef struct cli_rank_job {
 	int64_t until;      /* train until this many steps are done */
 	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/ckpt_async.h) */
 	int restart;        /* 1: the run starts over: every rank clears its own store first (rank 0's word counts) */
+	long sample_every;  /* --sample-every K: rank 0 prints a sample after every K-th step (train_sample.h); 0: never */
+	long sample_tokens; /* tokens per sample */
 	/* The training data, loaded (and so checked) by the command before anything went to disk;
 	 * not owned, outlives the job.  NULL: each rank loads cfg.data itself. */
 	const qe_data *data;

@@ -82,6 +82,16 @@ void cli_train_flags_help(FILE *f, int for_resume)
 		"  --eval-micro N         held-out microbatches per evaluation (default 4)\n"
 		"  --ckpt-every K         checkpoint every K steps into --run-dir (default 0: never)\n"
 		"  --log-every K          progress line every K steps (default 1)\n"
+		"  --sample-every K       after every K-th step rank 0 prints a sample of the model (default 0:\n"
+		"                         never), drawn on the cpu from the fp32 weights: --sample-tokens\n"
+		"                         tokens after <|endoftext|> (GPT-2's vocabulary) or '\\n' (bytes), at\n"
+		"                         temperature 1 with seed (--seed + step), as `qeffect sample --step S\n"
+		"                         --seed (seed + S) --tokens N` draws from a checkpoint of step S; one\n"
+		"                         line 'sample at step S: TEXT' (newlines as \\n; ids where the vocabulary\n"
+		"                         has no decoder), or a JSON line with --log-format json.  Printed even\n"
+		"                         with --quiet; not part of the run (a resume may change it) and it\n"
+		"                         leaves training's bytes as they are\n"
+		"  --sample-tokens N      tokens per sample (default 32)\n"
 		"  --trace on|off         per-step fingerprints into the run's catalog (default on; they\n"
 		"                         read all state every step: turn off for big models)\n"
 		"  --quiet                no progress lines\n"
@@ -119,7 +129,7 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
 		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
 		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
-		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT, O_ONSIGNAL, O_TIE
+		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT, O_ONSIGNAL, O_TIE, O_SAMPLE, O_SAMPLE_TOKENS
 	};
 	static const struct option opts[] = {
 		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
@@ -141,12 +151,14 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
 		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP }, { "log-format", 1, 0, O_LOGFMT }, { "ckpt-on-signal", 1, 0, O_ONSIGNAL },
 		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
+		{ "sample-every", 1, 0, O_SAMPLE }, { "sample-tokens", 1, 0, O_SAMPLE_TOKENS },
 		{ 0, 0, 0, 0 }
 	};
 	memset(a, 0, sizeof(*a));
 	qe_train_config_default(&a->cfg);
 	a->ckpt_on_signal = 1;
 	a->from_step = -1;
+	a->sample_tokens = 32;
 	char path[480];
 	snprintf(path, sizeof(path), "%s/data/brown.jsonl", cli_shared_dir());
 	FILE *probe = fopen(path, "r");
@@ -199,6 +211,8 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 			INTFLAG(O_NPROC, CLI_F_NPROC, a->nproc, 1, 256, "--nproc")
 			INTFLAG(O_LOG, CLI_F_LOG, cfg->log_every, 1, 100000000, "--log-every")
 			INTFLAG(O_FROM, CLI_F_FROM, a->from_step, 0, 0x7fffffffffffffffL, "--from")
+			INTFLAG(O_SAMPLE, 0, a->sample_every, 0, 100000000, "--sample-every")
+			INTFLAG(O_SAMPLE_TOKENS, 0, a->sample_tokens, 1, 1000000, "--sample-tokens")
 			INTFLAG(O_LAYERS, CLI_F_SHAPE, shape[0], 1, 1024, "--layers")
 			INTFLAG(O_HIDDEN, CLI_F_SHAPE, shape[1], 1, 65536, "--hidden")
 			INTFLAG(O_HEADS, CLI_F_SHAPE, shape[2], 1, 1024, "--heads")

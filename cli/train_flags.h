@@ -40,6 +40,8 @@ typedef struct cli_train_args {
 	int json;
 	int no_trace;     /* --trace off: no per-step fingerprints (big models on a GPU) */
 	long from_step;   /* resume --from; -1: latest committed */
+	long sample_every;  /* --sample-every K: a sample after every K-th step; 0: never (not recorded) */
+	long sample_tokens; /* --sample-tokens N (default 32) */
 	int shape[7];     /* --layers --hidden --heads --ffn --seq --vocab --batch as given; 0: not given */
 	int attn;         /* --attention as given: qe_attn_mode + 1; 0: not given */
 	int tie;          /* --tie-embeddings as given: 1 off, 2 on; 0: not given (the preset's) */
