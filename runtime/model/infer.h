@@ -19,8 +19,8 @@
  * The parameters are one buffer in the layout of a one-stage cut of the
  * model (the naming table qe_model_names(cfg, 1, ...)), which the caller fills
  * by name from wherever they come from (a checkpoint cut into any number of
- * stages).  The head is lm_head.weight, or wte.weight when the table has no
- * head of its own (a tied model).
+ * stages).  The head is lm_head.weight (a tied model's is wte's copy, the
+ * same bytes), or wte.weight for a table without a head.
  *
  * A qe_infer is single-threaded state; use one per thread.
  */
