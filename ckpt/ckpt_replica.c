@@ -37,13 +37,12 @@
  */
 #include "ckpt/ckpt_int.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_options.h"
 #include "runtime/comm/comm.h"
-#include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -64,17 +63,11 @@ struct ckpt_repl {
 
 int ckpt__repl_config(ckpt_session *s)
 {
-	const char *v = qe_env("QE_CKPT_REPLICAS");
+	int n = ckpt_options_get()->replicas;
 	s->replicas = 0;
-	if (!v || !v[0])
-		return QE_OK;
-	char *end;
-	errno = 0;
-	long n = strtol(v, &end, 10);
-	if (errno || *end || n < 0 || n > CKPT_MAX_REPLICAS)
-		return qe_fail(QE_EINVAL, "QE_CKPT_REPLICAS='%s' (--ckpt-replicas) is not a count in 0..%d", v,
-			       CKPT_MAX_REPLICAS);
-	s->replicas = (int)n;
+	if (n < 0 || n > CKPT_MAX_REPLICAS)
+		return qe_fail(QE_EINVAL, "--ckpt-replicas %d is not a count in 0..%d", n, CKPT_MAX_REPLICAS);
+	s->replicas = n;
 	return QE_OK;
 }
 

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/ckpt_options.h"
 #include "ckpt/ckpt_remote_int.h"
-#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -29,8 +29,8 @@ static void remote_opts(store_remote_opts *ro)
 {
 	memset(ro, 0, sizeof(*ro));
 	ro->retries = -1;
-	const char *ep = qe_env("QE_CKPT_REMOTE_ENDPOINT");
-	ro->endpoint = ep && ep[0] ? ep : NULL;
+	const char *ep = ckpt_options_get()->remote_endpoint;
+	ro->endpoint = ep[0] ? ep : NULL;
 }
 
 /* "s3://B/P/checkpoints/RUN/STEP/manifest.json" -> "s3://B/P" and "checkpoints/RUN/STEP/manifest.json". */

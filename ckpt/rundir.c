@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -47,8 +47,8 @@ int ckpt_rundir_catalog(const char *run_dir, char *buf, size_t len)
 
 int ckpt_rundir_stores(const char *run_dir, char *buf, size_t len)
 {
-	const char *local = qe_env("QE_LOCAL_DIR");
-	return join(buf, len, local && local[0] ? local : run_dir, "stores");
+	const char *local = ckpt_options_get()->local_dir;
+	return join(buf, len, local[0] ? local : run_dir, "stores");
 }
 
 /* ROOT/rank-R, a rank's store in a folder of stores. */
@@ -210,8 +210,8 @@ int ckpt_store_identity_ensure_memory(const char *store_dir, const char *run_id,
 
 const char *ckpt_memory_dir(void)
 {
-	const char *m = qe_env("QE_CKPT_MEMORY_DIR");
-	return m && m[0] ? m : NULL;
+	const char *m = ckpt_options_get()->memory_dir;
+	return m[0] ? m : NULL;
 }
 
 int ckpt_store_id_is_memory(const char *store_id)
@@ -601,8 +601,7 @@ int ckpt_memory_fs_check(const char *dir)
 
 int ckpt_fs_check(const char *path, const char *what)
 {
-	const char *allow = qe_env("QE_ALLOW_NETWORK_FS");
-	if (allow && strcmp(allow, "1") == 0)
+	if (ckpt_options_get()->allow_network_fs)
 		return QE_OK;
 	struct statfs sf;
 	if (statfs_nearest(path, &sf))

@@ -13,7 +13,7 @@
 #include "cli/cli.h"
 #include "cli/import.h"
 #include "cli/run.h"
-#include "runtime/core/env.h"
+#include "cli/storage_options.h"
 #include "runtime/core/status.h"
 #include "runtime/job/data.h"
 #include "cli/train_flags.h"
@@ -187,11 +187,13 @@ int cli_train_main(int argc, char **argv)
 		snprintf(a.cfg.data, sizeof(a.cfg.data), "%s", abs);
 	/* --local-dir recorded absolute with the run: verify, inspect, gc and resume find the stores there
 	 * without the flag (a relative one names a folder of this working directory) */
-	const char *local = qe_env("QE_LOCAL_DIR");
-	if (local && local[0]) {
+	const char *local = cli_storage_get()->ckpt.local_dir;
+	if (local[0]) {
 		char cwd[PATH_MAX];
-		if (local[0] == '/' || !getcwd(cwd, sizeof(cwd)))
-			snprintf(a.cfg.local_dir, sizeof(a.cfg.local_dir), "%s", local);
+		if (strlen(local) >= sizeof(a.cfg.local_dir))
+			a.cfg.local_dir[0] = 0; /* too long to record: later commands need the flag */
+		else if (local[0] == '/' || !getcwd(cwd, sizeof(cwd)))
+			memcpy(a.cfg.local_dir, local, strlen(local) + 1);
 		else if ((size_t)snprintf(a.cfg.local_dir, sizeof(a.cfg.local_dir), "%s/%s", cwd, local) >=
 			 sizeof(a.cfg.local_dir))
 			a.cfg.local_dir[0] = 0; /* too long to record: later commands need the flag */

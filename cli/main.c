@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/storage_options.h"
 #include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
@@ -112,20 +113,26 @@ const char *cli_shared_dir(void)
 }
 
 /*
- * The storage flags every command shares: taken out of argv and turned into
- * the variables the checkpoint layer reads (ckpt/rundir.h), so forked and
- * exec'd ranks see them as well.  Returns 0, or 2 after a usage error.
+ * The storage flags every command shares: taken out of argv into the
+ * process's storage settings, which the checkpoint layer is handed
+ * (cli/storage_options.h); forked ranks inherit them, an external
+ * launcher's ranks parse the same command line.  Returns 0, or 2 after a
+ * usage error.
  */
 static int take_storage_flags(int *argc, char **argv)
 {
-	static const struct {
-		const char *flag, *env;
-	} folders[] = { { "--local-dir", "QE_LOCAL_DIR" }, { "--ckpt-memory", "QE_CKPT_MEMORY_DIR" } };
+	ckpt_options *o = &cli_storage_get()->ckpt;
+	struct {
+		const char *flag;
+		char *dst;
+		size_t cap;
+	} folders[] = { { "--local-dir", o->local_dir, sizeof(o->local_dir) },
+			{ "--ckpt-memory", o->memory_dir, sizeof(o->memory_dir) } };
 	int out = 1;
 	for (int i = 1; i < *argc; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "--allow-network-fs") == 0) {
-			qe_env_set("QE_ALLOW_NETWORK_FS", "1", 1);
+			o->allow_network_fs = 1;
 			continue;
 		}
 		int taken = 0;
@@ -147,7 +154,8 @@ static int take_storage_flags(int *argc, char **argv)
 				fprintf(stderr, "qeffect: %s needs a folder, got ''\n", folders[k].flag);
 				return 2;
 			}
-			qe_env_set(folders[k].env, v, 1);
+			if (cli_storage_text(NULL, folders[k].flag, v, folders[k].dst, folders[k].cap))
+				return 2;
 			taken = 1;
 		}
 		if (!taken)
@@ -155,12 +163,13 @@ static int take_storage_flags(int *argc, char **argv)
 	}
 	argv[out] = NULL;
 	*argc = out;
+	cli_storage_commit();
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	if (take_storage_flags(&argc, argv))
+	if (cli_storage_init() || take_storage_flags(&argc, argv))
 		return 2;
 	if (qe_fault_init()) {
 		fprintf(stderr, "qeffect: %s\n", qe_last_error());

@@ -16,7 +16,7 @@
 #include "ckpt/rundir.h"
 #include "cli/cli.h"
 #include "cli/run.h"
-#include "runtime/core/env.h"
+#include "cli/storage_options.h"
 #include "runtime/core/status.h"
 
 void cli_resume_remote_help(FILE *f)
@@ -96,12 +96,14 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	}
 	*argc = out;
 	argv[out] = NULL;
-	/* The ranks read them too: --ckpt-persist-every pushes to --remote, and a restore fetches what no
+	/* The ranks use them too: --ckpt-persist-every pushes to --remote, and a restore fetches what no
 	 * store holds from the checkpoint's pushed copy through --endpoint (ckpt_persist.h, ckpt_restore_s3.c). */
-	if (url)
-		qe_env_set("QE_CKPT_REMOTE", url, 1);
-	if (endpoint)
-		qe_env_set("QE_CKPT_REMOTE_ENDPOINT", endpoint, 1);
+	cli_storage *s = cli_storage_get();
+	if ((url && cli_storage_text("resume", "--remote", url, s->remote, sizeof(s->remote))) ||
+	    (endpoint && cli_storage_text("resume", "--endpoint", endpoint, s->ckpt.remote_endpoint,
+					  sizeof(s->ckpt.remote_endpoint))))
+		return 2;
+	cli_storage_commit();
 	if (help || !url) {
 		if (!url && run_id) {
 			fprintf(stderr, "qeffect resume: --remote-run-id goes with --remote\n");

@@ -18,7 +18,6 @@
 #include "ckpt/ckpt_async.h"
 #include "ckpt/rundir.h"
 #include "runtime/comm/comm.h"
-#include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/rank.h"
@@ -27,6 +26,7 @@
 #include "cli/progress.h"
 #include "cli/rank_meter.h"
 #include "cli/run_tiers.h"
+#include "cli/storage_options.h"
 #include "cli/train_flags.h"
 #include "cli/train_sample.h"
 
@@ -148,14 +148,16 @@ int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_trai
 
 void cli_recall_local_dir(const char *dir)
 {
-	const char *set = qe_env("QE_LOCAL_DIR");
-	if ((set && set[0]) || !dir || !dir[0])
+	cli_storage *s = cli_storage_get();
+	if (s->ckpt.local_dir[0] || !dir || !dir[0])
 		return;
 	cat *c = NULL;
 	char run_id[64];
 	qe_train_config *cfg = calloc(1, sizeof(*cfg));
-	if (cfg && !cli_run_open(dir, 0, &c, run_id, cfg) && cfg->local_dir[0]) {
-		qe_env_set("QE_LOCAL_DIR", cfg->local_dir, 1);
+	if (cfg && !cli_run_open(dir, 0, &c, run_id, cfg) && cfg->local_dir[0] &&
+	    !cli_storage_text(NULL, "the recorded --local-dir", cfg->local_dir, s->ckpt.local_dir,
+			      sizeof(s->ckpt.local_dir))) {
+		cli_storage_commit();
 		fprintf(stderr, "qeffect: run '%s' keeps its stores under --local-dir %s (as recorded)\n", dir,
 			cfg->local_dir);
 	}

@@ -10,7 +10,7 @@
 #include "ckpt/rundir.h"
 #include "cli/cli.h"
 #include "cli/run.h"
-#include "runtime/core/env.h"
+#include "cli/storage_options.h"
 #include "runtime/core/status.h"
 #include "store/remote.h"
 
@@ -66,8 +66,8 @@ static int flag_value(int argc, char **argv, int i, const char *flag, const char
 	return 1;
 }
 
-/* A count flag's value into the variable env: 0 or 2 after a usage error. */
-static int count_flag(const char *cmd, const char *flag, const char *v, long lo, long hi, const char *env)
+/* A count flag's value into *dst: 0 or 2 after a usage error. */
+static int count_flag(const char *cmd, const char *flag, const char *v, long lo, long hi, int64_t *dst)
 {
 	long n = lo - 1;
 	if (!v || cli_parse_long(cmd, flag, v, &n))
@@ -76,27 +76,41 @@ static int count_flag(const char *cmd, const char *flag, const char *v, long lo,
 		fprintf(stderr, "qeffect %s: %s needs a count in %ld..%ld, got '%s'\n", cmd, flag, lo, hi, v ? v : "");
 		return 2;
 	}
-	char buf[32];
-	snprintf(buf, sizeof(buf), "%ld", n);
-	qe_env_set(env, buf, 1);
+	*dst = n;
 	return 0;
 }
 
+enum { T_KEEP, T_PERSIST_EVERY, T_PERSIST_KEEP, T_REMOTE, T_ENDPOINT };
 static const struct {
-	const char *flag, *env;
+	const char *flag;
+	int what;       /* T_* */
 	long lo, hi;
-	int text;      /* a text value (URL), not a count */
+	int text;       /* a text value (URL), not a count */
 	int train_only; /* resume takes it through resume_remote.c */
 } tier_flags[] = {
-	{ "--ckpt-keep", "QE_CKPT_KEEP", 1, 1000000, 0, 0 },
-	{ "--ckpt-persist-every", "QE_CKPT_PERSIST_EVERY", 1, 1L << 40, 0, 0 },
-	{ "--ckpt-persist-keep", "QE_CKPT_PERSIST_KEEP", 1, 1000000, 0, 0 },
-	{ "--remote", "QE_CKPT_REMOTE", 0, 0, 1, 1 },
-	{ "--endpoint", "QE_CKPT_REMOTE_ENDPOINT", 0, 0, 1, 1 },
+	{ "--ckpt-keep", T_KEEP, 1, 1000000, 0, 0 },
+	{ "--ckpt-persist-every", T_PERSIST_EVERY, 1, 1L << 40, 0, 0 },
+	{ "--ckpt-persist-keep", T_PERSIST_KEEP, 1, 1000000, 0, 0 },
+	{ "--remote", T_REMOTE, 0, 0, 1, 1 },
+	{ "--endpoint", T_ENDPOINT, 0, 0, 1, 1 },
 };
+
+/* A text flag's value into its setting: 0 or 2 after a usage error. */
+static int text_flag(const char *cmd, const char *flag, int what, const char *v)
+{
+	cli_storage *s = cli_storage_get();
+	if (!v || !v[0]) {
+		fprintf(stderr, "qeffect %s: %s needs a value\n", cmd, flag);
+		return 2;
+	}
+	if (what == T_REMOTE)
+		return cli_storage_text(cmd, flag, v, s->remote, sizeof(s->remote));
+	return cli_storage_text(cmd, flag, v, s->ckpt.remote_endpoint, sizeof(s->ckpt.remote_endpoint));
+}
 
 int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 {
+	cli_storage *s = cli_storage_get();
 	int out = 1;
 	for (int i = 1; i < *argc;) {
 		const char *v = NULL;
@@ -112,15 +126,18 @@ int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 			    !flag_value(*argc, argv, i, tier_flags[k].flag, &v, &used))
 				continue;
 			found = 1;
+			int64_t n = 0;
 			if (tier_flags[k].text) {
-				if (!v || !v[0]) {
-					fprintf(stderr, "qeffect %s: %s needs a value\n", cmd, tier_flags[k].flag);
+				if (text_flag(cmd, tier_flags[k].flag, tier_flags[k].what, v))
 					return 2;
-				}
-				qe_env_set(tier_flags[k].env, v, 1);
-			} else if (count_flag(cmd, tier_flags[k].flag, v, tier_flags[k].lo, tier_flags[k].hi,
-					      tier_flags[k].env)) {
+			} else if (count_flag(cmd, tier_flags[k].flag, v, tier_flags[k].lo, tier_flags[k].hi, &n)) {
 				return 2;
+			} else if (tier_flags[k].what == T_KEEP) {
+				s->keep = (int)n;
+			} else if (tier_flags[k].what == T_PERSIST_EVERY) {
+				s->persist_every = n;
+			} else {
+				s->persist_keep = (int)n;
 			}
 			i += used;
 		}
@@ -138,13 +155,12 @@ int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
 				v ? v : "");
 			return 2;
 		}
-		char buf[16];
-		snprintf(buf, sizeof(buf), "%ld", n);
-		qe_env_set("QE_CKPT_REPLICAS", buf, 1);
+		s->ckpt.replicas = (int)n;
 		i += used;
 	}
 	*argc = out;
 	argv[out] = NULL;
+	cli_storage_commit();
 	return 0;
 }
 
@@ -153,8 +169,7 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 	cli_tiers t;
 	cli_tiers_get(&t);
 	if (t.memory) {
-		const char *r = qe_env("QE_CKPT_REPLICAS");
-		if (strcmp(cmd, "train") == 0 && (!r || atol(r) < 1)) {
+		if (strcmp(cmd, "train") == 0 && cli_storage_get()->ckpt.replicas < 1) {
 			fprintf(stderr, "qeffect %s: --ckpt-memory keeps replica copies in memory: it needs --ckpt-replicas R "
 				"(R >= 1)\n", cmd);
 			return 2;
@@ -197,24 +212,16 @@ int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)
 	return 0;
 }
 
-static long env_long(const char *name)
-{
-	const char *v = qe_env(name);
-	return v && v[0] ? atol(v) : 0;
-}
-
 void cli_tiers_get(cli_tiers *t)
 {
+	const cli_storage *s = cli_storage_get();
 	memset(t, 0, sizeof(*t));
-	t->keep = (int)env_long("QE_CKPT_KEEP");
-	t->persist_every = env_long("QE_CKPT_PERSIST_EVERY");
-	t->persist_keep = (int)env_long("QE_CKPT_PERSIST_KEEP");
-	const char *r = qe_env("QE_CKPT_REMOTE"), *e = qe_env("QE_CKPT_REMOTE_ENDPOINT");
-	t->remote = r && r[0] ? r : NULL;
-	t->endpoint = e && e[0] ? e : NULL;
+	t->keep = s->keep;
+	t->persist_every = s->persist_every;
+	t->persist_keep = s->persist_keep;
+	t->remote = s->remote[0] ? s->remote : NULL;
+	t->endpoint = s->ckpt.remote_endpoint[0] ? s->ckpt.remote_endpoint : NULL;
 	t->memory = ckpt_memory_dir();
-	const char *g = qe_env("QE_CKPT_KEEP_GRACE_S");
-	t->keep_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
-	g = qe_env("QE_CKPT_PERSIST_GRACE_S");
-	t->persist_grace_s = g && g[0] ? (uint64_t)atoll(g) : 600;
+	t->keep_grace_s = s->keep_grace_s;
+	t->persist_grace_s = s->persist_grace_s;
 }

@@ -1,0 +1,48 @@
+/*
+ * storage_options.h - a cli process's storage and tier settings (issue 36
+ * item 2): the checkpoint layer's options (ckpt/ckpt_options.h: --local-dir,
+ * --ckpt-memory, --allow-network-fs, --ckpt-replicas, --endpoint) and the
+ * tiers cli runs itself (--ckpt-keep, --ckpt-persist-every,
+ * --ckpt-persist-keep, --remote and the retention grace periods).
+ *
+ * cli_storage_init reads the variables users set (QE_LOCAL_DIR, ... the
+ * table in runtime/core/env.c) once, as the settings' defaults; flags then
+ * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
+ * and cli_storage_commit hands ckpt its part.  No flag becomes a variable:
+ * ranks forked by --nproc inherit the settings, ranks of an external
+ * launcher parse the same command line.
+ */
+#ifndef CLI_STORAGE_OPTIONS_H
+#define CLI_STORAGE_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/ckpt_options.h"
+
+typedef struct cli_storage {
+	ckpt_options ckpt;
+	int keep;                 /* --ckpt-keep (QE_CKPT_KEEP); 0: keep every local checkpoint */
+	int64_t persist_every;    /* --ckpt-persist-every (QE_CKPT_PERSIST_EVERY); 0: no persistent tier */
+	int persist_keep;         /* --ckpt-persist-keep (QE_CKPT_PERSIST_KEEP); 0: keep every pushed one */
+	char remote[1024];        /* --remote (QE_CKPT_REMOTE): s3://BUCKET/PREFIX; "": none */
+	uint64_t keep_grace_s;    /* QE_CKPT_KEEP_GRACE_S (600) */
+	uint64_t persist_grace_s; /* QE_CKPT_PERSIST_GRACE_S (600) */
+} cli_storage;
+
+/*
+ * The settings from the environment, handed to ckpt.  0, or 2 after printing
+ * an error naming the variable (a value too long, or a replica count
+ * outside 0..8).
+ */
+int cli_storage_init(void);
+/* The process's settings, to read or change (cli_storage_commit after a change of .ckpt). */
+cli_storage *cli_storage_get(void);
+void cli_storage_commit(void);
+/*
+ * Copy a folder or URL into a setting of cap bytes: 0, or 2 after printing
+ * "qeffect CMD: FLAG ... too long".
+ */
+int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst, size_t cap);
+
+#endif
