@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/session/ckpt.h"
 #include "cli/async_flag.h"
 #include "cli/tier_flags.h"
 #include "cli/cli.h"

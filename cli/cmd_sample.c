@@ -25,7 +25,7 @@
 #include "cli/encoder_dir.h"
 #include "cli/named.h"
 #include "cli/run_args.h"
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "runtime/core/rng.h"
 #include "runtime/core/status.h"
 #include "runtime/job/detok.h"

@@ -113,7 +113,7 @@ const char *cli_shared_dir(void)
 
 /*
  * The storage flags every command shares: taken out of argv and turned into
- * the variables the checkpoint layer reads (ckpt/rundir.h), so forked and
+ * the variables the checkpoint layer reads (ckpt/session/rundir.h), so forked and
  * exec'd ranks see them as well.  Returns 0, or 2 after a usage error.
  */
 static int take_storage_flags(int *argc, char **argv)

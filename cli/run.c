@@ -14,9 +14,9 @@
 
 #include <xxhash.h>
 
-#include "ckpt/ckpt.h"
-#include "ckpt/ckpt_async.h"
-#include "ckpt/rundir.h"
+#include "ckpt/session/ckpt.h"
+#include "ckpt/protocol/ckpt_async.h"
+#include "ckpt/session/rundir.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/env.h"
 #include "runtime/core/log.h"

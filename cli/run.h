@@ -1,5 +1,5 @@
 /*
- * run.h - a run directory as the commands see it (its layout is ckpt/rundir.h's:
+ * run.h - a run directory as the commands see it (its layout is ckpt/session/rundir.h's:
  * RUN/catalog.db on rank 0's host, a store per rank on each rank's own disk),
  * and the per-rank glue that runs the training loop with traces and
  * checkpoints going there.
@@ -8,7 +8,7 @@
 #define CLI_RUN_H
 
 #include "catalog/catalog.h"
-#include "ckpt/rundir.h"
+#include "ckpt/session/rundir.h"
 #include "runtime/job/config.h"
 #include "runtime/train/train.h"
 
@@ -53,7 +53,7 @@ typedef struct cli_rank_job {
 	int resume;         /* 1: restore from a checkpoint before the first step */
 	int64_t from_step;  /* -1: the latest committed */
 	int64_t until;      /* train until this many steps are done */
-	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/ckpt_async.h) */
+	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/protocol/ckpt_async.h) */
 	int restart;        /* 1: the run starts over: every rank clears its own store first (rank 0's word counts) */
 	/* The training data, loaded (and so checked) by the command before anything went to disk;
 	 * not owned, outlives the job.  NULL: each rank loads cfg.data itself. */
