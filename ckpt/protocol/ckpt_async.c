@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ckpt/protocol/ckpt_report_int.h"
 #include "ckpt/session/ckpt_int.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/env.h"

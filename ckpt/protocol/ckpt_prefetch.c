@@ -15,7 +15,7 @@
  * Only a hint: nothing here can fail a restore.  The thread gets every
  * row's store from its caller, already open, so it never opens one itself.
  */
-#include "ckpt/session/ckpt_int.h"
+#include "ckpt/protocol/ckpt_prefetch_int.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  *
  * All integers little-endian; strings as u32 length + bytes.
  */
-#include "ckpt/session/ckpt_int.h"
+#include "ckpt/protocol/ckpt_report_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +20,12 @@
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+
+/* Persistent state other than parameters and AdamW moments (a report's rt_bytes). */
+int ckpt__is_runtime_state(qe_pstate_kind k)
+{
+	return k != QE_PSTATE_PARAM && k != QE_PSTATE_ADAM_M && k != QE_PSTATE_ADAM_V;
+}
 
 #define REPORT_MAGIC 0x50524551u /* "QERP" */
 #define ROWS_MAGIC 0x57524551u   /* "QERW" */

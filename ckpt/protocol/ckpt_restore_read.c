@@ -1,5 +1,6 @@
 /*
- * ckpt_restore_read.c - a restore's reading and loading on one rank: where
+ * ckpt_restore_read.c - a restore's reading and loading on one rank: which
+ * store on this host holds a row (a memory-tier one first), where
  * rows wait until every rank agreed (staging, apart from the live state),
  * the rows a rank reads from its own disk streamed piece by piece by a
  * helper thread (device rows through the ring of page-locked buffers, host
@@ -9,7 +10,7 @@
  * once everyone agreed.  ckpt_restore.c plans, moves rows between ranks and
  * decides; see its header for the protocol.
  */
-#include "ckpt/session/ckpt_int.h"
+#include "ckpt/protocol/ckpt_restore_read_int.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,6 +22,90 @@
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+
+/* ---- this host's stores: which one holds a row, reading a row whole ----------------- */
+
+/* 1 in *all when seen store i holds every chunk of t. */
+static int holds_all(ckpt_session *s, int i, const cat_tensor *t, store **st, int *all)
+{
+	int rc = ckpt__seen_open(s, i, st);
+	*all = 1;
+	for (size_t k = 0; !rc && *all && k < t->n_chunks; k++) {
+		store_hash h;
+		int present = 0;
+		memcpy(h.b, t->chunks[k].hash, STORE_HASH_BYTES);
+		rc = store_has_chunk(*st, &h, &present, NULL);
+		*all = present;
+	}
+	return rc;
+}
+
+/*
+ * A seen store holding every chunk of t: a memory-tier store first, then the
+ * one the row names, else any other (chunks are content addressed and re-hashed on read, so a copy
+ * pulled from S3 into this host's RUN/store serves as well).  OUT *out, or
+ * QE_ENOTFOUND.
+ */
+int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out)
+{
+	int all, rc;
+	store *st;
+	for (int i = 0; i < s->nseen; i++) {
+		if (!ckpt_store_id_is_memory(s->seen[i].where.id.store_id))
+			continue;
+		if ((rc = holds_all(s, i, t, &st, &all)))
+			return rc;
+		if (all) {
+			*out = st;
+			return QE_OK;
+		}
+	}
+	for (int i = 0; i < s->nseen; i++)
+		if (strcmp(s->seen[i].where.id.store_id, t->store_id) == 0)
+			return ckpt__seen_open(s, i, out);
+	for (int i = 0; i < s->nseen; i++) {
+		if ((rc = holds_all(s, i, t, &st, &all)))
+			return rc;
+		if (all) {
+			*out = st;
+			return QE_OK;
+		}
+	}
+	return qe_fail(QE_ENOTFOUND, "rank %d on %s: no store here holds '%s' of stage %d (store %s)", s->rank, s->host,
+		       t->name, t->stage, t->store_id[0] ? t->store_id : "RUN/store");
+}
+
+int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step)
+{
+	store *st;
+	int rc = ckpt__store_of(s, t, &st);
+	if (rc)
+		return rc;
+	store_chunk_list list = { t->n_chunks, qe_calloc(t->n_chunks + 1, sizeof(store_chunk)) };
+	if (!list.chunks)
+		return qe_fail(QE_ENOMEM, "restore: out of memory");
+	for (size_t k = 0; k < t->n_chunks; k++) {
+		memcpy(list.chunks[k].hash.b, t->chunks[k].hash, STORE_HASH_BYTES);
+		list.chunks[k].size = t->chunks[k].size;
+	}
+	ckpt__count_read(s, st, t->bytes);
+	rc = store_get_tensor(st, &list, dst, (size_t)t->bytes);
+	free(list.chunks);
+	if (rc)
+		return qe_fail_ctx(rc, "tensor '%s' of stage %d (%zu chunks) of checkpoint step %lld, rank %d on %s", t->name,
+				   t->stage, t->n_chunks, (long long)step, s->rank, s->host);
+	return QE_OK;
+}
+
+void ckpt__count_read(ckpt_session *s, const store *st, uint64_t bytes)
+{
+	for (int i = 0; i < s->nseen; i++)
+		if (s->seen[i].st == st) {
+			s->read_bytes[ckpt_store_id_is_memory(s->seen[i].where.id.store_id)] += bytes;
+			return;
+		}
+	s->read_bytes[0] += bytes;
+}
 
 /*
  * Where a rank's rows wait until every rank agreed: staging apart from the
@@ -280,6 +365,27 @@ int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const 
 	int prc = ckpt__pipe_rc(&j.pipe);
 	ckpt__pipe_destroy(&j.pipe);
 	return rc ? rc : prc;
+}
+
+/* Consistency of the run-wide records with the catalog row and this run. */
+int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step)
+{
+	int64_t v[2];
+	if (it->stage >= 0)
+		return QE_OK;
+	if (strcmp(it->name, "steps_done") == 0 && it->bytes == sizeof(int64_t)) {
+		memcpy(v, buf, sizeof(int64_t));
+		if (v[0] != step)
+			return qe_fail(QE_ECORRUPT, "record 'run/steps_done' says %lld steps, the catalog says step %lld",
+				       (long long)v[0], (long long)step);
+	}
+	if (strcmp(it->name, "rng") == 0 && it->bytes == 2 * sizeof(uint64_t)) {
+		memcpy(v, buf, sizeof(v));
+		if ((uint64_t)v[0] != qe_rank_config(r)->seed)
+			return qe_fail(QE_EMISMATCH, "the checkpoint's data/initialization seed is %llu, this run's is %llu",
+				       (unsigned long long)v[0], (unsigned long long)qe_rank_config(r)->seed);
+	}
+	return QE_OK;
 }
 
 /*

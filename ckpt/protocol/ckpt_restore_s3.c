@@ -13,7 +13,7 @@
  * join the others in host memory and, like them, load only after every rank
  * has read everything.
  */
-#include "ckpt/session/ckpt_int.h"
+#include "ckpt/protocol/ckpt_restore_s3_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

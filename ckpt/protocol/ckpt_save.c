@@ -24,15 +24,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/protocol/ckpt_report_int.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
-
-int ckpt__is_runtime_state(qe_pstate_kind k)
-{
-	return k != QE_PSTATE_PARAM && k != QE_PSTATE_ADAM_M && k != QE_PSTATE_ADAM_V;
-}
 
 void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
 {

@@ -1,9 +1,12 @@
 /*
- * ckpt_int.h - the inside of a checkpoint session, shared by ckpt.c (session,
- * the rank's own store, the test kill hook, the rank-to-rank agreement
- * helpers), ckpt_report.c (what a rank tells rank 0 about its part of a
- * checkpoint, and rank 0's single commit transaction), ckpt_save.c,
- * ckpt_async.c and ckpt_restore.c.
+ * ckpt_int.h - the inside of a checkpoint session (ckpt.c: the session, the
+ * rank's own store, the test kill hook, the rank-to-rank agreement words),
+ * shared by the protocol and the tiers.  It still declares what the session
+ * holds of other files: the ring and the pipe (ckpt/protocol/ckpt_pipe.c),
+ * the replicas and the memory tier (ckpt/tiers/), and the row texts of
+ * ckpt/protocol/ckpt_save.c.  The protocol's own internals live in its room:
+ * ckpt_report_int.h, ckpt_restore_read_int.h, ckpt_prefetch_int.h,
+ * ckpt_restore_s3_int.h (ckpt/protocol/).
  */
 #ifndef QE_CKPT_INT_H
 #define QE_CKPT_INT_H
@@ -212,8 +215,6 @@ int ckpt__shared_by_replicas(const qe_pstate_item *it);
 
 double ckpt__now_ms(void);
 
-/* Persistent state other than parameters and AdamW moments (counted as runtime_state_bytes). */
-int ckpt__is_runtime_state(qe_pstate_kind k);
 /* The checkpoint row's topology, schedule and recipe texts for the rank's configuration. */
 void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
 /* --- replicas (ckpt_replica.c) ----------------------------------------------------- */
@@ -266,129 +267,5 @@ int ckpt__repl_send(ckpt_session *s, qe_comm *comm, int64_t id, const void *data
  * own_rc, or the first failure of a target or of keeping a copy.
  */
 int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ckpt_copy_store **copies, int *ncopies);
-
-/* --- reports: what a rank tells rank 0 (ckpt_report.c) --------------------------- */
-
-/*
- * A rank's part of a checkpoint: its outcome, sizes, the store that holds
- * its chunks and its rows.  Travels as bytes (ckpt__report_encode) to rank 0
- * in the gather of a synchronous save, or on the service lane from an async
- * save's background thread.
- */
-typedef struct ckpt_report {
-	int64_t id; /* the checkpoint */
-	int64_t rc;
-	char msg[CKPT_MSG];
-	uint64_t bytes, rt_bytes;
-	int rank;
-	ckpt_store_identity store;
-	char store_path[CKPT_PATH_MAX];
-	cat_tensor_rows rows; /* the catalog's row type; ids unused; freed with cat_tensor_rows_free */
-	int nshards;
-	cat_shard *shards;
-	int ncopies;             /* peers' stores that hold a copy of every row (--ckpt-replicas) */
-	ckpt_copy_store *copies; /* malloc'd, freed with the report */
-} ckpt_report;
-
-/*
- * Fill rep from this rank's items and the chunk lists its store returned
- * (already durable): a row per item (catalog keys of ckpt__catalog_key) and,
- * on replica 0, a shard row per pipeline stage.
- */
-int ckpt__report_build(ckpt_session *s, int64_t id, int rank, int replica, const qe_pstate_item *items, int n,
-		       const store_chunk_list *lists, ckpt_report *rep);
-/* A report that only says rc (and the thread's last message). */
-void ckpt__report_fail(ckpt_report *rep, int64_t id, int rank, int rc);
-/* OUT *buf (malloc'd) and *len. */
-int ckpt__report_encode(const ckpt_report *rep, void **buf, size_t *len);
-/* QE_ECORRUPT naming `from` when the bytes are not a whole report. */
-int ckpt__report_decode(const void *buf, size_t len, const char *from, ckpt_report *rep);
-void ckpt__report_free(ckpt_report *rep);
-/*
- * Rank 0, the single commit point: in one durable transaction of catalog c,
- * record every report's store and rows, the sizes, and flip checkpoint id
- * to committed.  Kill points "row" (after each tensor row), "commit" (before
- * the transaction), "committed" (after it).  On failure nothing of it is in
- * the catalog.
- */
-int ckpt__commit_reports(ckpt_session *s, cat *c, int64_t id, const ckpt_report *reps, int n);
-
-/*
- * Tensor rows as bytes (a report carries them; a restore sends the
- * checkpoint's whole table to every rank).  Decoding fills *rows, freed with
- * cat_tensor_rows_free; QE_ECORRUPT naming `from` for bytes that do not parse.
- */
-int ckpt__rows_encode(const cat_tensor_rows *rows, void **buf, size_t *len);
-int ckpt__rows_decode(const void *buf, size_t len, const char *from, cat_tensor_rows *rows);
-
-/* --- restore from a pushed copy (ckpt_restore_s3.c) ----------------------------------- */
-
-/* A plan's source for a row that the loading rank fetches from S3 itself. */
-#define CKPT_SRC_S3 (-2)
-
-/*
- * Rank 0: whether the checkpoint's pushed copy (remotes: its catalog rows)
- * can serve a restore: the base URL s3://BUCKET/PREFIX of the first copy
- * whose manifest the server has (endpoint: QE_CKPT_REMOTE_ENDPOINT, else
- * AWS_ENDPOINT_URL).  OUT base; on failure err says what S3 answered.
- */
-int ckpt__s3_probe(const cat_remote_rows *remotes, char *base, size_t blen, char *err, size_t elen);
-/*
- * Read row t's chunks from base (opening *rem on first use; the caller
- * closes it), each re-hashed against its name, into dst (t->bytes).
- */
-int ckpt__s3_read_row(ckpt_session *s, const char *base, store_remote **rem, const cat_tensor *t, void *dst,
-		      int64_t step);
-
-/* --- restore (ckpt_restore.c plans and moves rows; ckpt_restore_read.c reads, stages, loads) --- */
-
-/*
- * Where a rank's rows wait until every rank agreed: buf[i] for item i,
- * device staging of rank r (qe_pstate_stage_*) when on_dev[i], else host
- * memory: mapped (huge pages where the kernel allows) when mapped[i] > 0
- * (its length), else malloc'd.
- */
-typedef struct staging {
-	void **buf;
-	unsigned char *on_dev;
-	size_t *mapped;
-	int n;
-	qe_rank *r;
-} staging;
-/* 1 when device items are staged on the device: not on cpu; QE_CKPT_STAGING=device|host overrides. */
-int ckpt__want_device_staging(qe_rank *r);
-/* Staging for item i: on the device when dev allows and the item is a device array, else host memory. */
-int ckpt__stage_alloc(staging *g, int i, const qe_pstate_item *it, int dev);
-void ckpt__stage_free(staging *g);
-/* A row and the item it fills. */
-typedef struct own_row {
-	const cat_tensor *t;
-	int item;
-} own_row;
-/* The restore's read-ahead hints (ckpt_prefetch.c): a thread asking the kernel to read
- * rows' chunks (each in stores[row], open) at most ckpt__read_ahead_bytes() beyond what
- * the reader reported consumed.  NULL when off or it cannot start: only a hint. */
-typedef struct ckpt_prefetch ckpt_prefetch;
-uint64_t ckpt__read_ahead_bytes(void);
-ckpt_prefetch *ckpt__prefetch_start(const own_row *rows, store *const *stores, int nrows);
-void ckpt__prefetch_advance(ckpt_prefetch *p, uint64_t bytes);
-void ckpt__prefetch_stop(ckpt_prefetch *p);
-/* Read rows[0..nrows) from this host's stores into their staging, re-hashed, kill point "read" after each. */
-int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
-		   int64_t step);
-/* After agreement: every staged row into the rank's state. */
-int ckpt__load_items(qe_rank *r, const qe_pstate_item *items, int n, const staging *g);
-/* One row of t into host memory dst, re-hashed by the store; errors name the tensor, rank and host. */
-int ckpt__read_row(ckpt_session *s, const cat_tensor *t, void *dst, int64_t step);
-/*
- * The store on this host holding t's chunks: a memory-tier store first (no
- * disk read), then the one the row names, then any other (another rank's,
- * a replica's copy).
- */
-int ckpt__store_of(ckpt_session *s, const cat_tensor *t, store **out);
-/* A restore is about to read bytes of a row from st, one of the seen stores: counted by tier. */
-void ckpt__count_read(ckpt_session *s, const store *st, uint64_t bytes);
-/* The run-wide records checked against the catalog row and this run (stage -1 only). */
-int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *buf, int64_t step);
 
 #endif
