@@ -16,6 +16,9 @@
  * once the job is over, whatever rank 0 found (rank 0 reports it) - or a
  * QE_E* code when this rank lost rank 0.  Errors on rank 0 name the rank and
  * host at fault ("rank 1 on host 'b7': ...").  Nothing here prints or exits.
+ * Push and pull as jobs (ckpt_job_push, ckpt_job_pull) are declared in
+ * ckpt/remote/ckpt_remote.h, beside the one-host push and pull, so this room
+ * (ckpt/query) does not know the remote one.
  *
  * Test hook (like QE_CKPT_KILL): QE_JOB_KILL=OP:RANK makes rank RANK die by
  * SIGKILL when it receives task OP ("census", "verify", "gc", "push",
@@ -27,7 +30,6 @@
 #include <stdint.h>
 
 #include "ckpt/query/ckpt_query.h"
-#include "ckpt/remote/ckpt_remote.h"
 #include "ckpt/session/rundir.h"
 #include "runtime/comm/comm.h"
 
@@ -73,27 +75,5 @@ int ckpt_job_verify(qe_comm *comm, const char *run_dir, ckpt_verify_report *out,
  */
 int ckpt_job_gc(qe_comm *comm, const char *run_dir, const ckpt_gc_policy *p, ckpt_gc_report *out,
 		ckpt_job_report *where);
-
-/*
- * push: per checkpoint (as ckpt_remote_push chooses them), rank 0 gives every
- * distinct chunk to one rank whose store holds it; the ranks upload in
- * parallel (HEAD first; read through their store, so re-hashed); then rank 0
- * writes the manifest - the remote commit - and records the copy.  A chunk
- * no rank can read fails the push before its manifest, naming the store's
- * rank and host.  cb as ckpt_remote_push's (rank 0).
- */
-int ckpt_job_push(qe_comm *comm, const char *run_dir, const char *url, const store_remote_opts *ro, int64_t step,
-		  ckpt_push_cb cb, void *ctx, ckpt_job_report *where);
-
-/*
- * pull: rank 0 fetches and checks the manifest and opens (or creates) the
- * catalog; every tensor goes to the rank that saved its stage (the manifest's
- * shards; modulo the job's size), which fetches into its own store
- * STORES/rank-R on its host what no store there holds, each chunk re-hashed,
- * and syncs; then rank 0 inserts the rows, naming those stores, and commits.
- * Arguments and *out as ckpt_remote_pull's (rank 0).
- */
-int ckpt_job_pull(qe_comm *comm, const char *run_dir, const char *url, const store_remote_opts *ro,
-		  const char *run_id, int64_t step, ckpt_pull_result *out, ckpt_job_report *where);
 
 #endif

@@ -38,6 +38,7 @@
 
 #include <stdint.h>
 
+#include "ckpt/query/ckpt_job.h"
 #include "ckpt/query/ckpt_query.h"
 #include "store/remote.h"
 
@@ -175,5 +176,29 @@ typedef struct ckpt_remote_gc_report {
 int ckpt_remote_gc(const char *url, const store_remote_opts *ro, const char *run_dir, const char *run_id,
 		   const ckpt_gc_policy *p, ckpt_remote_gc_report *out);
 void ckpt_remote_gc_report_free(ckpt_remote_gc_report *g);
+
+/* --- push and pull as jobs over the ranks that hold the stores (ckpt_job_push.c, ckpt_job_pull.c) --- */
+
+/*
+ * push: per checkpoint (as ckpt_remote_push chooses them), rank 0 gives every
+ * distinct chunk to one rank whose store holds it; the ranks upload in
+ * parallel (HEAD first; read through their store, so re-hashed); then rank 0
+ * writes the manifest - the remote commit - and records the copy.  A chunk
+ * no rank can read fails the push before its manifest, naming the store's
+ * rank and host.  cb as ckpt_remote_push's (rank 0).
+ */
+int ckpt_job_push(qe_comm *comm, const char *run_dir, const char *url, const store_remote_opts *ro, int64_t step,
+		  ckpt_push_cb cb, void *ctx, ckpt_job_report *where);
+
+/*
+ * pull: rank 0 fetches and checks the manifest and opens (or creates) the
+ * catalog; every tensor goes to the rank that saved its stage (the manifest's
+ * shards; modulo the job's size), which fetches into its own store
+ * STORES/rank-R on its host what no store there holds, each chunk re-hashed,
+ * and syncs; then rank 0 inserts the rows, naming those stores, and commits.
+ * Arguments and *out as ckpt_remote_pull's (rank 0).
+ */
+int ckpt_job_pull(qe_comm *comm, const char *run_dir, const char *url, const store_remote_opts *ro,
+		  const char *run_id, int64_t step, ckpt_pull_result *out, ckpt_job_report *where);
 
 #endif
