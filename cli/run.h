@@ -30,9 +30,14 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out);
  * Returns 0 or a QE_E* code with a message.
  */
 int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, int64_t *dropped);
-/* Open RUN's catalog, read-write when writable, else read-only (compare: a run on a read-only disk
- * can be read); OUT: the handle, run_id and the run's config. */
-int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg);
+/*
+ * Open RUN through the one opener of a run directory (ckpt_run_open: its
+ * catalog, read-write when writable, else read-only where the disk is, so
+ * compare reads a run on a read-only disk; no stores) and read the run's
+ * config into *cfg (when not NULL).  OUT *out: closed with ckpt_run_close();
+ * NULL on failure.
+ */
+int cli_run_open(const char *dir, int writable, ckpt_run **out, qe_train_config *cfg);
 /*
  * Without --local-dir (QE_LOCAL_DIR unset): the stores' folder the run in dir
  * recorded when it was trained with --local-dir, set for this process and the

@@ -28,37 +28,8 @@
 #include <stdint.h>
 
 #include "catalog/catalog.h"
+#include "ckpt/session/rundir.h"
 #include "store/store.h"
-
-/* --- the run directory ------------------------------------------------------- */
-
-typedef struct ckpt_run ckpt_run;
-
-enum {
-	CKPT_RUN_STORE = 1, /* also open the run's stores on this host (read-only unless CKPT_RUN_WRITE) */
-	CKPT_RUN_WRITE = 2, /* open the catalog and the stores for writing (gc); else both read-only */
-};
-
-/*
- * Open run directory dir: its catalog (never created: a folder without
- * catalog.db is QE_ENOTFOUND naming it; read-only without CKPT_RUN_WRITE, so
- * a run on a read-only disk can be read, unless its schema is older and must
- * be migrated) and, with CKPT_RUN_STORE, every
- * store of the run on this host (STORES/rank-* and a schema-2 RUN/store; see
- * ckpt/session/rundir.h).  Having none is not an error here: the calls below treat
- * the chunks of a store not on this host as missing and say where it was.  Open after fork.
- * OUT *out: closed with ckpt_run_close(); NULL on failure.
- */
-int ckpt_run_open(const char *dir, int flags, ckpt_run **out);
-void ckpt_run_close(ckpt_run *r);
-/* Valid while r is open. */
-const char *ckpt_run_dir(const ckpt_run *r);
-const char *ckpt_run_id(const ckpt_run *r);
-const char *ckpt_run_config_json(const ckpt_run *r); /* the run's configuration as stored */
-const char *ckpt_run_created(const ckpt_run *r);
-cat *ckpt_run_catalog(ckpt_run *r);
-/* The run's stores on this host (CKPT_RUN_STORE; possibly none), or NULL when not opened. */
-struct ckpt_storeset *ckpt_run_stores(ckpt_run *r);
 
 /* --- list ---------------------------------------------------------------------- */
 

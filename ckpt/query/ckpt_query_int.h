@@ -1,23 +1,14 @@
 /*
- * ckpt_query_int.h - internals shared by ckpt_query*.c: the run handle and a
- * set of chunk hashes (verify and gc both need "is this chunk referenced").
- * Not part of the public API.
+ * ckpt_query_int.h - internals shared by ckpt_query*.c: a set of chunk
+ * hashes (verify and gc both need "is this chunk referenced"); the open run
+ * they take is rundir_int.h's.  Not part of the public API.
  */
 #ifndef QE_CKPT_QUERY_INT_H
 #define QE_CKPT_QUERY_INT_H
 
 #include "ckpt/query/ckpt_query.h"
 #include "ckpt/session/rundir.h"
-
-struct ckpt_run {
-	char *dir;
-	char *run_id;
-	char *config_json;
-	char *created;
-	cat *cat;
-	ckpt_storeset *stores; /* every store of the run on this host (CKPT_RUN_STORE) */
-	int flags;
-};
+#include "ckpt/session/rundir_int.h"
 
 /* Open addressing over the (already uniformly distributed) hash bytes. */
 typedef struct ckq_entry {

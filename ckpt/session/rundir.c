@@ -1,7 +1,8 @@
 /*
  * rundir.c - where a run's files are (see rundir.h for the layout), the
- * identity every store carries, the writer locks, and the refusal of network
- * filesystems.
+ * identity every store carries, the writer locks, the refusal of network
+ * filesystems, and the one opener of a run directory (ckpt_run_open), which
+ * the checkpoint commands and cli's resume and compare share.
  *
  * Identities are small text files written the durable way (temp file, fsync,
  * rename, fsync of the folder), so a crash leaves either no identity or a
@@ -9,7 +10,7 @@
  * two hosts that each hold a STORES/rank-1 (a remapped resume) must never be
  * taken for one another.
  */
-#include "ckpt/session/rundir.h"
+#include "ckpt/session/rundir_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -650,3 +651,96 @@ int ckpt_rundir_check_owner(const char *run_dir, const char *run_id, const char 
 		closedir(d);
 	return QE_OK;
 }
+
+/* --- a run, open: the one opener of a run directory (the commands, cli's too) ------------ */
+
+int ckpt_run_open(const char *dir, int flags, ckpt_run **out)
+{
+	struct stat sb;
+	char *path = NULL;
+	int rc;
+	*out = NULL;
+	if (!dir || !*dir)
+		return qe_fail(QE_EINVAL, "no run directory given");
+	if (stat(dir, &sb))
+		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
+	if (!S_ISDIR(sb.st_mode))
+		return qe_fail(QE_EINVAL, "run directory '%s' is not a directory", dir);
+	ckpt_run *r = qe_calloc(1, sizeof(*r));
+	size_t plen = CKPT_PATH_MAX;
+	if (!r || !(path = qe_malloc(plen)) || !(r->dir = qe_strdup(dir))) {
+		rc = qe_fail(QE_ENOMEM, "run '%s': out of memory", dir);
+		goto fail;
+	}
+	r->flags = flags;
+	if ((rc = ckpt_rundir_catalog(dir, path, plen)))
+		goto fail;
+	if (stat(path, &sb)) {
+		rc = qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run (or not rank 0's host)",
+			     dir, path);
+		goto fail;
+	}
+	/* Readers open the catalog read-only (a run on a read-only disk lists and
+	 * verifies); one of an older schema is reopened writable, to be migrated. */
+	cat_opts co = { .read_only = !(flags & CKPT_RUN_WRITE) };
+	int version = CAT_SCHEMA_VERSION;
+	if ((rc = cat_open_ex(path, &co, &r->cat)) || (rc = cat_schema_version(r->cat, &version)))
+		goto fail;
+	if (version < CAT_SCHEMA_VERSION) {
+		cat_close(r->cat);
+		r->cat = NULL;
+		if ((rc = cat_open(path, 0, &r->cat)))
+			goto fail;
+	}
+	cat_run run = { 0 };
+	if (!(rc = cat_meta_get(r->cat, "run_id", &r->run_id)) && !r->run_id[0]) {
+		rc = qe_fail(QE_ENOTFOUND,
+			     "run directory '%s' has no run yet: its catalog (%s) was made, but the command that made it "
+			     "failed before it recorded the run; 'qeffect train --run-dir %s' starts it",
+			     dir, path, dir);
+		goto fail;
+	}
+	if (rc || (rc = cat_run_get(r->cat, r->run_id, &run))) {
+		rc = qe_fail_ctx(rc, "catalog '%s'", path);
+		goto fail;
+	}
+	/* another run's stores beside this catalog: refused before any command reads or changes a thing */
+	if ((rc = ckpt_rundir_check_owner(dir, r->run_id, path))) {
+		cat_run_release(&run);
+		goto fail;
+	}
+	r->config_json = run.config_json;
+	r->created = run.created;
+	run.config_json = run.created = NULL;
+	cat_run_release(&run);
+	if ((flags & CKPT_RUN_STORE) &&
+	    (rc = ckpt_storeset_open(dir, r->run_id, (flags & CKPT_RUN_WRITE) != 0, &r->stores)))
+		goto fail;
+	free(path);
+	*out = r;
+	return QE_OK;
+fail:
+	free(path);
+	ckpt_run_close(r);
+	return rc;
+}
+
+void ckpt_run_close(ckpt_run *r)
+{
+	if (!r)
+		return;
+	ckpt_storeset_close(r->stores);
+	cat_close(r->cat);
+	free(r->dir);
+	free(r->run_id);
+	free(r->config_json);
+	free(r->created);
+	free(r);
+}
+
+const char *ckpt_run_dir(const ckpt_run *r) { return r->dir; }
+const char *ckpt_run_id(const ckpt_run *r) { return r->run_id; }
+const char *ckpt_run_config_json(const ckpt_run *r) { return r->config_json ? r->config_json : "{}"; }
+const char *ckpt_run_created(const ckpt_run *r) { return r->created ? r->created : ""; }
+cat *ckpt_run_catalog(ckpt_run *r) { return r->cat; }
+ckpt_storeset *ckpt_run_stores(ckpt_run *r) { return r->stores; }

@@ -1,6 +1,7 @@
 /*
  * rundir.h - the one owner of a run directory's layout (DESIGN.md section 8):
- * which file is where, who may write it, and what a store says about itself.
+ * which file is where, who may write it, what a store says about itself, and
+ * the one opener of a run (ckpt_run_open).
  *
  *   RUN/catalog.db            the catalog; only on rank 0's host, written only by rank 0
  *   RUN/lock                  the writer lock (flock) held for the life of a writing job
@@ -28,6 +29,7 @@
 
 #include <stddef.h>
 
+#include "catalog/catalog.h"
 #include "store/store.h"
 
 #define CKPT_PATH_MAX 1200
@@ -152,5 +154,43 @@ void ckpt_unlock(ckpt_lock *l);
  * QE_ALLOW_NETWORK_FS=1.  what says what would live there ("the catalog").
  */
 int ckpt_fs_check(const char *path, const char *what);
+
+/* --- a run, open ---------------------------------------------------------------------- */
+
+/*
+ * The one opener of a run directory: the checkpoint commands (list, inspect,
+ * verify, gc, push, ...) and cli's resume and compare (cli_run_open) all open
+ * a run through it.
+ */
+
+typedef struct ckpt_run ckpt_run;
+
+enum {
+	CKPT_RUN_STORE = 1, /* also open the run's stores on this host (read-only unless CKPT_RUN_WRITE) */
+	CKPT_RUN_WRITE = 2, /* open the catalog and the stores for writing (gc); else both read-only */
+};
+
+/*
+ * Open run directory dir: its catalog (never created: a folder without
+ * catalog.db is QE_ENOTFOUND naming it; read-only without CKPT_RUN_WRITE, so
+ * a run on a read-only disk can be read, unless its schema is older and must
+ * be migrated) and, with CKPT_RUN_STORE, every
+ * store of the run on this host (STORES/rank-* and a schema-2 RUN/store).
+ * Having none is not an error here: the queries (ckpt/query/ckpt_query.h)
+ * treat the chunks of a store not on this host as missing and say where it
+ * was.  Refuses a catalog beside another run's stores
+ * (ckpt_rundir_check_owner) and a catalog with no run yet.  Open after fork.
+ * OUT *out: closed with ckpt_run_close(); NULL on failure.
+ */
+int ckpt_run_open(const char *dir, int flags, ckpt_run **out);
+void ckpt_run_close(ckpt_run *r);
+/* Valid while r is open. */
+const char *ckpt_run_dir(const ckpt_run *r);
+const char *ckpt_run_id(const ckpt_run *r);
+const char *ckpt_run_config_json(const ckpt_run *r); /* the run's configuration as stored */
+const char *ckpt_run_created(const ckpt_run *r);
+cat *ckpt_run_catalog(ckpt_run *r);
+/* The run's stores on this host (CKPT_RUN_STORE; possibly none), or NULL when not opened. */
+ckpt_storeset *ckpt_run_stores(ckpt_run *r);
 
 #endif
