@@ -1,8 +1,9 @@
 /*
  * ckpt.c - the checkpoint session of one rank process: where the run's store
- * is, the chunk size, which run owns the store, the crash-test kill hook, and
- * the small fixed-size words ranks exchange so that every rank returns the
- * same outcome.  Saving lives in ckpt_save.c, restoring in ckpt_restore.c.
+ * is, the chunk size, which run owns the store, finding a checkpoint, and the
+ * catalog keys of items.  The crash-test kill hook is in ckpt_kill.c, the
+ * words ranks exchange in ckpt_words.c; saving and restoring live in
+ * ckpt/protocol/.
  *
  * Stores: each rank writes its own, STORES/rank-R (ckpt/session/rundir.h), which
  * carries an identity (run id, rank, store id, host) and a lock held by the
@@ -16,15 +17,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/comm/comm.h"
 #include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
@@ -38,40 +36,6 @@ double ckpt__now_ms(void)
 }
 
 /* ---- session -------------------------------------------------------------- */
-
-static int parse_kills(ckpt_session *s, const char *spec)
-{
-	static const char *phases[] = { "gate", "begin", "chunk", "sync", "synced", "rows",
-					"row", "commit", "committed", "read", "serve",
-					"replsend", "replrecv", "replwrite", "replsync", "replsynced", "replack", "memgc" };
-	char buf[512];
-	if (strlen(spec) >= sizeof(buf))
-		return qe_fail(QE_EINVAL, "QE_CKPT_KILL is too long");
-	snprintf(buf, sizeof(buf), "%s", spec);
-	char *save = NULL;
-	for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char phase[16], rank[16];
-		int count, nch = 0;
-		if (s->nkill == CKPT_MAX_KILLS)
-			return qe_fail(QE_EINVAL, "QE_CKPT_KILL: more than %d kill points", CKPT_MAX_KILLS);
-		if (sscanf(tok, "%15[a-z]:%15[-*0-9]:%d%n", phase, rank, &count, &nch) != 3 || tok[nch] || count < 1)
-			return qe_fail(QE_EINVAL, "QE_CKPT_KILL: '%s' is not PHASE:RANK:COUNT (COUNT >= 1)", tok);
-		int known = 0;
-		for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
-			known |= strcmp(phase, phases[i]) == 0;
-		if (!known)
-			return qe_fail(QE_EINVAL,
-				       "QE_CKPT_KILL: unknown phase '%s' (gate, begin, chunk, sync, synced, rows, row, "
-				       "commit, committed, replsend, replrecv, replwrite, replsync, replsynced, replack, read, serve)",
-				       phase);
-		ckpt_kill *k = &s->kills[s->nkill++];
-		snprintf(k->phase, sizeof(k->phase), "%s", phase);
-		k->rank = strcmp(rank, "*") == 0 ? -1 : atoi(rank);
-		k->count = count;
-		k->seen = 0;
-	}
-	return QE_OK;
-}
 
 static void forget_seen(ckpt_session *s)
 {
@@ -120,7 +84,7 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 	}
 	const char *kill = qe_env("QE_CKPT_KILL");
 	if (kill && kill[0]) {
-		int rc = parse_kills(s, kill);
+		int rc = ckpt__kills_parse(s, kill);
 		if (rc) {
 			free(s);
 			return rc;
@@ -144,19 +108,6 @@ void ckpt_session_close(ckpt_session *s)
 		ckpt_unlock(s->store_lock);
 	}
 	free(s);
-}
-
-void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank)
-{
-	for (int i = 0; i < s->nkill; i++) {
-		ckpt_kill *k = &s->kills[i];
-		if (strcmp(k->phase, phase) || (k->rank >= 0 && k->rank != rank))
-			continue;
-		if (++k->seen == k->count) {
-			qe_log(QE_LOG_WARN, "checkpoint: QE_CKPT_KILL: rank %d dies at %s #%d", rank, phase, k->count);
-			raise(SIGKILL);
-		}
-	}
 }
 
 /* ---- the rank's own store, and the others this host sees ------------------------ */
@@ -317,90 +268,6 @@ int ckpt_find(const char *run_dir, cat *c, const char *run_id, int64_t step, cat
 			       run_id, run_dir, (long long)step, other);
 	return qe_fail(QE_ENOTFOUND, "run '%s' in '%s' has no committed checkpoint at step %lld (committed steps: %s)",
 		       run_id, run_dir, (long long)step, list);
-}
-
-/* ---- words between ranks --------------------------------------------------- */
-
-void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...)
-{
-	w->rc = rc;
-	w->msg[0] = 0;
-	if (!rc)
-		return;
-	if (fmt) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(w->msg, sizeof(w->msg), fmt, ap);
-		va_end(ap);
-	} else {
-		const char *e = qe_last_error();
-		snprintf(w->msg, sizeof(w->msg), "%s", e && e[0] ? e : qe_strerror(rc));
-	}
-}
-
-int ckpt__world(qe_rank *r)
-{
-	qe_comm *c = qe_rank_comm(r);
-	return c ? qe_comm_world_size(c) : 1;
-}
-
-int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all)
-{
-	int world = ckpt__world(r);
-	if (world == 1) {
-		*all = *mine;
-		return QE_OK;
-	}
-	qe_comm_blob *blobs = NULL;
-	int rc = qe_comm_gather_blobs(qe_rank_comm(r), mine, sizeof(*mine), &blobs);
-	if (rc)
-		return qe_fail_ctx(rc, "checkpoint: gathering every rank's answer");
-	if (qe_rank_index(r) != 0)
-		return QE_OK;
-	memset(all, 0, sizeof(*all));
-	all->id = mine->id;
-	all->step = mine->step;
-	all->e_w = mine->e_w;
-	size_t len = 0;
-	for (int i = 0; i < world; i++) {
-		ckpt_word w;
-		if (blobs[i].size != sizeof(w)) {
-			qe_comm_blobs_free(blobs, world);
-			return qe_fail(QE_ECOMM, "checkpoint: rank %d answered %zu bytes, expected %zu", i, blobs[i].size,
-				       sizeof(w));
-		}
-		memcpy(&w, blobs[i].data, sizeof(w));
-		w.msg[sizeof(w.msg) - 1] = 0;
-		all->bytes += w.bytes;
-		all->rt_bytes += w.rt_bytes;
-		if (!w.rc)
-			continue;
-		if (!all->rc)
-			all->rc = w.rc;
-		/* Name the rank unless its message already starts with it. */
-		char who[32];
-		int n = snprintf(who, sizeof(who), "rank %d ", i);
-		if (strncmp(w.msg, who, (size_t)n) == 0)
-			who[0] = 0;
-		else
-			snprintf(who, sizeof(who), "rank %d: ", i);
-		if (len < sizeof(all->msg) - 1)
-			len += (size_t)snprintf(all->msg + len, sizeof(all->msg) - len, "%s%s%s", len ? "; " : "", who,
-						w.msg);
-	}
-	qe_comm_blobs_free(blobs, world);
-	return QE_OK;
-}
-
-int ckpt__bcast(qe_rank *r, ckpt_word *w)
-{
-	if (ckpt__world(r) == 1)
-		return QE_OK;
-	int rc = qe_comm_bcast(qe_rank_comm(r), 0, w, sizeof(*w));
-	if (rc)
-		return qe_fail_ctx(rc, "checkpoint: hearing rank 0's decision");
-	w->msg[sizeof(w->msg) - 1] = 0;
-	return QE_OK;
 }
 
 /* ---- item keys ------------------------------------------------------------- */

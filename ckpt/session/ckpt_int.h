@@ -1,10 +1,10 @@
 /*
  * ckpt_int.h - the inside of a checkpoint session (ckpt.c: the session, the
- * rank's own store, the test kill hook, the rank-to-rank agreement words),
- * shared by the protocol and the tiers.  It still declares what the session
- * holds of other files: the ring and the pipe (ckpt/protocol/ckpt_pipe.c),
- * the replicas and the memory tier (ckpt/tiers/), and the row texts of
- * ckpt/protocol/ckpt_save.c.  The protocol's own internals live in its room:
+ * rank's own store; ckpt_kill.c: the test kill hook; ckpt_words.c: the
+ * rank-to-rank agreement words), shared by the protocol and the tiers.  It
+ * still declares what the session holds of other files: the ring and the
+ * pipe (ckpt/protocol/ckpt_pipe.c), the replicas and the memory tier
+ * (ckpt/tiers/), and the row texts of ckpt/protocol/ckpt_save.c.  The protocol's own internals live in its room:
  * ckpt_report_int.h, ckpt_restore_read_int.h, ckpt_prefetch_int.h,
  * ckpt_restore_s3_int.h (ckpt/protocol/).
  */
@@ -145,10 +145,32 @@ static inline uint64_t ckpt__get64(const unsigned char *p)
 	return v;
 }
 
-/* The test kill hook: SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
+/* --- the test kill hook (ckpt_kill.c) ------------------------------------------------ */
+
+/* Arm s->kills from QE_CKPT_KILL's value spec (QE_EINVAL naming a malformed entry). */
+int ckpt__kills_parse(ckpt_session *s, const char *spec);
+/* SIGKILL this process when QE_CKPT_KILL names (phase, rank) for the count-th time. */
 void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
+
+/* --- the words between ranks (ckpt_words.c) ------------------------------------------ */
+
 /* The job's rank count (1 without a comm): every agreement among the ranks starts from it. */
 int ckpt__world(qe_rank *r);
+
+/* Fill w from rc and the thread's last message. */
+void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * Every rank hands its word; rank 0 gets the combination (first failing
+ * rank's code, every failing rank's message prefixed "rank R: ", bytes
+ * summed) in *all.  Other ranks' *all is untouched.  Returns 0 or the comm
+ * failure (with its message).
+ */
+int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all);
+/* Rank 0's word to every rank (in place). */
+int ckpt__bcast(qe_rank *r, ckpt_word *w);
+
+/* --- the ring and the pipe (ckpt/protocol/ckpt_pipe.c) -------------------------------- */
 
 /*
  * 1 when item bytes take the device path (the ring's slots on a save, device
@@ -177,18 +199,7 @@ void ckpt__pipe_fail(ckpt_pipe *p, int rc);
 /* The pipe's failure, re-raised on the calling thread (qe_fail), or 0. */
 int ckpt__pipe_rc(ckpt_pipe *p);
 
-/* Fill w from rc and the thread's last message. */
-void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/*
- * Every rank hands its word; rank 0 gets the combination (first failing
- * rank's code, every failing rank's message prefixed "rank R: ", bytes
- * summed) in *all.  Other ranks' *all is untouched.  Returns 0 or the comm
- * failure (with its message).
- */
-int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all);
-/* Rank 0's word to every rank (in place). */
-int ckpt__bcast(qe_rank *r, ckpt_word *w);
+/* --- the session (ckpt.c) ------------------------------------------------------------ */
 
 /*
  * Open the rank's own store STORES/rank-R in this process (once), creating
@@ -215,8 +226,9 @@ int ckpt__shared_by_replicas(const qe_pstate_item *it);
 
 double ckpt__now_ms(void);
 
-/* The checkpoint row's topology, schedule and recipe texts for the rank's configuration. */
+/* The checkpoint row's topology, schedule and recipe texts (ckpt/protocol/ckpt_save.c). */
 void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
+
 /* --- replicas (ckpt_replica.c) ----------------------------------------------------- */
 
 typedef struct ckpt_repl ckpt_repl;
