@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "ckpt/ckpt_async.h"
+#include "ckpt/protocol/ckpt_async.h"
 
 void cli_async_flag_help(FILE *f)
 {

@@ -1,6 +1,6 @@
 /*
  * async_flag.h - the --ckpt-async flag of `qeffect train` and `qeffect
- * resume` (ckpt/ckpt_async.h): taken out of argv before the shared train
+ * resume` (ckpt/protocol/ckpt_async.h): taken out of argv before the shared train
  * flag parser runs, so that parser stays about the run's configuration.
  */
 #ifndef CLI_ASYNC_FLAG_H

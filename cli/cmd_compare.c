@@ -33,12 +33,13 @@ typedef struct run_traces {
 
 static int load(const char *dir, run_traces *t)
 {
-	cat *c;
-	int rc = cli_run_open(dir, 0, &c, t->run_id, &t->cfg);
+	ckpt_run *r;
+	int rc = cli_run_open(dir, 0, &r, &t->cfg);
 	if (rc)
 		return rc;
-	rc = cat_trace_get(c, t->run_id, &t->rows);
-	cat_close(c);
+	snprintf(t->run_id, sizeof(t->run_id), "%s", ckpt_run_id(r));
+	rc = cat_trace_get(ckpt_run_catalog(r), t->run_id, &t->rows);
+	ckpt_run_close(r);
 	return rc;
 }
 

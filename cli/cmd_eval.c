@@ -22,7 +22,7 @@
 #include "cli/cli.h"
 #include "cli/named.h"
 #include "cli/run_args.h"
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "runtime/core/status.h"
 #include "runtime/exec/pstate.h"
 #include "runtime/exec/rank.h"

@@ -23,7 +23,7 @@
 #include "cli/export.h"
 #include "cli/named.h"
 #include "cli/run_args.h"
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)

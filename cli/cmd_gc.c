@@ -3,7 +3,7 @@
  * (catalog rows first), then the chunks nothing references any more; with
  * --remote s3://BUCKET/PREFIX the same policy on object storage (manifests
  * first, then unreferenced chunk objects).  The policy and the crash-safe
- * orders are in ckpt/ckpt_query_gc.c and ckpt/ckpt_remote_gc.c; this file
+ * orders are in ckpt/query/ckpt_query_gc.c and ckpt/remote/ckpt_remote_gc.c; this file
  * parses flags and prints what was kept, what went and why.
  */
 #include <getopt.h>
@@ -16,9 +16,9 @@
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "cli/store_job.h"
-#include "ckpt/ckpt_job.h"
-#include "ckpt/ckpt_query.h"
-#include "ckpt/ckpt_remote.h"
+#include "ckpt/query/ckpt_job.h"
+#include "ckpt/query/ckpt_query.h"
+#include "ckpt/remote/ckpt_remote.h"
 #include "runtime/core/env.h"
 #include "runtime/core/status.h"
 

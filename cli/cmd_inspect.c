@@ -18,8 +18,8 @@
 
 #include "cli/cli.h"
 #include "cli/inspect_named.h"
-#include "ckpt/ckpt_query.h"
-#include "ckpt/rundir.h"
+#include "ckpt/query/ckpt_query.h"
+#include "ckpt/session/rundir.h"
 #include "cli/run_args.h"
 #include "runtime/core/status.h"
 #include "runtime/job/config.h"

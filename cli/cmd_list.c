@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "cli/run_args.h"
 #include "runtime/core/status.h"
 

@@ -21,7 +21,7 @@
 
 #include "cli/cli.h"
 #include "cli/gnuplot.h"
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "runtime/core/env.h"
 #include "runtime/core/status.h"
 

@@ -1,14 +1,14 @@
 /*
  * cmd_pull.c - `qeffect pull`: fetch a checkpoint from S3-compatible object
  * storage into a run directory that `qeffect resume` can continue
- * (ckpt/ckpt_remote.h).
+ * (ckpt/remote/ckpt_remote.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt_job.h"
-#include "ckpt/ckpt_remote.h"
+#include "ckpt/query/ckpt_job.h"
+#include "ckpt/remote/ckpt_remote.h"
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "cli/remote_flags.h"

@@ -1,13 +1,13 @@
 /*
  * cmd_push.c - `qeffect push`: replicate committed checkpoints of a run to
- * S3-compatible object storage (ckpt/ckpt_remote.h).
+ * S3-compatible object storage (ckpt/remote/ckpt_remote.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt_job.h"
-#include "ckpt/ckpt_remote.h"
+#include "ckpt/query/ckpt_job.h"
+#include "ckpt/remote/ckpt_remote.h"
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "cli/remote_flags.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/session/ckpt.h"
 #include "cli/async_flag.h"
 #include "cli/tier_flags.h"
 #include "cli/cli.h"
@@ -351,12 +351,14 @@ int cli_resume_main(int argc, char **argv)
 		job.resume = 1;
 		return cli_run_job("resume", &job, a.nproc);
 	}
-	cat *c = NULL;
+	ckpt_run *run = NULL;
 	char run_id[64];
 	qe_train_config saved;
 	cli_recall_local_dir(dir);
-	if ((rc = cli_run_open(dir, 1, &c, run_id, &saved)))
+	if ((rc = cli_run_open(dir, 1, &run, &saved)))
 		return cli_report("resume", rc, "cannot open the run");
+	cat *c = ckpt_run_catalog(run);
+	snprintf(run_id, sizeof(run_id), "%s", ckpt_run_id(run));
 
 	int status = check_conflicts(&a, &saved);
 	qe_train_config merged = saved;
@@ -393,7 +395,7 @@ int cli_resume_main(int argc, char **argv)
 	if (!status && a.from_step >= 0 && !a.quiet)
 		say_newer(c, run_id, ck.step, merged.ckpt_every, merged.steps);
 	/* The rank processes open the catalog themselves, after fork. */
-	cat_close(c);
+	ckpt_run_close(run);
 	/* Checked before locking, so a refused resume leaves the run directory as it was; a second
 	 * writer that got in meanwhile holds the lock and this one stops here. */
 	ckpt_lock *lock = NULL;

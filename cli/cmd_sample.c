@@ -28,7 +28,7 @@
 #include "cli/named.h"
 #include "cli/run_args.h"
 #include "cli/train_sample.h"
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "runtime/core/status.h"
 #include "runtime/job/detok.h"
 #include "runtime/job/tokenizer.h"

@@ -2,8 +2,8 @@
  * cmd_verify.c - `qeffect verify --run-dir DIR`: re-hash every chunk of every
  * committed checkpoint and check that catalog and store agree, naming each
  * damaged tensor; the exit status says whether the run's checkpoints can be
- * trusted.  The work is ckpt_q_verify (ckpt/ckpt_query_verify.c) on one host, or
- * ckpt_job_verify (ckpt/ckpt_job_verify.c) as a job over every host's stores.
+ * trusted.  The work is ckpt_q_verify (ckpt/query/ckpt_query_verify.c) on one host, or
+ * ckpt_job_verify (ckpt/query/ckpt_job_verify.c) as a job over every host's stores.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -13,9 +13,9 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
-#include "ckpt/ckpt_job.h"
-#include "ckpt/ckpt_query.h"
-#include "ckpt/rundir.h"
+#include "ckpt/query/ckpt_job.h"
+#include "ckpt/query/ckpt_query.h"
+#include "ckpt/session/rundir.h"
 #include "cli/run_args.h"
 #include "cli/store_job.h"
 #include "runtime/core/status.h"

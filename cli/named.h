@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "runtime/job/config.h"
 #include "runtime/model/names.h"
 

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/ckpt_job.h"
-#include "ckpt/ckpt_remote.h"
-#include "ckpt/rundir.h"
+#include "ckpt/query/ckpt_job.h"
+#include "ckpt/remote/ckpt_remote.h"
+#include "ckpt/session/rundir.h"
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "cli/storage_options.h"
@@ -136,7 +136,7 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	int rc = cli_run_lock(run_dir, "resume --remote (pull)", 1, &lock);
 	if (rc)
 		return cli_report("resume", rc, run_dir);
-	/* a job of one: the chunks land in this host's stores/rank-0 (ckpt/ckpt_job.h) */
+	/* a job of one: the chunks land in this host's stores/rank-0 (ckpt/query/ckpt_job.h) */
 	rc = ckpt_job_pull(NULL, run_dir, url, &ro, run_id, step, &r, NULL);
 	ckpt_unlock(lock);
 	if (rc)

@@ -14,9 +14,9 @@
 
 #include <xxhash.h>
 
-#include "ckpt/ckpt.h"
-#include "ckpt/ckpt_async.h"
-#include "ckpt/rundir.h"
+#include "ckpt/session/ckpt.h"
+#include "ckpt/protocol/ckpt_async.h"
+#include "ckpt/session/rundir.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -110,39 +110,21 @@ int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, in
 	return rc;
 }
 
-int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg)
+int cli_run_open(const char *dir, int writable, ckpt_run **out, qe_train_config *cfg)
 {
+	ckpt_run *r;
 	char path[CKPT_PATH_MAX];
 	int rc;
-	struct stat sb;
 	*out = NULL;
-	if ((rc = ckpt_rundir_catalog(dir, path, sizeof(path))))
+	if ((rc = ckpt_run_open(dir, writable ? CKPT_RUN_WRITE : 0, &r)))
 		return rc;
-	if (stat(dir, &sb))
-		return qe_fail(QE_ENOTFOUND, "run directory '%s' does not exist", dir);
-	if (!S_ISDIR(sb.st_mode))
-		return qe_fail(QE_EINVAL, "run directory '%s' is not a directory", dir);
-	if (access(path, F_OK))
-		return qe_fail(QE_ENOTFOUND, "run directory '%s' has no catalog (%s): not a qeffect run", dir, path);
-	cat *c;
-	cat_opts o = { .read_only = !writable };
-	if ((rc = cat_open_ex(path, &o, &c)))
-		return rc;
-	char *id = NULL;
-	cat_run run = { 0 };
-	if ((rc = cat_meta_get(c, "run_id", &id)) || (rc = cat_run_get(c, id, &run)) ||
-	    (cfg && (rc = qe_train_config_from_json(run.config_json, cfg)))) {
-		if (!strstr(qe_last_error(), path)) /* catalog messages usually name the file already */
-			rc = qe_fail_ctx(rc, "catalog '%s'", path);
-		free(id);
-		cat_run_release(&run);
-		cat_close(c);
+	if (cfg && (rc = qe_train_config_from_json(ckpt_run_config_json(r), cfg))) {
+		if (ckpt_rundir_catalog(dir, path, sizeof(path)) == QE_OK && !strstr(qe_last_error(), path))
+			rc = qe_fail_ctx(rc, "catalog '%s'", path); /* catalog messages usually name the file already */
+		ckpt_run_close(r);
 		return rc;
 	}
-	snprintf(run_id, 64, "%s", id);
-	free(id);
-	cat_run_release(&run);
-	*out = c;
+	*out = r;
 	return QE_OK;
 }
 
@@ -151,17 +133,16 @@ void cli_recall_local_dir(const char *dir)
 	cli_storage *s = cli_storage_get();
 	if (s->ckpt.local_dir[0] || !dir || !dir[0])
 		return;
-	cat *c = NULL;
-	char run_id[64];
+	ckpt_run *r = NULL;
 	qe_train_config *cfg = calloc(1, sizeof(*cfg));
-	if (cfg && !cli_run_open(dir, 0, &c, run_id, cfg) && cfg->local_dir[0] &&
+	if (cfg && !cli_run_open(dir, 0, &r, cfg) && cfg->local_dir[0] &&
 	    !cli_storage_text(NULL, "the recorded --local-dir", cfg->local_dir, s->ckpt.local_dir,
 			      sizeof(s->ckpt.local_dir))) {
 		cli_storage_commit();
 		fprintf(stderr, "qeffect: run '%s' keeps its stores under --local-dir %s (as recorded)\n", dir,
 			cfg->local_dir);
 	}
-	cat_close(c);
+	ckpt_run_close(r);
 	free(cfg);
 }
 

@@ -1,5 +1,5 @@
 /*
- * run.h - a run directory as the commands see it (its layout is ckpt/rundir.h's:
+ * run.h - a run directory as the commands see it (its layout is ckpt/session/rundir.h's:
  * RUN/catalog.db on rank 0's host, a store per rank on each rank's own disk),
  * and the per-rank glue that runs the training loop with traces and
  * checkpoints going there.
@@ -8,7 +8,7 @@
 #define CLI_RUN_H
 
 #include "catalog/catalog.h"
-#include "ckpt/rundir.h"
+#include "ckpt/session/rundir.h"
 #include "runtime/job/config.h"
 #include "runtime/train/train.h"
 
@@ -30,9 +30,14 @@ int cli_run_lock(const char *dir, const char *cmd, int create, ckpt_lock **out);
  * Returns 0 or a QE_E* code with a message.
  */
 int cli_run_create(const char *dir, const qe_train_config *cfg, char *run_id, int64_t *dropped);
-/* Open RUN's catalog, read-write when writable, else read-only (compare: a run on a read-only disk
- * can be read); OUT: the handle, run_id and the run's config. */
-int cli_run_open(const char *dir, int writable, cat **out, char *run_id, qe_train_config *cfg);
+/*
+ * Open RUN through the one opener of a run directory (ckpt_run_open: its
+ * catalog, read-write when writable, else read-only where the disk is, so
+ * compare reads a run on a read-only disk; no stores) and read the run's
+ * config into *cfg (when not NULL).  OUT *out: closed with ckpt_run_close();
+ * NULL on failure.
+ */
+int cli_run_open(const char *dir, int writable, ckpt_run **out, qe_train_config *cfg);
 /*
  * Without --local-dir (QE_LOCAL_DIR unset): the stores' folder the run in dir
  * recorded when it was trained with --local-dir, set for this process and the
@@ -53,7 +58,7 @@ typedef struct cli_rank_job {
 	int resume;         /* 1: restore from a checkpoint before the first step */
 	int64_t from_step;  /* -1: the latest committed */
 	int64_t until;      /* train until this many steps are done */
-	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/ckpt_async.h) */
+	int ckpt_async;     /* ckpt_async_mode: 0 synchronous checkpoints (ckpt/protocol/ckpt_async.h) */
 	int restart;        /* 1: the run starts over: every rank clears its own store first (rank 0's word counts) */
 	long sample_every;  /* --sample-every K: rank 0 prints a sample after every K-th step (train_sample.h); 0: never */
 	long sample_tokens; /* tokens per sample */

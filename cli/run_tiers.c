@@ -18,7 +18,7 @@
 
 #include <jansson.h>
 
-#include "ckpt/ckpt_persist.h"
+#include "ckpt/tiers/ckpt_persist.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"

@@ -1,6 +1,6 @@
 /*
  * run_tiers.h - the checkpoint tiers inside a rank process of train and
- * resume: the background push of --ckpt-persist-every (ckpt/ckpt_persist.h)
+ * resume: the background push of --ckpt-persist-every (ckpt/tiers/ckpt_persist.h)
  * and the retention of --ckpt-keep at checkpoint boundaries, with what they
  * print and what `--json` reports.  cli/run.c calls these at the points of
  * its training loop; the tier flags are read from the variables
@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "ckpt/ckpt.h"
+#include "ckpt/session/ckpt.h"
 
 typedef struct cli_run_tiers cli_run_tiers;
 

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ckpt/ckpt_options.h"
+#include "ckpt/session/ckpt_options.h"
 
 typedef struct cli_storage {
 	ckpt_options ckpt;

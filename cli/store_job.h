@@ -1,6 +1,6 @@
 /*
  * store_job.h - how `qeffect verify`, `gc`, `push` and `pull` start as jobs
- * over the ranks that hold a run's stores (ckpt/ckpt_job.h): with --nproc N
+ * over the ranks that hold a run's stores (ckpt/query/ckpt_job.h): with --nproc N
  * this process forks N local ranks (qe_launch_local, as train does); under
  * an external launcher (RANK and WORLD_SIZE set, as torchrun sets them) this
  * process is one rank.  Either way each rank joins the comm and runs the

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/rundir.h"
+#include "ckpt/session/rundir.h"
 #include "cli/cli.h"
 #include "cli/run.h"
 #include "cli/storage_options.h"

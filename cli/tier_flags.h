@@ -1,7 +1,7 @@
 /*
  * tier_flags.h - the checkpoint tier flags of `qeffect train` and `qeffect
  * resume`: --ckpt-replicas R (copies of every rank's chunks in the stores of
- * R ranks on other hosts, ckpt/ckpt_replica.c).  Taken out of argv before
+ * R ranks on other hosts, ckpt/tiers/ckpt_replica.c).  Taken out of argv before
  * the shared train flag parser runs and turned into the variable the
  * checkpoint layer reads (QE_CKPT_REPLICAS), so forked and exec'd ranks see
  * it too; an external launcher gives every host the same command line.
@@ -30,7 +30,7 @@ void cli_tier_remote_help(FILE *f);
  * for train --remote URL (QE_CKPT_REMOTE) and --endpoint URL
  * (QE_CKPT_REMOTE_ENDPOINT); resume takes those two in resume_remote.c,
  * which sets the same variables.  --ckpt-memory DIR (QE_CKPT_MEMORY_DIR,
- * the memory tier's folder, ckpt/ckpt_memtier.c) is a storage flag every
+ * the memory tier's folder, ckpt/tiers/ckpt_memtier.c) is a storage flag every
  * command takes (cli/main.c); it is checked here for train and resume.
  */
 typedef struct cli_tiers {

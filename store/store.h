@@ -1,6 +1,6 @@
 /*
  * store.h - the checkpoint blob store: an LMDB environment (one per rank,
- * STORES/rank-R/; ckpt/rundir.h owns the paths) that
+ * STORES/rank-R/; ckpt/session/rundir.h owns the paths) that
  * holds tensor bytes as content-addressed chunks (DESIGN.md section 8).
  *
  * A tensor is split into chunks (64 MiB by default: LMDB values are limited

@@ -88,7 +88,7 @@ PLANTS = [
     ("runtime/sched/zz_probe.c",
      "int zz_c(void)\n{\n\tint rc = 0;\n\tgoto out;\nout:\n\treturn rc;\n}\n",
      "cleanup label 'out'"),
-    ("ckpt/zz_probe.c",
+    ("ckpt/protocol/zz_probe.c",
      "int zz_d(qe_backend *b, void *d, const void *s)\n{\n\treturn b->ops->copy(NULL, d, s, 4, 0);\n}\n",
      "calls a backend op"),
 ]

@@ -30,7 +30,7 @@
 #include "catalog/catalog.h"
 #include "runtime/core/status.h"
 #include "store/store.h"
-#include "ckpt/rundir.h"
+#include "ckpt/session/rundir.h"
 #include "testlib.h"
 
 #ifndef QE_BIN

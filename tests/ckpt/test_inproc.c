@@ -22,7 +22,7 @@
  */
 #include "ckpt_testutil.h" /* first: it defines _GNU_SOURCE */
 
-#include "ckpt/ckpt.h"
+#include "ckpt/session/ckpt.h"
 #include "runtime/comm/comm.h"
 #include "runtime/exec/pstate.h"
 #include "runtime/exec/rank.h"

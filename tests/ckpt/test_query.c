@@ -1,6 +1,6 @@
 /*
  * test_query.c - the library side of list / inspect / verify / gc
- * (ckpt/ckpt_query.h) on synthetic run directories built through the catalog
+ * (ckpt/query/ckpt_query.h) on synthetic run directories built through the catalog
  * and store APIs, so every expected value is known independently:
  *  - list and select: rows, statuses, latest committed, a pending-only step,
  *    a missing step named in the error;
@@ -21,8 +21,8 @@
 #include <math.h>
 #include <time.h>
 
-#include "ckpt/ckpt_query.h"
-#include "ckpt/rundir.h"
+#include "ckpt/query/ckpt_query.h"
+#include "ckpt/session/rundir.h"
 #include "test_query_util.h"
 
 #define CONFIG "{\"note\":\"synthetic\"}"

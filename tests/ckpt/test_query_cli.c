@@ -21,7 +21,7 @@
 #include <jansson.h>
 #include <math.h>
 
-#include "ckpt/ckpt_query.h"
+#include "ckpt/query/ckpt_query.h"
 #include "test_query_util.h"
 
 #define CONFIG "{\"note\":\"synthetic\"}"

@@ -15,8 +15,8 @@
  */
 #include <jansson.h>
 
-#include "ckpt/ckpt_query.h"
-#include "ckpt/rundir.h"
+#include "ckpt/query/ckpt_query.h"
+#include "ckpt/session/rundir.h"
 #include "test_query_util.h"
 
 /* The folder of the run's store that holds tensor t (its store_id), "" when none here. */

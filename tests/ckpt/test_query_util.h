@@ -179,7 +179,7 @@ __attribute__((unused)) static int qt_make_run(const char *dir, const char *conf
 		rc = qt_make_ckpt(c, s, "run-synthetic", steps[i], status[i], &id);
 	}
 	for (int i = 1; i <= nloss && !rc; i++) {
-		cat_loss l = { i, 5.5 - 0.05 * i, i % 5 ? NAN : 5.4 - 0.05 * i, 1000.0, 10.0 };
+		cat_loss l = { i, 5.5 - 0.05 * i, i % 5 ? NAN : 5.4 - 0.05 * i, 1000.0, 10.0, 0.0, 0.0 };
 		rc = cat_loss_put(c, "run-synthetic", &l, 1);
 	}
 	store_close(s);

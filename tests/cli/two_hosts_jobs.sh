@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# verify, gc, push and pull as 2-host jobs (ckpt/ckpt_job.h), on the simulated hosts of
+# verify, gc, push and pull as 2-host jobs (ckpt/query/ckpt_job.h), on the simulated hosts of
 # lib/hosts.sh: each host a mount namespace binding its own folder at one path, ranks started
 # with the torchrun variables and the same command line.  After a two-host train with
 # --ckpt-every:
