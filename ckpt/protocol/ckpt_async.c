@@ -482,7 +482,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	ckpt_word w;
 	memset(&w, 0, sizeof(w));
 	if (rank == 0) {
-		ckpt__describe(r, a->topo, sizeof(a->topo), a->sched, sizeof(a->sched), a->recipe, sizeof(a->recipe));
+		qe_pstate_describe(r, a->topo, sizeof(a->topo), a->sched, sizeof(a->sched), a->recipe, sizeof(a->recipe));
 		rc = s->cat ? cat_ckpt_begin(s->cat, s->run_id, res.step, res.e_w, a->topo, a->sched, a->recipe, &w.id)
 			    : qe_fail(QE_EINVAL, "async checkpoint: rank 0 has no catalog open");
 		ckpt__word_set(&w, rc, NULL);

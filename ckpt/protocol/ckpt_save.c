@@ -30,22 +30,6 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
-{
-	const qe_train_config *c = qe_rank_config(r);
-	snprintf(topo, tl, "pp=%d dp=%d chunks=%d", c->pp, c->dp, c->chunks);
-	snprintf(sched, sl, "%s/%s %s %s", qe_sched_kind_name(c->schedule), qe_sched_backward_name(c->backward),
-		 qe_exec_name(c->exec), qe_grad_name(c->grad));
-	if (qe_prec_is_fp8(&c->prec))
-		snprintf(recipe, rl, "model=%s fp8=%s history=%d margin=%d algo=%s head=%s", c->model.preset,
-			 qe_fp8_format_name(c->prec.recipe.format), c->prec.recipe.history_len, c->prec.recipe.margin,
-			 qe_amax_algo_name(c->prec.recipe.algo), c->prec.head_current ? "current" : "delayed");
-	else if (c->prec.mode == QE_PREC_BF16)
-		snprintf(recipe, rl, "model=%s precision=bf16", c->model.preset);
-	else
-		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
-}
-
 /* The writing side of a save's pipe: every piece into the rank's store (and to its replica targets). */
 typedef struct save_job {
 	ckpt_session *s;
@@ -325,7 +309,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	memset(&w, 0, sizeof(w));
 	if (rank == 0) {
 		char topo[64], sched[96], recipe[160];
-		ckpt__describe(r, topo, sizeof(topo), sched, sizeof(sched), recipe, sizeof(recipe));
+		qe_pstate_describe(r, topo, sizeof(topo), sched, sizeof(sched), recipe, sizeof(recipe));
 		rc = s->cat ? cat_ckpt_begin(s->cat, s->run_id, step, e_w, topo, sched, recipe, &w.id)
 			    : qe_fail(QE_EINVAL, "checkpoint: rank 0 has no catalog open");
 		ckpt__word_set(&w, rc, NULL);

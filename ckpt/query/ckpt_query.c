@@ -18,8 +18,7 @@
 
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
-#include "runtime/fp8/fp8.h"
-#include "runtime/model/model.h"
+#include "runtime/exec/pstate.h"
 
 /* --- hash set ------------------------------------------------------------------ */
 
@@ -306,14 +305,15 @@ int ckpt_q_parse_shape(const char *text, int64_t *dims, int max, int *ndim)
 
 int ckpt_q_fp8_meta(const cat_tensor *t, const void *data, ckpt_fp8_meta *out)
 {
+	const int nroles = qe_pstate_fp8_roles();
 	int64_t d[4];
 	int nd;
 	memset(out, 0, sizeof(*out));
-	if (ckpt_q_parse_shape(t->shape, d, 4, &nd) || nd != 3 || d[1] != QE_ROLE_COUNT || d[2] < 3 || d[0] < 1 ||
+	if (ckpt_q_parse_shape(t->shape, d, 4, &nd) || nd != 3 || d[1] != nroles || d[2] < 3 || d[0] < 1 ||
 	    strcmp(t->dtype, "f32"))
 		return qe_fail(QE_ECORRUPT,
 			       "fp8 meta '%s' of stage %d: shape %s dtype %s, want [linears,%d,history+2] of f32", t->name,
-			       t->stage, t->shape, t->dtype, QE_ROLE_COUNT);
+			       t->stage, t->shape, t->dtype, nroles);
 	uint64_t floats = (uint64_t)d[0] * (uint64_t)d[1] * (uint64_t)d[2];
 	if (floats * 4 != t->bytes)
 		return qe_fail(QE_ECORRUPT, "fp8 meta '%s' of stage %d: shape %s needs %llu bytes, the tensor has %llu",
@@ -328,14 +328,14 @@ int ckpt_q_fp8_meta(const cat_tensor *t, const void *data, ckpt_fp8_meta *out)
 	memcpy(out->values, data, (size_t)t->bytes);
 	int L = (int)(d[2] - 2);
 	for (int64_t lin = 0; lin < d[0]; lin++) {
-		for (int role = 0; role < QE_ROLE_COUNT; role++) {
+		for (int role = 0; role < nroles; role++) {
 			ckpt_fp8_role *row = &out->rows[out->n++];
-			const float *blk = out->values + (lin * QE_ROLE_COUNT + role) * d[2];
+			const float *blk = out->values + (lin * nroles + role) * d[2];
 			row->stage = t->stage;
 			row->linear = (int)lin;
-			qe_linear_label((int)lin, (int)d[0], row->linear_name, sizeof(row->linear_name));
+			qe_pstate_fp8_linear_label((int)lin, (int)d[0], row->linear_name, sizeof(row->linear_name));
 			row->role = role;
-			row->role_name = qe_fp8_role_name((qe_fp8_role)role);
+			row->role_name = qe_pstate_fp8_role_name(role);
 			row->history_len = L;
 			row->history = blk;
 			row->scale = blk[L];

@@ -226,9 +226,6 @@ int ckpt__shared_by_replicas(const qe_pstate_item *it);
 
 double ckpt__now_ms(void);
 
-/* The checkpoint row's topology, schedule and recipe texts (ckpt/protocol/ckpt_save.c). */
-void ckpt__describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
-
 /* --- replicas (ckpt_replica.c) ----------------------------------------------------- */
 
 typedef struct ckpt_repl ckpt_repl;

@@ -178,3 +178,34 @@ void qe_pstate_host_free(qe_backend *b, void *p)
 {
 	b->ops->host_free(b, p);
 }
+
+void qe_pstate_describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl)
+{
+	const qe_train_config *c = &r->cfg;
+	snprintf(topo, tl, "pp=%d dp=%d chunks=%d", c->pp, c->dp, c->chunks);
+	snprintf(sched, sl, "%s/%s %s %s", qe_sched_kind_name(c->schedule), qe_sched_backward_name(c->backward),
+		 qe_exec_name(c->exec), qe_grad_name(c->grad));
+	if (qe_prec_is_fp8(&c->prec))
+		snprintf(recipe, rl, "model=%s fp8=%s history=%d margin=%d algo=%s head=%s", c->model.preset,
+			 qe_fp8_format_name(c->prec.recipe.format), c->prec.recipe.history_len, c->prec.recipe.margin,
+			 qe_amax_algo_name(c->prec.recipe.algo), c->prec.head_current ? "current" : "delayed");
+	else if (c->prec.mode == QE_PREC_BF16)
+		snprintf(recipe, rl, "model=%s precision=bf16", c->model.preset);
+	else
+		snprintf(recipe, rl, "model=%s fp8=off", c->model.preset);
+}
+
+int qe_pstate_fp8_roles(void)
+{
+	return QE_ROLE_COUNT;
+}
+
+const char *qe_pstate_fp8_role_name(int role)
+{
+	return qe_fp8_role_name((qe_fp8_role)role);
+}
+
+void qe_pstate_fp8_linear_label(int lin, int nlinear, char *buf, size_t len)
+{
+	qe_linear_label(lin, nlinear, buf, len);
+}

@@ -115,4 +115,24 @@ void qe_pstate_stage_free(qe_rank *r, void *stage);
 int qe_pstate_host_alloc(qe_backend *b, size_t bytes, void **out);
 void qe_pstate_host_free(qe_backend *b, void *p);
 
+/*
+ * What a checkpoint records of the run beside its items (the catalog's
+ * topology, schedule and recipe columns): "pp=P dp=D chunks=V"; "SCHEDULE/
+ * BACKWARD EXEC GRAD"; "model=PRESET fp8=FORMAT history=L margin=M algo=A
+ * head=H", "model=PRESET precision=bf16" or "model=PRESET fp8=off".
+ */
+void qe_pstate_describe(const qe_rank *r, char *topo, size_t tl, char *sched, size_t sl, char *recipe, size_t rl);
+
+/*
+ * The layout of an "fp8_meta" item, for readers that label its rows
+ * (inspect): [linear, role, history + 2] floats, qe_pstate_fp8_roles() roles
+ * per linear, role k named qe_pstate_fp8_role_name(k) ("input", "weight",
+ * "grad_output"), linear j of a stage of n linears labelled by
+ * qe_pstate_fp8_linear_label ("qkv" ... "head", "b<k>.qkv" in a stage of
+ * several blocks).
+ */
+int qe_pstate_fp8_roles(void);
+const char *qe_pstate_fp8_role_name(int role);
+void qe_pstate_fp8_linear_label(int lin, int nlinear, char *buf, size_t len);
+
 #endif

@@ -60,12 +60,7 @@ BRIDGES = {
 }
 
 # Single includes tolerated today, each with its reason.  Anything not listed fails.
-EXCEPTIONS = {
-    # inspect labels each scaling-state row with the role and linear layer it belongs
-    # to; the names come from fp8 and the model, not through pstate.
-    ("ckpt/query/ckpt_query.c", "runtime/fp8/fp8.h"),
-    ("ckpt/query/ckpt_query.c", "runtime/model/model.h"),
-}
+EXCEPTIONS = set()  # none left: inspect labels the FP8 meta rows through pstate.h
 
 # Units split into rooms (ckpt/README.md is the index of ckpt's): the subfolders that hold
 # all of the unit's files, each built by CMakeLists.txt's qe_module of the unit.
