@@ -4,6 +4,7 @@
  */
 #include "cli/storage_options.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,15 +48,38 @@ static long long env_number(const char *name, long long dflt)
 	return v && v[0] ? atoll(v) : dflt;
 }
 
+/* The text settings and the variable each comes from. */
+#define TEXT(var, field) { var, offsetof(cli_storage, field), sizeof(((cli_storage *)0)->field) }
+static const struct {
+	const char *var;
+	size_t off, cap;
+} texts[] = {
+	TEXT("QE_LOCAL_DIR", ckpt.local_dir),
+	TEXT("QE_CKPT_MEMORY_DIR", ckpt.memory_dir),
+	TEXT("QE_CKPT_REMOTE_ENDPOINT", ckpt.remote_endpoint),
+	TEXT("QE_CKPT_REMOTE", remote),
+	TEXT("QE_CKPT_STAGING", ckpt.staging),
+	TEXT("QE_CKPT_LOAD_THREADS", ckpt.load_threads),
+	TEXT("QE_CKPT_LOAD_PIECE_BYTES", ckpt.load_piece_bytes),
+	TEXT("QE_CKPT_READ_AHEAD_MIB", ckpt.read_ahead_mib),
+	TEXT("QE_CKPT_PIECE_BYTES", ckpt.piece_bytes),
+	TEXT("QE_CKPT_CHUNK_BYTES", ckpt.chunk_bytes),
+	TEXT("QE_CKPT_ASYNC_TEST_DELAY_MS", ckpt.async_test_delay_ms),
+	TEXT("QE_JOB_KILL", ckpt.job_kill),
+	TEXT("QE_CKPT_KILL", ckpt.kill),
+	TEXT("QE_REMOTE_PAUSE", ckpt.remote_pause),
+	TEXT("QE_CKPT_PERSIST_SLOW_MS", ckpt.persist_slow_ms),
+	TEXT("QE_CKPT_PERSIST_PAUSE", ckpt.persist_pause),
+};
+#undef TEXT
+
 int cli_storage_init(void)
 {
 	cli_storage *s = &settings;
 	memset(s, 0, sizeof(*s));
-	if (env_text("QE_LOCAL_DIR", s->ckpt.local_dir, sizeof(s->ckpt.local_dir)) ||
-	    env_text("QE_CKPT_MEMORY_DIR", s->ckpt.memory_dir, sizeof(s->ckpt.memory_dir)) ||
-	    env_text("QE_CKPT_REMOTE_ENDPOINT", s->ckpt.remote_endpoint, sizeof(s->ckpt.remote_endpoint)) ||
-	    env_text("QE_CKPT_REMOTE", s->remote, sizeof(s->remote)))
-		return 2;
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+		if (env_text(texts[i].var, (char *)s + texts[i].off, texts[i].cap))
+			return 2;
 	const char *allow = qe_env("QE_ALLOW_NETWORK_FS");
 	s->ckpt.allow_network_fs = allow && strcmp(allow, "1") == 0;
 	const char *r = qe_env("QE_CKPT_REPLICAS");

@@ -26,7 +26,7 @@
 #include "ckpt/protocol/ckpt_report_int.h"
 #include "ckpt/session/ckpt_int.h"
 #include "runtime/comm/comm.h"
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -168,7 +168,7 @@ static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 /* QE_CKPT_ASYNC_TEST_DELAY_MS: the tests' way to keep a write in flight. */
 static void test_delay(void)
 {
-	const char *v = qe_env("QE_CKPT_ASYNC_TEST_DELAY_MS");
+	const char *v = ckpt_opt_text(ckpt_options_get()->async_test_delay_ms);
 	long ms = v && v[0] ? atol(v) : 0;
 	if (ms > 0)
 		usleep((useconds_t)(ms * 1000));

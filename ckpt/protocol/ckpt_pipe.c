@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/status.h"
 
 /* Piece size: 64 MiB by default (QE_CKPT_PIECE_BYTES for tests), rounded to whole chunks. */
@@ -34,14 +34,14 @@ int ckpt__device_path(const qe_pstate_item *it)
 {
 	if (it->on_device)
 		return 1;
-	const char *e = qe_env("QE_CKPT_STAGING");
+	const char *e = ckpt_opt_text(ckpt_options_get()->staging);
 	return e && strcmp(e, "device") == 0 && it->stage >= 0 && it->kind != QE_PSTATE_RUNTIME;
 }
 
 size_t ckpt__piece_bytes(const ckpt_session *s)
 {
 	size_t want = CKPT_PIECE_DEFAULT;
-	const char *e = qe_env("QE_CKPT_PIECE_BYTES");
+	const char *e = ckpt_opt_text(ckpt_options_get()->piece_bytes);
 	if (e && e[0]) {
 		char *end;
 		unsigned long long v = strtoull(e, &end, 10);

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 
 #define READ_AHEAD_DEFAULT_MIB 512
 
@@ -39,7 +39,7 @@ struct ckpt_prefetch {
 
 uint64_t ckpt__read_ahead_bytes(void)
 {
-	const char *e = qe_env("QE_CKPT_READ_AHEAD_MIB");
+	const char *e = ckpt_opt_text(ckpt_options_get()->read_ahead_mib);
 	unsigned long long mib = READ_AHEAD_DEFAULT_MIB;
 	if (e && e[0]) {
 		char *end;

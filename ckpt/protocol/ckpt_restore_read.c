@@ -18,7 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -124,7 +124,7 @@ void ckpt__count_read(ckpt_session *s, const store *st, uint64_t bytes)
 
 int ckpt__want_device_staging(qe_rank *r)
 {
-	const char *e = qe_env("QE_CKPT_STAGING");
+	const char *e = ckpt_opt_text(ckpt_options_get()->staging);
 	if (e && strcmp(e, "device") == 0)
 		return 1;
 	if (e && strcmp(e, "host") == 0)
@@ -440,7 +440,7 @@ static void *host_load_worker(void *arg)
 static int load_threads(int npc)
 {
 	int t = 4;
-	const char *e = qe_env("QE_CKPT_LOAD_THREADS");
+	const char *e = ckpt_opt_text(ckpt_options_get()->load_threads);
 	if (e && *e)
 		t = atoi(e);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -455,7 +455,7 @@ static int load_threads(int npc)
 
 static size_t load_piece_bytes(void)
 {
-	const char *e = qe_env("QE_CKPT_LOAD_PIECE_BYTES");
+	const char *e = ckpt_opt_text(ckpt_options_get()->load_piece_bytes);
 	long long v = e && *e ? atoll(e) : 0;
 	return v > 0 ? (size_t)v : LOAD_PIECE;
 }

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -247,7 +247,7 @@ int ckj_census(ckj *j, const char *run_id, int rc0, const cat_store_rows *known)
 /* QE_JOB_KILL=OP:RANK (ckpt_job.h): this rank dies on receiving task OP, as a crashed host would. */
 static void maybe_die(const ckj *j, const char *op)
 {
-	const char *v = qe_env("QE_JOB_KILL");
+	const char *v = ckpt_opt_text(ckpt_options_get()->job_kill);
 	char want[32];
 	int rank = -1;
 	if (!v || !op || sscanf(v, "%31[^:]:%d", want, &rank) != 2 || strcmp(want, op) || rank != j->rank)

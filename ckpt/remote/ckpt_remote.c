@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -39,7 +39,7 @@ typedef struct pause_hook {
 static int pause_parse(pause_hook *p)
 {
 	memset(p, 0, sizeof(*p));
-	const char *v = qe_env("QE_REMOTE_PAUSE");
+	const char *v = ckpt_opt_text(ckpt_options_get()->remote_pause);
 	if (!v || !v[0])
 		return QE_OK;
 	int n = 0;

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -65,7 +65,7 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 	ckpt_host_name(s->host, sizeof(s->host));
 	s->pid = getpid();
 	s->chunk_bytes = STORE_DEFAULT_CHUNK;
-	const char *cb = qe_env("QE_CKPT_CHUNK_BYTES");
+	const char *cb = ckpt_opt_text(ckpt_options_get()->chunk_bytes);
 	if (cb && cb[0]) {
 		char *end;
 		errno = 0;
@@ -82,7 +82,7 @@ int ckpt_session_open(const char *run_dir, const char *run_id, cat *catalog, ckp
 		free(s);
 		return rrc;
 	}
-	const char *kill = qe_env("QE_CKPT_KILL");
+	const char *kill = ckpt_opt_text(ckpt_options_get()->kill);
 	if (kill && kill[0]) {
 		int rc = ckpt__kills_parse(s, kill);
 		if (rc) {

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "ckpt/remote/ckpt_remote_int.h"
-#include "runtime/core/env.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -104,7 +104,7 @@ int ckpt__persist_beat_ms(const ckpt_persist *p)
 /* QE_CKPT_PERSIST_SLOW_MS=N[:RANK] (see ckpt_persist.h): this rank's sleep before each chunk, 0 when none. */
 static int slow_ms(int rank)
 {
-	const char *v = qe_env("QE_CKPT_PERSIST_SLOW_MS");
+	const char *v = ckpt_opt_text(ckpt_options_get()->persist_slow_ms);
 	char *end = NULL;
 	long who = -1;
 	if (!v || !v[0])
@@ -370,7 +370,7 @@ static int send_plan(ckpt_persist *p, int q, int rc, const char *why, const rank
 /* QE_CKPT_PERSIST_PAUSE=STEP:FILE (see ckpt_persist.h). */
 static void pause_maybe(int64_t step)
 {
-	const char *v = qe_env("QE_CKPT_PERSIST_PAUSE");
+	const char *v = ckpt_opt_text(ckpt_options_get()->persist_pause);
 	long long at = -1;
 	int n = 0;
 	if (!v || sscanf(v, "%lld:%n", &at, &n) != 1 || !n || at != step || !v[n])

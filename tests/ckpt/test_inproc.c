@@ -23,11 +23,27 @@
 #include "ckpt_testutil.h" /* first: it defines _GNU_SOURCE */
 
 #include "ckpt/session/ckpt.h"
+#include "ckpt/session/ckpt_options.h"
 #include "runtime/comm/comm.h"
 #include "runtime/exec/pstate.h"
 #include "runtime/exec/rank.h"
 #include "runtime/job/config.h"
 #include "runtime/job/data.h"
+
+/* The checkpoint options QE_CKPT_CHUNK_BYTES and QE_CKPT_KILL set through cli, here set directly ("" unsets). */
+static void set_chunk_bytes(const char *v)
+{
+	ckpt_options o = *ckpt_options_get();
+	snprintf(o.chunk_bytes, sizeof(o.chunk_bytes), "%s", v);
+	ckpt_options_set(&o);
+}
+
+static void set_kill(const char *v)
+{
+	ckpt_options o = *ckpt_options_get();
+	snprintf(o.kill, sizeof(o.kill), "%s", v);
+	ckpt_options_set(&o);
+}
 
 static qe_data g_data;
 
@@ -141,7 +157,7 @@ static void test_single(void)
 	tiny_config(&cfg, 1, 1, 0, 4);
 	snprintf(dir, sizeof(dir), "%s/solo", tu_tmp);
 	CHECK_OK(make_run(dir, &cfg, "solo-run"));
-	setenv("QE_CKPT_CHUNK_BYTES", "65536", 1);
+	set_chunk_bytes("65536");
 
 	/* gate */
 	CHECK_OK(world_open(&w1, &cfg, dir, "solo-run"));
@@ -254,10 +270,10 @@ static void test_single(void)
 	CHECK_OK(ckpt_restore(w3.s, w3.r, 2, &res));
 	world_close(&w3);
 
-	/* malformed environment */
+	/* malformed options (the variables QE_CKPT_KILL and QE_CKPT_CHUNK_BYTES) */
 	const char *bad_kill[] = { "nonsense", "chunk:0:0", "flush:0:1", "chunk:x:1", "chunk:0:1:2" };
 	for (size_t i = 0; i < sizeof(bad_kill) / sizeof(bad_kill[0]); i++) {
-		setenv("QE_CKPT_KILL", bad_kill[i], 1);
+		set_kill(bad_kill[i]);
 		cat *c;
 		char path[600];
 		snprintf(path, sizeof(path), "%s/catalog.db", dir);
@@ -269,8 +285,8 @@ static void test_single(void)
 		ckpt_session_close(s);
 		cat_close(c);
 	}
-	unsetenv("QE_CKPT_KILL");
-	setenv("QE_CKPT_CHUNK_BYTES", "12x", 1);
+	set_kill("");
+	set_chunk_bytes("12x");
 	{
 		cat *c;
 		char path[600];
@@ -283,7 +299,7 @@ static void test_single(void)
 		ckpt_session_close(s);
 		cat_close(c);
 	}
-	unsetenv("QE_CKPT_CHUNK_BYTES");
+	set_chunk_bytes("");
 }
 
 /* ---- forked ranks ----------------------------------------------------------- */
