@@ -148,8 +148,8 @@ int qe_rank_restart(qe_rank *r, int64_t step, int64_t e_W);
  * are the same bytes (collective; QE_EMISMATCH naming the stage, replica and
  * ranks when not).  qe_rank_step runs it after every commit when
  * cfg->check_replicas is set; with one replica and tied embeddings only
- * every 100 steps and after the run's last step (each check copies both
- * copies to the host and hashes them).
+ * after the run's last step (a check copies both copies to the host and
+ * hashes them: about a second for gpt2 on an H100, measured).
  */
 int qe_rank_check_replicas(qe_rank *r);
 

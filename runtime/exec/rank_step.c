@@ -466,7 +466,7 @@ int qe_rank_step(qe_rank *r, const qe_data *data, float *loss)
 	r->steps++;
 	r->steps_here++;
 	qe__rank_profile_step_end(r);
-	int check = r->cfg.check_replicas && (r->D > 1 || (r->tie.on && (r->steps % 100 == 0 || r->steps == r->cfg.steps)));
+	int check = r->cfg.check_replicas && (r->D > 1 || (r->tie.on && r->steps == r->cfg.steps));
 	if (check && (rc = qe_rank_check_replicas(r)))
 		return rc;
 	return QE_OK;

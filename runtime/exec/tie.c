@@ -10,7 +10,8 @@
  * all-reduce of the two partial sums (a + b is b + a in IEEE arithmetic).
  * Both copies then take g through qe_adamw_set_grad: the same gradient, the
  * same moments, the same update, so they stay identical, which
- * --check-replicas verifies (replicas.c).  The gradient norm counts the
+ * --check-replicas verifies (replicas.c; after every step with --dp > 1,
+ * else after the run's last).  The gradient norm counts the
  * matrix once: the head's slot is left out (grad_norm.c).
  *
  * The exchange goes through host memory (one all-reduce of vocab x hidden
