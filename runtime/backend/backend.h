@@ -153,6 +153,13 @@ typedef struct qe_adamw_many_args {
 	float lr, beta1, beta2, eps;
 	int64_t step;              /* 1-based step for bias correction, shared by every segment */
 	float grad_scale;          /* multiplies each summed gradient */
+	/*
+	 * adamw_many only, optional: backend memory of nseg floats that the same
+	 * pass fills with what grad_sumsq would write, to the bit (the progress
+	 * line's gradient norm without a second read of the gradients).  NULL:
+	 * not wanted.
+	 */
+	float *sumsq;
 } qe_adamw_many_args;
 
 typedef struct qe_backend_ops {

@@ -323,8 +323,9 @@ static int norm_wanted(const qe_rank *r)
  * Under --grad-clip, the norm must be known before any update: a first pass
  * over the gradients (with --dp, the replica sums are made twice: once for
  * the norm, once for the update, keeping one parameter's buffer).  Without
- * it the norm is taken on the way (D == 1: before the update, which reads
- * the same views; D > 1: from each replica sum before its update).
+ * it the norm is taken on the way (D == 1: by the update itself, adamw_many
+ * with sumsq, from the views it reads - one pass over the gradients, not
+ * two; D > 1: from each replica sum before its update).
  */
 static int clip_pass(qe_rank *r, const qe_adamw_config *hyper, int nv, double *norm)
 {
@@ -358,7 +359,7 @@ static int optimizer_commit(qe_rank *r)
 	int want = norm_wanted(r), clip = r->cfg.optim.grad_clip > 0;
 	double norm = NAN;
 	float factor = 1.0f;
-	if (want && (clip || r->D == 1)) {
+	if (want && clip) {
 		QE_TRY(clip_pass(r, &hyper, nv, &norm));
 		factor = qe_adamw_clip_factor(r->cfg.optim.grad_clip, norm);
 	}
@@ -366,7 +367,11 @@ static int optimizer_commit(qe_rank *r)
 		rank_chunk *ch = &r->chunks[c];
 		QE_TRY(chunk_views(r, ch, nv));
 		if (r->D == 1) {
-			QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, factor));
+			/* without clipping the norm comes out of the update's own read of the gradients */
+			if (want && !clip)
+				QE_TRY(qe_adamw_step_sumsq(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, factor));
+			else
+				QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, factor));
 			continue;
 		}
 		ch->opt->step++;
@@ -380,7 +385,7 @@ static int optimizer_commit(qe_rank *r)
 			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &hyper, scale));
 		}
 	}
-	if (want && !clip && r->D > 1)
+	if (want && !clip)
 		QE_TRY(qe__rank_grad_norm_collect(r, &norm));
 	r->grad_norm = norm;
 	QE_TRY(qe__rank_sync(r, r->caller));

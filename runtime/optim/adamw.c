@@ -172,18 +172,31 @@ static qe_adamw_many_args many_args(qe_adamw *a, qe_stage *st, const qe_adamw_se
 				     .step = a->step + 1, .grad_scale = grad_scale };
 }
 
-int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
-		  int nmicro, const qe_adamw_config *cfg, float grad_scale)
+static int step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+		int nmicro, const qe_adamw_config *cfg, float grad_scale, float *sumsq)
 {
 	int rc = fill_segments(a, st, matrix_views, nmatrix_views, nmicro, cfg);
 	if (rc)
 		return rc;
 	qe_adamw_many_args args = many_args(a, st, a->segs, a->nsegs, cfg, grad_scale);
+	args.sumsq = sumsq;
 	rc = a->b->ops->adamw_many(s, &args);
 	if (rc)
 		return qe_fail_ctx(rc, "adamw: stage %d", qe_stage_index(st));
 	a->step++;
 	return QE_OK;
+}
+
+int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
+		  int nmicro, const qe_adamw_config *cfg, float grad_scale)
+{
+	return step(a, s, st, matrix_views, nmatrix_views, nmicro, cfg, grad_scale, NULL);
+}
+
+int qe_adamw_step_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views,
+			int nmatrix_views, int nmicro, const qe_adamw_config *cfg, float grad_scale)
+{
+	return step(a, s, st, matrix_views, nmatrix_views, nmicro, cfg, grad_scale, a->sumsq);
 }
 
 int qe_adamw_grad_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,

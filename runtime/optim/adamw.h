@@ -84,6 +84,14 @@ void qe_adamw_free(qe_adamw *a);
  */
 int qe_adamw_step(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views, int nmatrix_views,
 		  int nmicro, const qe_adamw_config *cfg, float grad_scale);
+/*
+ * The same step, filling a->sumsq on the way with what qe_adamw_grad_sumsq
+ * would (the same bytes) from the gradients the update reads: the gradient
+ * norm without a second pass over them, when nothing has to be known
+ * before the update (no clipping).
+ */
+int qe_adamw_step_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, const float *const *matrix_views,
+			int nmatrix_views, int nmicro, const qe_adamw_config *cfg, float grad_scale);
 
 /*
  * Update one parameter (index i of the stage) from nviews gradient views

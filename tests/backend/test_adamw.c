@@ -265,6 +265,24 @@ static void test_grad_sumsq(bk *k)
 		CHECK_BYTES(replay, out, MANY_SEGS * 4, "grad_sumsq replayed vs eager");
 		k->o->graph_destroy(g);
 	}
+	/* adamw_many with sumsq: grad_sumsq's bytes from the same pass, and the update of adamw_many without it */
+	{
+		many_state with, without;
+		many_init(k, &with, SEED);
+		many_init(k, &without, SEED);
+		float *fused = bk_f32(k, MANY_SEGS);
+		qe_adamw_many_args aw = many_args(&with, 1), ao = many_args(&without, 1);
+		CHECK_OK(k->o->grad_sumsq(k->s, &aw, out));
+		aw.sumsq = fused;
+		CHECK_OK(k->o->adamw_many(k->s, &aw));
+		CHECK_OK(k->o->adamw_many(k->s, &ao));
+		CHECK_OK(k->o->stream_sync(k->s));
+		CHECK_BYTES(fused, out, MANY_SEGS * 4, "adamw_many's sumsq vs grad_sumsq");
+		many_same(&with, &without, "adamw_many with sumsq vs without");
+		CHECK(fused[0] > 0, "adamw_many's sumsq of segment 0: %g", (double)fused[0]);
+		k->o->free(k->b, fused);
+		many_free(k, &with), many_free(k, &without);
+	}
 	a.grad_scale = 1.0f;
 	CHECK_OK(k->o->grad_sumsq(k->s, &a, out));
 	CHECK(k->o->grad_sumsq(k->s, &a, NULL) == QE_EINVAL, "grad_sumsq with a NULL out is refused");

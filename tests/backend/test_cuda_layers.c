@@ -476,6 +476,25 @@ static void test_adamw_many(qe_rng *r)
 		}
 		printf("  grad_sumsq: %d segments, cuda vs cpu worst relative difference %.3g (bound 1e-5)\n", AWM_SEGS,
 		       worst);
+		/* adamw_many with sumsq writes grad_sumsq's bytes from its own pass, and updates as without it */
+		void *fout = g_mem(sizeof(zeros));
+		float *p0 = fetch(gp, n * 4), *m0 = fetch(gm, n * 4), *v0 = fetch(gv, n * 4);
+		a.lr = 1e-3f, a.beta1 = 0.9f, a.beta2 = 0.95f, a.eps = 1e-8f, a.step = 4;
+		a.sumsq = fout;
+		CHECK_OK(K.go->adamw_many(K.gs, &a));
+		float *fs = fetch(fout, sizeof(zeros)), *pw = fetch(gp, n * 4), *mw = fetch(gm, n * 4),
+		      *vw = fetch(gv, n * 4);
+		same_bytes("adamw_many's sumsq vs grad_sumsq on cuda", g1, fs, sizeof(zeros));
+		up(gp, p0, n * 4);
+		up(gm, m0, n * 4);
+		up(gv, v0, n * 4);
+		a.sumsq = NULL;
+		CHECK_OK(K.go->adamw_many(K.gs, &a));
+		float *po = fetch(gp, n * 4), *mo = fetch(gm, n * 4), *vo = fetch(gv, n * 4);
+		same_bytes("adamw_many params with sumsq vs without", pw, po, n * 4);
+		same_bytes("adamw_many m with sumsq vs without", mw, mo, n * 4);
+		same_bytes("adamw_many v with sumsq vs without", vw, vo, n * 4);
+		free(fs), free(p0), free(m0), free(v0), free(pw), free(mw), free(vw), free(po), free(mo), free(vo);
 		free(g1), free(g2);
 	}
 	/* a segment of more views than the launch passes by value: refused, naming it */

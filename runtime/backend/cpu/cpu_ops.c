@@ -493,6 +493,8 @@ static int check_adamw_many(const qe_cpu_adamw_many_args *a)
 static int exec_adamw_many(qe_cpu_scratch *sc, const qe_cpu_adamw_many_args *a)
 {
 	(void)sc;
+	if (a->sumsq)
+		qe_cpu_grad_sumsq(a, a->sumsq); /* the same bytes as the grad_sumsq op: read before the update */
 	qe_cpu_adamw_many(a);
 	return QE_OK;
 }
