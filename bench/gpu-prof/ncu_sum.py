@@ -32,11 +32,13 @@ def main():
     ks = list(kern.values())
     if not ks:
         sys.exit("no kernels in " + sys.argv[1])
-    first = next((i for i, k in enumerate(ks) if k["name"].startswith("adamw")), None)
+    # "adamw_kernel", "adamw_many_kernel", "void adamw_many_kernel<1>" (a template shows its return type)
+    is_adamw = lambda k: k["name"].split("(")[0].replace("void ", "").startswith("adamw")
+    first = next((i for i, k in enumerate(ks) if is_adamw(k)), None)
     start = 0
     if first is not None:
         start = first
-        while start < len(ks) and ks[start]["name"].startswith("adamw"):
+        while start < len(ks) and is_adamw(ks[start]):
             start += 1
     last = ks[start:]
     tot = sum(k["us"] for k in last)
