@@ -9,8 +9,8 @@ What users would write to train GPT-2 on one GPU in PyTorch 2.x, set beside `qef
   - the model is qeffect's GPT-2 (runtime/model: preset.c, stage.c, stage_forward.c): pre-norm
     blocks x + Proj(Attn(QKV(LN1 x))), x + FC2(GELU_tanh(FC1(LN2 x))), layernorm eps 1e-5, biases
     on the four block linears, learned positions (wpe), a final layernorm and an output head
-    UNTIED from wte and without bias (qeffect keeps head.w as its own matrix; nanoGPT ties them:
-    here we follow qeffect, which costs one more V x H matrix of optimizer work);
+    without bias that IS wte (--tie 1, the default: GPT-2, nanoGPT and qeffect's gpt2 presets
+    tie them; --tie 0 gives the head its own matrix, as `qeffect train --tie-embeddings off`);
   - the vocabulary (50257) padded to a multiple of 128 rows (50304), as qeffect and llm.c pad it;
     the padded logits are sliced off before the loss, as qeffect masks them;
   - initialization as qeffect's: normal(0.02), wpe 0.01, proj and fc2 0.02/sqrt(2 layers),
@@ -87,7 +87,7 @@ def model_shape(a):
         raise ValueError("--hidden %d is not a multiple of --heads %d" % (hidden, heads))
     vocab = a.vocab or GPT2_VOCAB
     return dict(model=name, layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden, vocab=vocab,
-                vpad=(vocab + 127) // 128 * 128, seq=a.seq)
+                vpad=(vocab + 127) // 128 * 128, seq=a.seq, tie=bool(a.tie))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +142,7 @@ def build_model(shape, device):
     import torch.nn.functional as F
 
     L, H, NH, FF, VP, T, V = (shape[k] for k in ("layers", "hidden", "heads", "ffn", "vpad", "seq", "vocab"))
+    tie = shape["tie"]
     resid = 0.02 / math.sqrt(2.0 * L)
     sdpa = getattr(F, "scaled_dot_product_attention", None)
 
@@ -180,7 +181,9 @@ def build_model(shape, device):
             self.wpe = nn.Embedding(T, H)
             self.blocks = nn.ModuleList([Block() for _ in range(L)])
             self.lnf = nn.LayerNorm(H, eps=LN_EPS)
-            self.head = nn.Linear(H, VP, bias=False)  # untied from wte, as qeffect's head.w
+            self.head = nn.Linear(H, VP, bias=False)
+            if tie:  # one Parameter: its gradient is the sum of both uses, updated once
+                self.head.weight = self.wte.weight
             self.register_buffer("pos", torch.arange(T), persistent=False)
             with torch.no_grad():
                 for n, p in self.named_parameters():
@@ -329,7 +332,7 @@ def child_args(a, out_json):
         v = getattr(a, k)
         if v is not None:
             args += ["--" + k, str(v)]
-    args += ["--amp", str(int(a.amp)), "--fused", str(int(a.fused))]
+    args += ["--amp", str(int(a.amp)), "--fused", str(int(a.fused)), "--tie", str(int(a.tie))]
     return args
 
 
@@ -432,6 +435,8 @@ def parse(argv=None):
     p.add_argument("--sdpa", choices=("flash", "default"), default="flash",
                    help="flash: every other SDPA backend off on CUDA (default); default: PyTorch's choice")
     p.add_argument("--amp", type=int, choices=(0, 1), default=1, help="bf16 autocast (default 1)")
+    p.add_argument("--tie", type=int, choices=(0, 1), default=1,
+                   help="the output head is wte, as GPT-2 and qeffect's gpt2 presets (default 1; 0: its own matrix)")
     p.add_argument("--fused", type=int, choices=(0, 1), default=1, help="fused AdamW on CUDA (default 1)")
     p.add_argument("--device", default="auto", help="auto|cuda|cpu (default auto: cuda when available)")
     p.add_argument("--layers", type=int, help="override the model's layers (tests)")
