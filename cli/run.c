@@ -16,6 +16,7 @@
 
 #include "ckpt/session/ckpt.h"
 #include "ckpt/protocol/ckpt_async.h"
+#include "ckpt/protocol/ckpt_policy.h"
 #include "ckpt/session/rundir.h"
 #include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
@@ -169,10 +170,11 @@ typedef struct rank_ctx {
 	cat *cat;
 	ckpt_session *ck;
 	ckpt_async *async; /* --ckpt-async: checkpoints written in the background */
-	cli_run_tiers *tiers; /* --ckpt-persist-every, --ckpt-keep (run_tiers.h); NULL when neither */
+	ckpt_policy *policy; /* when to checkpoint and what each boundary does (ckpt_policy.h); with ck */
+	cli_run_tiers *tiers; /* what the tiers' events print (run_tiers.h); NULL without --ckpt-persist-every, --ckpt-keep */
 	cli_train_sample *sample; /* --sample-every (train_sample.h); NULL when off */
 	cli_progress progress; /* the progress and summary lines (rank 0 prints) */
-	int64_t last_ckpt_step; /* the step of the last checkpoint this process took; -1: none */
+	qe_rank *rank;         /* for the policy's events */
 	float last_loss;
 	/* --json: each step's wall time on this rank and the memory it holds (rank_meter.h) */
 	double *step_ms;
@@ -240,60 +242,43 @@ static void print_async_done(const rank_ctx *ctx, const qe_rank *r, int64_t step
 	fflush(stdout);
 }
 
-static int async_checkpoint(rank_ctx *ctx, qe_rank *r, int64_t step)
+/* What a checkpoint boundary did (ckpt_policy.h), in the order it happened: the checkpoint's lines
+ * here, the tiers' in run_tiers.c. */
+static void on_policy_event(void *vctx, const ckpt_policy_event *ev)
 {
-	ckpt_async_result res;
-	int rc = ckpt_async_save(ctx->async, r, &res);
-	if (rc)
-		return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)step);
-	print_async_done(ctx, r, res.done_step, res.done_ms);
-	if (qe_rank_index(r) == 0 && !ctx->job->quiet) {
-		if (res.skipped)
-			printf("checkpoint step %lld skipped: the previous one is still being written (stall %.2f ms)\n",
-			       (long long)step, res.stall_ms);
-		else
-			printf("checkpoint step %lld: %llu bytes snapshot in %.2f ms, training stalled %.2f ms (%.2f ms "
-			       "waiting for the previous write); writing in the background\n",
-			       (long long)step, (unsigned long long)res.bytes, res.snapshot_ms, res.stall_ms, res.wait_ms);
-		fflush(stdout);
-	}
-	return QE_OK;
-}
-
-/* A checkpoint of this step on every rank (sync, or async with its write in the background), then the tiers. */
-static int take_checkpoint(rank_ctx *ctx, qe_rank *r, int64_t step)
-{
-	int rc;
-	ctx->last_ckpt_step = step;
-	if (ctx->async) {
-		/* Retention needs no write in flight: the previous one is waited for first. */
-		if (cli_run_tiers_retains(ctx->tiers)) {
-			ckpt_async_result done;
-			if ((rc = ckpt_async_drain(ctx->async, &done)))
-				return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)step);
-			print_async_done(ctx, r, done.done_step, done.done_ms);
-			if ((rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
-				return rc;
+	rank_ctx *ctx = vctx;
+	qe_rank *r = ctx->rank;
+	int speak = qe_rank_index(r) == 0 && !ctx->job->quiet;
+	if (ev->what == CKPT_POLICY_DRAINED) {
+		print_async_done(ctx, r, ev->async->done_step, ev->async->done_ms);
+	} else if (ev->what == CKPT_POLICY_SNAPSHOT) {
+		const ckpt_async_result *res = ev->async;
+		print_async_done(ctx, r, res->done_step, res->done_ms);
+		if (speak) {
+			if (res->skipped)
+				printf("checkpoint step %lld skipped: the previous one is still being written (stall %.2f ms)\n",
+				       (long long)ev->step, res->stall_ms);
+			else
+				printf("checkpoint step %lld: %llu bytes snapshot in %.2f ms, training stalled %.2f ms (%.2f ms "
+				       "waiting for the previous write); writing in the background\n",
+				       (long long)ev->step, (unsigned long long)res->bytes, res->snapshot_ms, res->stall_ms,
+				       res->wait_ms);
+			fflush(stdout);
 		}
-		if ((rc = async_checkpoint(ctx, r, step)))
-			return rc;
-		return cli_run_tiers_point(ctx->tiers, r);
+	} else if (ev->what == CKPT_POLICY_SAVED) {
+		const ckpt_result *res = ev->saved;
+		if (ctx->nckpts < (int)(sizeof(ctx->ckpts) / sizeof(ctx->ckpts[0]))) {
+			ctx->ckpts[ctx->nckpts].step = (long long)ev->step;
+			ctx->ckpts[ctx->nckpts].bytes = (unsigned long long)res->bytes;
+			ctx->ckpts[ctx->nckpts++].ms = res->ms;
+		}
+		if (speak)
+			printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
+			       (long long)ev->step, (unsigned long long)res->bytes,
+			       (unsigned long long)res->runtime_state_bytes, res->ms);
+	} else {
+		cli_run_tiers_event(ctx->tiers, ev);
 	}
-	ckpt_result res;
-	if ((rc = ckpt_save(ctx->ck, r, &res)))
-		return qe_fail_ctx(rc, "checkpoint at step %lld", (long long)step);
-	if (ctx->nckpts < (int)(sizeof(ctx->ckpts) / sizeof(ctx->ckpts[0]))) {
-		ctx->ckpts[ctx->nckpts].step = (long long)step;
-		ctx->ckpts[ctx->nckpts].bytes = (unsigned long long)res.bytes;
-		ctx->ckpts[ctx->nckpts++].ms = res.ms;
-	}
-	if (qe_rank_index(r) == 0 && !ctx->job->quiet)
-		printf("checkpoint step %lld committed: %llu bytes (%llu runtime-state bytes) in %.1f ms\n",
-		       (long long)step, (unsigned long long)res.bytes,
-		       (unsigned long long)res.runtime_state_bytes, res.ms);
-	if ((rc = cli_run_tiers_point(ctx->tiers, r)) || (rc = cli_run_tiers_retain(ctx->tiers, ctx->ck, r)))
-		return rc;
-	return QE_OK;
 }
 
 static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
@@ -302,32 +287,17 @@ static int on_step(void *vctx, qe_rank *r, const qe_step_report *rep)
 	int rc;
 	ctx->last_loss = rep->loss;
 	cli_progress_step(&ctx->progress, rep);
-	cli_run_tiers_step(ctx->tiers);
 	if (ctx->job->json)
 		meter_sample(ctx, r, rep);
-	/* Traces and losses go to rank 0's catalog; data-parallel replicas hold
-	 * identical state, so replica 0 speaks for them. */
+	/* Traces and losses go to rank 0's catalog (replica 0 speaks for its replicas); then the
+	 * checkpoint policy: whether this step is a boundary, and what it does. */
 	if (ctx->ck) {
-		int nrows = qe_rank_replica(r) == 0 ? rep->nrows : 0;
-		cat_trace *rows = calloc((size_t)nrows + 1, sizeof(cat_trace));
-		if (!rows)
-			return qe_fail(QE_ENOMEM, "trace: out of memory");
-		for (int i = 0; i < nrows; i++) {
-			rows[i].step = rep->rows[i].step;
-			rows[i].stage = rep->rows[i].stage;
-			rows[i].category = rep->rows[i].category;
-			rows[i].fingerprint = rep->rows[i].fp;
-		}
 		cat_loss l = { rep->step, rep->loss, rep->eval_loss, rep->tokens_per_s, rep->ms, rep->lr, rep->grad_norm };
-		rc = ckpt_record_step(ctx->ck, r, rows, (size_t)nrows, &l);
-		free(rows);
-		if (rc)
+		if ((rc = ckpt_record_step(ctx->ck, r, rep->rows, (size_t)rep->nrows, &l)))
 			return qe_fail_ctx(rc, "recording step %lld", (long long)rep->step);
+		if ((rc = ckpt_policy_step(ctx->policy, r, rep->step)))
+			return rc;
 	}
-	const qe_train_config *cfg = &ctx->job->cfg;
-	if (ctx->ck && cfg->ckpt_every > 0 && rep->step % cfg->ckpt_every == 0 &&
-	    (rc = take_checkpoint(ctx, r, rep->step)))
-		return rc;
 	return cli_train_sample_step(ctx->sample, r, rep->step);
 }
 
@@ -361,7 +331,7 @@ static void print_counters(qe_rank *r, const rank_ctx *ctx)
 	       k.tape_slots,
 	       k.device_links ? "device" : "host", (long long)k.link_sends, (long long)k.link_bytes);
 	/* Memory (rank_meter.h) and per-step times; growth from the end of this process's second step. */
-	cli_run_tiers_json(ctx->tiers);
+	cli_run_tiers_json(ctx->tiers, ckpt_policy_steps_while_pushing(ctx->policy));
 	cli_alloc_stats a;
 	cli_rank_meter_get(&a);
 	printf("\"alloc_setup_bytes\":%zu,\"alloc_peak_bytes\":%zu,\"alloc_live_bytes\":%zu,\"alloc_growth_bytes\":%lld,"
@@ -439,7 +409,7 @@ int cli_rank_main(void *vjob)
 		rcfg.full_slots = cfg->run_dir[0] && !job->no_trace;
 		rc = qe_rank_create(&rcfg, b, comm, &r);
 	}
-	ctx.last_ckpt_step = -1;
+	ctx.rank = r;
 	if (!rc && job->ckpt_on_signal) {
 		cli_preempt_install();
 		qe_rank_set_stop_source(r, cli_preempt_flag());
@@ -498,13 +468,18 @@ int cli_rank_main(void *vjob)
 				(long long)res.step,
 			       (unsigned long long)res.bytes, res.ms);
 	}
-	/* The tiers start after a restore: only checkpoints of this job's steps are pushed. */
-	if (!rc && ctx.ck && cfg->ckpt_every > 0) {
+	/* The policy and its tiers start after a restore: only checkpoints of this job's steps are pushed. */
+	if (!rc && ctx.ck) {
 		char path[CKPT_PATH_MAX];
+		ckpt_policy_opts po;
 		rc = ckpt_rundir_catalog(cfg->run_dir, path, sizeof(path));
 		if (!rc)
-			rc = cli_run_tiers_open(ctx.ck, r, env.rank == 0 ? path : NULL, qe_rank_steps_done(r), job->quiet,
-						&ctx.tiers);
+			rc = cli_run_tiers_open(cfg->ckpt_every, qe_rank_index(r), cfg->run_dir, job->quiet, &ctx.tiers);
+		if (!rc) {
+			cli_run_tiers_policy(cfg->ckpt_every, job->ckpt_async, env.rank == 0 ? path : NULL,
+					     qe_rank_steps_done(r), &po);
+			rc = ckpt_policy_open(ctx.ck, ctx.async, &po, on_policy_event, &ctx, &ctx.policy);
+		}
 	}
 	if (!rc && job->sample_every > 0)
 		rc = cli_train_sample_open(r, job->sample_every, job->sample_tokens, job->log_json, &ctx.sample);
@@ -516,8 +491,8 @@ int cli_rank_main(void *vjob)
 	}
 	/* stopped early on a signal: every rank is at the same step; a checkpoint there unless one was just taken */
 	int stopped = !rc && qe_rank_stop_agreed(r) && qe_rank_steps_done(r) < job->until;
-	if (stopped && ctx.ck && ctx.last_ckpt_step != qe_rank_steps_done(r))
-		rc = take_checkpoint(&ctx, r, qe_rank_steps_done(r));
+	if (stopped && ctx.ck)
+		rc = ckpt_policy_stop(ctx.policy, r, qe_rank_steps_done(r));
 	if (ctx.async) {
 		/* The last checkpoint may still be in flight: it must be committed (or fail) before we exit.
 		 * A failure before it keeps its code and message first: the drain's must not pass for it. */
@@ -540,8 +515,8 @@ int cli_rank_main(void *vjob)
 			qe_fail(rc, "%s", first);
 	}
 	/* The last push (waited for, with progress) and the last retention, after the last commit. */
-	if (!rc && ctx.tiers)
-		rc = cli_run_tiers_end(ctx.tiers, ctx.ck, r);
+	if (!rc && ctx.policy)
+		rc = ckpt_policy_end(ctx.policy, r, cli_run_tiers_progress, ctx.tiers);
 	if (!rc)
 		cli_progress_summary(&ctx.progress);
 	if (!rc && stopped && env.rank == 0)
@@ -563,6 +538,7 @@ int cli_rank_main(void *vjob)
 		qe_rank_abandon(r);
 	}
 	cli_train_sample_close(ctx.sample);
+	ckpt_policy_close(ctx.policy);
 	cli_run_tiers_close(ctx.tiers);
 	ckpt_async_close(ctx.async);
 	ckpt_session_close(ctx.ck);

@@ -1,14 +1,13 @@
 /*
- * run_tiers.c - the persistent tier and local retention inside a rank
- * process (run_tiers.h): opening them from the tier flags, the persist point
- * and retention at each checkpoint boundary, the wait at the end, and what
- * rank 0 prints about them.
+ * run_tiers.c - what a rank process says about the persistent tier and local
+ * retention (run_tiers.h): the policy's options from the tier flags, and
+ * the lines and --json fields of the tier events the checkpoint policy
+ * (ckpt/protocol/ckpt_policy.h) reports at each boundary and at the end.
  *
  * A failed background push never stops training: it is printed to stderr
  * (step, URL, error) and kept for `--json`; the checkpoint stays local and
  * is tried again at the next point.  A failed retention is printed too and
- * training goes on; only a comm failure (the ranks can no longer agree) is
- * returned.
+ * training goes on (the policy returns only a comm failure).
  */
 #include "cli/run_tiers.h"
 
@@ -18,22 +17,16 @@
 
 #include <jansson.h>
 
-#include "ckpt/tiers/ckpt_persist.h"
-#include "runtime/comm/comm.h"
-#include "runtime/core/log.h"
 #include "runtime/core/status.h"
-#include "runtime/exec/rank.h"
 #include "cli/tier_flags.h"
 
 #define MAX_EVENTS 256
 
 struct cli_run_tiers {
 	cli_tiers cfg;
-	ckpt_persist *persist;
 	int quiet;
 	int rank;
 	char run_dir[1024];
-	int64_t steps_while_pushing;
 	int64_t pushes_started;
 	int64_t pushed[MAX_EVENTS];
 	int npushed;
@@ -44,13 +37,33 @@ struct cli_run_tiers {
 	uint64_t remote_dropped;
 };
 
-int cli_run_tiers_open(ckpt_session *ck, qe_rank *r, const char *catalog_path, int64_t first_step, int quiet,
-		       cli_run_tiers **out)
+void cli_run_tiers_policy(int64_t every, int async, const char *catalog_path, int64_t first_step,
+			  ckpt_policy_opts *out)
+{
+	cli_tiers cfg;
+	cli_tiers_get(&cfg);
+	memset(out, 0, sizeof(*out));
+	out->every = every;
+	out->async = (ckpt_async_mode)async;
+	if (every <= 0)
+		return; /* the tiers work at checkpoint boundaries: none without --ckpt-every */
+	out->keep = cfg.keep;
+	out->keep_grace_s = cfg.keep_grace_s;
+	out->persist = (ckpt_persist_opts){ .url = cfg.remote,
+					    .endpoint = cfg.endpoint,
+					    .every = cfg.persist_every,
+					    .keep = cfg.persist_keep,
+					    .grace_s = cfg.persist_grace_s,
+					    .catalog_path = catalog_path,
+					    .min_step = first_step };
+}
+
+int cli_run_tiers_open(int64_t every, int rank, const char *run_dir, int quiet, cli_run_tiers **out)
 {
 	*out = NULL;
 	cli_tiers cfg;
 	cli_tiers_get(&cfg);
-	if (!ck || (!cfg.keep && !cfg.persist_every))
+	if (every <= 0 || (!cfg.keep && !cfg.persist_every))
 		return QE_OK;
 	cli_run_tiers *t = calloc(1, sizeof(*t));
 	if (!t || !(t->failed = json_array())) {
@@ -59,36 +72,10 @@ int cli_run_tiers_open(ckpt_session *ck, qe_rank *r, const char *catalog_path, i
 	}
 	t->cfg = cfg;
 	t->quiet = quiet;
-	t->rank = qe_rank_index(r);
-	snprintf(t->run_dir, sizeof(t->run_dir), "%s", qe_rank_config(r)->run_dir);
-	if (cfg.persist_every) {
-		ckpt_persist_opts o = { .url = cfg.remote,
-					.endpoint = cfg.endpoint,
-					.every = cfg.persist_every,
-					.keep = cfg.persist_keep,
-					.grace_s = cfg.persist_grace_s,
-					.catalog_path = catalog_path,
-					.min_step = first_step };
-		int rc = ckpt_persist_open(ck, &o, &t->persist);
-		if (rc) {
-			json_decref(t->failed);
-			free(t);
-			return qe_fail_ctx(rc, "--ckpt-persist-every");
-		}
-	}
+	t->rank = rank;
+	snprintf(t->run_dir, sizeof(t->run_dir), "%s", run_dir);
 	*out = t;
 	return QE_OK;
-}
-
-void cli_run_tiers_step(cli_run_tiers *t)
-{
-	if (t && ckpt_persist_busy(t->persist))
-		t->steps_while_pushing++;
-}
-
-int cli_run_tiers_retains(const cli_run_tiers *t)
-{
-	return t && t->cfg.keep > 0;
 }
 
 /* Rank 0: what a finished push says. */
@@ -129,75 +116,60 @@ static void report_done(cli_run_tiers *t, const ckpt_persist_event *ev)
 	}
 }
 
-int cli_run_tiers_point(cli_run_tiers *t, qe_rank *r)
+/* A push started: at a boundary, or in the final wait (end). */
+static void report_started(cli_run_tiers *t, const ckpt_persist_event *ev, int end)
 {
-	if (!t || !t->persist)
-		return QE_OK;
-	ckpt_persist_event ev;
-	int rc = ckpt_persist_point(t->persist, r, &ev);
-	if (rc)
-		return rc;
-	report_done(t, &ev);
-	if (ev.started) {
-		t->pushes_started++;
-		if (t->rank == 0 && !t->quiet) {
-			printf("checkpoint step %lld: pushing it to %s in the background\n", (long long)ev.step, t->cfg.remote);
-			fflush(stdout);
-		}
-	}
-	return QE_OK;
-}
-
-int cli_run_tiers_retain(cli_run_tiers *t, ckpt_session *ck, qe_rank *r)
-{
-	if (!cli_run_tiers_retains(t))
-		return QE_OK;
-	/* Never collected here: the checkpoint being pushed, and the one the next point would push. */
-	int64_t pins[2];
-	size_t npins = 0;
-	if (t->rank == 0 && t->persist) {
-		int64_t a = ckpt_persist_inflight(t->persist), b = ckpt_persist_due(t->persist);
-		if (a >= 0)
-			pins[npins++] = a;
-		if (b >= 0 && b != a)
-			pins[npins++] = b;
-	}
-	ckpt_retain_result res;
-	int rc = ckpt_retain_local(ck, r, t->cfg.keep, pins, npins, t->cfg.keep_grace_s, &res);
-	if (rc) {
-		qe_comm *c = qe_rank_comm(r);
-		if (c && qe_comm_failed(c))
-			return rc;
-		fprintf(stderr, "qeffect: rank %d: --ckpt-keep: %s (training goes on)\n", t->rank, qe_last_error());
-		return QE_OK;
-	}
-	t->local_dropped += res.dropped;
-	t->chunks_deleted += res.chunks_deleted;
-	t->bytes_reclaimed += res.bytes_reclaimed;
-	if (t->rank == 0 && res.dropped && !t->quiet) {
-		printf("--ckpt-keep %d: dropped %llu older local checkpoint%s\n", t->cfg.keep, (unsigned long long)res.dropped,
-		       res.dropped == 1 ? "" : "s");
+	if (!ev->started)
+		return;
+	t->pushes_started++;
+	if (t->rank == 0 && !t->quiet) {
+		printf("checkpoint step %lld: pushing it to %s in the background%s\n", (long long)ev->step, t->cfg.remote,
+		       end ? " (end of training)" : "");
 		fflush(stdout);
 	}
-	return QE_OK;
 }
 
-/* Every point's event in the final wait: finished pushes reported, started ones counted. */
-static void on_event(void *ctx, const ckpt_persist_event *ev)
+static void report_retained(cli_run_tiers *t, const ckpt_policy_event *ev)
 {
-	cli_run_tiers *t = ctx;
-	report_done(t, ev);
-	if (ev->started) {
-		t->pushes_started++;
-		if (t->rank == 0 && !t->quiet) {
-			printf("checkpoint step %lld: pushing it to %s in the background (end of training)\n", (long long)ev->step,
-			       t->cfg.remote);
-			fflush(stdout);
-		}
+	if (ev->rc) {
+		fprintf(stderr, "qeffect: rank %d: --ckpt-keep: %s (training goes on)\n", t->rank, qe_last_error());
+		return;
+	}
+	const ckpt_retain_result *res = ev->retain;
+	t->local_dropped += res->dropped;
+	t->chunks_deleted += res->chunks_deleted;
+	t->bytes_reclaimed += res->bytes_reclaimed;
+	if (t->rank == 0 && res->dropped && !t->quiet) {
+		printf("--ckpt-keep %d: dropped %llu older local checkpoint%s\n", t->cfg.keep, (unsigned long long)res->dropped,
+		       res->dropped == 1 ? "" : "s");
+		fflush(stdout);
 	}
 }
 
-static void progress(void *ctx, const ckpt_persist_progress *p)
+void cli_run_tiers_event(cli_run_tiers *t, const ckpt_policy_event *ev)
+{
+	if (!t)
+		return;
+	switch (ev->what) {
+	case CKPT_POLICY_RETAINED:
+		report_retained(t, ev);
+		break;
+	case CKPT_POLICY_PERSIST:
+		report_done(t, ev->persist);
+		report_started(t, ev->persist, ev->at_end);
+		break;
+	case CKPT_POLICY_END_WAIT:
+		if (t->rank == 0 && !t->quiet) {
+			printf("training done; waiting for the background push of checkpoint step %lld\n", (long long)ev->step);
+			fflush(stdout);
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+void cli_run_tiers_progress(void *ctx, const ckpt_persist_progress *p)
 {
 	cli_run_tiers *t = ctx;
 	if (t->quiet)
@@ -208,23 +180,6 @@ static void progress(void *ctx, const ckpt_persist_progress *p)
 	       (unsigned long long)p->bytes_total, (unsigned long long)p->chunks_done,
 	       (unsigned long long)p->chunks_total, p->ranks_done, p->ranks_total);
 	fflush(stdout);
-}
-
-int cli_run_tiers_end(cli_run_tiers *t, ckpt_session *ck, qe_rank *r)
-{
-	if (!t)
-		return QE_OK;
-	if (t->persist) {
-		if (t->rank == 0 && !t->quiet && ckpt_persist_busy(t->persist)) {
-			printf("training done; waiting for the background push of checkpoint step %lld\n",
-			       (long long)ckpt_persist_inflight(t->persist));
-			fflush(stdout);
-		}
-		int rc = ckpt_persist_finish(t->persist, r, progress, t, on_event, t);
-		if (rc)
-			return rc;
-	}
-	return cli_run_tiers_retain(t, ck, r);
 }
 
 int cli_run_tiers_failed(const cli_run_tiers *t)
@@ -238,12 +193,12 @@ int cli_run_tiers_failed(const cli_run_tiers *t)
 		       t->failed_steps, t->nfailed > 16 ? ", ..." : "", t->run_dir, t->cfg.remote);
 }
 
-void cli_run_tiers_json(const cli_run_tiers *t)
+void cli_run_tiers_json(const cli_run_tiers *t, int64_t steps_while_pushing)
 {
 	if (!t)
 		return;
 	printf("\"persist_every\":%lld,\"persist_started\":%lld,\"persist_steps_while_pushing\":%lld,\"persist_pushed\":[",
-	       (long long)t->cfg.persist_every, (long long)t->pushes_started, (long long)t->steps_while_pushing);
+	       (long long)t->cfg.persist_every, (long long)t->pushes_started, (long long)steps_while_pushing);
 	for (int i = 0; i < t->npushed; i++)
 		printf("%s%lld", i ? "," : "", (long long)t->pushed[i]);
 	char *failed = json_dumps(t->failed, JSON_COMPACT);
@@ -258,7 +213,6 @@ void cli_run_tiers_close(cli_run_tiers *t)
 {
 	if (!t)
 		return;
-	ckpt_persist_close(t->persist);
 	json_decref(t->failed);
 	free(t);
 }

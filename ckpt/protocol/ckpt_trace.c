@@ -6,7 +6,8 @@
  * data-parallel replica other than 0 speaks through replica 0) to rank 0 on
  * the comm's service lane; rank 0 takes every rank's rows for the step, in
  * rank order, and writes them with its own and the loss in one catalog
- * transaction.  The sends are buffered, so no rank but 0 waits; rank 0 waits
+ * transaction.  The trace's rows (qe_trace_row, runtime/exec/pstate.h) become
+ * catalog rows here and nowhere else.  The sends are buffered, so no rank but 0 waits; rank 0 waits
  * only for ranks that finished the same step.
  */
 #include "ckpt/session/ckpt_int.h"
@@ -44,10 +45,12 @@ static int write_rows(ckpt_session *s, const cat_trace *rows, size_t n, const ca
 	return cat_commit(s->cat);
 }
 
-int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t n, const cat_loss *loss)
+int ckpt_record_step(ckpt_session *s, qe_rank *r, const qe_trace_row *rows, size_t n, const cat_loss *loss)
 {
 	qe_comm *comm = qe_rank_comm(r);
 	int world = comm ? qe_comm_world_size(comm) : 1, rank = qe_rank_index(r), rc;
+	if (qe_rank_replica(r) != 0)
+		n = 0;
 	if (rank != 0) {
 		trace_wire *w = qe_calloc(n + 1, sizeof(*w));
 		if (!w)
@@ -55,7 +58,7 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t 
 		for (size_t i = 0; i < n; i++) {
 			w[i].step = rows[i].step;
 			w[i].stage = rows[i].stage;
-			w[i].fp = rows[i].fingerprint;
+			w[i].fp = rows[i].fp;
 			snprintf(w[i].category, sizeof(w[i].category), "%s", rows[i].category);
 		}
 		rc = qe_comm_svc_send(comm, 0, CKPT_SVC_TRACE, w, n * sizeof(*w));
@@ -72,7 +75,12 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t 
 		free(bufs);
 		return qe_fail(QE_ENOMEM, "trace: out of memory");
 	}
-	memcpy(all, rows, n * sizeof(*all));
+	for (size_t i = 0; i < n; i++) {
+		all[i].step = rows[i].step;
+		all[i].stage = rows[i].stage;
+		all[i].category = rows[i].category;
+		all[i].fingerprint = rows[i].fp;
+	}
 	rc = QE_OK;
 	for (int q = 1; q < world && !rc; q++) {
 		size_t len = 0;

@@ -78,6 +78,7 @@
 #include <stdint.h>
 
 #include "catalog/catalog.h"
+#include "runtime/exec/pstate.h"
 #include "runtime/exec/rank.h"
 
 typedef struct ckpt_session ckpt_session;
@@ -143,11 +144,15 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out);
 
 /*
  * Record a finished step in rank 0's catalog (collective): every rank hands
- * its trace rows (n may be 0), rank 0 also the step's loss (may be NULL; other
- * ranks' is ignored); rank 0 receives every rank's rows on the comm's service
- * lane and writes them all in one transaction.  Other ranks never wait.
+ * the trace's rows of the step as they are (runtime/exec/pstate.h; n may be
+ * 0), rank 0 also the step's loss (may be NULL; other ranks' is ignored);
+ * rank 0 receives every rank's rows on the comm's service lane and writes
+ * them all as cat_trace rows in one transaction.  Data-parallel replicas hold
+ * identical state, so replica 0 speaks for them: a rank of replica R > 0
+ * sends no rows (still a message, so rank 0's wait is the same).  Other
+ * ranks never wait.  The rows are not kept after the call.
  */
-int ckpt_record_step(ckpt_session *s, qe_rank *r, const cat_trace *rows, size_t n, const cat_loss *loss);
+int ckpt_record_step(ckpt_session *s, qe_rank *r, const qe_trace_row *rows, size_t n, const cat_loss *loss);
 
 /*
  * For a run that starts over (`qeffect train` again on a run directory that

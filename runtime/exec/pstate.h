@@ -135,4 +135,20 @@ int qe_pstate_fp8_roles(void);
 const char *qe_pstate_fp8_role_name(int role);
 void qe_pstate_fp8_linear_label(int lin, int nlinear, char *buf, size_t len);
 
+/*
+ * One fingerprint of a step (runtime/train/trace.h computes them): the row
+ * the checkpoint service records in the catalog after the step
+ * (ckpt_record_step), defined here so that ckpt takes the trace's own rows
+ * through its one bridge into the runtime instead of a copy made field by
+ * field.
+ */
+#define QE_TRACE_CATEGORY_MAX 24
+
+typedef struct qe_trace_row {
+	int64_t step;   /* steps done after this step (1-based) */
+	int stage;
+	char category[QE_TRACE_CATEGORY_MAX];
+	uint64_t fp;
+} qe_trace_row;
+
 #endif

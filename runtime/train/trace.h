@@ -10,16 +10,8 @@
 
 #include <stdint.h>
 
+#include "runtime/exec/pstate.h" /* qe_trace_row: the row ckpt records, defined where ckpt reads it */
 #include "runtime/exec/rank.h"
-
-#define QE_TRACE_CATEGORY_MAX 24
-
-typedef struct qe_trace_row {
-	int64_t step;   /* steps done after this step (1-based) */
-	int stage;
-	char category[QE_TRACE_CATEGORY_MAX];
-	uint64_t fp;
-} qe_trace_row;
 
 typedef struct qe_trace_category {
 	const char *name;
