@@ -26,6 +26,14 @@ skip() {
 }
 pass() { echo "PASS: $*"; }
 
+# Is there a cuda backend to run on?  sample opens it before it looks for the run, so a run that is
+# not there tells: a usable backend gets as far as "no run" (exit 1).
+"$Q" sample --run-dir "$T/none" --backend cuda >"$T/probe.out" 2>"$T/probe.err"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "without CUDA" "$T/probe.err"; then skip "this qeffect was built without CUDA"; fi
+if grep -Eq "no CUDA device|cudaGetDeviceCount" "$T/probe.err"; then cat "$T/probe.err"; skip "no usable CUDA device"; fi
+[ $rc -eq 1 ] || { cat "$T/probe.err"; fail "sample --backend cuda on a missing run exited $rc, not 1"; }
+
 python3 -c "
 import json, sys
 with open(sys.argv[1], 'w') as f:
@@ -36,16 +44,6 @@ TRAIN=(--precision f32 --micro 2 --steps 20 --ckpt-every 10 --lr 1e-2 --quiet --
 "$Q" train --preset tiny "${TRAIN[@]}" --run-dir "$T/m16" || fail "train the tiny model"
 "$Q" train --preset tiny --hidden 128 --heads 2 --seq 64 "${TRAIN[@]}" --run-dir "$T/m64" ||
   fail "train the tiny model with heads of 64"
-
-# Is there a cuda backend to run on?
-"$Q" sample --run-dir "$T/m16" --tokens 1 --backend cuda >"$T/probe.out" 2>"$T/probe.err"
-rc=$?
-if [ $rc -ne 0 ]; then
-  cat "$T/probe.err"
-  grep -q "without CUDA" "$T/probe.err" && [ $rc -eq 2 ] && skip "this qeffect was built without CUDA"
-  grep -Eq "no CUDA device|cudaGetDeviceCount" "$T/probe.err" && skip "no usable CUDA device"
-  fail "sample --backend cuda exited $rc"
-fi
 
 for m in m16 m64; do
   R=(--run-dir "$T/$m")
