@@ -1,11 +1,14 @@
 /*
  * cmd_sample.c - `qeffect sample --run-dir R [--step S] [--prompt TEXT]
- * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--json]`: text
- * from a committed checkpoint (issue 37, item 6).
+ * [--tokens N] [--temperature T] [--top-k K] [--seed S] [--backend cpu|cuda]
+ * [--json]`: text from a committed checkpoint (issue 37, item 6).
  *
  * The parameters are read by name (cli/named.h) from whatever cut into
  * stages wrote the checkpoint, into one process's forward with a key/value
- * cache (runtime/model/infer.h), on the cpu.  The vocabulary decides the
+ * cache (runtime/model/infer.h): the host forward by default, or with
+ * --backend cuda the same forward through the cuda backend's op table, the
+ * weights and the cache in GPU memory and only the logits copied back; the
+ * sampler stays on the host either way.  The vocabulary decides the
  * tokens: 50257 is GPT-2's BPE (runtime/job/tokenizer.h to encode,
  * runtime/job/detok.h to decode), 256 is bytes; any other is refused before
  * a weight is read.  Sampling draws from the counter-based generator
@@ -31,6 +34,7 @@
 #include "ckpt/query/ckpt_query.h"
 #include "runtime/core/status.h"
 #include "runtime/job/detok.h"
+#include "runtime/backend/backend.h"
 #include "runtime/job/tokenizer.h"
 #include "runtime/model/infer.h"
 
@@ -38,10 +42,11 @@ static void help(FILE *f)
 {
 	fprintf(f,
 		"usage: qeffect sample --run-dir DIR [--step S] [--prompt TEXT] [--tokens N]\n"
-		"                      [--temperature T] [--top-k K] [--seed S] [--encoder-dir DIR] [--json]\n\n"
+		"                      [--temperature T] [--top-k K] [--seed S] [--encoder-dir DIR]\n"
+		"                      [--backend cpu|cuda] [--json]\n\n"
 		"Generate text from a committed checkpoint (default: the latest; --step S the one at S), whatever\n"
-		"pipeline mapping wrote it: its fp32 weights are read by name into one process, on the cpu, and\n"
-		"tokens are generated one at a time with cached keys and values.\n\n"
+		"pipeline mapping wrote it: its fp32 weights are read by name into one process, and tokens are\n"
+		"generated one at a time with cached keys and values.\n\n"
 		"Tokens follow the model's vocabulary:\n"
 		"  50257  GPT-2's byte-level BPE: the prompt is encoded as `tokenize` encodes text and the\n"
 		"         continuation decoded with encoder.json; an empty prompt starts from <|endoftext|>\n"
@@ -57,6 +62,12 @@ static void help(FILE *f)
 		"  --top-k K           draw among the K largest logits only (default 0: all)\n"
 		"  --seed S            the generator's seed, >= 0 (default 1337): the same seed, checkpoint and\n"
 		"                      flags give the same tokens\n"
+		"  --backend cpu|cuda  where the forward runs (default cpu: fp32 loops on the host).  cuda: the\n"
+		"                      same fp32 forward through the cuda backend (weights and cache in GPU\n"
+		"                      memory, logits copied back; drawing stays on the host).  Its sums run in\n"
+		"                      other orders, so its logits differ from the cpu's by rounding (about 1e-6\n"
+		"                      of their size): the same seed repeats its text on cuda, and gives the cpu's\n"
+		"                      text unless a draw falls within that rounding of a boundary\n"
 		"  --json              one JSON object instead of text: prompt_tokens (the ids fed first),\n"
 		"                      tokens (the generated ids), text (the generated text alone, invalid\n"
 		"                      UTF-8 replaced by U+FFFD), logprobs (each generated token's natural log\n"
@@ -64,12 +75,13 @@ static void help(FILE *f)
 		"                      temperature and top-k), and run_id, step, seed, temperature, top_k\n"
 		"Without --json, the prompt and the continuation are written to stdout as bytes, then a newline.\n"
 		"Padding rows of the vocabulary have no logit and are never drawn.\n"
-		"Exit status: 0 generated, 1 missing or damaged run or checkpoint, an unsupported vocabulary or\n"
-		"missing encoder files, 2 bad usage.\n");
+		"Exit status: 0 generated, 1 missing or damaged run or checkpoint, an unsupported vocabulary,\n"
+		"missing encoder files or a cuda failure (no device), 2 bad usage (--backend cuda included, on a\n"
+		"build without CUDA).\n");
 }
 
 typedef struct sample_flags {
-	const char *dir, *prompt, *encoder_dir;
+	const char *dir, *prompt, *encoder_dir, *backend;
 	long step, tokens, top_k, seed;
 	double temperature;
 	int json;
@@ -82,10 +94,10 @@ static int parse(int argc, char **argv, sample_flags *sf)
 					      { "prompt", 1, 0, 'p' },	 { "tokens", 1, 0, 'n' },
 					      { "temperature", 1, 0, 't' }, { "top-k", 1, 0, 'k' },
 					      { "seed", 1, 0, 'S' },	 { "encoder-dir", 1, 0, 'e' },
-					      { "json", 0, 0, 'j' },	 { "help", 0, 0, 'h' },
-					      { 0, 0, 0, 0 } };
+					      { "json", 0, 0, 'j' },	 { "backend", 1, 0, 'b' },
+					      { "help", 0, 0, 'h' },	 { 0, 0, 0, 0 } };
 	int c, rc;
-	*sf = (sample_flags){ .prompt = "", .step = -1, .tokens = 64, .seed = 1337, .temperature = 1.0 };
+	*sf = (sample_flags){ .prompt = "", .step = -1, .tokens = 64, .seed = 1337, .temperature = 1.0, .backend = "cpu" };
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -135,6 +147,12 @@ static int parse(int argc, char **argv, sample_flags *sf)
 			if ((rc = cli_parse_path("sample", "--encoder-dir", optarg)))
 				return rc;
 			sf->encoder_dir = optarg;
+		} else if (c == 'b') {
+			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+				fprintf(stderr, "qeffect sample: --backend must be cpu or cuda, got '%s'\n", optarg);
+				return 2;
+			}
+			sf->backend = optarg;
 		} else if (c == 'j') {
 			sf->json = 1;
 		} else {
@@ -157,7 +175,7 @@ static int load_weights(cli_named *nm, qe_infer *m)
 		if (rc)
 			return rc;
 	}
-	return QE_OK;
+	return qe_infer_load(m);
 }
 
 int cli_sample_main(int argc, char **argv)
@@ -173,11 +191,21 @@ int cli_sample_main(int argc, char **argv)
 	qe_gpt2 *enc = NULL;
 	qe_gpt2_detok *dec = NULL;
 	qe_infer *m = NULL;
+	qe_backend *be = NULL;
 	qe_tokbuf hist = { 0 };
 	double *lps = NULL;
 	char *text = NULL, *prompt_text = NULL, *clean = NULL;
 	size_t text_len = 0, prompt_len = 0, clean_len = 0;
 	char what[4400];
+	/* The host forward needs no backend; cuda is opened first, so a build without it is a usage error. */
+	snprintf(what, sizeof(what), "--backend %s", sf.backend);
+	if (strcmp(sf.backend, "cuda") == 0 && (rc = qe_backend_open("cuda", &be))) {
+		if (rc == QE_EUNSUPPORTED) {
+			fprintf(stderr, "qeffect sample: --backend cuda: %s\n", qe_last_error());
+			return 2;
+		}
+		goto fail;
+	}
 	if ((rc = cli_named_checkpoint(sf.dir, sf.step, "sampled", &r, &ck, &tr, &nm, what, sizeof(what))))
 		goto fail;
 	const qe_model_config *mc = &nm.cfg.model;
@@ -230,7 +258,7 @@ int cli_sample_main(int argc, char **argv)
 		rc = qe_fail(QE_ENOMEM, "out of memory for %ld log probabilities", sf.tokens);
 		goto fail;
 	}
-	if ((rc = qe_infer_create(mc, &m)) || (rc = load_weights(&nm, m)))
+	if ((rc = qe_infer_create(mc, be, &m)) || (rc = load_weights(&nm, m)))
 		goto fail;
 
 	/* The prompt, then one token at a time. */
@@ -277,6 +305,7 @@ release:
 	free(lps);
 	qe_tokbuf_release(&hist);
 	qe_infer_free(m);
+	qe_backend_close(be);
 	qe_gpt2_free(enc);
 	qe_gpt2_detok_free(dec);
 	cli_named_release(&nm);

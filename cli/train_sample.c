@@ -211,7 +211,7 @@ int cli_train_sample_open(qe_rank *r, long every, long tokens, int json, cli_tra
 		return QE_OK;
 	}
 	if ((rc = qe_model_names(mc, cfg->pp * cfg->chunks, cfg->prec.recipe.history_len, &s->names)) ||
-	    (rc = qe_infer_create(mc, &s->m))) {
+	    (rc = qe_infer_create(mc, NULL, &s->m))) {
 		qe_fail_ctx(rc, "--sample-every: the model's host forward");
 		goto free_hook;
 	}
@@ -330,7 +330,7 @@ static int fill_forward(cli_train_sample *s, const qe_comm_blob *blobs, int nblo
 			memcpy(dst + e->offset, at[from->stage] + from->offset, (size_t)qe_named_floats(e) * 4);
 	}
 	free(at);
-	return rc;
+	return rc ? rc : qe_infer_load(s->m);
 }
 
 /* TEXT for the line: C escapes for backslash and the control bytes, so one sample is one line. */

@@ -3,7 +3,8 @@
 #   bash bench/gpu-check/run.sh BUILD_DIR DATA_DIR OUT_DIR
 # BUILD_DIR: a build made here with `make gpu-build` (carried to the GPU machine)
 # DATA_DIR : folder holding brown.jsonl
-# Runs: CUDA ops vs the cpu reference, whole-model cuda vs cpu, determinism (two runs
+# Runs: CUDA ops vs the cpu reference, whole-model cuda vs cpu, the sampling forward
+# (model_test_infer_dev, tests/cli/sample_cuda.sh), determinism (two runs
 # byte-identical), schedule equivalence against matched references over 20 steps
 # (--amax-history 4), checkpoint at step 3 resumed in fresh processes to step 8, and
 # h2048 (M=4) / h4096 (M=8) --pp 2 for 100 steps on the Brown corpus.  Prints a table
@@ -38,6 +39,12 @@ for t in ops attn layers capture; do
   if "$B/backend_test_cuda_$t" >"$OUT/cuda_$t.log" 2>&1; then note cuda_$t "pass ($(tail -1 "$OUT/cuda_$t.log"))"; else note cuda_$t "FAIL (see cuda_$t.log)"; fi
 done
 if "$B/backend_test_cuda_model" >"$OUT/cuda_model.log" 2>&1; then note cuda_model "pass ($(tail -1 "$OUT/cuda_model.log"))"; else note cuda_model "FAIL (see cuda_model.log)"; fi
+# the sampling forward on cuda: its logits against the host forward's (a skipped cuda part fails
+# here), then `qeffect sample --backend cuda` (tests/cli/sample_cuda.sh, a skip a failure too)
+if "$B/model_test_infer_dev" >"$OUT/infer_dev.log" 2>&1 && grep -q '^cuda backend$' "$OUT/infer_dev.log"; then
+  note infer_dev "pass ($(tail -1 "$OUT/infer_dev.log"))"; else note infer_dev "FAIL (see infer_dev.log)"; fi
+if QE_CUDA_REQUIRED=1 bash "$(dirname "$0")/../../tests/cli/sample_cuda.sh" "$Q" >"$OUT/sample_cuda.log" 2>&1; then
+  note sample_cuda "pass ($(tail -1 "$OUT/sample_cuda.log"))"; else note sample_cuda "FAIL (see sample_cuda.log)"; fi
 fi
 
 C="--backend cuda --preset tiny --pp 2 --micro 4 --amax-history 4 --quiet --data $DATA/brown.jsonl"

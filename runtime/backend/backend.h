@@ -343,6 +343,22 @@ typedef struct qe_backend_ops {
 			      const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
 			      qe_flash_operands operands);
 	/*
+	 * Attention of one new query row over cached keys and values, the step
+	 * of generating a token (runtime/model/infer.h): q [H] (head h at
+	 * columns h*D..h*D+D-1, D = H / nh; the q third of a qkv row will do),
+	 * k and v [T, H] rows of positions 0..T-1 (the newest included), out
+	 * [H], probs [nh, T] overwritten with the probabilities.  Per head:
+	 * s[t] = (q . k[t]) / sqrt(D), a dot product summed from 0 in index
+	 * order in fp32; p = exp(s - max s) / sum (the sum in t order); out =
+	 * sum over t of p[t] v[t].  The cpu computes exactly that order;
+	 * cuda's sums run in another fixed order (deterministic, not the cpu's
+	 * bits; tests/backend/test_cuda_attn.c states the bound).  T >= 1,
+	 * H a multiple of nh >= 1 (QE_ESHAPE otherwise); out may not alias q,
+	 * k, v or probs.
+	 */
+	int (*attn_decode)(qe_stream *s, float *out, float *probs, const float *q, const float *k, const float *v,
+			   int64_t T, int64_t H, int nh);
+	/*
 	 * Softmax cross-entropy over the first `valid` columns of logits[T,V]
 	 * (1 <= valid <= V; columns valid..V-1 are vocabulary padding, masked:
 	 * they take no part in the max or the sum and get probability 0):

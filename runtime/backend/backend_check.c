@@ -436,6 +436,36 @@ int qe__check_attn_fwd(const float *out, const float *probs, const float *qkv, i
 	return rc;
 }
 
+/* Whether [a, a + na) and [b, b + nb) floats overlap. */
+static int overlaps(const float *a, int64_t na, const float *b, int64_t nb)
+{
+	return a < b + nb && b < a + na;
+}
+
+int qe__check_attn_decode(const float *out, const float *probs, const float *q, const float *k, const float *v,
+			  int64_t T, int64_t H, int nh)
+{
+	const char *nm = "attn_decode";
+	int rc = check_attn_sizes(nm, T, H, nh, 0);
+	if (!rc && T < 1)
+		rc = qe_fail(QE_ESHAPE, "%s: T=%lld: there must be at least one cached position", nm, (long long)T);
+	if (!rc)
+		rc = qe__check_need(out, H, nm, "out");
+	if (!rc)
+		rc = qe__check_need(probs, T * nh, nm, "probs");
+	if (!rc)
+		rc = qe__check_need(q, H, nm, "q");
+	if (!rc)
+		rc = qe__check_need(k, T * H, nm, "k");
+	if (!rc)
+		rc = qe__check_need(v, T * H, nm, "v");
+	if (!rc && H > 0 &&
+	    (overlaps(out, H, q, H) || overlaps(out, H, k, T * H) || overlaps(out, H, v, T * H) ||
+	     overlaps(out, H, probs, T * nh)))
+		rc = qe_fail(QE_EINVAL, "%s: out overlaps q, k, v or probs", nm);
+	return rc;
+}
+
 int qe__check_attn_bwd(const float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		       int64_t H, int nh, int cublas_dims)
 {

@@ -94,6 +94,12 @@ int qe__check_attn_fwd(const float *out, const float *probs, const float *qkv, i
 int qe__check_attn_bwd(const float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		       int64_t H, int nh, int cublas_dims);
 /*
+ * attn_decode: T >= 1, H >= 0 a multiple of nh >= 1 (QE_ESHAPE), out, probs,
+ * q, k and v present, and out apart from q, k, v and probs (QE_EINVAL).
+ */
+int qe__check_attn_decode(const float *out, const float *probs, const float *q, const float *k, const float *v,
+			  int64_t T, int64_t H, int nh);
+/*
  * adamw: a present, n >= 0, param, m, v present, grads as qe__check_views
  * (max_views as there), and a 1-based step.
  */

@@ -1,6 +1,7 @@
 /*
  * infer.c - one token at a time through the model, keys and values cached
- * (what and why: infer.h).
+ * (what and why: infer.h): the host forward, and the public calls, which
+ * hand a step to infer_dev.c when the forward runs on a backend.
  *
  * Every tensor is found by its GPT-2 name in the one-stage naming table, so
  * the layout is the training layout and nothing here restates it.  Linear
@@ -16,26 +17,22 @@
 #include <string.h>
 
 #include "runtime/core/status.h"
-
-typedef struct infer_block {
-	const float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb;
-	const float *ln2w, *ln2b, *fc1w, *fc1b, *fc2w, *fc2b;
-} infer_block;
+#include "runtime/model/infer_int.h"
 
 struct qe_infer {
 	qe_model_config cfg;
 	qe_names names;
-	float *params;
-	const float *wte, *wpe, *lnfw, *lnfb, *head;
-	infer_block *blocks;
-	float *kcache, *vcache; /* [layer][pos][C] each */
+	float *params;        /* the host forward's weights; on a backend, what qe_infer_load copies */
+	qe__infer_dev *dev;   /* the op-table forward, or NULL: the host loops below */
+	qe__infer_weights w;  /* host forward: into params */
+	float *kcache, *vcache; /* host forward: [layer][pos][C] each */
 	float *x, *a, *qkv, *att, *tmp, *ffn, *scores;
 	int pos;
 };
 
-static const float *tensor(qe_infer *m, const char *name, int64_t floats, int *rc)
+static const float *tensor(const qe_names *names, const float *base, const char *name, int64_t floats, int *rc)
 {
-	const qe_named *e = qe_names_find(&m->names, name);
+	const qe_named *e = qe_names_find(names, name);
 	if (*rc)
 		return NULL;
 	if (!e || e->source != QE_NAME_PARAMS || qe_named_floats(e) != floats) {
@@ -43,22 +40,21 @@ static const float *tensor(qe_infer *m, const char *name, int64_t floats, int *r
 			      (long long)floats);
 		return NULL;
 	}
-	return m->params + e->offset;
+	return base + e->offset;
 }
 
-static int bind(qe_infer *m)
+int qe__infer_bind(const qe_model_config *c, const qe_names *names, const float *base, qe__infer_weights *w)
 {
-	const qe_model_config *c = &m->cfg;
 	int64_t C = c->hidden, F = c->ffn, V = c->vocab;
 	int rc = QE_OK;
 	char n[96];
-	m->wte = tensor(m, "wte.weight", V * C, &rc);
-	m->wpe = tensor(m, "wpe.weight", (int64_t)c->seq * C, &rc);
+	w->wte = tensor(names, base, "wte.weight", V * C, &rc);
+	w->wpe = tensor(names, base, "wpe.weight", (int64_t)c->seq * C, &rc);
 	for (int l = 0; l < c->layers; l++) {
-		infer_block *b = &m->blocks[l];
+		qe__infer_block *b = &w->blocks[l];
 #define T(field, suffix, floats)                                        \
 	snprintf(n, sizeof(n), "h.%d.%s", l, suffix);                   \
-	b->field = tensor(m, n, floats, &rc);
+	b->field = tensor(names, base, n, floats, &rc);
 		T(ln1w, "ln_1.weight", C)
 		T(ln1b, "ln_1.bias", C)
 		T(qkvw, "attn.c_attn.weight", 3 * C * C)
@@ -73,11 +69,11 @@ static int bind(qe_infer *m)
 		T(fc2b, "mlp.c_proj.bias", C)
 #undef T
 	}
-	m->lnfw = tensor(m, "ln_f.weight", C, &rc);
-	m->lnfb = tensor(m, "ln_f.bias", C, &rc);
+	w->lnfw = tensor(names, base, "ln_f.weight", C, &rc);
+	w->lnfb = tensor(names, base, "ln_f.bias", C, &rc);
 	/* Every table names lm_head.weight; a tied model's is wte's copy, the same bytes (names.h).  wte serves
 	 * only a table without a head. */
-	m->head = qe_names_find(&m->names, "lm_head.weight") ? tensor(m, "lm_head.weight", V * C, &rc) : m->wte;
+	w->head = qe_names_find(names, "lm_head.weight") ? tensor(names, base, "lm_head.weight", V * C, &rc) : w->wte;
 	return rc;
 }
 
@@ -85,9 +81,10 @@ void qe_infer_free(qe_infer *m)
 {
 	if (!m)
 		return;
+	qe__infer_dev_free(m->dev);
 	qe_names_release(&m->names);
 	free(m->params);
-	free(m->blocks);
+	free(m->w.blocks);
 	free(m->kcache);
 	free(m->vcache);
 	free(m->x);
@@ -100,7 +97,28 @@ void qe_infer_free(qe_infer *m)
 	free(m);
 }
 
-int qe_infer_create(const qe_model_config *cfg, qe_infer **out)
+/* The host forward's cache and activations, and its weights bound into m->params. */
+static int host_create(qe_infer *m)
+{
+	const qe_model_config *cfg = &m->cfg;
+	size_t C = (size_t)cfg->hidden, cache = (size_t)cfg->layers * (size_t)cfg->seq * C;
+	m->w.blocks = calloc((size_t)cfg->layers, sizeof(qe__infer_block));
+	m->kcache = malloc(cache * sizeof(float));
+	m->vcache = malloc(cache * sizeof(float));
+	m->x = malloc(C * sizeof(float));
+	m->a = malloc(C * sizeof(float));
+	m->qkv = malloc(3 * C * sizeof(float));
+	m->att = malloc(C * sizeof(float));
+	m->tmp = malloc(C * sizeof(float));
+	m->ffn = malloc((size_t)cfg->ffn * sizeof(float));
+	m->scores = malloc((size_t)cfg->seq * sizeof(float));
+	if (!m->w.blocks || !m->kcache || !m->vcache || !m->x || !m->a || !m->qkv || !m->att || !m->tmp || !m->ffn ||
+	    !m->scores)
+		return qe_fail(QE_ENOMEM, "sampling forward: out of memory for a cache of %zu floats", 2 * cache);
+	return qe__infer_bind(cfg, &m->names, m->params, &m->w);
+}
+
+int qe_infer_create(const qe_model_config *cfg, qe_backend *b, qe_infer **out)
 {
 	int rc;
 	*out = NULL;
@@ -112,31 +130,24 @@ int qe_infer_create(const qe_model_config *cfg, qe_infer **out)
 	m->cfg = *cfg;
 	if ((rc = qe_model_names(cfg, 1, 1, &m->names)))
 		goto free_infer;
-	size_t C = (size_t)cfg->hidden, cache = (size_t)cfg->layers * (size_t)cfg->seq * C;
 	m->params = calloc((size_t)m->names.param_floats[0], sizeof(float));
-	m->blocks = calloc((size_t)cfg->layers, sizeof(infer_block));
-	m->kcache = malloc(cache * sizeof(float));
-	m->vcache = malloc(cache * sizeof(float));
-	m->x = malloc(C * sizeof(float));
-	m->a = malloc(C * sizeof(float));
-	m->qkv = malloc(3 * C * sizeof(float));
-	m->att = malloc(C * sizeof(float));
-	m->tmp = malloc(C * sizeof(float));
-	m->ffn = malloc((size_t)cfg->ffn * sizeof(float));
-	m->scores = malloc((size_t)cfg->seq * sizeof(float));
-	if (!m->params || !m->blocks || !m->kcache || !m->vcache || !m->x || !m->a || !m->qkv || !m->att || !m->tmp ||
-	    !m->ffn || !m->scores) {
-		rc = qe_fail(QE_ENOMEM, "sampling forward: out of memory for %lld parameters and a cache of %zu floats",
-			     (long long)m->names.param_floats[0], 2 * cache);
+	if (!m->params) {
+		rc = qe_fail(QE_ENOMEM, "sampling forward: out of memory for %lld parameters",
+			     (long long)m->names.param_floats[0]);
 		goto free_infer;
 	}
-	if ((rc = bind(m)))
+	if ((rc = b ? qe__infer_dev_create(cfg, &m->names, b, &m->dev) : host_create(m)))
 		goto free_infer;
 	*out = m;
 	return QE_OK;
 free_infer:
 	qe_infer_free(m);
 	return rc;
+}
+
+int qe_infer_load(qe_infer *m)
+{
+	return m->dev ? qe__infer_dev_load(m->dev, m->params) : QE_OK;
 }
 
 const qe_names *qe_infer_names(const qe_infer *m)
@@ -234,6 +245,16 @@ static void attend(qe_infer *m, int l)
 	}
 }
 
+/* QE_ENUMERIC naming the first logit that is not finite. */
+static int check_logits(const float *logits, int V, int pos)
+{
+	for (int v = 0; v < V; v++)
+		if (!isfinite(logits[v]))
+			return qe_fail(QE_ENUMERIC, "sampling forward: logit %d at position %d is %g", v, pos,
+				       (double)logits[v]);
+	return QE_OK;
+}
+
 int qe_infer_step(qe_infer *m, int32_t token, float *logits)
 {
 	const qe_model_config *c = &m->cfg;
@@ -243,10 +264,17 @@ int qe_infer_step(qe_infer *m, int32_t token, float *logits)
 			       c->vocab);
 	if (m->pos >= c->seq)
 		return qe_fail(QE_EINVAL, "sampling forward: the cache is full (%d positions, the model's seq)", c->seq);
+	if (m->dev) {
+		int rc = qe__infer_dev_step(m->dev, m->pos, token, logits);
+		if (rc)
+			return rc;
+		m->pos++;
+		return logits ? check_logits(logits, c->vocab, m->pos - 1) : QE_OK;
+	}
 	for (int i = 0; i < C; i++)
-		m->x[i] = m->wte[(int64_t)token * C + i] + m->wpe[(int64_t)m->pos * C + i];
+		m->x[i] = m->w.wte[(int64_t)token * C + i] + m->w.wpe[(int64_t)m->pos * C + i];
 	for (int l = 0; l < c->layers; l++) {
-		const infer_block *b = &m->blocks[l];
+		const qe__infer_block *b = &m->w.blocks[l];
 		size_t at = ((size_t)l * c->seq + (size_t)m->pos) * C;
 		layernorm(m->a, m->x, b->ln1w, b->ln1b, C);
 		matvec(m->qkv, b->qkvw, b->qkvb, m->a, 3 * C, C);
@@ -267,11 +295,7 @@ int qe_infer_step(qe_infer *m, int32_t token, float *logits)
 	m->pos++;
 	if (!logits)
 		return QE_OK;
-	layernorm(m->a, m->x, m->lnfw, m->lnfb, C);
-	matvec(logits, m->head, NULL, m->a, c->vocab, C);
-	for (int v = 0; v < c->vocab; v++)
-		if (!isfinite(logits[v]))
-			return qe_fail(QE_ENUMERIC, "sampling forward: logit %d at position %d is %g", v, m->pos - 1,
-				       (double)logits[v]);
-	return QE_OK;
+	layernorm(m->a, m->x, m->w.lnfw, m->w.lnfb, C);
+	matvec(logits, m->w.head, NULL, m->a, c->vocab, C);
+	return check_logits(logits, c->vocab, m->pos - 1);
 }

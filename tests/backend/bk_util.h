@@ -6,6 +6,7 @@
 #ifndef QE_BK_UTIL_H
 #define QE_BK_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,5 +82,37 @@ static inline long bytes_diff(const void *a, const void *b, size_t n)
 		long off_ = bytes_diff((a), (b), (n));                                                     \
 		CHECK(off_ < 0, "%s: buffers differ first at byte %ld of %zu", (what), off_, (size_t)(n)); \
 	} while (0)
+
+/*
+ * attn_decode's bound between two fp32 evaluations that sum in different
+ * orders (or one and the exact value), head h of q [H], k, v [T, H]:
+ * each score is a D-term dot product within D 2^-24 S of the exact one
+ * (S = max over t of sum_i |q_i k_ti| / sqrt(D)), so two of them differ by
+ * ds = 2 D 2^-24 S; a probability's relative error is then within c = 2 ds
+ * (the score and the max subtracted) + (T + 16) 2^-22 (each side's sum of
+ * T exponentials, exp's own ulps, the division), and an output within
+ * (c + T 2^-23) max|v| (p's errors, then each side's T-term sum).  OUT:
+ * *c_rel for the probabilities (|dp| <= c_rel p), the return value for the
+ * outputs of that head.
+ */
+static inline double attn_decode_bound(const float *q, const float *k, const float *v, int64_t T, int64_t H, int nh,
+				       int h, double *c_rel)
+{
+	int64_t D = H / nh;
+	double S = 0, maxv = 0;
+	for (int64_t t = 0; t < T; t++) {
+		double a = 0;
+		for (int64_t i = 0; i < D; i++) {
+			a += fabs((double)q[h * D + i] * k[t * H + h * D + i]);
+			double av = fabs((double)v[t * H + h * D + i]);
+			maxv = av > maxv ? av : maxv;
+		}
+		S = a > S ? a : S;
+	}
+	S /= sqrt((double)(D > 0 ? D : 1));
+	double ds = 2.0 * (double)D * 0x1p-24 * S;
+	*c_rel = 2.0 * ds + (double)(T + 16) * 0x1p-22;
+	return (*c_rel + (double)T * 0x1p-23) * maxv;
+}
 
 #endif

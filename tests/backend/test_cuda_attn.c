@@ -17,6 +17,14 @@
  * Also: two runs on cuda are byte-identical; the probabilities above the
  * diagonal are exactly zero; the two flash operand kinds give different
  * bytes; an unknown operand kind is refused on both backends.
+ * attn_decode (one query row over cached keys and values, the sampler's
+ * step): out and probs within attn_decode_bound of the cpu's (bk_util.h:
+ * a worst-case bound on two fp32 evaluations summing in different orders -
+ * the cuda scores are warp butterflies, the softmax block trees, the
+ * output runs of positions - derived there term by term), printed as the
+ * fraction of the bound used, with head dimensions that take each of the
+ * kernel's output paths (G = 256 / D runs of positions, or one); two cuda
+ * runs byte-identical.
  * Without a GPU (or without CUDA in the build) the test prints SKIP and passes.
  */
 #include <math.h>
@@ -174,6 +182,53 @@ static void test_attn_case(qe_rng *r, int T, int H, int nh)
 	free(hdo);
 }
 
+/* ---- attn_decode ------------------------------------------------------------------ */
+
+static void test_decode_case(qe_rng *r, int T, int H, int nh)
+{
+	fresh_stream();
+	int64_t nkv = (int64_t)T * H, np = (int64_t)nh * T, D = H / nh;
+	float *hq = rnd(r, H, 1.0f), *hk = rnd(r, nkv, 1.0f), *hv = rnd(r, nkv, 1.0f);
+	void *gq, *gk, *gv, *go, *gp, *go2, *gp2;
+	float *cq = pair(hq, (size_t)H * 4, &gq), *ck = pair(hk, (size_t)nkv * 4, &gk), *cv = pair(hv, (size_t)nkv * 4, &gv);
+	float *co = pair(NULL, (size_t)H * 4, &go), *cp = pair(NULL, (size_t)np * 4, &gp);
+	pair(NULL, (size_t)H * 4, &go2);
+	pair(NULL, (size_t)np * 4, &gp2);
+	CHECK_OK(K.co->attn_decode(K.cs, co, cp, cq, ck, cv, T, H, nh));
+	CHECK_OK(K.go->attn_decode(K.gs, go, gp, gq, gk, gv, T, H, nh));
+	CHECK_OK(K.go->attn_decode(K.gs, go2, gp2, gq, gk, gv, T, H, nh));
+	float *ho = fetch(go, (size_t)H * 4), *hp = fetch(gp, (size_t)np * 4);
+	float *ho2 = fetch(go2, (size_t)H * 4), *hp2 = fetch(gp2, (size_t)np * 4);
+	double worst_o = 0, worst_p = 0, md = 0; /* |diff| / bound at its largest; max|diff| of out */
+	for (int h = 0; h < nh; h++) {
+		double c, bo = attn_decode_bound(hq, hk, hv, T, H, nh, h, &c);
+		for (int64_t i = h * D; i < (h + 1) * D; i++) {
+			double d = fabs((double)ho[i] - co[i]);
+			md = d > md ? d : md;
+			worst_o = d / bo > worst_o || isnan(d) ? d / bo : worst_o;
+		}
+		for (int64_t t = (int64_t)h * T; t < (int64_t)(h + 1) * T; t++) {
+			double d = fabs((double)hp[t] - cp[t]) / (c * cp[t] + 0x1p-126);
+			worst_p = d > worst_p || isnan(d) ? d : worst_p;
+		}
+	}
+	int same = bytes_diff(ho, ho2, (size_t)H * 4) < 0 && bytes_diff(hp, hp2, (size_t)np * 4) < 0;
+	printf("  attn_decode T=%-4d H=%-4d nh=%-2d D=%-3lld out max|diff| %.3g (max|cpu| %.3g), %.3g of the bound; "
+	       "probs %.3g of the bound; repeat %s  %s\n",
+	       T, H, nh, (long long)D, md, max_abs(co, H), worst_o, worst_p, same ? "same" : "DIFFERS",
+	       worst_o <= 1 && worst_p <= 1 && same ? "PASS" : "FAIL");
+	CHECK(worst_o <= 1, "attn_decode T=%d H=%d nh=%d: out off the cpu's by %.3g x the bound", T, H, nh, worst_o);
+	CHECK(worst_p <= 1, "attn_decode T=%d H=%d nh=%d: probs off the cpu's by %.3g x the bound", T, H, nh, worst_p);
+	CHECK(same, "attn_decode T=%d H=%d nh=%d: two cuda runs differ", T, H, nh);
+	free(ho);
+	free(hp);
+	free(ho2);
+	free(hp2);
+	free(hq);
+	free(hk);
+	free(hv);
+}
+
 int main(void)
 {
 	qe_rng r;
@@ -190,6 +245,16 @@ int main(void)
 	test_flash_case(&r, 2, 200, 128, 2);  /* D 64 */
 	test_flash_case(&r, 2, 330, 128, 2);  /* D 64, an odd count of tiles: half a forward block */
 	test_flash_case(&r, 1, 1024, 768, 12); /* GPT-2's attention, one sequence */
+
+	printf("attn_decode\n");
+	test_decode_case(&r, 1, 64, 4);      /* the first token; D 16: 16 runs of positions */
+	test_decode_case(&r, 37, 128, 4);    /* D 32, runs of 5 positions, the last short */
+	test_decode_case(&r, 100, 256, 4);   /* D 64 */
+	test_decode_case(&r, 255, 240, 3);   /* D 80: 3 runs and 16 idle threads */
+	test_decode_case(&r, 64, 512, 2);    /* D 256: one run, a thread per column */
+	test_decode_case(&r, 33, 400, 2);    /* D 200: one run */
+	test_decode_case(&r, 1024, 768, 12); /* GPT-2's last position */
+	test_decode_case(&r, 1024, 1600, 25); /* gpt2-xl's */
 
 	/* leak accounting is the backends' business; the buffers die with the process */
 	return qe_test_done(NAME);

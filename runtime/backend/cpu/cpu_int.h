@@ -60,6 +60,8 @@ void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const fl
 int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
 		     int64_t V, int32_t *rows_written, int accumulate);
 void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
+void qe_cpu_attn_decode(float *out, float *probs, const float *q, const float *k, const float *v, int64_t T, int64_t H,
+			int nh);
 int qe_cpu_attn_bwd(qe_cpu_scratch *sc, float *dqkv, const float *dout, const float *qkv, const float *probs,
 		    int64_t T, int64_t H, int nh);
 int qe_cpu_attn_flash_fwd(float *out, float *lse, const float *qkv, int64_t B, int64_t T, int64_t H, int nh);

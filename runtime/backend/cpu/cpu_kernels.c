@@ -519,6 +519,51 @@ void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int6
 }
 
 /*
+ * The last row of qe_cpu_attn_fwd for a query of its own over cached keys
+ * and values (k, v [T, H] rows): the same sums in the same order, so its
+ * bytes are that row's when q, k and v are taken from one qkv.
+ */
+void qe_cpu_attn_decode(float *out, float *probs, const float *q, const float *k, const float *v, int64_t T, int64_t H,
+			int nh)
+{
+	int64_t hs = H / nh;
+	float scale = 1.0f / sqrtf((float)hs);
+	for (int h = 0; h < nh; h++) {
+		const float *qh = q + h * hs;
+		float *att = probs + (int64_t)h * T;
+		float maxval = -INFINITY;
+		for (int64_t t = 0; t < T; t++) {
+			const float *key = k + t * H + h * hs;
+			float val = 0.0f;
+			for (int64_t i = 0; i < hs; i++)
+				val += qh[i] * key[i];
+			val *= scale;
+			if (val > maxval)
+				maxval = val;
+			att[t] = val;
+		}
+		float expsum = 0.0f;
+		for (int64_t t = 0; t < T; t++) {
+			float e = expf(att[t] - maxval);
+			expsum += e;
+			att[t] = e;
+		}
+		float inv = expsum == 0.0f ? 0.0f : 1.0f / expsum;
+		for (int64_t t = 0; t < T; t++)
+			att[t] = att[t] * inv;
+		float *o = out + h * hs;
+		for (int64_t i = 0; i < hs; i++)
+			o[i] = 0.0f;
+		for (int64_t t = 0; t < T; t++) {
+			const float *val = v + t * H + h * hs;
+			float a = att[t];
+			for (int64_t i = 0; i < hs; i++)
+				o[i] += a * val[i];
+		}
+	}
+}
+
+/*
  * Same accumulation order as llm.c except the softmax backward, which uses
  * dpre[t3] = p[t3] * (datt[t3] - sum_t2 p[t2] datt[t2]) - the same expression
  * factored, O(T^2) instead of llm.c's O(T^3) double loop.

@@ -362,6 +362,24 @@ int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float
 	return SUBMIT(s, ATTN_FWD, attn_fwd, out, probs, qkv, T, H, nh);
 }
 
+static int check_attn_decode(const qe_cpu_attn_decode_args *a)
+{
+	return qe__check_attn_decode(a->out, a->probs, a->q, a->k, a->v, a->T, a->H, a->nh);
+}
+
+static int exec_attn_decode(qe_cpu_scratch *sc, const qe_cpu_attn_decode_args *a)
+{
+	(void)sc;
+	qe_cpu_attn_decode(a->out, a->probs, a->q, a->k, a->v, a->T, a->H, a->nh);
+	return QE_OK;
+}
+
+int qe__cpu_enqueue_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k,
+				 const float *v, int64_t T, int64_t H, int nh)
+{
+	return SUBMIT(s, ATTN_DECODE, attn_decode, out, probs, q, k, v, T, H, nh);
+}
+
 static int check_attn_bwd(const qe_cpu_attn_bwd_args *a)
 {
 	return qe__check_attn_bwd(a->dqkv, a->dout, a->qkv, a->probs, a->T, a->H, a->nh, 0);

@@ -60,6 +60,7 @@
 	X(ATTN_BWD, attn_bwd)              \
 	X(ATTN_FLASH_FWD, attn_flash_fwd)  \
 	X(ATTN_FLASH_BWD, attn_flash_bwd)  \
+	X(ATTN_DECODE, attn_decode)        \
 	X(XENT, xent)                      \
 	X(ADAMW, adamw)                    \
 	X(SUM_VIEWS, sum_views)            \
@@ -193,6 +194,13 @@ typedef struct qe_cpu_attn_fwd_args {
 	int nh;
 } qe_cpu_attn_fwd_args;
 
+typedef struct qe_cpu_attn_decode_args {
+	float *out, *probs;
+	const float *q, *k, *v;
+	int64_t T, H;
+	int nh;
+} qe_cpu_attn_decode_args;
+
 typedef struct qe_cpu_attn_bwd_args {
 	float *dqkv;
 	const float *dout, *qkv, *probs;
@@ -316,6 +324,8 @@ int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const f
 int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
 				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
 				   int64_t H, int nh, qe_flash_operands operands);
+int qe__cpu_enqueue_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k,
+				 const float *v, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
 			 int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
 int qe__cpu_enqueue_adamw(qe_stream *s, const qe_adamw_args *a);

@@ -143,6 +143,8 @@ int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *to
 int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		      int64_t H, int nh);
+int qe__cuda_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k, const float *v,
+			 int64_t T, int64_t H, int nh);
 int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t B,
 			    int64_t T, int64_t H, int nh, qe_flash_operands operands);
 int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,

@@ -180,6 +180,18 @@ static int cu_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv,
 	return qe__cuda_op_end(s, rc, nm);
 }
 
+static int cu_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k, const float *v,
+			  int64_t T, int64_t H, int nh)
+{
+	const char *nm = "attn_decode";
+	int rc = qe__cuda_op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_attn_decode(out, probs, q, k, v, T, H, nh)))
+		rc = qe__cuda_attn_decode(s, out, probs, q, k, v, T, H, nh);
+	return qe__cuda_op_end(s, rc, nm);
+}
+
 static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		       int64_t H, int nh)
 {
@@ -294,6 +306,7 @@ void qe__cuda_ops_fill(qe_backend_ops *o)
 	o->embed_bwd = cu_embed_bwd;
 	o->attn_fwd = cu_attn_fwd;
 	o->attn_bwd = cu_attn_bwd;
+	o->attn_decode = cu_attn_decode;
 	o->attn_flash_fwd = cu_attn_flash_fwd;
 	o->attn_flash_bwd = cu_attn_flash_bwd;
 	o->xent = cu_xent;
