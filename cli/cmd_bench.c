@@ -24,6 +24,7 @@ static const struct {
 	{ "step", bench_step_main, "step time of five execution configurations (eager, captured copy/direct, zbv) vs the floor" },
 	{ "scale", bench_scale_main, "captured zbv with direct placement for M = 2, 4, 8, 16" },
 	{ "floor", bench_floor_main, "the per-rank floor: measured FP8 GEMM rate and copy bandwidth" },
+	{ "attention", bench_attention_main, "flash attention forward and backward alone, TFLOP/s per shape" },
 };
 #define NSUBS (sizeof(subs) / sizeof(subs[0]))
 
@@ -33,7 +34,7 @@ static void help(FILE *f)
 		   "Benchmarks; every measurement runs in fresh processes (this binary re-executed), and each\n"
 		   "subcommand writes a JSON report into --out DIR (default bench-out).  Subcommands:\n\n");
 	for (size_t i = 0; i < NSUBS; i++)
-		fprintf(f, "  %-8s %s\n", subs[i].name, subs[i].summary);
+		fprintf(f, "  %-9s %s\n", subs[i].name, subs[i].summary);
 	fprintf(f, "\nRun 'qeffect bench SUBCOMMAND --help' for its flags.  On the GPU machine:\n"
 		   "  bash bench/gpu-bench/run.sh build-gpu gpu-data\n");
 }

@@ -125,5 +125,6 @@ int bench_handoff_main(int argc, char **argv);
 int bench_step_main(int argc, char **argv);
 int bench_scale_main(int argc, char **argv);
 int bench_floor_main(int argc, char **argv);
+int bench_attention_main(int argc, char **argv);
 
 #endif
