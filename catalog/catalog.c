@@ -687,7 +687,6 @@ int cat_nomem(cat *c, const char *what)
 	return qe_fail(QE_ENOMEM, "catalog '%s': %s: out of memory", c->path, what);
 }
 
-/* Grow an array of elem-sized rows to hold n+1. */
 int cat_grow_rows(void **rows, size_t *cap, size_t n, size_t elem)
 {
 	if (n < *cap)
@@ -702,11 +701,6 @@ int cat_grow_rows(void **rows, size_t *cap, size_t n, size_t elem)
 	return 0;
 }
 
-/*
- * The start of a query that fills a row array: check c, empty the array
- * (*rows, *n) and prepare sql; the caller binds its key.  The array is left
- * as it was when c itself is unusable, else empty.
- */
 int cat_rows_begin(cat *c, void **rows, size_t *n, const char *sql, sqlite3_stmt **st, const char *what)
 {
 	int rc = cat_check(c);
@@ -717,11 +711,38 @@ int cat_rows_begin(cat *c, void **rows, size_t *n, const char *sql, sqlite3_stmt
 	return cat_prepare(c, sql, st, what);
 }
 
-/* Its end: src, the last step's answer, fails the query unless rc already did; st is finalized. */
-int cat_rows_end(cat *c, sqlite3_stmt *st, int rc, int src, const char *what)
+int cat_rows_read(cat *c, sqlite3_stmt *st, const cat_row_shape *shape, void *ctx, void **rows, size_t *n)
 {
+	size_t cap = 0; /* the list starts empty: cat_rows_begin (or the caller) emptied it */
+	int rc = 0, src = SQLITE_DONE;
+	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
+		if (cat_grow_rows(rows, &cap, *n, shape->size)) {
+			rc = cat_nomem(c, shape->what);
+			break;
+		}
+		char *row = (char *)*rows + *n * shape->size;
+		int f = shape->fill(c, st, row, *n ? row - shape->size : NULL, ctx);
+		if (f == 0) {
+			(*n)++;
+		} else if (f != CAT_ROW_SKIP) {
+			rc = f;
+			if (shape->release)
+				shape->release(row);
+		}
+	}
 	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, what);
+		rc = cat_sql_fail(c, src, shape->what);
 	sqlite3_finalize(st);
+	if (rc)
+		cat_rows_free(shape, rows, n);
 	return rc;
+}
+
+void cat_rows_free(const cat_row_shape *shape, void **rows, size_t *n)
+{
+	for (size_t i = 0; shape->release && *rows && i < *n; i++)
+		shape->release((char *)*rows + i * shape->size);
+	free(*rows);
+	*rows = NULL;
+	*n = 0;
 }

@@ -438,38 +438,97 @@ int cat_ckpt_get_id(cat *c, int64_t id, cat_ckpt *out)
 	return ckpt_one(c, CKPT_COLS "WHERE id = ?", NULL, id, out, msg);
 }
 
+/* --- the lists: one shape each (catalog_int.h) ------------------------------------------ */
+
+static int ckpt_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)prev;
+	(void)ctx;
+	return ckpt_from_row(c, st, row);
+}
+
+static void ckpt_release(void *row)
+{
+	cat_ckpt_release(row);
+}
+
+static const cat_row_shape ckpt_shape = { sizeof(cat_ckpt), ckpt_fill, ckpt_release, "list checkpoints" };
+
 int cat_ckpt_list(cat *c, const char *run_id, cat_ckpt_rows *out)
 {
 	sqlite3_stmt *st;
 	int rc = cat_rows_begin(c, (void **)&out->rows, &out->n, CKPT_COLS "WHERE run_id = ? ORDER BY step, id", &st,
-			    "list checkpoints");
+			    ckpt_shape.what);
 	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
-	size_t cap = 0;
-	int src = SQLITE_DONE;
-	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
-		if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows)))
-			rc = cat_nomem(c, "list checkpoints");
-		else if (!(rc = ckpt_from_row(c, st, &out->rows[out->n])))
-			out->n++;
-	}
-	rc = cat_rows_end(c, st, rc, src, "list checkpoints");
-	if (rc)
-		cat_ckpt_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &ckpt_shape, NULL, (void **)&out->rows, &out->n);
 }
 
 void cat_ckpt_rows_free(cat_ckpt_rows *l)
 {
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->n; i++)
-		cat_ckpt_release(&l->rows[i]);
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
+	if (l)
+		cat_rows_free(&ckpt_shape, (void **)&l->rows, &l->n);
 }
+
+/* The capacity cat_grow_rows gave an array that holds n rows. */
+static size_t grown_cap(size_t n)
+{
+	size_t cap = n ? 16 : 0;
+	while (cap < n)
+		cap *= 2;
+	return cap;
+}
+
+/*
+ * One row of the tensors-with-chunks join: a tensor's first row fills a new
+ * tensor, each further one adds a chunk to prev.  ctx: the checkpoint id.
+ */
+static int tensor_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	cat_tensor *cur = row, *p = prev;
+	int64_t tid = sqlite3_column_int64(st, 0);
+	if (p && p->id == tid) {
+		cur = p;
+	} else {
+		cur->id = tid;
+		cur->stage = sqlite3_column_int(st, 1);
+		cur->name = cat_col_strdup(st, 2);
+		cur->dtype = cat_col_strdup(st, 3);
+		cur->shape = cat_col_strdup(st, 4);
+		cur->bytes = (uint64_t)sqlite3_column_int64(st, 5);
+		cur->kind = cat_col_strdup(st, 6);
+		cur->store_id = cat_col_strdup(st, 10);
+		if (!cur->name || !cur->dtype || !cur->shape || !cur->kind || !cur->store_id)
+			return cat_nomem(c, "list tensors");
+	}
+	int kept = cur == p ? CAT_ROW_SKIP : 0;
+	if (sqlite3_column_type(st, 7) == SQLITE_NULL)
+		return kept; /* a tensor without chunks (zero bytes) */
+	if ((int64_t)cur->n_chunks != sqlite3_column_int64(st, 7) || sqlite3_column_bytes(st, 8) != 16)
+		return qe_fail(QE_ECORRUPT, "catalog '%s': tensor '%s' of checkpoint %lld: chunk %zu is misnumbered or its hash is not 16 bytes",
+			       c->path, cur->name, (long long)*(const int64_t *)ctx, cur->n_chunks);
+	size_t ccap = grown_cap(cur->n_chunks);
+	if (cat_grow_rows((void **)&cur->chunks, &ccap, cur->n_chunks, sizeof(*cur->chunks)))
+		return cat_nomem(c, "list tensor chunks");
+	cat_chunk *ch = &cur->chunks[cur->n_chunks++];
+	memcpy(ch->hash, sqlite3_column_blob(st, 8), 16);
+	ch->size = (uint64_t)sqlite3_column_int64(st, 9);
+	return kept;
+}
+
+void cat_tensor_release(void *row)
+{
+	cat_tensor *t = row;
+	free(t->name);
+	free(t->dtype);
+	free(t->shape);
+	free(t->kind);
+	free(t->store_id);
+	free(t->chunks);
+}
+
+static const cat_row_shape tensor_shape = { sizeof(cat_tensor), tensor_fill, cat_tensor_release, "list tensors" };
 
 int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 {
@@ -480,108 +539,64 @@ int cat_ckpt_tensors(cat *c, int64_t id, cat_tensor_rows *out)
 			    " t.store_id"
 			    " FROM tensors t LEFT JOIN tensor_chunks c ON c.tensor_id = t.id"
 			    " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.idx",
-			    &st, "list tensors");
+			    &st, tensor_shape.what);
 	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
-	size_t cap = 0, ccap = 0;
-	int src = SQLITE_DONE;
-	cat_tensor *cur = NULL;
-	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
-		int64_t tid = sqlite3_column_int64(st, 0);
-		if (!cur || cur->id != tid) {
-			if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
-				rc = cat_nomem(c, "list tensors");
-				break;
-			}
-			cur = &out->rows[out->n++];
-			ccap = 0;
-			cur->id = tid;
-			cur->stage = sqlite3_column_int(st, 1);
-			cur->name = cat_col_strdup(st, 2);
-			cur->dtype = cat_col_strdup(st, 3);
-			cur->shape = cat_col_strdup(st, 4);
-			cur->bytes = (uint64_t)sqlite3_column_int64(st, 5);
-			cur->kind = cat_col_strdup(st, 6);
-			cur->store_id = cat_col_strdup(st, 10);
-			if (!cur->name || !cur->dtype || !cur->shape || !cur->kind || !cur->store_id) {
-				rc = cat_nomem(c, "list tensors");
-				break;
-			}
-		}
-		if (sqlite3_column_type(st, 7) == SQLITE_NULL)
-			continue; /* a tensor without chunks (zero bytes) */
-		if ((int64_t)cur->n_chunks != sqlite3_column_int64(st, 7) || sqlite3_column_bytes(st, 8) != 16) {
-			rc = qe_fail(QE_ECORRUPT, "catalog '%s': tensor '%s' of checkpoint %lld: chunk %zu is misnumbered or its hash is not 16 bytes",
-				     c->path, cur->name, (long long)id, cur->n_chunks);
-			break;
-		}
-		if (cat_grow_rows((void **)&cur->chunks, &ccap, cur->n_chunks, sizeof(*cur->chunks))) {
-			rc = cat_nomem(c, "list tensor chunks");
-			break;
-		}
-		cat_chunk *ch = &cur->chunks[cur->n_chunks++];
-		memcpy(ch->hash, sqlite3_column_blob(st, 8), 16);
-		ch->size = (uint64_t)sqlite3_column_int64(st, 9);
-	}
-	rc = cat_rows_end(c, st, rc, src, "list tensors");
-	if (rc)
-		cat_tensor_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &tensor_shape, &id, (void **)&out->rows, &out->n);
 }
 
 void cat_tensor_rows_free(cat_tensor_rows *l)
 {
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->n; i++) {
-		cat_tensor *t = &l->rows[i];
-		free(t->name);
-		free(t->dtype);
-		free(t->shape);
-		free(t->kind);
-		free(t->store_id);
-		free(t->chunks);
-	}
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
+	if (l)
+		cat_rows_free(&tensor_shape, (void **)&l->rows, &l->n);
 }
+
+static int shard_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)c;
+	(void)prev;
+	(void)ctx;
+	cat_shard *s = row;
+	s->stage = sqlite3_column_int(st, 0);
+	s->rank = sqlite3_column_int(st, 1);
+	s->bytes = (uint64_t)sqlite3_column_int64(st, 2);
+	return 0;
+}
+
+static const cat_row_shape shard_shape = { sizeof(cat_shard), shard_fill, NULL, "list shards" };
 
 int cat_ckpt_shards(cat *c, int64_t id, cat_shard_rows *out)
 {
 	sqlite3_stmt *st;
 	int rc = cat_rows_begin(c, (void **)&out->rows, &out->n,
-			    "SELECT stage, rank, bytes FROM shards WHERE checkpoint_id = ? ORDER BY stage", &st, "list shards");
+			    "SELECT stage, rank, bytes FROM shards WHERE checkpoint_id = ? ORDER BY stage", &st,
+			    shard_shape.what);
 	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
-	size_t cap = 0;
-	int src = SQLITE_DONE;
-	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
-		if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
-			rc = cat_nomem(c, "list shards");
-			break;
-		}
-		cat_shard *s = &out->rows[out->n++];
-		s->stage = sqlite3_column_int(st, 0);
-		s->rank = sqlite3_column_int(st, 1);
-		s->bytes = (uint64_t)sqlite3_column_int64(st, 2);
-	}
-	rc = cat_rows_end(c, st, rc, src, "list shards");
-	if (rc)
-		cat_shard_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &shard_shape, NULL, (void **)&out->rows, &out->n);
 }
 
 void cat_shard_rows_free(cat_shard_rows *l)
 {
-	if (!l)
-		return;
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
+	if (l)
+		cat_rows_free(&shard_shape, (void **)&l->rows, &l->n);
 }
+
+static int chunk_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)prev;
+	(void)ctx;
+	cat_chunk *ch = row;
+	if (sqlite3_column_bytes(st, 0) != 16)
+		return qe_fail(QE_ECORRUPT, "catalog '%s': a chunk hash is not 16 bytes", c->path);
+	memcpy(ch->hash, sqlite3_column_blob(st, 0), 16);
+	ch->size = (uint64_t)sqlite3_column_int64(st, 1);
+	return 0;
+}
+
+static const cat_row_shape chunk_shape = { sizeof(cat_chunk), chunk_fill, NULL, "list referenced chunks" };
 
 int cat_referenced_chunks(cat *c, cat_chunk_cb cb, void *ctx)
 {
@@ -591,29 +606,13 @@ int cat_referenced_chunks(cat *c, cat_chunk_cb cb, void *ctx)
 	if (!cb)
 		return qe_fail(QE_EINVAL, "catalog '%s': referenced chunks: NULL callback", c->path);
 	sqlite3_stmt *st;
-	if ((rc = cat_prepare(c, "SELECT hash, max(size) FROM tensor_chunks GROUP BY hash", &st,
-			      "list referenced chunks")))
+	if ((rc = cat_prepare(c, "SELECT hash, max(size) FROM tensor_chunks GROUP BY hash", &st, chunk_shape.what)))
 		return rc;
 	cat_chunk *all = NULL;
-	size_t n = 0, cap = 0;
-	int src = SQLITE_DONE;
-	while ((src = cat_step(st)) == SQLITE_ROW) {
-		if (sqlite3_column_bytes(st, 0) != 16) {
-			rc = qe_fail(QE_ECORRUPT, "catalog '%s': a chunk hash is not 16 bytes", c->path);
-			break;
-		}
-		if (cat_grow_rows((void **)&all, &cap, n, sizeof(*all))) {
-			rc = cat_nomem(c, "list referenced chunks");
-			break;
-		}
-		memcpy(all[n].hash, sqlite3_column_blob(st, 0), 16);
-		all[n].size = (uint64_t)sqlite3_column_int64(st, 1);
-		n++;
-	}
-	rc = cat_rows_end(c, st, rc, src, "list referenced chunks");
+	size_t n = 0;
+	rc = cat_rows_read(c, st, &chunk_shape, NULL, (void **)&all, &n);
 	for (size_t i = 0; !rc && i < n; i++)
 		rc = cb(ctx, all[i].hash, all[i].size);
 	free(all);
 	return rc;
 }
-

@@ -102,6 +102,37 @@ static char *dup_or_null(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
+/* One copy row: the tensor's row of prim (ctx), its store the copy's; a tensor gone since prim was read is skipped. */
+static int copy_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)prev;
+	const cat_tensor_rows *prim = ctx;
+	int64_t tid = sqlite3_column_int64(st, 0);
+	const cat_tensor *p = NULL;
+	for (size_t i = 0; i < prim->n && !p; i++)
+		if (prim->rows[i].id == tid)
+			p = &prim->rows[i];
+	if (!p)
+		return CAT_ROW_SKIP; /* the tensor went between the two reads: not a copy any more */
+	cat_tensor *t = row;
+	t->id = p->id;
+	t->stage = p->stage;
+	t->bytes = p->bytes;
+	t->name = dup_or_null(p->name);
+	t->dtype = dup_or_null(p->dtype);
+	t->shape = dup_or_null(p->shape);
+	t->kind = dup_or_null(p->kind);
+	t->store_id = cat_col_strdup(st, 1);
+	t->chunks = calloc(p->n_chunks + 1, sizeof(cat_chunk));
+	if (!t->name || !t->dtype || !t->shape || !t->kind || !t->store_id || !t->chunks)
+		return cat_nomem(c, "list copies");
+	memcpy(t->chunks, p->chunks, p->n_chunks * sizeof(cat_chunk));
+	t->n_chunks = p->n_chunks;
+	return 0;
+}
+
+static const cat_row_shape copy_shape = { sizeof(cat_tensor), copy_fill, cat_tensor_release, "list copies" };
+
 int cat_ckpt_copies(cat *c, int64_t id, cat_tensor_rows *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -112,57 +143,14 @@ int cat_ckpt_copies(cat *c, int64_t id, cat_tensor_rows *out)
 		return rc;
 	if ((rc = cat_ckpt_tensors(c, id, &prim)))
 		return rc;
-	size_t cap = 0;
-	if ((rc = cat_prepare(c,
-			      "SELECT c.tensor_id, c.store_id FROM copies c JOIN tensors t ON t.id = c.tensor_id"
-			      " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.store_id",
-			      &st, "list copies")))
-		goto out;
-	sqlite3_bind_int64(st, 1, id);
-	int src;
-	while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-		int64_t tid = sqlite3_column_int64(st, 0);
-		const cat_tensor *p = NULL;
-		for (size_t i = 0; i < prim.n && !p; i++)
-			if (prim.rows[i].id == tid)
-				p = &prim.rows[i];
-		if (!p)
-			continue; /* the tensor went between the two reads: not a copy any more */
-		if (out->n == cap) {
-			size_t ncap = cap ? 2 * cap : 16;
-			cat_tensor *v = realloc(out->rows, ncap * sizeof(*v));
-			if (!v) {
-				rc = qe_fail(QE_ENOMEM, "catalog '%s': list copies: out of memory", c->path);
-				break;
-			}
-			memset(v + cap, 0, (ncap - cap) * sizeof(*v));
-			out->rows = v;
-			cap = ncap;
-		}
-		cat_tensor *t = &out->rows[out->n++];
-		t->id = p->id;
-		t->stage = p->stage;
-		t->bytes = p->bytes;
-		t->name = dup_or_null(p->name);
-		t->dtype = dup_or_null(p->dtype);
-		t->shape = dup_or_null(p->shape);
-		t->kind = dup_or_null(p->kind);
-		t->store_id = cat_col_strdup(st, 1);
-		t->chunks = calloc(p->n_chunks + 1, sizeof(cat_chunk));
-		if (!t->name || !t->dtype || !t->shape || !t->kind || !t->store_id || !t->chunks) {
-			rc = qe_fail(QE_ENOMEM, "catalog '%s': list copies: out of memory", c->path);
-			break;
-		}
-		memcpy(t->chunks, p->chunks, p->n_chunks * sizeof(cat_chunk));
-		t->n_chunks = p->n_chunks;
+	if (!(rc = cat_prepare(c,
+			       "SELECT c.tensor_id, c.store_id FROM copies c JOIN tensors t ON t.id = c.tensor_id"
+			       " WHERE t.checkpoint_id = ? ORDER BY t.stage, t.name, c.store_id",
+			       &st, copy_shape.what))) {
+		sqlite3_bind_int64(st, 1, id);
+		rc = cat_rows_read(c, st, &copy_shape, &prim, (void **)&out->rows, &out->n);
 	}
-	if (!rc && src != SQLITE_DONE)
-		rc = cat_sql_fail(c, src, "list copies");
-	sqlite3_finalize(st);
-out:
 	cat_tensor_rows_free(&prim);
-	if (rc)
-		cat_tensor_rows_free(out);
 	return rc;
 }
 

@@ -192,49 +192,42 @@ int cat_trace_put(cat *c, const char *run_id, const cat_trace *rows, size_t n)
 			bind_trace, "write traces");
 }
 
+static int trace_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)prev;
+	(void)ctx;
+	cat_trace *t = row;
+	t->step = sqlite3_column_int64(st, 0);
+	t->stage = sqlite3_column_int(st, 1);
+	t->category = cat_col_strdup(st, 2);
+	t->fingerprint = (uint64_t)sqlite3_column_int64(st, 3);
+	return t->category ? 0 : cat_nomem(c, "read traces");
+}
+
+static void trace_release(void *row)
+{
+	free((char *)((cat_trace *)row)->category);
+}
+
+static const cat_row_shape trace_shape = { sizeof(cat_trace), trace_fill, trace_release, "read traces" };
+
 int cat_trace_get(cat *c, const char *run_id, cat_trace_rows *out)
 {
 	sqlite3_stmt *st;
 	int rc = cat_rows_begin(c, (void **)&out->rows, &out->n,
 			    "SELECT step, stage, category, fingerprint FROM traces WHERE run_id = ?"
 			    " ORDER BY step, stage, category",
-			    &st, "read traces");
+			    &st, trace_shape.what);
 	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
-	size_t cap = 0;
-	int src = SQLITE_DONE;
-	while ((src = cat_step(st)) == SQLITE_ROW) {
-		if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
-			rc = cat_nomem(c, "read traces");
-			break;
-		}
-		cat_trace *t = &out->rows[out->n];
-		t->step = sqlite3_column_int64(st, 0);
-		t->stage = sqlite3_column_int(st, 1);
-		t->category = cat_col_strdup(st, 2);
-		t->fingerprint = (uint64_t)sqlite3_column_int64(st, 3);
-		if (!t->category) {
-			rc = cat_nomem(c, "read traces");
-			break;
-		}
-		out->n++;
-	}
-	rc = cat_rows_end(c, st, rc, src, "read traces");
-	if (rc)
-		cat_trace_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &trace_shape, NULL, (void **)&out->rows, &out->n);
 }
 
 void cat_trace_rows_free(cat_trace_rows *l)
 {
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->n; i++)
-		free((char *)l->rows[i].category);
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
+	if (l)
+		cat_rows_free(&trace_shape, (void **)&l->rows, &l->n);
 }
 
 static void bind_real(sqlite3_stmt *st, int idx, double v)
@@ -270,6 +263,24 @@ int cat_loss_put(cat *c, const char *run_id, const cat_loss *rows, size_t n)
 			bind_loss, "write losses");
 }
 
+static int loss_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)c;
+	(void)prev;
+	(void)ctx;
+	cat_loss *l = row;
+	l->step = sqlite3_column_int64(st, 0);
+	l->loss = col_real(st, 1);
+	l->eval_loss = col_real(st, 2);
+	l->tokens_per_s = col_real(st, 3);
+	l->ms_per_step = col_real(st, 4);
+	l->lr = col_real(st, 5);
+	l->grad_norm = col_real(st, 6);
+	return 0;
+}
+
+static const cat_row_shape loss_shape = { sizeof(cat_loss), loss_fill, NULL, "read losses" };
+
 int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 {
 	sqlite3_stmt *st;
@@ -287,34 +298,11 @@ int cat_loss_get(cat *c, const char *run_id, cat_loss_rows *out)
 	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
-	size_t cap = 0;
-	int src = SQLITE_DONE;
-	while ((src = cat_step(st)) == SQLITE_ROW) {
-		if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
-			rc = cat_nomem(c, "read losses");
-			break;
-		}
-		cat_loss *l = &out->rows[out->n++];
-		l->step = sqlite3_column_int64(st, 0);
-		l->loss = col_real(st, 1);
-		l->eval_loss = col_real(st, 2);
-		l->tokens_per_s = col_real(st, 3);
-		l->ms_per_step = col_real(st, 4);
-		l->lr = col_real(st, 5);
-		l->grad_norm = col_real(st, 6);
-	}
-	rc = cat_rows_end(c, st, rc, src, "read losses");
-	if (rc)
-		cat_loss_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &loss_shape, NULL, (void **)&out->rows, &out->n);
 }
 
 void cat_loss_rows_free(cat_loss_rows *l)
 {
-	if (!l)
-		return;
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
+	if (l)
+		cat_rows_free(&loss_shape, (void **)&l->rows, &l->n);
 }
-

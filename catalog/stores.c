@@ -45,37 +45,45 @@ int cat_remote_add(cat *c, int64_t id, const char *url, const char *manifest_has
 	return cat_tx_end(c, rc);
 }
 
+static int remote_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)prev;
+	(void)ctx;
+	cat_remote *r = row;
+	r->checkpoint_id = sqlite3_column_int64(st, 0);
+	r->url = cat_col_strdup(st, 1);
+	r->pushed_at = cat_col_strdup(st, 2);
+	r->manifest_hash = cat_col_strdup(st, 3);
+	return r->url && r->pushed_at && r->manifest_hash ? 0 : cat_nomem(c, "list remote copies");
+}
+
+static void remote_release(void *row)
+{
+	cat_remote *r = row;
+	free(r->url);
+	free(r->pushed_at);
+	free(r->manifest_hash);
+}
+
+static const cat_row_shape remote_shape = { sizeof(cat_remote), remote_fill, remote_release, "list remote copies" };
+
 int cat_remote_list(cat *c, int64_t id, cat_remote_rows *out)
 {
 	sqlite3_stmt *st;
 	int rc = cat_rows_begin(c, (void **)&out->rows, &out->n,
 			    "SELECT checkpoint_id, url, pushed_at, manifest_hash FROM remotes WHERE checkpoint_id = ?"
 			    " ORDER BY url",
-			    &st, "list remote copies");
+			    &st, remote_shape.what);
 	if (rc)
 		return rc;
 	sqlite3_bind_int64(st, 1, id);
-	size_t cap = 0;
-	int src = SQLITE_DONE;
-	while ((src = cat_step(st)) == SQLITE_ROW) {
-		if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
-			rc = cat_nomem(c, "list remote copies");
-			break;
-		}
-		cat_remote *r = &out->rows[out->n++];
-		r->checkpoint_id = sqlite3_column_int64(st, 0);
-		r->url = cat_col_strdup(st, 1);
-		r->pushed_at = cat_col_strdup(st, 2);
-		r->manifest_hash = cat_col_strdup(st, 3);
-		if (!r->url || !r->pushed_at || !r->manifest_hash) {
-			rc = cat_nomem(c, "list remote copies");
-			break;
-		}
-	}
-	rc = cat_rows_end(c, st, rc, src, "list remote copies");
-	if (rc)
-		cat_remote_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &remote_shape, NULL, (void **)&out->rows, &out->n);
+}
+
+void cat_remote_rows_free(cat_remote_rows *l)
+{
+	if (l)
+		cat_rows_free(&remote_shape, (void **)&l->rows, &l->n);
 }
 
 int cat_remote_delete(cat *c, int64_t id, const char *url, int *deleted)
@@ -102,20 +110,6 @@ int cat_remote_delete(cat *c, int64_t id, const char *url, int *deleted)
 		sqlite3_finalize(st);
 	}
 	return cat_tx_end(c, rc);
-}
-
-void cat_remote_rows_free(cat_remote_rows *l)
-{
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->n; i++) {
-		free(l->rows[i].url);
-		free(l->rows[i].pushed_at);
-		free(l->rows[i].manifest_hash);
-	}
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
 }
 
 /* --- stores ------------------------------------------------------------------------ */
@@ -145,54 +139,49 @@ int cat_store_put(cat *c, const char *store_id, const char *run_id, int rank, co
 	return cat_tx_end(c, rc);
 }
 
+static int store_fill(cat *c, sqlite3_stmt *st, void *row, void *prev, void *ctx)
+{
+	(void)prev;
+	(void)ctx;
+	cat_store *r = row;
+	r->store_id = cat_col_strdup(st, 0);
+	r->run_id = cat_col_strdup(st, 1);
+	r->rank = sqlite3_column_int(st, 2);
+	r->host = cat_col_strdup(st, 3);
+	r->path = cat_col_strdup(st, 4);
+	r->created = cat_col_strdup(st, 5);
+	return r->store_id && r->run_id && r->host && r->path && r->created ? 0 : cat_nomem(c, "list stores");
+}
+
+static void store_release(void *row)
+{
+	cat_store *r = row;
+	free(r->store_id);
+	free(r->run_id);
+	free(r->host);
+	free(r->path);
+	free(r->created);
+}
+
+static const cat_row_shape store_shape = { sizeof(cat_store), store_fill, store_release, "list stores" };
+
 int cat_store_list(cat *c, const char *run_id, cat_store_rows *out)
 {
 	sqlite3_stmt *st;
 	int rc = cat_rows_begin(c, (void **)&out->rows, &out->n,
 			    "SELECT store_id, run_id, rank, host, path, created FROM stores WHERE run_id = ?"
 			    " ORDER BY rank, store_id",
-			    &st, "list stores");
+			    &st, store_shape.what);
 	if (rc)
 		return rc;
 	cat_bind_text(st, 1, run_id);
-	size_t cap = 0;
-	int src = SQLITE_DONE;
-	while (!rc && (src = cat_step(st)) == SQLITE_ROW) {
-		if (cat_grow_rows((void **)&out->rows, &cap, out->n, sizeof(*out->rows))) {
-			rc = cat_nomem(c, "list stores");
-			break;
-		}
-		cat_store *r = &out->rows[out->n++];
-		r->store_id = cat_col_strdup(st, 0);
-		r->run_id = cat_col_strdup(st, 1);
-		r->rank = sqlite3_column_int(st, 2);
-		r->host = cat_col_strdup(st, 3);
-		r->path = cat_col_strdup(st, 4);
-		r->created = cat_col_strdup(st, 5);
-		if (!r->store_id || !r->run_id || !r->host || !r->path || !r->created)
-			rc = cat_nomem(c, "list stores");
-	}
-	rc = cat_rows_end(c, st, rc, src, "list stores");
-	if (rc)
-		cat_store_rows_free(out);
-	return rc;
+	return cat_rows_read(c, st, &store_shape, NULL, (void **)&out->rows, &out->n);
 }
 
 void cat_store_rows_free(cat_store_rows *l)
 {
-	if (!l)
-		return;
-	for (size_t i = 0; i < l->n; i++) {
-		cat_store *r = &l->rows[i];
-		free(r->store_id);
-		free(r->run_id);
-		free(r->host);
-		free(r->path);
-		free(r->created);
-	}
-	free(l->rows);
-	l->rows = NULL;
-	l->n = 0;
+	if (l)
+		cat_rows_free(&store_shape, (void **)&l->rows, &l->n);
 }
 
 const cat_store *cat_store_find(const cat_store_rows *l, const char *store_id)

@@ -31,15 +31,6 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-/* What one rank tells rank 0 at each collective step of an async save. */
-typedef struct async_word {
-	int64_t rc;
-	int64_t busy;  /* a previous write still in flight (skip mode) */
-	uint64_t bytes;
-	uint64_t rt_bytes;
-	char msg[CKPT_MSG];
-} async_word;
-
 struct ckpt_async {
 	ckpt_session *s;
 	char cat_path[1100];
@@ -117,17 +108,16 @@ int ckpt_async_open(ckpt_session *s, const char *catalog_path, ckpt_async_mode m
  */
 static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 {
-	int world = a->comm ? qe_comm_world_size(a->comm) : 1, rc = QE_OK;
+	int world = ckpt__comm_world(a->comm), rc = QE_OK;
 	ckpt_report *reps = qe_calloc((size_t)world, sizeof(*reps));
 	if (!reps)
 		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
 	reps[0] = *own;
 	memset(own, 0, sizeof(*own));
-	char msg[CKPT_MSG] = "";
+	ckpt_word all; /* the outcome: the first failure's code, every failing rank named */
+	memset(&all, 0, sizeof(all));
 	size_t mlen = 0;
-	int first = (int)reps[0].rc;
-	if (first)
-		mlen = (size_t)snprintf(msg, sizeof(msg), "rank 0: %s", reps[0].msg);
+	ckpt__word_add(&all, &mlen, 0, reps[0].rc, reps[0].msg);
 	for (int q = 1; q < world; q++) {
 		void *buf = NULL;
 		size_t len = 0;
@@ -144,21 +134,14 @@ static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 			ckpt__report_fail(&reps[q], a->id, q,
 					  qe_fail(QE_ECOMM, "rank %d reported checkpoint %lld, expected %lld", q,
 						  (long long)reps[q].id, (long long)a->id));
-		if (reps[q].rc) {
-			if (!first)
-				first = (int)reps[q].rc;
-			if (mlen < sizeof(msg) - 1)
-				mlen += (size_t)snprintf(msg + mlen, sizeof(msg) - mlen, "%srank %d: %s", mlen ? "; " : "", q,
-							 reps[q].msg);
-		}
+		ckpt__word_add(&all, &mlen, q, reps[q].rc, reps[q].msg);
 		if (rc && a->comm && qe_comm_failed(a->comm))
 			break; /* nobody else can be heard either */
 	}
-	if (!first) {
+	if (!all.rc)
 		rc = ckpt__commit_reports(a->s, a->bg_cat, a->id, reps, world);
-	} else {
-		rc = qe_fail(first, "%s", msg);
-	}
+	else
+		rc = qe_fail((int)all.rc, "%s", all.msg);
 	for (int q = 0; q < world; q++)
 		ckpt__report_free(&reps[q]);
 	free(reps);
@@ -286,60 +269,6 @@ static int finished(ckpt_async *a)
 
 /* ---- the collective part ------------------------------------------------------- */
 
-/*
- * Every rank hands its word; rank 0 combines (first failure's code, every
- * failing rank's message, busy if any is busy, sums) and every rank gets the
- * combination back.
- */
-static int agree(qe_rank *r, const async_word *mine, async_word *all)
-{
-	int world = ckpt__world(r);
-	if (world == 1) {
-		*all = *mine;
-		return QE_OK;
-	}
-	qe_comm_blob *blobs = NULL;
-	int rc = qe_comm_gather_blobs(qe_rank_comm(r), mine, sizeof(*mine), &blobs);
-	if (rc)
-		return qe_fail_ctx(rc, "async checkpoint: gathering every rank's answer");
-	memset(all, 0, sizeof(*all));
-	if (qe_rank_index(r) == 0) {
-		size_t len = 0;
-		for (int i = 0; i < world; i++) {
-			async_word w;
-			if (blobs[i].size != sizeof(w)) {
-				all->rc = QE_ECOMM;
-				snprintf(all->msg, sizeof(all->msg), "rank %d answered %zu bytes", i, blobs[i].size);
-				break;
-			}
-			memcpy(&w, blobs[i].data, sizeof(w));
-			w.msg[sizeof(w.msg) - 1] = 0;
-			all->busy |= w.busy;
-			all->bytes += w.bytes;
-			all->rt_bytes += w.rt_bytes;
-			if (!w.rc)
-				continue;
-			if (!all->rc)
-				all->rc = w.rc;
-			if (len < sizeof(all->msg) - 1)
-				len += (size_t)snprintf(all->msg + len, sizeof(all->msg) - len, "%srank %d: %s",
-							len ? "; " : "", i, w.msg);
-		}
-		qe_comm_blobs_free(blobs, world);
-	}
-	if ((rc = qe_comm_bcast(qe_rank_comm(r), 0, all, sizeof(*all))))
-		return qe_fail_ctx(rc, "async checkpoint: hearing rank 0's decision");
-	all->msg[sizeof(all->msg) - 1] = 0;
-	return QE_OK;
-}
-
-static void word_fail(async_word *w, int rc)
-{
-	w->rc = rc;
-	const char *e = qe_last_error();
-	snprintf(w->msg, sizeof(w->msg), "%s", rc ? (e && e[0] ? e : qe_strerror(rc)) : "");
-}
-
 /* The pool holds at least the snapshot of these items (each 256-byte aligned). */
 static int pool_reserve(ckpt_async *a, qe_backend *b, const qe_pstate_item *items, int n)
 {
@@ -435,24 +364,24 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	int rank = a->rank, rc;
 
 	/* 1. The write in flight: wait for it, or see whether it is done. */
-	async_word mine, all;
+	ckpt_word mine, all;
 	memset(&mine, 0, sizeof(mine));
 	if (a->running && (a->mode == CKPT_ASYNC_WAIT || finished(a))) {
 		double tw = ckpt__now_ms();
 		rc = join(a, &res.done_step, &res.done_ms);
 		res.wait_ms = ckpt__now_ms() - tw;
 		if (rc)
-			word_fail(&mine, rc);
+			ckpt__word_set(&mine, rc, NULL);
 	}
 	mine.busy = a->running;
 	/* 2. The gate, on every rank. */
 	if (!mine.rc && !mine.busy) {
 		rc = qe_rank_quiescent(r);
 		if (rc)
-			word_fail(&mine, rc);
+			ckpt__word_set(&mine, rc, NULL);
 		ckpt__maybe_kill(s, "gate", rank);
 	}
-	if ((rc = agree(r, &mine, &all)))
+	if ((rc = ckpt__agree(r, "async checkpoint", &mine, &all)))
 		return rc;
 	/* The memory tier (ckpt_memtier.c): with no write in flight anywhere and no failure reported, the
 	 * last write committed, so what it replaced in memory goes; after a failure memory keeps everything. */
@@ -489,7 +418,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 		if (!rc)
 			ckpt__maybe_kill(s, "begin", rank);
 	}
-	if ((rc = ckpt__bcast(r, &w))) {
+	if ((rc = ckpt__bcast(r, "checkpoint", &w))) {
 		if (rank == 0 && w.id > 0)
 			cat_ckpt_abort(s->cat, w.id, "async save failed: a rank did not hear the checkpoint id");
 		return rc;
@@ -509,9 +438,9 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	if (!rc)
 		rc = snapshot(a, r, &mine.bytes, &mine.rt_bytes);
 	if (rc)
-		word_fail(&mine, rc);
+		ckpt__word_set(&mine, rc, NULL);
 	res.snapshot_ms = ckpt__now_ms() - ts;
-	if ((rc = agree(r, &mine, &all))) {
+	if ((rc = ckpt__agree(r, "async checkpoint", &mine, &all))) {
 		free_copies(a);
 		return rc;
 	}
@@ -572,13 +501,13 @@ int ckpt_async_finish(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	int rc = ckpt_async_drain(a, out);
 	if (!a)
 		return rc;
-	async_word mine, all;
+	ckpt_word mine, all;
 	memset(&mine, 0, sizeof(mine));
 	if (rc)
-		word_fail(&mine, rc);
+		ckpt__word_set(&mine, rc, NULL);
 	char first[1024];
 	snprintf(first, sizeof(first), "%s", rc ? qe_last_error() : "");
-	int arc = agree(r, &mine, &all);
+	int arc = ckpt__agree(r, "async checkpoint", &mine, &all);
 	if (rc) {
 		qe_fail(rc, "%s", first); /* this rank's own failure stays the one reported */
 		if (!arc)

@@ -446,20 +446,11 @@ static void abandon_pending(ckpt_session *s, int64_t step)
 	cat_ckpt_rows_free(&all);
 }
 
-/* Every rank: this rank's word, to rank 0 and back as the combination. */
-static int agree(qe_rank *r, ckpt_word *mine, ckpt_word *w)
-{
-	int rc = ckpt__gather(r, mine, w);
-	if (!rc)
-		rc = ckpt__bcast(r, w);
-	return rc;
-}
-
 /* Rank 0's blob to every rank (a world of one keeps its own bytes). */
 static int share_blob(qe_rank *r, void *mine, size_t len, void **out, size_t *out_len)
 {
 	qe_comm *comm = qe_rank_comm(r);
-	if (!comm || qe_comm_world_size(comm) == 1) {
+	if (ckpt__comm_world(comm) == 1) {
 		*out = mine;
 		*out_len = len;
 		return QE_OK;
@@ -474,7 +465,7 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 		       const qe_comm_blob *blobs, const ask *mine_ask, size_t *len)
 {
 	qe_comm *comm = qe_rank_comm(r);
-	int world = comm ? qe_comm_world_size(comm) : 1;
+	int world = ckpt__comm_world(comm);
 	ckpt_word w;
 	memset(&w, 0, sizeof(w));
 	ask *asks = qe_calloc((size_t)world, sizeof(*asks));
@@ -494,13 +485,7 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 		} else if ((rc = ask_decode(blobs[q].data, blobs[q].size, q, rows->n, &asks[q]))) {
 			break;
 		}
-		if (asks[q].w.rc) {
-			if (!w.rc)
-				w.rc = asks[q].w.rc;
-			if (mlen < sizeof(w.msg) - 1)
-				mlen += (size_t)snprintf(w.msg + mlen, sizeof(w.msg) - mlen, "%srank %d: %s", mlen ? "; " : "",
-							 q, asks[q].w.msg);
-		}
+		ckpt__word_add(&w, &mlen, q, asks[q].w.rc, asks[q].w.msg);
 	}
 	if (rc)
 		ckpt__word_set(&w, rc, NULL);
@@ -594,7 +579,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	double t0 = ckpt__now_ms();
 	int rank = qe_rank_index(r), rc, n = 0, nplan = 0;
 	qe_comm *comm = qe_rank_comm(r);
-	int world = comm ? qe_comm_world_size(comm) : 1;
+	int world = ckpt__comm_world(comm);
 	qe_pstate_item *items = NULL;
 	void *blob = NULL;
 	staging g;
@@ -629,7 +614,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 			cat_ckpt_release(&ck);
 		}
 	}
-	if ((rc = ckpt__bcast(r, &w)))
+	if ((rc = ckpt__bcast(r, "checkpoint", &w)))
 		return rc;
 	if (w.rc)
 		return qe_fail((int)w.rc, "restore: %s", w.msg);
@@ -727,7 +712,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		rc = fetch(s, r, &rows, plan, nplan, items, need, n, &g, found.step, w.msg);
 	ckpt__word_set(&mine, rc, NULL);
 	double t_agree = ckpt__now_ms();
-	if ((rc = agree(r, &mine, &w)))
+	if ((rc = ckpt__agree(r, "checkpoint", &mine, &w)))
 		goto out;
 	if (w.rc) {
 		rc = qe_fail((int)w.rc, "restore of checkpoint step %lld refused, nothing loaded: %s",

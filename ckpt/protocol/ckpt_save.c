@@ -204,7 +204,7 @@ static void decide(ckpt_session *s, int64_t id, const ckpt_report *reps, int n, 
 static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **reps, int *nreps, ckpt_word *w)
 {
 	qe_comm *comm = qe_rank_comm(r);
-	int world = comm ? qe_comm_world_size(comm) : 1;
+	int world = ckpt__comm_world(comm);
 	void *buf = NULL;
 	size_t len = 0;
 	*reps = NULL;
@@ -244,19 +244,7 @@ static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **rep
 						  (long long)v[i].id, (long long)mine->id));
 		w->bytes += v[i].bytes;
 		w->rt_bytes += v[i].rt_bytes;
-		if (!v[i].rc)
-			continue;
-		if (!w->rc)
-			w->rc = v[i].rc;
-		char who[32];
-		int k = snprintf(who, sizeof(who), "rank %d ", i);
-		if (strncmp(v[i].msg, who, (size_t)k) == 0)
-			who[0] = 0;
-		else
-			snprintf(who, sizeof(who), "rank %d: ", i);
-		if (mlen < sizeof(w->msg) - 1)
-			mlen += (size_t)snprintf(w->msg + mlen, sizeof(w->msg) - mlen, "%s%s%s", mlen ? "; " : "", who,
-						 v[i].msg);
+		ckpt__word_add(w, &mlen, i, v[i].rc, v[i].msg);
 	}
 	free(buf);
 	qe_comm_blobs_free(blobs, world);
@@ -295,9 +283,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	rc = qe_rank_quiescent(r);
 	ckpt__word_set(&mine, rc, NULL);
 	ckpt__maybe_kill(s, "gate", rank);
-	if ((rc = ckpt__gather(r, &mine, &w)))
-		return rc;
-	if ((rc = ckpt__bcast(r, &w)))
+	if ((rc = ckpt__agree(r, "checkpoint", &mine, &w)))
 		return rc;
 	if (w.rc)
 		return qe_fail((int)w.rc, "checkpoint at step %lld refused, nothing written: %s", (long long)step, w.msg);
@@ -316,7 +302,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 		if (!rc)
 			ckpt__maybe_kill(s, "begin", rank);
 	}
-	if ((rc = ckpt__bcast(r, &w))) {
+	if ((rc = ckpt__bcast(r, "checkpoint", &w))) {
 		if (rank == 0 && w.id > 0)
 			cat_ckpt_abort(s->cat, w.id, "save failed: a rank did not hear the checkpoint id");
 		return rc;
@@ -371,7 +357,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 		decide(s, id, reps, nreps, &w);
 	}
 	free_reports(reps, nreps);
-	if ((rc = ckpt__bcast(r, &w)))
+	if ((rc = ckpt__bcast(r, "checkpoint", &w)))
 		return rc;
 	res.bytes = w.bytes;
 	res.runtime_state_bytes = w.rt_bytes;

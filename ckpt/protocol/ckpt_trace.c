@@ -48,7 +48,7 @@ static int write_rows(ckpt_session *s, const cat_trace *rows, size_t n, const ca
 int ckpt_record_step(ckpt_session *s, qe_rank *r, const qe_trace_row *rows, size_t n, const cat_loss *loss)
 {
 	qe_comm *comm = qe_rank_comm(r);
-	int world = comm ? qe_comm_world_size(comm) : 1, rank = qe_rank_index(r), rc;
+	int world = ckpt__comm_world(comm), rank = qe_rank_index(r), rc;
 	if (qe_rank_replica(r) != 0)
 		n = 0;
 	if (rank != 0) {

@@ -115,16 +115,21 @@ struct ckpt_session {
 };
 
 /*
- * What ranks tell each other during a save or restore: fixed size, so it
- * travels by qe_comm_bcast and qe_comm_gather_blobs alike.  rc is 0 or a
- * QE_E* code, msg names what failed (already prefixed with the rank when it
- * comes from the combination on rank 0).
+ * What ranks tell each other at every collective step of a save, an async
+ * save, a restore, a persist point or retention: the one word of the
+ * agreement (ckpt__agree) and of rank 0's decisions (ckpt__bcast).  Fixed
+ * size, so it travels by qe_comm_bcast and qe_comm_gather_blobs alike and
+ * leads the larger messages (restore's request and plan, the replicas' host
+ * table, retention's keep list).  rc is 0 or a QE_E* code, msg names what
+ * failed (already prefixed with the rank when it comes from the combination
+ * on rank 0).  Fields a step does not use stay 0.
  */
 typedef struct ckpt_word {
 	int64_t rc;
 	int64_t id;
 	int64_t step;
 	int64_t e_w;
+	int64_t busy; /* a write (async save) or push (persist point) still in flight */
 	uint64_t bytes;
 	uint64_t rt_bytes;
 	char msg[CKPT_MSG];
@@ -154,21 +159,41 @@ void ckpt__maybe_kill(ckpt_session *s, const char *phase, int rank);
 
 /* --- the words between ranks (ckpt_words.c) ------------------------------------------ */
 
-/* The job's rank count (1 without a comm): every agreement among the ranks starts from it. */
+/*
+ * The job's rank count (1 without a comm): every agreement among the ranks
+ * starts from it.  ckpt__comm_world is the same for a thread that holds only
+ * the comm (the background writes and pushes).
+ */
 int ckpt__world(qe_rank *r);
+int ckpt__comm_world(qe_comm *c);
 
-/* Fill w from rc and the thread's last message. */
+/* Fill w from rc and the thread's last message (fmt NULL), or from fmt. */
 void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /*
- * Every rank hands its word; rank 0 gets the combination (first failing
- * rank's code, every failing rank's message prefixed "rank R: ", bytes
- * summed) in *all.  Other ranks' *all is untouched.  Returns 0 or the comm
- * failure (with its message).
+ * Add rank's outcome (rc, msg) to the combination *all, *len its msg's length
+ * so far (0 to start): the first failing rank's code stays, every failing
+ * rank's message is appended as "rank R: msg" ("; " between), the prefix left
+ * out when msg already starts with "rank R ".  The one place the text naming
+ * the rank at fault is written, for the agreement below and for the gathers
+ * that carry more than a word (a save's rows, an async save's reports, a
+ * restore's requests).
  */
-int ckpt__gather(qe_rank *r, const ckpt_word *mine, ckpt_word *all);
-/* Rank 0's word to every rank (in place). */
-int ckpt__bcast(qe_rank *r, ckpt_word *w);
+void ckpt__word_add(ckpt_word *all, size_t *len, int rank, int64_t rc, const char *msg);
+
+/*
+ * The agreement: every rank hands its word, rank 0 combines them
+ * (ckpt__word_add in rank order; busy if any rank is busy; bytes and
+ * rt_bytes summed; id, step and e_w are rank 0's) and every rank gets the
+ * combination back in *all, so all ranks return the same outcome.  A word of
+ * the wrong size becomes the outcome QE_ECOMM naming its rank, heard by every
+ * rank like any failure.  what starts the message of a comm failure
+ * ("checkpoint", "async checkpoint").  Returns 0 (the outcome is all->rc) or
+ * the comm failure, with its message; collective.
+ */
+int ckpt__agree(qe_rank *r, const char *what, const ckpt_word *mine, ckpt_word *all);
+/* Rank 0's word to every rank (in place); what as for ckpt__agree.  Collective. */
+int ckpt__bcast(qe_rank *r, const char *what, ckpt_word *w);
 
 /* --- the ring and the pipe (ckpt/protocol/ckpt_pipe.c) -------------------------------- */
 

@@ -40,13 +40,6 @@
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
-/* Rank 0's word at a persist point. */
-typedef struct point_word {
-	int64_t id;   /* the checkpoint to push; 0: none */
-	int64_t step;
-	int64_t busy;
-} point_word;
-
 /* Rank 0 to the others in the final wait (CKPT_SVC_PERSIST_WAIT): its push still runs, or finished. */
 typedef struct wait_msg {
 	int64_t finished;
@@ -165,7 +158,7 @@ static void take_event(ckpt_persist *p, ckpt_persist_event *ev)
  * not there yet, so that pushes that fall behind (or failed once) catch up
  * in order; retention keeps it meanwhile (ckpt_persist_due).
  */
-static int choose(ckpt_persist *p, point_word *w)
+static int choose(ckpt_persist *p, ckpt_word *w)
 {
 	cat_ckpt_rows all = { 0 };
 	int rc = cat_ckpt_list(p->s->cat, p->s->run_id, &all);
@@ -202,7 +195,7 @@ int64_t ckpt_persist_due(ckpt_persist *p)
 {
 	if (!p || !p->s->cat)
 		return -1;
-	point_word w;
+	ckpt_word w;
 	memset(&w, 0, sizeof(w));
 	if (choose(p, &w))
 		return -1;
@@ -213,7 +206,7 @@ static void bind_rank(ckpt_persist *p, qe_rank *r)
 {
 	p->rank = qe_rank_index(r);
 	p->comm = qe_rank_comm(r);
-	p->world = p->comm ? qe_comm_world_size(p->comm) : 1;
+	p->world = ckpt__world(r);
 }
 
 /* final: the end of training, where a push that just failed is not followed by another. */
@@ -222,7 +215,7 @@ static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 	memset(ev, 0, sizeof(*ev));
 	ev->step = ev->done_step = -1;
 	bind_rank(p, r);
-	point_word w;
+	ckpt_word w;
 	memset(&w, 0, sizeof(w));
 	if (p->rank == 0) {
 		if (ckpt_persist_busy(p)) {
@@ -237,11 +230,10 @@ static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 		}
 		take_event(p, ev);
 	}
-	if (p->world > 1) {
-		int rc = qe_comm_bcast(p->comm, 0, &w, sizeof(w));
-		if (rc)
-			return qe_fail_ctx(rc, "persist: hearing rank 0's choice");
-	}
+	/* Rank 0's word: id (0: nothing to push), step, busy (its push still runs). */
+	int rc = ckpt__bcast(r, "persist", &w);
+	if (rc)
+		return rc;
 	ev->busy = (int)w.busy;
 	if (w.busy || !w.id)
 		return QE_OK;
@@ -261,7 +253,7 @@ static int point(ckpt_persist *p, qe_rank *r, ckpt_persist_event *ev, int final)
 	p->prog.step = w.step;
 	p->prog.ranks_total = p->world;
 	p->t0 = p->last_log = ckpt__now_ms();
-	int rc = pthread_create(&p->th, NULL, ckpt__persist_thread, p);
+	rc = pthread_create(&p->th, NULL, ckpt__persist_thread, p);
 	if (rc) {
 		/* A thread that never started never answers: rank 0's wait (or this rank's, for the plan) ends
 		 * at the comm's time-out, which fails the comm and so the job - as a rank out of threads would. */

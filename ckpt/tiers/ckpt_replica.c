@@ -166,7 +166,7 @@ int ckpt__repl_setup(ckpt_session *s, qe_rank *r)
 	if (s->repl)
 		return QE_OK;
 	qe_comm *comm = qe_rank_comm(r);
-	int world = comm ? qe_comm_world_size(comm) : 1, me = qe_rank_index(r), rc;
+	int world = ckpt__comm_world(comm), me = qe_rank_index(r), rc;
 	if (world == 1 && s->replicas == 0)
 		return QE_OK; /* nothing to agree on, and no map needed */
 	ckpt_repl *m = calloc(1, sizeof(*m));

@@ -105,7 +105,7 @@ int ckpt_retain_local(ckpt_session *s, qe_rank *r, int keep, const int64_t *pins
 		return qe_fail(QE_EINVAL, "retention: keeps at least the latest checkpoint, got %d", keep);
 	int rank = qe_rank_index(r), rc;
 	qe_comm *comm = qe_rank_comm(r);
-	int world = comm ? qe_comm_world_size(comm) : 1;
+	int world = ckpt__comm_world(comm);
 	keep_list kl = { 0 };
 	/* rank 0's answer: a word, then the hashes to keep */
 	ckpt_word w;
