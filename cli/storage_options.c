@@ -21,6 +21,7 @@ cli_storage *cli_storage_get(void)
 void cli_storage_commit(void)
 {
 	ckpt_options_set(&settings.ckpt);
+	store_remote_set_defaults(&settings.s3);
 }
 
 int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst, size_t cap)
@@ -34,9 +35,14 @@ int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst
 	return 0;
 }
 
-/* A variable's text into dst (unset or empty: ""); 0 or 2 when too long. */
+/*
+ * A variable's text into dst (unset or empty: ""); 0 or 2 when too long.  A
+ * dst already set by an earlier variable of the table is left as it is.
+ */
 static int env_text(const char *name, char *dst, size_t cap)
 {
+	if (dst[0])
+		return 0;
 	const char *v = qe_env(name);
 	return v && v[0] ? cli_storage_text(NULL, name, v, dst, cap) : 0;
 }
@@ -48,7 +54,7 @@ static long long env_number(const char *name, long long dflt)
 	return v && v[0] ? atoll(v) : dflt;
 }
 
-/* The text settings and the variable each comes from. */
+/* The text settings and the variable each comes from; of two for one setting, the first set wins. */
 #define TEXT(var, field) { var, offsetof(cli_storage, field), sizeof(((cli_storage *)0)->field) }
 static const struct {
 	const char *var;
@@ -70,6 +76,23 @@ static const struct {
 	TEXT("QE_REMOTE_PAUSE", ckpt.remote_pause),
 	TEXT("QE_CKPT_PERSIST_SLOW_MS", ckpt.persist_slow_ms),
 	TEXT("QE_CKPT_PERSIST_PAUSE", ckpt.persist_pause),
+	TEXT("AWS_REGION", s3.region),
+	TEXT("AWS_DEFAULT_REGION", s3.region),
+	TEXT("AWS_ENDPOINT_URL_S3", s3.endpoint),
+	TEXT("AWS_ENDPOINT_URL", s3.endpoint),
+	TEXT("AWS_ACCESS_KEY_ID", s3.access_key),
+	TEXT("AWS_SECRET_ACCESS_KEY", s3.secret_key),
+	TEXT("AWS_SESSION_TOKEN", s3.session_token),
+	TEXT("QE_S3_RETRIES", s3.retries),
+	TEXT("QE_S3_BACKOFF_MS", s3.backoff_ms),
+	TEXT("QE_S3_RETRY_BUDGET_S", s3.retry_budget_s),
+	TEXT("QE_S3_CONNECT_TIMEOUT_S", s3.connect_timeout_s),
+	TEXT("QE_S3_LOW_SPEED_S", s3.low_speed_s),
+	TEXT("QE_S3_LOW_SPEED_BPS", s3.low_speed_bps),
+	TEXT("QE_S3_TIMEOUT_S", s3.timeout_s),
+	TEXT("QE_S3_MIN_RATE", s3.min_rate),
+	TEXT("QE_S3_MULTIPART_BYTES", s3.multipart_bytes),
+	TEXT("QE_S3_PART_BYTES", s3.part_bytes),
 };
 #undef TEXT
 

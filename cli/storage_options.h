@@ -8,7 +8,7 @@
  * cli_storage_init reads the variables users set (QE_LOCAL_DIR, ... the
  * table in runtime/core/env.c) once, as the settings' defaults; flags then
  * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
- * and cli_storage_commit hands ckpt its part.  No flag becomes a variable:
+ * and cli_storage_commit hands ckpt its part and store the S3 fallbacks.  No flag becomes a variable:
  * ranks forked by --nproc inherit the settings, ranks of an external
  * launcher parse the same command line.
  */
@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "ckpt/session/ckpt_options.h"
+#include "store/remote.h"
 
 typedef struct cli_storage {
 	ckpt_options ckpt;
@@ -28,6 +29,7 @@ typedef struct cli_storage {
 	char remote[1024];        /* --remote (QE_CKPT_REMOTE): s3://BUCKET/PREFIX; "": none */
 	uint64_t keep_grace_s;    /* QE_CKPT_KEEP_GRACE_S (600) */
 	uint64_t persist_grace_s; /* QE_CKPT_PERSIST_GRACE_S (600) */
+	store_remote_defaults s3; /* AWS_* and QE_S3_*: what an S3 handle uses where its options say nothing */
 } cli_storage;
 
 /*
