@@ -1,6 +1,7 @@
 /*
- * storage_options.c - the storage and tier settings of a cli process, read
- * from the environment in this one place (storage_options.h).
+ * storage_options.c - the storage and tier settings of a cli process, the
+ * S3 client's fallbacks and the runtime's knobs and test hooks, read from
+ * the environment in this one place (storage_options.h).
  */
 #include "cli/storage_options.h"
 
@@ -22,6 +23,7 @@ void cli_storage_commit(void)
 {
 	ckpt_options_set(&settings.ckpt);
 	store_remote_set_defaults(&settings.s3);
+	qe_rt_options_set(&settings.rt);
 }
 
 int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst, size_t cap)
@@ -93,6 +95,13 @@ static const struct {
 	TEXT("QE_S3_MIN_RATE", s3.min_rate),
 	TEXT("QE_S3_MULTIPART_BYTES", s3.multipart_bytes),
 	TEXT("QE_S3_PART_BYTES", s3.part_bytes),
+	TEXT("QE_P2P", rt.p2p),
+	TEXT("QE_COMM_TIMEOUT_MS", rt.comm_timeout_ms),
+	TEXT("QE_PROFILE", rt.profile),
+	TEXT("QE_FLASH_ROWS", rt.flash_rows),
+	TEXT("QE_FAULT", rt.fault),
+	TEXT("QE_FAULT_COUNT", rt.fault_count),
+	TEXT("QE_LINK_TEST_CONNECT_DELAY_MS", rt.link_test_connect_delay_ms),
 };
 #undef TEXT
 

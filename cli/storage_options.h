@@ -8,7 +8,8 @@
  * cli_storage_init reads the variables users set (QE_LOCAL_DIR, ... the
  * table in runtime/core/env.c) once, as the settings' defaults; flags then
  * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
- * and cli_storage_commit hands ckpt its part and store the S3 fallbacks.  No flag becomes a variable:
+ * and cli_storage_commit hands ckpt its part, store the S3 fallbacks and
+ * the runtime its knobs and test hooks (runtime/core/rt_options.h).  No flag becomes a variable:
  * ranks forked by --nproc inherit the settings, ranks of an external
  * launcher parse the same command line.
  */
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "ckpt/session/ckpt_options.h"
+#include "runtime/core/rt_options.h"
 #include "store/remote.h"
 
 typedef struct cli_storage {
@@ -30,6 +32,7 @@ typedef struct cli_storage {
 	uint64_t keep_grace_s;    /* QE_CKPT_KEEP_GRACE_S (600) */
 	uint64_t persist_grace_s; /* QE_CKPT_PERSIST_GRACE_S (600) */
 	store_remote_defaults s3; /* AWS_* and QE_S3_*: what an S3 handle uses where its options say nothing */
+	qe_rt_options rt;         /* the runtime's knobs and test hooks (QE_P2P, QE_FAULT, ...) */
 } cli_storage;
 
 /*

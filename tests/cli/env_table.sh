@@ -8,7 +8,8 @@
 #  3. README's table lists exactly the table's names;
 #  4. the checkpoint layer, the catalog and the store read no variable at all (not even through
 #     qe_env): cli hands them their options (ckpt/session/ckpt_options.h, store/remote.h's
-#     store_remote_defaults, cli/storage_options.c).
+#     store_remote_defaults, cli/storage_options.c);
+#  5. nor does the runtime, but for the exceptions listed there.
 set -u
 Q=${1:?usage: env_table.sh QEFFECT [SHARED]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,3 +43,13 @@ echo "ok: README's table lists the same $(grep -c . <<<"$readme") variables"
 lib=$(grep -rnE '\bqe_env(_set)?[[:space:]]*\(' ckpt catalog store --include=*.c --include=*.h | grep -vE ':[0-9]+:\s*(/?\*|//)')
 [ -z "$lib" ] || fail "ckpt, catalog or store reads a variable itself (cli should hand it an option): $lib"
 echo "ok: ckpt, catalog and store read no variable"
+# 5. the runtime reads none either, but for the launcher's variables (runtime/comm, and their uses
+#    in the backends) not yet moved into cli, and NCCL's, which the cuda links set for NCCL to read:
+#    runtime/core/rt_options.h carries its knobs and test hooks.
+rt=$(grep -rnE '\bqe_env(_set)?[[:space:]]*\(' runtime --include=*.c --include=*.h --include=*.cu --include=*.cuh \
+  | grep -vE ':[0-9]+:\s*(/?\*|//)' | grep -v '^runtime/core/env\.[ch]:' | grep -v '^runtime/comm/' \
+  | grep -vE '^runtime/backend/cpu/cpu_link_connect\.c:[0-9]+:.*"QE_RUN_ID"' \
+  | grep -vE '^runtime/backend/cuda/cuda_backend\.cu:[0-9]+:.*"LOCAL_RANK"' \
+  | grep -vE '^runtime/backend/cuda/cuda_link\.cu:[0-9]+:.*qe_env_set\("NCCL_NVLS_ENABLE"')
+[ -z "$rt" ] || fail "the runtime reads a variable itself (cli should hand it a qe_rt_options field): $rt"
+echo "ok: the runtime reads no variable but the launcher's"

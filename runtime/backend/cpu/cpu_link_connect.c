@@ -49,6 +49,7 @@
 #include "runtime/comm/auth.h"
 #include "runtime/core/env.h"
 #include "runtime/core/log.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/status.h"
 
 #define ID_MAGIC "QECPULK1"
@@ -365,8 +366,7 @@ int qe__cpu_link_accept_receiver(qe_link *l)
 
 static int test_connect_delay_ms(void)
 {
-	const char *v = qe_env("QE_LINK_TEST_CONNECT_DELAY_MS");
-	int d = v ? atoi(v) : 0;
+	int d = atoi(qe_rt_options_get()->link_test_connect_delay_ms);
 	return d > 0 && d < 600000 ? d : 0;
 }
 

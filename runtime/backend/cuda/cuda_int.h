@@ -34,6 +34,7 @@ extern "C" {
 /* The runtime's headers are plain C without linkage guards. */
 #include "runtime/core/env.h"
 #include "runtime/core/log.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/status.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/backend_check.h"
