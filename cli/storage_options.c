@@ -1,7 +1,8 @@
 /*
  * storage_options.c - the storage and tier settings of a cli process, the
- * S3 client's fallbacks and the runtime's knobs and test hooks, read from
- * the environment in this one place (storage_options.h).
+ * S3 client's fallbacks, the runtime's knobs and test hooks and the
+ * launcher's variables, read from the environment in this one place
+ * (storage_options.h).
  */
 #include "cli/storage_options.h"
 
@@ -10,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/env.h"
+#include "runtime/core/status.h"
 
 static cli_storage settings;
 
@@ -96,7 +99,6 @@ static const struct {
 	TEXT("QE_S3_MULTIPART_BYTES", s3.multipart_bytes),
 	TEXT("QE_S3_PART_BYTES", s3.part_bytes),
 	TEXT("QE_P2P", rt.p2p),
-	TEXT("QE_COMM_TIMEOUT_MS", rt.comm_timeout_ms),
 	TEXT("QE_PROFILE", rt.profile),
 	TEXT("QE_FLASH_ROWS", rt.flash_rows),
 	TEXT("QE_FAULT", rt.fault),
@@ -129,6 +131,12 @@ int cli_storage_init(void)
 	s->persist_keep = (int)env_number("QE_CKPT_PERSIST_KEEP", 0);
 	s->keep_grace_s = (uint64_t)env_number("QE_CKPT_KEEP_GRACE_S", 600);
 	s->persist_grace_s = (uint64_t)env_number("QE_CKPT_PERSIST_GRACE_S", 600);
+	/* the launcher's variables go to the runtime as they are, set or not (launch_vars.h) */
+	for (int i = 0; i < qe_launch_nvars; i++)
+		if (qe_launch_var_set(qe_launch_var_names[i], qe_env(qe_launch_var_names[i]))) {
+			fprintf(stderr, "qeffect: %s\n", qe_last_error());
+			return 2;
+		}
 	cli_storage_commit();
 	return 0;
 }

@@ -9,7 +9,9 @@
  * table in runtime/core/env.c) once, as the settings' defaults; flags then
  * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
  * and cli_storage_commit hands ckpt its part, store the S3 fallbacks and
- * the runtime its knobs and test hooks (runtime/core/rt_options.h).  No flag becomes a variable:
+ * the runtime its knobs and test hooks (runtime/core/rt_options.h).  The
+ * launcher's variables (RANK, SLURM_PROCID, QE_JOB_SECRET, ...) are handed
+ * to runtime/comm/launch_vars.h by cli_storage_init itself.  No flag becomes a variable:
  * ranks forked by --nproc inherit the settings, ranks of an external
  * launcher parse the same command line.
  */

@@ -20,7 +20,6 @@
 
 typedef struct qe_rt_options {
 	char p2p[16];                          /* QE_P2P: host|device */
-	char comm_timeout_ms[32];              /* QE_COMM_TIMEOUT_MS (the cpu links' waits) */
 	char profile[16];                      /* QE_PROFILE: 1 logs each action kind's time at exit */
 	char flash_rows[16];                   /* QE_FLASH_ROWS: 128 for the cuda flash kernels' larger blocks */
 	/* test hooks */

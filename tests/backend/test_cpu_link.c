@@ -26,17 +26,15 @@
 #include <unistd.h>
 
 #include "bk_util.h"
-#include "runtime/core/rt_options.h"
+#include "runtime/comm/launch_vars.h"
 
 #define SEED 20240611u
 #define WATCHDOG_S 60
 
-/* QE_COMM_TIMEOUT_MS as cli would hand it to the runtime ("": the default). */
+/* QE_COMM_TIMEOUT_MS as cli would hand it to the runtime (NULL: unset, the default). */
 static void set_timeout(const char *ms)
 {
-	qe_rt_options o = *qe_rt_options_get();
-	snprintf(o.comm_timeout_ms, sizeof(o.comm_timeout_ms), "%s", ms);
-	qe_rt_options_set(&o);
+	qe_launch_var_set("QE_COMM_TIMEOUT_MS", ms);
 }
 
 static double now_ms(void)
@@ -369,7 +367,7 @@ static void case_timeout(bk *k)
 	qe_stream *rs = NULL;
 	CHECK_OK(k->o->stream_create(k->b, &rs));
 	CHECK_OK(open_pair(k->b, &tx, &rx));
-	set_timeout("");
+	set_timeout(NULL);
 	if (!tx || !rx)
 		return;
 	uint8_t buf[8];
@@ -435,7 +433,7 @@ static void case_first_send(bk *k)
 	/* no receive ever: the first send fails at the deadline and says why */
 	set_timeout("300");
 	int ok = pair_open(k, &tx, &rx, &ss, &rs, 0);
-	set_timeout("");
+	set_timeout(NULL);
 	if (!ok)
 		return;
 	t0 = now_ms();

@@ -9,7 +9,7 @@
 #  4. the checkpoint layer, the catalog and the store read no variable at all (not even through
 #     qe_env): cli hands them their options (ckpt/session/ckpt_options.h, store/remote.h's
 #     store_remote_defaults, cli/storage_options.c);
-#  5. nor does the runtime, but for the exceptions listed there.
+#  5. nor does the runtime, which sets only NCCL's NCCL_NVLS_ENABLE.
 set -u
 Q=${1:?usage: env_table.sh QEFFECT [SHARED]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +30,7 @@ rm -f "${TMPDIR:-/tmp}/env.$$.json"
 used=$( (grep -rhoE '\b(qe_env|qe_env_set|env_int|env_long|env_size|env_str|first_env)\(\s*"[A-Z][A-Z0-9_]*"' runtime ckpt store catalog cli \
     --include=*.c --include=*.cu | grep -oE '"[A-Z][A-Z0-9_]*"'
   grep -hoE '\bTEXT\("[A-Z][A-Z0-9_]*"' cli/storage_options.c | grep -oE '"[A-Z][A-Z0-9_]*"'
+  sed -n '/qe_launch_var_names\[\] = {/,/^};/p' runtime/comm/launch_vars.c | grep -oE '"[A-Z][A-Z0-9_]*"'
   grep -hoE '"[A-Z][A-Z0-9_]*=%' runtime/comm/launch.c | grep -oE '[A-Z][A-Z0-9_]*') | tr -d '"' | sort -u)
 [ "$(grep -c . <<<"$used")" -ge 30 ] || fail "found only $(grep -c . <<<"$used") names in the sources: the pattern is stale"
 missing=$(comm -23 <(echo "$used") <(sort -u <<<"$listed"))
@@ -43,13 +44,11 @@ echo "ok: README's table lists the same $(grep -c . <<<"$readme") variables"
 lib=$(grep -rnE '\bqe_env(_set)?[[:space:]]*\(' ckpt catalog store --include=*.c --include=*.h | grep -vE ':[0-9]+:\s*(/?\*|//)')
 [ -z "$lib" ] || fail "ckpt, catalog or store reads a variable itself (cli should hand it an option): $lib"
 echo "ok: ckpt, catalog and store read no variable"
-# 5. the runtime reads none either, but for the launcher's variables (runtime/comm, and their uses
-#    in the backends) not yet moved into cli, and NCCL's, which the cuda links set for NCCL to read:
-#    runtime/core/rt_options.h carries its knobs and test hooks.
+# 5. the runtime reads none either (runtime/core/rt_options.h carries its knobs and test hooks,
+#    runtime/comm/launch_vars.h the launcher's variables), but for NCCL's, which the cuda links set
+#    for NCCL to read.
 rt=$(grep -rnE '\bqe_env(_set)?[[:space:]]*\(' runtime --include=*.c --include=*.h --include=*.cu --include=*.cuh \
-  | grep -vE ':[0-9]+:\s*(/?\*|//)' | grep -v '^runtime/core/env\.[ch]:' | grep -v '^runtime/comm/' \
-  | grep -vE '^runtime/backend/cpu/cpu_link_connect\.c:[0-9]+:.*"QE_RUN_ID"' \
-  | grep -vE '^runtime/backend/cuda/cuda_backend\.cu:[0-9]+:.*"LOCAL_RANK"' \
+  | grep -vE ':[0-9]+:\s*(/?\*|//)' | grep -v '^runtime/core/env\.[ch]:' \
   | grep -vE '^runtime/backend/cuda/cuda_link\.cu:[0-9]+:.*qe_env_set\("NCCL_NVLS_ENABLE"')
-[ -z "$rt" ] || fail "the runtime reads a variable itself (cli should hand it a qe_rt_options field): $rt"
-echo "ok: the runtime reads no variable but the launcher's"
+[ -z "$rt" ] || fail "the runtime reads a variable itself (cli should hand it over: rt_options.h, launch_vars.h): $rt"
+echo "ok: the runtime reads no variable (it sets only NCCL_NVLS_ENABLE, for NCCL)"

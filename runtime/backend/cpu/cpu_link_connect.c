@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/auth.h"
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/log.h"
 #include "runtime/core/rt_options.h"
 #include "runtime/core/status.h"
@@ -174,7 +174,7 @@ static int link_mac(const qe_auth_key *key, int sender, const char *name, const 
 		    const unsigned char *ns, unsigned char *out)
 {
 	unsigned char ctx[64 + NAME_MAX_LEN + 1 + 2 * NONCE] = { 0 };
-	const char *rid = qe_env("QE_RUN_ID");
+	const char *rid = qe_launch_var("QE_RUN_ID");
 	if (!rid || !rid[0])
 		rid = "qeffect";
 	memcpy(ctx, rid, strnlen(rid, 63));

@@ -32,6 +32,7 @@ extern "C" {
 #endif
 
 /* The runtime's headers are plain C without linkage guards. */
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/env.h"
 #include "runtime/core/log.h"
 #include "runtime/core/rt_options.h"
