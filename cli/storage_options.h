@@ -38,9 +38,10 @@ typedef struct cli_storage {
 } cli_storage;
 
 /*
- * The settings from the environment, handed to ckpt.  0, or 2 after printing
- * an error naming the variable (a value too long, or a replica count
- * outside 0..8).
+ * The settings from the environment, handed to ckpt, store and the runtime
+ * (and the launcher's variables to launch_vars.h).  0, or 2 after printing
+ * an error naming the variable (a value too long for its setting, or a
+ * replica count outside 0..8) or saying memory ran out.
  */
 int cli_storage_init(void);
 /* The process's settings, to read or change (cli_storage_commit after a change of .ckpt). */
