@@ -1,6 +1,8 @@
 /*
- * storage_options.c - the storage and tier settings of a cli process, read
- * from the environment in this one place (storage_options.h).
+ * storage_options.c - the storage and tier settings of a cli process, the
+ * S3 client's fallbacks, the runtime's knobs and test hooks and the
+ * launcher's variables, read from the environment in this one place
+ * (storage_options.h).
  */
 #include "cli/storage_options.h"
 
@@ -9,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/env.h"
+#include "runtime/core/status.h"
 
 static cli_storage settings;
 
@@ -21,6 +25,8 @@ cli_storage *cli_storage_get(void)
 void cli_storage_commit(void)
 {
 	ckpt_options_set(&settings.ckpt);
+	store_remote_set_defaults(&settings.s3);
+	qe_rt_options_set(&settings.rt);
 }
 
 int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst, size_t cap)
@@ -34,9 +40,14 @@ int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst
 	return 0;
 }
 
-/* A variable's text into dst (unset or empty: ""); 0 or 2 when too long. */
+/*
+ * A variable's text into dst (unset or empty: ""); 0 or 2 when too long.  A
+ * dst already set by an earlier variable of the table is left as it is.
+ */
 static int env_text(const char *name, char *dst, size_t cap)
 {
+	if (dst[0])
+		return 0;
 	const char *v = qe_env(name);
 	return v && v[0] ? cli_storage_text(NULL, name, v, dst, cap) : 0;
 }
@@ -48,7 +59,7 @@ static long long env_number(const char *name, long long dflt)
 	return v && v[0] ? atoll(v) : dflt;
 }
 
-/* The text settings and the variable each comes from. */
+/* The text settings and the variable each comes from; of two for one setting, the first set wins. */
 #define TEXT(var, field) { var, offsetof(cli_storage, field), sizeof(((cli_storage *)0)->field) }
 static const struct {
 	const char *var;
@@ -70,6 +81,29 @@ static const struct {
 	TEXT("QE_REMOTE_PAUSE", ckpt.remote_pause),
 	TEXT("QE_CKPT_PERSIST_SLOW_MS", ckpt.persist_slow_ms),
 	TEXT("QE_CKPT_PERSIST_PAUSE", ckpt.persist_pause),
+	TEXT("AWS_REGION", s3.region),
+	TEXT("AWS_DEFAULT_REGION", s3.region),
+	TEXT("AWS_ENDPOINT_URL_S3", s3.endpoint),
+	TEXT("AWS_ENDPOINT_URL", s3.endpoint),
+	TEXT("AWS_ACCESS_KEY_ID", s3.access_key),
+	TEXT("AWS_SECRET_ACCESS_KEY", s3.secret_key),
+	TEXT("AWS_SESSION_TOKEN", s3.session_token),
+	TEXT("QE_S3_RETRIES", s3.retries),
+	TEXT("QE_S3_BACKOFF_MS", s3.backoff_ms),
+	TEXT("QE_S3_RETRY_BUDGET_S", s3.retry_budget_s),
+	TEXT("QE_S3_CONNECT_TIMEOUT_S", s3.connect_timeout_s),
+	TEXT("QE_S3_LOW_SPEED_S", s3.low_speed_s),
+	TEXT("QE_S3_LOW_SPEED_BPS", s3.low_speed_bps),
+	TEXT("QE_S3_TIMEOUT_S", s3.timeout_s),
+	TEXT("QE_S3_MIN_RATE", s3.min_rate),
+	TEXT("QE_S3_MULTIPART_BYTES", s3.multipart_bytes),
+	TEXT("QE_S3_PART_BYTES", s3.part_bytes),
+	TEXT("QE_P2P", rt.p2p),
+	TEXT("QE_PROFILE", rt.profile),
+	TEXT("QE_FLASH_ROWS", rt.flash_rows),
+	TEXT("QE_FAULT", rt.fault),
+	TEXT("QE_FAULT_COUNT", rt.fault_count),
+	TEXT("QE_LINK_TEST_CONNECT_DELAY_MS", rt.link_test_connect_delay_ms),
 };
 #undef TEXT
 
@@ -97,6 +131,12 @@ int cli_storage_init(void)
 	s->persist_keep = (int)env_number("QE_CKPT_PERSIST_KEEP", 0);
 	s->keep_grace_s = (uint64_t)env_number("QE_CKPT_KEEP_GRACE_S", 600);
 	s->persist_grace_s = (uint64_t)env_number("QE_CKPT_PERSIST_GRACE_S", 600);
+	/* the launcher's variables go to the runtime as they are, set or not (launch_vars.h) */
+	for (int i = 0; i < qe_launch_nvars; i++)
+		if (qe_launch_var_set(qe_launch_var_names[i], qe_env(qe_launch_var_names[i]))) {
+			fprintf(stderr, "qeffect: %s\n", qe_last_error());
+			return 2;
+		}
 	cli_storage_commit();
 	return 0;
 }

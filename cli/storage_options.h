@@ -8,7 +8,10 @@
  * cli_storage_init reads the variables users set (QE_LOCAL_DIR, ... the
  * table in runtime/core/env.c) once, as the settings' defaults; flags then
  * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
- * and cli_storage_commit hands ckpt its part.  No flag becomes a variable:
+ * and cli_storage_commit hands ckpt its part, store the S3 fallbacks and
+ * the runtime its knobs and test hooks (runtime/core/rt_options.h).  The
+ * launcher's variables (RANK, SLURM_PROCID, QE_JOB_SECRET, ...) are handed
+ * to runtime/comm/launch_vars.h by cli_storage_init itself.  No flag becomes a variable:
  * ranks forked by --nproc inherit the settings, ranks of an external
  * launcher parse the same command line.
  */
@@ -19,6 +22,8 @@
 #include <stdint.h>
 
 #include "ckpt/session/ckpt_options.h"
+#include "runtime/core/rt_options.h"
+#include "store/remote.h"
 
 typedef struct cli_storage {
 	ckpt_options ckpt;
@@ -28,12 +33,15 @@ typedef struct cli_storage {
 	char remote[1024];        /* --remote (QE_CKPT_REMOTE): s3://BUCKET/PREFIX; "": none */
 	uint64_t keep_grace_s;    /* QE_CKPT_KEEP_GRACE_S (600) */
 	uint64_t persist_grace_s; /* QE_CKPT_PERSIST_GRACE_S (600) */
+	store_remote_defaults s3; /* AWS_* and QE_S3_*: what an S3 handle uses where its options say nothing */
+	qe_rt_options rt;         /* the runtime's knobs and test hooks (QE_P2P, QE_FAULT, ...) */
 } cli_storage;
 
 /*
- * The settings from the environment, handed to ckpt.  0, or 2 after printing
- * an error naming the variable (a value too long, or a replica count
- * outside 0..8).
+ * The settings from the environment, handed to ckpt, store and the runtime
+ * (and the launcher's variables to launch_vars.h).  0, or 2 after printing
+ * an error naming the variable (a value too long for its setting, or a
+ * replica count outside 0..8) or saying memory ran out.
  */
 int cli_storage_init(void);
 /* The process's settings, to read or change (cli_storage_commit after a change of .ckpt). */

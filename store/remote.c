@@ -37,7 +37,6 @@
 
 #include <openssl/evp.h>
 
-#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -150,11 +149,18 @@ int remote__full_key(const store_remote *r, const char *key, char *buf, size_t l
 
 /* ---- handle -------------------------------------------------------------------- */
 
-static int env_int(const char *name, int def, int lo, int hi, int *out)
+static store_remote_defaults defaults;
+
+void store_remote_set_defaults(const store_remote_defaults *d)
 {
-	const char *v = qe_env(name);
+	defaults = *d;
+}
+
+/* A fallback's number (v "": def), checked as the variable name it came from. */
+static int opt_int(const char *name, const char *v, int def, int lo, int hi, int *out)
+{
 	*out = def;
-	if (!v || !v[0])
+	if (!v[0])
 		return QE_OK;
 	char *end;
 	errno = 0;
@@ -165,11 +171,10 @@ static int env_int(const char *name, int def, int lo, int hi, int *out)
 	return QE_OK;
 }
 
-static int env_long(const char *name, long def, long lo, long hi, long *out)
+static int opt_long(const char *name, const char *v, long def, long lo, long hi, long *out)
 {
-	const char *v = qe_env(name);
 	*out = def;
-	if (!v || !v[0])
+	if (!v[0])
 		return QE_OK;
 	char *end;
 	errno = 0;
@@ -180,11 +185,10 @@ static int env_long(const char *name, long def, long lo, long hi, long *out)
 	return QE_OK;
 }
 
-static int env_size(const char *name, size_t def, size_t lo, size_t *out)
+static int opt_size(const char *name, const char *v, size_t def, size_t lo, size_t *out)
 {
-	const char *v = qe_env(name);
 	*out = def;
-	if (!v || !v[0])
+	if (!v[0])
 		return QE_OK;
 	char *end;
 	errno = 0;
@@ -195,13 +199,10 @@ static int env_size(const char *name, size_t def, size_t lo, size_t *out)
 	return QE_OK;
 }
 
-static const char *first_env(const char *a, const char *b)
+/* A text fallback, or NULL when unset. */
+static const char *fallback(const char *v)
 {
-	const char *v = qe_env(a);
-	if (v && v[0])
-		return v;
-	v = b ? qe_env(b) : NULL;
-	return v && v[0] ? v : NULL;
+	return v[0] ? v : NULL;
 }
 
 int store_remote_open(const char *url, const store_remote_opts *opts, store_remote **out)
@@ -221,7 +222,7 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 		goto fail;
 	snprintf(r->url, sizeof(r->url), "%s", url);
 
-	const char *region = o->region ? o->region : first_env("AWS_REGION", "AWS_DEFAULT_REGION");
+	const char *region = o->region ? o->region : fallback(defaults.region);
 	if (!region)
 		region = "us-east-1";
 	if (strlen(region) >= sizeof(r->region) || strspn(region, "abcdefghijklmnopqrstuvwxyz0123456789-") != strlen(region)) {
@@ -231,7 +232,7 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 	snprintf(r->region, sizeof(r->region), "%s", region);
 	snprintf(r->sigv4, sizeof(r->sigv4), "aws:amz:%s:s3", r->region);
 
-	const char *ep = o->endpoint ? o->endpoint : first_env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
+	const char *ep = o->endpoint ? o->endpoint : fallback(defaults.endpoint);
 	if (ep) {
 		if (strncmp(ep, "http://", 7) && strncmp(ep, "https://", 8)) {
 			rc = qe_fail(QE_EINVAL, "s3: endpoint '%s' must start with http:// or https://", ep);
@@ -253,9 +254,9 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 		goto fail;
 	}
 
-	const char *ak = o->access_key ? o->access_key : first_env("AWS_ACCESS_KEY_ID", NULL);
-	const char *sk = o->secret_key ? o->secret_key : first_env("AWS_SECRET_ACCESS_KEY", NULL);
-	const char *tk = o->session_token ? o->session_token : first_env("AWS_SESSION_TOKEN", NULL);
+	const char *ak = o->access_key ? o->access_key : fallback(defaults.access_key);
+	const char *sk = o->secret_key ? o->secret_key : fallback(defaults.secret_key);
+	const char *tk = o->session_token ? o->session_token : fallback(defaults.session_token);
 	if (!ak || !sk || !ak[0] || !sk[0]) {
 		rc = qe_fail(QE_EINVAL, "s3: no credentials for %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", url);
 		goto fail;
@@ -270,27 +271,27 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 
 	if (o->retries >= 0)
 		r->retries = o->retries;
-	else if ((rc = env_int("QE_S3_RETRIES", 4, 0, 100, &r->retries)))
+	else if ((rc = opt_int("QE_S3_RETRIES", defaults.retries, 4, 0, 100, &r->retries)))
 		goto fail;
 	r->backoff_ms = o->backoff_ms;
-	if (!r->backoff_ms && (rc = env_int("QE_S3_BACKOFF_MS", 200, 1, 600000, &r->backoff_ms)))
+	if (!r->backoff_ms && (rc = opt_int("QE_S3_BACKOFF_MS", defaults.backoff_ms, 200, 1, 600000, &r->backoff_ms)))
 		goto fail;
-	if ((rc = env_int("QE_S3_RETRY_BUDGET_S", 150, 1, 86400, &r->retry_budget_s)))
+	if ((rc = opt_int("QE_S3_RETRY_BUDGET_S", defaults.retry_budget_s, 150, 1, 86400, &r->retry_budget_s)))
 		goto fail;
 	r->connect_timeout_s = o->connect_timeout_s;
-	if (!r->connect_timeout_s && (rc = env_int("QE_S3_CONNECT_TIMEOUT_S", 10, 1, 3600, &r->connect_timeout_s)))
+	if (!r->connect_timeout_s && (rc = opt_int("QE_S3_CONNECT_TIMEOUT_S", defaults.connect_timeout_s, 10, 1, 3600, &r->connect_timeout_s)))
 		goto fail;
 	r->stall_timeout_s = o->stall_timeout_s;
-	if (!r->stall_timeout_s && (rc = env_int("QE_S3_LOW_SPEED_S", 30, 1, 86400, &r->stall_timeout_s)))
+	if (!r->stall_timeout_s && (rc = opt_int("QE_S3_LOW_SPEED_S", defaults.low_speed_s, 30, 1, 86400, &r->stall_timeout_s)))
 		goto fail;
 	r->low_speed_bps = o->low_speed_bps;
-	if (!r->low_speed_bps && (rc = env_long("QE_S3_LOW_SPEED_BPS", 65536, 1, 1L << 40, &r->low_speed_bps)))
+	if (!r->low_speed_bps && (rc = opt_long("QE_S3_LOW_SPEED_BPS", defaults.low_speed_bps, 65536, 1, 1L << 40, &r->low_speed_bps)))
 		goto fail;
 	r->deadline_floor_s = o->timeout_s;
-	if (!r->deadline_floor_s && (rc = env_int("QE_S3_TIMEOUT_S", 60, 1, 86400, &r->deadline_floor_s)))
+	if (!r->deadline_floor_s && (rc = opt_int("QE_S3_TIMEOUT_S", defaults.timeout_s, 60, 1, 86400, &r->deadline_floor_s)))
 		goto fail;
 	r->min_rate_bps = o->min_rate_bps;
-	if (!r->min_rate_bps && (rc = env_long("QE_S3_MIN_RATE", 65536, 1, 1L << 40, &r->min_rate_bps)))
+	if (!r->min_rate_bps && (rc = opt_long("QE_S3_MIN_RATE", defaults.min_rate, 65536, 1, 1L << 40, &r->min_rate_bps)))
 		goto fail;
 	if (r->stall_timeout_s < 1 || r->low_speed_bps < 1 || r->deadline_floor_s < 1 || r->min_rate_bps < 1) {
 		rc = qe_fail(QE_EINVAL, "s3: time-outs and rates must be positive (low speed %ld B/s for %d s, deadline "
@@ -300,10 +301,10 @@ int store_remote_open(const char *url, const store_remote_opts *opts, store_remo
 	}
 	r->multipart_bytes = o->multipart_bytes;
 	if (!r->multipart_bytes &&
-	    (rc = env_size("QE_S3_MULTIPART_BYTES", (size_t)64 << 20, STORE_REMOTE_MIN_PART, &r->multipart_bytes)))
+	    (rc = opt_size("QE_S3_MULTIPART_BYTES", defaults.multipart_bytes, (size_t)64 << 20, STORE_REMOTE_MIN_PART, &r->multipart_bytes)))
 		goto fail;
 	r->part_bytes = o->part_bytes;
-	if (!r->part_bytes && (rc = env_size("QE_S3_PART_BYTES", (size_t)16 << 20, STORE_REMOTE_MIN_PART, &r->part_bytes)))
+	if (!r->part_bytes && (rc = opt_size("QE_S3_PART_BYTES", defaults.part_bytes, (size_t)16 << 20, STORE_REMOTE_MIN_PART, &r->part_bytes)))
 		goto fail;
 	if (r->part_bytes < STORE_REMOTE_MIN_PART) {
 		rc = qe_fail(QE_EINVAL, "s3: part size %zu is below the S3 minimum of 5 MiB", r->part_bytes);

@@ -71,7 +71,7 @@
 typedef struct store_remote store_remote;
 
 typedef struct store_remote_opts {
-	const char *endpoint;      /* "http://127.0.0.1:4568"; NULL: AWS_ENDPOINT_URL or AWS */
+	const char *endpoint;      /* "http://127.0.0.1:4568"; NULL: the defaults' (AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL) or AWS */
 	const char *region;        /* NULL: AWS_REGION, AWS_DEFAULT_REGION, "us-east-1" */
 	const char *access_key;    /* NULL: AWS_ACCESS_KEY_ID */
 	const char *secret_key;    /* NULL: AWS_SECRET_ACCESS_KEY */
@@ -87,6 +87,39 @@ typedef struct store_remote_opts {
 	size_t part_bytes;         /* 0: QE_S3_PART_BYTES or 16 MiB; at least STORE_REMOTE_MIN_PART */
 	int list_page;             /* keys per LIST request (1..1000); 0: 1000 */
 } store_remote_opts;
+
+/*
+ * What store_remote_open falls back on for a field store_remote_opts leaves
+ * unset: the text of the variables users set, "" when unset (issue 36 item
+ * 2: the library reads none; cli/storage_options.c reads them once and hands
+ * them here).  Numbers are parsed and checked at each open, whose errors
+ * name the variable, as when the open read the variable itself.  Before any
+ * set every field is "": the built-in defaults, no credentials.
+ */
+typedef struct store_remote_defaults {
+	char region[64];            /* AWS_REGION, else AWS_DEFAULT_REGION */
+	char endpoint[1024];        /* AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL */
+	char access_key[256];       /* AWS_ACCESS_KEY_ID */
+	char secret_key[256];       /* AWS_SECRET_ACCESS_KEY */
+	char session_token[8192];   /* AWS_SESSION_TOKEN */
+	char retries[32];           /* QE_S3_RETRIES */
+	char backoff_ms[32];        /* QE_S3_BACKOFF_MS */
+	char retry_budget_s[32];    /* QE_S3_RETRY_BUDGET_S */
+	char connect_timeout_s[32]; /* QE_S3_CONNECT_TIMEOUT_S */
+	char low_speed_s[32];       /* QE_S3_LOW_SPEED_S */
+	char low_speed_bps[32];     /* QE_S3_LOW_SPEED_BPS */
+	char timeout_s[32];         /* QE_S3_TIMEOUT_S */
+	char min_rate[32];          /* QE_S3_MIN_RATE */
+	char multipart_bytes[32];   /* QE_S3_MULTIPART_BYTES */
+	char part_bytes[32];        /* QE_S3_PART_BYTES */
+} store_remote_defaults;
+
+/*
+ * Copy d into the process's fallbacks (one set per process; ranks forked
+ * later inherit it).  Not thread-safe against a concurrent open: set before
+ * the first.
+ */
+void store_remote_set_defaults(const store_remote_defaults *d);
 
 /* What a handle has done (for the push/pull reports and the tests). */
 typedef struct store_remote_stats {

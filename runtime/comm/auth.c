@@ -21,7 +21,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -84,7 +84,7 @@ static int load_file(const char *path, qe_auth_key *k)
 
 int qe_auth_load(qe_auth_key *k)
 {
-	const char *s = qe_env("QE_JOB_SECRET"), *f = qe_env("QE_JOB_SECRET_FILE");
+	const char *s = qe_launch_var("QE_JOB_SECRET"), *f = qe_launch_var("QE_JOB_SECRET_FILE");
 	size_t n;
 	memset(k, 0, sizeof(*k));
 	if (s && f)
@@ -162,7 +162,7 @@ int qe_auth_generate(char *hex, size_t cap)
 
 int qe_auth_policy(const qe_auth_key *k, int rank, int world, const char *where)
 {
-	const char *strict = qe_env("QE_REQUIRE_SECRET");
+	const char *strict = qe_launch_var("QE_REQUIRE_SECRET");
 	if (world <= 1 || (k && k->set))
 		return 0;
 	if (strict && strcmp(strict, "0") != 0 && strict[0])

@@ -97,8 +97,9 @@ typedef struct qe_dist_env {
 void qe_dist_env_default(qe_dist_env *out);
 
 /*
- * Fill OUT: *out from the environment.  The first launcher whose variables
- * are present places the process (README, "Launchers"):
+ * Fill OUT: *out from the launcher's variables as cli handed them
+ * (launch_vars.h; the name keeps "environ" because that is where cli read
+ * them).  The first launcher whose variables are present places the process (README, "Launchers"):
  *  1. torchrun's: RANK or WORLD_SIZE set (source QE_DIST_TORCHRUN when both
  *     are);
  *  2. SLURM's, for a task of an srun step (SLURM_PROCID and SLURM_STEP_ID

@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -49,7 +49,7 @@ void qe_dist_env_default(qe_dist_env *out)
 
 static int env_int(const char *name, int def, long lo, long hi, int *out)
 {
-	const char *s = qe_env(name);
+	const char *s = qe_launch_var(name);
 	char *end;
 	long v;
 	if (!s) {
@@ -70,7 +70,7 @@ static int env_int(const char *name, int def, long lo, long hi, int *out)
 
 static int env_str(const char *name, const char *def, char *dst, size_t cap)
 {
-	const char *s = qe_env(name);
+	const char *s = qe_launch_var(name);
 	size_t i;
 	if (!s)
 		s = def;
@@ -118,15 +118,15 @@ static int from_torchrun(qe_dist_env *e)
 		return rc;
 	if (e->rank >= e->world_size)
 		return qe_fail(QE_EINVAL, "environment variable RANK=%d is not below WORLD_SIZE=%d%s", e->rank,
-			       e->world_size, qe_env("WORLD_SIZE") ? "" : " (WORLD_SIZE unset)");
-	e->source = qe_env("RANK") && qe_env("WORLD_SIZE") ? QE_DIST_TORCHRUN : QE_DIST_NONE;
+			       e->world_size, qe_launch_var("WORLD_SIZE") ? "" : " (WORLD_SIZE unset)");
+	e->source = qe_launch_var("RANK") && qe_launch_var("WORLD_SIZE") ? QE_DIST_TORCHRUN : QE_DIST_NONE;
 	return multi_host_hint("LOCAL_WORLD_SIZE", e->world_size, &e->multi_host);
 }
 
 /* The master from a SLURM host list variable: its first host, and whether it names more than one. */
 static int slurm_master(qe_dist_env *e, const char *var)
 {
-	const char *list = qe_env(var);
+	const char *list = qe_launch_var(var);
 	long n;
 	if (!list)
 		return 1;
@@ -150,12 +150,12 @@ static int from_slurm(qe_dist_env *e)
 		return rc;
 	if (e->rank >= e->world_size)
 		return qe_fail(QE_EINVAL, "environment variable SLURM_PROCID=%d is not below SLURM_NTASKS=%d%s", e->rank,
-			       e->world_size, qe_env("SLURM_NTASKS") ? "" : " (SLURM_NTASKS unset)");
+			       e->world_size, qe_launch_var("SLURM_NTASKS") ? "" : " (SLURM_NTASKS unset)");
 	e->source = e->world_size > 1 ? QE_DIST_SLURM : QE_DIST_NONE;
 	rc = slurm_master(e, "SLURM_STEP_NODELIST");
 	if (rc == 1)
 		rc = slurm_master(e, "SLURM_JOB_NODELIST");
-	if (rc < 0 && qe_env("MASTER_ADDR")) {
+	if (rc < 0 && qe_launch_var("MASTER_ADDR")) {
 		/* MASTER_ADDR names the master: a list we cannot read only costs the hosts' count */
 		qe_log(QE_LOG_DEBUG, "ignoring the SLURM node list (MASTER_ADDR is set): %s", qe_last_error());
 		qe_clear_error();
@@ -166,7 +166,7 @@ static int from_slurm(qe_dist_env *e)
 		if ((rc = env_str("SLURM_LAUNCH_NODE_IPADDR", "127.0.0.1", e->master_addr, sizeof(e->master_addr))))
 			return rc;
 		snprintf(e->master_from, sizeof(e->master_from), "%s",
-			 qe_env("SLURM_LAUNCH_NODE_IPADDR") ? "SLURM_LAUNCH_NODE_IPADDR" : "the default (no SLURM node list)");
+			 qe_launch_var("SLURM_LAUNCH_NODE_IPADDR") ? "SLURM_LAUNCH_NODE_IPADDR" : "the default (no SLURM node list)");
 	}
 	if (job >= 0) {
 		e->master_port = 20000 + job % 12000;
@@ -185,9 +185,9 @@ static int from_ompi(qe_dist_env *e)
 	if (e->rank >= e->world_size)
 		return qe_fail(QE_EINVAL,
 			       "environment variable OMPI_COMM_WORLD_RANK=%d is not below OMPI_COMM_WORLD_SIZE=%d%s", e->rank,
-			       e->world_size, qe_env("OMPI_COMM_WORLD_SIZE") ? "" : " (OMPI_COMM_WORLD_SIZE unset)");
+			       e->world_size, qe_launch_var("OMPI_COMM_WORLD_SIZE") ? "" : " (OMPI_COMM_WORLD_SIZE unset)");
 	e->source = e->world_size > 1 ? QE_DIST_OMPI : QE_DIST_NONE;
-	if (e->source == QE_DIST_OMPI && !qe_env("MASTER_ADDR"))
+	if (e->source == QE_DIST_OMPI && !qe_launch_var("MASTER_ADDR"))
 		return qe_fail(QE_EINVAL,
 			       "rank %d of %d was started by Open MPI (OMPI_COMM_WORLD_RANK=%d, OMPI_COMM_WORLD_SIZE=%d), "
 			       "which does not say where rank 0 is: set MASTER_ADDR to rank 0's host for every rank "
@@ -202,18 +202,18 @@ int qe_dist_env_from_environ(qe_dist_env *out)
 	int rc;
 	qe_dist_env_default(&e);
 	qe_dist_env_default(out);
-	if (qe_env("RANK") || qe_env("WORLD_SIZE"))
+	if (qe_launch_var("RANK") || qe_launch_var("WORLD_SIZE"))
 		rc = from_torchrun(&e);
-	else if (qe_env("SLURM_PROCID") && qe_env("SLURM_STEP_ID"))
+	else if (qe_launch_var("SLURM_PROCID") && qe_launch_var("SLURM_STEP_ID"))
 		rc = from_slurm(&e);
-	else if (qe_env("OMPI_COMM_WORLD_RANK"))
+	else if (qe_launch_var("OMPI_COMM_WORLD_RANK"))
 		rc = from_ompi(&e);
 	else
 		rc = env_int("LOCAL_RANK", 0, 0, 65535, &e.local_rank); /* a process of its own may pick its GPU */
 	if (rc)
 		return rc;
-	if (e.source == QE_DIST_NONE && (qe_env("SLURM_PROCID") || qe_env("OMPI_COMM_WORLD_RANK")) &&
-	    !qe_env("RANK") && !qe_env("WORLD_SIZE")) {
+	if (e.source == QE_DIST_NONE && (qe_launch_var("SLURM_PROCID") || qe_launch_var("OMPI_COMM_WORLD_RANK")) &&
+	    !qe_launch_var("RANK") && !qe_launch_var("WORLD_SIZE")) {
 		/* a world of one (or a batch script): qeffect's own launcher may fork the ranks */
 		qe_dist_env_default(&e);
 	}
@@ -222,9 +222,9 @@ int qe_dist_env_from_environ(qe_dist_env *out)
 	    (rc = env_str("MASTER_ADDR", e.master_addr, e.master_addr, sizeof(e.master_addr))) ||
 	    (rc = env_str("QE_RUN_ID", e.run_id, e.run_id, sizeof(e.run_id))))
 		return rc;
-	if (qe_env("MASTER_ADDR") || !e.master_from[0])
+	if (qe_launch_var("MASTER_ADDR") || !e.master_from[0])
 		snprintf(e.master_from, sizeof(e.master_from), "%s",
-			 qe_env("MASTER_ADDR") ? "MASTER_ADDR" : "the default address (MASTER_ADDR unset)");
+			 qe_launch_var("MASTER_ADDR") ? "MASTER_ADDR" : "the default address (MASTER_ADDR unset)");
 	*out = e;
 	return 0;
 }

@@ -7,8 +7,13 @@
  * the job then sits on loopback, rendezvous.c), and the launcher makes the
  * job's secret: unless the caller already set QE_JOB_SECRET or
  * QE_JOB_SECRET_FILE, each launch gets a fresh random QE_JOB_SECRET
- * (getrandom, auth.h) in its ranks' environments only; the launcher's own
- * environment is left alone and the secret is never logged.
+ * (getrandom, auth.h) for its ranks only; the launcher's own variables are
+ * left alone and the secret is never logged.
+ *
+ * A forked rank (function variant) gets its variables in its own memory
+ * (qe_launch_var_set, launch_vars.h), never in its environment; an exec'd
+ * rank gets them in the environment handed to execvpe, where the new
+ * program's cli reads them as it would an external launcher's.
  *
  * One failing rank dooms the job: the others would only wait for it until
  * their comm timeouts.  So the first failure (non-zero exit or a signal)
@@ -35,7 +40,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/auth.h"
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
@@ -114,7 +119,10 @@ static __attribute__((noreturn)) void child_run(const launch_spec *spec, int ran
 	for (int v = 0; v < nvals; v++) {
 		char *eq = strchr(vals[v], '=');
 		*eq = '\0';
-		qe_env_set(vals[v], eq + 1, 1);
+		if (qe_launch_var_set(vals[v], eq + 1)) {
+			qe_log(QE_LOG_ERROR, "launch: rank %d: %s", rank, qe_last_error());
+			_exit(1);
+		}
 		*eq = '=';
 	}
 	rc = spec->rank_main(spec->arg);
@@ -153,7 +161,7 @@ static void describe(const qe_launch_result *out, int r, char *buf, size_t len)
 
 static int grace_ms(void)
 {
-	const char *s = qe_env("QE_LAUNCH_GRACE_MS");
+	const char *s = qe_launch_var("QE_LAUNCH_GRACE_MS");
 	int v = s ? atoi(s) : 0;
 	return v > 0 ? v : 3000;
 }
@@ -257,7 +265,7 @@ static int supervise_forwarding(qe_launch_result *out)
 static int launch(int nproc, const launch_spec *spec, const char *master_addr, int port, qe_launch_result *out)
 {
 	char run_id[QE_DIST_RUN_ID_MAX], secret[QE_AUTH_GENERATED_CHARS + 1] = "";
-	const char *rid = qe_env("QE_RUN_ID");
+	const char *rid = qe_launch_var("QE_RUN_ID");
 	pid_t parent = getpid();
 	int rc, nvals = NVARS - 1;
 	memset(out, 0, sizeof(*out));
@@ -281,7 +289,7 @@ static int launch(int nproc, const launch_spec *spec, const char *master_addr, i
 			 (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
 	}
 	/* The caller's own secret is inherited as it is; otherwise this launch makes one. */
-	if (!qe_env("QE_JOB_SECRET") && !qe_env("QE_JOB_SECRET_FILE")) {
+	if (!qe_launch_var("QE_JOB_SECRET") && !qe_launch_var("QE_JOB_SECRET_FILE")) {
 		if ((rc = qe_auth_generate(secret, sizeof(secret))))
 			return rc;
 		nvals = NVARS;

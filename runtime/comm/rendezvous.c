@@ -56,7 +56,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/auth.h"
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -440,7 +440,7 @@ static int root_listener(const qe_dist_env *env, int64_t deadline, int *lfd, cha
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV },
 			*ai, *p;
-	const char *la = qe_env("QE_LISTEN_ADDR");
+	const char *la = qe_launch_var("QE_LISTEN_ADDR");
 	const char *host = la && la[0] ? la : env->master_addr, *var = la && la[0] ? "QE_LISTEN_ADDR" : "MASTER_ADDR";
 	char ps[16], last[512] = "", shown[INET6_ADDRSTRLEN + 8] = "";
 	int gai, rc = QE_ECOMM;
@@ -548,7 +548,7 @@ static int rank_listener(const qe_dist_env *env, int fd0, int64_t deadline, int 
 {
 	struct sockaddr_storage route, ss;
 	socklen_t rl = sizeof(route), sl;
-	const char *la = qe_env("QE_LISTEN_ADDR");
+	const char *la = qe_launch_var("QE_LISTEN_ADDR");
 	int self = env->rank, rc, dummy, by_name = 0;
 	if (getsockname(fd0, (struct sockaddr *)&route, &rl) < 0)
 		return qe_fail(QE_ECOMM, "rank %d: getsockname: %s", self, strerror(errno));

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/status.h"
 
 static const char *const kind_names[QE_FAULT_KINDS] = {
@@ -85,7 +85,8 @@ static int parse(const char *spec)
 
 static void init_once(void)
 {
-	const char *spec = qe_env("QE_FAULT"), *cnt = qe_env("QE_FAULT_COUNT");
+	const qe_rt_options *o = qe_rt_options_get();
+	const char *spec = o->fault, *cnt = o->fault_count;
 	if (cnt && cnt[0] && strcmp(cnt, "0"))
 		snprintf(count_dest, sizeof(count_dest), "%s", strcmp(cnt, "1") ? cnt : "-");
 	if (spec && spec[0] && (init_rc = parse(spec))) {

@@ -12,7 +12,8 @@
  * before the real call; this module lives in runtime/core, the layer every
  * write path (store, catalog, ckpt, cli) already depends on.
  *
- * Environment:
+ * Set by (through qe_rt_options, which cli fills from the variables of the
+ * same names; runtime/core/rt_options.h):
  *  - QE_FAULT=KIND:N[,KIND:N...]: the Nth call (1-based, counted from the
  *    start of the process or from the fork that made it) of KIND fails, once.
  *  - QE_FAULT_COUNT=1 prints, at exit, one line per process on stderr with
@@ -58,8 +59,9 @@ typedef enum qe_fault_kind {
 } qe_fault_kind;
 
 /*
- * Read QE_FAULT and QE_FAULT_COUNT (done on first use otherwise; the command
- * calls it first so that a malformed value is a usage error).  QE_EINVAL
+ * Take QE_FAULT and QE_FAULT_COUNT from qe_rt_options_get() (done on first
+ * use otherwise; cli sets the options, then calls it, so that a malformed
+ * value is a usage error).  QE_EINVAL
  * with a message naming the bad entry; the faults are then off.
  */
 int qe_fault_init(void);

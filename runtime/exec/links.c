@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/core/env.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -80,7 +80,7 @@ static int want_links(const qe_rank *r)
 	const qe_backend_ops *o = r->b->ops;
 	if (!r->comm || (r->P < 2 && r->D < 2) || !o->link_open || !o->stream_query)
 		return 0;
-	const char *v = qe_env("QE_P2P");
+	const char *v = qe_rt_options_get()->p2p;
 	/* cpu links are local sockets like the host path; the reference keeps the host path unless asked. */
 	if (o->device == QE_DEV_CPU)
 		return v && strcmp(v, "device") == 0;

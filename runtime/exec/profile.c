@@ -14,14 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/core/env.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
 void qe__rank_profile_init(qe_rank *r)
 {
-	const char *prof = qe_env("QE_PROFILE");
-	r->prof.on = prof && *prof && strcmp(prof, "0") != 0;
+	const char *prof = qe_rt_options_get()->profile;
+	r->prof.on = *prof && strcmp(prof, "0") != 0;
 }
 
 void qe__rank_profile_step_begin(qe_rank *r)

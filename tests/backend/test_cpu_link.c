@@ -26,9 +26,16 @@
 #include <unistd.h>
 
 #include "bk_util.h"
+#include "runtime/comm/launch_vars.h"
 
 #define SEED 20240611u
 #define WATCHDOG_S 60
+
+/* QE_COMM_TIMEOUT_MS as cli would hand it to the runtime (NULL: unset, the default). */
+static void set_timeout(const char *ms)
+{
+	qe_launch_var_set("QE_COMM_TIMEOUT_MS", ms);
+}
 
 static double now_ms(void)
 {
@@ -355,12 +362,12 @@ static void case_peer_closes(bk *k)
 
 static void case_timeout(bk *k)
 {
-	setenv("QE_COMM_TIMEOUT_MS", "300", 1);
+	set_timeout("300");
 	qe_link *tx, *rx;
 	qe_stream *rs = NULL;
 	CHECK_OK(k->o->stream_create(k->b, &rs));
 	CHECK_OK(open_pair(k->b, &tx, &rx));
-	unsetenv("QE_COMM_TIMEOUT_MS");
+	set_timeout(NULL);
 	if (!tx || !rx)
 		return;
 	uint8_t buf[8];
@@ -424,9 +431,9 @@ static void case_first_send(bk *k)
 	pair_down(k, tx, rx, ss, rs);
 
 	/* no receive ever: the first send fails at the deadline and says why */
-	setenv("QE_COMM_TIMEOUT_MS", "300", 1);
+	set_timeout("300");
 	int ok = pair_open(k, &tx, &rx, &ss, &rs, 0);
-	unsetenv("QE_COMM_TIMEOUT_MS");
+	set_timeout(NULL);
 	if (!ok)
 		return;
 	t0 = now_ms();

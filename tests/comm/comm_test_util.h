@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "runtime/comm/comm.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/status.h"
 #include "testlib.h"
 
@@ -35,6 +36,24 @@ static inline void tu_sleep_ms(int ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
 	nanosleep(&ts, NULL);
+}
+
+/*
+ * The tests stand in for cli, which reads the launcher's variables once and
+ * hands them to the runtime in memory (runtime/comm/launch_vars.h): tu_setenv
+ * sets a variable (NULL: unsets it) and, for one of the launcher's, the
+ * runtime's copy too.  A rank forked by the launcher finds its RANK, ... in
+ * qe_launch_var, not in its environment.
+ */
+static inline void tu_setenv(const char *name, const char *value)
+{
+	if (value)
+		setenv(name, value, 1);
+	else
+		unsetenv(name);
+	for (int i = 0; i < qe_launch_nvars; i++)
+		if (!strcmp(qe_launch_var_names[i], name))
+			qe_launch_var_set(name, value);
 }
 
 /* Open the comm of this child; on failure print why and return NULL. */

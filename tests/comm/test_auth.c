@@ -45,20 +45,20 @@ static void test_load(void)
 	int fd = mkstemp(path), rc;
 	CHECK(fd >= 0, "mkstemp");
 	close(fd);
-	unsetenv("QE_JOB_SECRET");
-	unsetenv("QE_JOB_SECRET_FILE");
+	tu_setenv("QE_JOB_SECRET", NULL);
+	tu_setenv("QE_JOB_SECRET_FILE", NULL);
 	CHECK_OK(qe_auth_load(&k));
 	CHECK(!k.set, "no variable, yet a secret");
-	setenv("QE_JOB_SECRET", "hunter2-of-the-test", 1);
+	tu_setenv("QE_JOB_SECRET", "hunter2-of-the-test");
 	CHECK_OK(qe_auth_load(&k));
 	CHECK(k.set && k.len == 19 && memcmp(k.key, "hunter2-of-the-test", 19) == 0, "QE_JOB_SECRET not loaded");
 	qe_auth_key_clear(&k);
 	CHECK(!k.set && k.len == 0 && k.key[0] == 0, "clear left the key");
-	setenv("QE_JOB_SECRET_FILE", path, 1);
+	tu_setenv("QE_JOB_SECRET_FILE", path);
 	rc = qe_auth_load(&k);
 	CHECK(rc == QE_EINVAL && !strstr(qe_last_error(), "hunter2"), "both set -> %s: %s", qe_errname(rc),
 	      qe_last_error());
-	unsetenv("QE_JOB_SECRET");
+	tu_setenv("QE_JOB_SECRET", NULL);
 	write_file(path, "file-secret-value\n");
 	CHECK_OK(qe_auth_load(&k));
 	CHECK(k.set && k.len == 17 && memcmp(k.key, "file-secret-value", 17) == 0, "file secret not loaded (len %zu)",
@@ -69,10 +69,10 @@ static void test_load(void)
 	unlink(path);
 	rc = qe_auth_load(&k);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), path), "missing file -> %s: %s", qe_errname(rc), qe_last_error());
-	unsetenv("QE_JOB_SECRET_FILE");
-	setenv("QE_JOB_SECRET", "", 1);
+	tu_setenv("QE_JOB_SECRET_FILE", NULL);
+	tu_setenv("QE_JOB_SECRET", "");
 	CHECK(qe_auth_load(&k) == QE_EINVAL, "empty QE_JOB_SECRET accepted");
-	unsetenv("QE_JOB_SECRET");
+	tu_setenv("QE_JOB_SECRET", NULL);
 }
 
 static void test_mac(void)
@@ -95,11 +95,11 @@ static void test_mac(void)
 	CHECK_OK(qe_auth_generate(h2, sizeof(h2)));
 	CHECK(strlen(h1) == 64 && strspn(h1, "0123456789abcdef") == 64 && strcmp(h1, h2) != 0,
 	      "generated secrets '%s' '%s'", h1, h2);
-	setenv("QE_REQUIRE_SECRET", "1", 1);
+	tu_setenv("QE_REQUIRE_SECRET", "1");
 	CHECK(qe_auth_policy(&none, 1, 2, "x") == QE_EINVAL, "QE_REQUIRE_SECRET=1 let a job without a secret run");
 	CHECK_OK(qe_auth_policy(&a, 1, 2, "x"));
 	CHECK_OK(qe_auth_policy(&none, 0, 1, "x"));
-	unsetenv("QE_REQUIRE_SECRET");
+	tu_setenv("QE_REQUIRE_SECRET", NULL);
 	CHECK_OK(qe_auth_policy(&none, 1, 2, "x"));
 }
 
@@ -107,19 +107,19 @@ static void test_mac(void)
 
 static int secret_main(void *arg)
 {
-	const char *want = arg, *s = getenv("QE_JOB_SECRET");
+	const char *want = arg, *s = qe_launch_var("QE_JOB_SECRET");
 	tu_child_begin();
 	if (want)
-		CHECK(s && strcmp(s, want) == 0, "rank %s: QE_JOB_SECRET is not the caller's", getenv("RANK"));
+		CHECK(s && strcmp(s, want) == 0, "rank %s: QE_JOB_SECRET is not the caller's", qe_launch_var("RANK"));
 	else
-		CHECK(s && strlen(s) == 64, "rank %s: no generated QE_JOB_SECRET", getenv("RANK"));
+		CHECK(s && strlen(s) == 64, "rank %s: no generated QE_JOB_SECRET", qe_launch_var("RANK"));
 	return tu_child_end();
 }
 
 /* Each rank writes its secret to a pipe so the parent can compare launches. */
 static int report_main(void *arg)
 {
-	const char *s = getenv("QE_JOB_SECRET");
+	const char *s = qe_launch_var("QE_JOB_SECRET");
 	int fd = *(int *)arg;
 	char buf[65] = { 0 };
 	if (s)
@@ -133,10 +133,10 @@ static void test_launcher_secret(void)
 	int p[2];
 	char a[65] = { 0 }, b[65] = { 0 }, c[65] = { 0 };
 	CHECK_OK(qe_launch_local(2, secret_main, NULL, NULL, 0, &res));
-	CHECK(getenv("QE_JOB_SECRET") == NULL, "the launcher changed its own environment");
-	setenv("QE_JOB_SECRET", "the-callers-own", 1);
+	CHECK(getenv("QE_JOB_SECRET") == NULL && qe_launch_var("QE_JOB_SECRET") == NULL, "the launcher changed its own variables");
+	tu_setenv("QE_JOB_SECRET", "the-callers-own");
 	CHECK_OK(qe_launch_local(2, secret_main, "the-callers-own", NULL, 0, &res));
-	unsetenv("QE_JOB_SECRET");
+	tu_setenv("QE_JOB_SECRET", NULL);
 	CHECK(pipe(p) == 0, "pipe");
 	CHECK_OK(qe_launch_local(2, report_main, &p[1], NULL, 0, &res));
 	CHECK_OK(qe_launch_local(1, report_main, &p[1], NULL, 0, &res));
@@ -197,7 +197,7 @@ static int try_connect(const char *ip, int port)
 static int probe_main(void *arg)
 {
 	const char **addrs = arg; /* reachable, hidden */
-	int port = atoi(getenv("MASTER_PORT")), rank = atoi(getenv("RANK")), e = -1;
+	int port = atoi(qe_launch_var("MASTER_PORT")), rank = atoi(qe_launch_var("RANK")), e = -1;
 	qe_comm *c;
 	tu_child_begin();
 	if (rank == 1) {
@@ -226,11 +226,11 @@ static void test_listen(void)
 	/* a job on another address listens there only */
 	CHECK_OK(qe_launch_local(2, probe_main, remote, g_ip, 0, &res));
 	/* QE_LISTEN_ADDR names the address */
-	setenv("QE_LISTEN_ADDR", g_ip, 1);
-	setenv("QE_JOB_SECRET", "listen-test", 1);
+	tu_setenv("QE_LISTEN_ADDR", g_ip);
+	tu_setenv("QE_JOB_SECRET", "listen-test");
 	CHECK_OK(qe_launch_local(2, probe_main, remote, g_ip, 0, &res));
-	unsetenv("QE_LISTEN_ADDR");
-	unsetenv("QE_JOB_SECRET");
+	tu_setenv("QE_LISTEN_ADDR", NULL);
+	tu_setenv("QE_JOB_SECRET", NULL);
 }
 
 /* ---- silent connections cost nothing ---------------------------------------- */
@@ -239,7 +239,7 @@ static void test_listen(void)
 
 static int silent_main(void *arg)
 {
-	int port = atoi(getenv("MASTER_PORT")), rank = atoi(getenv("RANK")), fds[SILENT], n = 0;
+	int port = atoi(qe_launch_var("MASTER_PORT")), rank = atoi(qe_launch_var("RANK")), fds[SILENT], n = 0;
 	int64_t t0, took;
 	qe_comm *c;
 	tu_child_begin();

@@ -17,7 +17,7 @@ static const char *const vars[] = { "RANK",      "WORLD_SIZE",         "LOCAL_RA
 static void clear_env(void)
 {
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-		unsetenv(vars[i]);
+		tu_setenv(vars[i], NULL);
 }
 
 /* Set name=value (plus an optional second pair) and expect EINVAL naming want. */
@@ -26,9 +26,9 @@ static void bad(const char *name, const char *value, const char *name2, const ch
 	qe_dist_env e;
 	int rc;
 	clear_env();
-	setenv(name, value, 1);
+	tu_setenv(name, value);
 	if (name2)
-		setenv(name2, value2, 1);
+		tu_setenv(name2, value2);
 	rc = qe_dist_env_from_environ(&e);
 	CHECK(rc == QE_EINVAL, "%s='%s' -> %s", name, value, qe_errname(rc));
 	CHECK(strstr(qe_last_error(), want) != NULL, "%s='%s': message '%s' lacks '%s'", name, value, qe_last_error(),
@@ -46,13 +46,13 @@ static void env_cases(void)
 	      "defaults: rank %d world %d local %d addr %s port %d timeout %d run %s", e.rank, e.world_size,
 	      e.local_rank, e.master_addr, e.master_port, e.timeout_ms, e.run_id);
 
-	setenv("RANK", "3", 1);
-	setenv("WORLD_SIZE", "8", 1);
-	setenv("LOCAL_RANK", "1", 1);
-	setenv("MASTER_ADDR", "node17.cluster", 1);
-	setenv("MASTER_PORT", "12345", 1);
-	setenv("QE_COMM_TIMEOUT_MS", "2500", 1);
-	setenv("QE_RUN_ID", "run-42", 1);
+	tu_setenv("RANK", "3");
+	tu_setenv("WORLD_SIZE", "8");
+	tu_setenv("LOCAL_RANK", "1");
+	tu_setenv("MASTER_ADDR", "node17.cluster");
+	tu_setenv("MASTER_PORT", "12345");
+	tu_setenv("QE_COMM_TIMEOUT_MS", "2500");
+	tu_setenv("QE_RUN_ID", "run-42");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.rank == 3 && e.world_size == 8 && e.local_rank == 1 && e.master_port == 12345 &&
 		      strcmp(e.master_addr, "node17.cluster") == 0 && e.timeout_ms == 2500 && strcmp(e.run_id, "run-42") == 0,

@@ -160,21 +160,21 @@ static void touch(const char *path)
  */
 static int stray_main(void *arg)
 {
-	int who = atoi(getenv("RANK"));
+	int who = atoi(qe_launch_var("RANK"));
 	char path[300];
 	tu_child_begin();
-	setenv("WORLD_SIZE", "2", 1);
+	tu_setenv("WORLD_SIZE", "2");
 	if (who >= 2) {
 		qe_dist_env env;
 		qe_comm *c = NULL;
 		int rc;
 		const char *want;
-		setenv("RANK", "1", 1);
+		tu_setenv("RANK", "1");
 		if (who == 2) {
-			setenv("QE_RUN_ID", "someone-elses-run", 1);
+			tu_setenv("QE_RUN_ID", "someone-elses-run");
 			want = "run id 'someone-elses-run' does not match rank 0's run id";
 		} else {
-			setenv("WORLD_SIZE", "3", 1);
+			tu_setenv("WORLD_SIZE", "3");
 			want = "WORLD_SIZE=3 does not match rank 0's WORLD_SIZE=2";
 		}
 		CHECK_OK(qe_dist_env_from_environ(&env));
@@ -219,7 +219,7 @@ int main(void)
 	qe_launch_result res;
 	int rc;
 	alarm(300);
-	setenv("QE_LAUNCH_GRACE_MS", "10000", 1);
+	tu_setenv("QE_LAUNCH_GRACE_MS", "10000");
 	snprintf(tmpdir, sizeof(tmpdir), "/tmp/qe-comm-fail-XXXXXX");
 	CHECK(mkdtemp(tmpdir) != NULL, "mkdtemp");
 

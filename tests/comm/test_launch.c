@@ -12,7 +12,7 @@ static int env_main(void *arg)
 {
 	qe_dist_env e;
 	int rc = qe_dist_env_from_environ(&e);
-	const char *rid = getenv("QE_RUN_ID");
+	const char *rid = qe_launch_var("QE_RUN_ID");
 	tu_child_begin();
 	CHECK(rc == 0, "child: env -> %s: %s", qe_errname(rc), qe_last_error());
 	CHECK(e.world_size == 3 && e.local_rank == e.rank && strcmp(e.master_addr, "127.0.0.1") == 0 &&
@@ -20,7 +20,7 @@ static int env_main(void *arg)
 	      "child: rank %d world %d local %d addr %s port %d", e.rank, e.world_size, e.local_rank, e.master_addr,
 	      e.master_port);
 	CHECK(rid && strncmp(rid, "launch-", 7) == 0, "child: run id %s", rid ? rid : "(unset)");
-	CHECK(getenv("LOCAL_WORLD_SIZE") && strcmp(getenv("LOCAL_WORLD_SIZE"), "3") == 0, "child: LOCAL_WORLD_SIZE");
+	CHECK(qe_launch_var("LOCAL_WORLD_SIZE") && strcmp(qe_launch_var("LOCAL_WORLD_SIZE"), "3") == 0, "child: LOCAL_WORLD_SIZE");
 	return tu_child_end();
 }
 
@@ -32,7 +32,7 @@ static int ok_main(void *arg)
 /* Rank 1 fails with 5; the others would sleep for a minute. */
 static int fail_main(void *arg)
 {
-	int rank = atoi(getenv("RANK"));
+	int rank = atoi(qe_launch_var("RANK"));
 	if (rank == 1) {
 		tu_sleep_ms(50);
 		return 5;
@@ -45,7 +45,7 @@ static int fail_main(void *arg)
 
 static int signal_main(void *arg)
 {
-	if (atoi(getenv("RANK")) == 2)
+	if (atoi(qe_launch_var("RANK")) == 2)
 		raise(SIGKILL);
 	tu_sleep_ms(60000);
 	return 0;
@@ -62,8 +62,8 @@ int main(void)
 	int rc, port = 0;
 	int64_t t0, dt;
 	alarm(120);
-	unsetenv("QE_RUN_ID");
-	unsetenv("QE_LAUNCH_GRACE_MS");
+	tu_setenv("QE_RUN_ID", NULL);
+	tu_setenv("QE_LAUNCH_GRACE_MS", NULL);
 
 	/* The variables each rank sees (the children check them). */
 	CHECK_OK(qe_comm_free_port("127.0.0.1", &port));
@@ -93,11 +93,11 @@ int main(void)
 	printf("fail (%lld ms): %s\n", (long long)dt, qe_last_error());
 
 	/* A rank that ignores SIGTERM is killed after the grace period. */
-	setenv("QE_LAUNCH_GRACE_MS", "300", 1);
+	tu_setenv("QE_LAUNCH_GRACE_MS", "300");
 	t0 = tu_now_ms();
 	rc = qe_launch_local(3, fail_main, "stubborn", NULL, 0, &res);
 	dt = tu_now_ms() - t0;
-	unsetenv("QE_LAUNCH_GRACE_MS");
+	tu_setenv("QE_LAUNCH_GRACE_MS", NULL);
 	CHECK(rc == QE_ECOMM && res.ranks[0].signal == SIGKILL && res.ranks[2].signal == SIGKILL,
 	      "stubborn: %s, signals %d %d", qe_errname(rc), res.ranks[0].signal, res.ranks[2].signal);
 	CHECK(dt >= 300 && dt < 3000, "stubborn: took %lld ms, want ~350", (long long)dt);
@@ -121,11 +121,11 @@ int main(void)
 					  NULL };
 		char *const fail_argv[] = { "/bin/sh", "-c", "if [ \"$RANK\" = 2 ]; then exit 4; fi; exec sleep 30", NULL };
 		char *const missing_argv[] = { "/nonexistent/qeffect-binary", NULL };
-		setenv("QE_TEST_KEEP", "kept", 1);
-		setenv("RANK", "77", 1); /* the parent's own value must not leak into the children */
+		tu_setenv("QE_TEST_KEEP", "kept");
+		tu_setenv("RANK", "77"); /* the parent's own value must not leak into the children */
 		rc = qe_launch_exec(3, ok_argv, NULL, 0, &res);
 		CHECK(rc == 0, "exec ok: %s: %s", qe_errname(rc), qe_last_error());
-		unsetenv("RANK");
+		tu_setenv("RANK", NULL);
 		t0 = tu_now_ms();
 		rc = qe_launch_exec(3, fail_argv, "127.0.0.1", 0, &res);
 		dt = tu_now_ms() - t0;

@@ -37,7 +37,7 @@ static const char *const vars[] = { "RANK",
 static void clear_env(void)
 {
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-		unsetenv(vars[i]);
+		tu_setenv(vars[i], NULL);
 }
 
 /* list must expand to the space-separated hosts of want. */
@@ -117,13 +117,13 @@ static void slurm_case(void)
 {
 	qe_dist_env e;
 	clear_env();
-	setenv("SLURM_PROCID", "5", 1);
-	setenv("SLURM_STEP_ID", "0", 1);
-	setenv("SLURM_NTASKS", "8", 1);
-	setenv("SLURM_LOCALID", "1", 1);
-	setenv("SLURM_JOB_ID", "123456", 1);
-	setenv("SLURM_JOB_NODELIST", "gpu[07-10]", 1);
-	setenv("SLURM_LAUNCH_NODE_IPADDR", "10.1.1.1", 1);
+	tu_setenv("SLURM_PROCID", "5");
+	tu_setenv("SLURM_STEP_ID", "0");
+	tu_setenv("SLURM_NTASKS", "8");
+	tu_setenv("SLURM_LOCALID", "1");
+	tu_setenv("SLURM_JOB_ID", "123456");
+	tu_setenv("SLURM_JOB_NODELIST", "gpu[07-10]");
+	tu_setenv("SLURM_LAUNCH_NODE_IPADDR", "10.1.1.1");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_SLURM && e.rank == 5 && e.world_size == 8 && e.local_rank == 1 &&
 		      strcmp(e.master_addr, "gpu07") == 0 && e.master_port == 20000 + 123456 % 12000 && e.multi_host == 1 &&
@@ -132,66 +132,66 @@ static void slurm_case(void)
 	      e.world_size, e.local_rank, e.master_addr, e.master_port, e.multi_host, e.run_id);
 	CHECK(strstr(e.master_from, "SLURM_JOB_NODELIST") != NULL, "slurm: master from '%s'", e.master_from);
 	/* the step's nodes win over the job's */
-	setenv("SLURM_STEP_NODELIST", "gpu[09-10]", 1);
+	tu_setenv("SLURM_STEP_NODELIST", "gpu[09-10]");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(strcmp(e.master_addr, "gpu09") == 0 && strstr(e.master_from, "SLURM_STEP_NODELIST"),
 	      "slurm step nodes: master %s from %s", e.master_addr, e.master_from);
-	setenv("SLURM_STEP_NODELIST", "node1", 1);
+	tu_setenv("SLURM_STEP_NODELIST", "node1");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.multi_host == 0, "slurm one node: multi %d", e.multi_host);
 	/* the launch node only without node lists */
-	unsetenv("SLURM_STEP_NODELIST");
-	unsetenv("SLURM_JOB_NODELIST");
+	tu_setenv("SLURM_STEP_NODELIST", NULL);
+	tu_setenv("SLURM_JOB_NODELIST", NULL);
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(strcmp(e.master_addr, "10.1.1.1") == 0 && e.multi_host == -1, "slurm launch node: master %s multi %d",
 	      e.master_addr, e.multi_host);
 	/* MASTER_ADDR / MASTER_PORT / QE_RUN_ID win */
-	setenv("MASTER_ADDR", "head", 1);
-	setenv("MASTER_PORT", "31000", 1);
-	setenv("QE_RUN_ID", "mine", 1);
+	tu_setenv("MASTER_ADDR", "head");
+	tu_setenv("MASTER_PORT", "31000");
+	tu_setenv("QE_RUN_ID", "mine");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(strcmp(e.master_addr, "head") == 0 && e.master_port == 31000 && strcmp(e.run_id, "mine") == 0 &&
 		      strcmp(e.master_from, "MASTER_ADDR") == 0,
 	      "slurm + MASTER_*: %s:%d run %s from %s", e.master_addr, e.master_port, e.run_id, e.master_from);
 	/* torchrun's variables win over SLURM's */
-	setenv("RANK", "2", 1);
-	setenv("WORLD_SIZE", "4", 1);
+	tu_setenv("RANK", "2");
+	tu_setenv("WORLD_SIZE", "4");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_TORCHRUN && e.rank == 2 && e.world_size == 4 && e.local_rank == 0,
 	      "torchrun over slurm: source %d rank %d world %d local %d", (int)e.source, e.rank, e.world_size,
 	      e.local_rank);
 	/* a bad node list is named */
 	clear_env();
-	setenv("SLURM_PROCID", "0", 1);
-	setenv("SLURM_STEP_ID", "3", 1);
-	setenv("SLURM_NTASKS", "2", 1);
-	setenv("SLURM_JOB_NODELIST", "node[2-1]", 1);
+	tu_setenv("SLURM_PROCID", "0");
+	tu_setenv("SLURM_STEP_ID", "3");
+	tu_setenv("SLURM_NTASKS", "2");
+	tu_setenv("SLURM_JOB_NODELIST", "node[2-1]");
 	CHECK(qe_dist_env_from_environ(&e) == QE_EINVAL && strstr(qe_last_error(), "SLURM_JOB_NODELIST") &&
 		      strstr(qe_last_error(), "node[2-1]"),
 	      "bad node list: %s", qe_last_error());
 	CHECK(e.world_size == 1 && e.rank == 0, "bad node list: env not reset");
-	setenv("MASTER_ADDR", "head", 1); /* names the master: the list is not needed */
+	tu_setenv("MASTER_ADDR", "head"); /* names the master: the list is not needed */
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_SLURM && strcmp(e.master_addr, "head") == 0 && e.multi_host == -1,
 	      "bad node list with MASTER_ADDR: source %d master %s multi %d", (int)e.source, e.master_addr, e.multi_host);
-	unsetenv("MASTER_ADDR");
-	setenv("SLURM_JOB_NODELIST", "node1", 1);
-	setenv("SLURM_PROCID", "2", 1);
+	tu_setenv("MASTER_ADDR", NULL);
+	tu_setenv("SLURM_JOB_NODELIST", "node1");
+	tu_setenv("SLURM_PROCID", "2");
 	CHECK(qe_dist_env_from_environ(&e) == QE_EINVAL && strstr(qe_last_error(), "SLURM_PROCID=2 is not below SLURM_NTASKS=2"),
 	      "procid past ntasks: %s", qe_last_error());
-	setenv("SLURM_PROCID", "x", 1);
+	tu_setenv("SLURM_PROCID", "x");
 	CHECK(qe_dist_env_from_environ(&e) == QE_EINVAL && strstr(qe_last_error(), "SLURM_PROCID='x'"),
 	      "bad procid: %s", qe_last_error());
 	/* a batch script (no step) and a step of one task are no job */
 	clear_env();
-	setenv("SLURM_PROCID", "0", 1);
-	setenv("SLURM_NTASKS", "4", 1);
-	setenv("SLURM_JOB_NODELIST", "n[1-4]", 1);
+	tu_setenv("SLURM_PROCID", "0");
+	tu_setenv("SLURM_NTASKS", "4");
+	tu_setenv("SLURM_JOB_NODELIST", "n[1-4]");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_NONE && e.world_size == 1, "batch script: source %d world %d", (int)e.source,
 	      e.world_size);
-	setenv("SLURM_STEP_ID", "0", 1);
-	setenv("SLURM_NTASKS", "1", 1);
+	tu_setenv("SLURM_STEP_ID", "0");
+	tu_setenv("SLURM_NTASKS", "1");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_NONE && e.world_size == 1 && strcmp(e.master_addr, "127.0.0.1") == 0,
 	      "one task: source %d world %d master %s", (int)e.source, e.world_size, e.master_addr);
@@ -202,31 +202,31 @@ static void ompi_case(void)
 {
 	qe_dist_env e;
 	clear_env();
-	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-	setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
-	setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+	tu_setenv("OMPI_COMM_WORLD_RANK", "3");
+	tu_setenv("OMPI_COMM_WORLD_SIZE", "4");
+	tu_setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+	tu_setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2");
 	int rc = qe_dist_env_from_environ(&e);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "Open MPI") && strstr(qe_last_error(), "MASTER_ADDR") &&
 		      strstr(qe_last_error(), "mpirun -x MASTER_ADDR="),
 	      "ompi without MASTER_ADDR -> %s: %s", qe_errname(rc), qe_last_error());
-	setenv("MASTER_ADDR", "node7", 1);
+	tu_setenv("MASTER_ADDR", "node7");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_OMPI && e.rank == 3 && e.world_size == 4 && e.local_rank == 1 &&
 		      strcmp(e.master_addr, "node7") == 0 && e.master_port == 29500 && e.multi_host == 1,
 	      "ompi: source %d rank %d world %d local %d master %s:%d multi %d", (int)e.source, e.rank, e.world_size,
 	      e.local_rank, e.master_addr, e.master_port, e.multi_host);
 	/* SLURM's win over Open MPI's (mpirun inside an srun step is mpirun's business, not ours) */
-	setenv("SLURM_PROCID", "0", 1);
-	setenv("SLURM_STEP_ID", "0", 1);
-	setenv("SLURM_NTASKS", "2", 1);
+	tu_setenv("SLURM_PROCID", "0");
+	tu_setenv("SLURM_STEP_ID", "0");
+	tu_setenv("SLURM_NTASKS", "2");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_SLURM && e.rank == 0 && e.world_size == 2, "slurm over ompi: source %d rank %d world %d",
 	      (int)e.source, e.rank, e.world_size);
 	/* a world of one needs no master */
 	clear_env();
-	setenv("OMPI_COMM_WORLD_RANK", "0", 1);
-	setenv("OMPI_COMM_WORLD_SIZE", "1", 1);
+	tu_setenv("OMPI_COMM_WORLD_RANK", "0");
+	tu_setenv("OMPI_COMM_WORLD_SIZE", "1");
 	CHECK_OK(qe_dist_env_from_environ(&e));
 	CHECK(e.source == QE_DIST_NONE && e.world_size == 1, "ompi of one: source %d", (int)e.source);
 	clear_env();

@@ -55,7 +55,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
 
@@ -67,7 +67,7 @@
 
 static int env_timeout_ms(void)
 {
-	const char *v = qe_env("QE_COMM_TIMEOUT_MS");
+	const char *v = qe_launch_var("QE_COMM_TIMEOUT_MS");
 	if (v && *v) {
 		char *end;
 		errno = 0;

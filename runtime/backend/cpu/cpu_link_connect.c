@@ -47,8 +47,9 @@
 #include <unistd.h>
 
 #include "runtime/comm/auth.h"
-#include "runtime/core/env.h"
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/log.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/status.h"
 
 #define ID_MAGIC "QECPULK1"
@@ -173,7 +174,7 @@ static int link_mac(const qe_auth_key *key, int sender, const char *name, const 
 		    const unsigned char *ns, unsigned char *out)
 {
 	unsigned char ctx[64 + NAME_MAX_LEN + 1 + 2 * NONCE] = { 0 };
-	const char *rid = qe_env("QE_RUN_ID");
+	const char *rid = qe_launch_var("QE_RUN_ID");
 	if (!rid || !rid[0])
 		rid = "qeffect";
 	memcpy(ctx, rid, strnlen(rid, 63));
@@ -365,8 +366,7 @@ int qe__cpu_link_accept_receiver(qe_link *l)
 
 static int test_connect_delay_ms(void)
 {
-	const char *v = qe_env("QE_LINK_TEST_CONNECT_DELAY_MS");
-	int d = v ? atoi(v) : 0;
+	int d = atoi(qe_rt_options_get()->link_test_connect_delay_ms);
 	return d > 0 && d < 600000 ? d : 0;
 }
 

@@ -688,7 +688,7 @@ int qe_cuda_backend_create(qe_backend **out)
 	if (n < 1)
 		return qe_fail(QE_ECUDA, "cuda backend: no CUDA device");
 	/* One process per GPU: a rank uses device LOCAL_RANK (modulo the devices present). */
-	const char *lr = qe_env("LOCAL_RANK");
+	const char *lr = qe_launch_var("LOCAL_RANK");
 	if (lr && *lr) {
 		int want = atoi(lr) % n;
 		if ((e = cudaSetDevice(want)) != cudaSuccess)

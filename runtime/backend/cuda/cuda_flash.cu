@@ -341,8 +341,7 @@ static int flash_warps(void)
 {
 	static int w;
 	if (!w) {
-		const char *e = qe_env("QE_FLASH_ROWS");
-		w = e && strcmp(e, "128") == 0 ? 8 : 4;
+		w = strcmp(qe_rt_options_get()->flash_rows, "128") == 0 ? 8 : 4;
 	}
 	return w;
 }

@@ -32,8 +32,10 @@ extern "C" {
 #endif
 
 /* The runtime's headers are plain C without linkage guards. */
+#include "runtime/comm/launch_vars.h"
 #include "runtime/core/env.h"
 #include "runtime/core/log.h"
+#include "runtime/core/rt_options.h"
 #include "runtime/core/status.h"
 #include "runtime/backend/backend.h"
 #include "runtime/backend/backend_check.h"
