@@ -476,91 +476,75 @@ int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *
 
 /* ---- causal attention (llm.c attention_forward/backward, B = 1) ------------- */
 
+/*
+ * One query row q of one head against n keys and values (row j of each at
+ * k + j * ld, v + j * ld): att[0..n) the probabilities, then o [hs] their
+ * sum of values.  Scores are dot products from 0 in index order, the
+ * softmax subtracts the max and adds the exps in order, and o adds the rows
+ * in order: the one place both attn_fwd and attn_decode compute a row, so
+ * a decoded row has the bytes of attn_fwd's row.
+ */
+static void attend_row(float *o, float *att, const float *q, const float *k, const float *v, int64_t ld, int64_t n,
+		       int64_t hs, float scale)
+{
+	/* scores into att[0..n), then overwritten in place by the probabilities */
+	float maxval = -INFINITY;
+	for (int64_t j = 0; j < n; j++) {
+		const float *key = k + j * ld;
+		float val = 0.0f;
+		for (int64_t i = 0; i < hs; i++)
+			val += q[i] * key[i];
+		val *= scale;
+		if (val > maxval)
+			maxval = val;
+		att[j] = val;
+	}
+	float expsum = 0.0f;
+	for (int64_t j = 0; j < n; j++) {
+		float e = expf(att[j] - maxval);
+		expsum += e;
+		att[j] = e;
+	}
+	float inv = expsum == 0.0f ? 0.0f : 1.0f / expsum;
+	for (int64_t j = 0; j < n; j++)
+		att[j] = att[j] * inv;
+	for (int64_t i = 0; i < hs; i++)
+		o[i] = 0.0f;
+	for (int64_t j = 0; j < n; j++) {
+		const float *val = v + j * ld;
+		float a = att[j];
+		for (int64_t i = 0; i < hs; i++)
+			o[i] += a * val[i];
+	}
+}
+
 void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh)
 {
 	int64_t hs = H / nh, C3 = 3 * H;
 	float scale = 1.0f / sqrtf((float)hs);
 	for (int64_t t = 0; t < T; t++) {
 		for (int h = 0; h < nh; h++) {
-			const float *q = qkv + t * C3 + h * hs;
 			float *att = probs + ((int64_t)h * T + t) * T;
-			/* scores into att[0..t], then overwritten in place by the probabilities */
-			float maxval = -INFINITY;
-			for (int64_t t2 = 0; t2 <= t; t2++) {
-				const float *key = qkv + t2 * C3 + h * hs + H;
-				float val = 0.0f;
-				for (int64_t i = 0; i < hs; i++)
-					val += q[i] * key[i];
-				val *= scale;
-				if (val > maxval)
-					maxval = val;
-				att[t2] = val;
-			}
-			float expsum = 0.0f;
-			for (int64_t t2 = 0; t2 <= t; t2++) {
-				float e = expf(att[t2] - maxval);
-				expsum += e;
-				att[t2] = e;
-			}
-			float inv = expsum == 0.0f ? 0.0f : 1.0f / expsum;
-			for (int64_t t2 = 0; t2 < T; t2++)
-				att[t2] = t2 <= t ? att[t2] * inv : 0.0f;
-			float *o = out + t * H + h * hs;
-			for (int64_t i = 0; i < hs; i++)
-				o[i] = 0.0f;
-			for (int64_t t2 = 0; t2 <= t; t2++) {
-				const float *v = qkv + t2 * C3 + h * hs + 2 * H;
-				float a = att[t2];
-				for (int64_t i = 0; i < hs; i++)
-					o[i] += a * v[i];
-			}
+			const float *base = qkv + h * hs;
+			attend_row(out + t * H + h * hs, att, base + t * C3, base + H, base + 2 * H, C3, t + 1, hs, scale);
+			for (int64_t t2 = t + 1; t2 < T; t2++)
+				att[t2] = 0.0f;
 		}
 	}
 }
 
 /*
  * The last row of qe_cpu_attn_fwd for a query of its own over cached keys
- * and values (k, v [T, H] rows): the same sums in the same order, so its
- * bytes are that row's when q, k and v are taken from one qkv.
+ * and values (k, v [T, H] rows): attend_row's sums, so its bytes are that
+ * row's when q, k and v are taken from one qkv.
  */
 void qe_cpu_attn_decode(float *out, float *probs, const float *q, const float *k, const float *v, int64_t T, int64_t H,
 			int nh)
 {
 	int64_t hs = H / nh;
 	float scale = 1.0f / sqrtf((float)hs);
-	for (int h = 0; h < nh; h++) {
-		const float *qh = q + h * hs;
-		float *att = probs + (int64_t)h * T;
-		float maxval = -INFINITY;
-		for (int64_t t = 0; t < T; t++) {
-			const float *key = k + t * H + h * hs;
-			float val = 0.0f;
-			for (int64_t i = 0; i < hs; i++)
-				val += qh[i] * key[i];
-			val *= scale;
-			if (val > maxval)
-				maxval = val;
-			att[t] = val;
-		}
-		float expsum = 0.0f;
-		for (int64_t t = 0; t < T; t++) {
-			float e = expf(att[t] - maxval);
-			expsum += e;
-			att[t] = e;
-		}
-		float inv = expsum == 0.0f ? 0.0f : 1.0f / expsum;
-		for (int64_t t = 0; t < T; t++)
-			att[t] = att[t] * inv;
-		float *o = out + h * hs;
-		for (int64_t i = 0; i < hs; i++)
-			o[i] = 0.0f;
-		for (int64_t t = 0; t < T; t++) {
-			const float *val = v + t * H + h * hs;
-			float a = att[t];
-			for (int64_t i = 0; i < hs; i++)
-				o[i] += a * val[i];
-		}
-	}
+	for (int h = 0; h < nh; h++)
+		attend_row(out + h * hs, probs + (int64_t)h * T, q + h * hs, k + h * hs, v + h * hs, H, T, hs, scale);
 }
 
 /*
