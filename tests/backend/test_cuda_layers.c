@@ -219,6 +219,22 @@ static void test_embed(qe_rng *r)
 		same_bytes(what, tk, h, sizeof(tk));
 		free(h);
 	}
+	/*
+	 * runs of a token exactly 16 and 32 long (whole batches of the cuda kernel's run walk), one
+	 * of 17, one that ends the sorted order, and tokens seen once: the same bytes
+	 */
+	{
+		int32_t tk[512];
+		for (int t = 0; t < T; t++)
+			tk[t] = t < 16 ? 3 : t < 48 ? 5 : t < 65 ? 9 : t < 100 ? V - 1 : 10 + (t % 200);
+		memcpy(ctok, tk, sizeof(tk));
+		up(gtok, tk, sizeof(tk));
+		CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V, NULL, 0));
+		CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V, NULL, 0));
+		h = fetch(gdwte, (size_t)V * H * 4);
+		same_bytes("embed_bwd dwte (runs of 16, 32, 17 and the last token)", cdwte, h, (size_t)V * H * 4);
+		free(h);
+	}
 	/* accumulate: both backends add the named rows' sums into a random dwte, the same bytes */
 	float *hs = rnd(r, (int64_t)V * H, 1.0f);
 	memcpy(cdw2, hs, (size_t)V * H * 4);
