@@ -21,8 +21,8 @@
 
 #include "cli/cli.h"
 #include "cli/gnuplot.h"
+#include "cli/storage_options.h"
 #include "ckpt/query/ckpt_query.h"
-#include "runtime/core/env.h"
 #include "runtime/core/status.h"
 
 static void help(FILE *f)
@@ -158,7 +158,7 @@ int cli_plot_main(int argc, char **argv)
 	char exe[4096];
 	if (cli_gnuplot_find(exe, sizeof(exe))) {
 		fprintf(stderr, "qeffect plot: gnuplot not found in PATH%s (install it: apt-get install gnuplot-nox)\n",
-			qe_env("QE_GNUPLOT") ? " or QE_GNUPLOT" : "");
+			cli_storage_get()->gnuplot ? " or QE_GNUPLOT" : "");
 		return 1;
 	}
 	series A = { .dir = dir }, B = { .dir = vs };
@@ -177,7 +177,7 @@ int cli_plot_main(int argc, char **argv)
 		snprintf(A.label, sizeof(A.label), "%s", dir);
 		snprintf(B.label, sizeof(B.label), "%s", vs);
 	}
-	const char *base = qe_env("TMPDIR");
+	const char *base = cli_storage_get()->tmpdir;
 	snprintf(tmp, sizeof(tmp), "%s/qeffect-plot-XXXXXX", base && *base ? base : "/tmp");
 	if (!mkdtemp(tmp)) {
 		fprintf(stderr, "qeffect plot: cannot create a temporary folder '%s': %s\n", tmp, strerror(errno));

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "cli/storage_options.h"
 
 void cli_encoder_dir(const char *flag, char *out, size_t n, const char **from)
 {
@@ -17,7 +17,7 @@ void cli_encoder_dir(const char *flag, char *out, size_t n, const char **from)
 		*from = "--encoder-dir";
 		return;
 	}
-	const char *env = qe_env("QE_GPT2_ENCODER_DIR");
+	const char *env = cli_storage_get()->encoder_dir;
 	if (env && env[0]) {
 		snprintf(out, n, "%s", env);
 		*from = "QE_GPT2_ENCODER_DIR";

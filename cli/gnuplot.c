@@ -12,16 +12,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/core/env.h"
+#include "cli/storage_options.h"
 
 int cli_gnuplot_find(char *buf, size_t len)
 {
-	const char *env = qe_env("QE_GNUPLOT");
+	const char *env = cli_storage_get()->gnuplot;
 	if (env && *env) {
 		snprintf(buf, len, "%s", env);
 		return access(buf, X_OK) == 0 ? 0 : -1;
 	}
-	const char *path = qe_env("PATH");
+	const char *path = cli_storage_get()->path;
 	while (path && *path) {
 		const char *e = strchr(path, ':');
 		size_t n = e ? (size_t)(e - path) : strlen(path);

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "cli/storage_options.h"
-#include "runtime/core/env.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
 
@@ -108,7 +107,7 @@ int cli_parse_double(const char *cmd, const char *flag, const char *s, double *o
 
 const char *cli_shared_dir(void)
 {
-	const char *d = qe_env("QE_SHARED_DIR");
+	const char *d = cli_storage_get()->shared_dir;
 	return d ? d : QE_SHARED_DIR;
 }
 

@@ -131,6 +131,11 @@ int cli_storage_init(void)
 	s->persist_keep = (int)env_number("QE_CKPT_PERSIST_KEEP", 0);
 	s->keep_grace_s = (uint64_t)env_number("QE_CKPT_KEEP_GRACE_S", 600);
 	s->persist_grace_s = (uint64_t)env_number("QE_CKPT_PERSIST_GRACE_S", 600);
+	s->shared_dir = qe_env("QE_SHARED_DIR");
+	s->encoder_dir = qe_env("QE_GPT2_ENCODER_DIR");
+	s->gnuplot = qe_env("QE_GNUPLOT");
+	s->path = qe_env("PATH");
+	s->tmpdir = qe_env("TMPDIR");
 	/* the launcher's variables go to the runtime as they are, set or not (launch_vars.h) */
 	for (int i = 0; i < qe_launch_nvars; i++)
 		if (qe_launch_var_set(qe_launch_var_names[i], qe_env(qe_launch_var_names[i]))) {

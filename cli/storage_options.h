@@ -6,7 +6,9 @@
  * --ckpt-persist-keep, --remote and the retention grace periods).
  *
  * cli_storage_init reads the variables users set (QE_LOCAL_DIR, ... the
- * table in runtime/core/env.c) once, as the settings' defaults; flags then
+ * table in runtime/core/env.c) once, as the settings' defaults, and keeps
+ * the few paths cli itself looks up (QE_SHARED_DIR, QE_GPT2_ENCODER_DIR,
+ * QE_GNUPLOT, PATH, TMPDIR): no other file reads a variable; flags then
  * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
  * and cli_storage_commit hands ckpt its part, store the S3 fallbacks and
  * the runtime its knobs and test hooks (runtime/core/rt_options.h).  The
@@ -35,6 +37,12 @@ typedef struct cli_storage {
 	uint64_t persist_grace_s; /* QE_CKPT_PERSIST_GRACE_S (600) */
 	store_remote_defaults s3; /* AWS_* and QE_S3_*: what an S3 handle uses where its options say nothing */
 	qe_rt_options rt;         /* the runtime's knobs and test hooks (QE_P2P, QE_FAULT, ...) */
+	/* cli's own paths, as the environment holds them (NULL: unset; they live as long as the process) */
+	const char *shared_dir;  /* QE_SHARED_DIR: the shared data folder (cli_shared_dir) */
+	const char *encoder_dir; /* QE_GPT2_ENCODER_DIR: GPT-2's encoder files (encoder_dir.h) */
+	const char *gnuplot;     /* QE_GNUPLOT: the gnuplot program (gnuplot.h) */
+	const char *path;        /* PATH: where gnuplot is looked for otherwise */
+	const char *tmpdir;      /* TMPDIR: where plot writes its temporary files */
 } cli_storage;
 
 /*

@@ -9,7 +9,9 @@
 #  4. the checkpoint layer, the catalog and the store read no variable at all (not even through
 #     qe_env): cli hands them their options (ckpt/session/ckpt_options.h, store/remote.h's
 #     store_remote_defaults, cli/storage_options.c);
-#  5. nor does the runtime, which sets only NCCL's NCCL_NVLS_ENABLE.
+#  5. nor does the runtime, which sets only NCCL's NCCL_NVLS_ENABLE;
+#  6. in cli, only cli/storage_options.c reads variables (and `qeffect env`, whose job is to show
+#     them all): every other cli file takes its setting from cli_storage.
 set -u
 Q=${1:?usage: env_table.sh QEFFECT [SHARED]}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -52,3 +54,9 @@ rt=$(grep -rnE '\bqe_env(_set)?[[:space:]]*\(' runtime --include=*.c --include=*
   | grep -vE '^runtime/backend/cuda/cuda_link\.cu:[0-9]+:.*qe_env_set\("NCCL_NVLS_ENABLE"')
 [ -z "$rt" ] || fail "the runtime reads a variable itself (cli should hand it over: rt_options.h, launch_vars.h): $rt"
 echo "ok: the runtime reads no variable (it sets only NCCL_NVLS_ENABLE, for NCCL)"
+
+# 6.
+cl=$(grep -rnE '\bqe_env(_set)?[[:space:]]*\(' cli --include=*.c --include=*.h \
+  | grep -vE ':[0-9]+:\s*(/?\*|//)' | grep -vE '^cli/(storage_options|cmd_env)\.c:')
+[ -z "$cl" ] || fail "a cli file reads a variable outside cli/storage_options.c (take it from cli_storage): $cl"
+echo "ok: in cli only storage_options.c (and qeffect env) reads variables"
