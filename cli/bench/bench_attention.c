@@ -4,11 +4,10 @@
  * (issue 34).  bench/attention/run.sh sets PyTorch's scaled_dot_product_attention
  * beside it (bench/peers/attention_torch.py), on the same shapes, in one call.
  *
- * A pass is the backend's op as training calls it: attn_flash_fwd (for the
- * cuda bf16 operands: the head-major bf16 copies of q, k and v, then the
- * kernel) and attn_flash_bwd (the copies of q, k, v and dout, the row dot
- * products, dQ, dK and dV).  The copies are counted in the pass's time, since
- * training pays for them; the issue's goal is a path without them.
+ * A pass is the backend's op as training calls it: attn_flash_fwd and
+ * attn_flash_bwd (the row dot products, dQ, dK and dV), with qkv and dout
+ * stored as training stores them: bf16 for bf16 operands (the kernels read
+ * them where they lie, no copies), f32 for TF32.  No QKV bias.
  *
  * FLOPs are counted causal, as the issue states them: the forward 2 B nh T^2 D
  * (QK^T and PV over half the T x T scores), the backward 2.5 times that.  Each
@@ -31,6 +30,7 @@
 #include "runtime/backend/backend.h"
 #include "runtime/core/rng.h"
 #include "runtime/core/status.h"
+#include "runtime/fp8/bf16.h"
 
 #define MAX_SHAPES 16
 
@@ -56,7 +56,8 @@ static void help(FILE *f)
 		"                               [--min-ms MS] [--json]\n\n"
 		"The flash attention's forward and backward alone, causal, in TFLOP/s: FLOPs counted as\n"
 		"2 B NH T^2 D for the forward (half of the T x T scores) and 2.5 times that for the backward.\n"
-		"A pass is the op training runs, its bf16 copies of the operands included.\n\n"
+		"A pass is the op training runs, on q, k, v and dout stored as training stores them (bf16\n"
+		"for bf16 operands, f32 for tf32), without a QKV bias.\n\n"
 		"  --backend cuda|cpu   where to run (default cuda)\n"
 		"  --shapes LIST        B:NH:T:D items (batch, heads, sequence, head dim); default on cuda:\n"
 		"                       16:12:1024:64 (gpt2 b16), 8:25:1024:64 (gpt2-xl b8), 4:16:4096:64 and\n"
@@ -92,7 +93,9 @@ typedef struct pass_time {
 } pass_time;
 
 typedef struct attn_bufs {
-	float *qkv, *out, *lse, *dout, *dqkv;
+	void *qkv, *dout; /* of dt */
+	float *out, *lse, *dqkv;
+	qe_dtype dt;
 } attn_bufs;
 
 /* Mean time of one call of the pass (fwd: 0, bwd: 1), repeated until min_ms have passed. */
@@ -103,8 +106,8 @@ static int time_pass(const qe_backend_ops *o, qe_stream *s, const attn_shape *a,
 	int rc = QE_OK;
 #define CALL()                                                                                                 \
 	(bwd ? o->attn_flash_bwd(s, m->dqkv, m->dout, m->qkv, NULL, m->out, m->lse, a->batch, a->seq, H,       \
-				 (int)a->heads, op)                                                            \
-	     : o->attn_flash_fwd(s, m->out, m->lse, m->qkv, NULL, a->batch, a->seq, H, (int)a->heads, op))
+				 (int)a->heads, op, m->dt)                                                     \
+	     : o->attn_flash_fwd(s, m->out, m->lse, m->qkv, NULL, a->batch, a->seq, H, (int)a->heads, op, m->dt))
 	for (int i = 0; i < 2 && !rc; i++)
 		rc = CALL();
 	if (rc || (rc = o->stream_sync(s)))
@@ -127,25 +130,32 @@ static int time_pass(const qe_backend_ops *o, qe_stream *s, const attn_shape *a,
 #undef CALL
 }
 
-/* Device buffers of one shape, q, k, v and dout filled with normal(0, 1) values. */
+/*
+ * Device buffers of one shape, q, k, v and dout filled with normal(0, 1)
+ * values of type m->dt (bf16: the floats rounded to nearest even).
+ */
 static int shape_bufs(qe_backend *b, qe_stream *s, const attn_shape *a, attn_bufs *m)
 {
 	const qe_backend_ops *o = b->ops;
 	int64_t N = a->batch * a->seq, H = a->heads * a->dim;
 	int64_t nq = N * 3 * H;
+	size_t es = qe_dtype_size(m->dt);
 	float *host = malloc((size_t)nq * sizeof(float));
 	if (!host)
 		return qe_fail(QE_ENOMEM, "bench attention: %lld host floats", (long long)nq);
 	qe_rng r;
 	qe_rng_init(&r, 34);
 	qe_rng_normal_fill(&r, host, nq, 1.0f);
+	if (m->dt == QE_BF16) /* in place: code i overwrites bytes that float i no longer needs */
+		for (int64_t i = 0; i < nq; i++)
+			((uint16_t *)host)[i] = qe_bf16_from_f32(host[i]);
 	int rc;
-	if ((rc = o->alloc(b, (size_t)nq * 4, (void **)&m->qkv)) || (rc = o->alloc(b, (size_t)nq * 4, (void **)&m->dqkv)) ||
+	if ((rc = o->alloc(b, (size_t)nq * es, &m->qkv)) || (rc = o->alloc(b, (size_t)nq * 4, (void **)&m->dqkv)) ||
 	    (rc = o->alloc(b, (size_t)(N * H) * 4, (void **)&m->out)) ||
-	    (rc = o->alloc(b, (size_t)(N * H) * 4, (void **)&m->dout)) ||
+	    (rc = o->alloc(b, (size_t)(N * H) * es, &m->dout)) ||
 	    (rc = o->alloc(b, (size_t)(a->batch * a->heads * a->seq) * 4, (void **)&m->lse)) ||
-	    (rc = o->copy(s, m->qkv, host, (size_t)nq * 4, QE_COPY_H2D)) ||
-	    (rc = o->copy(s, m->dout, host, (size_t)(N * H) * 4, QE_COPY_H2D)) || (rc = o->stream_sync(s))) {
+	    (rc = o->copy(s, m->qkv, host, (size_t)nq * es, QE_COPY_H2D)) ||
+	    (rc = o->copy(s, m->dout, host, (size_t)(N * H) * es, QE_COPY_H2D)) || (rc = o->stream_sync(s))) {
 		free(host);
 		return rc;
 	}
@@ -160,7 +170,8 @@ static void free_bufs(qe_backend *b, attn_bufs *m)
 	b->ops->free(b, m->out);
 	b->ops->free(b, m->dout);
 	b->ops->free(b, m->lse);
-	memset(m, 0, sizeof(*m));
+	m->qkv = m->dout = NULL;
+	m->out = m->lse = m->dqkv = NULL;
 }
 
 int bench_attention_main(int argc, char **argv)
@@ -239,7 +250,7 @@ int bench_attention_main(int argc, char **argv)
 		       "fwd TF/s", "bwd ms", "bwd TF/s");
 	for (int i = 0; i < nshapes; i++) {
 		const attn_shape *a = &shapes[i];
-		attn_bufs m = { 0 };
+		attn_bufs m = { .dt = op == QE_FLASH_BF16 ? QE_BF16 : QE_F32 };
 		pass_time tf = { 0 }, tb = { 0 };
 		double fl = 2.0 * a->batch * a->heads * (double)a->seq * a->seq * a->dim;
 		if ((rc = shape_bufs(b, s, a, &m)) == QE_OK && (rc = time_pass(b->ops, s, a, &m, 0, op, min_ms, &tf)) == QE_OK)

@@ -335,13 +335,19 @@ typedef struct qe_backend_ops {
 	 * qkv_bias ([3H] or NULL): q, k and v are qkv + qkv_bias, column by
 	 * column, the bits of gemm's f32 bias add - so the QKV GEMM may leave its
 	 * bias to attention (cuda bf16 operands: added while the operands are
-	 * copied to bf16; TF32: a biased copy first).  Both ops must get the same.
+	 * read into shared memory; TF32: a biased copy first).  Both ops must get
+	 * the same.
+	 * dt is the type of qkv and dout: QE_F32, or QE_BF16 (activations stored
+	 * in bf16, which only QE_FLASH_BF16 takes).  The bf16 kernels read bf16
+	 * rows where they lie; given f32 they first make a bf16 copy of the same
+	 * layout.  The cpu widens bf16 exactly; with a bias, q, k and v are then
+	 * bf16 + bias in f32 (the cuda kernels round that sum to bf16 again).
 	 */
-	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t batch,
-			      int64_t T, int64_t H, int nh, qe_flash_operands operands);
-	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
+	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias, int64_t batch,
+			      int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
+	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
 			      const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
-			      qe_flash_operands operands);
+			      qe_flash_operands operands, qe_dtype dt);
 	/*
 	 * Attention of one new query row over cached keys and values, the step
 	 * of generating a token (runtime/model/infer.h): q [H] (head h at

@@ -55,10 +55,11 @@ int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int histor
  * attn_flash_fwd/bwd's sizes and pointers: batch, T, H >= 1, H a multiple of
  * nh with D = H/nh in {16, 32, 64}; a and b are out and lse (forward) or
  * dqkv and dout (backward), c and d qkv and, backward, out and lse;
- * operands a known qe_flash_operands.
+ * operands a known qe_flash_operands; dt (qkv's and dout's type) f32, or
+ * bf16 with bf16 operands.
  */
 int qe__check_flash(const char *nm, int backward, const void *a, const void *b, const void *qkv, const void *out,
-		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
+		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
 /* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present, dt f32 or bf16. */
 int qe__check_xent(const void *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid, qe_dtype dt);
 /* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL; not rows_written with accumulate). */

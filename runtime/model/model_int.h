@@ -24,7 +24,8 @@ typedef struct lin_tape {
 
 /* What one slot retains for one block. */
 typedef struct block_tape {
-	float *x_in, *mean1, *rstd1, *qkv, *x_mid, *mean2, *rstd2, *x_out;
+	float *x_in, *mean1, *rstd1, *x_mid, *mean2, *rstd2, *x_out;
+	void *qkv;            /* qe__stage_attn_dt */
 	void *fc1_out; /* [N, ffn] in st->act_dt, without FC1's bias */
 	float *probs; /* probs attention: [batch, nh, T, T]; flash: the row log-sum-exp [batch, nh, T] */
 	float *att;   /* flash: the attention output [N, H] (the backward reads it); probs: NULL */
@@ -72,8 +73,10 @@ struct qe_stage {
 	 * is a GEMM's output, rounded by the GEMM, whose consumers widen it.
 	 * So far: the logits and their gradient (the loss reads bf16 and writes
 	 * the gradient over them, the head's dY cast reads that), FC1's output
-	 * (FC2's input cast and FC1's dY cast read it) and FC2's input gradient
-	 * (FC1's dY cast reads it).  Everything else is f32.
+	 * (FC2's input cast and FC1's dY cast read it), FC2's input gradient
+	 * (FC1's dY cast reads it), and with flash attention qkv and the
+	 * projection's input gradient (attention reads both where they lie,
+	 * qe__stage_attn_dt).  Everything else is f32.
 	 */
 	qe_dtype act_dt;
 	/*
@@ -156,6 +159,15 @@ void qe__stage_cast_args(const qe_stage *st, const lin_info *L, float *role, int
 static inline qe_flash_operands qe__stage_flash_operands(const qe_stage *st)
 {
 	return st->prec.mode == QE_PREC_F32 ? QE_FLASH_TF32 : QE_FLASH_BF16;
+}
+
+/*
+ * The type of qkv and of the attention output's gradient: act_dt with flash
+ * attention, which reads them in that type, else f32 (attn_fwd/bwd).
+ */
+static inline qe_dtype qe__stage_attn_dt(const qe_stage *st)
+{
+	return st->flash ? st->act_dt : QE_F32;
 }
 
 #endif

@@ -48,15 +48,16 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 }
 
 /* Attention backward of every sequence of the microbatch (flash: one op over the batch). */
-static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const float *dout, const block_tape *bt,
+static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const void *dout_in, const block_tape *bt,
 			      int qkv_lin)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
-	const float *qkv = bt->qkv, *probs = bt->probs;
+	const float *qkv = bt->qkv, *probs = bt->probs, *dout = dout_in; /* f32 unless flash */
 	if (st->flash)
-		return st->b->ops->attn_flash_bwd(s, dqkv, dout, qkv, qe__stage_qkv_bias(st, qkv_lin), bt->att,
-						  bt->probs, c->batch, T, H, c->heads, qe__stage_flash_operands(st));
+		return st->b->ops->attn_flash_bwd(s, dqkv, dout_in, bt->qkv, qe__stage_qkv_bias(st, qkv_lin), bt->att,
+						  bt->probs, c->batch, T, H, c->heads, qe__stage_flash_operands(st),
+						  qe__stage_attn_dt(st));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_bwd(s, dqkv + b * T * 3 * H, dout + b * T * H, qkv + b * T * 3 * H,
 					    probs + (int64_t)b * c->heads * T * T, T, H, c->heads));
@@ -92,9 +93,10 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	const float *w2 = P + pi[bk->ln2w].offset;
 	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
 			     dx_out));
-	/* attention half */
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, f32_2d(st, st->ws_h[2], N, H),
-				     f32_2d(st, st->ws_h[0], N, H), grad, NULL, NULL));
+	/* attention half: the projection's input gradient in the type attention reads */
+	qe_tensor d_att = qe_tensor_2d(st->ws_h[0], qe__stage_attn_dt(st), st->b->ops->device, N, H);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, f32_2d(st, st->ws_h[2], N, H), d_att, grad,
+				     NULL, NULL));
 	QE_TRY(attention_backward(st, s, st->ws_big, st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, f32_2d(st, st->ws_big, N, 3 * H),
 				     f32_2d(st, st->ws_h[1], N, H), grad, NULL, NULL));

@@ -149,11 +149,12 @@ static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, int qkv
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
 	float *probs = bt->probs;
-	const float *qkv = bt->qkv;
+	const float *qkv = bt->qkv; /* f32 unless flash */
 	*res = st->flash ? bt->att : out;
 	if (st->flash)
-		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, qkv, qe__stage_qkv_bias(st, qkv_lin), c->batch,
-						  T, H, c->heads, qe__stage_flash_operands(st));
+		return st->b->ops->attn_flash_fwd(s, bt->att, bt->probs, bt->qkv, qe__stage_qkv_bias(st, qkv_lin),
+						  c->batch, T, H, c->heads, qe__stage_flash_operands(st),
+						  qe__stage_attn_dt(st));
 	for (int b = 0; b < c->batch; b++)
 		QE_TRY(st->b->ops->attn_fwd(s, out + b * T * H, probs + (int64_t)b * c->heads * T * T, qkv + b * T * 3 * H,
 					    T, H, c->heads));
@@ -200,7 +201,7 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	/* attention half */
 	int qkv = bk->lin0 + QE_LIN_QKV;
 	QE_TRY(ln_linear_forward(st, s, t, qkv, bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset,
-				 P + pi[bk->ln1b].offset, bt->qkv, QE_F32, record, qe__stage_qkv_bias(st, qkv) != NULL));
+				 P + pi[bk->ln1b].offset, bt->qkv, qe__stage_attn_dt(st), record, qe__stage_qkv_bias(st, qkv) != NULL));
 	float *att;
 	QE_TRY(attention_forward(st, s, bt, qkv, st->ws_h[1], &att));
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;

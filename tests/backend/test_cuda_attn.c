@@ -14,6 +14,8 @@
  *     comment of test_flash_operands).
  * Seen on an H100 (seed 20261129): TF32 attention and flash up to 8.3e-4 of
  * max|cpu|, bf16 flash up to 5.0e-3, the cpu's two paths 0.
+ * qkv and dout in bf16, read where they lie, give the bytes of the same
+ * values given in f32 (test_flash_bf16_rows).
  * Also: two runs on cuda are byte-identical; the probabilities above the
  * diagonal are exactly zero; the two flash operand kinds give different
  * bytes; an unknown operand kind is refused on both backends.
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 
 #include "bk_util.h"
+#include "runtime/fp8/bf16.h"
 #include "cuda_pair.h"
 #ifdef QE_WITH_CUDA
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -68,11 +71,11 @@ static void test_flash_operands(qe_rng *r, int B, int T, int H, int nh, qe_flash
 	pair(NULL, nq * 4, &gdq2);
 	pair(NULL, no * 4, &go3);
 	qe_flash_operands other = op == QE_FLASH_BF16 ? QE_FLASH_TF32 : QE_FLASH_BF16;
-	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, NULL, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go3, gl2, gq, NULL, B, T, H, nh, other));
-	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op));
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, NULL, B, T, H, nh, op, QE_F32));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, op, QE_F32));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op, QE_F32));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go3, gl2, gq, NULL, B, T, H, nh, other, QE_F32));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go2, gl2, gq, NULL, B, T, H, nh, op, QE_F32));
 	char what[112];
 	float *h = fetch(go, no * 4), *h2 = fetch(go2, no * 4), *h3 = fetch(go3, no * 4);
 	snprintf(what, sizeof(what), "flash_fwd %s B=%d T=%d H=%d nh=%d out", on, B, T, H, nh);
@@ -100,9 +103,9 @@ static void test_flash_operands(qe_rng *r, int B, int T, int H, int nh, qe_flash
 	/* backward from the cpu's out and lse on both sides */
 	up(go, co, no * 4);
 	up(gl, cl, nl * 4);
-	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, NULL, co, cl, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, NULL, go, gl, B, T, H, nh, op));
-	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, NULL, go, gl, B, T, H, nh, op));
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, NULL, co, cl, B, T, H, nh, op, QE_F32));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, NULL, go, gl, B, T, H, nh, op, QE_F32));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq2, gdo, gq, NULL, go, gl, B, T, H, nh, op, QE_F32));
 	h = fetch(gdq, nq * 4);
 	h2 = fetch(gdq2, nq * 4);
 	snprintf(what, sizeof(what), "flash_bwd %s B=%d T=%d H=%d nh=%d dqkv", on, B, T, H, nh);
@@ -124,15 +127,90 @@ static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
 	void *gq, *go, *gl;
 	float *cq = pair(NULL, N * 3 * H * 4, &gq), *co = pair(NULL, N * H * 4, &go);
 	float *cl = pair(NULL, (int64_t)B * nh * T * 4, &gl);
-	int rc = K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, (qe_flash_operands)7);
+	int rc = K.go->attn_flash_fwd(K.gs, go, gl, gq, NULL, B, T, H, nh, (qe_flash_operands)7, QE_F32);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cuda: operand kind 7: got %s: %s",
 	      qe_errname(rc), qe_last_error());
 	qe_stream *cs = NULL; /* a stream of its own: the refusal fails it */
 	CHECK_OK(K.co->stream_create(K.cb, &cs));
-	rc = K.co->attn_flash_fwd(cs, co, cl, cq, NULL, B, T, H, nh, (qe_flash_operands)7);
+	rc = K.co->attn_flash_fwd(cs, co, cl, cq, NULL, B, T, H, nh, (qe_flash_operands)7, QE_F32);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "operand kind 7"), "cpu: operand kind 7: got %s: %s",
 	      qe_errname(rc), qe_last_error());
 	K.co->stream_destroy(cs);
+}
+
+/* g[0] and g[1] (n floats on cuda) the same bytes, and g[1] within the bf16 bound of c */
+static void same_and_close(const char *what, const char *name, void *const *g, const float *c, int64_t n)
+{
+	float *a = fetch(g[0], n * 4), *b = fetch(g[1], n * 4);
+	char w[160];
+	snprintf(w, sizeof(w), "%s %s", what, name);
+	CHECK(bytes_diff(a, b, n * 4) < 0, "%s: bf16 rows read in place differ from the f32 copy's", w);
+	close_to(w, c, b, n, 1.6e-2);
+	free(a);
+	free(b);
+}
+
+/*
+ * qkv and dout stored in bf16 (as training stores them), read by the
+ * kernels where they lie, against f32 inputs holding the same values (the
+ * op's bf16 copy of them): with a QKV bias, the bf16 rows get it added in
+ * shared memory and rounded there, the f32 ones in the copy, and both
+ * round bf16 value + bias once, so out, lse and dqkv must be the same
+ * bytes.  The cpu widens the bf16 inputs exactly (its outputs equal those of
+ * its f32 inputs to the byte) and stays within the bf16 bound of cuda's.
+ */
+static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh)
+{
+	fresh_stream();
+	int64_t N = (int64_t)B * T, nq = N * 3 * H, no = N * H, nl = (int64_t)B * nh * T;
+	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f), *hb = rnd(r, 3 * H, 0.5f);
+	uint16_t *q16 = malloc((size_t)nq * 2), *do16 = malloc((size_t)no * 2);
+	for (int64_t i = 0; i < nq; i++) {
+		q16[i] = qe_bf16_from_f32(hq[i]);
+		hq[i] = qe_bf16_to_f32(q16[i]);
+	}
+	for (int64_t i = 0; i < no; i++) {
+		do16[i] = qe_bf16_from_f32(hdo[i]);
+		hdo[i] = qe_bf16_to_f32(do16[i]);
+	}
+	void *gq, *gq16, *gdo, *gdo16, *gb, *go[2], *gl[2], *gdq[2];
+	float *cq = pair(hq, nq * 4, &gq), *cdo = pair(hdo, no * 4, &gdo), *cb = pair(hb, 3 * H * 4, &gb);
+	void *cq16 = pair(q16, nq * 2, &gq16), *cdo16 = pair(do16, no * 2, &gdo16);
+	float *co[2], *cl[2], *cdq[2];
+	for (int k = 0; k < 2; k++) {
+		co[k] = pair(NULL, no * 4, &go[k]);
+		cl[k] = pair(NULL, nl * 4, &gl[k]);
+		cdq[k] = pair(NULL, nq * 4, &gdq[k]);
+	}
+	const void *gin[2] = { gq, gq16 }, *gdin[2] = { gdo, gdo16 }, *cin[2] = { cq, cq16 }, *cdin[2] = { cdo, cdo16 };
+	qe_dtype dts[2] = { QE_F32, QE_BF16 };
+	for (int k = 0; k < 2; k++) {
+		CHECK_OK(K.co->attn_flash_fwd(K.cs, co[k], cl[k], cin[k], cb, B, T, H, nh, QE_FLASH_BF16, dts[k]));
+		CHECK_OK(K.go->attn_flash_fwd(K.gs, go[k], gl[k], gin[k], gb, B, T, H, nh, QE_FLASH_BF16, dts[k]));
+		CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq[k], cdin[k], cin[k], cb, co[0], cl[0], B, T, H, nh, QE_FLASH_BF16,
+					      dts[k]));
+	}
+	CHECK_OK(K.co->stream_sync(K.cs));
+	/* both cuda backwards from the cpu's out and lse, so only the storage differs */
+	void *gco, *gcl;
+	pair(co[0], no * 4, &gco);
+	pair(cl[0], nl * 4, &gcl);
+	for (int k = 0; k < 2; k++)
+		CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[k], gdin[k], gin[k], gb, gco, gcl, B, T, H, nh, QE_FLASH_BF16,
+					      dts[k]));
+	char what[112];
+	snprintf(what, sizeof(what), "flash bf16 rows B=%d T=%d H=%d nh=%d", B, T, H, nh);
+	CHECK(bytes_diff(co[0], co[1], no * 4) < 0 && bytes_diff(cl[0], cl[1], nl * 4) < 0 &&
+		      bytes_diff(cdq[0], cdq[1], nq * 4) < 0,
+	      "%s: the cpu's outputs from bf16 inputs differ from those of the same values in f32", what);
+	same_and_close(what, "out", go, co[1], no);
+	same_and_close(what, "lse", gl, cl[1], nl);
+	same_and_close(what, "dqkv", gdq, cdq[1], nq);
+	free(hq);
+	free(hdo);
+	free(hb);
+	free(q16);
+	free(do16);
 }
 
 static void test_attn_case(qe_rng *r, int T, int H, int nh)
@@ -245,6 +323,10 @@ int main(void)
 	test_flash_case(&r, 2, 200, 128, 2);  /* D 64 */
 	test_flash_case(&r, 2, 330, 128, 2);  /* D 64, an odd count of tiles: half a forward block */
 	test_flash_case(&r, 1, 1024, 768, 12); /* GPT-2's attention, one sequence */
+	test_flash_bf16_rows(&r, 2, 100, 64, 4);   /* D 16, partial tiles: zeros after T */
+	test_flash_bf16_rows(&r, 2, 130, 128, 4);  /* D 32 */
+	test_flash_bf16_rows(&r, 2, 330, 128, 2);  /* D 64, half a forward block */
+	test_flash_bf16_rows(&r, 1, 1024, 768, 12); /* GPT-2's */
 
 	printf("attn_decode\n");
 	test_decode_case(&r, 1, 64, 4);      /* the first token; D 16: 16 runs of positions */

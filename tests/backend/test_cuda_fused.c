@@ -389,10 +389,10 @@ static void test_flash_qkv_bias(qe_rng *r)
 			void *go[2] = { g_mem((size_t)N * H * 4), g_mem((size_t)N * H * 4) };
 			void *gl[2] = { g_mem((size_t)B * nh * T * 4), g_mem((size_t)B * nh * T * 4) };
 			void *gdq[2] = { g_mem((size_t)n3 * 4), g_mem((size_t)n3 * 4) };
-			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[0], gl[0], gqb, NULL, B, T, H, nh, op));
-			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[1], gl[1], gq, gb, B, T, H, nh, op));
-			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[0], gdo, gqb, NULL, go[0], gl[0], B, T, H, nh, op));
-			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[1], gdo, gq, gb, go[1], gl[1], B, T, H, nh, op));
+			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[0], gl[0], gqb, NULL, B, T, H, nh, op, QE_F32));
+			CHECK_OK(K.go->attn_flash_fwd(K.gs, go[1], gl[1], gq, gb, B, T, H, nh, op, QE_F32));
+			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[0], gdo, gqb, NULL, go[0], gl[0], B, T, H, nh, op, QE_F32));
+			CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[1], gdo, gq, gb, go[1], gl[1], B, T, H, nh, op, QE_F32));
 			void *pairs[3][2] = { { go[0], go[1] }, { gl[0], gl[1] }, { gdq[0], gdq[1] } };
 			size_t sizes[3] = { (size_t)N * H * 4, (size_t)B * nh * T * 4, (size_t)n3 * 4 };
 			static const char *nm[] = { "out", "lse", "dqkv" };

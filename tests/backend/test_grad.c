@@ -193,14 +193,14 @@ static void test_flash_operands(void)
 	float *qkv = bk_f32(&K, B * T * 3 * H), *o1 = bk_f32(&K, B * T * H), *o2 = bk_f32(&K, B * T * H);
 	float *l1 = bk_f32(&K, B * nh * T), *l2 = bk_f32(&K, B * nh * T);
 	fill_normal(qkv, B * T * 3 * H, &rng, 1.0f);
-	CHECK_OK(K.o->attn_flash_fwd(K.s, o1, l1, qkv, NULL, B, T, H, nh, QE_FLASH_TF32));
-	CHECK_OK(K.o->attn_flash_fwd(K.s, o2, l2, qkv, NULL, B, T, H, nh, QE_FLASH_BF16));
+	CHECK_OK(K.o->attn_flash_fwd(K.s, o1, l1, qkv, NULL, B, T, H, nh, QE_FLASH_TF32, QE_F32));
+	CHECK_OK(K.o->attn_flash_fwd(K.s, o2, l2, qkv, NULL, B, T, H, nh, QE_FLASH_BF16, QE_F32));
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK(bytes_diff(o1, o2, (size_t)(B * T * H) * 4) < 0 && bytes_diff(l1, l2, (size_t)(B * nh * T) * 4) < 0,
 	      "cpu flash: the operand kind changed the result");
 	qe_stream *s = NULL; /* a refusal fails its stream */
 	CHECK_OK(K.o->stream_create(K.b, &s));
-	int rc = K.o->attn_flash_fwd(s, o1, l1, qkv, NULL, B, T, H, nh, (qe_flash_operands)7);
+	int rc = K.o->attn_flash_fwd(s, o1, l1, qkv, NULL, B, T, H, nh, (qe_flash_operands)7, QE_F32);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "attn_flash_fwd") && strstr(qe_last_error(), "operand kind 7"),
 	      "operand kind 7: got %s: %s", qe_errname(rc), qe_last_error());
 	K.o->stream_destroy(s);

@@ -23,6 +23,7 @@
 #include "runtime/backend/backend_check.h"
 #include "runtime/backend/cpu/cpu_stream.h"
 #include "runtime/core/status.h"
+#include "runtime/fp8/bf16.h"
 
 static const char *const op_names[QE_CPU_OP_COUNT] = {
 #define QE_CPU_OP_NAME_(NAME, name) [QE_CPU_OP_##NAME] = #name,
@@ -399,57 +400,76 @@ int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const
 static int check_attn_flash_fwd(const qe_cpu_attn_flash_fwd_args *a)
 {
 	return qe__check_flash("attn_flash_fwd", 0, a->out, a->lse, a->qkv, NULL, NULL, a->batch, a->T, a->H, a->nh,
-			       a->operands);
+			       a->operands, a->dt);
 }
 
-/* qkv, or qkv + bias (gemm's f32 add) made in scratch 0; NULL when out of memory (said). */
-static const float *biased_qkv(qe_cpu_scratch *sc, const float *qkv, const float *bias, int64_t rows, int64_t H)
+/*
+ * n values of type dt at x as f32: x itself when it is f32, else widened
+ * exactly into scratch slot; NULL when out of memory (said).
+ */
+static const float *f32_of(qe_cpu_scratch *sc, int slot, const void *x, qe_dtype dt, int64_t n)
 {
-	if (!bias)
-		return qkv;
-	float *q = qe_cpu_scratch_get(sc, 0, (size_t)(rows * 3 * H));
+	if (dt == QE_F32)
+		return x;
+	float *w = qe_cpu_scratch_get(sc, slot, (size_t)n);
+	if (w) {
+		const uint16_t *src = x;
+		for (int64_t i = 0; i < n; i++)
+			w[i] = qe_bf16_to_f32(src[i]);
+	}
+	return w;
+}
+
+/* qkv as f32, plus bias (gemm's f32 add) when there is one: in scratch 0 unless qkv is f32 and unbiased */
+static const float *biased_qkv(qe_cpu_scratch *sc, const void *qkv, qe_dtype dt, const float *bias, int64_t rows,
+			       int64_t H)
+{
+	const float *x = f32_of(sc, 0, qkv, dt, rows * 3 * H);
+	if (!x || !bias)
+		return x;
+	float *q = qe_cpu_scratch_get(sc, 0, (size_t)(rows * 3 * H)); /* the same slot: bf16 was widened there */
 	if (q)
-		qe_cpu_add_bias(q, qkv, bias, rows, 3 * H);
+		qe_cpu_add_bias(q, x, bias, rows, 3 * H);
 	return q;
 }
 
 static int exec_attn_flash_fwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_fwd_args *a)
 {
-	const float *qkv = biased_qkv(sc, a->qkv, a->qkv_bias, a->batch * a->T, a->H);
+	const float *qkv = biased_qkv(sc, a->qkv, a->dt, a->qkv_bias, a->batch * a->T, a->H);
 	if (!qkv)
 		return QE_ENOMEM;
 	return qe_cpu_attn_flash_fwd(a->out, a->lse, qkv, a->batch, a->T, a->H, a->nh);
 }
 
-int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
-				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands)
+int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
-	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, qkv_bias, batch, T, H, nh, operands);
+	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, qkv_bias, batch, T, H, nh, operands, dt);
 }
 
 static int check_attn_flash_bwd(const qe_cpu_attn_flash_bwd_args *a)
 {
 	return qe__check_flash("attn_flash_bwd", 1, a->dqkv, a->dout, a->qkv, a->out, a->lse, a->batch, a->T, a->H,
-			       a->nh, a->operands);
+			       a->nh, a->operands, a->dt);
 }
 
 static int exec_attn_flash_bwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_bwd_args *a)
 {
-	const float *qkv = biased_qkv(sc, a->qkv, a->qkv_bias, a->batch * a->T, a->H);
-	if (!qkv)
+	const float *qkv = biased_qkv(sc, a->qkv, a->dt, a->qkv_bias, a->batch * a->T, a->H);
+	const float *dout = qkv ? f32_of(sc, 1, a->dout, a->dt, a->batch * a->T * a->H) : NULL;
+	if (!dout)
 		return QE_ENOMEM;
-	qe_cpu_attn_flash_bwd(a->dqkv, a->dout, qkv, a->out, a->lse, a->batch, a->T, a->H, a->nh);
+	qe_cpu_attn_flash_bwd(a->dqkv, dout, qkv, a->out, a->lse, a->batch, a->T, a->H, a->nh);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
+int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv,
 				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
-				   int64_t H, int nh, qe_flash_operands operands)
+				   int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
-	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, qkv_bias, out, lse, batch, T, H, nh, operands);
+	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, qkv_bias, out, lse, batch, T, H, nh, operands,
+		      dt);
 }
-
-/* ---- loss and optimizer ------------------------------------------------------------ */
 
 static int check_xent(const qe_cpu_xent_args *a)
 {

@@ -210,18 +210,22 @@ typedef struct qe_cpu_attn_bwd_args {
 
 typedef struct qe_cpu_attn_flash_fwd_args {
 	float *out, *lse;
-	const float *qkv, *qkv_bias;
+	const void *qkv;
+	const float *qkv_bias;
 	int64_t batch, T, H;
 	int nh;
 	qe_flash_operands operands; /* checked; the cpu computes in fp32 */
+	qe_dtype dt;                /* qkv's: f32, or bf16 widened exactly */
 } qe_cpu_attn_flash_fwd_args;
 
 typedef struct qe_cpu_attn_flash_bwd_args {
 	float *dqkv;
-	const float *dout, *qkv, *qkv_bias, *out, *lse;
+	const void *dout, *qkv;
+	const float *qkv_bias, *out, *lse;
 	int64_t batch, T, H;
 	int nh;
 	qe_flash_operands operands;
+	qe_dtype dt; /* dout's and qkv's */
 } qe_cpu_attn_flash_bwd_args;
 
 typedef struct qe_cpu_xent_args {
@@ -319,11 +323,11 @@ int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int3
 int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs,
 			     int64_t T, int64_t H, int nh);
-int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
-				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands);
-int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
+int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
+int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv,
 				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
-				   int64_t H, int nh, qe_flash_operands operands);
+				   int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
 int qe__cpu_enqueue_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k,
 				 const float *v, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,

@@ -9,13 +9,14 @@
  * uses atomics, so two runs give the same bytes.
  *
  * What differs from the TF32 kernels:
- * - The operands are rounded to bf16 (nearest even) once, by a pass that
- *   copies q, k, v (and, backward, dout) head by head into the stream's
- *   scratch ([part][b][head][Tp][D], Tp = T rounded up to a tile, zero rows
- *   after T), so that a tile is one contiguous 64 x D block of half the
- *   bytes.  The kernels copy tiles into shared memory with cp.async, into
- *   one of two buffers while the warps compute on the other (rows of D + 8
- *   bf16: 16-byte aligned for cp.async and ldmatrix, and no two of a
+ * - The operands are bf16, read where they lie: qkv [B*T, 3H] as the QKV
+ *   GEMM writes it when activations are stored in bf16, and dout [B*T, H]
+ *   as the projection's input gradient is.  Given f32 (the ops' other
+ *   type), a pass rounds them to bf16 (nearest even) into the stream's
+ *   scratch first, in the same layout.  The kernels copy tiles (64 rows of
+ *   a head's D columns, zeros after T) into shared memory with cp.async,
+ *   into one of two buffers while the warps compute on the other (rows of
+ *   D + 8 bf16: 16-byte aligned for cp.async and ldmatrix, and no two of a
  *   matrix's eight rows share a bank group for D = 16, 32 and 64).
  * - The warp's own 16 rows (Q and dO, or K and V) are read into registers
  *   once, as A fragments (ldmatrix.x4), not once per tile.
@@ -79,49 +80,69 @@ __device__ __forceinline__ void ldsm4_t(uint32_t *r, const bf16 *p)
 		     : "r"(a));
 }
 
-/* ---- bf16 copies of the operands, head by head ------------------------------------ */
+/* ---- bf16 operands ------------------------------------------------------------------- */
 
 /*
- * dst [P][B][nh][Tp][D] bf16 from src [B*T, P*H] fp32 (qkv: P = 3, q | k | v;
- * dout: P = 1): part p, sequence b, head h, token t at
- * ((p*B + b)*nh + h)*Tp + t, rounded to bf16; rows T..Tp-1 zero, so a tile
- * of 64 rows is always whole and contiguous (64 x D x 2 bytes).  One thread
- * converts 8 values (two float4 in, one 16-byte store out).  bias ([P*H] or
- * NULL) is added first, as gemm's bias add would have (attn_flash's
- * qkv_bias).
+ * dst = src (+ bias, a row of cols values, or NULL) rounded to bf16
+ * (nearest even), the same layout: what the kernels read when an op is
+ * given f32 qkv or dout.  The bias is added in f32 before the one rounding,
+ * so the operands are those of gemm's bias add rounded once.  One thread
+ * converts 8 values (cols is a multiple of 8: H is a multiple of 16).
  */
-template <int D>
-__global__ void heads16_kernel(bf16 *dst, const float *src, const float *bias, int64_t B, int T, int Tp, int H, int nh,
-			       int P)
+__global__ void bf16_copy_kernel(bf16 *dst, const float *src, const float *bias, int64_t n8, int64_t cols)
 {
-	const int C = D / 8;
-	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, n = (int64_t)P * B * nh * Tp * C;
-	if (i >= n)
+	int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i >= n8)
 		return;
-	int cc = (int)(i % C);
-	int64_t r = i / C, q = r / Tp;
-	int t = (int)(r % Tp), h = (int)(q % nh);
-	int64_t b = (q / nh) % B, p = q / nh / B;
-	uint4 v = make_uint4(0, 0, 0, 0);
-	if (t < T) {
-		int64_t col = p * H + h * D + cc * 8;
-		const float *x = src + (b * T + t) * P * H + col;
-		float4 a = *(const float4 *)x, c = *(const float4 *)(x + 4);
-		if (bias) {
-			const float *bb = bias + col;
-			a = make_float4(a.x + bb[0], a.y + bb[1], a.z + bb[2], a.w + bb[3]);
-			c = make_float4(c.x + bb[4], c.y + bb[5], c.z + bb[6], c.w + bb[7]);
-		}
-		v = make_uint4(pack2(a.x, a.y), pack2(a.z, a.w), pack2(c.x, c.y), pack2(c.z, c.w));
+	float v[8];
+	*(float4 *)v = ((const float4 *)src)[2 * i];
+	*(float4 *)(v + 4) = ((const float4 *)src)[2 * i + 1];
+	if (bias) {
+		const float *b = bias + (8 * i) % cols;
+#pragma unroll
+		for (int e = 0; e < 8; e++)
+			v[e] = v[e] + b[e];
 	}
-	*(uint4 *)(dst + r * D + cc * 8) = v;
+	((uint4 *)dst)[i] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
 }
 
-/* 16 bytes global -> shared without passing through registers (cp.async, L2 only) */
-__device__ __forceinline__ void cp16(bf16 *sm, const bf16 *g)
+/*
+ * Dt[(b*nh + h)*T + t] = dout_t . out_t over head h's D columns, dout in
+ * bf16 (widened exactly), out f32: flash_dot_kernel's sum, in the same
+ * order (four products a lane, then the lanes' butterfly).
+ */
+template <int D> __global__ void dot16_kernel(float *Dt, const bf16 *dout, const float *out, int64_t rows, int T, int H,
+					      int nh)
+{
+	const int LPR = D / 4;
+	int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR; /* (b, h, t) row */
+	int part = threadIdx.x % LPR;
+	float s = 0.0f;
+	if (i < rows) {
+		int t = (int)(i % T), h = (int)((i / T) % nh);
+		int64_t b = i / ((int64_t)T * nh);
+		int64_t at = (b * T + t) * H + h * D + part * 4;
+		uint2 u = *(const uint2 *)(dout + at);
+		float2 a0 = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+		float2 a1 = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+		float4 o = *(const float4 *)(out + at);
+		s = a0.x * o.x + a0.y * o.y + a1.x * o.z + a1.y * o.w;
+	}
+#pragma unroll
+	for (int m = 1; m < LPR; m <<= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, m);
+	if (i < rows && part == 0)
+		Dt[i] = s;
+}
+
+/*
+ * 16 bytes global -> shared without passing through registers (cp.async, L2
+ * only); with ok false, 16 zero bytes (the source size is 0, g is not read).
+ */
+__device__ __forceinline__ void cp16(bf16 *sm, const bf16 *g, bool ok)
 {
 	uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(g));
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(ok ? 16 : 0));
 }
 
 __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
@@ -129,28 +150,64 @@ __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_
 /* wait until at most N of this thread's committed groups are still in flight */
 template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* start copying a tile (64 rows of D bf16, contiguous at g) into s (stride D+8) */
-template <int D> __device__ __forceinline__ void tile_async(bf16 *s, const bf16 *g)
+/*
+ * Start copying a tile into s (stride D+8): 64 rows of one head's D
+ * columns, row r at g + r ld (g: the tile's first row, at or before T - 1);
+ * rows r >= nvalid (at or after T) are zeros.  Thread i copies the chunks
+ * i, i + 128, ... (tile_bias fixes up the same ones).
+ */
+template <int D> __device__ __forceinline__ void tile_async(bf16 *s, const bf16 *g, int64_t ld, int nvalid)
 {
 	const int LD = D + 8, C = D / 8;
 #pragma unroll
 	for (int i = threadIdx.x; i < F16_TILE * C; i += F16_NT) {
 		int r = i / C, c = (i - r * C) * 8;
-		cp16(s + r * LD + c, g + r * D + c);
+		bool ok = r < nvalid;
+		cp16(s + r * LD + c, ok ? g + r * ld + c : g, ok);
 	}
 }
 
 /*
- * The next pair of tiles (at ga and gb) started into dst and dst + one tile
- * when there is one, then a wait until every copy but those is done; on the
- * last iteration, a wait for all.  A __syncthreads must follow before the
- * tiles are read.
+ * The bias of the head's D columns (b) added to this thread's chunks of the
+ * tile at s, in f32, rounded to bf16 again: once its copies are complete
+ * (cp_wait), before the __syncthreads after which other warps read them.
+ * Rows past T get the bias too; the mask hides them.  A thread's chunks
+ * share their 8 columns (F16_NT is a multiple of D / 8).
  */
-template <int D> __device__ __forceinline__ void pair_next(bf16 *dst, const bf16 *ga, const bf16 *gb, bool more)
+template <int D> __device__ __forceinline__ void tile_bias(bf16 *s, const float *b)
+{
+	const int LD = D + 8, C = D / 8, c = (threadIdx.x % C) * 8;
+	float bb[8];
+#pragma unroll
+	for (int e = 0; e < 8; e++)
+		bb[e] = __ldg(b + c + e);
+#pragma unroll
+	for (int i = threadIdx.x; i < F16_TILE * C; i += F16_NT) {
+		uint4 *p = (uint4 *)(s + (i / C) * LD + c);
+		uint4 v = *p;
+		uint32_t *w = (uint32_t *)&v;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[e]);
+			w[e] = pack2(f.x + bb[2 * e], f.y + bb[2 * e + 1]);
+		}
+		*p = v;
+	}
+}
+
+/*
+ * The next pair of tiles (rows at ga and gb, strides la and lb, nvalid rows
+ * inside T) started into dst and dst + one tile when there is one, then a
+ * wait until every copy but those is done; on the last iteration, a wait for
+ * all.  A __syncthreads must follow before the tiles are read.
+ */
+template <int D>
+__device__ __forceinline__ void pair_next(bf16 *dst, const bf16 *ga, int64_t la, const bf16 *gb, int64_t lb, int nvalid,
+					  bool more)
 {
 	if (more) {
-		tile_async<D>(dst, ga);
-		tile_async<D>(dst + F16_TILE * (D + 8), gb);
+		tile_async<D>(dst, ga, la, nvalid);
+		tile_async<D>(dst + F16_TILE * (D + 8), gb, lb, nvalid);
 		cp_commit();
 		cp_wait<1>();
 	} else {
@@ -236,17 +293,15 @@ __device__ __forceinline__ void mm16_py(float (*out)[D / 8][4], const float (*p)
 }
 
 /*
- * The kernels read the bf16 copies (heads16_kernel): a tile is a contiguous
- * 64 x D block, copied by cp.async into one of two shared buffers while the
- * warps compute on the other, so a block waits for global memory only at its
- * first tile.  Q (forward, dQ) or K and V (dK/dV) are copied once.
- * Tp is T rounded up to a whole tile; part p of sequence b, head h starts at
- * ((p*B + b)*nh + h)*Tp*D.
+ * The kernels read q, k and v where the QKV GEMM wrote them (bf16 [B*T, 3H]:
+ * sequence b, token t, head h's q at (b*T + t)*3H + h*D, k at +H, v at +2H)
+ * and dout as [B*T, H]: a tile is 64 rows of 16-byte pieces, copied by
+ * cp.async into one of two shared buffers while the warps compute on the
+ * other, so a block waits for global memory only at its first tile.  Q
+ * (forward, dQ) or K and V (dK/dV) are copied once.  With a QKV bias, each
+ * thread adds it to the pieces it copied (tile_bias) before the barrier
+ * that lets the warps read them.  Tp is T rounded up to a whole tile.
  */
-__device__ __forceinline__ int64_t head_at(int p, int64_t B, int b, int nh, int h, int Tp, int D)
-{
-	return (((int64_t)p * B + b) * nh + h) * Tp * D;
-}
 
 /* ---- forward ------------------------------------------------------------------------ */
 
@@ -258,8 +313,9 @@ __device__ __forceinline__ int64_t head_at(int p, int64_t B, int b, int nh, int 
  * before the warp's first row and inside T is taken without the mask.
  */
 template <int D>
-__global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(float *out, float *lse, const bf16 *qkv16, int64_t B,
-								 int T, int Tp, int H, int nh, float scale)
+__global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(float *out, float *lse, const bf16 *qkv16,
+								 const float *bias, int T, int Tp, int H, int nh,
+								 float scale)
 {
 	extern __shared__ __align__(16) unsigned char smraw[];
 	const int LD = D + 8, TS = F16_TILE * LD;
@@ -272,16 +328,22 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(float *out, floa
 	const int q0 = qb * F16_QROWS, wfirst = q0 + w * 32, wlast = wfirst + 31;
 	const int nkt = min(Tp / F16_TILE, (q0 + F16_QROWS - 1) / F16_TILE + 1); /* key tiles up to the diagonal */
 	const float sl2 = scale * F16_LOG2E;
-	const bf16 *qg = qkv16 + head_at(0, B, b, nh, h, Tp, D), *kg = qkv16 + head_at(1, B, b, nh, h, Tp, D);
-	const bf16 *vg = qkv16 + head_at(2, B, b, nh, h, Tp, D);
-	tile_async<D>(Qs, qg + (int64_t)q0 * D);
-	if (q0 + F16_TILE < Tp)
-		tile_async<D>(Qs + TS, qg + (int64_t)(q0 + F16_TILE) * D);
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
+	const bool two = q0 + F16_TILE < Tp; /* the block's second 64 queries start before T */
+	tile_async<D>(Qs, qg + q0 * ld, ld, T - q0);
+	if (two)
+		tile_async<D>(Qs + TS, qg + (q0 + F16_TILE) * ld, ld, T - q0 - F16_TILE);
 	cp_commit();
-	tile_async<D>(KV, kg);
-	tile_async<D>(KV + TS, vg);
+	tile_async<D>(KV, kg, ld, T);
+	tile_async<D>(KV + TS, vg, ld, T);
 	cp_commit();
 	cp_wait<1>();
+	if (bias) {
+		tile_bias<D>(Qs, bias + h * D);
+		if (two)
+			tile_bias<D>(Qs + TS, bias + h * D);
+	}
 	__syncthreads();
 	const bool live = wfirst < T;
 	uint32_t qa[2][D / 16][4];
@@ -297,9 +359,13 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(float *out, floa
 	const int ra0 = wfirst + g, ra1 = ra0 + 16;
 	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * F16_TILE;
-		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
-		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (int64_t)(k0 + F16_TILE) * D,
-			     vg + (int64_t)(k0 + F16_TILE) * D, kt + 1 < nkt);
+		bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (k0 + F16_TILE) * ld, ld, vg + (k0 + F16_TILE) * ld, ld,
+			     T - k0 - F16_TILE, kt + 1 < nkt);
+		if (bias) {
+			tile_bias<D>(Ks, bias + H + h * D);
+			tile_bias<D>(Vs, bias + 2 * H + h * D);
+		}
 		__syncthreads();
 		if (live && k0 <= wlast) { /* else every key of the tile is after every row of the warp */
 			float sc[2][F16_NS][4];
@@ -370,8 +436,8 @@ __device__ __forceinline__ void ds_cols(float (*st)[4], float (*dpt)[4], int q0,
 
 template <int D>
 __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
-							     const float *lse, const float *Dt, int64_t B, int T, int Tp,
-							     int H, int nh, float scale)
+							     const float *bias, const float *lse, const float *Dt, int T,
+							     int Tp, int H, int nh, float scale)
 {
 	extern __shared__ __align__(16) unsigned char smraw[];
 	const int LD = D + 8, TS = F16_TILE * LD;
@@ -384,12 +450,13 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 	const int q0 = qt * F16_TILE, wfirst = q0 + w * 16, wlast = wfirst + 15;
 	const int ra = wfirst + g, rb = ra + 8;
 	const float sl2 = scale * F16_LOG2E;
-	const bf16 *kg = qkv16 + head_at(1, B, b, nh, h, Tp, D), *vg = qkv16 + head_at(2, B, b, nh, h, Tp, D);
-	tile_async<D>(Qs, qkv16 + head_at(0, B, b, nh, h, Tp, D) + (int64_t)q0 * D);
-	tile_async<D>(dOs, do16 + head_at(0, B, b, nh, h, Tp, D) + (int64_t)q0 * D);
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
+	tile_async<D>(Qs, qg + q0 * ld, ld, T - q0);
+	tile_async<D>(dOs, do16 + base * H + h * D + q0 * H, H, T - q0);
 	cp_commit();
-	tile_async<D>(KV, kg);
-	tile_async<D>(KV + TS, vg);
+	tile_async<D>(KV, kg, ld, T);
+	tile_async<D>(KV + TS, vg, ld, T);
 	cp_commit();
 	const float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
 	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
@@ -399,9 +466,15 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 		dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
 	for (int kt = 0; kt <= qt; kt++) {
 		const int k0 = kt * F16_TILE;
-		const bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
-		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (int64_t)(k0 + F16_TILE) * D,
-			     vg + (int64_t)(k0 + F16_TILE) * D, kt < qt);
+		bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (k0 + F16_TILE) * ld, ld, vg + (k0 + F16_TILE) * ld, ld,
+			     T - k0 - F16_TILE, kt < qt);
+		if (bias) {
+			if (kt == 0)
+				tile_bias<D>(Qs, bias + h * D);
+			tile_bias<D>(Ks, bias + H + h * D);
+			tile_bias<D>(Vs, bias + 2 * H + h * D);
+		}
 		__syncthreads();
 		if (k0 <= wlast) {
 			/* the warp's Q and dO rows come from shared memory for every tile (as in dK/dV) */
@@ -424,8 +497,8 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 
 template <int D>
 __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
-							      const float *lse, const float *Dt, int64_t B, int T, int Tp,
-							      int H, int nh, float scale)
+							      const float *bias, const float *lse, const float *Dt,
+							      int T, int Tp, int H, int nh, float scale)
 {
 	extern __shared__ __align__(16) unsigned char smraw[];
 	const int LD = D + 8, TS = F16_TILE * LD;
@@ -438,12 +511,13 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 	const int k0 = kt * F16_TILE, nqt = Tp / F16_TILE, wfirst = k0 + w * 16;
 	const int ka = k0 + w * 16 + g, kb = ka + 8;
 	const float sl2 = scale * F16_LOG2E;
-	const bf16 *qg = qkv16 + head_at(0, B, b, nh, h, Tp, D), *dog = do16 + head_at(0, B, b, nh, h, Tp, D);
-	tile_async<D>(Ks, qkv16 + head_at(1, B, b, nh, h, Tp, D) + (int64_t)k0 * D);
-	tile_async<D>(Vs, qkv16 + head_at(2, B, b, nh, h, Tp, D) + (int64_t)k0 * D);
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *dog = do16 + base * H + h * D;
+	tile_async<D>(Ks, qg + H + k0 * ld, ld, T - k0);
+	tile_async<D>(Vs, qg + 2 * H + k0 * ld, ld, T - k0);
 	cp_commit();
-	tile_async<D>(QD, qg + (int64_t)k0 * D);
-	tile_async<D>(QD + TS, dog + (int64_t)k0 * D);
+	tile_async<D>(QD, qg + k0 * ld, ld, T - k0);
+	tile_async<D>(QD + TS, dog + k0 * H, H, T - k0);
 	cp_commit();
 	if (tid < F16_TILE) {
 		int t = k0 + tid;
@@ -458,15 +532,22 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, con
 	}
 	for (int qt = kt; qt < nqt; qt++) {
 		const int q0 = qt * F16_TILE, cur = (qt - kt) & 1, nxt = cur ^ 1;
-		const bf16 *Qs = QD + cur * 2 * TS, *dOs = Qs + TS;
+		bf16 *Qs = QD + cur * 2 * TS, *dOs = Qs + TS;
 		float ln = 0.0f, dn = 0.0f; /* the next tile's lse and Dt, stored after this tile's products */
 		int tn = q0 + F16_TILE + tid;
 		if (tid < F16_TILE && tn < T) { /* loads in flight while the products run */
 			ln = lse[hrow + tn] * F16_LOG2E;
 			dn = Dt[hrow + tn];
 		}
-		pair_next<D>(QD + nxt * 2 * TS, qg + (int64_t)(q0 + F16_TILE) * D, dog + (int64_t)(q0 + F16_TILE) * D,
-			     qt + 1 < nqt);
+		pair_next<D>(QD + nxt * 2 * TS, qg + (q0 + F16_TILE) * ld, ld, dog + (q0 + F16_TILE) * H, H,
+			     T - q0 - F16_TILE, qt + 1 < nqt);
+		if (bias) {
+			if (qt == kt) {
+				tile_bias<D>(Ks, bias + H + h * D);
+				tile_bias<D>(Vs, bias + 2 * H + h * D);
+			}
+			tile_bias<D>(Qs, bias + h * D);
+		}
 		__syncthreads();
 		if (q0 + F16_TILE - 1 >= wfirst) { /* else every query of the tile is before every key of the warp */
 			const float *ls = lse_s + cur * F16_TILE, *ds = dt_s + cur * F16_TILE;
@@ -506,88 +587,111 @@ template <typename K> static int smem16(K kernel, size_t bytes, const char *op, 
 	return e == cudaSuccess ? QE_OK : qe__cuda_err(e, op, name);
 }
 
-/* the bf16 head-major copies of parts [B*T, P*H] of src into dst */
-template <int D>
-static int heads16(qe_stream *s, bf16 *dst, const float *src, const float *bias, int64_t B, int T, int Tp, int H,
-		   int nh, int P, const char *op)
+/*
+ * The bf16 rows the kernels read: x itself when it is bf16, else a bf16 copy
+ * of its n values (rows of cols, plus bias when not NULL) in scratch at
+ * *dst (advanced past it).
+ */
+static int bf16_rows(qe_stream *s, const void *x, qe_dtype dt, const float *bias, int64_t n, int64_t cols,
+		     unsigned char **dst, const bf16 **rows, const char *op)
 {
-	int64_t n = (int64_t)P * B * nh * Tp * (D / 8);
-	heads16_kernel<D><<<(unsigned)((n + 255) / 256), 256, 0, s->cs>>>(dst, src, bias, B, T, Tp, H, nh, P);
-	return qe__cuda_launched(op, "heads16_kernel");
+	if (dt == QE_BF16) {
+		*rows = (const bf16 *)x;
+		return QE_OK;
+	}
+	bf16 *c = (bf16 *)*dst;
+	int64_t n8 = n / 8;
+	bf16_copy_kernel<<<(unsigned)((n8 + 255) / 256), 256, 0, s->cs>>>(c, (const float *)x, bias, n8, cols);
+	*dst += qe__cuda_align256((size_t)n * sizeof(bf16));
+	*rows = c;
+	return qe__cuda_launched(op, "bf16_copy_kernel");
 }
 
+/* scratch bytes for the bf16 copies of n values of type dt (none when they are bf16) */
+static size_t copy_bytes(qe_dtype dt, int64_t n) { return dt == QE_BF16 ? 0 : qe__cuda_align256((size_t)n * 2); }
+
 template <int D>
-static int fwd16(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias, int64_t B, int T,
-		 int H, int nh)
+static int fwd16(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B, int T,
+		 int H, int nh, qe_dtype dt)
 {
 	const char *op = "attn_flash_fwd";
 	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
-	bf16 *qkv16 = NULL;
-	if ((rc = smem16(flash16_fwd_kernel<D>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")) ||
-	    (rc = qe__cuda_scratch(s, (size_t)3 * B * H * Tp * sizeof(bf16), op, (void **)&qkv16)) ||
-	    (rc = heads16<D>(s, qkv16, qkv, qkv_bias, B, T, Tp, H, nh, 3, op)))
+	int64_t n = 3 * B * T * H;
+	unsigned char *scr = NULL;
+	const bf16 *qkv16 = NULL;
+	if ((rc = smem16(flash16_fwd_kernel<D>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")))
 		return rc;
+	if (dt != QE_BF16 && (rc = qe__cuda_scratch(s, copy_bytes(dt, n), op, (void **)&scr)))
+		return rc;
+	if ((rc = bf16_rows(s, qkv, dt, qkv_bias, n, 3 * H, &scr, &qkv16, op)))
+		return rc;
+	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
 	dim3 grid((unsigned)((Tp + F16_QROWS - 1) / F16_QROWS), (unsigned)nh, (unsigned)B);
-	flash16_fwd_kernel<D><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, B, T, Tp, H, nh,
+	flash16_fwd_kernel<D><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, in_tile_bias, T, Tp, H, nh,
 								       1.0f / sqrtf((float)D));
 	return qe__cuda_launched(op, "flash16_fwd_kernel");
 }
 
 template <int D>
-static int bwd16(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
-		 const float *out, const float *lse, int64_t B, int T, int H, int nh)
+static int bwd16(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
+		 const float *out, const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt)
 {
 	const char *op = "attn_flash_bwd";
 	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
-	size_t dt_bytes = qe__cuda_align256((size_t)B * nh * T * sizeof(float));
-	size_t qkv_bytes = qe__cuda_align256((size_t)3 * B * H * Tp * 2);
+	int64_t rows = B * nh * T;
+	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
 	unsigned char *scr = NULL;
+	const bf16 *qkv16 = NULL, *do16 = NULL;
 	if ((rc = smem16(flash16_dq_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
 	    (rc = smem16(flash16_dkv_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
-	    (rc = qe__cuda_scratch(s, dt_bytes + qkv_bytes + (size_t)B * H * Tp * 2, op, (void **)&scr)))
+	    (rc = qe__cuda_scratch(s, dt_bytes + copy_bytes(dt, 3 * B * T * H) + copy_bytes(dt, B * T * H), op,
+				   (void **)&scr)))
 		return rc;
 	float *Dt = (float *)scr;
-	bf16 *qkv16 = (bf16 *)(scr + dt_bytes), *do16 = (bf16 *)(scr + dt_bytes + qkv_bytes);
-	if ((rc = qe__cuda_flash_dot(s, Dt, dout, out, B, T, H, nh)) ||
-	    (rc = heads16<D>(s, qkv16, qkv, qkv_bias, B, T, Tp, H, nh, 3, op)) ||
-	    (rc = heads16<D>(s, do16, dout, NULL, B, T, Tp, H, nh, 1, op)))
+	scr += dt_bytes;
+	if ((rc = bf16_rows(s, qkv, dt, qkv_bias, 3 * B * T * H, 3 * H, &scr, &qkv16, op)) ||
+	    (rc = bf16_rows(s, dout, dt, NULL, B * T * H, H, &scr, &do16, op)))
+		return rc;
+	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
+	dot16_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
+	if ((rc = qe__cuda_launched(op, "dot16_kernel")))
 		return rc;
 	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
-	flash16_dq_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, lse, Dt, B, T, Tp, H, nh, scale);
+	flash16_dq_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp, H, nh, scale);
 	if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
 		return rc;
-	flash16_dkv_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, lse, Dt, B, T, Tp, H, nh,
+	flash16_dkv_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp, H, nh,
 								       scale);
 	return qe__cuda_launched(op, "flash16_dkv_kernel");
 }
 
-extern "C" int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
-				    int64_t B, int T, int H, int nh)
+extern "C" int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+				    int64_t B, int T, int H, int nh, qe_dtype dt)
 {
 	switch (H / nh) {
 	case 16:
-		return fwd16<16>(s, out, lse, qkv, qkv_bias, B, T, H, nh);
+		return fwd16<16>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	case 32:
-		return fwd16<32>(s, out, lse, qkv, qkv_bias, B, T, H, nh);
+		return fwd16<32>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	case 64:
-		return fwd16<64>(s, out, lse, qkv, qkv_bias, B, T, H, nh);
+		return fwd16<64>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %d", H / nh);
 	}
 }
 
-extern "C" int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv,
+extern "C" int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv,
 				    const float *qkv_bias, const float *out, const float *lse, int64_t B, int T, int H,
-				    int nh)
+				    int nh, qe_dtype dt)
 {
 	switch (H / nh) {
 	case 16:
-		return bwd16<16>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh);
+		return bwd16<16>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	case 32:
-		return bwd16<32>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh);
+		return bwd16<32>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	case 64:
-		return bwd16<64>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh);
+		return bwd16<64>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: head dimension %d", H / nh);
 	}

@@ -204,28 +204,28 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const float *qkv, const float *qkv_bias,
-			     int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands)
+static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+			     int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
 	const char *nm = "attn_flash_fwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_flash(nm, 0, out, lse, qkv, NULL, NULL, batch, T, H, nh, operands)))
-		rc = qe__cuda_attn_flash_fwd(s, out, lse, qkv, qkv_bias, batch, T, H, nh, operands);
+	if (!(rc = qe__check_flash(nm, 0, out, lse, qkv, NULL, NULL, batch, T, H, nh, operands, dt)))
+		rc = qe__cuda_attn_flash_fwd(s, out, lse, qkv, qkv_bias, batch, T, H, nh, operands, dt);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *qkv_bias,
+static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
 			     const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
-			     qe_flash_operands operands)
+			     qe_flash_operands operands, qe_dtype dt)
 {
 	const char *nm = "attn_flash_bwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_flash(nm, 1, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands)))
-		rc = qe__cuda_attn_flash_bwd(s, dqkv, dout, qkv, qkv_bias, out, lse, batch, T, H, nh, operands);
+	if (!(rc = qe__check_flash(nm, 1, dqkv, dout, qkv, out, lse, batch, T, H, nh, operands, dt)))
+		rc = qe__cuda_attn_flash_bwd(s, dqkv, dout, qkv, qkv_bias, out, lse, batch, T, H, nh, operands, dt);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
