@@ -337,16 +337,18 @@ typedef struct qe_backend_ops {
 	 * bias to attention (cuda bf16 operands: added while the operands are
 	 * read into shared memory; TF32: a biased copy first).  Both ops must get
 	 * the same.
-	 * dt is the type of qkv and dout: QE_F32, or QE_BF16 (activations stored
-	 * in bf16, which only QE_FLASH_BF16 takes).  The bf16 kernels read bf16
+	 * dt is the type of the activations the ops read and write - qkv, out,
+	 * dout and dqkv; lse is f32 - QE_F32, or QE_BF16 (activations stored in
+	 * bf16, which only QE_FLASH_BF16 takes): read widened exactly, written
+	 * as the f32 result rounded to nearest even.  The bf16 kernels read bf16
 	 * rows where they lie; given f32 they first make a bf16 copy of the same
-	 * layout.  The cpu widens bf16 exactly; with a bias, q, k and v are then
-	 * bf16 + bias in f32 (the cuda kernels round that sum to bf16 again).
+	 * layout.  With a bias and bf16 qkv, q, k and v are bf16 + bias in f32 on
+	 * the cpu; the cuda kernels round that sum to bf16 again.
 	 */
-	int (*attn_flash_fwd)(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias, int64_t batch,
+	int (*attn_flash_fwd)(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias, int64_t batch,
 			      int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
-	int (*attn_flash_bwd)(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
-			      const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
+	int (*attn_flash_bwd)(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
+			      const void *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
 			      qe_flash_operands operands, qe_dtype dt);
 	/*
 	 * Attention of one new query row over cached keys and values, the step

@@ -38,9 +38,9 @@ int qe__check_flash(const char *nm, int backward, const void *a, const void *b, 
 		return qe_fail(QE_EINVAL, "%s: operand kind %d (known: %d tf32, %d bf16)", nm, (int)operands,
 			       (int)QE_FLASH_TF32, (int)QE_FLASH_BF16);
 	if (dt != QE_F32 && dt != QE_BF16)
-		return qe_fail(QE_ESHAPE, "%s: qkv and dout of %s; must be f32 or bf16", nm, qe_dtype_name(dt));
+		return qe_fail(QE_ESHAPE, "%s: activations of %s; must be f32 or bf16", nm, qe_dtype_name(dt));
 	if (dt == QE_BF16 && operands != QE_FLASH_BF16)
-		return qe_fail(QE_EINVAL, "%s: bf16 qkv and dout need bf16 operands (the TF32 kernels read f32)", nm);
+		return qe_fail(QE_EINVAL, "%s: bf16 activations need bf16 operands (the TF32 kernels take f32)", nm);
 	int rc = qe__check_size(batch, nm, "batch");
 	if (!rc)
 		rc = qe__check_size(T, nm, "T");

@@ -55,7 +55,7 @@ int qe__check_fp8_update_many(const qe_fp8_update_item *items, int n, int histor
  * attn_flash_fwd/bwd's sizes and pointers: batch, T, H >= 1, H a multiple of
  * nh with D = H/nh in {16, 32, 64}; a and b are out and lse (forward) or
  * dqkv and dout (backward), c and d qkv and, backward, out and lse;
- * operands a known qe_flash_operands; dt (qkv's and dout's type) f32, or
+ * operands a known qe_flash_operands; dt (the activations' type) f32, or
  * bf16 with bf16 operands.
  */
 int qe__check_flash(const char *nm, int backward, const void *a, const void *b, const void *qkv, const void *out,

@@ -25,10 +25,10 @@ typedef struct lin_tape {
 /* What one slot retains for one block. */
 typedef struct block_tape {
 	float *x_in, *mean1, *rstd1, *x_mid, *mean2, *rstd2, *x_out;
-	void *qkv;            /* qe__stage_attn_dt */
+	void *qkv;     /* [N, 3H] in qe__stage_attn_dt; flash: without the QKV bias */
 	void *fc1_out; /* [N, ffn] in st->act_dt, without FC1's bias */
 	float *probs; /* probs attention: [batch, nh, T, T]; flash: the row log-sum-exp [batch, nh, T] */
-	float *att;   /* flash: the attention output [N, H] (the backward reads it); probs: NULL */
+	void *att;     /* flash: the attention output [N, H] in act_dt (the backward reads it); probs: NULL */
 } block_tape;
 
 typedef struct slot_tape {
@@ -74,9 +74,9 @@ struct qe_stage {
 	 * So far: the logits and their gradient (the loss reads bf16 and writes
 	 * the gradient over them, the head's dY cast reads that), FC1's output
 	 * (FC2's input cast and FC1's dY cast read it), FC2's input gradient
-	 * (FC1's dY cast reads it), and with flash attention qkv and the
-	 * projection's input gradient (attention reads both where they lie,
-	 * qe__stage_attn_dt).  Everything else is f32.
+	 * (FC1's dY cast reads it), and with flash attention everything it
+	 * reads and writes: qkv, its output, the projection's input gradient
+	 * and qkv's gradient (qe__stage_attn_dt).  Everything else is f32.
 	 */
 	qe_dtype act_dt;
 	/*
@@ -162,8 +162,9 @@ static inline qe_flash_operands qe__stage_flash_operands(const qe_stage *st)
 }
 
 /*
- * The type of qkv and of the attention output's gradient: act_dt with flash
- * attention, which reads them in that type, else f32 (attn_fwd/bwd).
+ * The type of qkv, the attention's output and both their gradients: act_dt
+ * with flash attention, which reads and writes them in that type, else f32
+ * (attn_fwd/bwd).
  */
 static inline qe_dtype qe__stage_attn_dt(const qe_stage *st)
 {

@@ -148,7 +148,7 @@ static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
 		b->qkv = carve(&cv, N * 3 * H * (int64_t)qe_dtype_size(qe__stage_attn_dt(st)));
 		if (st->flash) {
 			b->probs = carve(&cv, (size_t)c->batch * c->heads * T * 4);
-			b->att = carve(&cv, N * H * 4);
+			b->att = carve(&cv, N * H * (int64_t)qe_dtype_size(qe__stage_attn_dt(st)));
 		} else {
 			b->probs = carve(&cv, (size_t)c->batch * c->heads * T * T * 4);
 		}

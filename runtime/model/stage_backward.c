@@ -48,14 +48,15 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 }
 
 /* Attention backward of every sequence of the microbatch (flash: one op over the batch). */
-static int attention_backward(qe_stage *st, qe_stream *s, float *dqkv, const void *dout_in, const block_tape *bt,
+static int attention_backward(qe_stage *st, qe_stream *s, void *dqkv_out, const void *dout_in, const block_tape *bt,
 			      int qkv_lin)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
 	const float *qkv = bt->qkv, *probs = bt->probs, *dout = dout_in; /* f32 unless flash */
+	float *dqkv = dqkv_out;
 	if (st->flash)
-		return st->b->ops->attn_flash_bwd(s, dqkv, dout_in, bt->qkv, qe__stage_qkv_bias(st, qkv_lin), bt->att,
+		return st->b->ops->attn_flash_bwd(s, dqkv_out, dout_in, bt->qkv, qe__stage_qkv_bias(st, qkv_lin), bt->att,
 						  bt->probs, c->batch, T, H, c->heads, qe__stage_flash_operands(st),
 						  qe__stage_attn_dt(st));
 	for (int b = 0; b < c->batch; b++)
@@ -93,12 +94,13 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	const float *w2 = P + pi[bk->ln2w].offset;
 	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
 			     dx_out));
-	/* attention half: the projection's input gradient in the type attention reads */
+	/* attention half: the projection's input gradient and qkv's in the type attention reads and writes */
 	qe_tensor d_att = qe_tensor_2d(st->ws_h[0], qe__stage_attn_dt(st), st->b->ops->device, N, H);
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, f32_2d(st, st->ws_h[2], N, H), d_att, grad,
 				     NULL, NULL));
 	QE_TRY(attention_backward(st, s, st->ws_big, st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, f32_2d(st, st->ws_big, N, 3 * H),
+	qe_tensor d_qkv = qe_tensor_2d(st->ws_big, qe__stage_attn_dt(st), st->b->ops->device, N, 3 * H);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, d_qkv,
 				     f32_2d(st, st->ws_h[1], N, H), grad, NULL, NULL));
 	/* dx_in = d x_mid + the gradient through LN1 */
 	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;

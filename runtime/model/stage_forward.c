@@ -142,9 +142,10 @@ int qe__stage_update_roles(qe_stage *st, qe_stream *s, qe_fp8_role r0, qe_fp8_ro
 /*
  * Causal attention of every sequence of the microbatch.  flash: one op over
  * the batch, its output kept in the tape (att) for the backward; probs: per
- * sequence, the output in out.  Returns where the output is.
+ * sequence, the output in out.  Returns where the output is (of type
+ * qe__stage_attn_dt).
  */
-static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, int qkv_lin, float *out, float **res)
+static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, int qkv_lin, float *out, void **res)
 {
 	const qe_model_config *c = &st->cfg;
 	int64_t T = c->seq, H = c->hidden;
@@ -201,12 +202,13 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	/* attention half */
 	int qkv = bk->lin0 + QE_LIN_QKV;
 	QE_TRY(ln_linear_forward(st, s, t, qkv, bt->x_in, bt->mean1, bt->rstd1, P + pi[bk->ln1w].offset,
-				 P + pi[bk->ln1b].offset, bt->qkv, qe__stage_attn_dt(st), record, qe__stage_qkv_bias(st, qkv) != NULL));
-	float *att;
+				 P + pi[bk->ln1b].offset, bt->qkv, qe__stage_attn_dt(st), record,
+				 qe__stage_qkv_bias(st, qkv) != NULL));
+	void *att;
 	QE_TRY(attention_forward(st, s, bt, qkv, st->ws_h[1], &att));
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
-	fwd_fuse nob = { .no_bias = 1 };
-	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, &nob));
+	fwd_fuse proj_in = { .no_bias = 1, .in_dt = qe__stage_attn_dt(st) };
+	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, &proj_in));
 	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj));
 	/* MLP half: fc1_out lacks its bias, and FC2's input cast adds it and applies GELU */
 	QE_TRY(ln_linear_forward(st, s, t, fc1, bt->x_mid, bt->mean2, bt->rstd2, P + pi[bk->ln2w].offset,

@@ -14,8 +14,8 @@
  *     comment of test_flash_operands).
  * Seen on an H100 (seed 20261129): TF32 attention and flash up to 8.3e-4 of
  * max|cpu|, bf16 flash up to 5.0e-3, the cpu's two paths 0.
- * qkv and dout in bf16, read where they lie, give the bytes of the same
- * values given in f32 (test_flash_bf16_rows).
+ * Activations stored in bf16, read where they lie, give the f32 run's
+ * results on the same values, rounded (test_flash_bf16_rows).
  * Also: two runs on cuda are byte-identical; the probabilities above the
  * diagonal are exactly zero; the two flash operand kinds give different
  * bytes; an unknown operand kind is refused on both backends.
@@ -138,79 +138,105 @@ static void test_flash_case(qe_rng *r, int B, int T, int H, int nh)
 	K.co->stream_destroy(cs);
 }
 
-/* g[0] and g[1] (n floats on cuda) the same bytes, and g[1] within the bf16 bound of c */
-static void same_and_close(const char *what, const char *name, void *const *g, const float *c, int64_t n)
+/* n floats rounded to bf16 codes */
+static uint16_t *codes_of(const float *x, int64_t n)
 {
-	float *a = fetch(g[0], n * 4), *b = fetch(g[1], n * 4);
-	char w[160];
-	snprintf(w, sizeof(w), "%s %s", what, name);
-	CHECK(bytes_diff(a, b, n * 4) < 0, "%s: bf16 rows read in place differ from the f32 copy's", w);
-	close_to(w, c, b, n, 1.6e-2);
-	free(a);
-	free(b);
+	uint16_t *c = malloc((size_t)(n > 0 ? n : 1) * 2);
+	for (int64_t i = 0; i < n; i++)
+		c[i] = qe_bf16_from_f32(x[i]);
+	return c;
+}
+
+/* x replaced by the floats of its bf16 rounding; returns the codes */
+static uint16_t *round_in_place(float *x, int64_t n)
+{
+	uint16_t *c = codes_of(x, n);
+	for (int64_t i = 0; i < n; i++)
+		x[i] = qe_bf16_to_f32(c[i]);
+	return c;
 }
 
 /*
- * qkv and dout stored in bf16 (as training stores them), read by the
- * kernels where they lie, against f32 inputs holding the same values (the
- * op's bf16 copy of them): with a QKV bias, the bf16 rows get it added in
- * shared memory and rounded there, the f32 ones in the copy, and both
- * round bf16 value + bias once, so out, lse and dqkv must be the same
- * bytes.  The cpu widens the bf16 inputs exactly (its outputs equal those of
- * its f32 inputs to the byte) and stays within the bf16 bound of cuda's.
+ * The bf16 result of an op (n codes at g16 on cuda) against its f32 run on
+ * the same values (g32): the codes of the rounded f32 results to the byte,
+ * and within the bf16 bound of the cpu's f32 result c.
+ */
+static void bf16_is_rounded(const char *what, const char *name, void *g32, void *g16, const float *c, int64_t n)
+{
+	float *f = fetch(g32, n * 4);
+	uint16_t *h = (uint16_t *)fetch(g16, n * 2), *want = codes_of(f, n);
+	char w[160];
+	snprintf(w, sizeof(w), "%s %s", what, name);
+	CHECK(bytes_diff(want, h, n * 2) < 0, "%s: bf16 output is not the f32 run's output rounded", w);
+	float *wide = malloc((size_t)n * 4);
+	for (int64_t i = 0; i < n; i++)
+		wide[i] = qe_bf16_to_f32(h[i]);
+	close_to(w, c, wide, n, 1.6e-2);
+	free(f);
+	free(h);
+	free(want);
+	free(wide);
+}
+
+/*
+ * Flash attention on activations stored in bf16 (as training stores them),
+ * read in place, against the same values given in f32 (the op's bf16 copy
+ * of them), with a QKV bias: the bf16 rows get it added in shared memory
+ * and rounded there, the f32 ones in the copy, each rounding bf16 value +
+ * bias once, so the arithmetic is the same and the bf16 outputs (out,
+ * dqkv) are the f32 run's rounded to the byte; lse is the same bytes.  The
+ * backward of both runs starts from the cpu's out rounded to bf16, so the
+ * runs differ only in storage.  On the cpu the same relations hold, and
+ * cuda stays within the bf16 bound of the cpu.
  */
 static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh)
 {
 	fresh_stream();
 	int64_t N = (int64_t)B * T, nq = N * 3 * H, no = N * H, nl = (int64_t)B * nh * T;
 	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f), *hb = rnd(r, 3 * H, 0.5f);
-	uint16_t *q16 = malloc((size_t)nq * 2), *do16 = malloc((size_t)no * 2);
-	for (int64_t i = 0; i < nq; i++) {
-		q16[i] = qe_bf16_from_f32(hq[i]);
-		hq[i] = qe_bf16_to_f32(q16[i]);
-	}
-	for (int64_t i = 0; i < no; i++) {
-		do16[i] = qe_bf16_from_f32(hdo[i]);
-		hdo[i] = qe_bf16_to_f32(do16[i]);
-	}
-	void *gq, *gq16, *gdo, *gdo16, *gb, *go[2], *gl[2], *gdq[2];
+	uint16_t *q16 = round_in_place(hq, nq), *do16 = round_in_place(hdo, no);
+	void *gq, *gq16, *gdo, *gdo16, *gb, *go, *go16, *gl, *gl16, *gof, *gof16, *gdq, *gdq16;
 	float *cq = pair(hq, nq * 4, &gq), *cdo = pair(hdo, no * 4, &gdo), *cb = pair(hb, 3 * H * 4, &gb);
 	void *cq16 = pair(q16, nq * 2, &gq16), *cdo16 = pair(do16, no * 2, &gdo16);
-	float *co[2], *cl[2], *cdq[2];
-	for (int k = 0; k < 2; k++) {
-		co[k] = pair(NULL, no * 4, &go[k]);
-		cl[k] = pair(NULL, nl * 4, &gl[k]);
-		cdq[k] = pair(NULL, nq * 4, &gdq[k]);
-	}
-	const void *gin[2] = { gq, gq16 }, *gdin[2] = { gdo, gdo16 }, *cin[2] = { cq, cq16 }, *cdin[2] = { cdo, cdo16 };
-	qe_dtype dts[2] = { QE_F32, QE_BF16 };
-	for (int k = 0; k < 2; k++) {
-		CHECK_OK(K.co->attn_flash_fwd(K.cs, co[k], cl[k], cin[k], cb, B, T, H, nh, QE_FLASH_BF16, dts[k]));
-		CHECK_OK(K.go->attn_flash_fwd(K.gs, go[k], gl[k], gin[k], gb, B, T, H, nh, QE_FLASH_BF16, dts[k]));
-		CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq[k], cdin[k], cin[k], cb, co[0], cl[0], B, T, H, nh, QE_FLASH_BF16,
-					      dts[k]));
-	}
+	float *co = pair(NULL, no * 4, &go), *cl = pair(NULL, nl * 4, &gl), *cdq = pair(NULL, nq * 4, &gdq);
+	uint16_t *co16 = pair(NULL, no * 2, &go16), *cdq16 = pair(NULL, nq * 2, &gdq16);
+	float *cl16 = pair(NULL, nl * 4, &gl16);
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co, cl, cq, cb, B, T, H, nh, QE_FLASH_BF16, QE_F32));
+	CHECK_OK(K.co->attn_flash_fwd(K.cs, co16, cl16, cq16, cb, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go, gl, gq, gb, B, T, H, nh, QE_FLASH_BF16, QE_F32));
+	CHECK_OK(K.go->attn_flash_fwd(K.gs, go16, gl16, gq16, gb, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
 	CHECK_OK(K.co->stream_sync(K.cs));
-	/* both cuda backwards from the cpu's out and lse, so only the storage differs */
-	void *gco, *gcl;
-	pair(co[0], no * 4, &gco);
-	pair(cl[0], nl * 4, &gcl);
-	for (int k = 0; k < 2; k++)
-		CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq[k], gdin[k], gin[k], gb, gco, gcl, B, T, H, nh, QE_FLASH_BF16,
-					      dts[k]));
 	char what[112];
 	snprintf(what, sizeof(what), "flash bf16 rows B=%d T=%d H=%d nh=%d", B, T, H, nh);
-	CHECK(bytes_diff(co[0], co[1], no * 4) < 0 && bytes_diff(cl[0], cl[1], nl * 4) < 0 &&
-		      bytes_diff(cdq[0], cdq[1], nq * 4) < 0,
-	      "%s: the cpu's outputs from bf16 inputs differ from those of the same values in f32", what);
-	same_and_close(what, "out", go, co[1], no);
-	same_and_close(what, "lse", gl, cl[1], nl);
-	same_and_close(what, "dqkv", gdq, cdq[1], nq);
+	uint16_t *want = codes_of(co, no);
+	CHECK(bytes_diff(want, co16, no * 2) < 0 && bytes_diff(cl, cl16, nl * 4) < 0,
+	      "%s: the cpu's bf16 forward is not its f32 forward rounded", what);
+	free(want);
+	bf16_is_rounded(what, "out", go, go16, co, no);
+	float *h = fetch(gl, nl * 4), *h2 = fetch(gl16, nl * 4);
+	CHECK(bytes_diff(h, h2, nl * 4) < 0, "%s lse: bf16 rows read in place differ from the f32 copy's", what);
+	close_to(what, cl, h2, nl, 1.6e-2);
+	free(h);
+	free(h2);
+	/* backward from the cpu's out rounded to bf16 */
+	uint16_t *o16 = round_in_place(co, no);
+	void *cof = pair(co, no * 4, &gof), *cof16 = pair(o16, no * 2, &gof16);
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq, cdo, cq, cb, cof, cl, B, T, H, nh, QE_FLASH_BF16, QE_F32));
+	CHECK_OK(K.co->attn_flash_bwd(K.cs, cdq16, cdo16, cq16, cb, cof16, cl, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
+	up(gl, cl, nl * 4);
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, gb, gof, gl, B, T, H, nh, QE_FLASH_BF16, QE_F32));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq16, gdo16, gq16, gb, gof16, gl, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
+	CHECK_OK(K.co->stream_sync(K.cs));
+	want = codes_of(cdq, nq);
+	CHECK(bytes_diff(want, cdq16, nq * 2) < 0, "%s: the cpu's bf16 backward is not its f32 backward rounded", what);
+	free(want);
+	bf16_is_rounded(what, "dqkv", gdq, gdq16, cdq, nq);
 	free(hq);
 	free(hdo);
 	free(hb);
 	free(q16);
 	free(do16);
+	free(o16);
 }
 
 static void test_attn_case(qe_rng *r, int T, int H, int nh)

@@ -373,29 +373,39 @@ static void test_flash_qkv_bias(int64_t B, int64_t T, int64_t H, int nh)
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK(bytes_diff(o[0], o[1], (size_t)(N * H) * sizeof(float)) >= 0, "flash qkv_bias: the bias changed nothing");
 	/*
-	 * qkv and dout stored in bf16 (flash's input under bf16 activations):
-	 * widened exactly, so the same bytes as the same values in f32, bias
-	 * and all; refused with TF32 operands and in any other type.
+	 * Activations stored in bf16 (flash's under bf16 activations): read
+	 * widened exactly and written rounded, so out and dqkv are the codes of
+	 * the f32 run's on the same values, bias and all, and lse its bytes;
+	 * refused with TF32 operands and in any other type.
 	 */
 	uint16_t *q16 = (uint16_t *)bk_f32(&K, n3), *d16 = (uint16_t *)bk_f32(&K, N * H);
+	uint16_t *o16 = (uint16_t *)bk_f32(&K, N * H), *dq16 = (uint16_t *)bk_f32(&K, n3);
+	uint16_t *want = (uint16_t *)bk_f32(&K, n3);
 	for (int64_t i = 0; i < n3; i++)
 		qb[i] = qe_bf16_to_f32(q16[i] = qe_bf16_from_f32(qkv[i]));
-	float *dr = dq[0]; /* dq[0]'s room holds dout's rounded values (N H <= 3 N H) */
 	for (int64_t i = 0; i < N * H; i++)
-		dr[i] = qe_bf16_to_f32(d16[i] = qe_bf16_from_f32(dout[i]));
+		dout[i] = qe_bf16_to_f32(d16[i] = qe_bf16_from_f32(dout[i]));
 	CHECK_OK(K.o->attn_flash_fwd(K.s, o[0], l[0], qb, bias, B, T, H, nh, QE_FLASH_BF16, QE_F32));
-	CHECK_OK(K.o->attn_flash_fwd(K.s, o[1], l[1], q16, bias, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
-	CHECK_OK(K.o->attn_flash_bwd(K.s, qkv, dr, qb, bias, o[0], l[0], B, T, H, nh, QE_FLASH_BF16, QE_F32));
-	CHECK_OK(K.o->attn_flash_bwd(K.s, dq[1], d16, q16, bias, o[0], l[0], B, T, H, nh, QE_FLASH_BF16, QE_BF16));
+	CHECK_OK(K.o->attn_flash_fwd(K.s, o16, l[1], q16, bias, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
 	CHECK_OK(K.o->stream_sync(K.s));
-	CHECK_BYTES(o[1], o[0], (size_t)(N * H) * sizeof(float), "flash bf16 qkv: out");
-	CHECK_BYTES(l[1], l[0], (size_t)(B * nh * T) * sizeof(float), "flash bf16 qkv: lse");
-	CHECK_BYTES(dq[1], qkv, (size_t)n3 * sizeof(float), "flash bf16 qkv and dout: dqkv");
-	REFUSED(QE_EINVAL, "flash bf16 qkv with tf32 operands",
-		K.o->attn_flash_fwd(s2, o[1], l[1], q16, NULL, B, T, H, nh, QE_FLASH_TF32, QE_BF16));
-	REFUSED(QE_ESHAPE, "flash e4m3 qkv",
-		K.o->attn_flash_bwd(s2, dq[1], d16, q16, NULL, o[0], l[0], B, T, H, nh, QE_FLASH_BF16, QE_E4M3));
-	float *bufs[] = { qkv, bias, qb, dout, o[0], o[1], l[0], l[1], dq[0], dq[1], (float *)q16, (float *)d16 };
+	for (int64_t i = 0; i < N * H; i++)
+		o[0][i] = qe_bf16_to_f32(want[i] = qe_bf16_from_f32(o[0][i]));
+	CHECK_BYTES(o16, want, (size_t)(N * H) * 2, "flash bf16 activations: out");
+	CHECK_BYTES(l[1], l[0], (size_t)(B * nh * T) * sizeof(float), "flash bf16 activations: lse");
+	/* the backward from the rounded out on both sides */
+	CHECK_OK(K.o->attn_flash_bwd(K.s, dq[0], dout, qb, bias, o[0], l[0], B, T, H, nh, QE_FLASH_BF16, QE_F32));
+	CHECK_OK(K.o->attn_flash_bwd(K.s, dq16, d16, q16, bias, o16, l[0], B, T, H, nh, QE_FLASH_BF16, QE_BF16));
+	CHECK_OK(K.o->stream_sync(K.s));
+	for (int64_t i = 0; i < n3; i++)
+		want[i] = qe_bf16_from_f32(dq[0][i]);
+	CHECK_BYTES(dq16, want, (size_t)n3 * 2, "flash bf16 activations: dqkv");
+	REFUSED(QE_EINVAL, "flash bf16 activations with tf32 operands",
+		K.o->attn_flash_fwd(s2, o16, l[1], q16, NULL, B, T, H, nh, QE_FLASH_TF32, QE_BF16));
+	REFUSED(QE_ESHAPE, "flash e4m3 activations",
+		K.o->attn_flash_bwd(s2, dq16, d16, q16, NULL, o16, l[0], B, T, H, nh, QE_FLASH_BF16, QE_E4M3));
+	float *bufs[] = { qkv,		 bias,		 qb,	      dout,	    o[0],	   o[1],
+			  l[0],		 l[1],		 dq[0],	      dq[1],	    (float *)q16,  (float *)d16,
+			  (float *)o16, (float *)dq16, (float *)want };
 	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 

@@ -18,9 +18,11 @@
 #include "runtime/backend/backend.h"
 
 /* Grow-only scratch buffers of one stream; freed with the stream. */
+#define QE_CPU_SCRATCH_SLOTS 4
+
 typedef struct qe_cpu_scratch {
-	float *buf[3];
-	size_t cap[3]; /* in floats */
+	float *buf[QE_CPU_SCRATCH_SLOTS];
+	size_t cap[QE_CPU_SCRATCH_SLOTS]; /* in floats */
 } qe_cpu_scratch;
 
 /* A buffer of at least n floats, 64-byte aligned; NULL (with qe_fail set) when out of memory. */

@@ -43,7 +43,7 @@ float *qe_cpu_scratch_get(qe_cpu_scratch *sc, int which, size_t n)
 
 void qe_cpu_scratch_release(qe_cpu_scratch *sc)
 {
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < QE_CPU_SCRATCH_SLOTS; i++) {
 		free(sc->buf[i]);
 		sc->buf[i] = NULL;
 		sc->cap[i] = 0;

@@ -420,6 +420,22 @@ static const float *f32_of(qe_cpu_scratch *sc, int slot, const void *x, qe_dtype
 	return w;
 }
 
+/* Where an op writes n values of type dt: y itself when it is f32, else an f32 buffer in scratch slot. */
+static float *f32_out(qe_cpu_scratch *sc, int slot, void *y, qe_dtype dt, int64_t n)
+{
+	return dt == QE_F32 ? y : qe_cpu_scratch_get(sc, slot, (size_t)n);
+}
+
+/* The f32 results at f (f32_out) into y of type dt: rounded to nearest even when bf16. */
+static void put_out(void *y, const float *f, qe_dtype dt, int64_t n)
+{
+	if (dt == QE_F32)
+		return;
+	uint16_t *d = y;
+	for (int64_t i = 0; i < n; i++)
+		d[i] = qe_bf16_from_f32(f[i]);
+}
+
 /* qkv as f32, plus bias (gemm's f32 add) when there is one: in scratch 0 unless qkv is f32 and unbiased */
 static const float *biased_qkv(qe_cpu_scratch *sc, const void *qkv, qe_dtype dt, const float *bias, int64_t rows,
 			       int64_t H)
@@ -433,15 +449,21 @@ static const float *biased_qkv(qe_cpu_scratch *sc, const void *qkv, qe_dtype dt,
 	return q;
 }
 
+/* slots: 0 qkv, 1 out */
 static int exec_attn_flash_fwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_fwd_args *a)
 {
+	int64_t no = a->batch * a->T * a->H;
 	const float *qkv = biased_qkv(sc, a->qkv, a->dt, a->qkv_bias, a->batch * a->T, a->H);
-	if (!qkv)
+	float *out = qkv ? f32_out(sc, 1, a->out, a->dt, no) : NULL;
+	if (!out)
 		return QE_ENOMEM;
-	return qe_cpu_attn_flash_fwd(a->out, a->lse, qkv, a->batch, a->T, a->H, a->nh);
+	int rc = qe_cpu_attn_flash_fwd(out, a->lse, qkv, a->batch, a->T, a->H, a->nh);
+	if (!rc)
+		put_out(a->out, out, a->dt, no);
+	return rc;
 }
 
-int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias,
 				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
 	return SUBMIT(s, ATTN_FLASH_FWD, attn_flash_fwd, out, lse, qkv, qkv_bias, batch, T, H, nh, operands, dt);
@@ -453,18 +475,23 @@ static int check_attn_flash_bwd(const qe_cpu_attn_flash_bwd_args *a)
 			       a->nh, a->operands, a->dt);
 }
 
+/* slots: 0 qkv, 1 dout, 2 out, 3 dqkv */
 static int exec_attn_flash_bwd(qe_cpu_scratch *sc, const qe_cpu_attn_flash_bwd_args *a)
 {
+	int64_t no = a->batch * a->T * a->H, nq = 3 * no;
 	const float *qkv = biased_qkv(sc, a->qkv, a->dt, a->qkv_bias, a->batch * a->T, a->H);
-	const float *dout = qkv ? f32_of(sc, 1, a->dout, a->dt, a->batch * a->T * a->H) : NULL;
-	if (!dout)
+	const float *dout = qkv ? f32_of(sc, 1, a->dout, a->dt, no) : NULL;
+	const float *out = dout ? f32_of(sc, 2, a->out, a->dt, no) : NULL;
+	float *dqkv = out ? f32_out(sc, 3, a->dqkv, a->dt, nq) : NULL;
+	if (!dqkv)
 		return QE_ENOMEM;
-	qe_cpu_attn_flash_bwd(a->dqkv, dout, qkv, a->out, a->lse, a->batch, a->T, a->H, a->nh);
+	qe_cpu_attn_flash_bwd(dqkv, dout, qkv, out, a->lse, a->batch, a->T, a->H, a->nh);
+	put_out(a->dqkv, dqkv, a->dt, nq);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv,
-				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
+int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv,
+				   const float *qkv_bias, const void *out, const float *lse, int64_t batch, int64_t T,
 				   int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
 	return SUBMIT(s, ATTN_FLASH_BWD, attn_flash_bwd, dqkv, dout, qkv, qkv_bias, out, lse, batch, T, H, nh, operands,

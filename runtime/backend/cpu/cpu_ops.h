@@ -209,23 +209,26 @@ typedef struct qe_cpu_attn_bwd_args {
 } qe_cpu_attn_bwd_args;
 
 typedef struct qe_cpu_attn_flash_fwd_args {
-	float *out, *lse;
-	const void *qkv;
+	void *out;   /* of dt */
+	float *lse;
+	const void *qkv; /* of dt */
 	const float *qkv_bias;
 	int64_t batch, T, H;
 	int nh;
 	qe_flash_operands operands; /* checked; the cpu computes in fp32 */
-	qe_dtype dt;                /* qkv's: f32, or bf16 widened exactly */
+	qe_dtype dt;                /* f32, or bf16: read widened exactly, written rounded to nearest even */
 } qe_cpu_attn_flash_fwd_args;
 
 typedef struct qe_cpu_attn_flash_bwd_args {
-	float *dqkv;
-	const void *dout, *qkv;
-	const float *qkv_bias, *out, *lse;
+	void *dqkv;      /* of dt */
+	const void *dout, *qkv; /* of dt */
+	const float *qkv_bias;
+	const void *out; /* of dt */
+	const float *lse;
 	int64_t batch, T, H;
 	int nh;
 	qe_flash_operands operands;
-	qe_dtype dt; /* dout's and qkv's */
+	qe_dtype dt;
 } qe_cpu_attn_flash_bwd_args;
 
 typedef struct qe_cpu_xent_args {
@@ -323,10 +326,10 @@ int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int3
 int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs,
 			     int64_t T, int64_t H, int nh);
-int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+int qe__cpu_enqueue_attn_flash_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias,
 				   int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
-int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv,
-				   const float *qkv_bias, const float *out, const float *lse, int64_t batch, int64_t T,
+int qe__cpu_enqueue_attn_flash_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv,
+				   const float *qkv_bias, const void *out, const float *lse, int64_t batch, int64_t T,
 				   int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
 int qe__cpu_enqueue_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k,
 				 const float *v, int64_t T, int64_t H, int nh);

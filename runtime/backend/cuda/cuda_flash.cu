@@ -441,10 +441,11 @@ static int flash_operands(const char *op, qe_flash_operands operands)
 	return QE_OK;
 }
 
-extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv_in, const float *qkv_bias,
+extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, void *out_in, float *lse, const void *qkv_in, const float *qkv_bias,
 				       int64_t B, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
 	const float *qkv = (const float *)qkv_in; /* f32 unless operands are bf16 (qe__check_flash) */
+	float *out = (float *)out_in;
 	const char *op = "attn_flash_fwd";
 	if (B * T == 0)
 		return QE_OK;
@@ -455,7 +456,7 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 		return qe_fail(QE_EUNSUPPORTED, "%s: batch %lld x T %lld x H %lld is too large", op, (long long)B,
 			       (long long)T, (long long)H);
 	if (operands == QE_FLASH_BF16)
-		return qe__cuda_flash16_fwd(s, out, lse, qkv_in, qkv_bias, B, (int)T, (int)H, nh, dt);
+		return qe__cuda_flash16_fwd(s, out_in, lse, qkv_in, qkv_bias, B, (int)T, (int)H, nh, dt);
 	if (qkv_bias) { /* the TF32 kernels read qkv itself: a biased copy first */
 		float *qb = NULL;
 		if ((rc = qe__cuda_scratch(s, (size_t)(B * T * 3 * H) * sizeof(float), op, (void **)&qb)) ||
@@ -478,11 +479,13 @@ extern "C" int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, con
 	}
 }
 
-extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout_in, const void *qkv_in,
-				       const float *qkv_bias, const float *out, const float *lse, int64_t B, int64_t T,
+extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, void *dqkv_in, const void *dout_in, const void *qkv_in,
+				       const float *qkv_bias, const void *out_in, const float *lse, int64_t B, int64_t T,
 				       int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
-	const float *qkv = (const float *)qkv_in, *dout = (const float *)dout_in; /* f32 unless bf16 operands */
+	/* f32 unless the operands are bf16 (qe__check_flash) */
+	const float *qkv = (const float *)qkv_in, *dout = (const float *)dout_in, *out = (const float *)out_in;
+	float *dqkv = (float *)dqkv_in;
 	const char *op = "attn_flash_bwd";
 	if (B * T == 0)
 		return QE_OK;
@@ -497,7 +500,7 @@ extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const void *do
 		return rc;
 	int iT = (int)T, iH = (int)H;
 	if (operands == QE_FLASH_BF16)
-		return qe__cuda_flash16_bwd(s, dqkv, dout_in, qkv_in, qkv_bias, out, lse, B, iT, iH, nh, dt);
+		return qe__cuda_flash16_bwd(s, dqkv_in, dout_in, qkv_in, qkv_bias, out_in, lse, B, iT, iH, nh, dt);
 	/* Dt, then (with a bias) the biased copy of qkv the TF32 kernels read */
 	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
 	size_t qb_bytes = qkv_bias ? (size_t)(B * T * 3 * H) * sizeof(float) : 0;

@@ -17,7 +17,8 @@
  *   a head's D columns, zeros after T) into shared memory with cp.async,
  *   into one of two buffers while the warps compute on the other (rows of
  *   D + 8 bf16: 16-byte aligned for cp.async and ldmatrix, and no two of a
- *   matrix's eight rows share a bank group for D = 16, 32 and 64).
+ *   matrix's eight rows share a bank group for D = 16, 32 and 64).  out
+ *   and dqkv are written in the same type as qkv and dout (OT).
  * - The warp's own 16 rows (Q and dO, or K and V) are read into registers
  *   once, as A fragments (ldmatrix.x4), not once per tile.
  * - The other side's rows come as B fragments through ldmatrix: as they are
@@ -106,13 +107,23 @@ __global__ void bf16_copy_kernel(bf16 *dst, const float *src, const float *bias,
 	((uint4 *)dst)[i] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
 }
 
+/* four values at p as floats: bf16 widened exactly */
+__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
+
+__device__ __forceinline__ float4 load4(const bf16 *p)
+{
+	uint2 u = *(const uint2 *)p;
+	float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
+
 /*
  * Dt[(b*nh + h)*T + t] = dout_t . out_t over head h's D columns, dout in
- * bf16 (widened exactly), out f32: flash_dot_kernel's sum, in the same
+ * bf16 and out in OT (widened exactly): flash_dot_kernel's sum, in the same
  * order (four products a lane, then the lanes' butterfly).
  */
-template <int D> __global__ void dot16_kernel(float *Dt, const bf16 *dout, const float *out, int64_t rows, int T, int H,
-					      int nh)
+template <int D, typename OT>
+__global__ void dot16_kernel(float *Dt, const bf16 *dout, const OT *out, int64_t rows, int T, int H, int nh)
 {
 	const int LPR = D / 4;
 	int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR; /* (b, h, t) row */
@@ -122,11 +133,8 @@ template <int D> __global__ void dot16_kernel(float *Dt, const bf16 *dout, const
 		int t = (int)(i % T), h = (int)((i / T) % nh);
 		int64_t b = i / ((int64_t)T * nh);
 		int64_t at = (b * T + t) * H + h * D + part * 4;
-		uint2 u = *(const uint2 *)(dout + at);
-		float2 a0 = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
-		float2 a1 = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
-		float4 o = *(const float4 *)(out + at);
-		s = a0.x * o.x + a0.y * o.y + a1.x * o.z + a1.y * o.w;
+		float4 a = load4(dout + at), o = load4(out + at);
+		s = a.x * o.x + a.y * o.y + a.z * o.z + a.w * o.w;
 	}
 #pragma unroll
 	for (int m = 1; m < LPR; m <<= 1)
@@ -312,8 +320,8 @@ __device__ __forceinline__ void mm16_py(float (*out)[D / 8][4], const float (*p)
  * warps, whose rows are all at or after T, do nothing.  A tile wholly
  * before the warp's first row and inside T is taken without the mask.
  */
-template <int D>
-__global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(float *out, float *lse, const bf16 *qkv16,
+template <int D, typename OT>
+__global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *lse, const bf16 *qkv16,
 								 const float *bias, int T, int Tp, int H, int nh,
 								 float scale)
 {
@@ -434,8 +442,8 @@ __device__ __forceinline__ void ds_cols(float (*st)[4], float (*dpt)[4], int q0,
 		}
 }
 
-template <int D>
-__global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
+template <int D, typename OT>
+__global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
 							     const float *bias, const float *lse, const float *Dt, int T,
 							     int Tp, int H, int nh, float scale)
 {
@@ -495,8 +503,8 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(float *dqkv, cons
 	flash_store_dq<D / 8>(dqkv, dq[0], base, ra, rb, c, T, H, h, scale);
 }
 
-template <int D>
-__global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(float *dqkv, const bf16 *qkv16, const bf16 *do16,
+template <int D, typename OT>
+__global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
 							      const float *bias, const float *lse, const float *Dt,
 							      int T, int Tp, int H, int nh, float scale)
 {
@@ -610,16 +618,16 @@ static int bf16_rows(qe_stream *s, const void *x, qe_dtype dt, const float *bias
 /* scratch bytes for the bf16 copies of n values of type dt (none when they are bf16) */
 static size_t copy_bytes(qe_dtype dt, int64_t n) { return dt == QE_BF16 ? 0 : qe__cuda_align256((size_t)n * 2); }
 
-template <int D>
-static int fwd16(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B, int T,
-		 int H, int nh, qe_dtype dt)
+template <int D, typename OT>
+static int fwd16(qe_stream *s, OT *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B, int T, int H,
+		 int nh, qe_dtype dt)
 {
 	const char *op = "attn_flash_fwd";
 	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
 	int64_t n = 3 * B * T * H;
 	unsigned char *scr = NULL;
 	const bf16 *qkv16 = NULL;
-	if ((rc = smem16(flash16_fwd_kernel<D>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")))
+	if ((rc = smem16(flash16_fwd_kernel<D, OT>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")))
 		return rc;
 	if (dt != QE_BF16 && (rc = qe__cuda_scratch(s, copy_bytes(dt, n), op, (void **)&scr)))
 		return rc;
@@ -627,14 +635,14 @@ static int fwd16(qe_stream *s, float *out, float *lse, const void *qkv, const fl
 		return rc;
 	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
 	dim3 grid((unsigned)((Tp + F16_QROWS - 1) / F16_QROWS), (unsigned)nh, (unsigned)B);
-	flash16_fwd_kernel<D><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, in_tile_bias, T, Tp, H, nh,
-								       1.0f / sqrtf((float)D));
+	flash16_fwd_kernel<D, OT><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, in_tile_bias, T, Tp, H, nh,
+									   1.0f / sqrtf((float)D));
 	return qe__cuda_launched(op, "flash16_fwd_kernel");
 }
 
-template <int D>
-static int bwd16(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
-		 const float *out, const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt)
+template <int D, typename OT>
+static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, const float *qkv_bias, const OT *out,
+		 const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt)
 {
 	const char *op = "attn_flash_bwd";
 	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
@@ -642,8 +650,8 @@ static int bwd16(qe_stream *s, float *dqkv, const void *dout, const void *qkv, c
 	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
 	unsigned char *scr = NULL;
 	const bf16 *qkv16 = NULL, *do16 = NULL;
-	if ((rc = smem16(flash16_dq_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
-	    (rc = smem16(flash16_dkv_kernel<D>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
+	if ((rc = smem16(flash16_dq_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
+	    (rc = smem16(flash16_dkv_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
 	    (rc = qe__cuda_scratch(s, dt_bytes + copy_bytes(dt, 3 * B * T * H) + copy_bytes(dt, B * T * H), op,
 				   (void **)&scr)))
 		return rc;
@@ -653,45 +661,66 @@ static int bwd16(qe_stream *s, float *dqkv, const void *dout, const void *qkv, c
 	    (rc = bf16_rows(s, dout, dt, NULL, B * T * H, H, &scr, &do16, op)))
 		return rc;
 	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
-	dot16_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
+	dot16_kernel<D, OT><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
 	if ((rc = qe__cuda_launched(op, "dot16_kernel")))
 		return rc;
 	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
-	flash16_dq_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp, H, nh, scale);
+	flash16_dq_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp,
+									  H, nh, scale);
 	if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
 		return rc;
-	flash16_dkv_kernel<D><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp, H, nh,
-								       scale);
+	flash16_dkv_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp,
+									   H, nh, scale);
 	return qe__cuda_launched(op, "flash16_dkv_kernel");
 }
 
-extern "C" int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+/* the forward for head dimension D, its output of dt */
+template <int D>
+static int fwd16_dt(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B, int T,
+		    int H, int nh, qe_dtype dt)
+{
+	if (dt == QE_BF16)
+		return fwd16<D, bf16>(s, (bf16 *)out, lse, qkv, qkv_bias, B, T, H, nh, dt);
+	return fwd16<D, float>(s, (float *)out, lse, qkv, qkv_bias, B, T, H, nh, dt);
+}
+
+/* the backward for head dimension D, out and dqkv of dt */
+template <int D>
+static int bwd16_dt(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
+		    const void *out, const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt)
+{
+	if (dt == QE_BF16)
+		return bwd16<D, bf16>(s, (bf16 *)dqkv, dout, qkv, qkv_bias, (const bf16 *)out, lse, B, T, H, nh, dt);
+	return bwd16<D, float>(s, (float *)dqkv, dout, qkv, qkv_bias, (const float *)out, lse, B, T, H, nh, dt);
+}
+
+extern "C" int qe__cuda_flash16_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias,
 				    int64_t B, int T, int H, int nh, qe_dtype dt)
 {
 	switch (H / nh) {
 	case 16:
-		return fwd16<16>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
+		return fwd16_dt<16>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	case 32:
-		return fwd16<32>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
+		return fwd16_dt<32>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	case 64:
-		return fwd16<64>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
+		return fwd16_dt<64>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %d", H / nh);
 	}
 }
 
-extern "C" int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv,
-				    const float *qkv_bias, const float *out, const float *lse, int64_t B, int T, int H,
+extern "C" int qe__cuda_flash16_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv,
+				    const float *qkv_bias, const void *out, const float *lse, int64_t B, int T, int H,
 				    int nh, qe_dtype dt)
 {
 	switch (H / nh) {
 	case 16:
-		return bwd16<16>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
+		return bwd16_dt<16>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	case 32:
-		return bwd16<32>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
+		return bwd16_dt<32>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	case 64:
-		return bwd16<64>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
+		return bwd16_dt<64>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: head dimension %d", H / nh);
 	}

@@ -5,13 +5,15 @@
  * lane%4 holds, of each 8-column slice n, rows g and g+8 at columns 8n + 2c
  * and 8n + 2c + 1), masked and scaled, then one step of the online softmax,
  * then the output and log-sum-exp rows; and the backward's stores of dQ and
- * of dK, dV.  The operand kinds differ only in
+ * of dK, dV, into f32 or bf16 (the stores' pointer type: the bf16 kernels
+ * write what the stage stores, the TF32 ones f32).  The operand kinds differ only in
  * how P becomes an operand (rounded to TF32, or packed to bf16), which the
  * kernels do after flash_softmax_step.
  */
 #ifndef QE_CUDA_FLASH_ROW_CUH
 #define QE_CUDA_FLASH_ROW_CUH
 
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -102,12 +104,20 @@ __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4]
 	}
 }
 
+/* two adjacent values at p: as they are, or each rounded to bf16 (nearest even) */
+__device__ __forceinline__ void flash_put2(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
+
+__device__ __forceinline__ void flash_put2(__nv_bfloat16 *p, float a, float b)
+{
+	*(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+
 /*
  * The rows' outputs o / l into out [N, H] (head h's D = 8 DN columns) and
  * lse = max ln 2 + ln l into lse (row hrow + t), for the rows inside T.
  */
-template <int DN>
-__device__ __forceinline__ void flash_store_rows(float *out, float *lse, const float (*o)[4], const flash_rows *st,
+template <int DN, typename OT>
+__device__ __forceinline__ void flash_store_rows(OT *out, float *lse, const float (*o)[4], const flash_rows *st,
 						 int64_t base, int64_t hrow, int ra, int rb, int c, int T, int H, int h)
 {
 	const float ia = 1.0f / st->la, ib = 1.0f / st->lb;
@@ -115,9 +125,9 @@ __device__ __forceinline__ void flash_store_rows(float *out, float *lse, const f
 	for (int n = 0; n < DN; n++) {
 		int col = h * 8 * DN + 8 * n + 2 * c;
 		if (ra < T)
-			*(float2 *)(out + (base + ra) * H + col) = make_float2(o[n][0] * ia, o[n][1] * ia);
+			flash_put2(out + (base + ra) * H + col, o[n][0] * ia, o[n][1] * ia);
 		if (rb < T)
-			*(float2 *)(out + (base + rb) * H + col) = make_float2(o[n][2] * ib, o[n][3] * ib);
+			flash_put2(out + (base + rb) * H + col, o[n][2] * ib, o[n][3] * ib);
 	}
 	if (c == 0) {
 		if (ra < T)
@@ -128,37 +138,37 @@ __device__ __forceinline__ void flash_store_rows(float *out, float *lse, const f
 }
 
 /* dQ rows ra, rb (times scale) into the q third of dqkv [N, 3H] */
-template <int DN>
-__device__ __forceinline__ void flash_store_dq(float *dqkv, const float (*dq)[4], int64_t base, int ra, int rb, int c,
+template <int DN, typename OT>
+__device__ __forceinline__ void flash_store_dq(OT *dqkv, const float (*dq)[4], int64_t base, int ra, int rb, int c,
 					       int T, int H, int h, float scale)
 {
 #pragma unroll
 	for (int n = 0; n < DN; n++) {
 		int col = h * 8 * DN + 8 * n + 2 * c;
 		if (ra < T)
-			*(float2 *)(dqkv + (base + ra) * 3 * H + col) = make_float2(dq[n][0] * scale, dq[n][1] * scale);
+			flash_put2(dqkv + (base + ra) * 3 * H + col, dq[n][0] * scale, dq[n][1] * scale);
 		if (rb < T)
-			*(float2 *)(dqkv + (base + rb) * 3 * H + col) = make_float2(dq[n][2] * scale, dq[n][3] * scale);
+			flash_put2(dqkv + (base + rb) * 3 * H + col, dq[n][2] * scale, dq[n][3] * scale);
 	}
 }
 
 /* dK (times scale) and dV of key rows ka, kb into the k and v thirds of dqkv */
-template <int DN>
-__device__ __forceinline__ void flash_store_dkv(float *dqkv, const float (*dk)[4], const float (*dv)[4], int64_t base,
+template <int DN, typename OT>
+__device__ __forceinline__ void flash_store_dkv(OT *dqkv, const float (*dk)[4], const float (*dv)[4], int64_t base,
 						int ka, int kb, int c, int T, int H, int h, float scale)
 {
 #pragma unroll
 	for (int n = 0; n < DN; n++) {
 		int col = h * 8 * DN + 8 * n + 2 * c;
 		if (ka < T) {
-			float *r = dqkv + (base + ka) * 3 * H + col;
-			*(float2 *)(r + H) = make_float2(dk[n][0] * scale, dk[n][1] * scale);
-			*(float2 *)(r + 2 * H) = make_float2(dv[n][0], dv[n][1]);
+			OT *r = dqkv + (base + ka) * 3 * H + col;
+			flash_put2(r + H, dk[n][0] * scale, dk[n][1] * scale);
+			flash_put2(r + 2 * H, dv[n][0], dv[n][1]);
 		}
 		if (kb < T) {
-			float *r = dqkv + (base + kb) * 3 * H + col;
-			*(float2 *)(r + H) = make_float2(dk[n][2] * scale, dk[n][3] * scale);
-			*(float2 *)(r + 2 * H) = make_float2(dv[n][2], dv[n][3]);
+			OT *r = dqkv + (base + kb) * 3 * H + col;
+			flash_put2(r + H, dk[n][2] * scale, dk[n][3] * scale);
+			flash_put2(r + 2 * H, dv[n][2], dv[n][3]);
 		}
 	}
 }

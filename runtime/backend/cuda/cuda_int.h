@@ -147,19 +147,19 @@ int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float 
 		      int64_t H, int nh);
 int qe__cuda_attn_decode(qe_stream *s, float *out, float *probs, const float *q, const float *k, const float *v,
 			 int64_t T, int64_t H, int nh);
-int qe__cuda_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B,
+int qe__cuda_attn_flash_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B,
 			    int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
-int qe__cuda_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
-			    const float *out, const float *lse, int64_t B, int64_t T, int64_t H, int nh,
+int qe__cuda_attn_flash_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
+			    const void *out, const float *lse, int64_t B, int64_t T, int64_t H, int nh,
 			    qe_flash_operands operands, qe_dtype dt);
 /*
  * The bf16-operand kernels (cuda_flash16.cu), after cuda_flash.cu's checks:
- * qkv and dout of dt (f32 or bf16); qkv_bias may be NULL.
+ * qkv, out, dout and dqkv of dt (f32 or bf16); qkv_bias may be NULL.
  */
-int qe__cuda_flash16_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B,
+int qe__cuda_flash16_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B,
 			 int T, int H, int nh, qe_dtype dt);
-int qe__cuda_flash16_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
-			 const float *out, const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt);
+int qe__cuda_flash16_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
+			 const void *out, const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt);
 /* n rounded up to a multiple of 256: where the next piece of a shared scratch buffer starts */
 static inline size_t qe__cuda_align256(size_t n)
 {

@@ -204,7 +204,7 @@ static int cu_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *qkv, const float *qkv_bias,
+static int cu_attn_flash_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias,
 			     int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt)
 {
 	const char *nm = "attn_flash_fwd";
@@ -216,8 +216,8 @@ static int cu_attn_flash_fwd(qe_stream *s, float *out, float *lse, const void *q
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_attn_flash_bwd(qe_stream *s, float *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
-			     const float *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
+static int cu_attn_flash_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
+			     const void *out, const float *lse, int64_t batch, int64_t T, int64_t H, int nh,
 			     qe_flash_operands operands, qe_dtype dt)
 {
 	const char *nm = "attn_flash_bwd";
