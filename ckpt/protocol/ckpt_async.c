@@ -25,11 +25,11 @@
 
 #include "ckpt/protocol/ckpt_report_int.h"
 #include "ckpt/session/ckpt_int.h"
-#include "runtime/comm/comm.h"
 #include "ckpt/session/ckpt_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 struct ckpt_async {
 	ckpt_session *s;
@@ -123,7 +123,7 @@ static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 		size_t len = 0;
 		char from[32];
 		snprintf(from, sizeof(from), "rank %d", q);
-		if ((rc = qe_comm_svc_recv(a->comm, q, CKPT_SVC_ASYNC_REPORT, &buf, &len)))
+		if ((rc = qe_pstate_svc_recv(a->comm, q, CKPT_SVC_ASYNC_REPORT, &buf, &len)))
 			rc = qe_fail_ctx(rc, "async checkpoint at step %lld: waiting for the rows of rank %d", (long long)a->step, q);
 		else
 			rc = ckpt__report_decode(buf, len, from, &reps[q]);
@@ -135,7 +135,7 @@ static int collect_and_commit(ckpt_async *a, ckpt_report *own)
 					  qe_fail(QE_ECOMM, "rank %d reported checkpoint %lld, expected %lld", q,
 						  (long long)reps[q].id, (long long)a->id));
 		ckpt__word_add(&all, &mlen, q, reps[q].rc, reps[q].msg);
-		if (rc && a->comm && qe_comm_failed(a->comm))
+		if (rc && a->comm && qe_pstate_comm_failed(a->comm))
 			break; /* nobody else can be heard either */
 	}
 	if (!all.rc)
@@ -217,7 +217,7 @@ static void *bg_main(void *arg)
 		snprintf(why, sizeof(why), "%s", rc ? qe_last_error() : "");
 		int erc = ckpt__report_encode(&rep, &buf, &len);
 		if (!erc)
-			erc = qe_comm_svc_send(a->comm, 0, CKPT_SVC_ASYNC_REPORT, buf, len);
+			erc = qe_pstate_svc_send(a->comm, 0, CKPT_SVC_ASYNC_REPORT, buf, len);
 		free(buf);
 		if (!erc)
 			ckpt__maybe_kill(s, "rows", a->rank);
@@ -301,9 +301,9 @@ int ckpt_async_prepare(ckpt_async *a, qe_rank *r)
 		return rc;
 	int keep = 0;
 	for (int i = 0; i < n; i++)
-		if (qe_rank_replica(r) == 0 || !ckpt__shared_by_replicas(&items[i]))
+		if (qe_pstate_replica(r) == 0 || !ckpt__shared_by_replicas(&items[i]))
 			items[keep++] = items[i];
-	rc = pool_reserve(a, qe_rank_backend(r), items, keep);
+	rc = pool_reserve(a, qe_pstate_backend(r), items, keep);
 	free(items);
 	return rc;
 }
@@ -324,7 +324,7 @@ static int snapshot(ckpt_async *a, qe_rank *r, uint64_t *bytes, uint64_t *rt_byt
 	a->n = keep;
 	if (!(a->copies = qe_calloc((size_t)keep + 1, sizeof(void *))))
 		return qe_fail(QE_ENOMEM, "async checkpoint: out of memory");
-	qe_backend *b = qe_rank_backend(r);
+	qe_backend *b = qe_pstate_backend(r);
 	if ((rc = pool_reserve(a, b, items, keep)))
 		return rc;
 	size_t off = 0;
@@ -353,14 +353,14 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	memset(&res, 0, sizeof(res));
 	res.id = -1;
 	res.done_step = -1;
-	res.step = qe_rank_steps_done(r);
-	res.e_w = qe_rank_epochs(r)->e_W;
+	res.step = qe_pstate_steps_done(r);
+	res.e_w = qe_pstate_e_w(r);
 	if (out)
 		*out = res;
 	ckpt_session *s = a->s;
 	if (s->pid != getpid())
 		return qe_fail(QE_EINVAL, "checkpoint session of process %d used in process %d", (int)s->pid, (int)getpid());
-	a->rank = qe_rank_index(r);
+	a->rank = qe_pstate_rank(r);
 	int rank = a->rank, rc;
 
 	/* 1. The write in flight: wait for it, or see whether it is done. */
@@ -376,7 +376,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	mine.busy = a->running;
 	/* 2. The gate, on every rank. */
 	if (!mine.rc && !mine.busy) {
-		rc = qe_rank_quiescent(r);
+		rc = qe_pstate_quiescent(r);
 		if (rc)
 			ckpt__word_set(&mine, rc, NULL);
 		ckpt__maybe_kill(s, "gate", rank);
@@ -429,7 +429,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 	a->id = res.id = w.id;
 	a->step = res.step;
 	a->e_w = res.e_w;
-	a->replica = qe_rank_replica(r);
+	a->replica = qe_pstate_replica(r);
 
 	/* 4. Every rank: the host snapshot. */
 	double ts = ckpt__now_ms();
@@ -454,7 +454,7 @@ int ckpt_async_save(ckpt_async *a, qe_rank *r, ckpt_async_result *out)
 		return qe_fail((int)all.rc, "checkpoint at step %lld (id %lld) aborted: %s", (long long)res.step,
 			       (long long)a->id, all.msg);
 	}
-	a->comm = qe_rank_comm(r);
+	a->comm = qe_pstate_comm(r);
 	res.bytes = all.bytes;
 
 	/* 5. The rest in the background. */

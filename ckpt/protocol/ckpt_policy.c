@@ -13,8 +13,8 @@
 
 #include <stdlib.h>
 
-#include "runtime/comm/comm.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 struct ckpt_policy {
 	ckpt_policy_opts o;
@@ -84,7 +84,7 @@ static int retain(ckpt_policy *p, qe_rank *r, int64_t step)
 	/* Never collected here: the checkpoint being pushed, and the one the next point would push. */
 	int64_t pins[2];
 	size_t npins = 0;
-	if (qe_rank_index(r) == 0 && p->persist) {
+	if (qe_pstate_rank(r) == 0 && p->persist) {
 		int64_t a = ckpt_persist_inflight(p->persist), b = ckpt_persist_due(p->persist);
 		if (a >= 0)
 			pins[npins++] = a;
@@ -94,8 +94,8 @@ static int retain(ckpt_policy *p, qe_rank *r, int64_t step)
 	ckpt_retain_result res = { 0 };
 	int rc = ckpt_retain_local(p->s, r, p->o.keep, pins, npins, p->o.keep_grace_s, &res);
 	if (rc) {
-		qe_comm *c = qe_rank_comm(r);
-		if (c && qe_comm_failed(c))
+		qe_comm *c = qe_pstate_comm(r);
+		if (c && qe_pstate_comm_failed(c))
 			return rc;
 	}
 	ckpt_policy_event ev = { .what = CKPT_POLICY_RETAINED, .step = step, .rc = rc, .retain = &res };

@@ -29,10 +29,10 @@
 #include "ckpt/protocol/ckpt_report_int.h"
 #include "ckpt/protocol/ckpt_restore_read_int.h"
 #include "ckpt/protocol/ckpt_restore_s3_int.h"
-#include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 /* ---- the restore's small messages ------------------------------------------------- */
 
@@ -67,10 +67,10 @@ static int match_items(qe_rank *r, const cat_tensor_rows *rows, int64_t step, co
 		const qe_pstate_item *it = &items[i];
 		char name[64], shape[96];
 		int stage;
-		ckpt__catalog_key(it, qe_rank_replica(r), &stage, name, sizeof(name));
+		ckpt__catalog_key(it, qe_pstate_replica(r), &stage, name, sizeof(name));
 		ckpt__shape_text(it, shape, sizeof(shape));
 		int k = find_row_index(rows, stage, name);
-		if (k < 0 && qe_rank_replica(r) > 0) {
+		if (k < 0 && qe_pstate_replica(r) > 0) {
 			/* Saved with fewer replicas: start from replica 0's copy. */
 			ckpt__catalog_key(it, 0, &stage, name, sizeof(name));
 			k = find_row_index(rows, stage, name);
@@ -321,7 +321,7 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 		}
 		if (rc)
 			len = 16 + (size_t)snprintf((char *)buf + 16, CKPT_MSG, "%s", why);
-		int src = qe_comm_svc_send(comm, plan[k].dst, CKPT_SVC_XFER, buf, len);
+		int src = qe_pstate_svc_send(comm, plan[k].dst, CKPT_SVC_XFER, buf, len);
 		free(buf);
 		if (src)
 			return qe_fail_ctx(src, "restore: sending '%s' of stage %d to rank %d", t->name, t->stage,
@@ -342,7 +342,7 @@ static int serve(ckpt_session *s, qe_comm *comm, int me, const cat_tensor_rows *
 static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const xfer *plan, int nplan,
 		 const qe_pstate_item *items, const int64_t *need, int n, staging *g, int64_t step, const char *s3_url)
 {
-	int me = qe_rank_index(r), rc = QE_OK, nown = 0;
+	int me = qe_pstate_rank(r), rc = QE_OK, nown = 0;
 	int dev = ckpt__want_device_staging(r);
 	store_remote *s3 = NULL; /* opened at the first row fetched from S3 */
 	g->r = r;
@@ -398,7 +398,7 @@ static int fetch(ckpt_session *s, qe_rank *r, const cat_tensor_rows *rows, const
 		}
 		void *msg = NULL;
 		size_t len = 0;
-		if ((rc = qe_comm_svc_recv(qe_rank_comm(r), plan[k].src, CKPT_SVC_XFER, &msg, &len))) {
+		if ((rc = qe_pstate_svc_recv(qe_pstate_comm(r), plan[k].src, CKPT_SVC_XFER, &msg, &len))) {
 			rc = qe_fail_ctx(rc, "restore: receiving '%s' of stage %d from rank %d", t->name, t->stage, plan[k].src);
 			break;
 		}
@@ -449,13 +449,13 @@ static void abandon_pending(ckpt_session *s, int64_t step)
 /* Rank 0's blob to every rank (a world of one keeps its own bytes). */
 static int share_blob(qe_rank *r, void *mine, size_t len, void **out, size_t *out_len)
 {
-	qe_comm *comm = qe_rank_comm(r);
+	qe_comm *comm = qe_pstate_comm(r);
 	if (ckpt__comm_world(comm) == 1) {
 		*out = mine;
 		*out_len = len;
 		return QE_OK;
 	}
-	int rc = qe_comm_bcast_blob(comm, mine, len, out, out_len);
+	int rc = qe_pstate_bcast_blob(comm, mine, len, out, out_len);
 	free(mine);
 	return rc;
 }
@@ -464,7 +464,7 @@ static int share_blob(qe_rank *r, void *mine, size_t len, void **out, size_t *ou
 static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, const cat_tensor_rows *rows,
 		       const qe_comm_blob *blobs, const ask *mine_ask, size_t *len)
 {
-	qe_comm *comm = qe_rank_comm(r);
+	qe_comm *comm = qe_pstate_comm(r);
 	int world = ckpt__comm_world(comm);
 	ckpt_word w;
 	memset(&w, 0, sizeof(w));
@@ -482,7 +482,8 @@ static void *plan_blob(ckpt_session *s, qe_rank *r, int64_t id, int64_t step, co
 			}
 			if (mine_ask->nneed) /* need is NULL then: memcpy from NULL is undefined even for 0 bytes */
 				memcpy(asks[0].need, mine_ask->need, (size_t)mine_ask->nneed * sizeof(int64_t));
-		} else if ((rc = ask_decode(blobs[q].data, blobs[q].size, q, rows->n, &asks[q]))) {
+		} else if ((rc = ask_decode(qe_pstate_blob_data(blobs, q), qe_pstate_blob_size(blobs, q), q, rows->n,
+					   &asks[q]))) {
 			break;
 		}
 		ckpt__word_add(&w, &mlen, q, asks[q].w.rc, asks[q].w.msg);
@@ -577,8 +578,8 @@ static int plan_decode(const void *buf, size_t len, int world, size_t nrows, ckp
 int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 {
 	double t0 = ckpt__now_ms();
-	int rank = qe_rank_index(r), rc, n = 0, nplan = 0;
-	qe_comm *comm = qe_rank_comm(r);
+	int rank = qe_pstate_rank(r), rc, n = 0, nplan = 0;
+	qe_comm *comm = qe_pstate_comm(r);
 	int world = ckpt__comm_world(comm);
 	qe_pstate_item *items = NULL;
 	void *blob = NULL;
@@ -673,7 +674,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		goto out;
 	}
 	qe_comm_blob *blobs = NULL;
-	if (world > 1 && (rc = qe_comm_gather_blobs(comm, abuf, alen, &blobs))) {
+	if (world > 1 && (rc = qe_pstate_gather(comm, abuf, alen, &blobs))) {
 		free(abuf);
 		free(me.seen);
 		rc = qe_fail_ctx(rc, "restore: gathering every rank's request");
@@ -684,7 +685,7 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 		rc = qe_fail(QE_ENOMEM, "restore: out of memory");
 	free(me.seen);
 	free(abuf);
-	qe_comm_blobs_free(blobs, world);
+	qe_pstate_blobs_free(blobs, world);
 	if (rc) {
 		free(blob); /* rank 0's plan, built even when its own part failed (LeakSanitizer) */
 		goto out;
@@ -740,9 +741,9 @@ int ckpt_restore(ckpt_session *s, qe_rank *r, int64_t step, ckpt_result *out)
 	}
 	if ((rc = qe_rank_pstate_loaded(r)))
 		goto out;
-	if (qe_rank_steps_done(r) != found.step) {
+	if (qe_pstate_steps_done(r) != found.step) {
 		rc = qe_fail(QE_ECORRUPT, "restore: the rank is at step %lld after loading checkpoint step %lld",
-			     (long long)qe_rank_steps_done(r), (long long)found.step);
+			     (long long)qe_pstate_steps_done(r), (long long)found.step);
 		goto out;
 	}
 	if (rank == 0)

@@ -304,8 +304,8 @@ static int check_piece(ckpt_session *s, store *st, const cat_tensor *t, const ck
 int ckpt__read_own(ckpt_session *s, qe_rank *r, own_row *rows, int nrows, const qe_pstate_item *items, staging *g,
 		    int64_t step)
 {
-	qe_backend *b = qe_rank_backend(r);
-	int me = qe_rank_index(r), rc = QE_OK;
+	qe_backend *b = qe_pstate_backend(r);
+	int me = qe_pstate_rank(r), rc = QE_OK;
 	size_t biggest = 0;
 	for (int k = 0; k < nrows; k++)
 		if (g->on_dev[rows[k].item])
@@ -381,9 +381,9 @@ int ckpt__check_record(const qe_rank *r, const qe_pstate_item *it, const void *b
 	}
 	if (strcmp(it->name, "rng") == 0 && it->bytes == 2 * sizeof(uint64_t)) {
 		memcpy(v, buf, sizeof(v));
-		if ((uint64_t)v[0] != qe_rank_config(r)->seed)
+		if ((uint64_t)v[0] != qe_pstate_seed(r))
 			return qe_fail(QE_EMISMATCH, "the checkpoint's data/initialization seed is %llu, this run's is %llu",
-				       (unsigned long long)v[0], (unsigned long long)qe_rank_config(r)->seed);
+				       (unsigned long long)v[0], (unsigned long long)qe_pstate_seed(r));
 	}
 	return QE_OK;
 }
@@ -493,7 +493,7 @@ static int load_host_items(qe_rank *r, const qe_pstate_item *items, int n, const
 	free(h.pc);
 
 	if (rc)
-		return qe_fail_ctx(rc, "restore: rank %d loading '%s' of stage %d", qe_rank_index(r), items[h.bad].name,
+		return qe_fail_ctx(rc, "restore: rank %d loading '%s' of stage %d", qe_pstate_rank(r), items[h.bad].name,
 				   items[h.bad].stage);
 	return QE_OK;
 }

@@ -25,10 +25,10 @@
 #include <unistd.h>
 
 #include "ckpt/protocol/ckpt_report_int.h"
-#include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 /* The writing side of a save's pipe: every piece into the rank's store (and to its replica targets). */
 typedef struct save_job {
@@ -129,7 +129,7 @@ static int copy_pieces(ckpt_session *s, qe_rank *r, const qe_pstate_item *items,
  */
 static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep)
 {
-	int rank = qe_rank_index(r), replica = qe_rank_replica(r);
+	int rank = qe_pstate_rank(r), replica = qe_pstate_replica(r);
 	qe_pstate_item *items = NULL;
 	store_chunk_list *lists = NULL;
 	int n = 0, rc;
@@ -146,9 +146,9 @@ static int write_shard(ckpt_session *s, qe_rank *r, int64_t id, ckpt_report *rep
 		if (replica == 0 || !ckpt__shared_by_replicas(&items[i]))
 			items[keep++] = items[i];
 	n = keep;
-	if ((rc = ckpt__ring_get(s, qe_rank_backend(r), ckpt__piece_bytes(s))))
+	if ((rc = ckpt__ring_get(s, qe_pstate_backend(r), ckpt__piece_bytes(s))))
 		goto out;
-	save_job j = { .s = s, .comm = qe_rank_comm(r), .id = id, .rank = rank, .items = items, .lists = lists };
+	save_job j = { .s = s, .comm = qe_pstate_comm(r), .id = id, .rank = rank, .items = items, .lists = lists };
 	ckpt__pipe_init(&j.pipe);
 	pthread_t tid;
 	if (pthread_create(&tid, NULL, save_writer, &j)) {
@@ -203,7 +203,7 @@ static void decide(ckpt_session *s, int64_t id, const ckpt_report *reps, int n, 
  */
 static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **reps, int *nreps, ckpt_word *w)
 {
-	qe_comm *comm = qe_rank_comm(r);
+	qe_comm *comm = qe_pstate_comm(r);
 	int world = ckpt__comm_world(comm);
 	void *buf = NULL;
 	size_t len = 0;
@@ -215,26 +215,26 @@ static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **rep
 	if (rc)
 		return rc;
 	qe_comm_blob *blobs = NULL;
-	if (world > 1 && (rc = qe_comm_gather_blobs(comm, buf, len, &blobs))) {
+	if (world > 1 && (rc = qe_pstate_gather(comm, buf, len, &blobs))) {
 		free(buf);
 		return qe_fail_ctx(rc, "checkpoint: gathering every rank's rows");
 	}
-	if (qe_rank_index(r) != 0) {
+	if (qe_pstate_rank(r) != 0) {
 		free(buf);
 		return QE_OK;
 	}
 	ckpt_report *v = qe_calloc((size_t)world, sizeof(*v));
 	if (!v) {
 		free(buf);
-		qe_comm_blobs_free(blobs, world);
+		qe_pstate_blobs_free(blobs, world);
 		return qe_fail(QE_ENOMEM, "checkpoint: out of memory");
 	}
 	size_t mlen = 0;
 	for (int i = 0; i < world; i++) {
 		char from[32];
 		snprintf(from, sizeof(from), "rank %d", i);
-		const void *b = world > 1 ? blobs[i].data : buf;
-		size_t bl = world > 1 ? blobs[i].size : len;
+		const void *b = world > 1 ? qe_pstate_blob_data(blobs, i) : buf;
+		size_t bl = world > 1 ? qe_pstate_blob_size(blobs, i) : len;
 		int drc = ckpt__report_decode(b, bl, from, &v[i]);
 		if (drc)
 			ckpt__report_fail(&v[i], mine->id, i, drc);
@@ -247,7 +247,7 @@ static int gather_reports(qe_rank *r, const ckpt_report *mine, ckpt_report **rep
 		ckpt__word_add(w, &mlen, i, v[i].rc, v[i].msg);
 	}
 	free(buf);
-	qe_comm_blobs_free(blobs, world);
+	qe_pstate_blobs_free(blobs, world);
 	*reps = v;
 	*nreps = world;
 	return QE_OK;
@@ -263,8 +263,8 @@ static void free_reports(ckpt_report *reps, int n)
 int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 {
 	double t0 = ckpt__now_ms();
-	int rank = qe_rank_index(r), rc;
-	int64_t step = qe_rank_steps_done(r), e_w = qe_rank_epochs(r)->e_W;
+	int rank = qe_pstate_rank(r), rc;
+	int64_t step = qe_pstate_steps_done(r), e_w = qe_pstate_e_w(r);
 	ckpt_word mine, w;
 	ckpt_result res;
 	memset(&res, 0, sizeof(res));
@@ -280,7 +280,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 			       (int)getpid());
 
 	/* 1. The gate, on every rank; nothing is written unless all pass. */
-	rc = qe_rank_quiescent(r);
+	rc = qe_pstate_quiescent(r);
 	ckpt__word_set(&mine, rc, NULL);
 	ckpt__maybe_kill(s, "gate", rank);
 	if ((rc = ckpt__agree(r, "checkpoint", &mine, &w)))
@@ -322,7 +322,7 @@ int ckpt_save(ckpt_session *s, qe_rank *r, ckpt_result *out)
 	ckpt_copy_store *copies = NULL;
 	int ncopies = 0;
 	if (s->repl)
-		rc = ckpt__repl_finish(s, qe_rank_comm(r), id, rc, &copies, &ncopies);
+		rc = ckpt__repl_finish(s, qe_pstate_comm(r), id, rc, &copies, &ncopies);
 	if (rc) {
 		ckpt__report_free(&rep);
 		ckpt__report_fail(&rep, id, rank, rc);

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 /* Wire form of one row: step i64, stage i32, fingerprint u64, category (NUL-padded). */
 #define TRACE_CAT_MAX 40
@@ -47,9 +47,9 @@ static int write_rows(ckpt_session *s, const cat_trace *rows, size_t n, const ca
 
 int ckpt_record_step(ckpt_session *s, qe_rank *r, const qe_trace_row *rows, size_t n, const cat_loss *loss)
 {
-	qe_comm *comm = qe_rank_comm(r);
-	int world = ckpt__comm_world(comm), rank = qe_rank_index(r), rc;
-	if (qe_rank_replica(r) != 0)
+	qe_comm *comm = qe_pstate_comm(r);
+	int world = ckpt__comm_world(comm), rank = qe_pstate_rank(r), rc;
+	if (qe_pstate_replica(r) != 0)
 		n = 0;
 	if (rank != 0) {
 		trace_wire *w = qe_calloc(n + 1, sizeof(*w));
@@ -61,7 +61,7 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const qe_trace_row *rows, size
 			w[i].fp = rows[i].fp;
 			snprintf(w[i].category, sizeof(w[i].category), "%s", rows[i].category);
 		}
-		rc = qe_comm_svc_send(comm, 0, CKPT_SVC_TRACE, w, n * sizeof(*w));
+		rc = qe_pstate_svc_send(comm, 0, CKPT_SVC_TRACE, w, n * sizeof(*w));
 		free(w);
 		return rc ? qe_fail_ctx(rc, "trace: sending rank %d's rows to rank 0", rank) : QE_OK;
 	}
@@ -84,7 +84,7 @@ int ckpt_record_step(ckpt_session *s, qe_rank *r, const qe_trace_row *rows, size
 	rc = QE_OK;
 	for (int q = 1; q < world && !rc; q++) {
 		size_t len = 0;
-		if ((rc = qe_comm_svc_recv(comm, q, CKPT_SVC_TRACE, &bufs[q], &len))) {
+		if ((rc = qe_pstate_svc_recv(comm, q, CKPT_SVC_TRACE, &bufs[q], &len))) {
 			rc = qe_fail_ctx(rc, "trace: waiting for rank %d's rows", q);
 			break;
 		}

@@ -38,8 +38,8 @@ int ckj_open(ckj *j, qe_comm *comm, const char *run_dir)
 {
 	memset(j, 0, sizeof(*j));
 	j->comm = comm;
-	j->rank = comm ? qe_comm_rank(comm) : 0;
-	j->world = comm ? qe_comm_world_size(comm) : 1;
+	j->rank = comm ? qe_pstate_comm_rank(comm) : 0;
+	j->world = comm ? qe_pstate_comm_world(comm) : 1;
 	j->run_dir = run_dir;
 	j->rep.world = j->world;
 	ckpt_host_name(j->host, sizeof(j->host));
@@ -131,7 +131,7 @@ static int send_json(ckj *j, int peer, uint32_t tag, json_t *o)
 	char *text = json_dumps(o, JSON_COMPACT);
 	if (!text)
 		return qe_fail(QE_ENOMEM, "job: out of memory");
-	int rc = qe_comm_svc_send(j->comm, peer, tag, text, strlen(text));
+	int rc = qe_pstate_svc_send(j->comm, peer, tag, text, strlen(text));
 	free(text);
 	return rc;
 }
@@ -141,7 +141,7 @@ static int recv_json(ckj *j, int peer, uint32_t tag, json_t **out)
 	void *buf = NULL;
 	size_t n = 0;
 	*out = NULL;
-	int rc = qe_comm_svc_recv(j->comm, peer, tag, &buf, &n);
+	int rc = qe_pstate_svc_recv(j->comm, peer, tag, &buf, &n);
 	if (rc)
 		return rc;
 	json_error_t e;
@@ -323,11 +323,11 @@ void ckj_finish(ckj *j, int rc)
 	char saved[2048];
 	snprintf(saved, sizeof(saved), "%s", qe_last_error());
 	json_t *t = rc ? json_pack("{s:s,s:i}", "op", "abort", "rc", rc) : json_pack("{s:s}", "op", "done");
-	for (int q = 1; t && q < j->world && !qe_comm_failed(j->comm); q++)
+	for (int q = 1; t && q < j->world && !qe_pstate_comm_failed(j->comm); q++)
 		send_json(j, q, CKJ_SVC_TASK, t);
 	json_decref(t);
-	if (!qe_comm_failed(j->comm))
-		qe_comm_flush(j->comm);
+	if (!qe_pstate_comm_failed(j->comm))
+		qe_pstate_flush(j->comm);
 	if (rc)
 		qe_fail(rc, "%s", saved);
 	else

@@ -31,7 +31,7 @@
 
 #include "ckpt/query/ckpt_query.h"
 #include "ckpt/session/rundir.h"
-#include "runtime/comm/comm.h"
+#include "runtime/exec/pstate.h"
 
 /* One store in a job: where it is, which rank worked on it, what it did. */
 typedef struct ckpt_job_store {

@@ -182,7 +182,7 @@ int ckpt__seen_open(ckpt_session *s, int i, store **out)
 
 int ckpt_store_check_owner(ckpt_session *s, qe_rank *r)
 {
-	int rank = qe_rank_index(r), rc;
+	int rank = qe_pstate_rank(r), rc;
 	char dir[CKPT_PATH_MAX];
 	ckpt_store_identity id;
 	if ((rc = ckpt_rundir_rank_store(s->run_dir, rank, dir, sizeof(dir))))
@@ -203,7 +203,7 @@ int ckpt_store_check_owner(ckpt_session *s, qe_rank *r)
 
 int ckpt_store_clear(ckpt_session *s, qe_rank *r, uint64_t *chunks, uint64_t *bytes)
 {
-	int rank = qe_rank_index(r), rc;
+	int rank = qe_pstate_rank(r), rc;
 	char dir[CKPT_PATH_MAX];
 	ckpt_store_identity id;
 	if (chunks)

@@ -2,7 +2,7 @@
  * ckpt.h - checkpoints of a training run (DESIGN.md section 8).
  *
  * A checkpoint is taken only at a quiescent optimizer boundary (the gate:
- * qe_rank_quiescent).  Every rank writes the persistent items of its stages
+ * qe_pstate_quiescent).  Every rank writes the persistent items of its stages
  * (runtime/exec/pstate.h) as chunks into its own LMDB store, STORES/rank-R
  * on its own host's disk (ckpt/session/rundir.h), and syncs it once; then it sends
  * its rows (tensor, stage, dtype, shape, chunk hashes and sizes, store id)
@@ -79,7 +79,6 @@
 
 #include "catalog/catalog.h"
 #include "runtime/exec/pstate.h"
-#include "runtime/exec/rank.h"
 
 typedef struct ckpt_session ckpt_session;
 
@@ -115,7 +114,7 @@ typedef struct ckpt_result {
 int ckpt_replicas_prepare(ckpt_session *s, qe_rank *r);
 
 /*
- * Take a checkpoint of the rank's current state (after step qe_rank_steps_done).
+ * Take a checkpoint of the rank's current state (after step qe_pstate_steps_done).
  * Refused with QE_EPREMATURE naming what is pending on which rank when a rank
  * is not quiescent; nothing is written then.  Protocol: every rank checks the
  * gate and rank 0 gathers the answers; rank 0 adds a 'pending' row and sends

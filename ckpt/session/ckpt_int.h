@@ -23,7 +23,7 @@
 #include "store/store.h"
 
 #define CKPT_MAX_KILLS 8
-/* Tags of the checkpoint service on the comm's service lane (qe_comm_svc_send). */
+/* Tags of the checkpoint service on the comm's service lane (qe_pstate_svc_send). */
 enum {
 	CKPT_SVC_XFER = 0x58430001u,
 	CKPT_SVC_ASYNC_REPORT = 0x58430002u,
@@ -118,7 +118,7 @@ struct ckpt_session {
  * What ranks tell each other at every collective step of a save, an async
  * save, a restore, a persist point or retention: the one word of the
  * agreement (ckpt__agree) and of rank 0's decisions (ckpt__bcast).  Fixed
- * size, so it travels by qe_comm_bcast and qe_comm_gather_blobs alike and
+ * size, so it travels by qe_pstate_bcast and qe_pstate_gather alike and
  * leads the larger messages (restore's request and plan, the replicas' host
  * table, retention's keep list).  rc is 0 or a QE_E* code, msg names what
  * failed (already prefixed with the rank when it comes from the combination

@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...)
 {
@@ -41,12 +41,12 @@ void ckpt__word_set(ckpt_word *w, int rc, const char *fmt, ...)
 
 int ckpt__comm_world(qe_comm *c)
 {
-	return c ? qe_comm_world_size(c) : 1;
+	return c ? qe_pstate_comm_world(c) : 1;
 }
 
 int ckpt__world(qe_rank *r)
 {
-	return ckpt__comm_world(qe_rank_comm(r));
+	return ckpt__comm_world(qe_pstate_comm(r));
 }
 
 void ckpt__word_add(ckpt_word *all, size_t *len, int rank, int64_t rc, const char *msg)
@@ -74,31 +74,31 @@ int ckpt__agree(qe_rank *r, const char *what, const ckpt_word *mine, ckpt_word *
 		return QE_OK;
 	}
 	qe_comm_blob *blobs = NULL;
-	int rc = qe_comm_gather_blobs(qe_rank_comm(r), mine, sizeof(*mine), &blobs);
+	int rc = qe_pstate_gather(qe_pstate_comm(r), mine, sizeof(*mine), &blobs);
 	if (rc)
 		return qe_fail_ctx(rc, "%s: gathering every rank's answer", what);
 	memset(all, 0, sizeof(*all));
-	if (qe_rank_index(r) == 0) {
+	if (qe_pstate_rank(r) == 0) {
 		all->id = mine->id;
 		all->step = mine->step;
 		all->e_w = mine->e_w;
 		size_t len = 0;
 		for (int i = 0; i < world; i++) {
 			ckpt_word w;
-			if (blobs[i].size != sizeof(w)) {
+			if (qe_pstate_blob_size(blobs, i) != sizeof(w)) {
 				all->rc = QE_ECOMM;
 				snprintf(all->msg, sizeof(all->msg), "%s: rank %d answered %zu bytes, expected %zu", what, i,
-					 blobs[i].size, sizeof(w));
+					 qe_pstate_blob_size(blobs, i), sizeof(w));
 				break;
 			}
-			memcpy(&w, blobs[i].data, sizeof(w));
+			memcpy(&w, qe_pstate_blob_data(blobs, i), sizeof(w));
 			w.msg[sizeof(w.msg) - 1] = 0;
 			all->busy |= w.busy;
 			all->bytes += w.bytes;
 			all->rt_bytes += w.rt_bytes;
 			ckpt__word_add(all, &len, i, w.rc, w.msg);
 		}
-		qe_comm_blobs_free(blobs, world);
+		qe_pstate_blobs_free(blobs, world);
 	}
 	return ckpt__bcast(r, what, all);
 }
@@ -107,7 +107,7 @@ int ckpt__bcast(qe_rank *r, const char *what, ckpt_word *w)
 {
 	if (ckpt__world(r) == 1)
 		return QE_OK;
-	int rc = qe_comm_bcast(qe_rank_comm(r), 0, w, sizeof(*w));
+	int rc = qe_pstate_bcast(qe_pstate_comm(r), 0, w, sizeof(*w));
 	if (rc)
 		return qe_fail_ctx(rc, "%s: hearing rank 0's decision", what);
 	w->msg[sizeof(w->msg) - 1] = 0;

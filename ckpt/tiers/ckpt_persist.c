@@ -204,8 +204,8 @@ int64_t ckpt_persist_due(ckpt_persist *p)
 
 static void bind_rank(ckpt_persist *p, qe_rank *r)
 {
-	p->rank = qe_rank_index(r);
-	p->comm = qe_rank_comm(r);
+	p->rank = qe_pstate_rank(r);
+	p->comm = qe_pstate_comm(r);
 	p->world = ckpt__world(r);
 }
 
@@ -278,7 +278,7 @@ static int tell_ranks(ckpt_persist *p, int finished)
 {
 	wait_msg m = { .finished = finished, .step = p->step };
 	for (int q = 1; q < p->world; q++) {
-		int rc = qe_comm_svc_send(p->comm, q, CKPT_SVC_PERSIST_WAIT, &m, sizeof(m));
+		int rc = qe_pstate_svc_send(p->comm, q, CKPT_SVC_PERSIST_WAIT, &m, sizeof(m));
 		if (rc)
 			return qe_fail_ctx(rc, "persist: the final wait for the push of step %lld", (long long)p->step);
 	}
@@ -292,7 +292,7 @@ static int hear_rank0(ckpt_persist *p)
 		void *buf = NULL;
 		size_t len = 0;
 		wait_msg m;
-		int rc = qe_comm_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_WAIT, &buf, &len);
+		int rc = qe_pstate_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_WAIT, &buf, &len);
 		if (rc)
 			return qe_fail_ctx(rc, "persist: the final wait for rank 0's push");
 		if (len != sizeof(m)) {

@@ -11,7 +11,7 @@
 
 #include "ckpt/session/ckpt_int.h"
 #include "ckpt/tiers/ckpt_persist.h"
-#include "runtime/comm/comm.h"
+#include "runtime/exec/pstate.h"
 
 struct ckpt_persist {
 	ckpt_session *s;

@@ -96,8 +96,7 @@ static void progress_log(ckpt_persist *p)
 /* A quarter of the comm's time-out: the longest a waiting rank goes without word from a live one. */
 int ckpt__persist_beat_ms(const ckpt_persist *p)
 {
-	const qe_dist_env *e = qe_comm_env(p->comm);
-	int t = e->timeout_ms > 0 ? e->timeout_ms : QE_COMM_DEFAULT_TIMEOUT_MS;
+	int t = qe_pstate_comm_timeout_ms(p->comm);
 	return t / 4 > 0 ? t / 4 : 1;
 }
 
@@ -163,7 +162,7 @@ static void *beat_main(void *arg)
 		m.bytes = p->own_bytes;
 		m.chunks = p->own_chunks;
 		pthread_mutex_unlock(&p->mu);
-		int rc = qe_comm_svc_send(p->comm, 0, CKPT_SVC_PERSIST_REPORT, &m, sizeof(m));
+		int rc = qe_pstate_svc_send(p->comm, 0, CKPT_SVC_PERSIST_REPORT, &m, sizeof(m));
 		pthread_mutex_lock(&b->mu);
 		if (rc)
 			break; /* the comm failed: the push thread's report fails the same way */
@@ -229,10 +228,10 @@ static int upload(ckpt_persist *p, store_remote *rem, const unsigned char *chunk
 		const unsigned char *c = chunks + 24 * i;
 		uint64_t size = ckpt__get64(c + 16);
 		/* a failed comm fails the push anyway: stop uploading instead of finishing for nothing */
-		if (p->comm && qe_comm_failed(p->comm)) {
+		if (p->comm && qe_pstate_comm_failed(p->comm)) {
 			char why[768];
 			rc = qe_fail(QE_ECOMM, "persist: rank %d on host '%s' stopped its uploads: %s", p->rank,
-				     s->host, qe_comm_failure(p->comm, why, sizeof(why)));
+				     s->host, qe_pstate_comm_failure(p->comm, why, sizeof(why)));
 			break;
 		}
 		if (slow)
@@ -362,7 +361,7 @@ static int send_plan(ckpt_persist *p, int q, int rc, const char *why, const rank
 	memcpy(buf, &h, sizeof(h));
 	if (n)
 		memcpy(buf + sizeof(h), rcq->v, 24 * n);
-	int src = qe_comm_svc_send(p->comm, q, CKPT_SVC_PERSIST_PLAN, buf, len);
+	int src = qe_pstate_svc_send(p->comm, q, CKPT_SVC_PERSIST_PLAN, buf, len);
 	free(buf);
 	return src;
 }
@@ -399,7 +398,7 @@ static int hear_report(ckpt_persist *p, int q, rank_chunks *rq, done_msg *d)
 		void *buf = NULL;
 		size_t len = 0;
 		int64_t kind = 0;
-		int rrc = qe_comm_svc_recv(p->comm, q, CKPT_SVC_PERSIST_REPORT, &buf, &len);
+		int rrc = qe_pstate_svc_recv(p->comm, q, CKPT_SVC_PERSIST_REPORT, &buf, &len);
 		if (rrc) {
 			d->rc = rrc;
 			snprintf(d->msg, sizeof(d->msg), "no report: %s", qe_last_error());
@@ -572,7 +571,7 @@ static int push_rank(ckpt_persist *p)
 	d.id = p->id;
 	beat b;
 	beat_start(&b, p);
-	int rc = qe_comm_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_PLAN, &buf, &len);
+	int rc = qe_pstate_svc_recv(p->comm, 0, CKPT_SVC_PERSIST_PLAN, &buf, &len);
 	if (rc) {
 		beat_stop(&b);
 		return qe_fail_ctx(rc, "persist: waiting for rank 0's plan");
@@ -602,7 +601,7 @@ static int push_rank(ckpt_persist *p)
 	p->uploaded = d.uploaded;
 	p->bytes_up = d.bytes;
 	beat_stop(&b);
-	int src = qe_comm_svc_send(p->comm, 0, CKPT_SVC_PERSIST_REPORT, &d, sizeof(d));
+	int src = qe_pstate_svc_send(p->comm, 0, CKPT_SVC_PERSIST_REPORT, &d, sizeof(d));
 	if (rc)
 		return qe_fail(rc, "%s", d.msg);
 	return src;

@@ -42,9 +42,9 @@
 #include <string.h>
 
 #include "ckpt/session/ckpt_options.h"
-#include "runtime/comm/comm.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 #define REPL_MAGIC 0x4c504552u /* "REPL" */
 enum { REPL_TENSOR = 1, REPL_END = 2 };
@@ -165,8 +165,8 @@ int ckpt__repl_setup(ckpt_session *s, qe_rank *r)
 {
 	if (s->repl)
 		return QE_OK;
-	qe_comm *comm = qe_rank_comm(r);
-	int world = ckpt__comm_world(comm), me = qe_rank_index(r), rc;
+	qe_comm *comm = qe_pstate_comm(r);
+	int world = ckpt__comm_world(comm), me = qe_pstate_rank(r), rc;
 	if (world == 1 && s->replicas == 0)
 		return QE_OK; /* nothing to agree on, and no map needed */
 	ckpt_repl *m = calloc(1, sizeof(*m));
@@ -194,17 +194,18 @@ int ckpt__repl_setup(ckpt_session *s, qe_rank *r)
 	ckpt_word w;
 	memset(&w, 0, sizeof(w));
 	qe_comm_blob *blobs = NULL;
-	if (world > 1 && (rc = qe_comm_gather_blobs(comm, &hello, sizeof(hello), &blobs)))
+	if (world > 1 && (rc = qe_pstate_gather(comm, &hello, sizeof(hello), &blobs)))
 		goto fail_comm;
 	if (me == 0) {
 		for (int q = 0; q < world && !w.rc; q++) {
 			repl_hello h;
 			if (world == 1)
 				h = hello;
-			else if (blobs[q].size == sizeof(h))
-				memcpy(&h, blobs[q].data, sizeof(h));
+			else if (qe_pstate_blob_size(blobs, q) == sizeof(h))
+				memcpy(&h, qe_pstate_blob_data(blobs, q), sizeof(h));
 			else {
-				ckpt__word_set(&w, QE_ECOMM, "replicas: rank %d sent %zu bytes for its host", q, blobs[q].size);
+				ckpt__word_set(&w, QE_ECOMM, "replicas: rank %d sent %zu bytes for its host", q,
+					       qe_pstate_blob_size(blobs, q));
 				break;
 			}
 			h.host[sizeof(h.host) - 1] = 0;
@@ -219,12 +220,12 @@ int ckpt__repl_setup(ckpt_session *s, qe_rank *r)
 			memcpy(answer + sizeof(ckpt_word) + (size_t)q * CKPT_HOST_MAX, h.host, CKPT_HOST_MAX);
 		}
 		memcpy(answer, &w, sizeof(w));
-		qe_comm_blobs_free(blobs, world);
+		qe_pstate_blobs_free(blobs, world);
 	}
 	void *got = answer;
 	size_t glen = alen;
 	if (world > 1) {
-		rc = qe_comm_bcast_blob(comm, answer, alen, &got, &glen);
+		rc = qe_pstate_bcast_blob(comm, answer, alen, &got, &glen);
 		free(answer);
 		answer = NULL;
 		if (rc)
@@ -312,7 +313,7 @@ int ckpt__repl_send(ckpt_session *s, qe_comm *comm, int64_t id, const void *data
 	int rc = QE_OK;
 	for (int j = 0; j < s->repl->ntargets && !rc; j++) {
 		int t = s->repl->targets[j];
-		if ((rc = qe_comm_svc_send(comm, t, CKPT_SVC_REPL, buf, len)))
+		if ((rc = qe_pstate_svc_send(comm, t, CKPT_SVC_REPL, buf, len)))
 			rc = qe_fail_ctx(rc, "replicas: rank %d on '%s' sending a tensor to rank %d on '%s'", s->rank, s->host,
 					 t, s->repl->host[t]);
 		else
@@ -375,7 +376,7 @@ static int drain_source(ckpt_session *s, qe_comm *comm, int q, int64_t id, int *
 	for (;;) {
 		void *msg = NULL;
 		size_t len = 0;
-		int crc = qe_comm_svc_recv(comm, q, CKPT_SVC_REPL, &msg, &len);
+		int crc = qe_pstate_svc_recv(comm, q, CKPT_SVC_REPL, &msg, &len);
 		if (crc)
 			return qe_fail_ctx(crc, "replicas: rank %d on '%s' waiting for the copy of rank %d on '%s'", s->rank,
 					   s->host, q, s->repl->host[q]);
@@ -458,7 +459,7 @@ static int send_ack(ckpt_session *s, qe_comm *comm, int q, int64_t id, int rc, c
 	unsigned char *p = put_store(b + 24, &s->ident, s->store_dir);
 	p = put_store(p, &mem->id, mem->path);
 	snprintf((char *)p, CKPT_MSG, "%s", why ? why : "");
-	int src = qe_comm_svc_send(comm, q, CKPT_SVC_REPL_ACK, b, ACK_BYTES);
+	int src = qe_pstate_svc_send(comm, q, CKPT_SVC_REPL_ACK, b, ACK_BYTES);
 	free(b);
 	if (src)
 		return qe_fail_ctx(src, "replicas: rank %d answering rank %d", s->rank, q);
@@ -470,7 +471,7 @@ static int read_ack(ckpt_session *s, qe_comm *comm, int t, int64_t id, ckpt_copy
 {
 	void *msg = NULL;
 	size_t len = 0;
-	int rc = qe_comm_svc_recv(comm, t, CKPT_SVC_REPL_ACK, &msg, &len);
+	int rc = qe_pstate_svc_recv(comm, t, CKPT_SVC_REPL_ACK, &msg, &len);
 	if (rc)
 		return qe_fail_ctx(rc, "replicas: rank %d on '%s' waiting for rank %d on '%s' to keep its copy", s->rank,
 				   s->host, t, s->repl->host[t]);
@@ -517,7 +518,7 @@ int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ck
 	ckpt__put64(end + 24, (uint64_t)(int64_t)own_rc);
 	ckpt__put64(end + 32, 0);
 	for (int j = 0; j < m->ntargets && !rc; j++)
-		if ((rc = qe_comm_svc_send(comm, m->targets[j], CKPT_SVC_REPL, end, sizeof(end))))
+		if ((rc = qe_pstate_svc_send(comm, m->targets[j], CKPT_SVC_REPL, end, sizeof(end))))
 			rc = qe_fail_ctx(rc, "replicas: rank %d ending its copy to rank %d", s->rank, m->targets[j]);
 
 	/* 2. Keep every source's copy: read each to its end, flush once, acknowledge each. */
@@ -529,7 +530,7 @@ int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ck
 	for (int i = 0; i < m->nsources && !rc; i++) {
 		int got = 0;
 		int drc = drain_source(s, comm, m->sources[i], id, &theirs[i], &got);
-		if (drc && qe_comm_failed(comm)) {
+		if (drc && qe_pstate_comm_failed(comm)) {
 			rc = drc;
 			break;
 		}
@@ -567,7 +568,7 @@ int ckpt__repl_finish(ckpt_session *s, qe_comm *comm, int64_t id, int own_rc, ck
 	for (int j = 0; j < m->ntargets && !rc; j++) {
 		ckpt_copy_store got[ACK_STORES];
 		int arc = read_ack(s, comm, m->targets[j], id, got);
-		if (arc && qe_comm_failed(comm))
+		if (arc && qe_pstate_comm_failed(comm))
 			rc = arc;
 		else if (arc && !ack_rc) {
 			ack_rc = arc;

@@ -27,10 +27,10 @@
 
 #include "ckpt/query/ckpt_query_int.h"
 #include "ckpt/session/ckpt_int.h"
-#include "runtime/comm/comm.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/log.h"
 #include "runtime/core/status.h"
+#include "runtime/exec/pstate.h"
 
 typedef struct keep_list {
 	store_hash *v;
@@ -103,8 +103,8 @@ int ckpt_retain_local(ckpt_session *s, qe_rank *r, int keep, const int64_t *pins
 		*out = res;
 	if (keep < 1)
 		return qe_fail(QE_EINVAL, "retention: keeps at least the latest checkpoint, got %d", keep);
-	int rank = qe_rank_index(r), rc;
-	qe_comm *comm = qe_rank_comm(r);
+	int rank = qe_pstate_rank(r), rc;
+	qe_comm *comm = qe_pstate_comm(r);
 	int world = ckpt__comm_world(comm);
 	keep_list kl = { 0 };
 	/* rank 0's answer: a word, then the hashes to keep */
@@ -129,7 +129,7 @@ int ckpt_retain_local(ckpt_session *s, qe_rank *r, int keep, const int64_t *pins
 	void *got = blob;
 	size_t glen = blen;
 	if (world > 1) {
-		rc = qe_comm_bcast_blob(comm, blob, blen, &got, &glen);
+		rc = qe_pstate_bcast_blob(comm, blob, blen, &got, &glen);
 		free(blob);
 		if (rc)
 			return qe_fail_ctx(rc, "retention: hearing rank 0's list of chunks to keep");

@@ -14,6 +14,15 @@
  * The checkpoint service moves an item's bytes only through this interface
  * (qe_pstate_read/write and the host staging below), so it never calls a
  * backend op itself.
+ *
+ * It is also the only header of the runtime that ckpt includes, besides
+ * runtime/core (issue 36 item 4; tests/build/include_order.py checks): the
+ * rank's place (its index, replica, steps done, e_W, seed), the checkpoint
+ * gate, the comm calls of the agreement between ranks, and the strings a
+ * checkpoint records of the run come through here too.  The rank, the comm,
+ * a gather's blobs and the backend are opaque to ckpt, so this header pulls
+ * in nothing of runtime/exec/rank.h or runtime/comm/comm.h; the functions
+ * below forward to theirs (pstate_rank.c) and keep their semantics.
  */
 #ifndef QE_PSTATE_H
 #define QE_PSTATE_H
@@ -22,7 +31,12 @@
 #include <stdint.h>
 
 #include "runtime/core/tensor.h"
-#include "runtime/exec/rank.h"
+
+/* Opaque here: runtime/exec/rank.h, runtime/comm/comm.h and runtime/backend/backend.h define them. */
+typedef struct qe_rank qe_rank;
+typedef struct qe_comm qe_comm;
+typedef struct qe_comm_blob qe_comm_blob;
+typedef struct qe_backend qe_backend;
 
 typedef enum qe_pstate_kind {
 	QE_PSTATE_PARAM = 0,  /* fp32 master parameters */
@@ -114,6 +128,73 @@ void qe_pstate_stage_free(qe_rank *r, void *stage);
  */
 int qe_pstate_host_alloc(qe_backend *b, size_t bytes, void **out);
 void qe_pstate_host_free(qe_backend *b, void *p);
+
+/*
+ * The rank's place.  qe_pstate_rank: the global rank (qe_rank_index);
+ * qe_pstate_replica: its data-parallel replica, 0 for the first, whose
+ * ranks write what the replicas share; qe_pstate_steps_done: optimizer
+ * steps done (qe_rank_steps_done); qe_pstate_e_w: its e_W, the optimizer
+ * commits counted (qe_rank_epochs); qe_pstate_seed: the run's data and
+ * initialization seed, which a restore checks against the checkpoint's
+ * "rng" record.  qe_pstate_backend: the rank's backend, to be passed to
+ * qe_pstate_host_alloc/free (not owned; it outlives the rank).
+ */
+int qe_pstate_rank(const qe_rank *r);
+int qe_pstate_replica(const qe_rank *r);
+int64_t qe_pstate_steps_done(const qe_rank *r);
+int64_t qe_pstate_e_w(const qe_rank *r);
+uint64_t qe_pstate_seed(const qe_rank *r);
+qe_backend *qe_pstate_backend(qe_rank *r);
+
+/*
+ * The checkpoint gate (qe_rank_quiescent): QE_OK at a quiescent optimizer
+ * boundary, else QE_EPREMATURE naming what is pending (live tapes, arena
+ * writes, reductions, device work).
+ */
+int qe_pstate_quiescent(qe_rank *r);
+
+/*
+ * The agreement: the comm calls the checkpoint service makes between ranks,
+ * each forwarding to runtime/comm/comm.h's function of the same suffix, whose
+ * comment is the full contract (every blocking call bounded by the comm's
+ * time-out; any failure leaves the comm failed, later calls QE_ECOMM).
+ *
+ * qe_pstate_comm: the rank's comm (not owned; NULL in a world of one).  The
+ * jobs over the stores get theirs from cli, with no rank.
+ * qe_pstate_comm_rank, _world: this rank and the number of ranks.
+ * qe_pstate_comm_timeout_ms: the time-out of every blocking call as the
+ * comm was opened with it (QE_COMM_TIMEOUT_MS), the default (600 s) when
+ * that was unset.
+ * qe_pstate_comm_failed: 1 once the comm failed; qe_pstate_comm_failure
+ * copies the first cause (or "") into buf (len bytes) and returns buf.
+ * qe_pstate_svc_send/recv: the service lane, messages matched by tag apart
+ * from training's; send copies buf; recv OUT *out (malloc'd, caller frees)
+ * and *n.  qe_pstate_flush: wait until every queued send reached the kernel.
+ * qe_pstate_bcast: n bytes of root's buf into buf on every rank.
+ * qe_pstate_bcast_blob: rank 0's blob (any size) to every rank, OUT *out
+ * (malloc'd, never NULL, caller frees) and *out_n on every rank.
+ * qe_pstate_gather: every rank's blob to rank 0; OUT *out on rank 0 one blob
+ * per rank, indexed by rank, read with qe_pstate_blob_data and _size and
+ * freed with qe_pstate_blobs_free(*out, world); NULL on the other ranks.
+ * qe_pstate_blob_data, _size: rank q's blob of a gather (never NULL, valid
+ * until qe_pstate_blobs_free) and its bytes.  Returns 0 or a QE_* code
+ * (QE_EINVAL, QE_ENOMEM, QE_ECOMM) where comm.h's function does.
+ */
+qe_comm *qe_pstate_comm(qe_rank *r);
+int qe_pstate_comm_rank(const qe_comm *c);
+int qe_pstate_comm_world(const qe_comm *c);
+int qe_pstate_comm_timeout_ms(const qe_comm *c);
+int qe_pstate_comm_failed(qe_comm *c);
+const char *qe_pstate_comm_failure(qe_comm *c, char *buf, size_t len);
+int qe_pstate_svc_send(qe_comm *c, int peer, uint32_t tag, const void *buf, size_t n);
+int qe_pstate_svc_recv(qe_comm *c, int peer, uint32_t tag, void **out, size_t *n);
+int qe_pstate_flush(qe_comm *c);
+int qe_pstate_bcast(qe_comm *c, int root, void *buf, size_t n);
+int qe_pstate_bcast_blob(qe_comm *c, const void *blob, size_t n, void **out, size_t *out_n);
+int qe_pstate_gather(qe_comm *c, const void *blob, size_t n, qe_comm_blob **out);
+const void *qe_pstate_blob_data(const qe_comm_blob *blobs, int q);
+size_t qe_pstate_blob_size(const qe_comm_blob *blobs, int q);
+void qe_pstate_blobs_free(qe_comm_blob *blobs, int count);
 
 /*
  * What a checkpoint records of the run beside its items (the catalog's

@@ -50,12 +50,14 @@ FOLDERS = {
 }
 
 # What a service unit may include of the runtime besides runtime/core.  DESIGN section 2:
-# ckpt reaches runtime state only through the persistent-state interface (exec/pstate)
-# and the gate (qe_rank_quiescent in exec/rank.h), never through backend ops; its save
-# and restore move rows and chunks between ranks over the comm.  cli sits on top of
-# both stacks: it runs training, so all of the runtime is below it.
+# ckpt reaches runtime state only through the persistent-state interface, never through
+# backend ops.  Since issue 36 item 4 that is one header, exec/pstate.h: the items, their
+# copies and staging, the gate (qe_pstate_quiescent), the rank's place, and the comm calls
+# its save and restore agree by (the rank and the comm opaque there), so no ckpt file
+# includes exec/rank.h or comm/comm.h.  cli sits on top of both stacks: it runs training,
+# so all of the runtime is below it.
 BRIDGES = {
-    "ckpt": ["runtime/exec/pstate.h", "runtime/exec/rank.h", "runtime/comm/comm.h"],
+    "ckpt": ["runtime/exec/pstate.h"],
     "cli": ["runtime/"],
 }
 
@@ -162,7 +164,27 @@ def check(root):
                     else:
                         why = f"{dst} is above {src}"
                     bad.append(f"{rel}:{ln}: {src} includes {target}: {why}")
+    bad += check_bridges(root)
     return bad, n
+
+
+def check_bridges(root):
+    """A bridge header of a service unit into the runtime passes nothing else of the runtime on.
+
+    ckpt's one header (exec/pstate.h) would be no narrow interface if including it pulled in
+    exec/rank.h or comm/comm.h: it may include runtime/core and nothing else of the library."""
+    bad = []
+    for unit, allowed in sorted(BRIDGES.items()):
+        for rel in allowed:
+            if not rel.endswith(".h") or not os.path.exists(os.path.join(root, rel)):
+                continue
+            with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+                for ln, line in enumerate(f, 1):
+                    m = INCLUDE.match(line)
+                    if m and not m.group(1).startswith(FOLDERS["core"] + "/"):
+                        bad.append(f"{rel}:{ln}: {rel} includes {m.group(1)}: the bridge of {unit} into the runtime "
+                                   f"includes nothing of the library but {FOLDERS['core']}")
+    return bad
 
 
 # ---- rooms ----------------------------------------------------------------------------
@@ -300,6 +322,9 @@ PLANTS = [
     ("runtime/job/config.h", "runtime/train/train.h", "train is above job"),
     ("store/zz_probe.c", "ckpt/session/ckpt.h", "ckpt is above store"),
     ("ckpt/tiers/zz_probe.c", "runtime/backend/backend.h", "ckpt reaches the runtime only through"),
+    ("ckpt/session/ckpt.h", "runtime/exec/rank.h", "ckpt reaches the runtime only through"),
+    ("ckpt/query/ckpt_job.h", "runtime/comm/comm.h", "ckpt reaches the runtime only through"),
+    ("runtime/exec/pstate.h", "runtime/exec/rank.h", "the bridge of ckpt into the runtime includes nothing"),
     ("runtime/model/zz_probe.c", "cli/cli.h", "cli is above model"),
     ("ckpt/session/zz_probe.c", "ckpt_int.h", "by its path from the repository root"),
     ("runtime/exec/zz_probe.h", "../core/status.h", "by its path from the repository root"),
