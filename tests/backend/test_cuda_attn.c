@@ -158,16 +158,17 @@ static uint16_t *round_in_place(float *x, int64_t n)
 
 /*
  * The bf16 result of an op (n codes at g16 on cuda) against its f32 run on
- * the same values (g32): the codes of the rounded f32 results to the byte,
- * and within the bf16 bound of the cpu's f32 result c.
+ * the same values (g32): with same, the codes of the rounded f32 results to
+ * the byte; always within the bf16 bound of the cpu's f32 result c.
  */
-static void bf16_is_rounded(const char *what, const char *name, void *g32, void *g16, const float *c, int64_t n)
+static void bf16_is_rounded(const char *what, const char *name, void *g32, void *g16, const float *c, int64_t n,
+			    int same)
 {
 	float *f = fetch(g32, n * 4);
 	uint16_t *h = (uint16_t *)fetch(g16, n * 2), *want = codes_of(f, n);
 	char w[160];
 	snprintf(w, sizeof(w), "%s %s", what, name);
-	CHECK(bytes_diff(want, h, n * 2) < 0, "%s: bf16 output is not the f32 run's output rounded", w);
+	CHECK(!same || bytes_diff(want, h, n * 2) < 0, "%s: bf16 output is not the f32 run's output rounded", w);
 	float *wide = malloc((size_t)n * 4);
 	for (int64_t i = 0; i < n; i++)
 		wide[i] = qe_bf16_to_f32(h[i]);
@@ -181,22 +182,28 @@ static void bf16_is_rounded(const char *what, const char *name, void *g32, void 
 /*
  * Flash attention on activations stored in bf16 (as training stores them),
  * read in place, against the same values given in f32 (the op's bf16 copy
- * of them), with a QKV bias: the bf16 rows get it added in shared memory
- * and rounded there, the f32 ones in the copy, each rounding bf16 value +
- * bias once, so the arithmetic is the same and the bf16 outputs (out,
- * dqkv) are the f32 run's rounded to the byte; lse is the same bytes.  The
- * backward of both runs starts from the cpu's out rounded to bf16, so the
- * runs differ only in storage.  On the cpu the same relations hold, and
- * cuda stays within the bf16 bound of the cpu.
+ * of them).  Without a bias the arithmetic is the same, so the bf16 outputs
+ * (out, dqkv) are the f32 run's rounded, to the byte, and lse is the same
+ * bytes: what differs is only where the tiles come from (strided rows, zeros
+ * after T).  With a QKV bias the two take it differently - the f32 copy
+ * adds it before its one rounding; bf16 rows get it in shared memory for
+ * the tiles a block copies once and dK/dV's Q tiles, and as row terms for
+ * the forward's and dQ's K and V tiles - so both are held to the bf16
+ * bound of the cpu, and the bf16 run must repeat to the byte.  The
+ * backward of both runs starts from the cpu's out rounded to bf16.  On the
+ * cpu bf16 is the f32 run rounded, bias or not.
  */
-static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh)
+static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh, int with_bias)
 {
 	fresh_stream();
 	int64_t N = (int64_t)B * T, nq = N * 3 * H, no = N * H, nl = (int64_t)B * nh * T;
 	float *hq = rnd(r, nq, 1.0f), *hdo = rnd(r, no, 1.0f), *hb = rnd(r, 3 * H, 0.5f);
 	uint16_t *q16 = round_in_place(hq, nq), *do16 = round_in_place(hdo, no);
-	void *gq, *gq16, *gdo, *gdo16, *gb, *go, *go16, *gl, *gl16, *gof, *gof16, *gdq, *gdq16;
+	void *gq, *gq16, *gdo, *gdo16, *gb, *go, *go16, *gl, *gl16, *gof, *gof16, *gdq, *gdq16, *gdq16b;
 	float *cq = pair(hq, nq * 4, &gq), *cdo = pair(hdo, no * 4, &gdo), *cb = pair(hb, 3 * H * 4, &gb);
+	pair(NULL, nq * 2, &gdq16b);
+	if (!with_bias)
+		cb = NULL, gb = NULL;
 	void *cq16 = pair(q16, nq * 2, &gq16), *cdo16 = pair(do16, no * 2, &gdo16);
 	float *co = pair(NULL, no * 4, &go), *cl = pair(NULL, nl * 4, &gl), *cdq = pair(NULL, nq * 4, &gdq);
 	uint16_t *co16 = pair(NULL, no * 2, &go16), *cdq16 = pair(NULL, nq * 2, &gdq16);
@@ -207,14 +214,15 @@ static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh)
 	CHECK_OK(K.go->attn_flash_fwd(K.gs, go16, gl16, gq16, gb, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
 	CHECK_OK(K.co->stream_sync(K.cs));
 	char what[112];
-	snprintf(what, sizeof(what), "flash bf16 rows B=%d T=%d H=%d nh=%d", B, T, H, nh);
+	snprintf(what, sizeof(what), "flash bf16 rows B=%d T=%d H=%d nh=%d%s", B, T, H, nh, with_bias ? " bias" : "");
 	uint16_t *want = codes_of(co, no);
 	CHECK(bytes_diff(want, co16, no * 2) < 0 && bytes_diff(cl, cl16, nl * 4) < 0,
 	      "%s: the cpu's bf16 forward is not its f32 forward rounded", what);
 	free(want);
-	bf16_is_rounded(what, "out", go, go16, co, no);
+	bf16_is_rounded(what, "out", go, go16, co, no, !with_bias);
 	float *h = fetch(gl, nl * 4), *h2 = fetch(gl16, nl * 4);
-	CHECK(bytes_diff(h, h2, nl * 4) < 0, "%s lse: bf16 rows read in place differ from the f32 copy's", what);
+	CHECK(with_bias || bytes_diff(h, h2, nl * 4) < 0, "%s lse: bf16 rows read in place differ from the f32 copy's",
+	      what);
 	close_to(what, cl, h2, nl, 1.6e-2);
 	free(h);
 	free(h2);
@@ -226,11 +234,17 @@ static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh)
 	up(gl, cl, nl * 4);
 	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq, gdo, gq, gb, gof, gl, B, T, H, nh, QE_FLASH_BF16, QE_F32));
 	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq16, gdo16, gq16, gb, gof16, gl, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
+	CHECK_OK(K.go->attn_flash_bwd(K.gs, gdq16b, gdo16, gq16, gb, gof16, gl, B, T, H, nh, QE_FLASH_BF16, QE_BF16));
 	CHECK_OK(K.co->stream_sync(K.cs));
 	want = codes_of(cdq, nq);
 	CHECK(bytes_diff(want, cdq16, nq * 2) < 0, "%s: the cpu's bf16 backward is not its f32 backward rounded", what);
 	free(want);
-	bf16_is_rounded(what, "dqkv", gdq, gdq16, cdq, nq);
+	bf16_is_rounded(what, "dqkv", gdq, gdq16, cdq, nq, !with_bias);
+	h = fetch(gdq16, nq * 2);
+	h2 = fetch(gdq16b, nq * 2);
+	CHECK(bytes_diff(h, h2, nq * 2) < 0, "%s: two bf16 backwards differ", what);
+	free(h);
+	free(h2);
 	free(hq);
 	free(hdo);
 	free(hb);
@@ -349,10 +363,12 @@ int main(void)
 	test_flash_case(&r, 2, 200, 128, 2);  /* D 64 */
 	test_flash_case(&r, 2, 330, 128, 2);  /* D 64, an odd count of tiles: half a forward block */
 	test_flash_case(&r, 1, 1024, 768, 12); /* GPT-2's attention, one sequence */
-	test_flash_bf16_rows(&r, 2, 100, 64, 4);   /* D 16, partial tiles: zeros after T */
-	test_flash_bf16_rows(&r, 2, 130, 128, 4);  /* D 32 */
-	test_flash_bf16_rows(&r, 2, 330, 128, 2);  /* D 64, half a forward block */
-	test_flash_bf16_rows(&r, 1, 1024, 768, 12); /* GPT-2's */
+	for (int bias = 0; bias < 2; bias++) {
+		test_flash_bf16_rows(&r, 2, 100, 64, 4, bias);   /* D 16, partial tiles: zeros after T */
+		test_flash_bf16_rows(&r, 2, 130, 128, 4, bias);  /* D 32 */
+		test_flash_bf16_rows(&r, 2, 330, 128, 2, bias);  /* D 64, half a forward block */
+		test_flash_bf16_rows(&r, 1, 1024, 768, 12, bias); /* GPT-2's */
+	}
 
 	printf("attn_decode\n");
 	test_decode_case(&r, 1, 64, 4);      /* the first token; D 16: 16 runs of positions */

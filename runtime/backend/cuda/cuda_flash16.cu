@@ -306,10 +306,58 @@ __device__ __forceinline__ void mm16_py(float (*out)[D / 8][4], const float (*p)
  * and dout as [B*T, H]: a tile is 64 rows of 16-byte pieces, copied by
  * cp.async into one of two shared buffers while the warps compute on the
  * other, so a block waits for global memory only at its first tile.  Q
- * (forward, dQ) or K and V (dK/dV) are copied once.  With a QKV bias, each
- * thread adds it to the pieces it copied (tile_bias) before the barrier
- * that lets the warps read them.  Tp is T rounded up to a whole tile.
+ * (forward, dQ) or K and V (dK/dV) are copied once.  With a QKV bias (bf16
+ * qkv stores the GEMM's output without it), each thread adds it to the
+ * pieces of the tiles copied once that it copied (tile_bias) before the
+ * barrier that lets the warps read them, and so to dK/dV's Q tiles; the
+ * forward's and dQ's streamed K and V tiles stay as they are and the
+ * bias's effect is added to their rows instead (fwd_bias_rows, and dQ's
+ * lse and Dt), which costs a few dot products a block, not a pass over
+ * every tile.  Tp is T rounded up to a whole tile.
  */
+
+/*
+ * Row r of the tile at s (stride D+8) dotted with the D floats at v, in f32:
+ * lane c of the row's quad takes columns c D/4 .. (c+1) D/4 - 1 in order,
+ * then the quad's butterfly; every lane of the warp must call it.
+ */
+template <int D> __device__ __forceinline__ float row_dot(const bf16 *s, int r, const float *v, int c)
+{
+	const int LD = D + 8, Q = D / 4;
+	float a = 0.0f;
+#pragma unroll
+	for (int d = 0; d < Q; d++)
+		a = fmaf(__bfloat162float(s[r * LD + c * Q + d]), __ldg(v + c * Q + d), a);
+	a += __shfl_xor_sync(0xffffffffu, a, 1);
+	return a + __shfl_xor_sync(0xffffffffu, a, 2);
+}
+
+/*
+ * The K and V biases (bk, bv: the head's D columns) the forward's streamed
+ * tiles leave out, applied to one group of 16 rows (q: their Q rows in
+ * shared memory, biased; o, st: their output and softmax state):
+ *   each score q . (k + bk) is q . k + q . bk, the same term for a whole
+ *   row, which the softmax cancels; only the row's log-sum-exp moves, so
+ *   the running max (log2 units of scaled scores) gains (q . bk) sl2;
+ *   P (V + 1 bv) is P V + bv since the probabilities sum to one, so the
+ *   unnormalized output gains l bv.
+ * So the K and V tiles go to the tensor cores as the GEMM wrote them.
+ */
+template <int D>
+__device__ __forceinline__ void fwd_bias_rows(float (*o)[4], flash_rows *st, const bf16 *q, const float *bk,
+					      const float *bv, int g, int c, float sl2)
+{
+	st->ma += row_dot<D>(q, g, bk, c) * sl2;
+	st->mb += row_dot<D>(q, g + 8, bk, c) * sl2;
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		float v0 = __ldg(bv + 8 * n + 2 * c), v1 = __ldg(bv + 8 * n + 2 * c + 1);
+		o[n][0] += st->la * v0;
+		o[n][1] += st->la * v1;
+		o[n][2] += st->lb * v0;
+		o[n][3] += st->lb * v1;
+	}
+}
 
 /* ---- forward ------------------------------------------------------------------------ */
 
@@ -370,10 +418,6 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *
 		bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
 		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (k0 + F16_TILE) * ld, ld, vg + (k0 + F16_TILE) * ld, ld,
 			     T - k0 - F16_TILE, kt + 1 < nkt);
-		if (bias) {
-			tile_bias<D>(Ks, bias + H + h * D);
-			tile_bias<D>(Vs, bias + 2 * H + h * D);
-		}
 		__syncthreads();
 		if (live && k0 <= wlast) { /* else every key of the tile is after every row of the warp */
 			float sc[2][F16_NS][4];
@@ -390,6 +434,11 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *
 		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
 	}
 	if (live) {
+		if (bias) {
+			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+			fwd_bias_rows<D>(o[0], &rs[0], Qs + w * 32 * LD, bk, bv, g, c, sl2);
+			fwd_bias_rows<D>(o[1], &rs[1], Qs + (w * 32 + 16) * LD, bk, bv, g, c, sl2);
+		}
 		flash_store_rows<D / 8>(out, lse, o[0], &rs[0], base, hrow, ra0, ra0 + 8, c, T, H, h);
 		flash_store_rows<D / 8>(out, lse, o[1], &rs[1], base, hrow, ra1, ra1 + 8, c, T, H, h);
 	}
@@ -466,8 +515,8 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const b
 	tile_async<D>(KV, kg, ld, T);
 	tile_async<D>(KV + TS, vg, ld, T);
 	cp_commit();
-	const float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
-	const float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
+	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
 	float dq[1][D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
@@ -477,13 +526,25 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const b
 		bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
 		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (k0 + F16_TILE) * ld, ld, vg + (k0 + F16_TILE) * ld, ld,
 			     T - k0 - F16_TILE, kt < qt);
-		if (bias) {
-			if (kt == 0)
-				tile_bias<D>(Qs, bias + h * D);
-			tile_bias<D>(Ks, bias + H + h * D);
-			tile_bias<D>(Vs, bias + 2 * H + h * D);
-		}
+		if (bias && kt == 0)
+			tile_bias<D>(Qs, bias + h * D);
 		__syncthreads();
+		if (bias && kt == 0) {
+			/*
+			 * The K and V tiles arrive without their biases.  A row's
+			 * scores miss q . bk, the same for all its keys: its lse
+			 * (la, lb) loses that much.  dP = dO (V + bv)^T misses
+			 * dO . bv, also one term per row: Dt (da, db) loses it.
+			 * dQ = dS (K + bk) misses (sum of the row's dS) bk, and a
+			 * row of dS sums to zero (P (dP - Dt) with Dt = P . dP).
+			 */
+			const bf16 *qw = Qs + w * 16 * LD, *dow = dOs + w * 16 * LD;
+			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+			la -= row_dot<D>(qw, g, bk, c) * sl2;
+			lb -= row_dot<D>(qw, g + 8, bk, c) * sl2;
+			da -= row_dot<D>(dow, g, bv, c);
+			db -= row_dot<D>(dow, g + 8, bv, c);
+		}
 		if (k0 <= wlast) {
 			/* the warp's Q and dO rows come from shared memory for every tile (as in dK/dV) */
 			float sc[1][F16_NS][4], dp[1][F16_NS][4];
