@@ -201,31 +201,6 @@ __global__ void __launch_bounds__(W * 32) flash_fwd_kernel(float *out, float *ls
 
 /* ---- backward ------------------------------------------------------------------------ */
 
-/*
- * Dt[b, h, t] = dout_t . out_t over head h's D columns: D/4 lanes a row,
- * a float4 each, then a fixed butterfly over those lanes.
- */
-template <int D> __global__ void flash_dot_kernel(float *Dt, const float *dout, const float *out, int64_t rows, int T,
-						  int H, int nh)
-{
-	const int LPR = D / 4;
-	int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR; /* (b, h, t) row */
-	int part = threadIdx.x % LPR;
-	float s = 0.0f;
-	if (i < rows) {
-		int t = (int)(i % T), h = (int)((i / T) % nh);
-		int64_t b = i / ((int64_t)T * nh);
-		int64_t at = (b * T + t) * H + h * D + part * 4;
-		float4 a = *(const float4 *)(dout + at), o = *(const float4 *)(out + at);
-		s = a.x * o.x + a.y * o.y + a.z * o.z + a.w * o.w;
-	}
-#pragma unroll
-	for (int m = 1; m < LPR; m <<= 1)
-		s += __shfl_xor_sync(0xffffffffu, s, m);
-	if (i < rows && part == 0)
-		Dt[i] = s;
-}
-
 template <int D, int W>
 __global__ void __launch_bounds__(W * 32) flash_dq_kernel(float *dqkv, const float *dout, const float *qkv,
 							   const float *lse, const float *Dt, int T, int H, int nh, float scale)
@@ -365,17 +340,18 @@ static int fwd_launch(qe_stream *s, float *out, float *lse, const float *qkv, in
 	return qe__cuda_launched(op, "flash_fwd_kernel");
 }
 
-/* Dt = dout . out row by row (both kinds of kernel read it) */
+/* Dt = dout . out row by row for the TF32 kernels (cuda_flash16.cu launches flash_dot_kernel on bf16 dout) */
 template <int D> static int dot_launch(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T,
 				       int H, int nh)
 {
 	int64_t rows = B * nh * T;
-	flash_dot_kernel<D><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, dout, out, rows, T, H, nh);
+	unsigned nb = (unsigned)((rows * (D / 4) + 255) / 256);
+	flash_dot_kernel<D, float, float><<<nb, 256, 0, s->cs>>>(Dt, dout, out, rows, T, H, nh);
 	return qe__cuda_launched("attn_flash_bwd", "flash_dot_kernel");
 }
 
-extern "C" int qe__cuda_flash_dot(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T,
-				  int H, int nh)
+/* Dt[b, h, t] = dout_t . out_t over head h's columns, into Dt [B*nh*T] */
+static int flash_dot(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T, int H, int nh)
 {
 	switch (H / nh) {
 	case 16:
@@ -505,7 +481,7 @@ extern "C" int qe__cuda_attn_flash_bwd(qe_stream *s, void *dqkv_in, const void *
 	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
 	size_t qb_bytes = qkv_bias ? (size_t)(B * T * 3 * H) * sizeof(float) : 0;
 	if ((rc = qe__cuda_scratch(s, dt_bytes + qb_bytes, op, (void **)&Dt)) ||
-	    (rc = qe__cuda_flash_dot(s, Dt, dout, out, B, iT, iH, nh)))
+	    (rc = flash_dot(s, Dt, dout, out, B, iT, iH, nh)))
 		return rc;
 	if (qkv_bias) {
 		float *qb = (float *)((char *)Dt + dt_bytes);

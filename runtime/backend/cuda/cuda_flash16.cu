@@ -107,42 +107,6 @@ __global__ void bf16_copy_kernel(bf16 *dst, const float *src, const float *bias,
 	((uint4 *)dst)[i] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
 }
 
-/* four values at p as floats: bf16 widened exactly */
-__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
-
-__device__ __forceinline__ float4 load4(const bf16 *p)
-{
-	uint2 u = *(const uint2 *)p;
-	float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
-	return make_float4(a.x, a.y, b.x, b.y);
-}
-
-/*
- * Dt[(b*nh + h)*T + t] = dout_t . out_t over head h's D columns, dout in
- * bf16 and out in OT (widened exactly): flash_dot_kernel's sum, in the same
- * order (four products a lane, then the lanes' butterfly).
- */
-template <int D, typename OT>
-__global__ void dot16_kernel(float *Dt, const bf16 *dout, const OT *out, int64_t rows, int T, int H, int nh)
-{
-	const int LPR = D / 4;
-	int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR; /* (b, h, t) row */
-	int part = threadIdx.x % LPR;
-	float s = 0.0f;
-	if (i < rows) {
-		int t = (int)(i % T), h = (int)((i / T) % nh);
-		int64_t b = i / ((int64_t)T * nh);
-		int64_t at = (b * T + t) * H + h * D + part * 4;
-		float4 a = load4(dout + at), o = load4(out + at);
-		s = a.x * o.x + a.y * o.y + a.z * o.z + a.w * o.w;
-	}
-#pragma unroll
-	for (int m = 1; m < LPR; m <<= 1)
-		s += __shfl_xor_sync(0xffffffffu, s, m);
-	if (i < rows && part == 0)
-		Dt[i] = s;
-}
-
 /*
  * 16 bytes global -> shared without passing through registers (cp.async, L2
  * only); with ok false, 16 zero bytes (the source size is 0, g is not read).
@@ -444,7 +408,7 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *
 	}
 }
 
-/* ---- backward (Dt = dout . out from cuda_flash.cu's qe__cuda_flash_dot) ---------------- */
+/* ---- backward (Dt = dout . out from flash_dot_kernel, cuda_flash_row.cuh) ------------------- */
 
 /*
  * dQ's tile: sc (scores of rows ra, rb against keys k0..k0 + 63) becomes
@@ -722,8 +686,9 @@ static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, cons
 	    (rc = bf16_rows(s, dout, dt, NULL, B * T * H, H, &scr, &do16, op)))
 		return rc;
 	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
-	dot16_kernel<D, OT><<<(unsigned)((rows * (D / 4) + 255) / 256), 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
-	if ((rc = qe__cuda_launched(op, "dot16_kernel")))
+	unsigned nb = (unsigned)((rows * (D / 4) + 255) / 256);
+	flash_dot_kernel<D, bf16, OT><<<nb, 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
+	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
 		return rc;
 	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);

@@ -4,7 +4,8 @@
  * score tile in the accumulator layout of the MMA (lane g = lane/4, c =
  * lane%4 holds, of each 8-column slice n, rows g and g+8 at columns 8n + 2c
  * and 8n + 2c + 1), masked and scaled, then one step of the online softmax,
- * then the output and log-sum-exp rows; and the backward's stores of dQ and
+ * then the output and log-sum-exp rows; the backward's row dot products Dt
+ * (flash_dot_kernel, both kinds) and its stores of dQ and
  * of dK, dV, into f32 or bf16 (the stores' pointer type: the bf16 kernels
  * write what the stage stores, the TF32 ones f32).  The operand kinds differ only in
  * how P becomes an operand (rounded to TF32, or packed to bf16), which the
@@ -102,6 +103,42 @@ __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4]
 		o[n][2] *= ab;
 		o[n][3] *= ab;
 	}
+}
+
+/* four values at p as floats: bf16 widened exactly */
+__device__ __forceinline__ float4 flash_load4(const float *p) { return *(const float4 *)p; }
+
+__device__ __forceinline__ float4 flash_load4(const __nv_bfloat16 *p)
+{
+	uint2 u = *(const uint2 *)p;
+	float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/*
+ * The backward's Dt[b, h, t] = dout_t . out_t over head h's D columns
+ * (dout of DT, out of OT: f32, or bf16 widened exactly): D/4 lanes a row,
+ * four products each, then a fixed butterfly over those lanes.
+ */
+template <int D, typename DT, typename OT>
+__global__ void flash_dot_kernel(float *Dt, const DT *dout, const OT *out, int64_t rows, int T, int H, int nh)
+{
+	const int LPR = D / 4;
+	int64_t i = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / LPR; /* (b, h, t) row */
+	int part = threadIdx.x % LPR;
+	float s = 0.0f;
+	if (i < rows) {
+		int t = (int)(i % T), h = (int)((i / T) % nh);
+		int64_t b = i / ((int64_t)T * nh);
+		int64_t at = (b * T + t) * H + h * D + part * 4;
+		float4 a = flash_load4(dout + at), o = flash_load4(out + at);
+		s = a.x * o.x + a.y * o.y + a.z * o.z + a.w * o.w;
+	}
+#pragma unroll
+	for (int m = 1; m < LPR; m <<= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, m);
+	if (i < rows && part == 0)
+		Dt[i] = s;
 }
 
 /* two adjacent values at p: as they are, or each rounded to bf16 (nearest even) */

@@ -167,8 +167,6 @@ static inline size_t qe__cuda_align256(size_t n)
 }
 /* c[r, j] += bias[j] over c [m, n] (gemm's bias add, cuda_gemm.cu); op names the caller */
 int qe__cuda_add_bias(qe_stream *s, const char *op, float *c, const float *bias, int64_t m, int64_t n);
-/* Dt[b, h, t] = dout_t . out_t over head h's columns, into Dt [B*nh*T] (cuda_flash.cu) */
-int qe__cuda_flash_dot(qe_stream *s, float *Dt, const float *dout, const float *out, int64_t B, int T, int H, int nh);
 /* softmax cross-entropy over f32 or bf16 logits (cuda_xent.cu) */
 int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
 		  int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
