@@ -5,16 +5,52 @@
  */
 #include "cli/flags.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
 #include "runtime/core/status.h"
 
 const char *const cli_on_off[] = { "on", "off", NULL };
 const char *const cli_backends[] = { "cpu", "cuda", NULL };
+
+/* The flag values' own checks, each printing an error that names the flag; 0 or 2. */
+static int parse_path(const char *cmd, const char *flag, const char *s)
+{
+	if (s && s[0])
+		return 0;
+	fprintf(stderr, "qeffect %s: %s needs a file or folder name, got ''\n", cmd, flag);
+	return 2;
+}
+
+int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end) {
+		fprintf(stderr, "qeffect %s: %s needs an integer, got '%s'\n", cmd, flag, s);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_double(const char *cmd, const char *flag, const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end) {
+		fprintf(stderr, "qeffect %s: %s needs a number, got '%s'\n", cmd, flag, s);
+		return 2;
+	}
+	*out = v;
+	return 0;
+}
 
 /* -h and --help: answered by the parser for every table. */
 static const cli_flag help_row = { "help", 'h', CLI_FLAG_BOOL, .dst = NULL };
@@ -117,7 +153,7 @@ static int store(const char *cmd, const char *flag, const cli_flag *f, const cha
 		return 0;
 	case CLI_FLAG_DOUBLE:
 	case CLI_FLAG_FLOAT:
-		if (cli_parse_double(cmd ? cmd : "", flag, v, &d))
+		if (parse_double(cmd ? cmd : "", flag, v, &d))
 			return 2;
 		if (!(d >= f->dlo && d < f->dhi)) {
 			fprintf(stderr, "qeffect%s%s: %s must be in [%g, %g), got %s\n", QE_CMD(cmd), flag, f->dlo, f->dhi, v);
@@ -132,7 +168,7 @@ static int store(const char *cmd, const char *flag, const cli_flag *f, const cha
 		*(const char **)f->dst = v;
 		return 0;
 	case CLI_FLAG_PATH:
-		if (cli_parse_path(cmd ? cmd : "", flag, v))
+		if (parse_path(cmd ? cmd : "", flag, v))
 			return 2;
 		if (!f->cap) {
 			*(const char **)f->dst = v;

@@ -65,6 +65,12 @@ extern const char *const cli_on_off[];   /* "on", "off" */
 extern const char *const cli_backends[]; /* "cpu", "cuda": --backend */
 
 /*
+ * An integer flag value into *out: 0, or 2 after printing "qeffect CMD: FLAG
+ * needs an integer, got 'S'" (for CLI_FLAG_FN rows that check more).
+ */
+int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out);
+
+/*
  * Parse argv[1..argc) (argv[0] is the command's name) against the table.
  * Operands (arguments that are not flags, and everything after "--") are
  * moved, in their order, to argv[1..1 + *noperands); with noperands NULL

@@ -3,7 +3,6 @@
  */
 #include "cli/cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,40 +68,6 @@ int cli_wants_help(int argc, char **argv)
 	for (int i = 1; i < argc; i++)
 		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
 			return 1;
-	return 0;
-}
-
-int cli_parse_path(const char *cmd, const char *flag, const char *s)
-{
-	if (s && s[0])
-		return 0;
-	fprintf(stderr, "qeffect %s: %s needs a file or folder name, got ''\n", cmd, flag);
-	return 2;
-}
-
-int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end) {
-		fprintf(stderr, "qeffect %s: %s needs an integer, got '%s'\n", cmd, flag, s);
-		return 2;
-	}
-	*out = v;
-	return 0;
-}
-
-int cli_parse_double(const char *cmd, const char *flag, const char *s, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || *end) {
-		fprintf(stderr, "qeffect %s: %s needs a number, got '%s'\n", cmd, flag, s);
-		return 2;
-	}
-	*out = v;
 	return 0;
 }
 
