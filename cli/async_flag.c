@@ -16,32 +16,15 @@ void cli_async_flag_help(FILE *f)
 		   "                         for it (wait, the default) or is skipped (skip)\n");
 }
 
-int cli_async_flag_extract(const char *cmd, int *argc, char **argv, int *mode)
+int cli_async_flag_set(const char *cmd, const char *flag, const char *value, void *mode)
 {
-	int out = 1;
-	*mode = CKPT_ASYNC_OFF;
-	for (int i = 1; i < *argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--") == 0) {
-			while (i < *argc)
-				argv[out++] = argv[i++];
-			break;
-		}
-		if (strncmp(a, "--ckpt-async", 12) || (a[12] && a[12] != '=')) {
-			argv[out++] = argv[i];
-			continue;
-		}
-		const char *v = a[12] == '=' ? a + 13 : "wait";
-		if (strcmp(v, "wait") == 0) {
-			*mode = CKPT_ASYNC_WAIT;
-		} else if (strcmp(v, "skip") == 0) {
-			*mode = CKPT_ASYNC_SKIP;
-		} else {
-			fprintf(stderr, "qeffect %s: --ckpt-async takes wait or skip, got '%s'\n", cmd, v);
-			return 2;
-		}
+	if (strcmp(value, "wait") == 0) {
+		*(int *)mode = CKPT_ASYNC_WAIT;
+	} else if (strcmp(value, "skip") == 0) {
+		*(int *)mode = CKPT_ASYNC_SKIP;
+	} else {
+		fprintf(stderr, "qeffect %s: %s takes wait or skip, got '%s'\n", cmd, flag, value);
+		return 2;
 	}
-	*argc = out;
-	argv[out] = NULL;
 	return 0;
 }

@@ -20,11 +20,6 @@ typedef struct cli_command {
 int cli_report(const char *cmd, int rc, const char *what);
 /* True when argv holds -h or --help. */
 int cli_wants_help(int argc, char **argv);
-/* Parse an integer/float flag value; print an error naming the flag and return 2 on bad input. */
-int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out);
-int cli_parse_double(const char *cmd, const char *flag, const char *s, double *out);
-/* A file or folder flag value: '' (an unset shell variable) is bad usage: prints an error naming the flag and returns 2; else 0. */
-int cli_parse_path(const char *cmd, const char *flag, const char *s);
 
 /* The path of the shared data folder (QE_SHARED_DIR env or the build-time default). */
 const char *cli_shared_dir(void);

@@ -2,7 +2,6 @@
  * cmd_compare.c - `qeffect compare RUN_A RUN_B`: over the steps both runs
  * traced, count fingerprint mismatches per category and stage.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +9,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/run.h"
 #include "runtime/core/status.h"
 #include "runtime/train/trace.h"
@@ -86,42 +86,47 @@ static int cmp_row(const cat_trace *a, const cat_trace *b)
 	return strcmp(a->category, b->category);
 }
 
+/* --steps FROM:TO into long[2]. */
+static int steps_flag(const char *cmd, const char *flag, const char *value, void *dst)
+{
+	long *r = dst;
+	if (sscanf(value, "%ld:%ld", &r[0], &r[1]) != 2 || r[0] < 0 || r[1] < r[0]) {
+		fprintf(stderr, "qeffect %s: %s takes FROM:TO, got '%s'\n", cmd, flag, value);
+		return 2;
+	}
+	return 0;
+}
+
 int cli_compare_main(int argc, char **argv)
 {
 	int json = 0;
-	long lo = 0, hi = -1;
-	static const struct option opts[] = { { "json", 0, 0, 'j' }, { "steps", 1, 0, 's' }, { "help", 0, 0, 'h' },
-					       { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'j') {
-			json = 1;
-		} else if (c == 's') {
-			if (sscanf(optarg, "%ld:%ld", &lo, &hi) != 2 || lo < 0 || hi < lo) {
-				fprintf(stderr, "qeffect compare: --steps takes FROM:TO, got '%s'\n", optarg);
-				return 2;
-			}
-		} else {
-			fprintf(stderr, "qeffect compare: unknown flag '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
+	long range[2] = { 0, -1 }; /* --steps FROM:TO; TO -1: to the end */
+	const cli_flag flags[] = {
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ "steps", 0, CLI_FLAG_FN, &range, .fn = steps_flag },
+		{ 0 },
+	};
+	int nruns = 0;
+	int rc = cli_flags_parse("compare", flags, argc, argv, &nruns);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (argc - optind != 2) {
+	if (rc)
+		return rc;
+	if (nruns != 2) {
 		fprintf(stderr, "qeffect compare: needs two run directories (see --help)\n");
 		return 2;
 	}
+	long lo = range[0], hi = range[1];
+	const char *run_a = argv[1], *run_b = argv[2];
 	run_traces A = { 0 }, B = { 0 };
-	int rc = load(argv[optind], &A);
+	rc = load(run_a, &A);
 	if (rc)
-		return cli_report("compare", rc, argv[optind]);
-	if ((rc = load(argv[optind + 1], &B))) {
+		return cli_report("compare", rc, run_a);
+	if ((rc = load(run_b, &B))) {
 		cat_trace_rows_free(&A.rows);
-		return cli_report("compare", rc, argv[optind + 1]);
+		return cli_report("compare", rc, run_b);
 	}
 	int same_cfg = A.cfg.schedule == B.cfg.schedule && A.cfg.backward == B.cfg.backward && A.cfg.pp == B.cfg.pp &&
 		       A.cfg.micro == B.cfg.micro && A.cfg.dp == B.cfg.dp;
@@ -200,8 +205,8 @@ int cli_compare_main(int argc, char **argv)
 			json_array_append_new(cj, json_pack("{s:s,s:I,s:I}", "category", cats[k].name, "compared",
 							    (json_int_t)compared[k], "mismatches", (json_int_t)mism[k]));
 		}
-		json_object_set_new(o, "run_a", json_string(argv[optind]));
-		json_object_set_new(o, "run_b", json_string(argv[optind + 1]));
+		json_object_set_new(o, "run_a", json_string(run_a));
+		json_object_set_new(o, "run_b", json_string(run_b));
 		json_object_set_new(o, "first_step", json_integer(first_step));
 		json_object_set_new(o, "last_step", json_integer(last_step));
 		json_object_set_new(o, "compared", json_integer(total_cmp));
@@ -214,8 +219,8 @@ int cli_compare_main(int argc, char **argv)
 		free(s);
 		json_decref(o);
 	} else {
-		printf("compare %s (%s/%s) vs %s (%s/%s)\n", argv[optind], qe_sched_kind_name(A.cfg.schedule),
-		       qe_sched_backward_name(A.cfg.backward), argv[optind + 1], qe_sched_kind_name(B.cfg.schedule),
+		printf("compare %s (%s/%s) vs %s (%s/%s)\n", run_a, qe_sched_kind_name(A.cfg.schedule),
+		       qe_sched_backward_name(A.cfg.backward), run_b, qe_sched_kind_name(B.cfg.schedule),
 		       qe_sched_backward_name(B.cfg.backward));
 		if (total_cmp)
 			printf("steps compared: %lld..%lld, %ld fingerprints\n", (long long)first_step, (long long)last_step,

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "runtime/core/env.h"
 
 static void help(FILE *f)
@@ -25,18 +26,14 @@ static void help(FILE *f)
 int cli_env_main(int argc, char **argv)
 {
 	int json = 0;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-			help(stdout);
-			return 0;
-		}
-		if (!strcmp(argv[i], "--json")) {
-			json = 1;
-			continue;
-		}
-		fprintf(stderr, "qeffect env: unknown argument '%s' (see --help)\n", argv[i]);
-		return 2;
+	const cli_flag flags[] = { { "json", 0, CLI_FLAG_BOOL, .dst = &json }, { 0 } };
+	int rc = cli_flags_parse("env", flags, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
+	if (rc)
+		return rc;
 	if (json) {
 		json_t *a = json_array(), *o = json_object();
 		for (int i = 0; a && i < qe_env_nvars; i++) {

@@ -14,7 +14,7 @@
  * mean over every target (each window's mean, summed in window order in
  * double, over the windows).
  */
-#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,59 +53,37 @@ typedef struct eval_args {
 	int json;
 } eval_args;
 
+/* --precision MODE, kept as the word given once it parses. */
+static int precision_word(const char *cmd, const char *flag, const char *value, void *dst)
+{
+	qe_prec_mode m;
+	if (qe_prec_mode_parse(value, &m)) {
+		fprintf(stderr, "qeffect %s: %s: %s\n", cmd, flag, qe_last_error());
+		return 2;
+	}
+	*(const char **)dst = value;
+	return 0;
+}
+
 /* Returns 0, 2 after a usage error, or -1 after --help. */
 static int parse(int argc, char **argv, eval_args *a)
 {
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' },	 { "step", 1, 0, 's' },
-					       { "data", 1, 0, 'd' },	 { "tokens", 1, 0, 'n' },
-					       { "precision", 1, 0, 'p' }, { "backend", 1, 0, 'b' },
-					       { "json", 0, 0, 'j' },	 { "help", 0, 0, 'h' },
-					       { 0, 0, 0, 0 } };
-	int c, rc;
+	int backend = 0; /* index into cli_backends */
 	memset(a, 0, sizeof(*a));
 	a->step = -1;
-	a->backend = "cpu";
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return -1;
-		} else if (c == 'r') {
-			a->dir = optarg;
-		} else if (c == 's' || c == 'n') {
-			long *v = c == 's' ? &a->step : &a->tokens;
-			if ((rc = cli_parse_long("eval", c == 's' ? "--step" : "--tokens", optarg, v)))
-				return rc;
-			if (*v < (c == 's' ? 0 : 1)) {
-				fprintf(stderr, "qeffect eval: %s must be >= %d, got %ld\n", c == 's' ? "--step" : "--tokens",
-					c == 's' ? 0 : 1, *v);
-				return 2;
-			}
-		} else if (c == 'd') {
-			if ((rc = cli_parse_path("eval", "--data", optarg)))
-				return rc;
-			a->data = optarg;
-		} else if (c == 'p') {
-			qe_prec_mode m;
-			if (qe_prec_mode_parse(optarg, &m)) {
-				fprintf(stderr, "qeffect eval: --precision: %s\n", qe_last_error());
-				return 2;
-			}
-			a->precision = optarg;
-		} else if (c == 'b') {
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-				fprintf(stderr, "qeffect eval: --backend must be cpu or cuda, got '%s'\n", optarg);
-				return 2;
-			}
-			a->backend = optarg;
-		} else if (c == 'j') {
-			a->json = 1;
-		} else {
-			return cli_run_args_unknown("eval", argv);
-		}
-	}
-	if ((rc = cli_run_args_check("eval", argc, argv, a->dir)))
+	const cli_flag extra[] = {
+		{ "step", 0, CLI_FLAG_LONG, &a->step, .lo = 0, .hi = LLONG_MAX },
+		{ "tokens", 0, CLI_FLAG_LONG, &a->tokens, .lo = 1, .hi = LLONG_MAX },
+		{ "data", 0, CLI_FLAG_PATH, .dst = &a->data },
+		{ "precision", 0, CLI_FLAG_FN, &a->precision, .fn = precision_word },
+		{ "backend", 0, CLI_FLAG_CHOICE, &backend, .words = cli_backends },
+		{ 0 },
+	};
+	int rc = cli_run_args_parse("eval", argc, argv, extra, &a->dir, &a->json);
+	a->backend = cli_backends[backend];
+	if (rc < 0)
+		help(stdout);
+	if (rc)
 		return rc;
 	if (!a->data) {
 		fprintf(stderr, "qeffect eval: --data X.bin is required (an llm.c token shard)\n");

@@ -10,7 +10,7 @@
  * removes what was begun.
  */
 #include <errno.h>
-#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,47 +68,22 @@ int cli_export_main(int argc, char **argv)
 {
 	const char *dir = NULL, *out = NULL, *format = NULL;
 	long step = -1;
-	int json = 0, rc, c;
+	int json = 0, rc;
 	cli_export_opts eo = { 0 };
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' },	  { "step", 1, 0, 's' },
-					       { "format", 1, 0, 'f' },	  { "output", 1, 0, 'o' },
-					       { "with-optimizer", 0, 0, 'O' }, { "with-fp8", 0, 0, '8' },
-					       { "untied-ok", 0, 0, 'u' },	  { "json", 0, 0, 'j' },
-					       { "help", 0, 0, 'h' },		  { 0, 0, 0, 0 } };
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'r') {
-			dir = optarg;
-		} else if (c == 's') {
-			if ((rc = cli_parse_long("export", "--step", optarg, &step)))
-				return rc;
-			if (step < 0) {
-				fprintf(stderr, "qeffect export: --step must be >= 0, got %ld\n", step);
-				return 2;
-			}
-		} else if (c == 'f') {
-			format = optarg;
-		} else if (c == 'o') {
-			if ((rc = cli_parse_path("export", "-o", optarg)))
-				return rc;
-			out = optarg;
-		} else if (c == 'O') {
-			eo.with_optimizer = 1;
-		} else if (c == '8') {
-			eo.with_fp8 = 1;
-		} else if (c == 'u') {
-			eo.untied_ok = 1;
-		} else if (c == 'j') {
-			json = 1;
-		} else {
-			return cli_run_args_unknown("export", argv);
-		}
+	const cli_flag extra[] = {
+		{ "step", 0, CLI_FLAG_LONG, &step, .lo = 0, .hi = LLONG_MAX },
+		{ "format", 0, CLI_FLAG_STRING, .dst = &format },
+		{ "output", 'o', CLI_FLAG_PATH, .dst = &out },
+		{ "with-optimizer", 0, CLI_FLAG_BOOL, .dst = &eo.with_optimizer },
+		{ "with-fp8", 0, CLI_FLAG_BOOL, .dst = &eo.with_fp8 },
+		{ "untied-ok", 0, CLI_FLAG_BOOL, .dst = &eo.untied_ok },
+		{ 0 },
+	};
+	if ((rc = cli_run_args_parse("export", argc, argv, extra, &dir, &json)) < 0) {
+		help(stdout);
+		return 0;
 	}
-	if ((rc = cli_run_args_check("export", argc, argv, dir)))
+	if (rc)
 		return rc;
 	if (!format || (strcmp(format, "safetensors") && strcmp(format, "llmc"))) {
 		fprintf(stderr, "qeffect export: --format must be safetensors or llmc%s%s%s\n", format ? ", got '" : "",

@@ -6,7 +6,7 @@
  * orders are in ckpt/query/ckpt_query_gc.c and ckpt/remote/ckpt_remote_gc.c; this file
  * parses flags and prints what was kept, what went and why.
  */
-#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/run.h"
 #include "cli/store_job.h"
 #include "ckpt/query/ckpt_job.h"
@@ -280,100 +281,69 @@ static int gc_job(qe_comm *comm, void *varg)
 	return rc ? (status ? status : 1) : 0;
 }
 
+/* --keep-last N: N >= 1, and the message says why. */
+static int keep_last_flag(const char *cmd, const char *flag, const char *value, void *dst)
+{
+	long n;
+	if (cli_parse_long(cmd, flag, value, &n))
+		return 2;
+	if (n < 1) {
+		fprintf(stderr, "qeffect %s: %s must be at least 1, got %ld (gc never drops the latest committed "
+				"checkpoint)\n", cmd, flag, n);
+		return 2;
+	}
+	*(long *)dst = n;
+	return 0;
+}
+
+typedef struct pin_list {
+	int64_t step[MAX_PINS];
+	size_t n;
+} pin_list;
+
+/* --pin STEP, as often as needed: one more step to keep. */
+static int pin_flag(const char *cmd, const char *flag, const char *value, void *dst)
+{
+	pin_list *p = dst;
+	long v;
+	if (cli_parse_long(cmd, flag, value, &v))
+		return 2;
+	if (v < 0 || p->n == MAX_PINS) {
+		fprintf(stderr, "qeffect %s: %s takes a step >= 0 (at most %d pins), got '%s'\n", cmd, flag, MAX_PINS,
+			value);
+		return 2;
+	}
+	p->step[p->n++] = v;
+	return 0;
+}
+
 int cli_gc_main(int argc, char **argv)
 {
 	const char *dir = NULL, *remote = NULL, *endpoint = NULL, *run_id = NULL;
-	long keep_last = -1, keep_every = 0, grace = DEFAULT_GRACE, v;
-	int64_t pins[MAX_PINS];
-	size_t npins = 0;
+	long keep_last = -1, keep_every = 0, grace = DEFAULT_GRACE;
+	pin_list pins = { .n = 0 };
 	int json = 0, dry = 0, compact = 0, rc, nproc = 0;
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' },	{ "keep-last", 1, 0, 'n' },
-					       { "keep-every", 1, 0, 'k' }, { "pin", 1, 0, 'p' },
-					       { "grace", 1, 0, 'g' },	{ "dry-run", 0, 0, 'd' },
-					       { "json", 0, 0, 'j' },	{ "help", 0, 0, 'h' },
-					       { "remote", 1, 0, 'R' },	{ "endpoint", 1, 0, 'E' },
-					       { "run-id", 1, 0, 'I' },	{ "nproc", 1, 0, 'N' },
-					       { "compact", 0, 0, 'C' },	{ 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			help(stdout);
-			return 0;
-		case 'r':
-			if ((rc = cli_parse_path("gc", "--run-dir", optarg)))
-				return rc;
-			dir = optarg;
-			break;
-		case 'n':
-			if ((rc = cli_parse_long("gc", "--keep-last", optarg, &keep_last)))
-				return rc;
-			if (keep_last < 1) {
-				fprintf(stderr, "qeffect gc: --keep-last must be at least 1, got %ld (gc never drops the "
-						"latest committed checkpoint)\n",
-					keep_last);
-				return 2;
-			}
-			break;
-		case 'k':
-			if ((rc = cli_parse_long("gc", "--keep-every", optarg, &keep_every)))
-				return rc;
-			if (keep_every < 0) {
-				fprintf(stderr, "qeffect gc: --keep-every must be >= 0, got %ld\n", keep_every);
-				return 2;
-			}
-			break;
-		case 'p':
-			if ((rc = cli_parse_long("gc", "--pin", optarg, &v)))
-				return rc;
-			if (v < 0 || npins == MAX_PINS) {
-				fprintf(stderr, "qeffect gc: --pin takes a step >= 0 (at most %d pins), got '%s'\n", MAX_PINS,
-					optarg);
-				return 2;
-			}
-			pins[npins++] = v;
-			break;
-		case 'g':
-			if ((rc = cli_parse_long("gc", "--grace", optarg, &grace)))
-				return rc;
-			if (grace < 0) {
-				fprintf(stderr, "qeffect gc: --grace must be >= 0 seconds, got %ld\n", grace);
-				return 2;
-			}
-			break;
-		case 'd':
-			dry = 1;
-			break;
-		case 'C':
-			compact = 1;
-			break;
-		case 'j':
-			json = 1;
-			break;
-		case 'R':
-			remote = optarg;
-			break;
-		case 'E':
-			endpoint = optarg;
-			break;
-		case 'I':
-			run_id = optarg;
-			break;
-		case 'N':
-			if ((rc = cli_store_job_nproc("gc", optarg, &nproc)))
-				return rc;
-			break;
-		default:
-			fprintf(stderr, "qeffect gc: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
+	const cli_flag flags[] = {
+		{ "run-dir", 0, CLI_FLAG_PATH, .dst = &dir },
+		{ "keep-last", 0, CLI_FLAG_FN, &keep_last, .fn = keep_last_flag },
+		{ "keep-every", 0, CLI_FLAG_LONG, &keep_every, .lo = 0, .hi = LLONG_MAX },
+		{ "pin", 0, CLI_FLAG_FN, &pins, .fn = pin_flag },
+		{ "grace", 0, CLI_FLAG_LONG, &grace, .lo = 0, .hi = LLONG_MAX },
+		{ "dry-run", 0, CLI_FLAG_BOOL, .dst = &dry },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ "remote", 0, CLI_FLAG_STRING, .dst = &remote },
+		{ "endpoint", 0, CLI_FLAG_STRING, .dst = &endpoint },
+		{ "run-id", 0, CLI_FLAG_STRING, .dst = &run_id },
+		cli_store_job_nproc_flag(&nproc),
+		{ "compact", 0, CLI_FLAG_BOOL, .dst = &compact },
+		{ 0 },
+	};
+	if ((rc = cli_flags_parse("gc", flags, argc, argv, NULL)) < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect gc: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
 	if ((!dir && !remote) || keep_last < 0) {
 		fprintf(stderr, "qeffect gc: --run-dir DIR (or --remote URL) and --keep-last N are required (see --help)\n");
 		return 2;
@@ -398,12 +368,12 @@ int cli_gc_main(int argc, char **argv)
 	if (dir && !dry && cli_store_job_locks(as_job) && (rc = cli_run_lock(dir, "gc", 0, &lock)))
 		return cli_report("gc", rc, dir);
 	if (as_job) {
-		gc_job_args a = { dir, { .keep_last = (int)keep_last, .keep_every = keep_every, .pins = pins,
-					 .n_pins = npins, .grace_s = (uint64_t)grace, .dry_run = dry, .compact = compact },
+		gc_job_args a = { dir, { .keep_last = (int)keep_last, .keep_every = keep_every, .pins = pins.step,
+					 .n_pins = pins.n, .grace_s = (uint64_t)grace, .dry_run = dry, .compact = compact },
 				  json, grace };
 		rc = cli_store_job_run("gc", nproc, gc_job, &a);
 	} else {
-		rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins, npins, grace, dry, compact, json);
+		rc = gc_run(dir, remote, endpoint, run_id, keep_last, keep_every, pins.step, pins.n, grace, dry, compact, json);
 	}
 	ckpt_unlock(lock);
 	return rc;

@@ -8,7 +8,7 @@
  * shown is read back through the store, so every chunk read is re-hashed: a
  * damaged tensor is an error naming it, not silently wrong numbers.
  */
-#include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,44 +136,18 @@ int cli_inspect_main(int argc, char **argv)
 	const char *dir = NULL, *tname = NULL;
 	long step = -1, stage = NO_STAGE;
 	int json = 0, all_names = 0, rc;
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "step", 1, 0, 's' }, { "stage", 1, 0, 'g' },
-					       { "tensor", 1, 0, 't' }, { "json", 0, 0, 'j' }, { "help", 0, 0, 'h' },
-					       { "names", 0, 0, 'n' },
-					       { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'r') {
-			dir = optarg;
-		} else if (c == 's') {
-			if ((rc = cli_parse_long("inspect", "--step", optarg, &step)))
-				return rc;
-			if (step < 0) {
-				fprintf(stderr, "qeffect inspect: --step must be >= 0, got %ld\n", step);
-				return 2;
-			}
-		} else if (c == 'g') {
-			if ((rc = cli_parse_long("inspect", "--stage", optarg, &stage)))
-				return rc;
-			if (stage < -1) {
-				fprintf(stderr, "qeffect inspect: --stage must be >= -1, got %ld\n", stage);
-				return 2;
-			}
-		} else if (c == 't') {
-			tname = optarg;
-		} else if (c == 'j') {
-			json = 1;
-		} else if (c == 'n') {
-			all_names = 1;
-		} else {
-			return cli_run_args_unknown("inspect", argv);
-		}
+	const cli_flag extra[] = {
+		{ "step", 0, CLI_FLAG_LONG, &step, .lo = 0, .hi = LLONG_MAX },
+		{ "stage", 0, CLI_FLAG_LONG, &stage, .lo = -1, .hi = LLONG_MAX },
+		{ "tensor", 0, CLI_FLAG_STRING, .dst = &tname },
+		{ "names", 0, CLI_FLAG_BOOL, .dst = &all_names },
+		{ 0 },
+	};
+	if ((rc = cli_run_args_parse("inspect", argc, argv, extra, &dir, &json)) < 0) {
+		help(stdout);
+		return 0;
 	}
-	if ((rc = cli_run_args_check("inspect", argc, argv, dir)))
+	if (rc)
 		return rc;
 
 	ckpt_run *r = NULL;

@@ -33,7 +33,7 @@ int cli_list_main(int argc, char **argv)
 {
 	const char *dir;
 	int json;
-	int rc = cli_run_args_parse("list", argc, argv, &dir, &json);
+	int rc = cli_run_args_parse("list", argc, argv, NULL, &dir, &json);
 	if (rc < 0) {
 		help(stdout);
 		return 0;

@@ -10,7 +10,6 @@
  * empty, so a failure leaves no half-written picture.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "cli/gnuplot.h"
 #include "cli/storage_options.h"
 #include "ckpt/query/ckpt_query.h"
@@ -113,38 +113,20 @@ static void remove_tmp(const char *tmp)
 int cli_plot_main(int argc, char **argv)
 {
 	const char *dir = NULL, *vs = NULL, *outp = NULL, *title = NULL;
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "vs", 1, 0, 'v' },	{ "output", 1, 0, 'o' },
-					       { "title", 1, 0, 't' },	 { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'r') {
-			if (cli_parse_path("plot", "--run-dir", optarg))
-				return 2;
-			dir = optarg;
-		} else if (c == 'v') {
-			if (cli_parse_path("plot", "--vs", optarg))
-				return 2;
-			vs = optarg;
-		} else if (c == 'o') {
-			if (cli_parse_path("plot", "-o", optarg))
-				return 2;
-			outp = optarg;
-		} else if (c == 't') {
-			title = optarg;
-		} else {
-			fprintf(stderr, "qeffect plot: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
+	const cli_flag flags[] = {
+		{ "run-dir", 0, CLI_FLAG_PATH, .dst = &dir },
+		{ "vs", 0, CLI_FLAG_PATH, .dst = &vs },
+		{ "output", 'o', CLI_FLAG_PATH, .dst = &outp },
+		{ "title", 0, CLI_FLAG_STRING, .dst = &title },
+		{ 0 },
+	};
+	int rc = cli_flags_parse("plot", flags, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect plot: unexpected argument '%s' (see --help)\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
 	if (!dir || !outp) {
 		fprintf(stderr, "qeffect plot: --run-dir DIR and -o FILE are required (see --help)\n");
 		return 2;
@@ -162,7 +144,7 @@ int cli_plot_main(int argc, char **argv)
 		return 1;
 	}
 	series A = { .dir = dir }, B = { .dir = vs };
-	int rc, status = 1;
+	int status = 1;
 	char tmp[4096] = "", path[4200], script[4200], errp[4200], partial[4200];
 	partial[0] = 0;
 	if ((rc = load(&A))) {

@@ -321,21 +321,16 @@ static void say_newer(cat *c, const char *run_id, int64_t from, int64_t every, i
 
 int cli_resume_main(int argc, char **argv)
 {
-	/* --remote: pull the checkpoint into --run-dir first (resume_remote.c). */
-	int rc = cli_resume_remote_prepare(&argc, argv);
-	if (rc)
-		return rc;
-	int async = 0;
-	if ((rc = cli_async_flag_extract("resume", &argc, argv, &async)) ||
-	    (rc = cli_tier_flags_extract("resume", &argc, argv)))
-		return rc;
 	cli_train_args a;
-	rc = cli_train_flags_parse("resume", argc, argv, &a, 1);
+	int rc = cli_train_flags_parse("resume", argc, argv, &a, 1);
 	if (rc < 0) {
 		help(stdout);
 		return 0;
 	}
 	if (rc)
+		return rc;
+	/* --remote: pull the checkpoint into --run-dir first (resume_remote.c). */
+	if ((rc = cli_resume_remote_prepare(&a)))
 		return rc;
 	if (!(a.given & CLI_F_RUNDIR) || !a.cfg.run_dir[0]) {
 		fprintf(stderr, "qeffect resume: --run-dir DIR is required (the run to continue)\n");
@@ -347,7 +342,7 @@ int cli_resume_main(int argc, char **argv)
 		/* An external launcher's rank other than 0: its host need not have the catalog; rank 0
 		 * checks the run and sends the configuration and the checkpoint to resume from. */
 		cli_rank_job job;
-		cli_rank_job_init(&job, &a, async);
+		cli_rank_job_init(&job, &a, a.async);
 		job.resume = 1;
 		return cli_run_job("resume", &job, a.nproc);
 	}
@@ -407,7 +402,7 @@ int cli_resume_main(int argc, char **argv)
 	}
 
 	cli_rank_job job;
-	cli_rank_job_init(&job, &a, async);
+	cli_rank_job_init(&job, &a, a.async);
 	job.cfg = merged;
 	snprintf(job.run_id, sizeof(job.run_id), "%s", run_id);
 	job.resume = 1;

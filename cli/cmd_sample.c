@@ -18,7 +18,7 @@
  * model's context (seq), the cache is rebuilt from the last seq/2 tokens and
  * generation goes on.
  */
-#include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,76 +90,24 @@ typedef struct sample_flags {
 /* Parse argv into *sf.  Returns 0, 2 (bad usage, printed), or -1 for --help (printed). */
 static int parse(int argc, char **argv, sample_flags *sf)
 {
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "step", 1, 0, 's' },
-					      { "prompt", 1, 0, 'p' },	 { "tokens", 1, 0, 'n' },
-					      { "temperature", 1, 0, 't' }, { "top-k", 1, 0, 'k' },
-					      { "seed", 1, 0, 'S' },	 { "encoder-dir", 1, 0, 'e' },
-					      { "json", 0, 0, 'j' },	 { "backend", 1, 0, 'b' },
-					      { "help", 0, 0, 'h' },	 { 0, 0, 0, 0 } };
-	int c, rc;
-	*sf = (sample_flags){ .prompt = "", .step = -1, .tokens = 64, .seed = 1337, .temperature = 1.0, .backend = "cpu" };
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return -1;
-		} else if (c == 'r') {
-			sf->dir = optarg;
-		} else if (c == 's') {
-			if ((rc = cli_parse_long("sample", "--step", optarg, &sf->step)))
-				return rc;
-			if (sf->step < 0) {
-				fprintf(stderr, "qeffect sample: --step must be >= 0, got %ld\n", sf->step);
-				return 2;
-			}
-		} else if (c == 'p') {
-			sf->prompt = optarg;
-		} else if (c == 'n') {
-			if ((rc = cli_parse_long("sample", "--tokens", optarg, &sf->tokens)))
-				return rc;
-			if (sf->tokens < 0 || sf->tokens > 1000000) {
-				fprintf(stderr, "qeffect sample: --tokens must be in 0..1000000, got %ld\n", sf->tokens);
-				return 2;
-			}
-		} else if (c == 't') {
-			if ((rc = cli_parse_double("sample", "--temperature", optarg, &sf->temperature)))
-				return rc;
-			if (!isfinite(sf->temperature) || sf->temperature < 0) {
-				fprintf(stderr, "qeffect sample: --temperature must be a finite number >= 0, got %s\n", optarg);
-				return 2;
-			}
-		} else if (c == 'k') {
-			if ((rc = cli_parse_long("sample", "--top-k", optarg, &sf->top_k)))
-				return rc;
-			if (sf->top_k < 0) {
-				fprintf(stderr, "qeffect sample: --top-k must be >= 0 (0: all), got %ld\n", sf->top_k);
-				return 2;
-			}
-		} else if (c == 'S') {
-			if ((rc = cli_parse_long("sample", "--seed", optarg, &sf->seed)))
-				return rc;
-			if (sf->seed < 0) {
-				fprintf(stderr, "qeffect sample: --seed must be >= 0, got %ld\n", sf->seed);
-				return 2;
-			}
-		} else if (c == 'e') {
-			if ((rc = cli_parse_path("sample", "--encoder-dir", optarg)))
-				return rc;
-			sf->encoder_dir = optarg;
-		} else if (c == 'b') {
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-				fprintf(stderr, "qeffect sample: --backend must be cpu or cuda, got '%s'\n", optarg);
-				return 2;
-			}
-			sf->backend = optarg;
-		} else if (c == 'j') {
-			sf->json = 1;
-		} else {
-			return cli_run_args_unknown("sample", argv);
-		}
-	}
-	return cli_run_args_check("sample", argc, argv, sf->dir);
+	*sf = (sample_flags){ .prompt = "", .step = -1, .tokens = 64, .seed = 1337, .temperature = 1.0 };
+	int backend = 0; /* index into cli_backends */
+	const cli_flag extra[] = {
+		{ "step", 0, CLI_FLAG_LONG, &sf->step, .lo = 0, .hi = LLONG_MAX },
+		{ "prompt", 0, CLI_FLAG_STRING, .dst = &sf->prompt },
+		{ "tokens", 0, CLI_FLAG_LONG, &sf->tokens, .lo = 0, .hi = 1000000 },
+		{ "temperature", 0, CLI_FLAG_DOUBLE, &sf->temperature, .dlo = 0, .dhi = HUGE_VAL },
+		{ "top-k", 0, CLI_FLAG_LONG, &sf->top_k, .lo = 0, .hi = LLONG_MAX },
+		{ "seed", 0, CLI_FLAG_LONG, &sf->seed, .lo = 0, .hi = LLONG_MAX },
+		{ "encoder-dir", 0, CLI_FLAG_PATH, .dst = &sf->encoder_dir },
+		{ "backend", 0, CLI_FLAG_CHOICE, &backend, .words = cli_backends },
+		{ 0 },
+	};
+	int rc = cli_run_args_parse("sample", argc, argv, extra, &sf->dir, &sf->json);
+	sf->backend = cli_backends[backend];
+	if (rc < 0)
+		help(stdout);
+	return rc;
 }
 
 /* Read every parameter of the checkpoint into the forward's one-stage buffer, by name. */

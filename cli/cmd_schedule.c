@@ -9,12 +9,14 @@
  */
 #include "cli/cli.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "cli/flags.h"
 #include "runtime/core/status.h"
 #include "runtime/sched/sched.h"
 
@@ -59,54 +61,23 @@ static int usage_error(const char *fmt, const char *arg)
 	return 2;
 }
 
-/* Accepts "--flag value" and "--flag=value". */
+/* The flags, then the checks across them.  Returns 0, 2 (bad usage, printed) or -1 (--help). */
 static int parse_args(int argc, char **argv, sched_opts *o)
 {
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i], *val = NULL;
-		char name[32];
-		const char *eq = strchr(arg, '=');
-		if (strncmp(arg, "--", 2) != 0)
-			return usage_error("unexpected argument '%s'", arg);
-		size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-		if (len >= sizeof(name))
-			return usage_error("unknown flag '%s'", arg);
-		memcpy(name, arg, len);
-		name[len] = '\0';
-		if (!strcmp(name, "--json") || !strcmp(name, "--stats") || !strcmp(name, "--compute-only")) {
-			if (eq)
-				return usage_error("%s takes no value", name);
-			if (!strcmp(name, "--json"))
-				o->json = 1;
-			else if (!strcmp(name, "--stats"))
-				o->stats = 1;
-			else
-				o->compute_only = 1;
-			continue;
-		}
-		if (strcmp(name, "--pp") && strcmp(name, "--micro") && strcmp(name, "--chunks") &&
-		    strcmp(name, "--schedule") && strcmp(name, "--backward"))
-			return usage_error("unknown flag '%s'", arg);
-		if (eq)
-			val = eq + 1;
-		else if (i + 1 < argc)
-			val = argv[++i];
-		else
-			return usage_error("%s needs a value", name);
-		int rc = 0;
-		if (!strcmp(name, "--pp"))
-			rc = cli_parse_long("schedule", "--pp", val, &o->pp);
-		else if (!strcmp(name, "--micro"))
-			rc = cli_parse_long("schedule", "--micro", val, &o->micro);
-		else if (!strcmp(name, "--chunks"))
-			rc = cli_parse_long("schedule", "--chunks", val, &o->chunks);
-		else if (!strcmp(name, "--schedule"))
-			o->kind = val;
-		else
-			o->backward = val;
-		if (rc)
-			return rc;
-	}
+	const cli_flag flags[] = {
+		{ "pp", 0, CLI_FLAG_LONG, &o->pp, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "micro", 0, CLI_FLAG_LONG, &o->micro, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "chunks", 0, CLI_FLAG_LONG, &o->chunks, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "schedule", 0, CLI_FLAG_STRING, .dst = &o->kind },
+		{ "backward", 0, CLI_FLAG_STRING, .dst = &o->backward },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &o->json },
+		{ "stats", 0, CLI_FLAG_BOOL, .dst = &o->stats },
+		{ "compute-only", 0, CLI_FLAG_BOOL, .dst = &o->compute_only },
+		{ 0 },
+	};
+	int rc = cli_flags_parse("schedule", flags, argc, argv, NULL);
+	if (rc)
+		return rc;
 	if (o->pp == -1 && o->micro == -1 && !o->kind)
 		return usage_error("%s", "--pp, --micro and --schedule are required");
 	if (o->pp == -1)
@@ -175,12 +146,12 @@ static int print_json(const qe_sched *s, const qe_sched_rank_stats *st)
 
 int cli_schedule_main(int argc, char **argv)
 {
-	if (cli_wants_help(argc, argv)) {
+	sched_opts o = { .pp = -1, .micro = -1, .chunks = 2, .backward = "split" };
+	int rc = parse_args(argc, argv, &o);
+	if (rc < 0) {
 		fputs(schedule_usage, stdout);
 		return 0;
 	}
-	sched_opts o = { .pp = -1, .micro = -1, .chunks = 2, .backward = "split" };
-	int rc = parse_args(argc, argv, &o);
 	if (rc)
 		return rc;
 

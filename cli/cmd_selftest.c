@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "cli/flags.h"
 #include "runtime/contract/contract.h"
 
 static void usage(FILE *f)
@@ -74,22 +75,18 @@ static void print_table(const qe_inject_result *r, int n)
 
 int cli_selftest_main(int argc, char **argv)
 {
-	int json = 0;
-	if (cli_wants_help(argc, argv)) {
+	int json = 0, nops = 0;
+	const cli_flag flags[] = { { "json", 0, CLI_FLAG_BOOL, .dst = &json }, { 0 } };
+	int rc = cli_flags_parse("selftest", flags, argc, argv, &nops);
+	if (rc < 0) {
 		usage(stdout);
 		return 0;
 	}
-	if (argc < 2 || strcmp(argv[1], "inject") != 0) {
+	if (rc)
+		return rc;
+	if (nops != 1 || strcmp(argv[1], "inject") != 0) {
 		usage(stderr);
 		return 2;
-	}
-	for (int i = 2; i < argc; i++) {
-		if (strcmp(argv[i], "--json") == 0) {
-			json = 1;
-		} else {
-			fprintf(stderr, "qeffect selftest: unknown argument '%s'\n", argv[i]);
-			return 2;
-		}
 	}
 	int n = qe_inject_count();
 	qe_inject_result *r = calloc((size_t)n, sizeof(*r));

@@ -35,7 +35,6 @@
  * (runtime/job/shard.h); any error leaves the previous files as they were.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +48,7 @@
 
 #include "cli/cli.h"
 #include "cli/encoder_dir.h"
+#include "cli/flags.h"
 #include "cli/tokenize_corpus.h"
 #include "runtime/core/status.h"
 #include "runtime/job/shard.h"
@@ -113,7 +113,7 @@ static json_t *shard_json(const qe_shard_writer *w, const split_stats *s)
 }
 
 enum { SPLIT_AUTO, SPLIT_DOCUMENTS, SPLIT_TOKENS };
-static const char *const split_names[] = { "auto", "documents", "tokens" };
+static const char *const split_names[] = { "auto", "documents", "tokens", NULL };
 
 /* Append doc's tokens to toks (emptied first) in encoding `bytes` or GPT-2 (enc). */
 static int encode_doc(qe_gpt2 *enc, const cli_doc *doc, qe_tokbuf *toks)
@@ -137,91 +137,60 @@ static void doc_where(const cli_doc *doc, char *out, size_t n)
 		snprintf(out, n, "'%s'", doc->path);
 }
 
-static int add_input(char ***v, size_t *n, char *path)
+typedef struct input_list {
+	char **path; /* point into argv; the array is freed */
+	size_t n;
+} input_list;
+
+/* --in PATH, as often as needed (and each operand): one more input. */
+static int input_flag(const char *cmd, const char *flag, const char *value, void *dst)
 {
-	char **nv = realloc(*v, (*n + 1) * sizeof(**v));
+	(void)flag;
+	input_list *l = dst;
+	char **nv = realloc(l->path, (l->n + 1) * sizeof(*nv));
 	if (!nv) {
-		fprintf(stderr, "qeffect tokenize: out of memory\n");
-		return -1;
+		fprintf(stderr, "qeffect %s: out of memory\n", cmd);
+		return 2;
 	}
-	nv[(*n)++] = path;
-	*v = nv;
+	nv[l->n++] = (char *)value;
+	l->path = nv;
 	return 0;
 }
 
 int cli_tokenize_main(int argc, char **argv)
 {
 	const char *prefix = NULL, *encdir_flag = NULL;
-	char **inputs = NULL;
-	size_t ninputs = 0;
 	double frac = 0.1;
 	int json = 0, quiet = 0, bytes = 0, split = SPLIT_AUTO;
-	static const struct option opts[] = { { "in", 1, 0, 'i' },	       { "out", 1, 0, 'o' },
-					       { "val-fraction", 1, 0, 'v' },   { "val-split", 1, 0, 's' },
-					       { "encoding", 1, 0, 'E' },	       { "encoder-dir", 1, 0, 'e' },
-					       { "json", 0, 0, 'j' },	       { "quiet", 0, 0, 'q' },
-					       { "help", 0, 0, 'h' },	       { 0, 0, 0, 0 } };
-	int c, usage = 0;
-	optind = 1;
-	opterr = 0;
-	while (!usage && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			help(stdout);
-			free(inputs);
-			return 0;
-		case 'i':
-			if (add_input(&inputs, &ninputs, optarg))
-				usage = 1;
-			break;
-		case 'o':
-			prefix = optarg;
-			break;
-		case 'e':
-			encdir_flag = optarg;
-			break;
-		case 'E':
-			if (!strcmp(optarg, "bytes") || !strcmp(optarg, "gpt2")) {
-				bytes = !strcmp(optarg, "bytes");
-				break;
-			}
-			fprintf(stderr, "qeffect tokenize: --encoding must be gpt2 or bytes, got '%s'\n", optarg);
-			usage = 1;
-			break;
-		case 's':
-			split = -1;
-			for (int k = 0; k < 3; k++)
-				if (!strcmp(optarg, split_names[k]))
-					split = k;
-			if (split < 0) {
-				fprintf(stderr, "qeffect tokenize: --val-split must be auto, documents or tokens, got '%s'\n",
-					optarg);
-				usage = 1;
-			}
-			break;
-		case 'j':
-			json = 1;
-			break;
-		case 'q':
-			quiet = 1;
-			break;
-		case 'v':
-			if (cli_parse_double("tokenize", "--val-fraction", optarg, &frac)) {
-				usage = 1;
-			} else if (!(frac >= 0 && frac < 1)) {
-				fprintf(stderr, "qeffect tokenize: --val-fraction must be in [0, 1), got '%s'\n", optarg);
-				usage = 1;
-			}
-			break;
-		default:
-			fprintf(stderr, "qeffect tokenize: unknown flag or missing value '%s' (see --help)\n",
-				argv[optind - 1]);
-			usage = 1;
-		}
+	input_list in = { NULL, 0 };
+	int encoding = 0; /* index into encodings */
+	static const char *const encodings[] = { "gpt2", "bytes", NULL };
+	const cli_flag flags[] = {
+		{ "in", 0, CLI_FLAG_FN, &in, .fn = input_flag },
+		{ "out", 0, CLI_FLAG_STRING, .dst = &prefix },
+		{ "val-fraction", 0, CLI_FLAG_DOUBLE, &frac, .dlo = 0, .dhi = 1 },
+		{ "val-split", 0, CLI_FLAG_CHOICE, &split, .words = split_names },
+		{ "encoding", 0, CLI_FLAG_CHOICE, &encoding, .words = encodings },
+		{ "encoder-dir", 0, CLI_FLAG_STRING, .dst = &encdir_flag },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ "quiet", 0, CLI_FLAG_BOOL, .dst = &quiet },
+		{ 0 },
+	};
+	int nops = 0, usage = 0;
+	int prc = cli_flags_parse("tokenize", flags, argc, argv, &nops);
+	if (prc < 0)
+		help(stdout);
+	if (prc) {
+		free(in.path);
+		return prc < 0 ? 0 : prc;
 	}
-	while (!usage && optind < argc)
-		if (add_input(&inputs, &ninputs, argv[optind++]))
+	bytes = encoding == 1;
+	/* operands are inputs too, after the --in ones */
+	for (int i = 1; i <= nops && !usage; i++)
+		if (input_flag("tokenize", "--in", argv[i], &in))
 			usage = 1;
+	char **inputs = in.path;
+	size_t ninputs = in.n;
 	if (!usage && (!ninputs || !prefix || !prefix[0])) {
 		fprintf(stderr, "qeffect tokenize: needs --in CORPUS (.jsonl, .txt or a folder) and --out PREFIX "
 				"(see --help)\n");

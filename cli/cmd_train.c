@@ -47,38 +47,6 @@ static int check_run_flags(const qe_train_config *cfg)
 }
 
 /*
- * --init-from PATH (or --init-from=PATH), taken out of argv before the
- * shared train/resume flags are parsed: resume never takes it (a resumed run
- * continues from its checkpoint, not from the file).  Returns 0 or 2.
- */
-static int init_from_extract(int *argc, char **argv, const char **path)
-{
-	int out = 1;
-	*path = NULL;
-	for (int i = 1; i < *argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--") == 0) {
-			while (i < *argc)
-				argv[out++] = argv[i++];
-			break;
-		}
-		if (strcmp(a, "--init-from") == 0 && i + 1 < *argc)
-			*path = argv[++i];
-		else if (strcmp(a, "--init-from") == 0) {
-			fprintf(stderr, "qeffect train: --init-from needs a path (a safetensors file or folder, or an llm.c "
-					"model file)\n");
-			return 2;
-		} else if (strncmp(a, "--init-from=", 12) == 0)
-			*path = a + 12;
-		else
-			argv[out++] = argv[i];
-	}
-	*argc = out;
-	argv[out] = NULL;
-	return *path ? cli_parse_path("train", "--init-from", *path) : 0;
-}
-
-/*
  * Read and check the --init-from file against the model, before anything is
  * written, and record it (absolute path, format, hash) in the run's config.
  * Returns 0 or 1 after printing the error.
@@ -140,17 +108,8 @@ static void help(FILE *f)
 
 int cli_train_main(int argc, char **argv)
 {
-	int async = 0;
-	const char *init_from = NULL;
-	int rc = cli_async_flag_extract("train", &argc, argv, &async);
-	if (!rc)
-		rc = init_from_extract(&argc, argv, &init_from);
-	if (!rc)
-		rc = cli_tier_flags_extract("train", &argc, argv);
-	if (rc)
-		return rc;
 	cli_train_args a;
-	rc = cli_train_flags_parse("train", argc, argv, &a, 0);
+	int rc = cli_train_flags_parse("train", argc, argv, &a, 0);
 	if (rc < 0) {
 		help(stdout);
 		return 0;
@@ -176,7 +135,7 @@ int cli_train_main(int argc, char **argv)
 		qe_data_free(&data);
 		return 2;
 	}
-	if (init_from && (rc = init_from_check(init_from, &a.cfg, a.quiet))) {
+	if (a.init_from && (rc = init_from_check(a.init_from, &a.cfg, a.quiet))) {
 		qe_data_free(&data);
 		return rc;
 	}
@@ -199,7 +158,7 @@ int cli_train_main(int argc, char **argv)
 			a.cfg.local_dir[0] = 0; /* too long to record: later commands need the flag */
 	}
 	cli_rank_job job;
-	cli_rank_job_init(&job, &a, async);
+	cli_rank_job_init(&job, &a, a.async);
 	job.data = &data;
 	/* Under an external launcher only rank 0 creates the run directory and holds its lock. */
 	int launched_rank;

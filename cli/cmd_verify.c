@@ -5,7 +5,6 @@
  * trusted.  The work is ckpt_q_verify (ckpt/query/ckpt_query_verify.c) on one host, or
  * ckpt_job_verify (ckpt/query/ckpt_job_verify.c) as a job over every host's stores.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,27 +174,15 @@ static int verify_job(qe_comm *comm, void *varg)
 
 int cli_verify_main(int argc, char **argv)
 {
-	static const struct option opts[] = { { "run-dir", 1, 0, 'r' }, { "json", 0, 0, 'j' }, { "nproc", 1, 0, 'n' },
-					       { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
 	verify_args a = { NULL, 0 };
-	int c, nproc = 0, rc;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c == 'h') {
-			help(stdout);
-			return 0;
-		} else if (c == 'r')
-			a.dir = optarg;
-		else if (c == 'j')
-			a.json = 1;
-		else if (c == 'n') {
-			if ((rc = cli_store_job_nproc("verify", optarg, &nproc)))
-				return rc;
-		} else
-			return cli_run_args_unknown("verify", argv);
+	int nproc = 0;
+	const cli_flag extra[] = { cli_store_job_nproc_flag(&nproc), { 0 } };
+	int rc = cli_run_args_parse("verify", argc, argv, extra, &a.dir, &a.json);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if ((rc = cli_run_args_check("verify", argc, argv, a.dir)))
+	if (rc)
 		return rc;
 	if (cli_store_job_wanted(nproc))
 		return cli_store_job_run("verify", nproc, verify_job, &a);

@@ -3,11 +3,11 @@
  */
 #include "cli/cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/flags.h"
 #include "cli/storage_options.h"
 #include "runtime/core/fault.h"
 #include "runtime/core/status.h"
@@ -71,105 +71,20 @@ int cli_wants_help(int argc, char **argv)
 	return 0;
 }
 
-int cli_parse_path(const char *cmd, const char *flag, const char *s)
-{
-	if (s && s[0])
-		return 0;
-	fprintf(stderr, "qeffect %s: %s needs a file or folder name, got ''\n", cmd, flag);
-	return 2;
-}
-
-int cli_parse_long(const char *cmd, const char *flag, const char *s, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end) {
-		fprintf(stderr, "qeffect %s: %s needs an integer, got '%s'\n", cmd, flag, s);
-		return 2;
-	}
-	*out = v;
-	return 0;
-}
-
-int cli_parse_double(const char *cmd, const char *flag, const char *s, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || *end) {
-		fprintf(stderr, "qeffect %s: %s needs a number, got '%s'\n", cmd, flag, s);
-		return 2;
-	}
-	*out = v;
-	return 0;
-}
-
 const char *cli_shared_dir(void)
 {
 	const char *d = cli_storage_get()->shared_dir;
 	return d ? d : QE_SHARED_DIR;
 }
 
-/*
- * The storage flags every command shares: taken out of argv into the
- * process's storage settings, which the checkpoint layer is handed
- * (cli/storage_options.h); forked ranks inherit them, an external
- * launcher's ranks parse the same command line.  Returns 0, or 2 after a
- * usage error.
- */
-static int take_storage_flags(int *argc, char **argv)
-{
-	ckpt_options *o = &cli_storage_get()->ckpt;
-	struct {
-		const char *flag;
-		char *dst;
-		size_t cap;
-	} folders[] = { { "--local-dir", o->local_dir, sizeof(o->local_dir) },
-			{ "--ckpt-memory", o->memory_dir, sizeof(o->memory_dir) } };
-	int out = 1;
-	for (int i = 1; i < *argc; i++) {
-		const char *a = argv[i];
-		if (strcmp(a, "--allow-network-fs") == 0) {
-			o->allow_network_fs = 1;
-			continue;
-		}
-		int taken = 0;
-		for (size_t k = 0; k < sizeof(folders) / sizeof(folders[0]) && !taken; k++) {
-			size_t n = strlen(folders[k].flag);
-			const char *v = NULL;
-			if (strcmp(a, folders[k].flag) == 0) {
-				if (i + 1 >= *argc) {
-					fprintf(stderr, "qeffect: %s needs a folder\n", folders[k].flag);
-					return 2;
-				}
-				v = argv[++i];
-			} else if (strncmp(a, folders[k].flag, n) == 0 && a[n] == '=') {
-				v = a + n + 1;
-			}
-			if (!v)
-				continue;
-			if (!v[0]) {
-				fprintf(stderr, "qeffect: %s needs a folder, got ''\n", folders[k].flag);
-				return 2;
-			}
-			if (cli_storage_text(NULL, folders[k].flag, v, folders[k].dst, folders[k].cap))
-				return 2;
-			taken = 1;
-		}
-		if (!taken)
-			argv[out++] = argv[i];
-	}
-	argv[out] = NULL;
-	*argc = out;
-	cli_storage_commit();
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
-	if (cli_storage_init() || take_storage_flags(&argc, argv))
+	/* The storage flags every command shares, into the process's settings, which the checkpoint layer is
+	 * handed (storage_options.h); forked ranks inherit them, an external launcher's ranks parse the same
+	 * command line. */
+	if (cli_storage_init() || cli_flags_take(NULL, cli_storage_flags, &argc, argv))
 		return 2;
+	cli_storage_commit();
 	if (qe_fault_init()) {
 		fprintf(stderr, "qeffect: %s\n", qe_last_error());
 		return 2;

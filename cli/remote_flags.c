@@ -1,98 +1,38 @@
 /*
  * remote_flags.c - the flag parser shared by `qeffect push` and `qeffect
- * pull` (remote_flags.h).  getopt_long with the same option set as before
- * the two commands shared it, so abbreviations and messages are unchanged.
+ * pull` (remote_flags.h): one flag table (flags.h) with the rows each
+ * command adds.
  */
 #include "cli/remote_flags.h"
 
-#include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/cli.h"
-
-enum { O_RUNDIR = 1, O_REMOTE, O_ENDPOINT, O_STEP, O_JSON, O_QUIET, O_HELP, O_ALL, O_RUNID, O_NPROC };
-
-static const struct option every_opt[] = { { "run-dir", 1, 0, O_RUNDIR }, { "remote", 1, 0, O_REMOTE },
-					   { "endpoint", 1, 0, O_ENDPOINT }, { "step", 1, 0, O_STEP },
-					   { "all", 0, 0, O_ALL },	     { "run-id", 1, 0, O_RUNID },
-					   { "json", 0, 0, O_JSON },	     { "quiet", 0, 0, O_QUIET },
-					   { "help", 0, 0, O_HELP },	     { "nproc", 1, 0, O_NPROC } };
-
-#define N_OPTS (sizeof(every_opt) / sizeof(every_opt[0]))
+#include "cli/flags.h"
+#include "cli/store_job.h"
 
 int cli_remote_flags_parse(const char *cmd, int argc, char **argv, unsigned accept, cli_remote_args *out)
 {
-	struct option opts[N_OPTS + 1];
-	int n = 0, c;
-	for (size_t i = 0; i < N_OPTS; i++) {
-		if ((every_opt[i].val == O_ALL && !(accept & CLI_REMOTE_ALL)) ||
-		    (every_opt[i].val == O_RUNID && !(accept & CLI_REMOTE_RUN_ID)))
-			continue;
-		opts[n++] = every_opt[i];
-	}
-	memset(&opts[n], 0, sizeof(opts[n]));
 	memset(out, 0, sizeof(*out));
 	out->step = -1;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-		case O_HELP:
-			return -1;
-		case O_RUNDIR:
-			if (cli_parse_path(cmd, "--run-dir", optarg))
-				return 2;
-			out->run_dir = optarg;
-			break;
-		case O_REMOTE:
-			out->remote = optarg;
-			break;
-		case O_ENDPOINT:
-			out->endpoint = optarg;
-			break;
-		case O_RUNID:
-			out->run_id = optarg;
-			break;
-		case O_STEP:
-			if (cli_parse_long(cmd, "--step", optarg, &out->step))
-				return 2;
-			if (out->step < 0) {
-				fprintf(stderr, "qeffect %s: --step needs a step >= 0\n", cmd);
-				return 2;
-			}
-			break;
-		case O_ALL:
-			out->all = 1;
-			break;
-		case O_JSON:
-			out->json = 1;
-			break;
-		case O_QUIET:
-			out->quiet = 1;
-			break;
-		case O_NPROC: {
-			long v;
-			if (cli_parse_long(cmd, "--nproc", optarg, &v))
-				return 2;
-			if (v < 1 || v > 256) {
-				fprintf(stderr, "qeffect %s: --nproc must be 1..256, got %ld\n", cmd, v);
-				return 2;
-			}
-			out->nproc = (int)v;
-			break;
-		}
-		default:
-			fprintf(stderr, "qeffect %s: unknown flag or missing value '%s' (see --help)\n", cmd,
-				argv[optind - 1]);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);
-		return 2;
-	}
+	const cli_flag all[] = { { "all", 0, CLI_FLAG_BOOL, .dst = &out->all }, { 0 } };
+	const cli_flag run_id[] = { { "run-id", 0, CLI_FLAG_STRING, .dst = &out->run_id }, { 0 } };
+	const cli_flag flags[] = {
+		{ "run-dir", 0, CLI_FLAG_PATH, .dst = &out->run_dir },
+		{ "remote", 0, CLI_FLAG_STRING, .dst = &out->remote },
+		{ "endpoint", 0, CLI_FLAG_STRING, .dst = &out->endpoint },
+		{ "step", 0, CLI_FLAG_LONG, &out->step, .lo = 0, .hi = LLONG_MAX },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &out->json },
+		{ "quiet", 0, CLI_FLAG_BOOL, .dst = &out->quiet },
+		cli_store_job_nproc_flag(&out->nproc),
+		{ .kind = CLI_FLAG_INCLUDE, .include = accept & CLI_REMOTE_ALL ? all : NULL },
+		{ .kind = CLI_FLAG_INCLUDE, .include = accept & CLI_REMOTE_RUN_ID ? run_id : NULL },
+		{ 0 },
+	};
+	int rc = cli_flags_parse(cmd, flags, argc, argv, NULL);
+	if (rc)
+		return rc;
 	if (!out->run_dir || !out->remote) {
 		fprintf(stderr,
 			"qeffect %s: --run-dir DIR and --remote s3://BUCKET/PREFIX are required (see --help)\n", cmd);

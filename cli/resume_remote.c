@@ -31,93 +31,28 @@ void cli_resume_remote_help(FILE *f)
 		   "  --remote-run-id ID     which run under PREFIX (needed when there are several)\n");
 }
 
-/* "--flag VALUE" or "--flag=VALUE" at argv[i]: 1 and *val (and *used: 1 or 2 slots), else 0. */
-static int flag_value(int argc, char **argv, int i, const char *flag, const char **val, int *used)
+int cli_resume_remote_prepare(const cli_train_args *a)
 {
-	size_t n = strlen(flag);
-	if (strncmp(argv[i], flag, n))
-		return 0;
-	if (argv[i][n] == '=') {
-		*val = argv[i] + n + 1;
-		*used = 1;
-		return 1;
-	}
-	if (argv[i][n] || i + 1 >= argc)
-		return argv[i][n] ? 0 : (*val = NULL, *used = 1, 1);
-	*val = argv[i + 1];
-	*used = 2;
-	return 1;
-}
-
-int cli_resume_remote_prepare(int *argc, char **argv)
-{
-	const char *url = NULL, *endpoint = NULL, *run_id = NULL, *run_dir = NULL, *from = NULL;
-	int help = 0, quiet = 0, persist = 0;
-	int out = 1;
-	for (int i = 1; i < *argc;) {
-		const char *v;
-		int used = 0;
-		if (strcmp(argv[i], "--") == 0) {
-			while (i < *argc)
-				argv[out++] = argv[i++];
-			break;
-		}
-		if (flag_value(*argc, argv, i, "--remote-run-id", &v, &used) ||
-		    flag_value(*argc, argv, i, "--remote", &v, &used) ||
-		    flag_value(*argc, argv, i, "--endpoint", &v, &used)) {
-			if (!v) {
-				fprintf(stderr, "qeffect resume: %s needs a value\n", argv[i]);
-				return 2;
-			}
-			if (strncmp(argv[i], "--remote-run-id", 15) == 0)
-				run_id = v;
-			else if (strncmp(argv[i], "--remote", 8) == 0)
-				url = v;
-			else
-				endpoint = v;
-			i += used;
-			continue;
-		}
-		/* Read, and keep for resume's own parser. */
-		if (flag_value(*argc, argv, i, "--run-dir", &v, &used) && v)
-			run_dir = v;
-		else if (flag_value(*argc, argv, i, "--from", &v, &used) && v)
-			from = v;
-		else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-			help = 1;
-		else if (strcmp(argv[i], "--quiet") == 0)
-			quiet = 1;
-		else if (strncmp(argv[i], "--ckpt-persist-every", 20) == 0)
-			persist = 1;
-		if (!used)
-			used = 1;
-		for (int k = 0; k < used && i < *argc; k++)
-			argv[out++] = argv[i++];
-	}
-	*argc = out;
-	argv[out] = NULL;
-	/* The ranks use them too: --ckpt-persist-every pushes to --remote, and a restore fetches what no
-	 * store holds from the checkpoint's pushed copy through --endpoint (ckpt_persist.h, ckpt_restore_s3.c). */
-	cli_storage *s = cli_storage_get();
-	if ((url && cli_storage_text("resume", "--remote", url, s->remote, sizeof(s->remote))) ||
-	    (endpoint && cli_storage_text("resume", "--endpoint", endpoint, s->ckpt.remote_endpoint,
-					  sizeof(s->ckpt.remote_endpoint))))
+	/* The ranks use --remote and --endpoint too (the parse put them in the storage settings):
+	 * --ckpt-persist-every pushes to --remote, and a restore fetches what no store holds from the
+	 * checkpoint's pushed copy through --endpoint (ckpt_persist.h, ckpt_restore_s3.c). */
+	const cli_storage *s = cli_storage_get();
+	const char *url = s->given & CLI_S_REMOTE ? s->remote : NULL;
+	const char *endpoint = s->given & CLI_S_ENDPOINT ? s->ckpt.remote_endpoint : NULL;
+	const char *run_id = a->remote_run_id;
+	const char *run_dir = a->given & CLI_F_RUNDIR ? a->cfg.run_dir : NULL;
+	int persist = (s->given & CLI_S_PERSIST_EVERY) != 0;
+	if (!url && run_id) {
+		fprintf(stderr, "qeffect resume: --remote-run-id goes with --remote\n");
 		return 2;
-	cli_storage_commit();
-	if (help || !url) {
-		if (!url && run_id) {
-			fprintf(stderr, "qeffect resume: --remote-run-id goes with --remote\n");
-			return 2;
-		}
-		return 0;
 	}
+	if (!url)
+		return 0;
 	if (!run_dir || !run_dir[0]) {
 		fprintf(stderr, "qeffect resume: --remote needs --run-dir DIR (where the checkpoint is pulled to)\n");
 		return 2;
 	}
-	long step = -1;
-	if (from && cli_parse_long("resume", "--from", from, &step))
-		return 2;
+	long step = a->from_step;
 	/* With the persistent tier, --remote names where to push: a run that is here needs no pull (a
 	 * tensor no store holds is fetched from its pushed copy by the restore itself). */
 	char cat_path[4200];
@@ -141,7 +76,7 @@ int cli_resume_remote_prepare(int *argc, char **argv)
 	ckpt_unlock(lock);
 	if (rc)
 		return cli_report("resume", rc, "pulling the checkpoint failed; nothing was resumed");
-	if (!quiet) {
+	if (!a->quiet) {
 		if (r.up_to_date)
 			printf("%s step %lld from %s is already in %s\n", r.run_id, (long long)r.step, r.manifest_url, run_dir);
 		else

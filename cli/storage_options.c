@@ -29,6 +29,26 @@ void cli_storage_commit(void)
 	qe_rt_options_set(&settings.rt);
 }
 
+const cli_flag cli_storage_flags[] = {
+	{ "local-dir", 0, CLI_FLAG_TEXT, settings.ckpt.local_dir, .cap = sizeof(settings.ckpt.local_dir) },
+	{ "ckpt-memory", 0, CLI_FLAG_TEXT, settings.ckpt.memory_dir, .cap = sizeof(settings.ckpt.memory_dir) },
+	{ "allow-network-fs", 0, CLI_FLAG_BOOL, .dst = &settings.ckpt.allow_network_fs },
+	{ 0 },
+};
+
+const cli_flag cli_tier_flags[] = {
+	{ "ckpt-replicas", 0, CLI_FLAG_INT, &settings.ckpt.replicas, .lo = 0, .hi = 8 },
+	{ "ckpt-keep", 0, CLI_FLAG_INT, &settings.keep, .lo = 1, .hi = 1000000 },
+	{ "ckpt-persist-every", 0, CLI_FLAG_INT64, &settings.persist_every, .lo = 1, .hi = 1LL << 40,
+	  .given = &settings.given, .bit = CLI_S_PERSIST_EVERY },
+	{ "ckpt-persist-keep", 0, CLI_FLAG_INT, &settings.persist_keep, .lo = 1, .hi = 1000000 },
+	{ "remote", 0, CLI_FLAG_TEXT, settings.remote, .cap = sizeof(settings.remote), .given = &settings.given,
+	  .bit = CLI_S_REMOTE },
+	{ "endpoint", 0, CLI_FLAG_TEXT, settings.ckpt.remote_endpoint, .cap = sizeof(settings.ckpt.remote_endpoint),
+	  .given = &settings.given, .bit = CLI_S_ENDPOINT },
+	{ 0 },
+};
+
 int cli_storage_text(const char *cmd, const char *flag, const char *v, char *dst, size_t cap)
 {
 	if (strlen(v) >= cap) {

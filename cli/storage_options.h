@@ -9,8 +9,7 @@
  * table in runtime/core/env.c) once, as the settings' defaults, and keeps
  * the few paths cli itself looks up (QE_SHARED_DIR, QE_GPT2_ENCODER_DIR,
  * QE_GNUPLOT, PATH, TMPDIR): no other file reads a variable; flags then
- * change the settings in memory (cli/main.c, tier_flags.c, resume_remote.c)
- * and cli_storage_commit hands ckpt its part, store the S3 fallbacks and
+ * change the settings in memory (the tables below) and cli_storage_commit hands ckpt its part, store the S3 fallbacks and
  * the runtime its knobs and test hooks (runtime/core/rt_options.h).  The
  * launcher's variables (RANK, SLURM_PROCID, QE_JOB_SECRET, ...) are handed
  * to runtime/comm/launch_vars.h by cli_storage_init itself.  No flag becomes a variable:
@@ -24,6 +23,7 @@
 #include <stdint.h>
 
 #include "ckpt/session/ckpt_options.h"
+#include "cli/flags.h"
 #include "runtime/core/rt_options.h"
 #include "store/remote.h"
 
@@ -43,7 +43,23 @@ typedef struct cli_storage {
 	const char *gnuplot;     /* QE_GNUPLOT: the gnuplot program (gnuplot.h) */
 	const char *path;        /* PATH: where gnuplot is looked for otherwise */
 	const char *tmpdir;      /* TMPDIR: where plot writes its temporary files */
+	unsigned given;          /* CLI_S_* of the flags on the command line (a variable alone sets none) */
 } cli_storage;
+
+/* Bits of cli_storage.given. */
+enum { CLI_S_REMOTE = 1 << 0, CLI_S_ENDPOINT = 1 << 1, CLI_S_PERSIST_EVERY = 1 << 2 };
+
+/*
+ * The flags that change the settings, as tables for the flag parser
+ * (flags.h); after a parse, cli_storage_commit.  Every command:
+ * --local-dir DIR, --ckpt-memory DIR, --allow-network-fs (main.c takes them
+ * out of argv before the command runs).  train and resume (train_flags.c):
+ * --ckpt-replicas R, --ckpt-keep N, --ckpt-persist-every K2,
+ * --ckpt-persist-keep N2, --remote URL, --endpoint URL (tier_flags.h checks
+ * them together and prints their help).
+ */
+extern const cli_flag cli_storage_flags[];
+extern const cli_flag cli_tier_flags[];
 
 /*
  * The settings from the environment, handed to ckpt, store and the runtime

@@ -41,18 +41,9 @@ int cli_store_job_wanted(int nproc)
 	return nproc > 1;
 }
 
-int cli_store_job_nproc(const char *cmd, const char *text, int *out)
+cli_flag cli_store_job_nproc_flag(int *nproc)
 {
-	long v;
-	int rc = cli_parse_long(cmd, "--nproc", text, &v);
-	if (rc)
-		return rc;
-	if (v < 1 || v > QE_LAUNCH_MAX_PROCS) {
-		fprintf(stderr, "qeffect %s: --nproc must be 1..%d, got %ld\n", cmd, QE_LAUNCH_MAX_PROCS, v);
-		return 2;
-	}
-	*out = (int)v;
-	return 0;
+	return (cli_flag){ "nproc", 0, CLI_FLAG_INT, nproc, .lo = 1, .hi = QE_LAUNCH_MAX_PROCS };
 }
 
 static int rank_main(void *varg)

@@ -9,6 +9,7 @@
 #ifndef CLI_STORE_JOB_H
 #define CLI_STORE_JOB_H
 
+#include "cli/flags.h"
 #include "runtime/comm/comm.h"
 
 /* 1 when the command runs as a job: --nproc N > 1, or RANK/WORLD_SIZE set with WORLD_SIZE > 1. */
@@ -32,7 +33,7 @@ int cli_store_job_run(const char *cmd, int nproc, int (*body)(qe_comm *comm, voi
 int cli_store_job_locks(int as_job);
 int cli_store_job_forked(void);
 
-/* Parse --nproc's value (1..QE_LAUNCH_MAX_PROCS); 0 or 2 after a usage error. */
-int cli_store_job_nproc(const char *cmd, const char *text, int *out);
+/* The --nproc N row of a command's flag table (flags.h): 1..QE_LAUNCH_MAX_PROCS into *nproc. */
+cli_flag cli_store_job_nproc_flag(int *nproc);
 
 #endif

@@ -1,6 +1,7 @@
 /*
- * tier_flags.c - parsing the checkpoint tier flags of train and resume
- * (tier_flags.h): replicas, the persistent tier and retention per tier.
+ * tier_flags.c - the checkpoint tier flags of train and resume
+ * (tier_flags.h): replicas, the persistent tier and retention per tier;
+ * their help and the checks across them.
  */
 #include "cli/tier_flags.h"
 
@@ -48,120 +49,6 @@ void cli_tier_remote_help(FILE *f)
 		   "  --endpoint URL         the S3 server (default AWS_ENDPOINT_URL, else AWS); also where a\n"
 		   "                         restore fetches what no store or replica holds, when the checkpoint\n"
 		   "                         was pushed\n");
-}
-
-/* "--flag VALUE" or "--flag=VALUE" at argv[i]: 1 and *val (NULL when missing), *used slots; else 0. */
-static int flag_value(int argc, char **argv, int i, const char *flag, const char **val, int *used)
-{
-	size_t n = strlen(flag);
-	if (strncmp(argv[i], flag, n) || (argv[i][n] && argv[i][n] != '='))
-		return 0;
-	if (argv[i][n] == '=') {
-		*val = argv[i] + n + 1;
-		*used = 1;
-	} else {
-		*val = i + 1 < argc ? argv[i + 1] : NULL;
-		*used = i + 1 < argc ? 2 : 1;
-	}
-	return 1;
-}
-
-/* A count flag's value into *dst: 0 or 2 after a usage error. */
-static int count_flag(const char *cmd, const char *flag, const char *v, long lo, long hi, int64_t *dst)
-{
-	long n = lo - 1;
-	if (!v || cli_parse_long(cmd, flag, v, &n))
-		n = lo - 1;
-	if (n < lo || n > hi) {
-		fprintf(stderr, "qeffect %s: %s needs a count in %ld..%ld, got '%s'\n", cmd, flag, lo, hi, v ? v : "");
-		return 2;
-	}
-	*dst = n;
-	return 0;
-}
-
-enum { T_KEEP, T_PERSIST_EVERY, T_PERSIST_KEEP, T_REMOTE, T_ENDPOINT };
-static const struct {
-	const char *flag;
-	int what;       /* T_* */
-	long lo, hi;
-	int text;       /* a text value (URL), not a count */
-	int train_only; /* resume takes it through resume_remote.c */
-} tier_flags[] = {
-	{ "--ckpt-keep", T_KEEP, 1, 1000000, 0, 0 },
-	{ "--ckpt-persist-every", T_PERSIST_EVERY, 1, 1L << 40, 0, 0 },
-	{ "--ckpt-persist-keep", T_PERSIST_KEEP, 1, 1000000, 0, 0 },
-	{ "--remote", T_REMOTE, 0, 0, 1, 1 },
-	{ "--endpoint", T_ENDPOINT, 0, 0, 1, 1 },
-};
-
-/* A text flag's value into its setting: 0 or 2 after a usage error. */
-static int text_flag(const char *cmd, const char *flag, int what, const char *v)
-{
-	cli_storage *s = cli_storage_get();
-	if (!v || !v[0]) {
-		fprintf(stderr, "qeffect %s: %s needs a value\n", cmd, flag);
-		return 2;
-	}
-	if (what == T_REMOTE)
-		return cli_storage_text(cmd, flag, v, s->remote, sizeof(s->remote));
-	return cli_storage_text(cmd, flag, v, s->ckpt.remote_endpoint, sizeof(s->ckpt.remote_endpoint));
-}
-
-int cli_tier_flags_extract(const char *cmd, int *argc, char **argv)
-{
-	cli_storage *s = cli_storage_get();
-	int out = 1;
-	for (int i = 1; i < *argc;) {
-		const char *v = NULL;
-		int used = 0;
-		if (strcmp(argv[i], "--") == 0) {
-			while (i < *argc)
-				argv[out++] = argv[i++];
-			break;
-		}
-		int found = 0;
-		for (size_t k = 0; k < sizeof(tier_flags) / sizeof(tier_flags[0]) && !found; k++) {
-			if ((tier_flags[k].train_only && strcmp(cmd, "train")) ||
-			    !flag_value(*argc, argv, i, tier_flags[k].flag, &v, &used))
-				continue;
-			found = 1;
-			int64_t n = 0;
-			if (tier_flags[k].text) {
-				if (text_flag(cmd, tier_flags[k].flag, tier_flags[k].what, v))
-					return 2;
-			} else if (count_flag(cmd, tier_flags[k].flag, v, tier_flags[k].lo, tier_flags[k].hi, &n)) {
-				return 2;
-			} else if (tier_flags[k].what == T_KEEP) {
-				s->keep = (int)n;
-			} else if (tier_flags[k].what == T_PERSIST_EVERY) {
-				s->persist_every = n;
-			} else {
-				s->persist_keep = (int)n;
-			}
-			i += used;
-		}
-		if (found)
-			continue;
-		if (!flag_value(*argc, argv, i, "--ckpt-replicas", &v, &used)) {
-			argv[out++] = argv[i++];
-			continue;
-		}
-		long n = -1;
-		if (!v || cli_parse_long(cmd, "--ckpt-replicas", v, &n))
-			n = -1;
-		if (n < 0 || n > 8) {
-			fprintf(stderr, "qeffect %s: --ckpt-replicas needs a count of copies in 0..8, got '%s'\n", cmd,
-				v ? v : "");
-			return 2;
-		}
-		s->ckpt.replicas = (int)n;
-		i += used;
-	}
-	*argc = out;
-	argv[out] = NULL;
-	cli_storage_commit();
-	return 0;
 }
 
 int cli_tier_flags_check(const char *cmd, int64_t ckpt_every)

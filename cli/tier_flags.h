@@ -1,10 +1,12 @@
 /*
  * tier_flags.h - the checkpoint tier flags of `qeffect train` and `qeffect
  * resume`: --ckpt-replicas R (copies of every rank's chunks in the stores of
- * R ranks on other hosts, ckpt/tiers/ckpt_replica.c).  Taken out of argv before
- * the shared train flag parser runs and turned into the variable the
- * checkpoint layer reads (QE_CKPT_REPLICAS), so forked and exec'd ranks see
- * it too; an external launcher gives every host the same command line.
+ * R ranks on other hosts, ckpt/tiers/ckpt_replica.c), --ckpt-keep N,
+ * --ckpt-persist-every K2, --ckpt-persist-keep N2, --remote URL and
+ * --endpoint URL.  Parsed with the other train flags (train_flags.c) from
+ * the table cli_tier_flags (storage_options.h) into the process's storage
+ * settings, which forked ranks inherit; an external launcher gives every
+ * host the same command line.  Here: their help and the checks across them.
  */
 #ifndef CLI_TIER_FLAGS_H
 #define CLI_TIER_FLAGS_H
@@ -12,25 +14,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/*
- * Remove --ckpt-replicas R (or =R) from argv (updating *argc) and set
- * QE_CKPT_REPLICAS.  Returns 0, or 2 after printing a usage error naming
- * the value.
- */
-int cli_tier_flags_extract(const char *cmd, int *argc, char **argv);
 /* The flags' lines for --help. */
 void cli_tier_flags_help(FILE *f);
 /* train's --remote and --endpoint lines (resume has its own, resume_remote.h). */
 void cli_tier_remote_help(FILE *f);
 
 /*
- * The other tier flags go the same way, into variables every rank reads:
- * --ckpt-keep N (QE_CKPT_KEEP), --ckpt-persist-every K2
- * (QE_CKPT_PERSIST_EVERY), --ckpt-persist-keep N2 (QE_CKPT_PERSIST_KEEP), and
- * for train --remote URL (QE_CKPT_REMOTE) and --endpoint URL
- * (QE_CKPT_REMOTE_ENDPOINT); resume takes those two in resume_remote.c,
- * which sets the same variables.  --ckpt-memory DIR (QE_CKPT_MEMORY_DIR,
- * the memory tier's folder, ckpt/tiers/ckpt_memtier.c) is a storage flag every
+ * The tier settings as train and resume see them; --ckpt-memory DIR (the
+ * memory tier's folder, ckpt/tiers/ckpt_memtier.c) is a storage flag every
  * command takes (cli/main.c); it is checked here for train and resume.
  */
 typedef struct cli_tiers {

@@ -1,12 +1,14 @@
 /*
  * train_flags.c - flag parsing for train and resume.
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/async_flag.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
+#include "cli/storage_options.h"
 #include "runtime/core/status.h"
 #include "cli/train_flags.h"
 
@@ -118,44 +120,51 @@ int *cli_shape_field(qe_model_config *m, int i)
 	return f[i];
 }
 
-static int bad(const char *cmd, const char *flag, const char *val)
+/* The value parsers of the runtime's enums, as the flag table calls them (flags.h: CLI_FLAG_PARSE). */
+static int p_preset(const char *v, void *dst) { return qe_model_preset(v, dst); }
+static int p_lr_schedule(const char *v, void *dst) { return qe_lr_schedule_parse(v, dst); }
+static int p_schedule(const char *v, void *dst) { return qe_sched_kind_parse(v, dst); }
+static int p_backward(const char *v, void *dst) { return qe_sched_backward_parse(v, dst); }
+static int p_exec(const char *v, void *dst) { return qe_exec_parse(v, dst); }
+static int p_grad(const char *v, void *dst) { return qe_grad_parse(v, dst); }
+static int p_arena(const char *v, void *dst) { return qe_arena_layout_parse(v, dst); }
+static int p_amax_algo(const char *v, void *dst) { return qe_amax_algo_parse(v, dst); }
+static int p_fp8_format(const char *v, void *dst) { return qe_fp8_format_parse(v, dst); }
+
+/* --attention: qe_attn_mode + 1 into an int (0: not given). */
+static int p_attention(const char *v, void *dst)
 {
-	fprintf(stderr, "qeffect %s: bad value '%s' for %s: %s\n", cmd, val, flag, qe_last_error());
-	return 2;
+	qe_attn_mode m;
+	if (qe_attn_mode_parse(v, &m))
+		return -1;
+	*(int *)dst = (int)m + 1;
+	return 0;
 }
+
+/* --fp8 on|off and --precision MODE set the same field; resume names the one given in its refusals. */
+static int precision_flag(const char *cmd, const char *flag, const char *v, void *dst)
+{
+	cli_train_args *a = dst;
+	if (strcmp(flag, "--fp8") == 0) {
+		if (strcmp(v, "on") && strcmp(v, "off")) {
+			fprintf(stderr, "qeffect %s: --fp8 takes on or off, got '%s'\n", cmd, v);
+			return 2;
+		}
+		a->cfg.prec.mode = strcmp(v, "on") == 0 ? QE_PREC_FP8 : QE_PREC_F32;
+	} else if (qe_prec_mode_parse(v, &a->cfg.prec.mode)) {
+		fprintf(stderr, "qeffect %s: bad value '%s' for %s: %s\n", cmd, v, flag, qe_last_error());
+		return 2;
+	}
+	snprintf(a->prec_flag, sizeof(a->prec_flag), "%s", flag);
+	snprintf(a->prec_value, sizeof(a->prec_value), "%s", v);
+	return 0;
+}
+
+static const char *const delayed_current[] = { "delayed", "current", NULL };
+static const char *const text_json[] = { "text", "json", NULL };
 
 int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args *a, int for_resume)
 {
-	enum {
-		O_PRESET = 256, O_PP, O_DP, O_MICRO, O_CHUNKS, O_SCHEDULE, O_BACKWARD, O_EXEC, O_GRAD, O_STEPS, O_SEED,
-		O_LR, O_HISTORY, O_MARGIN, O_ALGO, O_FORMAT, O_FP8, O_HEAD, O_DATA, O_RUNDIR, O_EVAL, O_EVALM, O_CKPT,
-		O_BACKEND, O_NPROC, O_LOG, O_QUIET, O_JSON, O_FROM, O_CHECKREP, O_TRACE, O_ARENA, O_PRECISION, O_LAYERS,
-		O_HIDDEN, O_HEADS, O_FFN, O_SEQ, O_VOCAB, O_BATCH, O_ATTN, O_HELP, O_LRSCHED, O_WARMUP, O_LRMIN, O_DECAY,
-		O_WD, O_BETA1, O_BETA2, O_EPS, O_CLIP, O_LOGFMT, O_ONSIGNAL, O_TIE, O_SAMPLE, O_SAMPLE_TOKENS
-	};
-	static const struct option opts[] = {
-		{ "preset", 1, 0, O_PRESET },	  { "pp", 1, 0, O_PP },		  { "dp", 1, 0, O_DP },
-		{ "micro", 1, 0, O_MICRO },	  { "chunks", 1, 0, O_CHUNKS },	  { "schedule", 1, 0, O_SCHEDULE },
-		{ "backward", 1, 0, O_BACKWARD }, { "exec", 1, 0, O_EXEC },	  { "grad", 1, 0, O_GRAD },
-		{ "steps", 1, 0, O_STEPS },	  { "seed", 1, 0, O_SEED },	  { "lr", 1, 0, O_LR },
-		{ "amax-history", 1, 0, O_HISTORY }, { "amax-margin", 1, 0, O_MARGIN }, { "amax-algo", 1, 0, O_ALGO },
-		{ "fp8-format", 1, 0, O_FORMAT }, { "fp8", 1, 0, O_FP8 },	  { "head-scaling", 1, 0, O_HEAD },
-		{ "data", 1, 0, O_DATA },	  { "run-dir", 1, 0, O_RUNDIR },  { "eval-every", 1, 0, O_EVAL },
-		{ "eval-micro", 1, 0, O_EVALM },  { "ckpt-every", 1, 0, O_CKPT }, { "backend", 1, 0, O_BACKEND },
-		{ "nproc", 1, 0, O_NPROC },	  { "log-every", 1, 0, O_LOG },	  { "quiet", 0, 0, O_QUIET },
-		{ "check-replicas", 1, 0, O_CHECKREP },
-		{ "trace", 1, 0, O_TRACE },	  { "arena", 1, 0, O_ARENA },
-		{ "json", 0, 0, O_JSON },	  { "from", 1, 0, O_FROM },	  { "help", 0, 0, O_HELP },
-		{ "precision", 1, 0, O_PRECISION }, { "layers", 1, 0, O_LAYERS }, { "hidden", 1, 0, O_HIDDEN },
-		{ "heads", 1, 0, O_HEADS },	  { "ffn", 1, 0, O_FFN },	  { "seq", 1, 0, O_SEQ },
-		{ "vocab", 1, 0, O_VOCAB },	  { "batch", 1, 0, O_BATCH },	  { "attention", 1, 0, O_ATTN },
-		{ "tie-embeddings", 1, 0, O_TIE },
-		{ "lr-schedule", 1, 0, O_LRSCHED }, { "warmup", 1, 0, O_WARMUP }, { "lr-min", 1, 0, O_LRMIN },
-		{ "lr-decay-steps", 1, 0, O_DECAY }, { "weight-decay", 1, 0, O_WD }, { "beta1", 1, 0, O_BETA1 }, { "grad-clip", 1, 0, O_CLIP }, { "log-format", 1, 0, O_LOGFMT }, { "ckpt-on-signal", 1, 0, O_ONSIGNAL },
-		{ "beta2", 1, 0, O_BETA2 },	  { "eps", 1, 0, O_EPS },
-		{ "sample-every", 1, 0, O_SAMPLE }, { "sample-tokens", 1, 0, O_SAMPLE_TOKENS },
-		{ 0, 0, 0, 0 }
-	};
 	memset(a, 0, sizeof(*a));
 	qe_train_config_default(&a->cfg);
 	a->ckpt_on_signal = 1;
@@ -168,258 +177,91 @@ int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args
 		fclose(probe);
 		snprintf(a->cfg.data, sizeof(a->cfg.data), "%s", path);
 	}
-	optind = 1;
-	opterr = 0;
-	int c;
-	long v;
-	double d;
 	qe_train_config *cfg = &a->cfg;
-	/* shape flags override the preset whatever their order: applied after the loop */
+	qe_adamw_config *o = &cfg->optim;
+	unsigned *g = &a->given, *og = &a->optim_given;
+	/* shape flags override the preset whatever their order: applied after the parse; so are the on/off
+	 * words (index into cli_on_off: 0 on, 1 off; -1 not given) */
 	int *shape = a->shape;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		const char *flag = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
-		switch (c) {
-		case 'h':
-		case O_HELP:
-			return -1;
-		case O_PRESET:
-			if (qe_model_preset(optarg, &cfg->model))
-				return bad(cmd, "--preset", optarg);
-			a->given |= CLI_F_PRESET;
-			break;
-#define INTFLAG(O, F, field, lo, hi, name)                                                    \
-	case O:                                                                              \
-		if (cli_parse_long(cmd, name, optarg, &v))                                   \
-			return 2;                                                            \
-		if (v < lo || v > hi) {                                                      \
-			fprintf(stderr, "qeffect %s: %s must be in %ld..%ld, got %ld\n", cmd, name, \
-				(long)(lo), (long)(hi), v);                                  \
-			return 2;                                                            \
-		}                                                                            \
-		field = v;                                                                   \
-		a->given |= F;                                                               \
-		break;
-			INTFLAG(O_PP, CLI_F_PP, cfg->pp, 1, 64, "--pp")
-			INTFLAG(O_DP, CLI_F_DP, cfg->dp, 1, 64, "--dp")
-			INTFLAG(O_MICRO, CLI_F_MICRO, cfg->micro, 1, 256, "--micro")
-			INTFLAG(O_CHUNKS, CLI_F_CHUNKS, cfg->chunks, 1, 8, "--chunks")
-			INTFLAG(O_STEPS, CLI_F_STEPS, cfg->steps, 0, 100000000, "--steps")
-			INTFLAG(O_SEED, CLI_F_SEED, cfg->seed, 0, 0x7fffffffffffffffL, "--seed")
-			INTFLAG(O_HISTORY, CLI_F_HISTORY, cfg->prec.recipe.history_len, 1, 65536, "--amax-history")
-			INTFLAG(O_MARGIN, CLI_F_MARGIN, cfg->prec.recipe.margin, 0, 127, "--amax-margin")
-			INTFLAG(O_EVAL, CLI_F_EVAL, cfg->eval_every, 0, 100000000, "--eval-every")
-			INTFLAG(O_EVALM, CLI_F_EVAL_MICRO, cfg->eval_micro, 1, 4096, "--eval-micro")
-			INTFLAG(O_CKPT, CLI_F_CKPT, cfg->ckpt_every, 0, 100000000, "--ckpt-every")
-			INTFLAG(O_NPROC, CLI_F_NPROC, a->nproc, 1, 256, "--nproc")
-			INTFLAG(O_LOG, CLI_F_LOG, cfg->log_every, 1, 100000000, "--log-every")
-			INTFLAG(O_FROM, CLI_F_FROM, a->from_step, 0, 0x7fffffffffffffffL, "--from")
-			INTFLAG(O_SAMPLE, 0, a->sample_every, 0, 100000000, "--sample-every")
-			INTFLAG(O_SAMPLE_TOKENS, 0, a->sample_tokens, 1, 1000000, "--sample-tokens")
-			INTFLAG(O_LAYERS, CLI_F_SHAPE, shape[0], 1, 1024, "--layers")
-			INTFLAG(O_HIDDEN, CLI_F_SHAPE, shape[1], 1, 65536, "--hidden")
-			INTFLAG(O_HEADS, CLI_F_SHAPE, shape[2], 1, 1024, "--heads")
-			INTFLAG(O_FFN, CLI_F_SHAPE, shape[3], 1, 262144, "--ffn")
-			INTFLAG(O_SEQ, CLI_F_SHAPE, shape[4], 1, 65536, "--seq")
-			INTFLAG(O_VOCAB, CLI_F_SHAPE, shape[5], 2, 1048576, "--vocab")
-			INTFLAG(O_BATCH, CLI_F_SHAPE, shape[6], 1, 4096, "--batch")
-#undef INTFLAG
-		case O_LR:
-			if (cli_parse_double(cmd, "--lr", optarg, &d))
-				return 2;
-			if (!(d >= 0 && d < 10)) {
-				fprintf(stderr, "qeffect %s: --lr must be in [0, 10), got %s\n", cmd, optarg);
-				return 2;
-			}
-			cfg->optim.lr = (float)d;
-			a->given |= CLI_F_LR;
-			break;
-		case O_LRSCHED:
-			if (qe_lr_schedule_parse(optarg, &cfg->optim.lr_schedule))
-				return bad(cmd, "--lr-schedule", optarg);
-			a->optim_given |= CLI_O_SCHEDULE;
-			break;
-		case O_WARMUP:
-		case O_DECAY:
-			if (cli_parse_long(cmd, c == O_WARMUP ? "--warmup" : "--lr-decay-steps", optarg, &v))
-				return 2;
-			if (v < 0 || v > 1000000000L) {
-				fprintf(stderr, "qeffect %s: %s must be in 0..1000000000, got %s\n", cmd,
-					c == O_WARMUP ? "--warmup" : "--lr-decay-steps", optarg);
-				return 2;
-			}
-			*(c == O_WARMUP ? &cfg->optim.warmup : &cfg->optim.decay_steps) = v;
-			a->optim_given |= c == O_WARMUP ? CLI_O_WARMUP : CLI_O_DECAY;
-			break;
-		case O_LRMIN:
-		case O_WD:
-		case O_BETA1:
-		case O_BETA2:
-		case O_EPS:
-		case O_CLIP: {
-			static const struct {
-				int opt;
-				const char *flag;
-				unsigned bit;
-				double lo, hi; /* [lo, hi) */
-			} fl[] = { { O_LRMIN, "--lr-min", CLI_O_LR_MIN, 0, 10 },   { O_WD, "--weight-decay", CLI_O_WD, 0, 10 },
-				   { O_BETA1, "--beta1", CLI_O_BETA1, 0, 1 },	  { O_BETA2, "--beta2", CLI_O_BETA2, 0, 1 },
-				   { O_EPS, "--eps", CLI_O_EPS, 1e-30, 1 },	  { O_CLIP, "--grad-clip", CLI_O_CLIP, 0, 1e30 } };
-			int k = 0;
-			while (fl[k].opt != c)
-				k++;
-			if (cli_parse_double(cmd, fl[k].flag, optarg, &d))
-				return 2;
-			if (!(d >= fl[k].lo && d < fl[k].hi)) {
-				fprintf(stderr, "qeffect %s: %s must be in [%g, %g), got %s\n", cmd, fl[k].flag, fl[k].lo,
-					fl[k].hi, optarg);
-				return 2;
-			}
-			float *dst[] = { &cfg->optim.lr_min, &cfg->optim.weight_decay, &cfg->optim.beta1, &cfg->optim.beta2,
-					 &cfg->optim.eps, &cfg->optim.grad_clip };
-			*dst[k] = (float)d;
-			a->optim_given |= fl[k].bit;
-			break;
-		}
-		case O_SCHEDULE:
-			if (qe_sched_kind_parse(optarg, &cfg->schedule))
-				return bad(cmd, "--schedule", optarg);
-			a->given |= CLI_F_SCHEDULE;
-			break;
-		case O_BACKWARD:
-			if (qe_sched_backward_parse(optarg, &cfg->backward))
-				return bad(cmd, "--backward", optarg);
-			a->given |= CLI_F_BACKWARD;
-			break;
-		case O_EXEC:
-			if (qe_exec_parse(optarg, &cfg->exec))
-				return bad(cmd, "--exec", optarg);
-			a->given |= CLI_F_EXEC;
-			break;
-		case O_GRAD:
-			if (qe_grad_parse(optarg, &cfg->grad))
-				return bad(cmd, "--grad", optarg);
-			a->given |= CLI_F_GRAD;
-			break;
-		case O_ARENA:
-			if (qe_arena_layout_parse(optarg, &cfg->arena))
-				return bad(cmd, "--arena", optarg);
-			a->given |= CLI_F_ARENA;
-			break;
-		case O_ALGO:
-			if (qe_amax_algo_parse(optarg, &cfg->prec.recipe.algo))
-				return bad(cmd, "--amax-algo", optarg);
-			a->given |= CLI_F_ALGO;
-			break;
-		case O_FORMAT:
-			if (qe_fp8_format_parse(optarg, &cfg->prec.recipe.format))
-				return bad(cmd, "--fp8-format", optarg);
-			a->given |= CLI_F_FORMAT;
-			break;
-		case O_FP8:
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "qeffect %s: --fp8 takes on or off, got '%s'\n", cmd, optarg);
-				return 2;
-			}
-			cfg->prec.mode = strcmp(optarg, "on") == 0 ? QE_PREC_FP8 : QE_PREC_F32;
-			snprintf(a->prec_flag, sizeof(a->prec_flag), "--fp8");
-			snprintf(a->prec_value, sizeof(a->prec_value), "%s", optarg);
-			a->given |= CLI_F_FP8;
-			break;
-		case O_ATTN: {
-			qe_attn_mode m;
-			if (qe_attn_mode_parse(optarg, &m))
-				return bad(cmd, "--attention", optarg);
-			a->attn = (int)m + 1;
-			a->given |= CLI_F_SHAPE;
-			break;
-		}
-		case O_TIE:
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "qeffect %s: bad value '%s' for --tie-embeddings: on or off\n", cmd, optarg);
-				return 2;
-			}
-			a->tie = strcmp(optarg, "on") == 0 ? 2 : 1;
-			a->given |= CLI_F_SHAPE;
-			break;
-		case O_PRECISION:
-			if (qe_prec_mode_parse(optarg, &cfg->prec.mode))
-				return bad(cmd, "--precision", optarg);
-			snprintf(a->prec_flag, sizeof(a->prec_flag), "--precision");
-			snprintf(a->prec_value, sizeof(a->prec_value), "%s", optarg);
-			a->given |= CLI_F_FP8;
-			break;
-		case O_HEAD:
-			if (strcmp(optarg, "delayed") && strcmp(optarg, "current")) {
-				fprintf(stderr, "qeffect %s: --head-scaling takes delayed or current, got '%s'\n", cmd, optarg);
-				return 2;
-			}
-			cfg->prec.head_current = strcmp(optarg, "current") == 0;
-			a->given |= CLI_F_HEAD;
-			break;
-		case O_DATA:
-			if (cli_parse_path(cmd, "--data", optarg))
-				return 2;
-			snprintf(cfg->data, sizeof(cfg->data), "%s", optarg);
-			a->given |= CLI_F_DATA;
-			break;
-		case O_RUNDIR:
-			if (cli_parse_path(cmd, "--run-dir", optarg))
-				return 2;
-			snprintf(cfg->run_dir, sizeof(cfg->run_dir), "%s", optarg);
-			a->given |= CLI_F_RUNDIR;
-			break;
-		case O_BACKEND:
-			if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-				fprintf(stderr, "qeffect %s: --backend takes cpu or cuda, got '%s'\n", cmd, optarg);
-				return 2;
-			}
-			snprintf(cfg->backend, sizeof(cfg->backend), "%s", optarg);
-			a->given |= CLI_F_BACKEND;
-			break;
-		case O_ONSIGNAL:
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "qeffect %s: bad value '%s' for --ckpt-on-signal: on or off\n", cmd, optarg);
-				return 2;
-			}
-			a->ckpt_on_signal = !strcmp(optarg, "on");
-			break;
-		case O_LOGFMT:
-			if (strcmp(optarg, "text") && strcmp(optarg, "json")) {
-				fprintf(stderr, "qeffect %s: bad value '%s' for --log-format: text or json\n", cmd, optarg);
-				return 2;
-			}
-			a->log_json = !strcmp(optarg, "json");
-			break;
-		case O_QUIET:
-			a->quiet = 1;
-			break;
-		case O_TRACE:
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "qeffect %s: --trace takes on or off, got '%s'\n", cmd, optarg);
-				return 2;
-			}
-			a->no_trace = strcmp(optarg, "off") == 0;
-			break;
-		case O_CHECKREP:
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "qeffect %s: --check-replicas takes on or off, got '%s'\n", cmd, optarg);
-				return 2;
-			}
-			cfg->check_replicas = strcmp(optarg, "on") == 0;
-			break;
-		case O_JSON:
-			a->json = 1;
-			break;
-		case '?':
-		default:
-			fprintf(stderr, "qeffect %s: unknown or incomplete flag '%s' (see --help)\n", cmd, flag);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect %s: unexpected argument '%s' (see --help)\n", cmd, argv[optind]);
-		return 2;
-	}
+	int backend = -1, on_signal = -1, check_rep = -1, tie = -1;
+	const long long big = 100000000, any = 0x7fffffffffffffffLL;
+	const cli_flag train_only[] = { { "init-from", 0, CLI_FLAG_PATH, .dst = &a->init_from }, { 0 } };
+	const cli_flag resume_only[] = { { "remote-run-id", 0, CLI_FLAG_STRING, .dst = &a->remote_run_id }, { 0 } };
+	const cli_flag flags[] = {
+		{ "preset", 0, CLI_FLAG_PARSE, &cfg->model, .parse = p_preset, .given = g, .bit = CLI_F_PRESET },
+		{ "pp", 0, CLI_FLAG_INT, &cfg->pp, 1, 64, .given = g, .bit = CLI_F_PP },
+		{ "dp", 0, CLI_FLAG_INT, &cfg->dp, 1, 64, .given = g, .bit = CLI_F_DP },
+		{ "micro", 0, CLI_FLAG_INT, &cfg->micro, 1, 256, .given = g, .bit = CLI_F_MICRO },
+		{ "chunks", 0, CLI_FLAG_INT, &cfg->chunks, 1, 8, .given = g, .bit = CLI_F_CHUNKS },
+		{ "steps", 0, CLI_FLAG_INT64, &cfg->steps, 0, big, .given = g, .bit = CLI_F_STEPS },
+		{ "seed", 0, CLI_FLAG_UINT64, &cfg->seed, 0, any, .given = g, .bit = CLI_F_SEED },
+		{ "amax-history", 0, CLI_FLAG_INT, &cfg->prec.recipe.history_len, 1, 65536, .given = g, .bit = CLI_F_HISTORY },
+		{ "amax-margin", 0, CLI_FLAG_INT, &cfg->prec.recipe.margin, 0, 127, .given = g, .bit = CLI_F_MARGIN },
+		{ "eval-every", 0, CLI_FLAG_INT, &cfg->eval_every, 0, big, .given = g, .bit = CLI_F_EVAL },
+		{ "eval-micro", 0, CLI_FLAG_INT, &cfg->eval_micro, 1, 4096, .given = g, .bit = CLI_F_EVAL_MICRO },
+		{ "ckpt-every", 0, CLI_FLAG_INT, &cfg->ckpt_every, 0, big, .given = g, .bit = CLI_F_CKPT },
+		{ "nproc", 0, CLI_FLAG_INT, &a->nproc, 1, 256, .given = g, .bit = CLI_F_NPROC },
+		{ "log-every", 0, CLI_FLAG_INT, &cfg->log_every, 1, big, .given = g, .bit = CLI_F_LOG },
+		{ "from", 0, CLI_FLAG_LONG, &a->from_step, 0, any, .given = g, .bit = CLI_F_FROM },
+		{ "sample-every", 0, CLI_FLAG_LONG, &a->sample_every, .lo = 0, .hi = big },
+		{ "sample-tokens", 0, CLI_FLAG_LONG, &a->sample_tokens, .lo = 1, .hi = 1000000 },
+		{ "layers", 0, CLI_FLAG_INT, &shape[0], 1, 1024, .given = g, .bit = CLI_F_SHAPE },
+		{ "hidden", 0, CLI_FLAG_INT, &shape[1], 1, 65536, .given = g, .bit = CLI_F_SHAPE },
+		{ "heads", 0, CLI_FLAG_INT, &shape[2], 1, 1024, .given = g, .bit = CLI_F_SHAPE },
+		{ "ffn", 0, CLI_FLAG_INT, &shape[3], 1, 262144, .given = g, .bit = CLI_F_SHAPE },
+		{ "seq", 0, CLI_FLAG_INT, &shape[4], 1, 65536, .given = g, .bit = CLI_F_SHAPE },
+		{ "vocab", 0, CLI_FLAG_INT, &shape[5], 2, 1048576, .given = g, .bit = CLI_F_SHAPE },
+		{ "batch", 0, CLI_FLAG_INT, &shape[6], 1, 4096, .given = g, .bit = CLI_F_SHAPE },
+		{ "attention", 0, CLI_FLAG_PARSE, &a->attn, .parse = p_attention, .given = g, .bit = CLI_F_SHAPE },
+		{ "tie-embeddings", 0, CLI_FLAG_CHOICE, &tie, .words = cli_on_off, .given = g, .bit = CLI_F_SHAPE },
+		{ "lr", 0, CLI_FLAG_FLOAT, &o->lr, .dlo = 0, .dhi = 10, .given = g, .bit = CLI_F_LR },
+		{ "lr-schedule", 0, CLI_FLAG_PARSE, &o->lr_schedule, .parse = p_lr_schedule, .given = og, .bit = CLI_O_SCHEDULE },
+		{ "warmup", 0, CLI_FLAG_INT64, &o->warmup, 0, 1000000000, .given = og, .bit = CLI_O_WARMUP },
+		{ "lr-decay-steps", 0, CLI_FLAG_INT64, &o->decay_steps, 0, 1000000000, .given = og, .bit = CLI_O_DECAY },
+		{ "lr-min", 0, CLI_FLAG_FLOAT, &o->lr_min, .dlo = 0, .dhi = 10, .given = og, .bit = CLI_O_LR_MIN },
+		{ "weight-decay", 0, CLI_FLAG_FLOAT, &o->weight_decay, .dlo = 0, .dhi = 10, .given = og, .bit = CLI_O_WD },
+		{ "beta1", 0, CLI_FLAG_FLOAT, &o->beta1, .dlo = 0, .dhi = 1, .given = og, .bit = CLI_O_BETA1 },
+		{ "beta2", 0, CLI_FLAG_FLOAT, &o->beta2, .dlo = 0, .dhi = 1, .given = og, .bit = CLI_O_BETA2 },
+		{ "eps", 0, CLI_FLAG_FLOAT, &o->eps, .dlo = 1e-30, .dhi = 1, .given = og, .bit = CLI_O_EPS },
+		{ "grad-clip", 0, CLI_FLAG_FLOAT, &o->grad_clip, .dlo = 0, .dhi = 1e30, .given = og, .bit = CLI_O_CLIP },
+		{ "schedule", 0, CLI_FLAG_PARSE, &cfg->schedule, .parse = p_schedule, .given = g, .bit = CLI_F_SCHEDULE },
+		{ "backward", 0, CLI_FLAG_PARSE, &cfg->backward, .parse = p_backward, .given = g, .bit = CLI_F_BACKWARD },
+		{ "exec", 0, CLI_FLAG_PARSE, &cfg->exec, .parse = p_exec, .given = g, .bit = CLI_F_EXEC },
+		{ "grad", 0, CLI_FLAG_PARSE, &cfg->grad, .parse = p_grad, .given = g, .bit = CLI_F_GRAD },
+		{ "arena", 0, CLI_FLAG_PARSE, &cfg->arena, .parse = p_arena, .given = g, .bit = CLI_F_ARENA },
+		{ "amax-algo", 0, CLI_FLAG_PARSE, &cfg->prec.recipe.algo, .parse = p_amax_algo, .given = g, .bit = CLI_F_ALGO },
+		{ "fp8-format", 0, CLI_FLAG_PARSE, &cfg->prec.recipe.format, .parse = p_fp8_format, .given = g,
+		  .bit = CLI_F_FORMAT },
+		{ "fp8", 0, CLI_FLAG_FN, a, .fn = precision_flag, .given = g, .bit = CLI_F_FP8 },
+		{ "precision", 0, CLI_FLAG_FN, a, .fn = precision_flag, .given = g, .bit = CLI_F_FP8 },
+		{ "head-scaling", 0, CLI_FLAG_CHOICE, &cfg->prec.head_current, .words = delayed_current, .given = g,
+		  .bit = CLI_F_HEAD },
+		{ "data", 0, CLI_FLAG_PATH, cfg->data, .cap = sizeof(cfg->data), .given = g, .bit = CLI_F_DATA },
+		{ "run-dir", 0, CLI_FLAG_PATH, cfg->run_dir, .cap = sizeof(cfg->run_dir), .given = g, .bit = CLI_F_RUNDIR },
+		{ "backend", 0, CLI_FLAG_CHOICE, &backend, .words = cli_backends, .given = g, .bit = CLI_F_BACKEND },
+		{ "ckpt-on-signal", 0, CLI_FLAG_CHOICE, &on_signal, .words = cli_on_off },
+		{ "log-format", 0, CLI_FLAG_CHOICE, &a->log_json, .words = text_json },
+		{ "trace", 0, CLI_FLAG_CHOICE, &a->no_trace, .words = cli_on_off },
+		{ "check-replicas", 0, CLI_FLAG_CHOICE, &check_rep, .words = cli_on_off },
+		{ "quiet", 0, CLI_FLAG_BOOL, .dst = &a->quiet },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &a->json },
+		{ "ckpt-async", 0, CLI_FLAG_FN, &a->async, .fn = cli_async_flag_set, .bare = "wait" },
+		{ .kind = CLI_FLAG_INCLUDE, .include = cli_tier_flags },
+		{ .kind = CLI_FLAG_INCLUDE, .include = for_resume ? resume_only : train_only },
+		{ 0 },
+	};
+	int rc = cli_flags_parse(cmd, flags, argc, argv, NULL);
+	cli_storage_commit();
+	if (rc)
+		return rc;
+	if (backend >= 0)
+		snprintf(cfg->backend, sizeof(cfg->backend), "%s", cli_backends[backend]);
+	if (on_signal >= 0)
+		a->ckpt_on_signal = on_signal == 0;
+	if (check_rep >= 0)
+		cfg->check_replicas = check_rep == 0;
+	if (tie >= 0)
+		a->tie = tie == 0 ? 2 : 1;
 	for (int i = 0; i < 7; i++)
 		if (shape[i])
 			*cli_shape_field(&cfg->model, i) = shape[i];

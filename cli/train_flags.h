@@ -1,7 +1,10 @@
 /*
  * train_flags.h - the flags of `qeffect train` (and the subset `resume`
- * accepts), parsed into a qe_train_config with a record of which were given,
- * so resume can refuse a model or recipe flag that conflicts with the run.
+ * accepts), parsed in one table (flags.h) into a qe_train_config with a
+ * record of which were given, so resume can refuse a model or recipe flag
+ * that conflicts with the run.  The same parse takes --ckpt-async
+ * (async_flag.h), the tier flags into the storage settings (tier_flags.h),
+ * train's --init-from and resume's --remote-run-id.
  */
 #ifndef CLI_TRAIN_FLAGS_H
 #define CLI_TRAIN_FLAGS_H
@@ -46,13 +49,17 @@ typedef struct cli_train_args {
 	int attn;         /* --attention as given: qe_attn_mode + 1; 0: not given */
 	int tie;          /* --tie-embeddings as given: 1 off, 2 on; 0: not given (the preset's) */
 	char prec_flag[16], prec_value[16]; /* the precision flag as given: "--fp8" "off", "--precision" "bf16" */
+	int async;                 /* --ckpt-async: a ckpt_async_mode */
+	const char *init_from;     /* train --init-from PATH (points into argv); NULL: random weights */
+	const char *remote_run_id; /* resume --remote-run-id ID (points into argv); NULL when absent */
 } cli_train_args;
 
 /* Print the flag reference (shared by train and resume). */
 void cli_train_flags_help(FILE *f, int for_resume);
 /*
- * Parse argv (argv[0] is the command name).  Returns 0, or 2 after printing
- * an error naming the flag (bad usage), or -1 when --help was printed.
+ * Parse argv (argv[0] is the command name), the tier flags into the storage
+ * settings (committed).  Returns 0, or 2 after printing an error naming the
+ * flag (bad usage), or -1 when --help was asked for.
  */
 int cli_train_flags_parse(const char *cmd, int argc, char **argv, cli_train_args *out, int for_resume);
 /*

@@ -17,7 +17,8 @@
  * uniform.  A shape the backend refuses (head dim 128 today) is reported as
  * unsupported with the backend's message; the others still run.
  */
-#include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 
 #include "cli/bench/bench.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/rng.h"
 #include "runtime/core/status.h"
@@ -179,36 +181,21 @@ int bench_attention_main(int argc, char **argv)
 	const char *backend = "cuda", *shapes_s = NULL, *opname = "bf16";
 	double min_ms = -1;
 	int json = 0;
-	static const struct option opts[] = { { "backend", 1, 0, 'b' }, { "shapes", 1, 0, 's' },
-					      { "operands", 1, 0, 'o' }, { "min-ms", 1, 0, 'm' },
-					      { "json", 0, 0, 'j' },	   { "help", 0, 0, 'h' },
-					      { 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			help(stdout);
-			return 0;
-		case 'b': backend = optarg; break;
-		case 's': shapes_s = optarg; break;
-		case 'o': opname = optarg; break;
-		case 'm':
-			if (cli_parse_double("bench attention", "--min-ms", optarg, &min_ms))
-				return 2;
-			break;
-		case 'j': json = 1; break;
-		default:
-			fprintf(stderr, "qeffect bench attention: unknown flag or missing value '%s' (see --help)\n",
-				argv[optind - 1]);
-			return 2;
-		}
+	const cli_flag table[] = {
+		{ "backend", 0, CLI_FLAG_STRING, .dst = &backend },
+		{ "shapes", 0, CLI_FLAG_STRING, .dst = &shapes_s },
+		{ "operands", 0, CLI_FLAG_STRING, .dst = &opname },
+		{ "min-ms", 0, CLI_FLAG_DOUBLE, &min_ms, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ 0 },
+	};
+	int rc = cli_flags_parse("bench attention", table, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect bench attention: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
 	if (strcmp(backend, "cuda") && strcmp(backend, "cpu")) {
 		fprintf(stderr, "qeffect bench attention: --backend cuda or cpu, not '%s'\n", backend);
 		return 2;
@@ -235,7 +222,7 @@ int bench_attention_main(int argc, char **argv)
 	}
 	qe_backend *b = NULL;
 	qe_stream *s = NULL;
-	int rc = qe_backend_open(backend, &b);
+	rc = qe_backend_open(backend, &b);
 	if (rc)
 		return cli_report("bench attention", rc, "opening the backend");
 	if (min_ms < 0)

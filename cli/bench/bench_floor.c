@@ -28,7 +28,8 @@
  * The floor is per placement: interleaved puts the embedding and the head on
  * different ranks, ZB-V's V shape puts both on rank 0.
  */
-#include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 
 #include "cli/bench/bench.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/status.h"
 #include "runtime/model/model.h"
@@ -327,52 +329,23 @@ int bench_floor_main(int argc, char **argv)
 	long M = 8, P = 2, copy_mib = -1;
 	double min_ms = -1;
 	int json = 0;
-	static const struct option opts[] = { { "backend", 1, 0, 'b' }, { "preset", 1, 0, 'p' }, { "micro", 1, 0, 'm' },
-					       { "pp", 1, 0, 'P' },	 { "copy-mib", 1, 0, 'c' }, { "min-ms", 1, 0, 't' },
-					       { "json", 0, 0, 'j' },	 { "help", 0, 0, 'h' },	{ 0, 0, 0, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case 'h':
-			help(stdout);
-			return 0;
-		case 'b':
-			backend = optarg;
-			break;
-		case 'p':
-			preset = optarg;
-			break;
-		case 'm':
-			if (cli_parse_long("bench floor", "--micro", optarg, &M))
-				return 2;
-			break;
-		case 'P':
-			if (cli_parse_long("bench floor", "--pp", optarg, &P))
-				return 2;
-			break;
-		case 'c':
-			if (cli_parse_long("bench floor", "--copy-mib", optarg, &copy_mib))
-				return 2;
-			break;
-		case 't':
-			if (cli_parse_double("bench floor", "--min-ms", optarg, &min_ms))
-				return 2;
-			break;
-		case 'j':
-			json = 1;
-			break;
-		default:
-			fprintf(stderr, "qeffect bench floor: unknown flag or missing value '%s' (see --help)\n",
-				argv[optind - 1]);
-			return 2;
-		}
+	const cli_flag table[] = {
+		{ "backend", 0, CLI_FLAG_STRING, .dst = &backend },
+		{ "preset", 0, CLI_FLAG_STRING, .dst = &preset },
+		{ "micro", 0, CLI_FLAG_LONG, &M, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "pp", 0, CLI_FLAG_LONG, &P, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "copy-mib", 0, CLI_FLAG_LONG, &copy_mib, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "min-ms", 0, CLI_FLAG_DOUBLE, &min_ms, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ 0 },
+	};
+	int rc = cli_flags_parse("bench floor", table, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect bench floor: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
 	if (M < 1 || P < 1 || P > 16) {
 		fprintf(stderr, "qeffect bench floor: --micro must be >= 1 and --pp in 1..16\n");
 		return 2;
@@ -385,7 +358,7 @@ int bench_floor_main(int argc, char **argv)
 	}
 	qe_backend *b = NULL;
 	qe_stream *s = NULL;
-	int rc = qe_backend_open(backend, &b);
+	rc = qe_backend_open(backend, &b);
 	if (rc)
 		return cli_report("bench floor", rc, "opening the backend");
 	int cuda = b->ops->device == QE_DEV_CUDA;

@@ -20,7 +20,8 @@
  * On the cpu backend every op runs when enqueued, so neither protocol can
  * race: both counts are 0 by construction and prove nothing about a GPU.
  */
-#include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 
 #include "cli/bench/bench.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "runtime/backend/backend.h"
 #include "runtime/core/status.h"
 
@@ -157,64 +159,26 @@ int bench_handoff_main(int argc, char **argv)
 	long procs = 3, checks = 200, fills = 8, pad_mib = -1, proc = 0;
 	double timeout_s = 120;
 	int json = 0;
-	static const struct option opts[] = {
-		{ "backend", 1, 0, 'b' }, { "procs", 1, 0, 'n' },     { "checks", 1, 0, 'c' }, { "fills", 1, 0, 'f' },
-		{ "pad-mib", 1, 0, 'p' }, { "timeout-s", 1, 0, 't' }, { "out", 1, 0, 'o' },    { "json", 0, 0, 'j' },
-		{ "child", 1, 0, 'C' },	  { "proc", 1, 0, 'i' },      { "help", 0, 0, 'h' },   { 0, 0, 0, 0 }
+	const cli_flag table[] = {
+		{ "backend", 0, CLI_FLAG_STRING, .dst = &backend },
+		{ "procs", 0, CLI_FLAG_LONG, &procs, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "checks", 0, CLI_FLAG_LONG, &checks, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "fills", 0, CLI_FLAG_LONG, &fills, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "pad-mib", 0, CLI_FLAG_LONG, &pad_mib, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "timeout-s", 0, CLI_FLAG_DOUBLE, &timeout_s, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "out", 0, CLI_FLAG_STRING, .dst = &out },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ "child", 0, CLI_FLAG_STRING, .dst = &child },
+		{ "proc", 0, CLI_FLAG_LONG, &proc, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ 0 },
 	};
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		long *lv = NULL;
-		const char *name = NULL;
-		switch (c) {
-		case 'h':
-			help(stdout);
-			return 0;
-		case 'b':
-			backend = optarg;
-			continue;
-		case 'o':
-			out = optarg;
-			continue;
-		case 'j':
-			json = 1;
-			continue;
-		case 'C':
-			child = optarg;
-			continue;
-		case 't':
-			if (cli_parse_double("bench handoff", "--timeout-s", optarg, &timeout_s))
-				return 2;
-			continue;
-		case 'n':
-			lv = &procs, name = "--procs";
-			break;
-		case 'c':
-			lv = &checks, name = "--checks";
-			break;
-		case 'f':
-			lv = &fills, name = "--fills";
-			break;
-		case 'p':
-			lv = &pad_mib, name = "--pad-mib";
-			break;
-		case 'i':
-			lv = &proc, name = "--proc";
-			break;
-		default:
-			fprintf(stderr, "qeffect bench handoff: unknown flag or missing value '%s' (see --help)\n",
-				argv[optind - 1]);
-			return 2;
-		}
-		if (cli_parse_long("bench handoff", name, optarg, lv))
-			return 2;
+	int rc = cli_flags_parse("bench handoff", table, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect bench handoff: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
 	if (procs < 1 || procs > 64 || checks < 1 || fills < 0 || fills > 64 || pad_mib > 4096) {
 		fprintf(stderr, "qeffect bench handoff: --procs 1..64, --checks >= 1, --fills 0..64, --pad-mib <= 4096\n");
 		return 2;

@@ -6,7 +6,8 @@
  * per run (bench_train.c), --pp 2 by default (--pp 1 for the one-GPU
  * arena comparison), two chunks per rank; --arena picks the gradient arena.
  */
-#include <getopt.h>
+#include <limits.h>
+#include <math.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "cli/bench/bench.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "runtime/core/status.h"
 #include "runtime/model/model.h"
 
@@ -134,58 +136,33 @@ int bench_scale_main(int argc, char **argv)
 	long steps = 12, warmup = 3, trials = 1, pp = 2;
 	double budget_s = 0, timeout_s = 600;
 	int json = 0;
-	static const struct option opts[] = {
-		{ "backend", 1, 0, 'b' }, { "preset", 1, 0, 'p' },   { "micro", 1, 0, 'm' },	 { "steps", 1, 0, 's' },
-		{ "warmup", 1, 0, 'w' },  { "trials", 1, 0, 't' },   { "data", 1, 0, 'd' },	 { "budget-s", 1, 0, 'B' },
-		{ "timeout-s", 1, 0, 'T' }, { "out", 1, 0, 'o' },    { "json", 0, 0, 'j' },	 { "help", 0, 0, 'h' },
-		{ "pp", 1, 0, 'P' },	    { "arena", 1, 0, 'A' },  { 0, 0, 0, 0 }
+	int arena_i = -1; /* index into arenas */
+	static const char *const arenas[] = { "accumulate", "per-mb", NULL };
+	const cli_flag table[] = {
+		{ "backend", 0, CLI_FLAG_STRING, .dst = &backend },
+		{ "preset", 0, CLI_FLAG_STRING, .dst = &preset },
+		{ "micro", 0, CLI_FLAG_STRING, .dst = &micro },
+		{ "steps", 0, CLI_FLAG_LONG, &steps, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "warmup", 0, CLI_FLAG_LONG, &warmup, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "trials", 0, CLI_FLAG_LONG, &trials, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "data", 0, CLI_FLAG_STRING, .dst = &data },
+		{ "budget-s", 0, CLI_FLAG_DOUBLE, &budget_s, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "timeout-s", 0, CLI_FLAG_DOUBLE, &timeout_s, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "out", 0, CLI_FLAG_STRING, .dst = &out },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &json },
+		{ "pp", 0, CLI_FLAG_LONG, &pp, .lo = LONG_MIN, .hi = LONG_MAX },
+		{ "arena", 0, CLI_FLAG_CHOICE, &arena_i, .words = arenas },
+		{ 0 },
 	};
-	int c;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		long *lv = NULL;
-		const char *flag = NULL;
-		switch (c) {
-		case 'h':
-			help(stdout);
-			return 0;
-		case 'b': backend = optarg; continue;
-		case 'p': preset = optarg; continue;
-		case 'm': micro = optarg; continue;
-		case 'd': data = optarg; continue;
-		case 'o': out = optarg; continue;
-		case 'j': json = 1; continue;
-		case 'A':
-			if (strcmp(optarg, "accumulate") && strcmp(optarg, "per-mb")) {
-				fprintf(stderr, "qeffect bench scale: --arena takes accumulate or per-mb, not '%s'\n", optarg);
-				return 2;
-			}
-			arena = optarg;
-			continue;
-		case 'P': lv = &pp, flag = "--pp"; break;
-		case 'B':
-			if (cli_parse_double("bench scale", "--budget-s", optarg, &budget_s))
-				return 2;
-			continue;
-		case 'T':
-			if (cli_parse_double("bench scale", "--timeout-s", optarg, &timeout_s))
-				return 2;
-			continue;
-		case 's': lv = &steps, flag = "--steps"; break;
-		case 'w': lv = &warmup, flag = "--warmup"; break;
-		case 't': lv = &trials, flag = "--trials"; break;
-		default:
-			fprintf(stderr, "qeffect bench scale: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
-		if (cli_parse_long("bench scale", flag, optarg, lv))
-			return 2;
+	int rc = cli_flags_parse("bench scale", table, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return 0;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect bench scale: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
+	if (arena_i >= 0)
+		arena = arenas[arena_i];
 	if (warmup < 2 || steps <= warmup || steps > 100000 || trials < 1 || trials > MAX_TRIALS || pp < 1 || pp > 8) {
 		fprintf(stderr, "qeffect bench scale: need --warmup >= 2, --steps > --warmup, --trials 1..%d, --pp 1..8\n",
 			MAX_TRIALS);

@@ -35,7 +35,6 @@
  * This file is the command: its flags, the floor, and the runs; what is
  * made of the runs (step.json, the table, the charts) is bench_step_report.c.
  */
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +43,7 @@
 #include "cli/bench/bench.h"
 #include "cli/bench/bench_step.h"
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "runtime/core/status.h"
 #include "runtime/model/model.h"
 
@@ -225,6 +225,20 @@ static int parse_item(const char *s, char *preset, size_t len, int *micro, int *
 	return bench_preset_micro(buf, preset, len, micro);
 }
 
+/* A shape flag (--layers ...): 1..2^20, passed through to train as given. */
+static int shape_flag(const char *cmd, const char *flag, const char *value, void *dst)
+{
+	long v;
+	if (cli_parse_long(cmd, flag, value, &v))
+		return 2;
+	if (v < 1 || v > (1 << 20)) {
+		fprintf(stderr, "qeffect %s: %s %ld is out of range (1..%d)\n", cmd, flag, v, 1 << 20);
+		return 2;
+	}
+	*(const char **)dst = value;
+	return 0;
+}
+
 static int parse_args(int argc, char **argv, step_args *a, preset_state *ps, int *np)
 {
 	const char *presets = "h2048:4,h4096:8", *configs = NULL, *precisions = NULL;
@@ -239,91 +253,44 @@ static int parse_args(int argc, char **argv, step_args *a, preset_state *ps, int
 	a->timeout_s = 600;
 	a->pp = 2;
 	int batch = 0;
-	enum { O_SHAPE = 1000, O_PP = 1100, O_PREC, O_BATCH, O_ATTN };
-	static const struct option opts[] = {
-		{ "backend", 1, 0, 'b' },  { "presets", 1, 0, 'p' },	 { "configs", 1, 0, 'C' },
-		{ "trials", 1, 0, 't' },   { "repl", 1, 0, 'r' },	 { "steps", 1, 0, 's' },
-		{ "warmup", 1, 0, 'w' },   { "data", 1, 0, 'd' },	 { "floor", 1, 0, 'f' },
-		{ "budget-s", 1, 0, 'B' }, { "timeout-s", 1, 0, 'T' },	 { "out", 1, 0, 'o' },
-		{ "json", 0, 0, 'j' },	   { "help", 0, 0, 'h' },	 { "pp", 1, 0, O_PP },
-		{ "precision", 1, 0, O_PREC }, { "batch", 1, 0, O_BATCH }, { "attention", 1, 0, O_ATTN },
-		{ "layers", 1, 0, O_SHAPE + 0 }, { "hidden", 1, 0, O_SHAPE + 1 }, { "heads", 1, 0, O_SHAPE + 2 },
-		{ "ffn", 1, 0, O_SHAPE + 3 },	 { "seq", 1, 0, O_SHAPE + 4 },	  { "vocab", 1, 0, O_SHAPE + 5 },
-		{ 0, 0, 0, 0 }
+	int floor_i = -1, attention = -1; /* indexes into cli_on_off and attentions; -1: not given */
+	static const char *const attentions[] = { "auto", "flash", "probs", NULL };
+#define BENCH_INT(name, field) { name, 0, CLI_FLAG_INT, field, .lo = -1000000, .hi = 1000000 }
+#define BENCH_SHAPE(k) { bench_step_shape_flags[k] + 2, 0, CLI_FLAG_FN, &a->shape[k], .fn = shape_flag }
+	const cli_flag table[] = {
+		{ "backend", 0, CLI_FLAG_STRING, .dst = &a->backend },
+		{ "presets", 0, CLI_FLAG_STRING, .dst = &presets },
+		{ "configs", 0, CLI_FLAG_STRING, .dst = &configs },
+		BENCH_INT("trials", &a->trials),
+		BENCH_INT("repl", &a->repl),
+		BENCH_INT("steps", &a->steps),
+		BENCH_INT("warmup", &a->warmup),
+		BENCH_INT("pp", &a->pp),
+		BENCH_INT("batch", &batch),
+		{ "data", 0, CLI_FLAG_STRING, .dst = &a->data },
+		{ "floor", 0, CLI_FLAG_CHOICE, &floor_i, .words = cli_on_off },
+		{ "budget-s", 0, CLI_FLAG_DOUBLE, &a->budget_s, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "timeout-s", 0, CLI_FLAG_DOUBLE, &a->timeout_s, .dlo = -HUGE_VAL, .dhi = HUGE_VAL },
+		{ "out", 0, CLI_FLAG_STRING, .dst = &a->out },
+		{ "json", 0, CLI_FLAG_BOOL, .dst = &a->json },
+		{ "precision", 0, CLI_FLAG_STRING, .dst = &precisions },
+		{ "attention", 0, CLI_FLAG_CHOICE, &attention, .words = attentions },
+		BENCH_SHAPE(0), BENCH_SHAPE(1), BENCH_SHAPE(2), BENCH_SHAPE(3), BENCH_SHAPE(4), BENCH_SHAPE(5),
+		{ 0 },
 	};
-	int c;
-	long v;
-	optind = 1;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		int *iv = NULL;
-		const char *flag = NULL;
-		if (c >= O_SHAPE && c < O_SHAPE + NSHAPE) {
-			if (cli_parse_long("bench step", bench_step_shape_flags[c - O_SHAPE], optarg, &v))
-				return 2;
-			if (v < 1 || v > (1 << 20)) {
-				fprintf(stderr, "qeffect bench step: %s %ld is out of range (1..%d)\n",
-					bench_step_shape_flags[c - O_SHAPE], v, 1 << 20);
-				return 2;
-			}
-			a->shape[c - O_SHAPE] = optarg;
-			continue;
-		}
-		switch (c) {
-		case 'h':
-			help(stdout);
-			return -1;
-		case 'b': a->backend = optarg; continue;
-		case 'p': presets = optarg; continue;
-		case 'C': configs = optarg; continue;
-		case 'd': a->data = optarg; continue;
-		case 'o': a->out = optarg; continue;
-		case 'j': a->json = 1; continue;
-		case O_PREC: precisions = optarg; continue;
-		case O_ATTN:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "flash") && strcmp(optarg, "probs")) {
-				fprintf(stderr, "qeffect bench step: --attention auto|flash|probs, not '%s'\n", optarg);
-				return 2;
-			}
-			a->attention = optarg;
-			continue;
-		case 'f':
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				fprintf(stderr, "qeffect bench step: --floor on|off\n");
-				return 2;
-			}
-			a->floor = strcmp(optarg, "on") == 0;
-			continue;
-		case 'B':
-			if (cli_parse_double("bench step", "--budget-s", optarg, &a->budget_s))
-				return 2;
-			continue;
-		case 'T':
-			if (cli_parse_double("bench step", "--timeout-s", optarg, &a->timeout_s))
-				return 2;
-			continue;
-		case 't': iv = &a->trials, flag = "--trials"; break;
-		case 'r': iv = &a->repl, flag = "--repl"; break;
-		case 's': iv = &a->steps, flag = "--steps"; break;
-		case 'w': iv = &a->warmup, flag = "--warmup"; break;
-		case O_PP: iv = &a->pp, flag = "--pp"; break;
-		case O_BATCH: iv = &batch, flag = "--batch"; break;
-		default:
-			fprintf(stderr, "qeffect bench step: unknown flag or missing value '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
-		if (cli_parse_long("bench step", flag, optarg, &v))
-			return 2;
-		if (v < -1000000 || v > 1000000) {
-			fprintf(stderr, "qeffect bench step: %s %ld is out of range\n", flag, v);
-			return 2;
-		}
-		*iv = (int)v;
+#undef BENCH_INT
+#undef BENCH_SHAPE
+	int rc = cli_flags_parse("bench step", table, argc, argv, NULL);
+	if (rc < 0) {
+		help(stdout);
+		return -1;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "qeffect bench step: unexpected argument '%s'\n", argv[optind]);
-		return 2;
-	}
+	if (rc)
+		return rc;
+	if (floor_i >= 0)
+		a->floor = floor_i == 0;
+	if (attention >= 0)
+		a->attention = attentions[attention];
 	if (a->trials < 0 || a->trials > MAX_TRIALS || a->repl < 0 || a->repl > MAX_TRIALS || a->trials + a->repl < 1) {
 		fprintf(stderr, "qeffect bench step: --trials and --repl must be in 0..%d, not both 0\n", MAX_TRIALS);
 		return 2;
