@@ -223,7 +223,9 @@ static void test_flash_bf16_rows(qe_rng *r, int B, int T, int H, int nh, int wit
 	float *h = fetch(gl, nl * 4), *h2 = fetch(gl16, nl * 4);
 	CHECK(with_bias || bytes_diff(h, h2, nl * 4) < 0, "%s lse: bf16 rows read in place differ from the f32 copy's",
 	      what);
-	close_to(what, cl, h2, nl, 1.6e-2);
+	char wl[128];
+	snprintf(wl, sizeof(wl), "%s lse", what);
+	close_to(wl, cl, h2, nl, 1.6e-2);
 	free(h);
 	free(h2);
 	/* backward from the cpu's out rounded to bf16 */
