@@ -333,17 +333,18 @@ typedef struct qe_backend_ops {
 	 * instruction); the sums are fp32 either way.  The cpu computes in fp32
 	 * whatever operands says (it checks that the value is known).
 	 * qkv_bias ([3H] or NULL): q, k and v are qkv + qkv_bias, column by
-	 * column, the bits of gemm's f32 bias add - so the QKV GEMM may leave its
-	 * bias to attention (cuda bf16 operands: added while the operands are
-	 * read into shared memory; TF32: a biased copy first).  Both ops must get
-	 * the same.
+	 * column - so the QKV GEMM may leave its bias to attention.  For f32 qkv
+	 * these are the bits of gemm's f32 bias add (cuda: in the bf16 copy, or,
+	 * TF32, a biased copy first).  For bf16 qkv the cuda kernels add it in
+	 * shared memory to the tiles a block loads once, rounding to bf16 again,
+	 * and take its effect on each row for the key and value tiles that
+	 * stream past (cuda_flash16.cu).  Both ops must get the same.
 	 * dt is the type of the activations the ops read and write - qkv, out,
 	 * dout and dqkv; lse is f32 - QE_F32, or QE_BF16 (activations stored in
 	 * bf16, which only QE_FLASH_BF16 takes): read widened exactly, written
 	 * as the f32 result rounded to nearest even.  The bf16 kernels read bf16
 	 * rows where they lie; given f32 they first make a bf16 copy of the same
-	 * layout.  With a bias and bf16 qkv, q, k and v are bf16 + bias in f32 on
-	 * the cpu; the cuda kernels round that sum to bf16 again.
+	 * layout.  With a bias and bf16 qkv, the cpu computes bf16 + bias in f32.
 	 */
 	int (*attn_flash_fwd)(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias, int64_t batch,
 			      int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
