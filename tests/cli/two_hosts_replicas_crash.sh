@@ -16,8 +16,8 @@
 #  - and the latest committed checkpoint resumes bit-exact after one host is lost (its
 #    folder and its memory, or host A's stores with the catalog and memory kept,
 #    alternately), from the replica alone.
-# QE_REPL_CRASH_TRIALS (default 56: every phase four times, twice sync and twice async; about
-# 8 minutes on two busy cores) asks for more trials; QE_REPL_CRASH_SEED picks them.
+# QE_REPL_CRASH_TRIALS (default 28: every phase twice, once sync and once async; about
+# 7 minutes on two busy cores) asks for more trials; QE_REPL_CRASH_SEED picks them.
 set -u
 Q=${1:?usage: two_hosts_replicas_crash.sh QEFFECT SHARED}
 Q=$(readlink -f "$Q")
@@ -34,7 +34,7 @@ export HOST_MEM_PATH="$T/memory" HOST_MEM_ROOT="$T/tmpfs/mem"
 MEM="--ckpt-memory $T/memory"
 C="--preset tiny --micro 4 --amax-history 4 --quiet"
 export QE_COMM_TIMEOUT_MS=30000 QE_CKPT_CHUNK_BYTES=65536 QE_JOB_SECRET=replicas-crash-secret QE_LAUNCH_GRACE_MS=500
-trials=${QE_REPL_CRASH_TRIALS:-56}
+trials=${QE_REPL_CRASH_TRIALS:-28}
 RANDOM=${QE_REPL_CRASH_SEED:-2107}
 echo "replica crash trials: $trials (QE_REPL_CRASH_TRIALS), seed ${QE_REPL_CRASH_SEED:-2107} (QE_REPL_CRASH_SEED)"
 
