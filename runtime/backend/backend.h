@@ -267,10 +267,13 @@ typedef struct qe_backend_ops {
 	/*
 	 * y[r,c] = a[r,c] + (b[r,c] + bias[c]): a linear's output b whose bias
 	 * gemm left out, added to the residual stream a - the bits of gemm's
-	 * f32 bias add followed by add.  y may be a or b.
+	 * f32 bias add followed by add.  y may be a or b.  With mean and rstd
+	 * (both or neither, [rows]), also the layernorm statistics of each row
+	 * of y - the bits layernorm_fwd with y NULL would write from it - so
+	 * the next layernorm needs no pass of its own over y.
 	 */
 	int (*residual_add)(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			    int64_t cols);
+			    int64_t cols, float *mean, float *rstd);
 	int (*bias_grad)(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols); /* db = sum_rows dy */
 	int (*gelu_fwd)(qe_stream *s, float *y, const float *x, int64_t n);                  /* tanh approx */
 	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);

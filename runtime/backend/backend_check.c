@@ -312,7 +312,7 @@ int qe__check_add_inplace(const float *y, const float *a, int64_t n)
 }
 
 int qe__check_residual_add(const float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			    int64_t cols)
+			    int64_t cols, const float *mean, const float *rstd)
 {
 	const char *nm = "residual_add";
 	int rc;
@@ -323,7 +323,14 @@ int qe__check_residual_add(const float *y, const float *a, const float *b, const
 	if ((rc = check_floats(nm, rows * cols, 3, (const float *const[]){ y, a, b },
 			       (const char *const[]){ "y", "a", "b" })))
 		return rc;
-	return qe__check_need(bias, rows > 0 ? cols : 0, nm, "bias");
+	if ((rc = qe__check_need(bias, rows > 0 ? cols : 0, nm, "bias")))
+		return rc;
+	if (!mean != !rstd)
+		return qe_fail(QE_EINVAL, "%s: the layernorm statistics need both mean and rstd (%s is NULL)", nm,
+			       mean ? "rstd" : "mean");
+	if (mean && rows > 0 && cols == 0)
+		return qe_fail(QE_EINVAL, "%s: layernorm statistics of %lld rows of 0 columns", nm, (long long)rows);
+	return QE_OK;
 }
 
 int qe__check_gelu_fwd(const float *y, const float *x, int64_t n)

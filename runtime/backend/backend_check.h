@@ -72,7 +72,7 @@ int qe__check_views(const float *const *views, int nviews, int64_t n, const char
 int qe__check_add(const float *y, const float *a, const float *b, int64_t n);
 int qe__check_add_inplace(const float *y, const float *a, int64_t n);
 int qe__check_residual_add(const float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			    int64_t cols);
+			    int64_t cols, const float *mean, const float *rstd);
 int qe__check_gelu_fwd(const float *y, const float *x, int64_t n);
 int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, int64_t n);
 /* bias_grad: rows, cols >= 0, db [cols] and dy [rows, cols] present. */

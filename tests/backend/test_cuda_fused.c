@@ -304,7 +304,12 @@ static void test_cast_gelu_backward(qe_rng *r)
 	}
 }
 
-/* residual_add: the cpu's bytes (three f32 adds), four-wide and scalar kernels. */
+/*
+ * residual_add: the cpu's bytes (three f32 adds), four-wide and scalar
+ * kernels; with the layernorm statistics (the one-pass warp kernel for 768
+ * and 1600 columns, the add then layernorm_fwd for 17), y the same bytes and
+ * mean and rstd the bytes of cuda's layernorm_fwd of that y, in place too.
+ */
 static void test_residual_add(qe_rng *r)
 {
 	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 8, 1600 } };
@@ -316,12 +321,32 @@ static void test_residual_add(qe_rng *r)
 		void *ga, *gb, *gbias, *gy;
 		float *ca = pair(ha, (size_t)n * 4, &ga), *cb = pair(hb, (size_t)n * 4, &gb);
 		float *cbias = pair(hbias, (size_t)C * 4, &gbias), *cy = pair(NULL, (size_t)n * 4, &gy);
-		CHECK_OK(K.co->residual_add(K.cs, cy, ca, cb, cbias, R, C));
-		CHECK_OK(K.go->residual_add(K.gs, gy, ga, gb, gbias, R, C));
+		CHECK_OK(K.co->residual_add(K.cs, cy, ca, cb, cbias, R, C, NULL, NULL));
+		CHECK_OK(K.go->residual_add(K.gs, gy, ga, gb, gbias, R, C, NULL, NULL));
 		float *h = fetch(gy, (size_t)n * 4);
-		char what[64];
+		char what[96];
 		snprintf(what, sizeof(what), "residual_add %lldx%lld", (long long)R, (long long)C);
 		same_bytes(what, cy, h, (size_t)n * 4);
+		void *gm = g_mem((size_t)R * 4), *gs = g_mem((size_t)R * 4), *gm2 = g_mem((size_t)R * 4);
+		void *gs2 = g_mem((size_t)R * 4), *gy2;
+		pair(ha, (size_t)n * 4, &gy2); /* y over a */
+		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, (float *)gm, (float *)gs, (const float *)gy, NULL, NULL, R, C));
+		CHECK_OK(K.go->residual_add(K.gs, (float *)gy2, (const float *)gy2, gb, gbias, R, C, (float *)gm2,
+					    (float *)gs2));
+		float *h2 = fetch(gy2, (size_t)n * 4), *m1 = fetch(gm, (size_t)R * 4), *s1 = fetch(gs, (size_t)R * 4);
+		float *m2 = fetch(gm2, (size_t)R * 4), *s2 = fetch(gs2, (size_t)R * 4);
+		snprintf(what, sizeof(what), "residual_add %lldx%lld with statistics, in place: y", (long long)R, (long long)C);
+		same_bytes(what, cy, h2, (size_t)n * 4);
+		snprintf(what, sizeof(what), "residual_add %lldx%lld: mean == layernorm_fwd's", (long long)R, (long long)C);
+		same_bytes(what, m1, m2, (size_t)R * 4);
+		snprintf(what, sizeof(what), "residual_add %lldx%lld: rstd == layernorm_fwd's", (long long)R, (long long)C);
+		same_bytes(what, s1, s2, (size_t)R * 4);
+		CHECK(s2[0] > 0.0f, "residual_add %lldx%lld: rstd not written", (long long)R, (long long)C);
+		free(h2);
+		free(m1);
+		free(s1);
+		free(m2);
+		free(s2);
 		free(h);
 		free(ha);
 		free(hb);

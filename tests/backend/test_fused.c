@@ -24,7 +24,9 @@
  *    its column sums == bias_grad of that buffer; refused together with
  *    pre_gelu;
  *  - residual_add == b + bias (gemm's add) then add, also in place over a
- *    and over b; a NULL bias is refused;
+ *    and over b; a NULL bias is refused; with mean and rstd it also writes
+ *    the statistics layernorm_fwd writes from its y (in place too), and
+ *    one of the two without the other is refused;
  *  - layernorm_bwd with a residual == layernorm_bwd then add(residual, dx),
  *    also in place over the residual, with the same dw and db;
  *  - flash attention forward and backward with qkv_bias == the same on
@@ -227,7 +229,7 @@ static void test_residual_add(int64_t R, int64_t C)
 		v[i] = b[i] + bias[i % C];
 	CHECK_OK(K.o->add(K.s, want, a, v, n));
 	CHECK_OK(K.o->add(K.s, plain, a, b, n));
-	CHECK_OK(K.o->residual_add(K.s, got, a, b, bias, R, C));
+	CHECK_OK(K.o->residual_add(K.s, got, a, b, bias, R, C, NULL, NULL));
 	CHECK_OK(K.o->stream_sync(K.s));
 	char what[96];
 	snprintf(what, sizeof(what), "residual_add [%lld,%lld]", (long long)R, (long long)C);
@@ -235,15 +237,30 @@ static void test_residual_add(int64_t R, int64_t C)
 	CHECK(bytes_diff(got, plain, (size_t)n * sizeof(float)) >= 0, "%s: the bias changed nothing", what);
 	/* in place: y = a, then y = b */
 	memcpy(got, a, (size_t)n * sizeof(float));
-	CHECK_OK(K.o->residual_add(K.s, got, got, b, bias, R, C));
+	CHECK_OK(K.o->residual_add(K.s, got, got, b, bias, R, C, NULL, NULL));
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "residual_add in place over a");
 	memcpy(got, b, (size_t)n * sizeof(float));
-	CHECK_OK(K.o->residual_add(K.s, got, a, got, bias, R, C));
+	CHECK_OK(K.o->residual_add(K.s, got, a, got, bias, R, C, NULL, NULL));
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "residual_add in place over b");
-	REFUSED(QE_EINVAL, "residual_add without a bias", K.o->residual_add(s2, got, a, b, NULL, R, C));
-	float *bufs[] = { a, b, bias, v, want, got, plain };
+	REFUSED(QE_EINVAL, "residual_add without a bias", K.o->residual_add(s2, got, a, b, NULL, R, C, NULL, NULL));
+	/* with the layernorm statistics: the bytes of layernorm_fwd from the same y, also in place over a */
+	float *m_want = bk_f32(&K, R), *s_want = bk_f32(&K, R), *m_got = bk_f32(&K, R), *s_got = bk_f32(&K, R);
+	CHECK_OK(K.o->layernorm_fwd(K.s, NULL, m_want, s_want, want, NULL, NULL, R, C));
+	memcpy(got, a, (size_t)n * sizeof(float));
+	CHECK_OK(K.o->residual_add(K.s, got, got, b, bias, R, C, m_got, s_got));
+	CHECK_OK(K.o->stream_sync(K.s));
+	snprintf(what, sizeof(what), "residual_add [%lld,%lld] with statistics", (long long)R, (long long)C);
+	CHECK_BYTES(got, want, (size_t)n * sizeof(float), what);
+	CHECK_BYTES(m_got, m_want, (size_t)R * sizeof(float), "residual_add's mean == layernorm_fwd's");
+	CHECK_BYTES(s_got, s_want, (size_t)R * sizeof(float), "residual_add's rstd == layernorm_fwd's");
+	CHECK(m_want[0] != 0.0f && s_want[0] != 0.0f, "%s: statistics of zero", what);
+	REFUSED(QE_EINVAL, "residual_add with a mean and no rstd",
+		K.o->residual_add(s2, got, a, b, bias, R, C, m_got, NULL));
+	REFUSED(QE_EINVAL, "residual_add with an rstd and no mean",
+		K.o->residual_add(s2, got, a, b, bias, R, C, NULL, s_got));
+	float *bufs[] = { a, b, bias, v, want, got, plain, m_want, s_want, m_got, s_got };
 	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }
 

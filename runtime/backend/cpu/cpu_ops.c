@@ -203,20 +203,22 @@ int qe__cpu_enqueue_add_inplace(qe_stream *s, float *y, const float *a, int64_t 
 
 static int check_residual_add(const qe_cpu_residual_add_args *a)
 {
-	return qe__check_residual_add(a->y, a->a, a->b, a->bias, a->rows, a->cols);
+	return qe__check_residual_add(a->y, a->a, a->b, a->bias, a->rows, a->cols, a->mean, a->rstd);
 }
 
 static int exec_residual_add(qe_cpu_scratch *sc, const qe_cpu_residual_add_args *a)
 {
 	(void)sc;
 	qe_cpu_residual_add(a->y, a->a, a->b, a->bias, a->rows, a->cols);
+	if (a->mean) /* the statistics layernorm_fwd would write from y */
+		qe_cpu_layernorm_fwd(NULL, a->mean, a->rstd, a->y, NULL, NULL, a->rows, a->cols);
 	return QE_OK;
 }
 
 int qe__cpu_enqueue_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
-				 int64_t rows, int64_t cols)
+				 int64_t rows, int64_t cols, float *mean, float *rstd)
 {
-	return SUBMIT(s, RESIDUAL_ADD, residual_add, y, a, b, bias, rows, cols);
+	return SUBMIT(s, RESIDUAL_ADD, residual_add, y, a, b, bias, rows, cols, mean, rstd);
 }
 
 static int check_bias_grad(const qe_cpu_bias_grad_args *a)

@@ -138,6 +138,7 @@ typedef struct qe_cpu_residual_add_args {
 	float *y;
 	const float *a, *b, *bias;
 	int64_t rows, cols;
+	float *mean, *rstd;
 } qe_cpu_residual_add_args;
 
 typedef struct qe_cpu_bias_grad_args {
@@ -310,7 +311,7 @@ int qe__cpu_enqueue_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, q
 int qe__cpu_enqueue_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
 int qe__cpu_enqueue_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
 int qe__cpu_enqueue_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
-				 int64_t rows, int64_t cols);
+				 int64_t rows, int64_t cols, float *mean, float *rstd);
 int qe__cpu_enqueue_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
 int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);

@@ -69,13 +69,13 @@ static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_
 }
 
 static int cu_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			   int64_t cols)
+			   int64_t cols, float *mean, float *rstd)
 {
 	int rc = qe__cuda_op_begin(&s, "residual_add");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_residual_add(y, a, b, bias, rows, cols)))
-		rc = qe__cuda_residual_add(s, y, a, b, bias, rows, cols);
+	if (!(rc = qe__check_residual_add(y, a, b, bias, rows, cols, mean, rstd)))
+		rc = qe__cuda_residual_add(s, y, a, b, bias, rows, cols, mean, rstd);
 	return qe__cuda_op_end(s, rc, "residual_add");
 }
 
