@@ -306,9 +306,8 @@ static void test_cast_gelu_backward(qe_rng *r)
 
 /*
  * residual_add: the cpu's bytes (three f32 adds), four-wide and scalar
- * kernels; with the layernorm statistics (the one-pass warp kernel for 768
- * and 1600 columns, the add then layernorm_fwd for 17), y the same bytes and
- * mean and rstd the bytes of cuda's layernorm_fwd of that y, in place too.
+ * kernels; with the layernorm statistics, y the same bytes and mean and
+ * rstd the bytes of cuda's layernorm_fwd of that y, in place too.
  */
 static void test_residual_add(qe_rng *r)
 {

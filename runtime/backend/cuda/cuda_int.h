@@ -119,7 +119,7 @@ int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tenso
 		  int accumulate);
 int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
 int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
-/* with mean and rstd: also the rows' layernorm statistics (one pass where layernorm_fwd's warp kernel fits) */
+/* with mean and rstd: also the rows' layernorm statistics (layernorm_fwd's, after the add) */
 int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
 			  int64_t cols, float *mean, float *rstd);
 int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);

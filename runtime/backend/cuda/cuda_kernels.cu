@@ -375,36 +375,6 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const fl
  * lane adds which element depends on the shape alone, never on alignment.
  */
 #define LN_WARP_ROWS 8
-
-/*
- * The statistics of a row held as the warp kernels hold it (xv[k]: float4
- * lane + 32 k, for those below c4): mean m and rstd s, each lane's part
- * left to right, then the butterfly.  One definition for the layernorm and
- * for residual_add's statistics, so both give the same bits.
- */
-template <int K>
-__device__ __forceinline__ void ln_warp_stats(const float4 *xv, int lane, int64_t c4, float *m_out, float *s_out)
-{
-	float cols = (float)(c4 * 4);
-	float part = 0.0f;
-#pragma unroll
-	for (int k = 0; k < K; k++)
-		if (lane + 32 * k < c4)
-			part = sum4(part, xv[k]);
-	float m = warp_sum(part) / cols;
-	part = 0.0f;
-#pragma unroll
-	for (int k = 0; k < K; k++) {
-		if (lane + 32 * k < c4) {
-			float4 d = make_float4(xv[k].x - m, xv[k].y - m, xv[k].z - m, xv[k].w - m);
-			part = sum4(part, make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w));
-		}
-	}
-	float v = warp_sum(part) / cols;
-	*m_out = m;
-	*s_out = 1.0f / sqrtf(v + 1e-5f);
-}
-
 template <int K>
 __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 	layernorm_fwd_warp_kernel(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
@@ -415,15 +385,29 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 	if (r >= rows)
 		return; /* the whole warp */
 	const float *xr = x + r * c4 * 4;
+	float cols = (float)(c4 * 4);
 	float4 xv[K];
+	float part = 0.0f;
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		int64_t i = lane + 32 * k;
-		if (i < c4)
+		if (i < c4) {
 			xv[k] = ld4(xr, i, al);
+			part = sum4(part, xv[k]);
+		}
 	}
-	float m, s;
-	ln_warp_stats<K>(xv, lane, c4, &m, &s);
+	float m = warp_sum(part) / cols;
+	part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int64_t i = lane + 32 * k;
+		if (i < c4) {
+			float4 d = make_float4(xv[k].x - m, xv[k].y - m, xv[k].z - m, xv[k].w - m);
+			part = sum4(part, make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w));
+		}
+	}
+	float v = warp_sum(part) / cols;
+	float s = 1.0f / sqrtf(v + 1e-5f);
 	if (y) {
 		float *yr = y + r * c4 * 4;
 #pragma unroll
@@ -444,42 +428,6 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 			mean[r] = m;
 		if (rstd)
 			rstd[r] = s;
-	}
-}
-
-/*
- * residual_add with the layernorm statistics of y (backend.h), one warp a
- * row as layernorm_fwd_warp_kernel: y = a + (b + bias) as
- * residual_add4_kernel computes it, stored, then ln_warp_stats of the
- * values in registers - the bits of residual_add followed by layernorm_fwd
- * with y NULL, without reading y again.  y may be a or b (each element is
- * read and written by one thread).
- */
-template <int K>
-__global__ void __launch_bounds__(32 * LN_WARP_ROWS)
-	residual_ln_warp_kernel(float *y, const float *a, const float *b, const float *bias, float *mean, float *rstd,
-				int64_t rows, int64_t c4, bool al)
-{
-	int lane = threadIdx.x & 31;
-	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
-	if (r >= rows)
-		return; /* the whole warp */
-	const int64_t o = r * c4 * 4;
-	float4 xv[K];
-#pragma unroll
-	for (int k = 0; k < K; k++) {
-		int64_t i = lane + 32 * k;
-		if (i < c4) {
-			float4 u = ld4(a + o, i, al), v = ld4(b + o, i, al), w = ld4(bias, i, al);
-			xv[k] = make_float4(u.x + (v.x + w.x), u.y + (v.y + w.y), u.z + (v.z + w.z), u.w + (v.w + w.w));
-			st4(y + o, i, xv[k], al);
-		}
-	}
-	float m, s;
-	ln_warp_stats<K>(xv, lane, c4, &m, &s);
-	if (lane == 0) {
-		mean[r] = m;
-		rstd[r] = s;
 	}
 }
 
@@ -601,19 +549,6 @@ extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, con
 	int64_t n = rows * cols;
 	if (n == 0)
 		return QE_OK;
-	int k = mean ? ln_warp_k(cols, 16) : 0;
-	if (k && rows <= INT32_MAX) { /* the rows layernorm_fwd gives its warp kernel: one pass */
-		bool al = vec4_ok(0, y, a, b) && vec4_ok(0, bias, NULL, NULL);
-		unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
-		switch (k) {
-			LN_WARP_CASE(1, residual_ln_warp_kernel, y, a, b, bias, mean, rstd, rows, cols / 4, al)
-			LN_WARP_CASE(2, residual_ln_warp_kernel, y, a, b, bias, mean, rstd, rows, cols / 4, al)
-			LN_WARP_CASE(4, residual_ln_warp_kernel, y, a, b, bias, mean, rstd, rows, cols / 4, al)
-			LN_WARP_CASE(8, residual_ln_warp_kernel, y, a, b, bias, mean, rstd, rows, cols / 4, al)
-			LN_WARP_CASE(16, residual_ln_warp_kernel, y, a, b, bias, mean, rstd, rows, cols / 4, al)
-		}
-		return qe__cuda_launched("residual_add", "residual_ln_warp_kernel");
-	}
 	if (vec4_ok(n, y, a, b) && cols % 4 == 0 && (uintptr_t)bias % 16 == 0)
 		residual_add4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)y, (const float4 *)a,
 									     (const float4 *)b, (const float4 *)bias,
@@ -621,7 +556,7 @@ extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, con
 	else
 		residual_add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, bias, n, cols);
 	int rc = qe__cuda_launched("residual_add", "residual_add_kernel");
-	if (!rc && mean) /* other shapes: the statistics in a pass of their own */
+	if (!rc && mean) /* the statistics: layernorm_fwd's pass over y (one pass for both is not yet run on a GPU) */
 		rc = qe__cuda_layernorm_fwd(s, NULL, mean, rstd, y, NULL, NULL, rows, cols);
 	return rc;
 }
