@@ -150,8 +150,10 @@ int qe_rank_create(const qe_train_config *cfg, qe_backend *b, qe_comm *comm, qe_
 		if (qe_stage_act_bytes(ch->st) > act)
 			act = qe_stage_act_bytes(ch->st);
 	}
-	if (r->D > 1 && (rc = o->alloc(b, max_param * 4, (void **)&r->reduce_buf)))
-		goto free_rank;
+	for (int c = 0; r->D > 1 && c < r->V; c++)
+		if ((rc = o->alloc(b, (size_t)qe_stage_param_floats(r->chunks[c].st) * 4,
+				   (void **)&r->chunks[c].replica_grads)))
+			goto free_rank;
 	if ((rc = o->alloc(b, (size_t)r->M * sizeof(float), (void **)&r->loss_mb)))
 		goto free_rank;
 	r->host_bytes = act > max_param * 4 ? act : max_param * 4;
@@ -207,14 +209,14 @@ void qe_rank_free(qe_rank *r)
 		qe_stage_free(ch->st);
 		if (ch->scratch_mem)
 			o->free(r->b, ch->scratch_mem);
+		if (ch->replica_grads)
+			o->free(r->b, ch->replica_grads);
 		free(ch->views);
 		free(ch->scratch);
 	}
 	qe_arena_free(r->arena);
 	if (r->arena_mem)
 		o->free(r->b, r->arena_mem);
-	if (r->reduce_buf)
-		o->free(r->b, r->reduce_buf);
 	if (r->loss_mb)
 		o->free(r->b, r->loss_mb);
 	free(r->host_buf);

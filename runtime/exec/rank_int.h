@@ -36,6 +36,8 @@ typedef struct rank_chunk {
 	qe_rank_chunk_stats last;            /* resource counts of the last step */
 	int nslots;                          /* tape slots: microbatch m uses slot m % nslots (slots.c) */
 	int64_t param_base;                  /* global index of the stage's first parameter (grad_norm.c) */
+	float *replica_grads;                /* DP: every parameter's replica sum, at its offset (backend memory) */
+	int replica_ready;                   /* DP: replica_grads hold this step's sums (the clip pass made them) */
 } rank_chunk;
 
 /* The tape slot of microbatch m on chunk ch. */
@@ -76,7 +78,6 @@ struct qe_rank {
 	qe_epoch_state ep;
 	qe_arena *arena;
 	void *arena_mem;
-	float *reduce_buf;   /* DP: one parameter's gradient, backend memory */
 	float *host_buf;     /* staging for messages and reductions when the backend is not host memory */
 	size_t host_bytes;
 	int64_t steps;       /* steps done (the data position) */

@@ -291,7 +291,8 @@ static int chunk_views(qe_rank *r, rank_chunk *ch, int nv)
  * Data parallel: parameter i of chunk ch summed over its microbatch views in
  * order (an accumulated matrix view is that sum already: it is only copied),
  * then all-reduced over the replicas of this pipeline rank in replica order,
- * into r->reduce_buf.  The arena's view itself stays this rank's own sum.
+ * into ch->replica_grads at the parameter's offset.  The arena's view itself
+ * stays this rank's own sum.
  */
 static int replica_sum(qe_rank *r, rank_chunk *ch, int i, int nv)
 {
@@ -307,9 +308,47 @@ static int replica_sum(qe_rank *r, rank_chunk *ch, int i, int nv)
 		pv[m] = whole ? whole
 		      : pi->is_matrix ? r->commit_views[pi->matrix_index * nv + m]
 				      : qe_stage_nonmatrix_grad(ch->st, m) + pi->grad_offset;
-	QE_TRY(r->b->ops->sum_views(r->caller, r->reduce_buf, pv, npv, n));
+	float *dst = ch->replica_grads + pi->offset;
+	QE_TRY(r->b->ops->sum_views(r->caller, dst, pv, npv, n));
 	/* the host path waits for the device itself; the link path stays on the streams */
-	return qe__rank_allreduce(r, r->reduce_buf, (size_t)n, group, r->D);
+	return qe__rank_allreduce(r, dst, (size_t)n, group, r->D);
+}
+
+/* Every parameter's replica sum of chunk ch, once a step (the clip pass may have made them). */
+static int replica_sums(qe_rank *r, rank_chunk *ch, int nv)
+{
+	if (ch->replica_ready)
+		return QE_OK;
+	for (int i = 0; i < qe_stage_nparams(ch->st); i++)
+		QE_TRY(replica_sum(r, ch, i, nv));
+	ch->replica_ready = 1;
+	return QE_OK;
+}
+
+/*
+ * The update of chunk ch from its replica sums: one adamw_many over every
+ * parameter, each reading its sum as its one gradient (qe_adamw_set_grad,
+ * the tied embeddings' own buffers put back after), scaled by grad_scale;
+ * with sumsq, the norm's parts on the way (the bytes qe_adamw_param_sumsq
+ * gives from the same sums).
+ */
+static int replica_update(qe_rank *r, rank_chunk *ch, int nv, const qe_adamw_config *hyper, float grad_scale,
+			  int sumsq)
+{
+	int np = qe_stage_nparams(ch->st);
+	const float **own = malloc((size_t)(np > 0 ? np : 1) * sizeof(*own));
+	if (!own)
+		return qe_fail(QE_ENOMEM, "optimizer: stage %d: %d gradient pointers", ch->stage, np);
+	for (int i = 0; i < np; i++) {
+		own[i] = qe_adamw_grad_of(ch->opt, i);
+		qe_adamw_set_grad(ch->opt, i, ch->replica_grads + qe_stage_param(ch->st, i)->offset);
+	}
+	int rc = sumsq ? qe_adamw_step_sumsq(ch->opt, r->caller, ch->st, r->commit_views, nv, r->M, hyper, grad_scale)
+		       : qe_adamw_step(ch->opt, r->caller, ch->st, r->commit_views, nv, r->M, hyper, grad_scale);
+	for (int i = 0; i < np; i++)
+		qe_adamw_set_grad(ch->opt, i, own[i]);
+	free(own);
+	return rc;
 }
 
 /* Whether this step's gradient norm is measured: always under --grad-clip, else on the steps the progress line shows. */
@@ -321,11 +360,10 @@ static int norm_wanted(const qe_rank *r)
 
 /*
  * Under --grad-clip, the norm must be known before any update: a first pass
- * over the gradients (with --dp, the replica sums are made twice: once for
- * the norm, once for the update, keeping one parameter's buffer).  Without
- * it the norm is taken on the way (D == 1: by the update itself, adamw_many
- * with sumsq, from the views it reads - one pass over the gradients, not
- * two; D > 1: from each replica sum before its update).
+ * over the gradients (with --dp, over the replica sums, which the update
+ * then reads: they are made once a step).  Without it the norm is taken on
+ * the way, by the update itself (adamw_many with sumsq, from the gradients
+ * it reads: one pass over them, not two).
  */
 static int clip_pass(qe_rank *r, const qe_adamw_config *hyper, int nv, double *norm)
 {
@@ -336,10 +374,10 @@ static int clip_pass(qe_rank *r, const qe_adamw_config *hyper, int nv, double *n
 			QE_TRY(qe_adamw_grad_sumsq(ch->opt, r->caller, ch->st, r->commit_views, nv, r->M, hyper, 1.0f));
 			continue;
 		}
-		for (int i = 0; i < qe_stage_nparams(ch->st); i++) {
-			QE_TRY(replica_sum(r, ch, i, nv));
-			QE_TRY(qe_adamw_param_sumsq(ch->opt, r->caller, ch->st, i, r->reduce_buf, 1.0f / (float)r->D));
-		}
+		QE_TRY(replica_sums(r, ch, nv));
+		for (int i = 0; i < qe_stage_nparams(ch->st); i++)
+			QE_TRY(qe_adamw_param_sumsq(ch->opt, r->caller, ch->st, i,
+						    ch->replica_grads + qe_stage_param(ch->st, i)->offset, 1.0f / (float)r->D));
 	}
 	return qe__rank_grad_norm_collect(r, norm);
 }
@@ -352,8 +390,10 @@ static int optimizer_commit(qe_rank *r)
 	hyper.lr = qe_adamw_lr_at(&r->cfg.optim, r->steps);
 	/* views per matrix: M (per-mb: reduced here in microbatch order) or 1 (accumulated by dW) */
 	const int nv = qe_arena_nviews(r->arena);
-	for (int c = 0; c < r->V; c++)
+	for (int c = 0; c < r->V; c++) {
+		r->chunks[c].replica_ready = 0; /* this step's replica sums are made below */
 		QE_TRY(qe_epoch_check_commit(&r->ep, r->chunks[c].pool, r->arena, 0));
+	}
 	/* tied embeddings: wte's and the head's gradient summed, before anything reads either */
 	QE_TRY(qe__rank_tie_grads(r));
 	int want = norm_wanted(r), clip = r->cfg.optim.grad_clip > 0;
@@ -374,16 +414,11 @@ static int optimizer_commit(qe_rank *r)
 				QE_TRY(qe_adamw_step(ch->opt, r->caller, ch->st, views, nv, r->M, &hyper, factor));
 			continue;
 		}
-		ch->opt->step++;
+		/* the replica sums feed one update over the stage; without clipping factor is 1 and the
+		 * norm's parts come out of it scaled by 1 / D, as qe_adamw_param_sumsq took them */
 		float scale = (float)((double)factor / (double)r->D);
-		for (int i = 0; i < qe_stage_nparams(ch->st); i++) {
-			QE_TRY(replica_sum(r, ch, i, nv));
-			if (want && !clip)
-				QE_TRY(qe_adamw_param_sumsq(ch->opt, r->caller, ch->st, i, r->reduce_buf,
-							    1.0f / (float)r->D));
-			const float *one[1] = { r->reduce_buf };
-			QE_TRY(qe_adamw_update_param(ch->opt, r->caller, ch->st, i, one, 1, &hyper, scale));
-		}
+		QE_TRY(replica_sums(r, ch, nv));
+		QE_TRY(replica_update(r, ch, nv, &hyper, scale, want && !clip));
 	}
 	if (want && !clip)
 		QE_TRY(qe__rank_grad_norm_collect(r, &norm));

@@ -2,9 +2,9 @@
  * adamw.c - AdamW over a stage's parameters, each tensor's views summed in
  * order before the update (M microbatch views, or one accumulated matrix
  * view).  A step is one adamw_many op over every parameter (149 adamw ops
- * for GPT-2 small were 149 launches on cuda); the data parallel path updates
- * one parameter at a time with adamw, as each is all-reduced into a shared
- * buffer.
+ * for GPT-2 small were 149 launches on cuda); under data parallelism too,
+ * each parameter reading its replica sum as its one gradient
+ * (qe_adamw_set_grad; runtime/exec/rank_step.c).
  */
 #include "runtime/optim/adamw.h"
 
@@ -92,28 +92,6 @@ void qe_adamw_free(qe_adamw *a)
 	free(a->grad_of);
 	free(a->views);
 	free(a);
-}
-
-int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *const *views, int nviews,
-			  const qe_adamw_config *cfg, float grad_scale)
-{
-	const qe_param_info *p = qe_stage_param(st, i);
-	qe_adamw_args args = { 0 };
-	args.param = qe_stage_params(st) + p->offset;
-	args.m = a->m + p->offset;
-	args.v = a->v + p->offset;
-	args.grads = views;
-	args.nviews = nviews;
-	args.n = p->rows * p->cols;
-	args.lr = cfg->lr;
-	args.beta1 = cfg->beta1;
-	args.beta2 = cfg->beta2;
-	args.eps = cfg->eps;
-	args.weight_decay = p->decay ? cfg->weight_decay : 0.0f;
-	args.step = a->step;
-	args.grad_scale = grad_scale;
-	int rc = a->b->ops->adamw(s, &args);
-	return rc ? qe_fail_ctx(rc, "adamw: stage %d parameter '%s'", qe_stage_index(st), p->name) : QE_OK;
 }
 
 /* a->views holding at least need pointers; QE_ENOMEM (said) when it cannot grow. */

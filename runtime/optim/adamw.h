@@ -94,14 +94,6 @@ int qe_adamw_step_sumsq(qe_adamw *a, qe_stream *s, qe_stage *st, const float *co
 			int nmatrix_views, int nmicro, const qe_adamw_config *cfg, float grad_scale);
 
 /*
- * Update one parameter (index i of the stage) from nviews gradient views
- * summed in order, at optimizer step a->step (the caller advances a->step
- * once per optimizer step; qe_adamw_step does that itself).
- */
-int qe_adamw_update_param(qe_adamw *a, qe_stream *s, qe_stage *st, int i, const float *const *views, int nviews,
-			  const qe_adamw_config *cfg, float grad_scale);
-
-/*
  * From now on parameter i's gradient is the one buffer grad (backend memory)
  * instead of its views: qe_adamw_step and qe_adamw_grad_sumsq read it, and
  * so does the data-parallel replica sum (qe_adamw_grad_of).  Tied embeddings use it for wte and the head,
