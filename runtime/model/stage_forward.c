@@ -84,7 +84,7 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, con
 /*
  * y = linear lin of layernorm(x) with weight w, bias b; mean and rstd are
  * saved for the backward.  The layernorm writes its statistics alone (or,
- * with have_stats, the residual add that wrote x already did) and lin's
+ * with have_stats, the residual that wrote x already did) and lin's
  * input cast normalizes as it loads x (no normalized copy goes to memory);
  * no_bias leaves lin's bias to its consumer.
  */
@@ -184,19 +184,21 @@ static int embed_forward(qe_stage *st, qe_stream *s, float *x, const int32_t *to
 
 /*
  * out = in + y, the residual stream plus linear lin's output; y lacks lin's
- * bias (its GEMM left it out) and residual_add adds it first, and writes
- * the statistics of the layernorm that reads out next (mean, rstd): the
- * return is whether it did (a model without biases adds alone).
+ * bias (its GEMM left it out) and residual_add adds it first.  With mean
+ * and rstd, also the statistics of the layernorm that reads out next:
+ * residual_add writes them in the same op; a model without biases adds,
+ * then takes them with layernorm_fwd.
  */
 static int residual(qe_stage *st, qe_stream *s, float *out, const float *in, const float *y, int lin, float *mean,
-		    float *rstd, int *have_stats)
+		    float *rstd)
 {
+	const qe_backend_ops *o = st->b->ops;
 	const float *bias = qe__stage_lin_bias(st, lin);
 	int64_t N = st->N, H = st->cfg.hidden;
-	*have_stats = bias != NULL;
 	if (bias)
-		return st->b->ops->residual_add(s, out, in, y, bias, N, H, mean, rstd);
-	return st->b->ops->add(s, out, in, y, N * H);
+		return o->residual_add(s, out, in, y, bias, N, H, mean, rstd);
+	QE_TRY(o->add(s, out, in, y, N * H));
+	return mean ? o->layernorm_fwd(s, NULL, mean, rstd, out, NULL, NULL, N, H) : QE_OK;
 }
 
 /* the statistics of the layernorm that reads block k's output: block k + 1's first, or the final one */
@@ -214,11 +216,11 @@ static void next_ln_stats(qe_stage *st, slot_tape *t, int k, float **mean, float
 }
 
 /*
- * Block k; have_stats: its first layernorm's statistics were written by the
- * previous block's last residual add.  *out_stats says whether this block's
- * last one wrote the next layernorm's.
+ * Block k.  Each residual writes the statistics of the layernorm after it
+ * in this stage, so only block 0's first layernorm (after the embedding or
+ * a peer's activations) takes its own.
  */
-static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int record, int have_stats, int *out_stats)
+static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int record)
 {
 	const block_info *bk = &st->blocks[k];
 	block_tape *bt = &t->blk[k];
@@ -226,7 +228,7 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	const qe_param_info *pi = st->params;
 	/* attention half */
 	int qkv = bk->lin0 + QE_LIN_QKV;
-	QE_TRY(ln_linear_forward(st, s, t, qkv, bt->x_in, bt->mean1, bt->rstd1, have_stats, P + pi[bk->ln1w].offset,
+	QE_TRY(ln_linear_forward(st, s, t, qkv, bt->x_in, bt->mean1, bt->rstd1, k > 0, P + pi[bk->ln1w].offset,
 				 P + pi[bk->ln1b].offset, bt->qkv, qe__stage_attn_dt(st), record,
 				 qe__stage_qkv_bias(st, qkv) != NULL));
 	void *att;
@@ -234,18 +236,15 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
 	fwd_fuse proj_in = { .no_bias = 1, .in_dt = qe__stage_attn_dt(st) };
 	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, &proj_in));
-	int mid_stats;
-	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj, bt->mean2, bt->rstd2, &mid_stats));
+	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj, bt->mean2, bt->rstd2));
 	/* MLP half: fc1_out lacks its bias, and FC2's input cast adds it and applies GELU */
-	QE_TRY(ln_linear_forward(st, s, t, fc1, bt->x_mid, bt->mean2, bt->rstd2, mid_stats, P + pi[bk->ln2w].offset,
+	QE_TRY(ln_linear_forward(st, s, t, fc1, bt->x_mid, bt->mean2, bt->rstd2, 1, P + pi[bk->ln2w].offset,
 				 P + pi[bk->ln2b].offset, bt->fc1_out, st->act_dt, record, 1));
 	fwd_fuse down = { .no_bias = 1, .in_dt = st->act_dt, .pre_bias = qe__stage_lin_bias(st, fc1), .pre_gelu = 1 };
 	QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
 	float *mean, *rstd;
 	next_ln_stats(st, t, k, &mean, &rstd);
-	QE_TRY(residual(st, s, bt->x_out, bt->x_mid, st->ws_h[2], fc2, mean, rstd, out_stats));
-	*out_stats = *out_stats && mean;
-	return QE_OK;
+	return residual(st, s, bt->x_out, bt->x_mid, st->ws_h[2], fc2, mean, rstd);
 }
 
 /* record == 0: evaluation - nothing is recorded into amax histories and no role is updated. */
@@ -264,12 +263,11 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 		QE_TRY(refresh_weight_cache(st, s, record));
 	if (st->first)
 		QE_TRY(embed_forward(st, s, t->blk[0].x_in, t->tokens));
-	int have_stats = 0; /* the stage's input comes from the embedding or a peer */
 	for (int k = 0; k < st->nblk; k++)
-		QE_TRY(block_forward(st, s, t, k, record, have_stats, &have_stats));
+		QE_TRY(block_forward(st, s, t, k, record));
 	if (st->last) {
 		float *x = t->blk[st->nblk - 1].x_out;
-		QE_TRY(ln_linear_forward(st, s, t, st->nlin - 1, x, t->meanf, t->rstdf, have_stats, P + pi[st->p_lnfw].offset,
+		QE_TRY(ln_linear_forward(st, s, t, st->nlin - 1, x, t->meanf, t->rstdf, 1, P + pi[st->p_lnfw].offset,
 					 P + pi[st->p_lnfb].offset, t->logits, st->act_dt, record, 0));
 		/* The step's loss is the mean over microbatches, hence 1/nmicro; padded columns are masked. */
 		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, N, st->vpad, c->vocab,
