@@ -375,6 +375,34 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const fl
  * lane adds which element depends on the shape alone, never on alignment.
  */
 #define LN_WARP_ROWS 8
+
+/*
+ * A row's mean and rstd from the float4s its warp's lane holds (xv[k] is
+ * float4 lane + 32 k of the row, c4 of them): the lane's sums left to
+ * right, then the warp's fixed butterfly, so every lane gets the same bits.
+ * The one definition of the statistics both warp kernels below write.
+ */
+template <int K>
+__device__ __forceinline__ void ln_warp_stats(const float4 *xv, int64_t c4, int lane, float *mean, float *rstd)
+{
+	float cols = (float)(c4 * 4), part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++)
+		if (lane + 32 * k < c4)
+			part = sum4(part, xv[k]);
+	float m = warp_sum(part) / cols;
+	part = 0.0f;
+#pragma unroll
+	for (int k = 0; k < K; k++)
+		if (lane + 32 * k < c4) {
+			float4 d = make_float4(xv[k].x - m, xv[k].y - m, xv[k].z - m, xv[k].w - m);
+			part = sum4(part, make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w));
+		}
+	float v = warp_sum(part) / cols;
+	*mean = m;
+	*rstd = 1.0f / sqrtf(v + 1e-5f);
+}
+
 template <int K>
 __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 	layernorm_fwd_warp_kernel(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
@@ -385,29 +413,15 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 	if (r >= rows)
 		return; /* the whole warp */
 	const float *xr = x + r * c4 * 4;
-	float cols = (float)(c4 * 4);
 	float4 xv[K];
-	float part = 0.0f;
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		int64_t i = lane + 32 * k;
-		if (i < c4) {
+		if (i < c4)
 			xv[k] = ld4(xr, i, al);
-			part = sum4(part, xv[k]);
-		}
 	}
-	float m = warp_sum(part) / cols;
-	part = 0.0f;
-#pragma unroll
-	for (int k = 0; k < K; k++) {
-		int64_t i = lane + 32 * k;
-		if (i < c4) {
-			float4 d = make_float4(xv[k].x - m, xv[k].y - m, xv[k].z - m, xv[k].w - m);
-			part = sum4(part, make_float4(d.x * d.x, d.y * d.y, d.z * d.z, d.w * d.w));
-		}
-	}
-	float v = warp_sum(part) / cols;
-	float s = 1.0f / sqrtf(v + 1e-5f);
+	float m, s;
+	ln_warp_stats<K>(xv, c4, lane, &m, &s);
 	if (y) {
 		float *yr = y + r * c4 * 4;
 #pragma unroll
@@ -428,6 +442,41 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 			mean[r] = m;
 		if (rstd)
 			rstd[r] = s;
+	}
+}
+
+/*
+ * y = a + (b + bias[col]) (residual_add4_kernel's sum, element for element)
+ * and the statistics of the layernorm that reads y, in one pass: one warp a
+ * row holds its sums in registers and takes ln_warp_stats over them, so mean
+ * and rstd are the bits layernorm_fwd_warp_kernel gives for the same y.
+ * Rows are whole float4s (c4 of them, at most 32 K) and every pointer is
+ * 16-byte aligned.
+ */
+template <int K>
+__global__ void __launch_bounds__(32 * LN_WARP_ROWS)
+	residual_ln_warp_kernel(float4 *y, float *mean, float *rstd, const float4 *a, const float4 *b,
+				const float4 *bias, int64_t rows, int64_t c4)
+{
+	int lane = threadIdx.x & 31;
+	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
+	if (r >= rows)
+		return; /* the whole warp */
+	float4 xv[K];
+#pragma unroll
+	for (int k = 0; k < K; k++) {
+		int64_t i = lane + 32 * k;
+		if (i < c4) {
+			float4 u = a[r * c4 + i], v = b[r * c4 + i], w = bias[i];
+			xv[k] = make_float4(u.x + (v.x + w.x), u.y + (v.y + w.y), u.z + (v.z + w.z), u.w + (v.w + w.w));
+			y[r * c4 + i] = xv[k];
+		}
+	}
+	float m, s;
+	ln_warp_stats<K>(xv, c4, lane, &m, &s);
+	if (lane == 0) {
+		mean[r] = m;
+		rstd[r] = s;
 	}
 }
 
@@ -549,6 +598,20 @@ extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, con
 	int64_t n = rows * cols;
 	if (n == 0)
 		return QE_OK;
+	int k = ln_warp_k(cols, 16);
+	if (mean && k && rows <= INT32_MAX && vec4_ok(n, y, a, b) && (uintptr_t)bias % 16 == 0) {
+		unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+		float4 *y4 = (float4 *)y;
+		const float4 *a4 = (const float4 *)a, *b4 = (const float4 *)b, *bias4 = (const float4 *)bias;
+		switch (k) {
+			LN_WARP_CASE(1, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
+			LN_WARP_CASE(2, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
+			LN_WARP_CASE(4, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
+			LN_WARP_CASE(8, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
+			LN_WARP_CASE(16, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
+		}
+		return qe__cuda_launched("residual_add", "residual_ln_warp_kernel");
+	}
 	if (vec4_ok(n, y, a, b) && cols % 4 == 0 && (uintptr_t)bias % 16 == 0)
 		residual_add4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)y, (const float4 *)a,
 									     (const float4 *)b, (const float4 *)bias,
@@ -556,7 +619,7 @@ extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, con
 	else
 		residual_add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, bias, n, cols);
 	int rc = qe__cuda_launched("residual_add", "residual_add_kernel");
-	if (!rc && mean) /* the statistics: layernorm_fwd's pass over y (one pass for both is not yet run on a GPU) */
+	if (!rc && mean) /* the statistics: layernorm_fwd's pass over y, for rows the one-pass kernel does not take */
 		rc = qe__cuda_layernorm_fwd(s, NULL, mean, rstd, y, NULL, NULL, rows, cols);
 	return rc;
 }
