@@ -6,9 +6,7 @@
  * owns 64 rows (16 a warp) of queries (forward, dQ) or keys (dK, dV) and
  * walks the other side in tiles of 64; a warp skips the tiles the causal mask
  * hides from all of its rows; every sum runs in a fixed order and no kernel
- * uses atomics, so two runs give the same bytes.  The backward makes the
- * scores and dS once, in the dK/dV kernel, which also stores dS^T in bf16
- * (the causal tiles only); the dQ kernel then multiplies those tiles by K.
+ * uses atomics, so two runs give the same bytes.
  *
  * What differs from the TF32 kernels:
  * - The operands are bf16, read where they lie: qkv [B*T, 3H] as the QKV
@@ -48,17 +46,6 @@
 #define F16_LOG2E FLASH_LOG2E
 
 typedef __nv_bfloat16 bf16;
-
-/*
- * Where tile (qt, kt) of a head's dS^T lies in the backward's dS store, in
- * elements: only the causal tiles (kt <= qt) are kept, row after row of the
- * triangle, each 64 keys x 64 queries of bf16, key-major.  ds_tile(nqt, 0)
- * is a head's whole triangle.
- */
-__host__ __device__ __forceinline__ int64_t ds_tile(int qt, int kt)
-{
-	return ((int64_t)qt * (qt + 1) / 2 + kt) * F16_TILE * F16_TILE;
-}
 
 /* two floats as one bf16x2 register: lo in the low half, nearest even */
 __device__ __forceinline__ uint32_t pack2(float lo, float hi)
@@ -283,14 +270,14 @@ __device__ __forceinline__ void mm16_py(float (*out)[D / 8][4], const float (*p)
  * and dout as [B*T, H]: a tile is 64 rows of 16-byte pieces, copied by
  * cp.async into one of two shared buffers while the warps compute on the
  * other, so a block waits for global memory only at its first tile.  Q
- * (forward) or K and V (dK/dV) are copied once.  With a QKV bias (bf16
+ * (forward, dQ) or K and V (dK/dV) are copied once.  With a QKV bias (bf16
  * qkv stores the GEMM's output without it), each thread adds it to the
  * pieces of the tiles copied once that it copied (tile_bias) before the
  * barrier that lets the warps read them, and so to dK/dV's Q tiles; the
- * forward's streamed K and V tiles stay as they are and the bias's effect
- * is added to their rows instead (fwd_bias_rows), which costs a few dot
- * products a block, not a pass over every tile; dQ's K tiles need none
- * (flash16_dq_kernel says why).  Tp is T rounded up to a whole tile.
+ * forward's and dQ's streamed K and V tiles stay as they are and the
+ * bias's effect is added to their rows instead (fwd_bias_rows, and dQ's
+ * lse and Dt), which costs a few dot products a block, not a pass over
+ * every tile.  Tp is T rounded up to a whole tile.
  */
 
 /*
@@ -424,11 +411,32 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *
 /* ---- backward (Dt = dout . out from flash_dot_kernel, cuda_flash_row.cuh) ------------------- */
 
 /*
+ * dQ's tile: sc (scores of rows ra, rb against keys k0..k0 + 63) becomes
+ * dS = P (dP - Dt), P = 2^(s sl2 - lse log2 e) (la, lb: the rows' lse in
+ * log2 units; da, db: their Dt).  With MASK, P is 0 where the key is after
+ * the row or either is outside T; a tile wholly before the warp's first row
+ * and inside T needs no mask.
+ */
+template <bool MASK>
+__device__ __forceinline__ void ds_rows(float (*sc)[4], const float (*dp)[4], int k0, int ra, int rb, int c, int T,
+					float sl2, float la, float lb, float da, float db)
+{
+#pragma unroll
+	for (int n = 0; n < F16_NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+			float p = flash_ex2(fmaf(sc[n][e], sl2, -(e < 2 ? la : lb)));
+			if (MASK && !(key <= row && key < T && row < T))
+				p = 0.0f;
+			sc[n][e] = p * (dp[n][e] - (e < 2 ? da : db));
+		}
+}
+
+/*
  * dK and dV's tile, transposed: st (scores of keys ka, kb against queries
  * q0..q0 + 63) becomes P^T and dpt becomes dS^T; ls and ds are the
- * queries' lse (log2 units) and Dt.  With MASK, P is 0 where the key is
- * after the query or either is outside T; a tile whose every query is at or
- * after every key of the warp, all inside T, needs no mask.
+ * queries' lse (log2 units) and Dt.  MASK as for ds_rows.
  */
 template <bool MASK>
 __device__ __forceinline__ void ds_cols(float (*st)[4], float (*dpt)[4], int q0, int ka, int kb, int c, int T, float sl2,
@@ -448,9 +456,82 @@ __device__ __forceinline__ void ds_cols(float (*st)[4], float (*dpt)[4], int q0,
 }
 
 template <int D, typename OT>
-__global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, bf16 *dst_tiles, const bf16 *qkv16,
-							      const bf16 *do16, const float *bias, const float *lse,
-							      const float *Dt, int T, int Tp, int H, int nh, float scale)
+__global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
+							     const float *bias, const float *lse, const float *Dt, int T,
+							     int Tp, int H, int nh, float scale)
+{
+	extern __shared__ __align__(16) unsigned char smraw[];
+	const int LD = D + 8, TS = F16_TILE * LD;
+	bf16 *Qs = (bf16 *)smraw, *dOs = Qs + TS, *KV = dOs + TS;
+	const int nqt = Tp / F16_TILE;
+	const int qt = nqt - 1 - (int)blockIdx.x;
+	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int q0 = qt * F16_TILE, wfirst = q0 + w * 16, wlast = wfirst + 15;
+	const int ra = wfirst + g, rb = ra + 8;
+	const float sl2 = scale * F16_LOG2E;
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
+	tile_async<D>(Qs, qg + q0 * ld, ld, T - q0);
+	tile_async<D>(dOs, do16 + base * H + h * D + q0 * H, H, T - q0);
+	cp_commit();
+	tile_async<D>(KV, kg, ld, T);
+	tile_async<D>(KV + TS, vg, ld, T);
+	cp_commit();
+	float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
+	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	float dq[1][D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
+	for (int kt = 0; kt <= qt; kt++) {
+		const int k0 = kt * F16_TILE;
+		bf16 *Ks = KV + (kt & 1) * 2 * TS, *Vs = Ks + TS;
+		pair_next<D>(KV + ((kt + 1) & 1) * 2 * TS, kg + (k0 + F16_TILE) * ld, ld, vg + (k0 + F16_TILE) * ld, ld,
+			     T - k0 - F16_TILE, kt < qt);
+		if (bias && kt == 0)
+			tile_bias<D>(Qs, bias + h * D);
+		__syncthreads();
+		if (bias && kt == 0) {
+			/*
+			 * The K and V tiles arrive without their biases.  A row's
+			 * scores miss q . bk, the same for all its keys: its lse
+			 * (la, lb) loses that much.  dP = dO (V + bv)^T misses
+			 * dO . bv, also one term per row: Dt (da, db) loses it.
+			 * dQ = dS (K + bk) misses (sum of the row's dS) bk, and a
+			 * row of dS sums to zero (P (dP - Dt) with Dt = P . dP).
+			 */
+			const bf16 *qw = Qs + w * 16 * LD, *dow = dOs + w * 16 * LD;
+			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+			la -= row_dot<D>(qw, g, bk, c) * sl2;
+			lb -= row_dot<D>(qw, g + 8, bk, c) * sl2;
+			da -= row_dot<D>(dow, g, bv, c);
+			db -= row_dot<D>(dow, g + 8, bv, c);
+		}
+		if (k0 <= wlast) {
+			/* the warp's Q and dO rows come from shared memory for every tile (as in dK/dV) */
+			float sc[1][F16_NS][4], dp[1][F16_NS][4];
+			uint32_t xa[1][D / 16][4];
+			frag_rows<D>(xa[0], Qs + w * 16 * LD, lane);
+			mm16_xyt<D, 1>(sc, xa, Ks, lane);
+			frag_rows<D>(xa[0], dOs + w * 16 * LD, lane);
+			mm16_xyt<D, 1>(dp, xa, Vs, lane);
+			if (k0 + F16_TILE - 1 > wfirst || k0 + F16_TILE > T || wlast >= T)
+				ds_rows<true>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
+			else
+				ds_rows<false>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
+			mm16_py<D, 1>(dq, sc, Ks, lane);
+		}
+		__syncthreads();
+	}
+	flash_store_dq<D / 8>(dqkv, dq[0], base, ra, rb, c, T, H, h, scale);
+}
+
+template <int D, typename OT>
+__global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
+							      const float *bias, const float *lse, const float *Dt,
+							      int T, int Tp, int H, int nh, float scale)
 {
 	extern __shared__ __align__(16) unsigned char smraw[];
 	const int LD = D + 8, TS = F16_TILE * LD;
@@ -517,15 +598,6 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, bf16 *
 				ds_cols<false>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
 			mm16_py<D, 1>(dv, st, dOs, lane);
 			mm16_py<D, 1>(dk, dpt, Qs, lane);
-			/* dS^T as the dK product rounded it, for dQ (stored last: held across the
-			 * products, it spilled) */
-			bf16 *dst = dst_tiles + ((int64_t)b * nh + h) * ds_tile(nqt, 0) + ds_tile(qt, kt) +
-				    (w * 16 + g) * F16_TILE + 2 * c;
-#pragma unroll
-			for (int n = 0; n < F16_NS; n++) {
-				*(uint32_t *)(dst + 8 * n) = pack2(dpt[0][n][0], dpt[0][n][1]);
-				*(uint32_t *)(dst + 8 * F16_TILE + 8 * n) = pack2(dpt[0][n][2], dpt[0][n][3]);
-			}
 		}
 		if (tid < F16_TILE) {
 			lse_s[nxt * F16_TILE + tid] = ln;
@@ -534,80 +606,6 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, bf16 *
 		__syncthreads();
 	}
 	flash_store_dkv<D / 8>(dqkv, dk[0], dv[0], base, ka, kb, c, T, H, h, scale);
-}
-
-/*
- * out[n] += dS . Y for the warp's 16 query rows: dS comes from the dS^T tile
- * at st (64 keys x 64 queries, stride F16_TILE + 8; the warp's queries are
- * its columns 16w .. 16w + 15) as A fragments through ldmatrix.trans, Y is
- * the key tile's 64 rows (stride D + 8) as in mm16_py.
- */
-template <int D>
-__device__ __forceinline__ void mm16_sty(float (*out)[4], const bf16 *st, const bf16 *y, int w, int lane)
-{
-	const int LD = D + 8, LS = F16_TILE + 8;
-	const bf16 *sl = st + ((lane >> 4) * 8 + (lane & 7)) * LS + w * 16 + ((lane >> 3) & 1) * 8;
-	const bf16 *yl = y + (((lane >> 3) & 1) * 8 + (lane & 7)) * LD + (lane >> 4) * 8;
-#pragma unroll
-	for (int k = 0; k < F16_TILE / 16; k++) {
-		uint32_t a[4];
-		ldsm4_t(a, sl + 16 * k * LS);
-#pragma unroll
-		for (int n = 0; n < D / 16; n++) {
-			uint32_t b[4];
-			ldsm4_t(b, yl + 16 * k * LD + 16 * n);
-			mma16(out[2 * n], a, b[0], b[1]);
-			mma16(out[2 * n + 1], a, b[2], b[3]);
-		}
-	}
-}
-
-/*
- * dQ = dS K (times the scale), from the dS^T tiles flash16_dkv_kernel
- * stored: a block owns a query tile and walks its key tiles up to the
- * diagonal, copying each dS^T tile and K tile with cp.async into one of two
- * buffers while the warps multiply the other, so the scores and dP are not
- * made again.  K's bias is left out, as it always was: it adds (the row's
- * sum of dS) bk, and a row of dS sums to zero (P (dP - Dt), Dt = P . dP).
- * The key tiles are summed in order, with no atomics.
- */
-template <int D, typename OT>
-__global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const bf16 *ds, const bf16 *qkv16, int T,
-							     int Tp, int H, int nh, float scale)
-{
-	extern __shared__ __align__(16) unsigned char smraw[];
-	const int LD = D + 8, TS = F16_TILE * LD, SS = F16_TILE * (F16_TILE + 8);
-	bf16 *buf = (bf16 *)smraw; /* buffer i: the dS^T tile at buf + i (SS + TS), the K tile after it */
-	const int nqt = Tp / F16_TILE, qt = nqt - 1 - (int)blockIdx.x;
-	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int g = lane >> 2, c = lane & 3;
-	const int64_t base = (int64_t)b * T, ld = 3 * (int64_t)H;
-	const int ra = qt * F16_TILE + w * 16 + g, rb = ra + 8;
-	const bf16 *kg = qkv16 + base * ld + H + h * D;
-	const bf16 *dsq = ds + ((int64_t)b * nh + h) * ds_tile(nqt, 0) + ds_tile(qt, 0);
-	tile_async<F16_TILE>(buf, dsq, F16_TILE, F16_TILE);
-	tile_async<D>(buf + SS, kg, ld, T);
-	cp_commit();
-	float dq[D / 8][4];
-#pragma unroll
-	for (int n = 0; n < D / 8; n++)
-		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-	for (int kt = 0; kt <= qt; kt++) {
-		bf16 *cur = buf + (kt & 1) * (SS + TS), *nxt = buf + ((kt + 1) & 1) * (SS + TS);
-		if (kt < qt) {
-			const int k1 = (kt + 1) * F16_TILE;
-			tile_async<F16_TILE>(nxt, dsq + (int64_t)(kt + 1) * F16_TILE * F16_TILE, F16_TILE, F16_TILE);
-			tile_async<D>(nxt + SS, kg + k1 * ld, ld, T - k1);
-			cp_commit();
-			cp_wait<1>();
-		} else {
-			cp_wait<0>();
-		}
-		__syncthreads();
-		mm16_sty<D>(dq, cur, cur + SS, w, lane);
-		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
-	}
-	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
 }
 
 /* ---- launchers (cuda_flash.cu checked the arguments) ----------------------------------- */
@@ -667,33 +665,23 @@ static int fwd16(qe_stream *s, OT *out, float *lse, const void *qkv, const float
 	return qe__cuda_launched(op, "flash16_fwd_kernel");
 }
 
-/* the dS store's sequences at most (each a ds_tile(nqt, 0) per head): the backward goes by groups of them */
-#define F16_DS_BYTES ((size_t)512 << 20)
-
 template <int D, typename OT>
 static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, const float *qkv_bias, const OT *out,
 		 const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt)
 {
 	const char *op = "attn_flash_bwd";
-	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, nqt = Tp / F16_TILE, rc;
+	int Tp = (T + F16_TILE - 1) / F16_TILE * F16_TILE, rc;
 	int64_t rows = B * nh * T;
 	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
-	size_t seq_ds = (size_t)nh * (size_t)ds_tile(nqt, 0) * sizeof(bf16);
-	int64_t group = (int64_t)(F16_DS_BYTES / seq_ds) < B ? (int64_t)(F16_DS_BYTES / seq_ds) : B;
-	if (group < 1)
-		group = 1;
-	size_t ds_bytes = qe__cuda_align256((size_t)group * seq_ds);
-	size_t dq_smem = 2 * ((size_t)F16_TILE * (F16_TILE + 8) * sizeof(bf16) + tile_bytes(D));
 	unsigned char *scr = NULL;
 	const bf16 *qkv16 = NULL, *do16 = NULL;
-	if ((rc = smem16(flash16_dq_kernel<D, OT>, dq_smem, op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
+	if ((rc = smem16(flash16_dq_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
 	    (rc = smem16(flash16_dkv_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
-	    (rc = qe__cuda_scratch(s, dt_bytes + ds_bytes + copy_bytes(dt, 3 * B * T * H) + copy_bytes(dt, B * T * H),
-				   op, (void **)&scr)))
+	    (rc = qe__cuda_scratch(s, dt_bytes + copy_bytes(dt, 3 * B * T * H) + copy_bytes(dt, B * T * H), op,
+				   (void **)&scr)))
 		return rc;
 	float *Dt = (float *)scr;
-	bf16 *ds = (bf16 *)(scr + dt_bytes);
-	scr += dt_bytes + ds_bytes;
+	scr += dt_bytes;
 	if ((rc = bf16_rows(s, qkv, dt, qkv_bias, 3 * B * T * H, 3 * H, &scr, &qkv16, op)) ||
 	    (rc = bf16_rows(s, dout, dt, NULL, B * T * H, H, &scr, &do16, op)))
 		return rc;
@@ -702,22 +690,15 @@ static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, cons
 	flash_dot_kernel<D, bf16, OT><<<nb, 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
 	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
 		return rc;
+	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
-	/* dK and dV store dS^T, which dQ then reads: a group of sequences at a time, in order */
-	for (int64_t b0 = 0; b0 < B; b0 += group) {
-		int64_t nb0 = B - b0 < group ? B - b0 : group;
-		int64_t r3 = b0 * T * 3 * H, r1 = b0 * T * H, rl = b0 * nh * T;
-		dim3 grid((unsigned)nqt, (unsigned)nh, (unsigned)nb0);
-		flash16_dkv_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(
-			dqkv + r3, ds, qkv16 + r3, do16 + r1, in_tile_bias, lse + rl, Dt + rl, T, Tp, H, nh, scale);
-		if ((rc = qe__cuda_launched(op, "flash16_dkv_kernel")))
-			return rc;
-		flash16_dq_kernel<D, OT><<<grid, F16_NT, dq_smem, s->cs>>>(dqkv + r3, ds, qkv16 + r3, T, Tp, H, nh,
-									    scale);
-		if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
-			return rc;
-	}
-	return QE_OK;
+	flash16_dq_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp,
+									  H, nh, scale);
+	if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
+		return rc;
+	flash16_dkv_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp,
+									   H, nh, scale);
+	return qe__cuda_launched(op, "flash16_dkv_kernel");
 }
 
 /* the forward for head dimension D, its output of dt */
