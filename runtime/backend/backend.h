@@ -289,11 +289,12 @@ typedef struct qe_backend_ops {
 	 * (residual + g, the bits of writing g and then add) when residual is
 	 * not NULL: the residual branch's gradient joined in the same pass;
 	 * residual may be dx, dx may not be dy.  dw, db = sums over rows
-	 * (overwrite).
+	 * (overwrite), in colsum.h's runs.  dy is of dy_dt: f32, or bf16
+	 * (widened exactly as it is read).
 	 */
-	int (*layernorm_bwd)(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-			     const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
-			     const float *residual);
+	int (*layernorm_bwd)(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+			     const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
+			     int64_t cols, const float *residual);
 	/* out[T,H] = wte[tok[t]] + wpe[t] */
 	int (*embed_fwd)(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
 			 int64_t T, int64_t H);

@@ -381,11 +381,13 @@ int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd
 	return rc;
 }
 
-int qe__check_layernorm_bwd(const float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
-			    const float *w, int64_t rows, int64_t cols)
+int qe__check_layernorm_bwd(const float *dx, const void *dy, qe_dtype dy_dt, const float *x, const float *mean,
+			    const float *rstd, const float *w, int64_t rows, int64_t cols)
 {
 	const char *nm = "layernorm_bwd";
 	int64_t n = rows * cols;
+	if (dy_dt != QE_F32 && dy_dt != QE_BF16)
+		return qe_fail(QE_EUNSUPPORTED, "%s: dy of type %s (f32 or bf16)", nm, qe_dtype_name(dy_dt));
 	int rc = qe__check_size(rows, nm, "rows");
 	if (!rc)
 		rc = qe__check_size(cols, nm, "cols");

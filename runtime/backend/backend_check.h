@@ -80,9 +80,9 @@ int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t 
 /* layernorm_fwd: rows, cols >= 0, no rows of 0 columns, y, x, w and b present. */
 int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const float *x, const float *w,
 			    const float *b, int64_t rows, int64_t cols);
-/* layernorm_bwd: rows, cols >= 0, dx, dy, x, mean, rstd and w present. */
-int qe__check_layernorm_bwd(const float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
-			    const float *w, int64_t rows, int64_t cols);
+/* layernorm_bwd: rows, cols >= 0, dx, dy, x, mean, rstd and w present, dy f32 or bf16. */
+int qe__check_layernorm_bwd(const float *dx, const void *dy, qe_dtype dy_dt, const float *x, const float *mean,
+			    const float *rstd, const float *w, int64_t rows, int64_t cols);
 /* embed_fwd: T, H >= 0, out, tok and wte present. */
 int qe__check_embed_fwd(const float *out, const int32_t *tok, const float *wte, int64_t T, int64_t H);
 /*

@@ -19,6 +19,19 @@
 
 #define QE_COLSUM_ROWS 64
 
+/*
+ * Layernorm's weight and bias gradients split each group further, into runs
+ * of QE_COLSUM_RUN consecutive rows (the group's last run may be shorter):
+ * a run's sum starts from 0 and adds its rows in order, and the group's
+ * partial starts from 0 and adds its runs in order.  With a warp a row, a
+ * block of QE_COLSUM_ROWS / QE_COLSUM_RUN warps then makes a group's
+ * partials from values its warps already hold: cuda's layernorm backward
+ * writes dx and them in one pass instead of reading dy and x again.  (A run
+ * of the whole group is the plain order above: 0 plus a sum that started
+ * from 0 is that sum.)
+ */
+#define QE_COLSUM_RUN 8
+
 /* Callable from cuda kernels too. */
 #ifdef __CUDACC__
 #define QE_COLSUM_FN __host__ __device__ static inline

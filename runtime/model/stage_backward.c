@@ -19,7 +19,9 @@ static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
  * Backward through linear `lin` given dy [N, out]: the bias gradient into
  * grad (microbatch buffer; summed by the cast), dY quantized once
  * with the grad_output role (the transposed copy stays in the tape for dW),
- * and dx [N, in] = dY . W (f32, or bf16 for FC2).  gelu_in (FC1 only, in
+ * and dx [N, in] = dY . W in dx's type: act_dt for the layernorms' output
+ * gradients and FC2's input gradient, the attention's type for the
+ * projection's.  gelu_in (FC1 only, in
  * act_dt): dy is the gradient of GELU's output and gelu_in its input without
  * gelu_bias; the cast turns dy into GELU's input gradient as it loads it
  * (qe_cast_args pre_dgelu).
@@ -86,26 +88,31 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	qe_tensor d_gelu = qe_tensor_2d(st->ws_big, st->act_dt, st->b->ops->device, N, c->ffn);
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, f32_2d(st, (float *)dx_out, N, H), d_gelu, grad,
 				     NULL, NULL));
-	/* FC1's dY cast runs GELU's backward itself (fc1_out lacks FC1's bias, which it adds first) */
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, d_gelu, f32_2d(st, st->ws_h[0], N, H), grad,
-				     bt->fc1_out, qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1)));
+	/*
+	 * FC1's dY cast runs GELU's backward itself (fc1_out lacks FC1's bias, which it adds first); FC1's input
+	 * gradient, LN2's output gradient, in act_dt
+	 */
+	qe_tensor d_ln2 = qe_tensor_2d(st->ws_h[0], st->act_dt, st->b->ops->device, N, H);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC1, d_gelu, d_ln2, grad, bt->fc1_out,
+				     qe__stage_lin_bias(st, bk->lin0 + QE_LIN_FC1)));
 	/* d x_mid (ws_h[2]) = dx_out + the gradient through LN2 */
 	float *dw2 = grad + pi[bk->ln2w].grad_offset, *db2 = grad + pi[bk->ln2b].grad_offset;
 	const float *w2 = P + pi[bk->ln2w].offset;
-	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], bt->x_mid, bt->mean2, bt->rstd2, w2, N, H,
-			     dx_out));
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], st->act_dt, bt->x_mid, bt->mean2, bt->rstd2, w2,
+				N, H, dx_out));
 	/* attention half: the projection's input gradient and qkv's in the type attention reads and writes */
 	qe_tensor d_att = qe_tensor_2d(st->ws_h[0], qe__stage_attn_dt(st), st->b->ops->device, N, H);
 	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, f32_2d(st, st->ws_h[2], N, H), d_att, grad,
 				     NULL, NULL));
 	QE_TRY(attention_backward(st, s, st->ws_big, st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
 	qe_tensor d_qkv = qe_tensor_2d(st->ws_big, qe__stage_attn_dt(st), st->b->ops->device, N, 3 * H);
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, d_qkv,
-				     f32_2d(st, st->ws_h[1], N, H), grad, NULL, NULL));
+	qe_tensor d_ln1 = qe_tensor_2d(st->ws_h[1], st->act_dt, st->b->ops->device, N, H);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_QKV, d_qkv, d_ln1, grad, NULL, NULL));
 	/* dx_in = d x_mid + the gradient through LN1 */
 	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;
 	const float *w1 = P + pi[bk->ln1w].offset;
-	return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], bt->x_in, bt->mean1, bt->rstd1, w1, N, H, st->ws_h[2]);
+	return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], st->act_dt, bt->x_in, bt->mean1, bt->rstd1, w1, N, H,
+				st->ws_h[2]);
 }
 
 /*
@@ -164,11 +171,11 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	if (st->last) {
 		/* dlogits were written over the logits by the loss in F */
 		qe_tensor dlogits = qe_tensor_2d(t->logits, st->act_dt, st->b->ops->device, N, st->vpad);
-		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, dlogits, f32_2d(st, st->ws_g[0], N, H), grad, NULL,
-					     NULL));
+		qe_tensor d_lnf = qe_tensor_2d(st->ws_g[0], st->act_dt, st->b->ops->device, N, H);
+		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, dlogits, d_lnf, grad, NULL, NULL));
 		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
-				     st->ws_g[0], t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf, P + pi[st->p_lnfw].offset,
-				     N, H, NULL));
+					st->ws_g[0], st->act_dt, t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf,
+					P + pi[st->p_lnfw].offset, N, H, NULL));
 		dx_out = st->ws_g[1];
 	} else {
 		dx_out = t->dout;

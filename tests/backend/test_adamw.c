@@ -487,7 +487,7 @@ static uint8_t *run_chain(uint32_t seed, size_t *bytes)
 		qe_tensor DQ = t2(c.dqkv, QE_F32, T, 3 * H, NULL), WT = t2(c.wqkvT, QE_F32, H, 3 * H, NULL);
 		qe_tensor DLN = t2(c.dln, QE_F32, T, H, NULL);
 		CHECK_OK(o->gemm(s, &DQ, &WT, &DLN, NULL, 0));
-		CHECK_OK(o->layernorm_bwd(s, c.dx0, c.dlnw, c.dlnb, c.dln, c.x0, c.mean, c.rstd, c.lnw, T, H, NULL));
+		CHECK_OK(o->layernorm_bwd(s, c.dx0, c.dlnw, c.dlnb, c.dln, QE_F32, c.x0, c.mean, c.rstd, c.lnw, T, H, NULL));
 		CHECK_OK(o->embed_bwd(s, c.dwte, c.dwpe, c.tok, c.dx0, T, H, V, NULL, 0));
 		const float *views[2] = { c.dwte, c.dwhead };
 		qe_adamw_args aw = { .param = c.wte, .m = c.m, .v = c.v, .grads = views, .nviews = 2, .n = V * H,

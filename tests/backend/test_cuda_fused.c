@@ -369,9 +369,9 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 		void *gdw[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
 		void *gdb[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
 		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gx, gw, gb, R, C));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, gx, gm, gs, gw, R, C, NULL));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, QE_F32, gx, gm, gs, gw, R, C, NULL));
 		CHECK_OK(K.go->add(K.gs, gdx[0], gres, gg, n));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, gx, gm, gs, gw, R, C, gres));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, QE_F32, gx, gm, gs, gw, R, C, gres));
 		char what[64];
 		snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld dx", (long long)R, (long long)C);
 		same_dev_bytes(what, gdx[0], gdx[1], (size_t)n * 4);

@@ -7,7 +7,8 @@
  * their scalar ones.
  *
  * What must be equal, byte for byte: add, add_inplace, bias_grad, the
- * embedding ops, the layernorm weight/bias gradients, AdamW (adamw, and
+ * embedding ops, the layernorm weight/bias gradients (also from a bf16 dy,
+ * whose every output is the bytes of its f32 widening), AdamW (adamw, and
  * adamw_many cut into several launches) and the view sum (the same f32
  * operations in the same order, no FMA); an op's float4 and scalar paths.
  * What must agree within a bound, max|cuda - cpu| <= tol * max|cpu|:
@@ -34,6 +35,7 @@
 #include "cuda_pair.h"
 #ifdef QE_WITH_CUDA
 #include "runtime/backend/cuda/cuda_backend.h"
+#include "runtime/fp8/bf16.h"
 #endif
 
 #define NAME "backend_test_cuda_layers"
@@ -132,9 +134,9 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 	/* backward from the cpu's statistics on both sides, so dw/db can be exact */
 	up(gm, cm, rows * 4);
 	up(gr, cr, rows * 4);
-	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx, with_dwdb ? cdw : NULL, with_dwdb ? cdb : NULL, cdy, cx, cm, cr, cw,
+	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx, with_dwdb ? cdw : NULL, with_dwdb ? cdb : NULL, cdy, QE_F32, cx, cm, cr, cw,
 				     rows, cols, NULL));
-	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gdy, gx, gm, gr, gw,
+	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gdy, QE_F32, gx, gm, gr, gw,
 				     rows, cols, NULL));
 	h = fetch(gdx, n * 4);
 	snprintf(what, sizeof(what), "layernorm_bwd %dx%d dx", rows, cols);
@@ -150,6 +152,48 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 		same_bytes(what, cdb, h, cols * 4);
 		free(h);
 	}
+	/*
+	 * dy in bf16 (the GEMMs' output gradients): the bytes of dy widened to
+	 * f32 on cuda, and dw, db the cpu's bytes
+	 */
+	uint16_t *hb16 = malloc((size_t)n * 2);
+	float *hwide = malloc((size_t)n * 4);
+	for (int64_t i = 0; i < n; i++) {
+		hb16[i] = qe_bf16_from_f32(hdy[i]);
+		hwide[i] = qe_bf16_to_f32(hb16[i]);
+	}
+	void *gdy16, *gwide, *gdx2, *gdw2, *gdb2;
+	uint16_t *cdy16 = pair(hb16, n * 2, &gdy16);
+	pair(hwide, n * 4, &gwide);
+	float *cdx2 = pair(NULL, n * 4, &gdx2), *cdw2 = pair(NULL, cols * 4, &gdw2), *cdb2 = pair(NULL, cols * 4, &gdb2);
+	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gwide, QE_F32, gx, gm,
+				     gr, gw, rows, cols, NULL));
+	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx2, with_dwdb ? gdw2 : NULL, with_dwdb ? gdb2 : NULL, gdy16, QE_BF16, gx, gm,
+				     gr, gw, rows, cols, NULL));
+	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx2, with_dwdb ? cdw2 : NULL, with_dwdb ? cdb2 : NULL, cdy16, QE_BF16, cx, cm,
+				     cr, cw, rows, cols, NULL));
+	snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: dx == f32 dy widened", rows, cols);
+	same_dev_bytes(what, gdx, gdx2, (size_t)n * 4);
+	h = fetch(gdx2, n * 4);
+	snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: dx vs cpu", rows, cols);
+	close_to(what, cdx2, h, n, 1e-4);
+	free(h);
+	if (with_dwdb) {
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: dw == f32 dy widened", rows, cols);
+		same_dev_bytes(what, gdw, gdw2, (size_t)cols * 4);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: db == f32 dy widened", rows, cols);
+		same_dev_bytes(what, gdb, gdb2, (size_t)cols * 4);
+		h = fetch(gdw2, cols * 4);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: dw == cpu", rows, cols);
+		same_bytes(what, cdw2, h, cols * 4);
+		free(h);
+		h = fetch(gdb2, cols * 4);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: db == cpu", rows, cols);
+		same_bytes(what, cdb2, h, cols * 4);
+		free(h);
+	}
+	free(hb16);
+	free(hwide);
 	free(hx);
 	free(hw);
 	free(hb);
@@ -564,7 +608,7 @@ static void test_alignment(qe_rng *r)
 		up(b[k], hb, (size_t)cols * 4);
 		up(dy[k], hdy, (size_t)n * 4);
 		CHECK_OK(K.go->layernorm_fwd(K.gs, y[k], mean[k], rstd[k], x[k], w[k], b[k], rows, cols));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], x[k], mean[k], rstd[k], w[k], rows, cols, NULL));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], QE_F32, x[k], mean[k], rstd[k], w[k], rows, cols, NULL));
 		CHECK_OK(K.go->add(K.gs, g[k], x[k], dy[k], n));
 		CHECK_OK(K.go->gelu_fwd(K.gs, gy[k], x[k], n));
 		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], n));
@@ -645,6 +689,10 @@ int main(void)
 	test_layernorm_case(&r, 3, 1001, 1); /* not whole float4s: the scalar kernels */
 	test_layernorm_case(&r, 333, 96, 1); /* six row groups of colsum.h, the last of 13 rows */
 	test_layernorm_case(&r, 9, 1600, 1); /* gpt2-xl's width: 400 float4s a row */
+	/* a warp a row, a block a row group: the column sums' runs made in the dx kernel */
+	test_layernorm_case(&r, 203, 768, 1); /* gpt2's width; the last group 11 rows: runs of 8 and 3 */
+	test_layernorm_case(&r, 130, 200, 1); /* two float4s a lane, the last group 2 rows */
+	test_layernorm_case(&r, 64, 1024, 1); /* eight float4s a lane: 64 KB of run sums */
 	test_embed(&r);
 	printf("xent\n");
 	test_xent_case(&r, 32, 256, 256, 0);

@@ -28,7 +28,8 @@
  *    the statistics layernorm_fwd writes from its y (in place too), and
  *    one of the two without the other is refused;
  *  - layernorm_bwd with a residual == layernorm_bwd then add(residual, dx),
- *    also in place over the residual, with the same dw and db;
+ *    also in place over the residual, with the same dw and db; with dy in
+ *    bf16, the bytes of dy widened to f32 (an FP8 dy is refused);
  *  - flash attention forward and backward with qkv_bias == the same on
  *    qkv + bias, both operand kinds.
  */
@@ -276,9 +277,9 @@ static void test_layernorm_bwd_residual(int64_t R, int64_t C)
 	fill_normal(w, C, &rng, 1.0f);
 	fill_normal(b, C, &rng, 0.3f);
 	CHECK_OK(K.o->layernorm_fwd(K.s, NULL, mean, rstd, x, w, b, R, C));
-	CHECK_OK(K.o->layernorm_bwd(K.s, g, dw[0], db[0], dy, x, mean, rstd, w, R, C, NULL));
+	CHECK_OK(K.o->layernorm_bwd(K.s, g, dw[0], db[0], dy, QE_F32, x, mean, rstd, w, R, C, NULL));
 	CHECK_OK(K.o->add(K.s, want, res, g, n));
-	CHECK_OK(K.o->layernorm_bwd(K.s, got, dw[1], db[1], dy, x, mean, rstd, w, R, C, res));
+	CHECK_OK(K.o->layernorm_bwd(K.s, got, dw[1], db[1], dy, QE_F32, x, mean, rstd, w, R, C, res));
 	CHECK_OK(K.o->stream_sync(K.s));
 	char what[96];
 	snprintf(what, sizeof(what), "layernorm_bwd residual [%lld,%lld]", (long long)R, (long long)C);
@@ -288,9 +289,24 @@ static void test_layernorm_bwd_residual(int64_t R, int64_t C)
 	CHECK_BYTES(db[1], db[0], (size_t)C * sizeof(float), "layernorm_bwd residual: db");
 	/* in place: dx is the residual */
 	memcpy(got, res, (size_t)n * sizeof(float));
-	CHECK_OK(K.o->layernorm_bwd(K.s, got, NULL, NULL, dy, x, mean, rstd, w, R, C, got));
+	CHECK_OK(K.o->layernorm_bwd(K.s, got, NULL, NULL, dy, QE_F32, x, mean, rstd, w, R, C, got));
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK_BYTES(got, want, (size_t)n * sizeof(float), "layernorm_bwd residual in place");
+	/* dy in bf16: every output the bytes of dy widened to f32 */
+	uint16_t *dy16 = bk_bytes(&K, (size_t)n * 2);
+	for (int64_t i = 0; i < n; i++) {
+		dy16[i] = qe_bf16_from_f32(dy[i]);
+		dy[i] = qe_bf16_to_f32(dy16[i]);
+	}
+	CHECK_OK(K.o->layernorm_bwd(K.s, g, dw[0], db[0], dy, QE_F32, x, mean, rstd, w, R, C, res));
+	CHECK_OK(K.o->layernorm_bwd(K.s, got, dw[1], db[1], dy16, QE_BF16, x, mean, rstd, w, R, C, res));
+	CHECK_OK(K.o->stream_sync(K.s));
+	CHECK_BYTES(got, g, (size_t)n * sizeof(float), "layernorm_bwd bf16 dy: dx");
+	CHECK_BYTES(dw[1], dw[0], (size_t)C * sizeof(float), "layernorm_bwd bf16 dy: dw");
+	CHECK_BYTES(db[1], db[0], (size_t)C * sizeof(float), "layernorm_bwd bf16 dy: db");
+	REFUSED(QE_EUNSUPPORTED, "layernorm_bwd with an FP8 dy",
+		K.o->layernorm_bwd(s2, got, dw[1], db[1], dy16, QE_E4M3, x, mean, rstd, w, R, C, res));
+	K.o->free(K.b, dy16);
 	float *bufs[] = { x, dy, res, w, b, mean, rstd, g, want, got, dw[0], dw[1], db[0], db[1] };
 	free_bufs(bufs, sizeof(bufs) / sizeof(*bufs));
 }

@@ -93,7 +93,7 @@ static void test_layernorm(void)
 	fill_normal(c.g, n, &rng, 1.0f);
 	ln_loss(&c);
 	dw[0] = 99.0f; /* overwritten, not accumulated */
-	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db, c.g, c.x, c.mean, c.rstd, c.w, c.R, c.C, NULL));
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db, c.g, QE_F32, c.x, c.mean, c.rstd, c.w, c.R, c.C, NULL));
 	fd_check("layernorm dx", c.x, dx, n, ln_loss, &c);
 	fd_check("layernorm dw", c.w, dw, c.C, ln_loss, &c);
 	fd_check("layernorm db", c.b, db, c.C, ln_loss, &c);
@@ -374,14 +374,24 @@ static void test_xent(void)
 	K.o->free(K.b, c.tgt);
 }
 
-/* Column j of dy summed in colsum.h's order: row groups from 0, the groups' partials from 0. */
-static float colsum_ref(const float *dy, int64_t R, int64_t C, int64_t j)
+/*
+ * Column j of dy summed in colsum.h's order: row groups from 0, the groups'
+ * partials from 0; with run > 0 (layernorm's order) a group's partial adds
+ * its runs of `run` rows, each summed from 0.
+ */
+static float colsum_ref(const float *dy, int64_t R, int64_t C, int64_t j, int64_t run)
 {
 	float s = 0.0f;
 	for (int64_t g = 0; g < qe_colsum_groups(R); g++) {
-		float part = 0.0f;
-		for (int64_t r = qe_colsum_group_start(R, g); r < qe_colsum_group_start(R, g + 1); r++)
-			part += dy[r * C + j];
+		float part = 0.0f, rs = 0.0f;
+		int64_t r0 = qe_colsum_group_start(R, g), r1 = qe_colsum_group_start(R, g + 1);
+		for (int64_t r = r0; r < r1; r++) {
+			rs += dy[r * C + j];
+			if (r + 1 == r1 || (run > 0 && (r + 1 - r0) % run == 0)) {
+				part += rs;
+				rs = 0.0f;
+			}
+		}
 		s += part;
 	}
 	return s;
@@ -396,7 +406,7 @@ static void test_small_ops(void)
 	CHECK_OK(K.o->bias_grad(K.s, db, dy, R, C));
 	int rowwise_differs = 0;
 	for (int64_t j = 0; j < C; j++) {
-		float s = colsum_ref(dy, R, C, j), plain = 0.0f;
+		float s = colsum_ref(dy, R, C, j, 0), plain = 0.0f;
 		CHECK(memcmp(&s, &db[j], 4) == 0, "bias_grad[%lld] not the grouped sum of colsum.h", (long long)j);
 		for (int64_t r = 0; r < R; r++)
 			plain += dy[r * C + j];
@@ -404,7 +414,7 @@ static void test_small_ops(void)
 	}
 	/* the order matters: some column's plain row-order sum rounds differently */
 	CHECK(rowwise_differs > 0, "bias_grad: grouped and row-order sums agree on all %lld columns", (long long)C);
-	/* the layernorm weight and bias gradients are column sums in the same order */
+	/* the layernorm weight and bias gradients are column sums in runs of QE_COLSUM_RUN rows within the groups */
 	float *x = bk_f32(&K, R * C), *mean = bk_f32(&K, R), *rstd = bk_f32(&K, R), *w = bk_f32(&K, C);
 	float *dx = bk_f32(&K, R * C), *dw = bk_f32(&K, C), *db2 = bk_f32(&K, C), *term = bk_f32(&K, R * C);
 	fill_normal(x, R * C, &rng, 2.0f);
@@ -415,12 +425,17 @@ static void test_small_ops(void)
 		for (int64_t j = 0; j < C; j++)
 			term[r * C + j] = ((x[r * C + j] - mean[r]) * rstd[r]) * dy[r * C + j];
 	}
-	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, x, mean, rstd, w, R, C, NULL));
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, QE_F32, x, mean, rstd, w, R, C, NULL));
+	int grouped_differs = 0;
 	for (int64_t j = 0; j < C; j++) {
-		float sw = colsum_ref(term, R, C, j), sb = colsum_ref(dy, R, C, j);
-		CHECK(memcmp(&sw, &dw[j], 4) == 0, "layernorm dw[%lld] not the grouped sum of colsum.h", (long long)j);
-		CHECK(memcmp(&sb, &db2[j], 4) == 0, "layernorm db[%lld] not the grouped sum of colsum.h", (long long)j);
+		float sw = colsum_ref(term, R, C, j, QE_COLSUM_RUN), sb = colsum_ref(dy, R, C, j, QE_COLSUM_RUN);
+		float gb = colsum_ref(dy, R, C, j, 0);
+		CHECK(memcmp(&sw, &dw[j], 4) == 0, "layernorm dw[%lld] not the sum in runs of colsum.h", (long long)j);
+		CHECK(memcmp(&sb, &db2[j], 4) == 0, "layernorm db[%lld] not the sum in runs of colsum.h", (long long)j);
+		grouped_differs += memcmp(&gb, &db2[j], 4) != 0;
 	}
+	/* the runs matter: some column's plain grouped sum rounds differently */
+	CHECK(grouped_differs > 0, "layernorm db: runs and plain groups agree on all %lld columns", (long long)C);
 	float *lbufs[] = { x, mean, rstd, w, dx, dw, db2, term };
 	for (size_t i = 0; i < sizeof(lbufs) / sizeof(*lbufs); i++)
 		K.o->free(K.b, lbufs[i]);

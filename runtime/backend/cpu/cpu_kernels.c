@@ -239,15 +239,16 @@ void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *
 #define COLSUM_TILE 512 /* columns per pass: the partials stay on the stack */
 
 /*
- * out[j] = the column sum of colsum.h over rows of dy[r,j] (x == NULL) or of
- * the layernorm weight gradient's nrm * dy[r,j], nrm = (x[r,j] - mean[r]) *
- * rstd[r]: per group a partial from 0 with its rows in order, then the
- * partials in group order from 0.
+ * out[j] = the column sum in colsum.h's order over rows of dy[r,j] (x ==
+ * NULL) or of the layernorm weight gradient's nrm * dy[r,j], nrm = (x[r,j] -
+ * mean[r]) * rstd[r]: per group a partial from 0 that adds the group's runs
+ * of `run` rows (0: the whole group is one run), each summed from 0 in row
+ * order; then the partials in group order from 0.
  */
 static void colsum(float *out, const float *dy, const float *x, const float *mean, const float *rstd, int64_t rows,
-		   int64_t cols)
+		   int64_t cols, int64_t run)
 {
-	float part[COLSUM_TILE];
+	float part[COLSUM_TILE], rs[COLSUM_TILE];
 	for (int64_t j0 = 0; j0 < cols; j0 += COLSUM_TILE) {
 		int64_t nj = cols - j0 < COLSUM_TILE ? cols - j0 : COLSUM_TILE;
 		float *o = out + j0;
@@ -257,20 +258,28 @@ static void colsum(float *out, const float *dy, const float *x, const float *mea
 		for (int64_t g = 0; g < ng; g++) {
 			for (int64_t j = 0; j < nj; j++)
 				part[j] = 0.0f;
-			int64_t r1 = qe_colsum_group_start(rows, g + 1);
-			for (int64_t r = qe_colsum_group_start(rows, g); r < r1; r++) {
-				const float *gr = dy + r * cols + j0;
-				if (!x) {
-					for (int64_t j = 0; j < nj; j++)
-						part[j] += gr[j];
-					continue;
+			int64_t r0 = qe_colsum_group_start(rows, g), r1 = qe_colsum_group_start(rows, g + 1);
+			int64_t step = run > 0 ? run : r1 - r0;
+			for (int64_t u0 = r0; u0 < r1; u0 += step) {
+				int64_t u1 = u0 + step < r1 ? u0 + step : r1;
+				for (int64_t j = 0; j < nj; j++)
+					rs[j] = 0.0f;
+				for (int64_t r = u0; r < u1; r++) {
+					const float *gr = dy + r * cols + j0;
+					if (!x) {
+						for (int64_t j = 0; j < nj; j++)
+							rs[j] += gr[j];
+						continue;
+					}
+					const float *xr = x + r * cols + j0;
+					float m = mean[r], s = rstd[r];
+					for (int64_t j = 0; j < nj; j++) {
+						float nrm = (xr[j] - m) * s;
+						rs[j] += nrm * gr[j];
+					}
 				}
-				const float *xr = x + r * cols + j0;
-				float m = mean[r], s = rstd[r];
-				for (int64_t j = 0; j < nj; j++) {
-					float nrm = (xr[j] - m) * s;
-					part[j] += nrm * gr[j];
-				}
+				for (int64_t j = 0; j < nj; j++)
+					part[j] += rs[j];
 			}
 			for (int64_t j = 0; j < nj; j++)
 				o[j] += part[j];
@@ -280,7 +289,7 @@ static void colsum(float *out, const float *dy, const float *x, const float *mea
 
 void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols)
 {
-	colsum(db, dy, NULL, NULL, NULL, rows, cols);
+	colsum(db, dy, NULL, NULL, NULL, rows, cols, 0);
 }
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f /* sqrtf(2/pi) */
@@ -350,9 +359,9 @@ void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, cons
 			  const float *rstd, const float *w, int64_t rows, int64_t cols, const float *residual)
 {
 	if (dw)
-		colsum(dw, dy, x, mean, rstd, rows, cols);
+		colsum(dw, dy, x, mean, rstd, rows, cols, QE_COLSUM_RUN);
 	if (db)
-		colsum(db, dy, NULL, NULL, NULL, rows, cols);
+		colsum(db, dy, NULL, NULL, NULL, rows, cols, QE_COLSUM_RUN);
 	for (int64_t r = 0; r < rows; r++) {
 		const float *dyr = dy + r * cols, *xr = x + r * cols;
 		float *dxr = dx + r * cols;

@@ -292,21 +292,26 @@ int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rs
 
 static int check_layernorm_bwd(const qe_cpu_layernorm_bwd_args *a)
 {
-	return qe__check_layernorm_bwd(a->dx, a->dy, a->x, a->mean, a->rstd, a->w, a->rows, a->cols);
+	return qe__check_layernorm_bwd(a->dx, a->dy, a->dy_dt, a->x, a->mean, a->rstd, a->w, a->rows, a->cols);
 }
 
+static const float *f32_of(qe_cpu_scratch *sc, int slot, const void *x, qe_dtype dt, int64_t n);
+
+/* slot 0: dy widened when bf16 */
 static int exec_layernorm_bwd(qe_cpu_scratch *sc, const qe_cpu_layernorm_bwd_args *a)
 {
-	(void)sc;
-	qe_cpu_layernorm_bwd(a->dx, a->dw, a->db, a->dy, a->x, a->mean, a->rstd, a->w, a->rows, a->cols, a->residual);
+	const float *dy = f32_of(sc, 0, a->dy, a->dy_dt, a->rows * a->cols);
+	if (!dy)
+		return QE_ENOMEM;
+	qe_cpu_layernorm_bwd(a->dx, a->dw, a->db, dy, a->x, a->mean, a->rstd, a->w, a->rows, a->cols, a->residual);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-				  const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
-				  const float *residual)
+int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+				  const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
+				  int64_t cols, const float *residual)
 {
-	return SUBMIT(s, LAYERNORM_BWD, layernorm_bwd, dx, dw, db, dy, x, mean, rstd, w, rows, cols, residual);
+	return SUBMIT(s, LAYERNORM_BWD, layernorm_bwd, dx, dw, db, dy, dy_dt, x, mean, rstd, w, rows, cols, residual);
 }
 
 /* ---- embedding ----------------------------------------------------------------- */

@@ -167,7 +167,9 @@ typedef struct qe_cpu_layernorm_fwd_args {
 
 typedef struct qe_cpu_layernorm_bwd_args {
 	float *dx, *dw, *db;
-	const float *dy, *x, *mean, *rstd, *w;
+	const void *dy;
+	qe_dtype dy_dt;
+	const float *x, *mean, *rstd, *w;
 	int64_t rows, cols;
 	const float *residual;
 } qe_cpu_layernorm_bwd_args;
@@ -317,9 +319,9 @@ int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
 int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
 				  const float *b, int64_t rows, int64_t cols);
-int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-				  const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
-				  const float *residual);
+int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+				  const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
+				  int64_t cols, const float *residual);
 int qe__cpu_enqueue_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
 			      int64_t T, int64_t H);
 int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,

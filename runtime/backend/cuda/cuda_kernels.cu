@@ -13,6 +13,7 @@
  * cpu.  No atomics where order matters: column sums run one thread per
  * column over the rows in order.
  */
+#include <cuda_bf16.h>
 #include <math.h>
 #include <string.h>
 
@@ -24,6 +25,11 @@
 
 /* Column sums: a block covers 32 columns, one thread per (column, row group of colsum.h). */
 #define COL_THREADS 32
+
+/* one value as f32: bf16 widened exactly */
+__device__ __forceinline__ float ld1(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld1(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
+
 /* Layernorm keeps a row in registers: up to this many float4s per thread, 256 threads a row. */
 #define LN_VEC_MAX 8
 
@@ -45,29 +51,36 @@ __global__ void add_inplace_kernel(float *y, const float *a, int64_t n)
  * Column sums in colsum.h's order, in two kernels.  colsum_part_kernel:
  * thread (x, y) of block (bx, by) sums row group g = by*8 + y of column
  * j = bx*32 + x (a warp reads 32 neighbouring floats of a row) into
- * part[g*cols + j]; db's partial is the sum of dy, dw's (when asked for) the
+ * part[g*cols + j], in runs of `run` rows (0: the group is one run);
+ * db's partial is the sum of dy, dw's (when asked for) the
  * sum of the layernorm weight gradient's nrm * dy with nrm = (x - mean) *
  * rstd - the cpu's expressions.  colsum_fin_kernel (below) adds column j's
  * partials in group order from 0.
  */
 #define COL_GROUPS_PER_BLOCK 8
-__global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ pb, const float *__restrict__ dy,
+template <typename DY>
+__global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ pb, const DY *__restrict__ dy,
 				   const float *__restrict__ x, const float *__restrict__ mean,
-				   const float *__restrict__ rstd, int64_t rows, int64_t cols, int64_t groups)
+				   const float *__restrict__ rstd, int64_t rows, int64_t cols, int64_t groups, int run)
 {
 	int64_t j = (int64_t)blockIdx.x * COL_THREADS + threadIdx.x;
 	int64_t g = (int64_t)blockIdx.y * COL_GROUPS_PER_BLOCK + threadIdx.y;
 	if (j >= cols || g >= groups)
 		return;
-	float aw = 0.0f, ab = 0.0f;
-	int64_t r1 = qe_colsum_group_start(rows, g + 1);
+	float aw = 0.0f, ab = 0.0f, rw = 0.0f, rb = 0.0f;
+	int64_t r0 = qe_colsum_group_start(rows, g), r1 = qe_colsum_group_start(rows, g + 1);
 #pragma unroll 4
-	for (int64_t r = qe_colsum_group_start(rows, g); r < r1; r++) {
-		float v = dy[r * cols + j];
-		ab += v;
+	for (int64_t r = r0; r < r1; r++) {
+		float v = ld1(dy, r * cols + j);
+		rb += v;
 		if (pw) {
 			float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
-			aw += nrm * v;
+			rw += nrm * v;
+		}
+		if (r + 1 == r1 || (run > 0 && (r + 1 - r0) % run == 0)) { /* the run ends */
+			aw += rw;
+			ab += rb;
+			rw = rb = 0.0f;
 		}
 	}
 	if (pw)
@@ -163,18 +176,20 @@ __global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const f
 }
 
 /* dx of one row per block (+ the residual's gradient, when given, as add would). */
-__global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float *x, const float *mean,
+template <typename DY>
+__global__ void layernorm_bwd_dx_kernel(float *dx, const DY *dy, const float *x, const float *mean,
 					const float *rstd, const float *w, const float *residual, int64_t cols)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
-	const float *dyr = dy + r * cols, *xr = x + r * cols;
+	const DY *dyr = dy + r * cols;
+	const float *xr = x + r * cols;
 	float *dxr = dx + r * cols;
 	float m = mean[r], s = rstd[r];
 	float p1 = 0.0f, p2 = 0.0f;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
 		float nrm = (xr[i] - m) * s;
-		float dn = w[i] * dyr[i];
+		float dn = w[i] * ld1(dyr, i);
 		p1 += dn;
 		p2 += dn * nrm;
 	}
@@ -182,7 +197,7 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, const float *dy, const float 
 	float dnorm_norm_mean = block_sum(p2, sh) / (float)cols;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
 		float nrm = (xr[i] - m) * s;
-		float dn = w[i] * dyr[i];
+		float dn = w[i] * ld1(dyr, i);
 		float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
 		float g = dval * s;
 		dxr[i] = residual ? residual[r * cols + i] + g : g;
@@ -263,6 +278,18 @@ __device__ __forceinline__ void st4(float *p, int64_t i, float4 v, bool al)
 	p[4 * i + 3] = v.w;
 }
 
+/* four bf16 at p + 4i widened exactly (al: p is 8-byte aligned) */
+__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p, int64_t i, bool al)
+{
+	if (al) {
+		uint2 u = ((const uint2 *)p)[i];
+		float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+		return make_float4(a.x, a.y, b.x, b.y);
+	}
+	p += 4 * i;
+	return make_float4(__bfloat162float(p[0]), __bfloat162float(p[1]), __bfloat162float(p[2]), __bfloat162float(p[3]));
+}
+
 /*
  * Layernorm over rows of c4 * 4 columns, one block per row, the row held in
  * registers (thread t has float4s t, t + blockDim, ... - at most LN_VEC_MAX),
@@ -321,12 +348,14 @@ __global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, con
 }
 
 /* dx of one row per block, nrm and w * dy held in registers as in the forward. */
-__global__ void layernorm_bwd_dx_vec_kernel(float *dx, const float *dy, const float *x, const float *mean,
+template <typename DY>
+__global__ void layernorm_bwd_dx_vec_kernel(float *dx, const DY *dy, const float *x, const float *mean,
 					    const float *rstd, const float *w, const float *residual, int64_t c4, bool al)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
-	const float *dyr = dy + r * c4 * 4, *xr = x + r * c4 * 4;
+	const DY *dyr = dy + r * c4 * 4;
+	const float *xr = x + r * c4 * 4;
 	float *dxr = dx + r * c4 * 4;
 	float m = mean[r], s = rstd[r];
 	float cols = (float)(c4 * 4);
@@ -480,51 +509,98 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 	}
 }
 
-/* dx of one row per warp, nrm and w * dy in registers (+ the residual's gradient, when given). */
-template <int K>
-__global__ void __launch_bounds__(32 * LN_WARP_ROWS)
-	layernorm_bwd_dx_warp_kernel(float *dx, const float *dy, const float *x, const float *mean, const float *rstd,
-				     const float *w, const float *residual, int64_t rows, int64_t c4, bool al)
+/*
+ * layernorm_bwd's dx a warp a row, nrm and w * dy in registers (+ the
+ * residual's gradient, when given), and a block a row group of colsum.h:
+ * warp u takes the group's run u (QE_COLSUM_RUN rows, in order).  With pb
+ * (and pw for dw), each lane also sums its columns' dy (and nrm * dy) over
+ * its warp's run as the rows go by, and the block adds its runs in order
+ * through shared memory into the group's partials (colsum_fin_kernel adds
+ * the groups): the column sums take no second pass over dy and x, which
+ * cost a gpt2 batch-16 step 25 x 39 us.  A lane holds float4s lane,
+ * lane + 32, ... of a row (K of them at most, c4 in all).
+ */
+#define LN_BWD_WARPS (QE_COLSUM_ROWS / QE_COLSUM_RUN)
+template <int K, typename DY>
+__global__ void __launch_bounds__(32 * LN_BWD_WARPS)
+	layernorm_bwd_warp_kernel(float *dx, float *pw, float *pb, const DY *dy, const float *x, const float *mean,
+				  const float *rstd, const float *w, const float *residual, int64_t rows, int64_t c4,
+				  bool al)
 {
-	int lane = threadIdx.x & 31;
-	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
-	if (r >= rows)
-		return;
-	const float *dyr = dy + r * c4 * 4, *xr = x + r * c4 * 4;
-	float *dxr = dx + r * c4 * 4;
-	float m = mean[r], s = rstd[r];
-	float cols = (float)(c4 * 4);
-	float4 nv[K], dv[K];
-	float p1 = 0.0f, p2 = 0.0f;
+	extern __shared__ float4 run_sums[]; /* [2][LN_BWD_WARPS][c4]: the runs' sums of nrm * dy, then of dy */
+	const int lane = threadIdx.x & 31, u = threadIdx.x >> 5;
+	const int64_t g = blockIdx.x, r0 = g * QE_COLSUM_ROWS + (int64_t)u * QE_COLSUM_RUN;
+	const float cols = (float)(c4 * 4);
+	float4 sw[K], sb[K];
 #pragma unroll
-	for (int k = 0; k < K; k++) {
-		int64_t i = lane + 32 * k;
-		if (i < c4) {
-			float4 xv = ld4(xr, i, al), g = ld4(dyr, i, al), wv = ld4(w, i, al);
-			nv[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
-			dv[k] = make_float4(wv.x * g.x, wv.y * g.y, wv.z * g.z, wv.w * g.w);
-			p1 = sum4(p1, dv[k]);
-			p2 = sum4(p2, make_float4(dv[k].x * nv[k].x, dv[k].y * nv[k].y, dv[k].z * nv[k].z,
-						  dv[k].w * nv[k].w));
+	for (int k = 0; k < K; k++)
+		sw[k] = sb[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	for (int64_t r = r0; r < r0 + QE_COLSUM_RUN && r < rows; r++) {
+		const DY *dyr = dy + r * c4 * 4;
+		const float *xr = x + r * c4 * 4;
+		float *dxr = dx + r * c4 * 4;
+		float m = mean[r], s = rstd[r];
+		float4 nv[K], dv[K];
+		float p1 = 0.0f, p2 = 0.0f;
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int64_t i = lane + 32 * k;
+			if (i < c4) {
+				float4 xv = ld4(xr, i, al), gv = ld4(dyr, i, al), wv = ld4(w, i, al);
+				nv[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
+				dv[k] = make_float4(wv.x * gv.x, wv.y * gv.y, wv.z * gv.z, wv.w * gv.w);
+				p1 = sum4(p1, dv[k]);
+				p2 = sum4(p2, make_float4(dv[k].x * nv[k].x, dv[k].y * nv[k].y, dv[k].z * nv[k].z,
+							  dv[k].w * nv[k].w));
+				sb[k] = make_float4(sb[k].x + gv.x, sb[k].y + gv.y, sb[k].z + gv.z, sb[k].w + gv.w);
+				sw[k] = make_float4(sw[k].x + nv[k].x * gv.x, sw[k].y + nv[k].y * gv.y,
+						    sw[k].z + nv[k].z * gv.z, sw[k].w + nv[k].w * gv.w);
+			}
+		}
+		float dnorm_mean = warp_sum(p1) / cols;
+		float dnorm_norm_mean = warp_sum(p2) / cols;
+#pragma unroll
+		for (int k = 0; k < K; k++) {
+			int64_t i = lane + 32 * k;
+			if (i < c4) {
+				float4 o;
+				o.x = (dv[k].x - dnorm_mean - nv[k].x * dnorm_norm_mean) * s;
+				o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
+				o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
+				o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
+				if (residual) {
+					float4 q = ld4(residual + r * c4 * 4, i, al);
+					o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
+				}
+				st4(dxr, i, o, al);
+			}
 		}
 	}
-	float dnorm_mean = warp_sum(p1) / cols;
-	float dnorm_norm_mean = warp_sum(p2) / cols;
+	if (!pb)
+		return; /* the whole block */
+	float4 *rw = run_sums + u * c4, *rb = run_sums + (LN_BWD_WARPS + u) * c4;
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		int64_t i = lane + 32 * k;
 		if (i < c4) {
-			float4 o;
-			o.x = (dv[k].x - dnorm_mean - nv[k].x * dnorm_norm_mean) * s;
-			o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
-			o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
-			o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
-			if (residual) {
-				float4 q = ld4(residual + r * c4 * 4, i, al);
-				o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
-			}
-			st4(dxr, i, o, al);
+			rw[i] = sw[k];
+			rb[i] = sb[k];
 		}
+	}
+	__syncthreads();
+	/* the group's runs that hold rows, added in order from 0 */
+	int64_t in_group = rows - g * QE_COLSUM_ROWS < QE_COLSUM_ROWS ? rows - g * QE_COLSUM_ROWS : QE_COLSUM_ROWS;
+	int nrun = (int)((in_group + QE_COLSUM_RUN - 1) / QE_COLSUM_RUN);
+	const float *fw = (const float *)run_sums, *fb = fw + LN_BWD_WARPS * c4 * 4;
+	for (int64_t j = threadIdx.x; j < c4 * 4; j += blockDim.x) {
+		float aw = 0.0f, ab = 0.0f;
+		for (int v = 0; v < nrun; v++) {
+			aw += fw[v * c4 * 4 + j];
+			ab += fb[v * c4 * 4 + j];
+		}
+		if (pw)
+			pw[g * c4 * 4 + j] = aw;
+		pb[g * c4 * 4 + j] = ab;
 	}
 }
 
@@ -637,18 +713,20 @@ extern "C" int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int6
  * gradient into dw, in colsum.h's order; the partials live in the stream's
  * scratch.
  */
-static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const float *dy, const float *x,
-		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part);
+template <typename DY>
+static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const float *x,
+		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part, int run);
 
-static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, const float *dy, const float *x,
-			 const float *mean, const float *rstd, int64_t rows, int64_t cols)
+template <typename DY>
+static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const float *x,
+			 const float *mean, const float *rstd, int64_t rows, int64_t cols, int run)
 {
 	int64_t groups = qe_colsum_groups(rows);
 	float *part = NULL;
 	int rc = qe__cuda_scratch(s, (size_t)(x ? 2 : 1) * (size_t)(groups * cols) * sizeof(float), op, (void **)&part);
 	if (rc)
 		return rc;
-	return colsum_run(s, op, dw, db, dy, x, mean, rstd, rows, cols, part);
+	return colsum_run(s, op, dw, db, dy, x, mean, rstd, rows, cols, part, run);
 }
 
 extern "C" int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, const float *dy, int64_t rows,
@@ -656,12 +734,13 @@ extern "C" int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, con
 {
 	if (cols == 0)
 		return QE_OK;
-	return colsum_run(s, op, NULL, db, dy, NULL, NULL, NULL, rows, cols, part);
+	return colsum_run(s, op, NULL, db, dy, NULL, NULL, NULL, rows, cols, part, 0);
 }
 
-/* colsum_launch's kernels over the partials buffer part (groups x cols floats, twice with x). */
-static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const float *dy, const float *x,
-		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part)
+/* colsum_launch's kernels over the partials buffer part (groups x cols floats, twice with x); runs of run rows */
+template <typename DY>
+static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const float *x,
+		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part, int run)
 {
 	int rc;
 	int64_t groups = qe_colsum_groups(rows);
@@ -672,7 +751,7 @@ static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const 
 	dim3 grid((unsigned)((cols + COL_THREADS - 1) / COL_THREADS),
 		  (unsigned)((groups + COL_GROUPS_PER_BLOCK - 1) / COL_GROUPS_PER_BLOCK));
 	colsum_part_kernel<<<grid, dim3(COL_THREADS, COL_GROUPS_PER_BLOCK), 0, s->cs>>>(pw, pb, dy, x, mean, rstd, rows,
-											   cols, groups);
+											   cols, groups, run);
 	if ((rc = qe__cuda_launched(op, "colsum_part_kernel")))
 		return rc;
 	colsum_fin_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), dim3(COL_THREADS, COL_THREADS), 0,
@@ -694,7 +773,7 @@ extern "C" int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int6
 {
 	if (cols == 0)
 		return QE_OK;
-	return colsum_launch(s, "bias_grad", NULL, db, dy, NULL, NULL, NULL, rows, cols);
+	return colsum_launch(s, "bias_grad", NULL, db, dy, NULL, NULL, NULL, rows, cols, 0);
 }
 
 extern "C" int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n)
@@ -750,9 +829,61 @@ extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float
 	return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_kernel");
 }
 
-extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-				      const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
-				      const float *residual)
+/*
+ * layernorm_bwd for rows of k float4s a lane at most (1 <= k <= 8): dx and,
+ * when dw or db is asked for, the groups' partials in one kernel, then
+ * colsum_fin_kernel over them.
+ */
+template <typename DY>
+static int ln_bwd_warp(qe_stream *s, float *dx, float *dw, float *db, const DY *dy, const float *x,
+		       const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
+		       const float *residual, int k)
+{
+	const char *op = "layernorm_bwd";
+	int64_t groups = qe_colsum_groups(rows);
+	float *part = NULL;
+	size_t smem = 0;
+	int rc;
+	if (dw || db) {
+		if ((rc = qe__cuda_scratch(s, (size_t)(2 * groups * cols) * sizeof(float), op, (void **)&part)))
+			return rc;
+		smem = (size_t)(2 * LN_BWD_WARPS * cols) * sizeof(float);
+	}
+	float *pb = part, *pw = part && dw ? part + groups * cols : NULL;
+	bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
+	cudaError_t e = cudaSuccess;
+#define LN_BWD_CASE(KK)                                                                                        \
+	case KK:                                                                                               \
+		e = cudaFuncSetAttribute(layernorm_bwd_warp_kernel<KK, DY>,                                   \
+					 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);              \
+		if (e == cudaSuccess)                                                                          \
+			layernorm_bwd_warp_kernel<KK, DY><<<(unsigned)groups, 32 * LN_BWD_WARPS, smem, s->cs>>>(  \
+				dx, pw, pb, dy, x, mean, rstd, w, residual, rows, cols / 4, al);                 \
+		break;
+	switch (k) {
+		LN_BWD_CASE(1)
+		LN_BWD_CASE(2)
+		LN_BWD_CASE(3)
+		LN_BWD_CASE(4)
+		LN_BWD_CASE(5)
+		LN_BWD_CASE(6)
+		LN_BWD_CASE(7)
+		LN_BWD_CASE(8)
+	}
+#undef LN_BWD_CASE
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaFuncSetAttribute(layernorm_bwd_warp_kernel)");
+	if ((rc = qe__cuda_launched(op, "layernorm_bwd_warp_kernel")) || !part)
+		return rc;
+	colsum_fin_kernel<<<(unsigned)((cols + COL_THREADS - 1) / COL_THREADS), dim3(COL_THREADS, COL_THREADS), 0,
+			    s->cs>>>(dw, db, pw, pb, cols, groups);
+	return qe__cuda_launched(op, "colsum_fin_kernel");
+}
+
+/* layernorm_bwd with dy of type DY (float, or bf16 widened as it is read) */
+template <typename DY>
+static int ln_bwd(qe_stream *s, float *dx, float *dw, float *db, const DY *dy, const float *x, const float *mean,
+		  const float *rstd, const float *w, int64_t rows, int64_t cols, const float *residual)
 {
 	const char *op = "layernorm_bwd";
 	int rc;
@@ -760,35 +891,32 @@ extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float 
 		return qe_fail(QE_EUNSUPPORTED, "layernorm_bwd: %lld rows", (long long)rows);
 	if (rows > 0 && cols > 0) {
 		unsigned lt;
-		int k = ln_warp_k(cols, 8);
-		if (k) {
+		int k = cols % 4 == 0 ? (int)((cols / 4 + 31) / 32) : 0; /* float4s a lane, when a row is whole float4s */
+		if (k >= 1 && k <= 8)
+			return ln_bwd_warp<DY>(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols, residual, k);
+		if (ln_vec_threads(cols, &lt)) {
 			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
-			unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
-			switch (k) {
-				LN_WARP_CASE(1, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
-					     cols / 4, al)
-				LN_WARP_CASE(2, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
-					     cols / 4, al)
-				LN_WARP_CASE(4, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
-					     cols / 4, al)
-				LN_WARP_CASE(8, layernorm_bwd_dx_warp_kernel, dx, dy, x, mean, rstd, w, residual, rows,
-					     cols / 4, al)
-			}
-			rc = qe__cuda_launched(op, "layernorm_bwd_dx_warp_kernel");
-		} else if (ln_vec_threads(cols, &lt)) {
-			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
-			layernorm_bwd_dx_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, residual,
-										     cols / 4, al);
+			layernorm_bwd_dx_vec_kernel<DY><<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, residual,
+											 cols / 4, al);
 			rc = qe__cuda_launched(op, "layernorm_bwd_dx_vec_kernel");
 		} else {
-			layernorm_bwd_dx_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd, w,
-												  residual, cols);
+			layernorm_bwd_dx_kernel<DY><<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd,
+												      w, residual, cols);
 			rc = qe__cuda_launched(op, "layernorm_bwd_dx_kernel");
 		}
 		if (rc)
 			return rc;
 	}
 	if (cols > 0 && (dw || db))
-		return colsum_launch(s, op, dw, db, dy, dw ? x : NULL, mean, rstd, rows, cols);
+		return colsum_launch<DY>(s, op, dw, db, dy, dw ? x : NULL, mean, rstd, rows, cols, QE_COLSUM_RUN);
 	return QE_OK;
+}
+
+extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+				      const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
+				      int64_t cols, const float *residual)
+{
+	if (dy_dt == QE_BF16)
+		return ln_bwd(s, dx, dw, db, (const __nv_bfloat16 *)dy, x, mean, rstd, w, rows, cols, residual);
+	return ln_bwd(s, dx, dw, db, (const float *)dy, x, mean, rstd, w, rows, cols, residual);
 }

@@ -132,16 +132,16 @@ static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, co
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const float *dy, const float *x,
-			    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
-			    const float *residual)
+static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+			    const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
+			    int64_t cols, const float *residual)
 {
 	const char *nm = "layernorm_bwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_layernorm_bwd(dx, dy, x, mean, rstd, w, rows, cols)))
-		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols, residual);
+	if (!(rc = qe__check_layernorm_bwd(dx, dy, dy_dt, x, mean, rstd, w, rows, cols)))
+		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, dy_dt, x, mean, rstd, w, rows, cols, residual);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
