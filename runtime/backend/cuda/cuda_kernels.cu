@@ -347,6 +347,20 @@ __global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, con
 	}
 }
 
+/* a float4 of a row's layernorm backward terms: nrm = (x - mean) rstd and w dy (the cpu's expressions) */
+__device__ __forceinline__ void ln_bwd_terms(float4 xv, float4 g, float4 wv, float m, float s, float4 *nv, float4 *dv)
+{
+	*nv = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
+	*dv = make_float4(wv.x * g.x, wv.y * g.y, wv.z * g.z, wv.w * g.w);
+}
+
+/* dx of a float4 from its terms and the row's means of w dy (dm) and of w dy nrm (dnm) */
+__device__ __forceinline__ float4 ln_bwd_dx4(float4 dv, float4 nv, float dm, float dnm, float s)
+{
+	return make_float4((dv.x - dm - nv.x * dnm) * s, (dv.y - dm - nv.y * dnm) * s, (dv.z - dm - nv.z * dnm) * s,
+			   (dv.w - dm - nv.w * dnm) * s);
+}
+
 /* dx of one row per block, nrm and w * dy held in registers as in the forward. */
 template <typename DY>
 __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const DY *dy, const float *x, const float *mean,
@@ -365,9 +379,8 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const DY *dy, const float
 	for (int k = 0; k < LN_VEC_MAX; k++) {
 		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 		if (i < c4) {
-			float4 xv = ld4(xr, i, al), g = ld4(dyr, i, al), wv = ld4(w, i, al);
-			nv[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
-			dv[k] = make_float4(wv.x * g.x, wv.y * g.y, wv.z * g.z, wv.w * g.w);
+			float4 g = ld4(dyr, i, al);
+			ln_bwd_terms(ld4(xr, i, al), g, ld4(w, i, al), m, s, &nv[k], &dv[k]);
 			p1 = sum4(p1, dv[k]);
 			p2 = sum4(p2, make_float4(dv[k].x * nv[k].x, dv[k].y * nv[k].y, dv[k].z * nv[k].z,
 						  dv[k].w * nv[k].w));
@@ -379,11 +392,7 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const DY *dy, const float
 	for (int k = 0; k < LN_VEC_MAX; k++) {
 		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
 		if (i < c4) {
-			float4 o;
-			o.x = (dv[k].x - dnorm_mean - nv[k].x * dnorm_norm_mean) * s;
-			o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
-			o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
-			o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
+			float4 o = ln_bwd_dx4(dv[k], nv[k], dnorm_mean, dnorm_norm_mean, s);
 			if (residual) {
 				float4 q = ld4(residual + r * c4 * 4, i, al);
 				o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
@@ -546,9 +555,8 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS)
 		for (int k = 0; k < K; k++) {
 			int64_t i = lane + 32 * k;
 			if (i < c4) {
-				float4 xv = ld4(xr, i, al), gv = ld4(dyr, i, al), wv = ld4(w, i, al);
-				nv[k] = make_float4((xv.x - m) * s, (xv.y - m) * s, (xv.z - m) * s, (xv.w - m) * s);
-				dv[k] = make_float4(wv.x * gv.x, wv.y * gv.y, wv.z * gv.z, wv.w * gv.w);
+				float4 gv = ld4(dyr, i, al);
+				ln_bwd_terms(ld4(xr, i, al), gv, ld4(w, i, al), m, s, &nv[k], &dv[k]);
 				p1 = sum4(p1, dv[k]);
 				p2 = sum4(p2, make_float4(dv[k].x * nv[k].x, dv[k].y * nv[k].y, dv[k].z * nv[k].z,
 							  dv[k].w * nv[k].w));
@@ -563,11 +571,7 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS)
 		for (int k = 0; k < K; k++) {
 			int64_t i = lane + 32 * k;
 			if (i < c4) {
-				float4 o;
-				o.x = (dv[k].x - dnorm_mean - nv[k].x * dnorm_norm_mean) * s;
-				o.y = (dv[k].y - dnorm_mean - nv[k].y * dnorm_norm_mean) * s;
-				o.z = (dv[k].z - dnorm_mean - nv[k].z * dnorm_norm_mean) * s;
-				o.w = (dv[k].w - dnorm_mean - nv[k].w * dnorm_norm_mean) * s;
+				float4 o = ln_bwd_dx4(dv[k], nv[k], dnorm_mean, dnorm_norm_mean, s);
 				if (residual) {
 					float4 q = ld4(residual + r * c4 * 4, i, al);
 					o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
