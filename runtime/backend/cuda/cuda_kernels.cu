@@ -69,6 +69,7 @@ __global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ p
 		return;
 	float aw = 0.0f, ab = 0.0f, rw = 0.0f, rb = 0.0f;
 	int64_t r0 = qe_colsum_group_start(rows, g), r1 = qe_colsum_group_start(rows, g + 1);
+	int left = run > 0 ? run : QE_COLSUM_ROWS; /* rows left in the run */
 #pragma unroll 4
 	for (int64_t r = r0; r < r1; r++) {
 		float v = ld1(dy, r * cols + j);
@@ -77,10 +78,11 @@ __global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ p
 			float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
 			rw += nrm * v;
 		}
-		if (r + 1 == r1 || (run > 0 && (r + 1 - r0) % run == 0)) { /* the run ends */
+		if (--left == 0 || r + 1 == r1) { /* the run ends */
 			aw += rw;
 			ab += rb;
 			rw = rb = 0.0f;
+			left = run > 0 ? run : QE_COLSUM_ROWS;
 		}
 	}
 	if (pw)
