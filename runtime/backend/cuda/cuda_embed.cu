@@ -11,8 +11,9 @@
 
 /*
  * Element (t, c) of a [T, H] walk, with no division: a block row covers
- * columns, grid rows stride over t (a 64-bit i / H took most of these
- * kernels' time: 77 us of clear_rows_kernel a gpt2 batch-16 step).
+ * columns, grid rows stride over t.  Without the 64-bit i / H per element,
+ * clear_rows_kernel went from 77.5 to 62.5 us a gpt2 batch-16 step and
+ * embed_bwd_kernel from 189 to 180 (H100, ncu, base clocks).
  */
 #define ROWS_COLS(t, c, T, H)                                                   \
 	for (int64_t t = blockIdx.y; t < (T); t += gridDim.y)                  \
