@@ -102,6 +102,23 @@ typedef struct qe_cast_args {
 	const void *pre_dgelu;
 	qe_dtype pre_dgelu_dtype;
 	/*
+	 * The softmax cross-entropy's gradient instead (pre_xent.stats not
+	 * NULL; with no other prologue): x is the logits [rows, cols] (f32 or
+	 * bf16), stats the rows' statistics that xent_rows wrote from them,
+	 * tgt the rows' targets, and v = the bytes xent with grad_scale would
+	 * write as their gradient (in x's type), widened: (p - onehot) *
+	 * grad_scale / rows with p = exp(x - max) * inv, and 0 in columns
+	 * valid..cols-1 (the vocabulary padding).  So the head's dY cast makes
+	 * the logits' gradient as it loads them, and the gradient is never
+	 * stored in between.
+	 */
+	struct {
+		const float *stats;
+		const int32_t *tgt;
+		int64_t valid;
+		float grad_scale;
+	} pre_xent;
+	/*
 	 * colsum (optional, [cols]): overwritten with the column sums of v (x
 	 * after the prologue) in colsum.h's order - the bytes
 	 * bias_grad(colsum, v, rows, cols) writes - so the backward's bias
@@ -267,42 +284,59 @@ typedef struct qe_backend_ops {
 	/*
 	 * y[r,c] = a[r,c] + (b[r,c] + bias[c]): a linear's output b whose bias
 	 * gemm left out, added to the residual stream a - the bits of gemm's
-	 * f32 bias add followed by add.  y may be a or b.  With mean and rstd
-	 * (both or neither, [rows]), also the layernorm statistics of each row
-	 * of y - the bits layernorm_fwd with y NULL would write from it - so
-	 * the next layernorm needs no pass of its own over y.
+	 * f32 bias add followed by add (bias NULL: a + b, the bits of add).
+	 * y, a and b are all of type dt, f32 or bf16: bf16 values are widened
+	 * exactly, summed in f32 as above, and the sum rounded to nearest even
+	 * (qe_bf16_from_f32) as it is stored - the residual stream kept in
+	 * bf16.  y may be a or b.  With mean and rstd (both or neither,
+	 * [rows]), also the layernorm statistics of each row of y as stored
+	 * (rounded) - the bits layernorm_fwd with y NULL would write from it -
+	 * so the next layernorm needs no pass of its own over y.
 	 */
-	int (*residual_add)(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			    int64_t cols, float *mean, float *rstd);
+	int (*residual_add)(qe_stream *s, void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
+			    int64_t rows, int64_t cols, float *mean, float *rstd);
 	int (*bias_grad)(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols); /* db = sum_rows dy */
 	int (*gelu_fwd)(qe_stream *s, float *y, const float *x, int64_t n);                  /* tanh approx */
 	int (*gelu_bwd)(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
 	/*
 	 * y = (x - mean) * rstd * w + b per row; mean/rstd [rows] saved for
 	 * backward.  y NULL: mean and rstd alone (both then required; w and b
-	 * not read) - the statistics a cast's layernorm prologue reads.
+	 * not read) - the statistics a cast's layernorm prologue reads.  x is
+	 * of x_dt: f32, or bf16 (widened exactly as it is read); y is f32.
 	 */
-	int (*layernorm_fwd)(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-			     const float *b, int64_t rows, int64_t cols);
+	int (*layernorm_fwd)(qe_stream *s, float *y, float *mean, float *rstd, const void *x, qe_dtype x_dt,
+			     const float *w, const float *b, int64_t rows, int64_t cols);
 	/*
-	 * dx = (overwrite) the input gradient, plus residual[r, c] first-come
+	 * dx = (overwrite) the input gradient g, plus residual[r, c] first-come
 	 * (residual + g, the bits of writing g and then add) when residual is
 	 * not NULL: the residual branch's gradient joined in the same pass;
 	 * residual may be dx, dx may not be dy.  dw, db = sums over rows
-	 * (overwrite), in colsum.h's runs.  dy is of dy_dt: f32, or bf16
-	 * (widened exactly as it is read).
+	 * (overwrite), in colsum.h's runs.  dy is of dy_dt and x (the forward's
+	 * input) of x_dt: each f32, or bf16 (widened exactly as it is read).
+	 * dx and residual are of x_dt too - the residual stream's gradient is
+	 * kept in the stream's type: bf16 residual values are widened, the sum
+	 * is f32, and dx is rounded to nearest even once as it is stored.
 	 */
-	int (*layernorm_bwd)(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
-			     const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
-			     int64_t cols, const float *residual);
-	/* out[T,H] = wte[tok[t]] + wpe[t] */
-	int (*embed_fwd)(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
-			 int64_t T, int64_t H);
+	int (*layernorm_bwd)(qe_stream *s, void *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+			     const void *x, qe_dtype x_dt, const float *mean, const float *rstd, const float *w,
+			     int64_t rows, int64_t cols, const void *residual);
 	/*
-	 * dwte [V,H] and dwpe [T,H] overwritten: dwpe whole, and each row of dwte
-	 * that tok names gets the sum of its occurrences' dout rows in t order;
-	 * every other row of dwte is zero afterwards.  rows_written NULL: all of
-	 * dwte is cleared first.  Otherwise it holds [T] token ids from the
+	 * out[r,:] = wte[tok[r],:] + wpe[r % T,:] for rows r of a batch of
+	 * sequences of T positions (wpe NULL: the token rows alone), summed in
+	 * f32 and stored as out_dt: f32, or bf16 rounded to nearest even.
+	 */
+	int (*embed_fwd)(qe_stream *s, void *out, qe_dtype out_dt, const int32_t *tok, const float *wte,
+			 const float *wpe, int64_t rows, int64_t T, int64_t H);
+	/*
+	 * The gradients of embed_fwd's tables from dout [rows, H] (of dout_dt:
+	 * f32, or bf16 widened exactly as it is read) over a batch of sequences
+	 * of T positions (rows a multiple of T).  dwte [V,H] and dwpe [T,H]
+	 * overwritten: dwpe whole, row p the sum of the sequences' rows at
+	 * position p from 0 in sequence order (((0 + d[p]) + d[T + p]) + ...),
+	 * and each row of dwte that tok [rows] names gets the sum of its
+	 * occurrences' dout rows in row order; every other row of dwte is zero
+	 * afterwards.  rows_written NULL: all of
+	 * dwte is cleared first.  Otherwise it holds [rows] token ids from the
 	 * previous call on this dwte (-1 before the first; ids outside [0, V) are
 	 * skipped): only those rows are cleared, every other row must already be
 	 * zero, and it receives tok for the next call.  (Clearing all of a
@@ -313,8 +347,8 @@ typedef struct qe_backend_ops {
 	 * bits of the overwriting call on a zeroed buffer followed by add_inplace
 	 * into dwte, without touching the rows no token names.
 	 */
-	int (*embed_bwd)(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			 int64_t H, int64_t V, int32_t *rows_written, int accumulate);
+	int (*embed_bwd)(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const void *dout, qe_dtype dout_dt,
+			 int64_t rows, int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate);
 	/*
 	 * Causal multi-head attention over qkv[T, 3H] (q | k | v, head h at
 	 * columns h*D..h*D+D-1 of each third), out[T,H]; probs[nh,T,T] saved.
@@ -383,6 +417,15 @@ typedef struct qe_backend_ops {
 	 */
 	int (*xent)(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
 		    int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
+	/*
+	 * xent's loss without its gradient: *loss (may be NULL) as xent writes
+	 * it, and each row's softmax statistics, stats[2t] = the max over its
+	 * valid logits and stats[2t + 1] = 1 / the sum of exp(l - max) - the
+	 * numbers xent's gradient is made from, which a cast's pre_xent
+	 * prologue reads.
+	 */
+	int (*xent_rows)(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt, int64_t T,
+			 int64_t V, int64_t valid, qe_dtype dt);
 	/* Sum the views in index order, scale, and apply AdamW (decoupled decay). */
 	int (*adamw)(qe_stream *s, const qe_adamw_args *a);
 	/*

@@ -81,17 +81,30 @@ int qe__check_xent(const void *logits, const int32_t *tgt, int64_t T, int64_t V,
 	return rc ? rc : qe__check_need(tgt, 1, nm, "tgt");
 }
 
-int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V,
-			const int32_t *rows_written, int accumulate)
+int qe__check_xent_rows(const float *stats, const void *logits, const int32_t *tgt, int64_t T, int64_t V,
+			int64_t valid, qe_dtype dt)
+{
+	int rc = qe__check_xent(logits, tgt, T, V, valid, dt);
+	return rc ? rc : qe__check_need(stats, 2 * T, "xent_rows", "stats");
+}
+
+int qe__check_embed_bwd(const float *dwte, const float *dwpe, const int32_t *tok, const void *dout, qe_dtype dout_dt,
+			int64_t rows, int64_t T, int64_t H, int64_t V, const int32_t *rows_written, int accumulate)
 {
 	const char *nm = "embed_bwd";
 	int rc;
 	if (accumulate && rows_written)
 		return qe_fail(QE_EINVAL, "%s: accumulate with rows_written (an accumulating call clears no rows)", nm);
-	if ((rc = qe__check_size(T, nm, "T")) || (rc = qe__check_size(H, nm, "H")) || (rc = qe__check_size(V, nm, "V")) ||
-	    (rc = qe__check_need(dwte, V * H, nm, "dwte")) || (rc = qe__check_need(tok, T, nm, "tok")))
+	if (dout_dt != QE_F32 && dout_dt != QE_BF16)
+		return qe_fail(QE_EUNSUPPORTED, "%s: dout of type %s (f32 or bf16)", nm, qe_dtype_name(dout_dt));
+	if ((rc = qe__check_size(rows, nm, "rows")) || (rc = qe__check_size(H, nm, "H")) ||
+	    (rc = qe__check_size(V, nm, "V")) || (rc = qe__check_need(dwte, V * H, nm, "dwte")) ||
+	    (rc = qe__check_need(tok, rows, nm, "tok")))
 		return rc;
-	return qe__check_need(dout, T * H, nm, "dout");
+	if (dwpe && rows > 0 && (T < 1 || rows % T != 0))
+		return qe_fail(QE_EINVAL, "%s: %lld rows are not whole sequences of %lld positions", nm, (long long)rows,
+			       (long long)T);
+	return qe__check_need(dout, rows * H, nm, "dout");
 }
 
 int qe__check_copy(const void *dst, const void *src, size_t bytes, qe_copy_kind kind)
@@ -203,6 +216,12 @@ int qe__check_cast(const qe_cast_args *a, qe_device dev)
 	if (a->pre_dgelu && (a->pre_ln.mean || a->pre_gelu))
 		return qe_fail(QE_EINVAL, "cast: the GELU backward prologue (pre_dgelu) of x %s together with pre_ln or "
 			       "pre_gelu", dx);
+	if (a->pre_xent.stats && (a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu))
+		return qe_fail(QE_EINVAL, "cast: the cross-entropy prologue (pre_xent) of logits %s with another prologue",
+			       dx);
+	if (a->pre_xent.stats && (!a->pre_xent.tgt || a->pre_xent.valid < 1 || a->pre_xent.valid > cols))
+		return qe_fail(QE_EINVAL, "cast: the cross-entropy prologue of logits %s needs the targets and 1..%lld "
+			       "valid columns (have %lld)", dx, (long long)cols, (long long)a->pre_xent.valid);
 	if (a->pre_ln.mean && (!a->pre_ln.rstd || !a->pre_ln.w || !a->pre_ln.b))
 		return qe_fail(QE_EINVAL, "cast: layernorm prologue of x %s without rstd, w or b", dx);
 	/* with no output written, the cast still scales by the described FP8 dtype (and records amax) */
@@ -311,19 +330,28 @@ int qe__check_add_inplace(const float *y, const float *a, int64_t n)
 	return check_floats("add_inplace", n, 2, (const float *const[]){ y, a }, (const char *const[]){ "y", "a" });
 }
 
-int qe__check_residual_add(const float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			    int64_t cols, const float *mean, const float *rstd)
+/* f32 or bf16: the types the residual stream and the layernorms' inputs may have */
+static int check_act_dtype(const char *op, const char *name, qe_dtype dt)
+{
+	if (dt != QE_F32 && dt != QE_BF16)
+		return qe_fail(QE_EUNSUPPORTED, "%s: %s of type %s (f32 or bf16)", op, name, qe_dtype_name(dt));
+	return QE_OK;
+}
+
+int qe__check_residual_add(const void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
+			    int64_t rows, int64_t cols, const float *mean, const float *rstd)
 {
 	const char *nm = "residual_add";
 	int rc;
+	if ((rc = check_act_dtype(nm, "y, a and b", dt)))
+		return rc;
 	if ((rc = qe__check_size(rows, nm, "rows")) || (rc = qe__check_size(cols, nm, "cols")))
 		return rc;
 	if (cols > 0 && rows > INT64_MAX / cols)
 		return qe_fail(QE_EINVAL, "%s: %lld x %lld elements overflow", nm, (long long)rows, (long long)cols);
-	if ((rc = check_floats(nm, rows * cols, 3, (const float *const[]){ y, a, b },
-			       (const char *const[]){ "y", "a", "b" })))
-		return rc;
-	if ((rc = qe__check_need(bias, rows > 0 ? cols : 0, nm, "bias")))
+	int64_t n = rows * cols;
+	if ((rc = qe__check_need(y, n, nm, "y")) || (rc = qe__check_need(a, n, nm, "a")) ||
+	    (rc = qe__check_need(b, n, nm, "b")))
 		return rc;
 	if (!mean != !rstd)
 		return qe_fail(QE_EINVAL, "%s: the layernorm statistics need both mean and rstd (%s is NULL)", nm,
@@ -357,12 +385,14 @@ int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t 
 	return rc;
 }
 
-int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const float *x, const float *w,
-			    const float *b, int64_t rows, int64_t cols)
+int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const void *x, qe_dtype x_dt,
+			    const float *w, const float *b, int64_t rows, int64_t cols)
 {
 	const char *nm = "layernorm_fwd";
 	int64_t n = rows * cols;
-	int rc = qe__check_size(rows, nm, "rows");
+	int rc = check_act_dtype(nm, "x", x_dt);
+	if (!rc)
+		rc = qe__check_size(rows, nm, "rows");
 	if (!rc)
 		rc = qe__check_size(cols, nm, "cols");
 	if (!rc && rows > 0 && cols == 0)
@@ -381,14 +411,16 @@ int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd
 	return rc;
 }
 
-int qe__check_layernorm_bwd(const float *dx, const void *dy, qe_dtype dy_dt, const float *x, const float *mean,
-			    const float *rstd, const float *w, int64_t rows, int64_t cols)
+int qe__check_layernorm_bwd(const void *dx, const void *dy, qe_dtype dy_dt, const void *x, qe_dtype x_dt,
+			    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols)
 {
 	const char *nm = "layernorm_bwd";
 	int64_t n = rows * cols;
-	if (dy_dt != QE_F32 && dy_dt != QE_BF16)
-		return qe_fail(QE_EUNSUPPORTED, "%s: dy of type %s (f32 or bf16)", nm, qe_dtype_name(dy_dt));
-	int rc = qe__check_size(rows, nm, "rows");
+	int rc = check_act_dtype(nm, "dy", dy_dt);
+	if (!rc)
+		rc = check_act_dtype(nm, "x", x_dt);
+	if (!rc)
+		rc = qe__check_size(rows, nm, "rows");
 	if (!rc)
 		rc = qe__check_size(cols, nm, "cols");
 	if (!rc)
@@ -406,18 +438,25 @@ int qe__check_layernorm_bwd(const float *dx, const void *dy, qe_dtype dy_dt, con
 	return rc;
 }
 
-int qe__check_embed_fwd(const float *out, const int32_t *tok, const float *wte, int64_t T, int64_t H)
+int qe__check_embed_fwd(const void *out, qe_dtype out_dt, const int32_t *tok, const float *wte, const float *wpe,
+			int64_t rows, int64_t T, int64_t H)
 {
 	const char *nm = "embed_fwd";
-	int rc = qe__check_size(T, nm, "T");
+	int rc = check_act_dtype(nm, "out", out_dt);
+	if (!rc)
+		rc = qe__check_size(rows, nm, "rows");
 	if (!rc)
 		rc = qe__check_size(H, nm, "H");
+	if (!rc && wpe && rows > 0 && T < 1)
+		rc = qe_fail(QE_EINVAL, "%s: positions of sequences of %lld tokens", nm, (long long)T);
+	if (!rc && H > 0 && rows > INT64_MAX / H)
+		rc = qe_fail(QE_EINVAL, "%s: %lld x %lld elements overflow", nm, (long long)rows, (long long)H);
 	if (!rc)
-		rc = qe__check_need(out, T * H, nm, "out");
+		rc = qe__check_need(out, rows * H, nm, "out");
 	if (!rc)
-		rc = qe__check_need(tok, T, nm, "tok");
+		rc = qe__check_need(tok, rows, nm, "tok");
 	if (!rc)
-		rc = qe__check_need(wte, T * H, nm, "wte");
+		rc = qe__check_need(wte, rows * H, nm, "wte");
 	return rc;
 }
 

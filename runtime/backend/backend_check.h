@@ -62,29 +62,37 @@ int qe__check_flash(const char *nm, int backward, const void *a, const void *b, 
 		    const void *lse, int64_t batch, int64_t T, int64_t H, int nh, qe_flash_operands operands, qe_dtype dt);
 /* xent's sizes and pointers: T, V >= 1, 1 <= valid <= V, logits and tgt present, dt f32 or bf16. */
 int qe__check_xent(const void *logits, const int32_t *tgt, int64_t T, int64_t V, int64_t valid, qe_dtype dt);
-/* embed_bwd's sizes and pointers (dwpe and rows_written may be NULL; not rows_written with accumulate). */
-int qe__check_embed_bwd(const float *dwte, const int32_t *tok, const float *dout, int64_t T, int64_t H, int64_t V,
-			const int32_t *rows_written, int accumulate);
+/* xent_rows: xent's rule and stats [2T] present. */
+int qe__check_xent_rows(const float *stats, const void *logits, const int32_t *tgt, int64_t T, int64_t V,
+			int64_t valid, qe_dtype dt);
+/*
+ * embed_bwd's sizes and pointers (dwpe and rows_written may be NULL; not rows_written with accumulate;
+ * dout f32 or bf16; with dwpe, rows a multiple of T >= 1).
+ */
+int qe__check_embed_bwd(const float *dwte, const float *dwpe, const int32_t *tok, const void *dout, qe_dtype dout_dt,
+			int64_t rows, int64_t T, int64_t H, int64_t V, const int32_t *rows_written, int accumulate);
 /* nviews in 1..max_views (0: no upper bound) non-NULL views of n floats. */
 int qe__check_views(const float *const *views, int nviews, int64_t n, const char *op, int max_views);
 
 /* The elementwise ops: n >= 0 and each array of n floats present. */
 int qe__check_add(const float *y, const float *a, const float *b, int64_t n);
 int qe__check_add_inplace(const float *y, const float *a, int64_t n);
-int qe__check_residual_add(const float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			    int64_t cols, const float *mean, const float *rstd);
+/* residual_add: dt f32 or bf16, rows, cols >= 0, y, a and b present, mean and rstd both or neither. */
+int qe__check_residual_add(const void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
+			    int64_t rows, int64_t cols, const float *mean, const float *rstd);
 int qe__check_gelu_fwd(const float *y, const float *x, int64_t n);
 int qe__check_gelu_bwd(const float *dx, const float *x, const float *dy, int64_t n);
 /* bias_grad: rows, cols >= 0, db [cols] and dy [rows, cols] present. */
 int qe__check_bias_grad(const float *db, const float *dy, int64_t rows, int64_t cols);
-/* layernorm_fwd: rows, cols >= 0, no rows of 0 columns, y, x, w and b present. */
-int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const float *x, const float *w,
-			    const float *b, int64_t rows, int64_t cols);
-/* layernorm_bwd: rows, cols >= 0, dx, dy, x, mean, rstd and w present, dy f32 or bf16. */
-int qe__check_layernorm_bwd(const float *dx, const void *dy, qe_dtype dy_dt, const float *x, const float *mean,
-			    const float *rstd, const float *w, int64_t rows, int64_t cols);
-/* embed_fwd: T, H >= 0, out, tok and wte present. */
-int qe__check_embed_fwd(const float *out, const int32_t *tok, const float *wte, int64_t T, int64_t H);
+/* layernorm_fwd: rows, cols >= 0, no rows of 0 columns, y, x, w and b present, x f32 or bf16. */
+int qe__check_layernorm_fwd(const float *y, const float *mean, const float *rstd, const void *x, qe_dtype x_dt,
+			    const float *w, const float *b, int64_t rows, int64_t cols);
+/* layernorm_bwd: rows, cols >= 0, dx, dy, x, mean, rstd and w present, dy and x each f32 or bf16. */
+int qe__check_layernorm_bwd(const void *dx, const void *dy, qe_dtype dy_dt, const void *x, qe_dtype x_dt,
+			    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols);
+/* embed_fwd: rows, H >= 0, T >= 1 with positions, out f32 or bf16, out, tok and wte present. */
+int qe__check_embed_fwd(const void *out, qe_dtype out_dt, const int32_t *tok, const float *wte, const float *wpe,
+			int64_t rows, int64_t T, int64_t H);
 /*
  * attn_fwd/bwd: T, H >= 0, H a multiple of nh >= 1, and (forward) out, probs,
  * qkv or (backward) dqkv, dout, qkv, probs present.  cublas_dims nonzero

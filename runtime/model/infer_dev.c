@@ -119,7 +119,7 @@ static int linear(qe__infer_dev *d, float *y, const float *x, const float *w, co
 
 static int layernorm(qe__infer_dev *d, float *y, const float *x, const float *w, const float *b)
 {
-	return d->o->layernorm_fwd(d->s, y, d->stats, d->stats + 1, x, w, b, 1, d->cfg.hidden);
+	return d->o->layernorm_fwd(d->s, y, d->stats, d->stats + 1, x, QE_F32, w, b, 1, d->cfg.hidden);
 }
 
 /* Block l at position pos: the host forward's loop body, op by op. */

@@ -180,15 +180,20 @@ int qe_stage_nlinear(const qe_stage *st);
 int qe_stage_nblocks(const qe_stage *st);
 float *qe_stage_fp8_role(qe_stage *st, int lin, qe_fp8_role role);
 
-/* Per-slot input/output buffers, [N, hidden] f32 (N = batch x seq) unless noted. */
+/*
+ * Per-slot input/output buffers, [N, hidden] (N = batch x seq): the
+ * activations and their gradients in qe_stage_act_dtype (the residual
+ * stream's type: f32 under --precision f32, else bf16).
+ */
 int32_t *qe_stage_slot_tokens(qe_stage *st, int slot);  /* [N]; first stage only */
 int32_t *qe_stage_slot_targets(qe_stage *st, int slot); /* [N]; last stage only */
-float *qe_stage_slot_input(qe_stage *st, int slot);     /* activation in; not on the first stage */
-float *qe_stage_slot_output(qe_stage *st, int slot);    /* activation out */
-float *qe_stage_slot_dout(qe_stage *st, int slot);      /* gradient of the output; not on the last stage */
-float *qe_stage_slot_dinput(qe_stage *st, int slot);    /* gradient of the input; not on the first stage */
+void *qe_stage_slot_input(qe_stage *st, int slot);      /* activation in; not on the first stage */
+void *qe_stage_slot_output(qe_stage *st, int slot);     /* activation out */
+void *qe_stage_slot_dout(qe_stage *st, int slot);       /* gradient of the output; not on the last stage */
+void *qe_stage_slot_dinput(qe_stage *st, int slot);     /* gradient of the input; not on the first stage */
 float *qe_stage_slot_loss(qe_stage *st, int slot);      /* [1]; last stage only */
-size_t qe_stage_act_bytes(const qe_stage *st);          /* bytes of one [N, hidden] activation */
+qe_dtype qe_stage_act_dtype(const qe_stage *st);        /* the activations' type */
+size_t qe_stage_act_bytes(const qe_stage *st);          /* bytes of one [N, hidden] activation or its gradient */
 size_t qe_stage_slot_bytes(const qe_stage *st);         /* tape bytes of one slot */
 
 /*

@@ -24,7 +24,9 @@ typedef struct lin_tape {
 
 /* What one slot retains for one block. */
 typedef struct block_tape {
-	float *x_in, *mean1, *rstd1, *x_mid, *mean2, *rstd2, *x_out;
+	/* the residual stream in act_dt: the block's input, its middle (after attention) and its output */
+	void *x_in, *x_mid, *x_out;
+	float *mean1, *rstd1, *mean2, *rstd2;
 	void *qkv;     /* [N, 3H] in qe__stage_attn_dt; flash: without the QKV bias */
 	void *fc1_out; /* [N, ffn] in st->act_dt, without FC1's bias */
 	float *probs; /* probs attention: [batch, nh, T, T]; flash: the row log-sum-exp [batch, nh, T] */
@@ -35,8 +37,9 @@ typedef struct slot_tape {
 	int32_t *tokens, *targets;
 	block_tape *blk;   /* nblk; blk[k].x_in == blk[k-1].x_out */
 	float *meanf, *rstdf, *loss;
-	void *logits;      /* [N, vpad] in st->act_dt; the loss writes their gradient over them */
-	float *dout, *dx_in;
+	void *logits;      /* [N, vpad] in st->act_dt */
+	float *xstats;     /* [N, 2] the rows' softmax statistics, from which the head's dY cast makes dlogits */
+	void *dout, *dx_in; /* the gradients of the stage's output and input, in act_dt like the stream */
 	lin_tape *lin;     /* nlin */
 } slot_tape;
 

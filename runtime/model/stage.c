@@ -142,7 +142,8 @@ static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
 		t->targets = carve(&cv, N * 4);
 	for (int k = 0; k < st->nblk; k++) {
 		block_tape *b = &blk[k];
-		b->x_in = k ? blk[k - 1].x_out : carve(&cv, N * H * 4);
+		int64_t xb = N * H * (int64_t)qe_dtype_size(st->act_dt);
+		b->x_in = k ? blk[k - 1].x_out : carve(&cv, xb);
 		b->mean1 = carve(&cv, N * 4);
 		b->rstd1 = carve(&cv, N * 4);
 		b->qkv = carve(&cv, N * 3 * H * (int64_t)qe_dtype_size(qe__stage_attn_dt(st)));
@@ -152,22 +153,23 @@ static size_t layout_slot(qe_stage *st, char *base, slot_tape *t)
 		} else {
 			b->probs = carve(&cv, (size_t)c->batch * c->heads * T * T * 4);
 		}
-		b->x_mid = carve(&cv, N * H * 4);
+		b->x_mid = carve(&cv, xb);
 		b->mean2 = carve(&cv, N * 4);
 		b->rstd2 = carve(&cv, N * 4);
 		b->fc1_out = carve(&cv, N * c->ffn * (int64_t)qe_dtype_size(st->act_dt));
-		b->x_out = carve(&cv, N * H * 4);
+		b->x_out = carve(&cv, xb);
 	}
 	if (st->last) {
 		t->meanf = carve(&cv, N * 4);
 		t->rstdf = carve(&cv, N * 4);
 		t->logits = carve(&cv, N * st->vpad * (int64_t)qe_dtype_size(st->act_dt));
+		t->xstats = carve(&cv, N * 2 * 4);
 		t->loss = carve(&cv, 4);
 	} else {
-		t->dout = carve(&cv, N * H * 4);
+		t->dout = carve(&cv, N * H * (int64_t)qe_dtype_size(st->act_dt));
 	}
 	if (!st->first)
-		t->dx_in = carve(&cv, N * H * 4);
+		t->dx_in = carve(&cv, N * H * (int64_t)qe_dtype_size(st->act_dt));
 	qe_dtype in_dt = role_dtype(st, QE_ROLE_INPUT), go_dt = role_dtype(st, QE_ROLE_GRAD_OUTPUT);
 	for (int l = 0; l < st->nlin; l++) {
 		lin_info *L = &st->lin[l];
@@ -462,7 +464,8 @@ int qe_stage_nblocks(const qe_stage *st) { return st->nblk; }
 float *qe_stage_nonmatrix_grad(qe_stage *st, int view) { return st->grad_buf + (int64_t)view * st->nonmatrix_floats; }
 int qe_stage_nonmatrix_views(const qe_stage *st) { return st->nm_accumulate ? 1 : st->nmicro; }
 int64_t qe_stage_nonmatrix_floats(const qe_stage *st) { return st->nonmatrix_floats; }
-size_t qe_stage_act_bytes(const qe_stage *st) { return (size_t)st->N * st->cfg.hidden * 4; }
+size_t qe_stage_act_bytes(const qe_stage *st) { return (size_t)st->N * st->cfg.hidden * qe_dtype_size(st->act_dt); }
+qe_dtype qe_stage_act_dtype(const qe_stage *st) { return st->act_dt; }
 size_t qe_stage_slot_bytes(const qe_stage *st) { return st->slot_bytes; }
 
 qe_tensor qe_stage_param_tensor(qe_stage *st, int i)
@@ -478,10 +481,10 @@ float *qe_stage_fp8_role(qe_stage *st, int lin, qe_fp8_role role)
 
 int32_t *qe_stage_slot_tokens(qe_stage *st, int slot) { return st->slots[slot].tokens; }
 int32_t *qe_stage_slot_targets(qe_stage *st, int slot) { return st->slots[slot].targets; }
-float *qe_stage_slot_input(qe_stage *st, int slot) { return st->first ? NULL : st->slots[slot].blk[0].x_in; }
-float *qe_stage_slot_output(qe_stage *st, int slot) { return st->slots[slot].blk[st->nblk - 1].x_out; }
-float *qe_stage_slot_dout(qe_stage *st, int slot) { return st->slots[slot].dout; }
-float *qe_stage_slot_dinput(qe_stage *st, int slot) { return st->slots[slot].dx_in; }
+void *qe_stage_slot_input(qe_stage *st, int slot) { return st->first ? NULL : st->slots[slot].blk[0].x_in; }
+void *qe_stage_slot_output(qe_stage *st, int slot) { return st->slots[slot].blk[st->nblk - 1].x_out; }
+void *qe_stage_slot_dout(qe_stage *st, int slot) { return st->slots[slot].dout; }
+void *qe_stage_slot_dinput(qe_stage *st, int slot) { return st->slots[slot].dx_in; }
 float *qe_stage_slot_loss(qe_stage *st, int slot) { return st->slots[slot].loss; }
 
 qe_tensor qe_stage_matrix_grad_shape(const qe_stage *st, int j)

@@ -10,11 +10,6 @@
 
 #include "runtime/core/status.h"
 
-static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
-{
-	return qe_tensor_2d(p, QE_F32, st->b->ops->device, r, c);
-}
-
 /*
  * Backward through linear `lin` given dy [N, out]: the bias gradient into
  * grad (microbatch buffer; summed by the cast), dY quantized once
@@ -24,7 +19,9 @@ static qe_tensor f32_2d(const qe_stage *st, float *p, int64_t r, int64_t c)
  * projection's.  gelu_in (FC1 only, in
  * act_dt): dy is the gradient of GELU's output and gelu_in its input without
  * gelu_bias; the cast turns dy into GELU's input gradient as it loads it
- * (qe_cast_args pre_dgelu).
+ * (qe_cast_args pre_dgelu).  The head's dy is the logits: its cast makes
+ * their gradient from them and the rows' softmax statistics the loss
+ * saved in F (pre_xent), with the loss's scale, 1/nmicro.
  */
 static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int lin, qe_tensor dy, qe_tensor dx,
 				 float *grad, const void *gelu_in, const float *gelu_bias)
@@ -39,6 +36,12 @@ static int linear_backward_input(qe_stage *st, qe_stream *s, slot_tape *t, int l
 	ca.pre_dgelu = gelu_in;
 	ca.pre_dgelu_dtype = st->act_dt;
 	ca.pre_bias = gelu_in ? gelu_bias : NULL;
+	if (st->last && lin == st->nlin - 1) {
+		ca.pre_xent.stats = t->xstats;
+		ca.pre_xent.tgt = t->targets;
+		ca.pre_xent.valid = st->cfg.vocab;
+		ca.pre_xent.grad_scale = 1.0f / (float)st->nmicro;
+	}
 	ca.x = dy;
 	ca.row = qe__stage_ws_row(st, lt->dyq_col.dtype, N, L->out);
 	ca.row.scale_inv = lt->dy_sinv;
@@ -72,10 +75,11 @@ static int attention_backward(qe_stage *st, qe_stream *s, void *dqkv_out, const 
  * residual add) to dx_in, the gradient of its input: at each residual join
  * the two branches' sum, residual first (the layernorm_bwd adds its
  * residual as it writes, with no add of its own).  dx_in must not be
- * ws_h[1] or ws_h[2].
+ * ws_h[1] or ws_h[2].  The residual stream's gradients (dx_out, dx_in, d
+ * x_mid) are in act_dt, like the stream.
  */
-static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const float *dx_out, float *grad,
-			  float *dx_in)
+static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const void *dx_out, float *grad,
+			  void *dx_in)
 {
 	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
@@ -86,8 +90,8 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	const qe_param_info *pi = st->params;
 	/* MLP half: FC2's input gradient in act_dt, which FC1's dY cast reads with GELU's input */
 	qe_tensor d_gelu = qe_tensor_2d(st->ws_big, st->act_dt, st->b->ops->device, N, c->ffn);
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, f32_2d(st, (float *)dx_out, N, H), d_gelu, grad,
-				     NULL, NULL));
+	qe_tensor d_out = qe_tensor_2d((void *)dx_out, st->act_dt, st->b->ops->device, N, H);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_FC2, d_out, d_gelu, grad, NULL, NULL));
 	/*
 	 * FC1's dY cast runs GELU's backward itself (fc1_out lacks FC1's bias, which it adds first); FC1's input
 	 * gradient, LN2's output gradient, in act_dt
@@ -98,12 +102,12 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	/* d x_mid (ws_h[2]) = dx_out + the gradient through LN2 */
 	float *dw2 = grad + pi[bk->ln2w].grad_offset, *db2 = grad + pi[bk->ln2b].grad_offset;
 	const float *w2 = P + pi[bk->ln2w].offset;
-	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], st->act_dt, bt->x_mid, bt->mean2, bt->rstd2, w2,
-				N, H, dx_out));
+	QE_TRY(o->layernorm_bwd(s, st->ws_h[2], dw2, db2, st->ws_h[0], st->act_dt, bt->x_mid, st->act_dt, bt->mean2,
+				bt->rstd2, w2, N, H, dx_out));
 	/* attention half: the projection's input gradient and qkv's in the type attention reads and writes */
 	qe_tensor d_att = qe_tensor_2d(st->ws_h[0], qe__stage_attn_dt(st), st->b->ops->device, N, H);
-	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, f32_2d(st, st->ws_h[2], N, H), d_att, grad,
-				     NULL, NULL));
+	qe_tensor d_mid = qe_tensor_2d(st->ws_h[2], st->act_dt, st->b->ops->device, N, H);
+	QE_TRY(linear_backward_input(st, s, t, bk->lin0 + QE_LIN_PROJ, d_mid, d_att, grad, NULL, NULL));
 	QE_TRY(attention_backward(st, s, st->ws_big, st->ws_h[0], bt, bk->lin0 + QE_LIN_QKV));
 	qe_tensor d_qkv = qe_tensor_2d(st->ws_big, qe__stage_attn_dt(st), st->b->ops->device, N, 3 * H);
 	qe_tensor d_ln1 = qe_tensor_2d(st->ws_h[1], st->act_dt, st->b->ops->device, N, H);
@@ -111,36 +115,28 @@ static int block_backward(qe_stage *st, qe_stream *s, slot_tape *t, int k, const
 	/* dx_in = d x_mid + the gradient through LN1 */
 	float *dw1 = grad + pi[bk->ln1w].grad_offset, *db1 = grad + pi[bk->ln1b].grad_offset;
 	const float *w1 = P + pi[bk->ln1w].offset;
-	return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], st->act_dt, bt->x_in, bt->mean1, bt->rstd1, w1, N, H,
-				st->ws_h[2]);
+	return o->layernorm_bwd(s, dx_in, dw1, db1, st->ws_h[1], st->act_dt, bt->x_in, st->act_dt, bt->mean1,
+				bt->rstd1, w1, N, H, st->ws_h[2]);
 }
 
 /*
- * The embedding gradients from dx [N, H]: wte's rows through embed_bwd, and
- * wpe as the sum of the sequences' position gradients in sequence order
- * (0 + d_0 + d_1 ...: for batch 1 the bytes of one embed_bwd with wpe).
- * The scratch buffer of an accumulating stage (buf 1) gets no wte rows: they
+ * The embedding gradients from dx [N, H] (act_dt), in one embed_bwd: wte's
+ * rows, and wpe as the sum of the sequences' position gradients in sequence
+ * order (0 + d_0 + d_1 ...).  The scratch buffer of an accumulating stage (buf 1) gets no wte rows: they
  * are added straight into the sum buffer's (embed_bwd accumulate: the same
  * bits as writing them into the scratch and adding that), so the add of the
  * scratch skips the wte gradient, most of the non-matrix bytes.
  */
-static int embed_backward(qe_stage *st, qe_stream *s, slot_tape *t, int buf, const float *dx, float *grad)
+static int embed_backward(qe_stage *st, qe_stream *s, slot_tape *t, int buf, const void *dx, float *grad)
 {
-	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
-	int64_t T = c->seq, H = c->hidden;
 	int add = st->nm_accumulate && buf == 1;
 	int64_t wte_at = st->params[st->p_wte].grad_offset;
 	float *dwte = (add ? st->grad_buf : grad) + wte_at, *dwpe = grad + st->params[st->p_wpe].grad_offset;
 	/* buffer buf's wte gradient keeps its rows zero except those its last tokens wrote */
 	int32_t *rows = add ? NULL : st->tok_written + (int64_t)buf * st->N;
-	if (c->batch == 1)
-		return o->embed_bwd(s, dwte, dwpe, t->tokens, dx, T, H, st->vpad, rows, add);
-	QE_TRY(o->embed_bwd(s, dwte, NULL, t->tokens, dx, st->N, H, st->vpad, rows, add));
-	QE_TRY(o->fill(s, dwpe, 0, (size_t)(T * H) * sizeof(float)));
-	for (int b = 0; b < c->batch; b++)
-		QE_TRY(o->add_inplace(s, dwpe, dx + b * T * H, T * H));
-	return QE_OK;
+	return st->b->ops->embed_bwd(s, dwte, dwpe, t->tokens, dx, st->act_dt, st->N, c->seq, c->hidden, st->vpad, rows,
+				     add);
 }
 
 int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
@@ -163,18 +159,19 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	 */
 	int buf = st->nm_accumulate ? (m == 0 ? 0 : 1) : m;
 	float *grad = st->grad_buf + (int64_t)buf * st->nonmatrix_floats;
-	float *dx_out;
+	void *dx_out;
 	if (st->nm_accumulate && m == 0 && st->first)
 		QE_TRY(o->fill(s, grad + pi[st->p_wte].grad_offset, 0,
 			       (size_t)pi[st->p_wte].rows * (size_t)pi[st->p_wte].cols * sizeof(float)));
 
 	if (st->last) {
-		/* dlogits were written over the logits by the loss in F */
-		qe_tensor dlogits = qe_tensor_2d(t->logits, st->act_dt, st->b->ops->device, N, st->vpad);
+		/* the head's dY cast reads the logits and makes their gradient (linear_backward_input) */
+		qe_tensor logits = qe_tensor_2d(t->logits, st->act_dt, st->b->ops->device, N, st->vpad);
 		qe_tensor d_lnf = qe_tensor_2d(st->ws_g[0], st->act_dt, st->b->ops->device, N, H);
-		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, dlogits, d_lnf, grad, NULL, NULL));
+		QE_TRY(linear_backward_input(st, s, t, st->nlin - 1, logits, d_lnf, grad, NULL, NULL));
 		QE_TRY(o->layernorm_bwd(s, st->ws_g[1], grad + pi[st->p_lnfw].grad_offset, grad + pi[st->p_lnfb].grad_offset,
-					st->ws_g[0], st->act_dt, t->blk[st->nblk - 1].x_out, t->meanf, t->rstdf,
+					st->ws_g[0], st->act_dt, t->blk[st->nblk - 1].x_out,
+					st->act_dt, t->meanf, t->rstdf,
 					P + pi[st->p_lnfw].offset, N, H, NULL));
 		dx_out = st->ws_g[1];
 	} else {
@@ -182,9 +179,9 @@ int qe_stage_backward_input(qe_stage *st, qe_stream *s, int slot, int m)
 	}
 	for (int k = st->nblk - 1; k >= 0; k--) {
 		/* the input gradient of block k is block k-1's output gradient, or the embedding's, or dx_in's */
-		float *dx_in = st->first ? st->ws_h[0] : t->dx_in;
+		void *dx_in = st->first ? (void *)st->ws_h[0] : t->dx_in;
 		if (k > 0)
-			dx_in = dx_out == st->ws_g[0] ? st->ws_g[1] : st->ws_g[0];
+			dx_in = dx_out == (void *)st->ws_g[0] ? (void *)st->ws_g[1] : (void *)st->ws_g[0];
 		QE_TRY(block_backward(st, s, t, k, dx_out, grad, dx_in));
 		dx_out = dx_in;
 	}

@@ -88,15 +88,21 @@ static int linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, con
  * input cast normalizes as it loads x (no normalized copy goes to memory);
  * no_bias leaves lin's bias to its consumer.
  */
-static int ln_linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, const float *x, float *mean,
+static int ln_linear_forward(qe_stage *st, qe_stream *s, slot_tape *t, int lin, const void *x, float *mean,
 			     float *rstd, int have_stats, const float *w, const float *b, void *y, qe_dtype y_dt,
 			     int record, int no_bias)
 {
 	const qe_backend_ops *o = st->b->ops;
 	int64_t N = st->N, H = st->cfg.hidden;
 	if (!have_stats)
-		QE_TRY(o->layernorm_fwd(s, NULL, mean, rstd, x, w, b, N, H));
-	fwd_fuse fz = { .no_bias = no_bias, .out_dt = y_dt, .ln_mean = mean, .ln_rstd = rstd, .ln_w = w, .ln_b = b };
+		QE_TRY(o->layernorm_fwd(s, NULL, mean, rstd, x, st->act_dt, w, b, N, H));
+	fwd_fuse fz = { .no_bias = no_bias,
+			.in_dt = st->act_dt,
+			.out_dt = y_dt,
+			.ln_mean = mean,
+			.ln_rstd = rstd,
+			.ln_w = w,
+			.ln_b = b };
 	return linear_forward(st, s, t, lin, x, y, record, &fz);
 }
 
@@ -164,41 +170,25 @@ static int attention_forward(qe_stage *st, qe_stream *s, block_tape *bt, int qkv
 	return QE_OK;
 }
 
-/*
- * The token embedding of all N tokens, then each sequence's positions added
- * (for batch 1 the bytes of one embed_fwd with positions: e + p either way).
- */
-static int embed_forward(qe_stage *st, qe_stream *s, float *x, const int32_t *tokens)
+/* The token embedding of all N tokens plus each one's position, into the residual stream (act_dt). */
+static int embed_forward(qe_stage *st, qe_stream *s, void *x, const int32_t *tokens)
 {
-	const qe_backend_ops *o = st->b->ops;
 	const qe_model_config *c = &st->cfg;
-	int64_t T = c->seq, H = c->hidden;
 	const float *wte = st->param_buf + st->params[st->p_wte].offset, *wpe = st->param_buf + st->params[st->p_wpe].offset;
-	if (c->batch == 1)
-		return o->embed_fwd(s, x, tokens, wte, wpe, T, H);
-	QE_TRY(o->embed_fwd(s, x, tokens, wte, NULL, st->N, H));
-	for (int b = 0; b < c->batch; b++)
-		QE_TRY(o->add(s, x + b * T * H, x + b * T * H, wpe, T * H));
-	return QE_OK;
+	return st->b->ops->embed_fwd(s, x, st->act_dt, tokens, wte, wpe, st->N, c->seq, c->hidden);
 }
 
 /*
- * out = in + y, the residual stream plus linear lin's output; y lacks lin's
- * bias (its GEMM left it out) and residual_add adds it first.  With mean
- * and rstd, also the statistics of the layernorm that reads out next:
- * residual_add writes them in the same op; a model without biases adds,
- * then takes them with layernorm_fwd.
+ * out = in + y, the residual stream plus linear lin's output, all three in
+ * act_dt; y lacks lin's bias (its GEMM left it out) and residual_add adds
+ * it first.  With mean and rstd, also the statistics of the layernorm that
+ * reads out next, in the same op.
  */
-static int residual(qe_stage *st, qe_stream *s, float *out, const float *in, const float *y, int lin, float *mean,
+static int residual(qe_stage *st, qe_stream *s, void *out, const void *in, const void *y, int lin, float *mean,
 		    float *rstd)
 {
-	const qe_backend_ops *o = st->b->ops;
-	const float *bias = qe__stage_lin_bias(st, lin);
-	int64_t N = st->N, H = st->cfg.hidden;
-	if (bias)
-		return o->residual_add(s, out, in, y, bias, N, H, mean, rstd);
-	QE_TRY(o->add(s, out, in, y, N * H));
-	return mean ? o->layernorm_fwd(s, NULL, mean, rstd, out, NULL, NULL, N, H) : QE_OK;
+	return st->b->ops->residual_add(s, out, in, y, st->act_dt, qe__stage_lin_bias(st, lin), st->N, st->cfg.hidden,
+					mean, rstd);
 }
 
 /* the statistics of the layernorm that reads block k's output: block k + 1's first, or the final one */
@@ -234,13 +224,18 @@ static int block_forward(qe_stage *st, qe_stream *s, slot_tape *t, int k, int re
 	void *att;
 	QE_TRY(attention_forward(st, s, bt, qkv, st->ws_h[1], &att));
 	int proj = bk->lin0 + QE_LIN_PROJ, fc1 = bk->lin0 + QE_LIN_FC1, fc2 = bk->lin0 + QE_LIN_FC2;
-	fwd_fuse proj_in = { .no_bias = 1, .in_dt = qe__stage_attn_dt(st) };
+	/* the projection's and FC2's outputs, in act_dt like the residual stream they join */
+	fwd_fuse proj_in = { .no_bias = 1, .in_dt = qe__stage_attn_dt(st), .out_dt = st->act_dt };
 	QE_TRY(linear_forward(st, s, t, proj, att, st->ws_h[2], record, &proj_in));
 	QE_TRY(residual(st, s, bt->x_mid, bt->x_in, st->ws_h[2], proj, bt->mean2, bt->rstd2));
 	/* MLP half: fc1_out lacks its bias, and FC2's input cast adds it and applies GELU */
 	QE_TRY(ln_linear_forward(st, s, t, fc1, bt->x_mid, bt->mean2, bt->rstd2, 1, P + pi[bk->ln2w].offset,
 				 P + pi[bk->ln2b].offset, bt->fc1_out, st->act_dt, record, 1));
-	fwd_fuse down = { .no_bias = 1, .in_dt = st->act_dt, .pre_bias = qe__stage_lin_bias(st, fc1), .pre_gelu = 1 };
+	fwd_fuse down = { .no_bias = 1,
+			  .in_dt = st->act_dt,
+			  .out_dt = st->act_dt,
+			  .pre_bias = qe__stage_lin_bias(st, fc1),
+			  .pre_gelu = 1 };
 	QE_TRY(linear_forward(st, s, t, fc2, bt->fc1_out, st->ws_h[2], record, &down));
 	float *mean, *rstd;
 	next_ln_stats(st, t, k, &mean, &rstd);
@@ -266,12 +261,14 @@ static int forward(qe_stage *st, qe_stream *s, int slot, int refresh_cache, int 
 	for (int k = 0; k < st->nblk; k++)
 		QE_TRY(block_forward(st, s, t, k, record));
 	if (st->last) {
-		float *x = t->blk[st->nblk - 1].x_out;
+		const void *x = t->blk[st->nblk - 1].x_out;
 		QE_TRY(ln_linear_forward(st, s, t, st->nlin - 1, x, t->meanf, t->rstdf, 1, P + pi[st->p_lnfw].offset,
 					 P + pi[st->p_lnfb].offset, t->logits, st->act_dt, record, 0));
-		/* The step's loss is the mean over microbatches, hence 1/nmicro; padded columns are masked. */
-		QE_TRY(o->xent(s, t->loss, t->logits, t->logits, t->targets, N, st->vpad, c->vocab,
-			       1.0f / (float)st->nmicro, st->act_dt));
+		/*
+		 * The loss and the rows' softmax statistics; padded columns are masked.  The logits'
+		 * gradient is made by the head's dY cast in dI, from these (qe__stage_head_dy_prologue).
+		 */
+		QE_TRY(o->xent_rows(s, t->loss, t->xstats, t->logits, t->targets, N, st->vpad, c->vocab, st->act_dt));
 	}
 	return record ? qe__stage_update_roles(st, s, QE_ROLE_INPUT, QE_ROLE_WEIGHT) : QE_OK;
 }

@@ -439,8 +439,8 @@ static uint8_t *run_chain(uint32_t seed, size_t *bytes)
 
 	for (int step = 1; step <= 2; step++) {
 		qe_stream *s = k.s;
-		CHECK_OK(o->embed_fwd(s, c.x0, c.tok, c.wte, c.wpe, T, H));
-		CHECK_OK(o->layernorm_fwd(s, c.ln, c.mean, c.rstd, c.x0, c.lnw, c.lnb, T, H));
+		CHECK_OK(o->embed_fwd(s, c.x0, QE_F32, c.tok, c.wte, c.wpe, T, T, H));
+		CHECK_OK(o->layernorm_fwd(s, c.ln, c.mean, c.rstd, c.x0, QE_F32, c.lnw, c.lnb, T, H));
 		qe_cast_args ci = { .x = t2(c.ln, QE_F32, T, H, NULL), .row = t2(c.lnq, QE_E4M3, T, H, NULL),
 				    .col = t2(c.lnT, QE_E4M3, H, T, NULL), .scale = &c.rin[LH], .amax = &c.rin[0],
 				    .scale_inv = &c.rin[LH + 1] };
@@ -487,8 +487,8 @@ static uint8_t *run_chain(uint32_t seed, size_t *bytes)
 		qe_tensor DQ = t2(c.dqkv, QE_F32, T, 3 * H, NULL), WT = t2(c.wqkvT, QE_F32, H, 3 * H, NULL);
 		qe_tensor DLN = t2(c.dln, QE_F32, T, H, NULL);
 		CHECK_OK(o->gemm(s, &DQ, &WT, &DLN, NULL, 0));
-		CHECK_OK(o->layernorm_bwd(s, c.dx0, c.dlnw, c.dlnb, c.dln, QE_F32, c.x0, c.mean, c.rstd, c.lnw, T, H, NULL));
-		CHECK_OK(o->embed_bwd(s, c.dwte, c.dwpe, c.tok, c.dx0, T, H, V, NULL, 0));
+		CHECK_OK(o->layernorm_bwd(s, c.dx0, c.dlnw, c.dlnb, c.dln, QE_F32, c.x0, QE_F32, c.mean, c.rstd, c.lnw, T, H, NULL));
+		CHECK_OK(o->embed_bwd(s, c.dwte, c.dwpe, c.tok, c.dx0, QE_F32, T, T, H, V, NULL, 0));
 		const float *views[2] = { c.dwte, c.dwhead };
 		qe_adamw_args aw = { .param = c.wte, .m = c.m, .v = c.v, .grads = views, .nviews = 2, .n = V * H,
 				     .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,

@@ -145,7 +145,7 @@ static int enqueue(bk *k, qe_stream *s, state *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->gelu_fwd(s, st->g, st->y, N * OUT));
 	n++;
-	CHECK_OK(o->layernorm_fwd(s, st->ln, st->mean, st->rstd, st->g, st->lnw, st->lnb, N, OUT));
+	CHECK_OK(o->layernorm_fwd(s, st->ln, st->mean, st->rstd, st->g, QE_F32, st->lnw, st->lnb, N, OUT));
 	n++;
 	CHECK_OK(o->add_inplace(s, st->ln, st->y, N * OUT));
 	n++;

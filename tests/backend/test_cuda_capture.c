@@ -133,7 +133,7 @@ static int enqueue(qe_stream *s, cstate *st, qe_event *ev)
 	n++;
 	CHECK_OK(o->gelu_fwd(s, st->g, st->y, CN * COUT));
 	n++;
-	CHECK_OK(o->layernorm_fwd(s, st->ln, st->mean, st->rstd, st->g, st->lnw, st->lnb, CN, COUT));
+	CHECK_OK(o->layernorm_fwd(s, st->ln, st->mean, st->rstd, st->g, QE_F32, st->lnw, st->lnb, CN, COUT));
 	n++;
 	CHECK_OK(o->add_inplace(s, st->ln, st->y, CN * COUT));
 	n++;

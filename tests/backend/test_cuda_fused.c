@@ -3,10 +3,11 @@
  * of the ops they replace, run there too (the cpu checks the same
  * identities in test_fused.c): the cast's prologues (FC1's bias and GELU,
  * the layernorm from its statistics, GELU's backward) and its column sums,
- * residual_add (also against the cpu), layernorm_bwd
- * with a residual, and flash attention with the QKV bias, through every
- * kernel each picks (four-wide and byte-wide casts, current scaling, bf16,
- * f32; row-in-registers and plain layernorms; bf16 and TF32 flash).
+ * residual_add (also against the cpu, f32 and bf16), layernorm_bwd
+ * with a residual (also in place, f32 and bf16), and flash attention with
+ * the QKV bias, through every kernel each picks (four-wide and byte-wide
+ * casts, current scaling, bf16, f32; row-in-registers and plain
+ * layernorms; bf16 and TF32 flash).
  * Without a GPU (or without CUDA in the build) the test prints SKIP and passes.
  */
 #include <math.h>
@@ -14,6 +15,7 @@
 
 #include "bk_util.h"
 #include "cuda_pair.h"
+#include "runtime/fp8/bf16.h"
 #include "runtime/fp8/fp8.h"
 #ifdef QE_WITH_CUDA
 #include "runtime/backend/cuda/cuda_backend.h"
@@ -230,8 +232,8 @@ static void test_cast_layernorm(qe_rng *r)
 		void *gm[2] = { g_mem((size_t)R * 4), g_mem((size_t)R * 4) }, *gs[2] = { g_mem((size_t)R * 4), g_mem((size_t)R * 4) };
 		cast_twins t;
 		twins_init(&t, c, "ln cast");
-		CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm[0], gs[0], gx, gw, gb, R, C));
-		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm[1], gs[1], gx, gw, gb, R, C));
+		CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm[0], gs[0], gx, QE_F32, gw, gb, R, C));
+		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm[1], gs[1], gx, QE_F32, gw, gb, R, C));
 		qe_cast_args a0 = twins_args(&t, 0, gy), a1 = twins_args(&t, 1, gx);
 		a1.pre_ln.mean = gm[1];
 		a1.pre_ln.rstd = gs[1];
@@ -304,56 +306,124 @@ static void test_cast_gelu_backward(qe_rng *r)
 	}
 }
 
+/* n values of type dt (f32 or bf16 codes) in a fresh host buffer, from f32 x (bf16: rounded) */
+static void *host_of(const float *x, int64_t n, qe_dtype dt)
+{
+	void *h = malloc((size_t)n * qe_dtype_size(dt));
+	for (int64_t i = 0; i < n; i++)
+		if (dt == QE_BF16)
+			((uint16_t *)h)[i] = qe_bf16_from_f32(x[i]);
+		else
+			((float *)h)[i] = x[i];
+	return h;
+}
+
 /*
- * residual_add: the cpu's bytes (three f32 adds), four-wide and scalar
- * kernels; with the layernorm statistics, y the same bytes and mean and
- * rstd the bytes of cuda's layernorm_fwd of that y, in place too.
+ * residual_add of one shape, dt and bias (or none): y the cpu's bytes (the
+ * f32 adds, bf16: then rounded) from the four-wide or scalar kernel; in
+ * place over a with the layernorm statistics, y the same bytes and mean
+ * and rstd the bytes of cuda's layernorm_fwd reading that y as stored,
+ * from the one-pass kernel where the shape takes it; then the same call on
+ * copies off alignment (y, a and b one element, or 8 bytes - bf16's
+ * four-wide loads but not f32's - past an aligned address; or the bias 4
+ * bytes past), each the aligned call's bytes, whatever kernels they take.
+ * a and b hold -0 at two places, where a + b is -0 but a + (b + 0) is +0:
+ * no bias must not act as a bias of zeros.
+ */
+static void residual_add_case(qe_rng *r, int64_t R, int64_t C, qe_dtype dt, int with_bias)
+{
+	int64_t n = R * C;
+	size_t esz = qe_dtype_size(dt), nb = (size_t)n * esz;
+	fresh_stream();
+	float *fa = rnd(r, n, 2.0f), *fb = rnd(r, n, 1.0f), *hbias = rnd(r, C, 0.5f);
+	fa[0] = fb[0] = fa[n - 1] = fb[n - 1] = -0.0f;
+	void *ha = host_of(fa, n, dt), *hb = host_of(fb, n, dt);
+	void *ga, *gb, *gy, *gbias = NULL;
+	void *ca = pair(ha, nb, &ga), *cb = pair(hb, nb, &gb), *cy = pair(NULL, nb, &gy);
+	float *cbias = with_bias ? pair(hbias, (size_t)C * 4, &gbias) : NULL;
+	char name[64], what[160];
+	snprintf(name, sizeof(name), "residual_add %lldx%lld %s%s", (long long)R, (long long)C, qe_dtype_name(dt),
+		 with_bias ? "" : " (no bias)");
+	CHECK_OK(K.co->residual_add(K.cs, cy, ca, cb, dt, cbias, R, C, NULL, NULL));
+	CHECK_OK(K.go->residual_add(K.gs, gy, ga, gb, dt, gbias, R, C, NULL, NULL));
+	float *h = fetch(gy, nb);
+	snprintf(what, sizeof(what), "%s: y", name);
+	same_bytes(what, cy, h, nb);
+	free(h);
+
+	void *gm = g_mem((size_t)R * 4), *gs = g_mem((size_t)R * 4), *gm2 = g_mem((size_t)R * 4);
+	void *gs2 = g_mem((size_t)R * 4), *gy2 = g_mem(nb);
+	up(gy2, ha, nb); /* y over a */
+	CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gy, dt, NULL, NULL, R, C));
+	CHECK_OK(K.go->residual_add(K.gs, gy2, gy2, gb, dt, gbias, R, C, gm2, gs2));
+	h = fetch(gy2, nb);
+	snprintf(what, sizeof(what), "%s with statistics, in place: y", name);
+	same_bytes(what, cy, h, nb);
+	free(h);
+	snprintf(what, sizeof(what), "%s: mean == layernorm_fwd's of y", name);
+	same_dev_bytes(what, gm, gm2, (size_t)R * 4);
+	snprintf(what, sizeof(what), "%s: rstd == layernorm_fwd's of y", name);
+	same_dev_bytes(what, gs, gs2, (size_t)R * 4);
+	float *s2 = fetch(gs2, (size_t)R * 4);
+	CHECK(s2[0] > 0.0f, "%s: rstd not written", name);
+	free(s2);
+
+	/* off alignment: byte offsets of y (over a), b and the bias */
+	const int offs[3][2] = { { (int)esz, 0 }, { 8, 0 }, { 0, 4 } };
+	for (int k = 0; k < 3; k++) {
+		if (offs[k][1] && !with_bias)
+			continue;
+		char *y3 = (char *)g_mem(nb + 16) + offs[k][0], *b3 = (char *)g_mem(nb + 16) + offs[k][0];
+		void *bias3 = NULL;
+		if (with_bias) {
+			bias3 = (char *)g_mem((size_t)C * 4 + 16) + offs[k][1];
+			up(bias3, hbias, (size_t)C * 4);
+		}
+		void *gm3 = g_mem((size_t)R * 4), *gs3 = g_mem((size_t)R * 4);
+		up(y3, ha, nb);
+		up(b3, hb, nb);
+		CHECK_OK(K.go->residual_add(K.gs, y3, y3, b3, dt, bias3, R, C, gm3, gs3));
+		h = fetch(y3, nb);
+		snprintf(what, sizeof(what), "%s, y a b +%d B, bias +%d B: y", name, offs[k][0], offs[k][1]);
+		same_bytes(what, cy, h, nb);
+		free(h);
+		snprintf(what, sizeof(what), "%s, y a b +%d B, bias +%d B: mean", name, offs[k][0], offs[k][1]);
+		same_dev_bytes(what, gm2, gm3, (size_t)R * 4);
+		snprintf(what, sizeof(what), "%s, y a b +%d B, bias +%d B: rstd", name, offs[k][0], offs[k][1]);
+		same_dev_bytes(what, gs2, gs3, (size_t)R * 4);
+	}
+	free(fa);
+	free(fb);
+	free(hbias);
+	free(ha);
+	free(hb);
+}
+
+/*
+ * residual_add through every kernel, f32 and bf16, with and without a
+ * bias: the one-pass kernel in each of its widths (a lane's float4s: 16x128
+ * 1, 16x256 2, 16x512 4, 64x768 and 130x1024 8, 24x1600 16), and the
+ * fallbacks (13x7 and 33x17: not whole float4s, the scalar kernels; 8x4096:
+ * rows too long, the four-wide add and then the block-a-row layernorm).
  */
 static void test_residual_add(qe_rng *r)
 {
-	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 8, 1600 } };
+	static const int shapes[][2] = { { 16, 128 }, { 16, 256 }, { 16, 512 }, { 64, 768 }, { 130, 1024 },
+					 { 24, 1600 }, { 13, 7 },   { 33, 17 },  { 8, 4096 } };
 	printf("residual_add\n");
-	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {
-		int64_t R = shapes[k][0], C = shapes[k][1], n = R * C;
-		fresh_stream();
-		float *ha = rnd(r, n, 2.0f), *hb = rnd(r, n, 1.0f), *hbias = rnd(r, C, 0.5f);
-		void *ga, *gb, *gbias, *gy;
-		float *ca = pair(ha, (size_t)n * 4, &ga), *cb = pair(hb, (size_t)n * 4, &gb);
-		float *cbias = pair(hbias, (size_t)C * 4, &gbias), *cy = pair(NULL, (size_t)n * 4, &gy);
-		CHECK_OK(K.co->residual_add(K.cs, cy, ca, cb, cbias, R, C, NULL, NULL));
-		CHECK_OK(K.go->residual_add(K.gs, gy, ga, gb, gbias, R, C, NULL, NULL));
-		float *h = fetch(gy, (size_t)n * 4);
-		char what[96];
-		snprintf(what, sizeof(what), "residual_add %lldx%lld", (long long)R, (long long)C);
-		same_bytes(what, cy, h, (size_t)n * 4);
-		void *gm = g_mem((size_t)R * 4), *gs = g_mem((size_t)R * 4), *gm2 = g_mem((size_t)R * 4);
-		void *gs2 = g_mem((size_t)R * 4), *gy2;
-		pair(ha, (size_t)n * 4, &gy2); /* y over a */
-		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, (float *)gm, (float *)gs, (const float *)gy, NULL, NULL, R, C));
-		CHECK_OK(K.go->residual_add(K.gs, (float *)gy2, (const float *)gy2, gb, gbias, R, C, (float *)gm2,
-					    (float *)gs2));
-		float *h2 = fetch(gy2, (size_t)n * 4), *m1 = fetch(gm, (size_t)R * 4), *s1 = fetch(gs, (size_t)R * 4);
-		float *m2 = fetch(gm2, (size_t)R * 4), *s2 = fetch(gs2, (size_t)R * 4);
-		snprintf(what, sizeof(what), "residual_add %lldx%lld with statistics, in place: y", (long long)R, (long long)C);
-		same_bytes(what, cy, h2, (size_t)n * 4);
-		snprintf(what, sizeof(what), "residual_add %lldx%lld: mean == layernorm_fwd's", (long long)R, (long long)C);
-		same_bytes(what, m1, m2, (size_t)R * 4);
-		snprintf(what, sizeof(what), "residual_add %lldx%lld: rstd == layernorm_fwd's", (long long)R, (long long)C);
-		same_bytes(what, s1, s2, (size_t)R * 4);
-		CHECK(s2[0] > 0.0f, "residual_add %lldx%lld: rstd not written", (long long)R, (long long)C);
-		free(h2);
-		free(m1);
-		free(s1);
-		free(m2);
-		free(s2);
-		free(h);
-		free(ha);
-		free(hb);
-		free(hbias);
-	}
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++)
+		for (int v = 0; v < 4; v++)
+			residual_add_case(r, shapes[k][0], shapes[k][1], v & 1 ? QE_BF16 : QE_F32, v < 2);
 }
 
-/* layernorm_bwd with a residual: the bytes of layernorm_bwd then add, dw and db unchanged. */
+/*
+ * layernorm_bwd with a residual: the bytes of layernorm_bwd then add, dw
+ * and db unchanged.  Then in place (residual = dx, as the model joins the
+ * branches), in f32 and in bf16 (x, the residual and dx all of the stream's
+ * type): the bytes of the same call with a residual buffer of its own -
+ * each element's residual is read before its dx is stored - through the
+ * warp-a-row kernel (768), the scalar one (17) and the block-a-row one (1600).
+ */
 static void test_layernorm_bwd_residual(qe_rng *r)
 {
 	static const int shapes[][2] = { { 64, 768 }, { 33, 17 }, { 16, 1600 } };
@@ -368,10 +438,10 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 		void *gdx[2] = { g_mem((size_t)n * 4), g_mem((size_t)n * 4) };
 		void *gdw[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
 		void *gdb[2] = { g_mem((size_t)C * 4), g_mem((size_t)C * 4) };
-		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gx, gw, gb, R, C));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, QE_F32, gx, gm, gs, gw, R, C, NULL));
+		CHECK_OK(K.go->layernorm_fwd(K.gs, NULL, gm, gs, gx, QE_F32, gw, gb, R, C));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gg, gdw[0], gdb[0], gdy, QE_F32, gx, QE_F32, gm, gs, gw, R, C, NULL));
 		CHECK_OK(K.go->add(K.gs, gdx[0], gres, gg, n));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, QE_F32, gx, gm, gs, gw, R, C, gres));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, QE_F32, gx, QE_F32, gm, gs, gw, R, C, gres));
 		char what[64];
 		snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld dx", (long long)R, (long long)C);
 		same_dev_bytes(what, gdx[0], gdx[1], (size_t)n * 4);
@@ -379,7 +449,31 @@ static void test_layernorm_bwd_residual(qe_rng *r)
 		same_dev_bytes(what, gdw[0], gdw[1], (size_t)C * 4);
 		snprintf(what, sizeof(what), "ln_bwd residual %lldx%lld db", (long long)R, (long long)C);
 		same_dev_bytes(what, gdb[0], gdb[1], (size_t)C * 4);
-		void *bufs[] = { gx, gdy, gres, gw, gb, gm, gs, gg, gdx[0], gdx[1], gdw[0], gdw[1], gdb[0], gdb[1] };
+		uint16_t *hx16 = malloc((size_t)n * 2), *hres16 = malloc((size_t)n * 2);
+		for (int64_t i = 0; i < n; i++) {
+			hx16[i] = qe_bf16_from_f32(hx[i]);
+			hres16[i] = qe_bf16_from_f32(hres[i]);
+		}
+		void *gx16 = g_mem((size_t)n * 2), *gres16 = g_mem((size_t)n * 2);
+		up(gx16, hx16, (size_t)n * 2);
+		up(gres16, hres16, (size_t)n * 2);
+		for (int b16 = 0; b16 < 2; b16++) {
+			qe_dtype dt = b16 ? QE_BF16 : QE_F32;
+			size_t nb = (size_t)n * qe_dtype_size(dt);
+			const void *x = b16 ? gx16 : gx, *res = b16 ? gres16 : gres;
+			CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[0], gdw[0], gdb[0], gdy, QE_F32, x, dt, gm, gs, gw, R, C,
+						     res));
+			CHECK_OK(K.go->copy(K.gs, gdx[1], res, nb, QE_COPY_D2D));
+			CHECK_OK(K.go->layernorm_bwd(K.gs, gdx[1], gdw[1], gdb[1], gdy, QE_F32, x, dt, gm, gs, gw, R, C,
+						     gdx[1]));
+			snprintf(what, sizeof(what), "ln_bwd in place %lldx%lld %s dx", (long long)R, (long long)C,
+				 qe_dtype_name(dt));
+			same_dev_bytes(what, gdx[0], gdx[1], nb);
+		}
+		free(hx16);
+		free(hres16);
+		void *bufs[] = { gx, gdy, gres, gw, gb, gm, gs, gg, gdx[0], gdx[1], gdw[0], gdw[1], gdb[0], gdb[1],
+				 gx16, gres16 };
 		for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
 			K.go->free(K.gb, bufs[i]);
 		free(hx);

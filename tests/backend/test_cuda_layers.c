@@ -7,15 +7,21 @@
  * their scalar ones.
  *
  * What must be equal, byte for byte: add, add_inplace, bias_grad, the
- * embedding ops, the layernorm weight/bias gradients (also from a bf16 dy,
- * whose every output is the bytes of its f32 widening), AdamW (adamw, and
+ * embedding ops (also over a batch of sequences: the forward into f32 and
+ * bf16, the backward from an f32 or bf16 dout), the layernorm weight/bias
+ * gradients (also from a bf16 dy or a bf16 x), AdamW (adamw, and
  * adamw_many cut into several launches) and the view sum (the same f32
- * operations in the same order, no FMA); an op's float4 and scalar paths.
+ * operations in the same order, no FMA); on cuda, every layernorm output
+ * from a bf16 dy or x and from its f32 widening (a bf16 x's bf16 dx: the
+ * widened call's f32 dx rounded on the host), and embed_bwd's from a bf16
+ * dout and from its widening; an op's float4 and scalar paths (and a bf16
+ * x's, dx's and residual's 8-byte and 2-byte loads and stores).
  * What must agree within a bound, max|cuda - cpu| <= tol * max|cpu|:
  *   - gelu, layernorm forward, xent loss: tol 1e-5 (expf within
  *     2 ulp, tree vs sequential row sums);
  *   - layernorm dx: tol 1e-4 (a difference of nearly equal sums, which
- *     amplifies the rounding of each);
+ *     amplifies the rounding of each); a bf16 dx, widened: tol 8e-3 (that,
+ *     plus each side's rounding to bf16, up to 2^-8 of a value);
  *   - xent dlogits: tol 1e-4: every p of a row inherits the relative error of
  *     the row's sum of exponentials, which for the cpu's left-to-right sum
  *     over V = 32768 terms is about sqrt(V) * 2^-24 (1.7e-5 of max|dlogits|
@@ -102,6 +108,131 @@ static void test_elementwise(qe_rng *r)
 	free(hb);
 }
 
+/* a layernorm case's weights and output gradient on the cpu (c*) and on cuda (g*); dy in f32 and in bf16 */
+typedef struct ln_bufs {
+	const float *cw, *cb, *cdy;
+	const uint16_t *cdy16;
+	const void *gw, *gb, *gdy, *gdy16;
+} ln_bufs;
+
+/*
+ * x in bf16 (the residual stream kept in bf16): the case's x rounded.
+ * Forward: y, mean and rstd within the f32 bound of the cpu's on the same
+ * x, and on cuda the bytes of the same call on x widened to f32 (the
+ * kernels widen as they load; nothing after the load may differ).
+ * Backward, with dy f32, then dy bf16 and a bf16 residual: dx is bf16
+ * too (the stream's gradient in the stream's type), and on cuda the bytes
+ * of the call on x and the residual widened to f32, its f32 dx rounded on
+ * the host (qe_bf16_from_f32): the kernels round once, as they store.
+ * dx within a bound of the cpu's (below); dw and db the widened call's
+ * bytes and the cpu's (from the cpu's statistics on both sides).
+ */
+static void layernorm_bf16_x(qe_rng *r, int rows, int cols, int with_dwdb, const float *hx, ln_bufs b)
+{
+	int64_t n = (int64_t)rows * cols;
+	uint16_t *hx16 = malloc((size_t)n * 2), *hres16 = malloc((size_t)n * 2), *hround = malloc((size_t)n * 2);
+	float *hxw = malloc((size_t)n * 4), *hres = rnd(r, n, 1.0f), *hresw = malloc((size_t)n * 4);
+	float *cdxw = malloc((size_t)n * 4);
+	for (int64_t i = 0; i < n; i++) {
+		hx16[i] = qe_bf16_from_f32(hx[i]);
+		hxw[i] = qe_bf16_to_f32(hx16[i]);
+		hres16[i] = qe_bf16_from_f32(hres[i]);
+		hresw[i] = qe_bf16_to_f32(hres16[i]);
+	}
+	void *gx16, *gy, *gm, *gr, *gres16, *gdx16, *gdw, *gdb;
+	uint16_t *cx16 = pair(hx16, (size_t)n * 2, &gx16);
+	float *cy = pair(NULL, (size_t)n * 4, &gy), *cm = pair(NULL, (size_t)rows * 4, &gm);
+	float *cr = pair(NULL, (size_t)rows * 4, &gr);
+	uint16_t *cres16 = pair(hres16, (size_t)n * 2, &gres16), *cdx16 = pair(NULL, (size_t)n * 2, &gdx16);
+	float *cdw = pair(NULL, (size_t)cols * 4, &gdw), *cdb = pair(NULL, (size_t)cols * 4, &gdb);
+	/* the f32 widening of x and the residual, and their outputs, on cuda alone */
+	void *gxw = g_mem((size_t)n * 4), *gyw = g_mem((size_t)n * 4), *gmw = g_mem((size_t)rows * 4);
+	void *grw = g_mem((size_t)rows * 4), *gdxw = g_mem((size_t)n * 4), *gdww = g_mem((size_t)cols * 4);
+	void *gdbw = g_mem((size_t)cols * 4), *gresw = g_mem((size_t)n * 4);
+	up(gxw, hxw, (size_t)n * 4);
+	up(gresw, hresw, (size_t)n * 4);
+	char what[112];
+	float *h;
+
+	CHECK_OK(K.co->layernorm_fwd(K.cs, cy, cm, cr, cx16, QE_BF16, b.cw, b.cb, rows, cols));
+	CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm, gr, gx16, QE_BF16, b.gw, b.gb, rows, cols));
+	CHECK_OK(K.go->layernorm_fwd(K.gs, gyw, gmw, grw, gxw, QE_F32, b.gw, b.gb, rows, cols));
+	static const char *const fwd_nm[3] = { "y", "mean", "rstd" };
+	const float *fwd_cpu[3] = { cy, cm, cr };
+	const void *fwd_bf[3] = { gy, gm, gr }, *fwd_wide[3] = { gyw, gmw, grw };
+	for (int k = 0; k < 3; k++) {
+		int64_t cnt = k ? rows : n;
+		h = fetch(fwd_bf[k], (size_t)cnt * 4);
+		snprintf(what, sizeof(what), "layernorm_fwd %dx%d bf16 x: %s vs cpu", rows, cols, fwd_nm[k]);
+		close_to(what, fwd_cpu[k], h, cnt, 1e-5);
+		free(h);
+		snprintf(what, sizeof(what), "layernorm_fwd %dx%d bf16 x: %s == f32 x widened", rows, cols, fwd_nm[k]);
+		same_dev_bytes(what, fwd_bf[k], fwd_wide[k], (size_t)cnt * 4);
+	}
+
+	up(gm, cm, (size_t)rows * 4);
+	up(gr, cr, (size_t)rows * 4);
+	for (int d = 0; d < 2; d++) {
+		qe_dtype dyt = d ? QE_BF16 : QE_F32;
+		const void *cdy = d ? (const void *)b.cdy16 : (const void *)b.cdy, *gdy = d ? b.gdy16 : b.gdy;
+		const void *cresid = d ? cres16 : NULL, *gresid = d ? gres16 : NULL, *gresidw = d ? gresw : NULL;
+		const char *tag = d ? "bf16 x, bf16 dy, residual" : "bf16 x";
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gdx16, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gdy, dyt, gx16,
+					     QE_BF16, gm, gr, b.gw, rows, cols, gresid));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, gdxw, with_dwdb ? gdww : NULL, with_dwdb ? gdbw : NULL, gdy, dyt, gxw,
+					     QE_F32, gm, gr, b.gw, rows, cols, gresidw));
+		CHECK_OK(K.co->layernorm_bwd(K.cs, cdx16, with_dwdb ? cdw : NULL, with_dwdb ? cdb : NULL, cdy, dyt, cx16,
+					     QE_BF16, cm, cr, b.cw, rows, cols, cresid));
+		h = fetch(gdxw, (size_t)n * 4);
+		for (int64_t i = 0; i < n; i++)
+			hround[i] = qe_bf16_from_f32(h[i]);
+		free(h);
+		h = fetch(gdx16, (size_t)n * 2);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d %s: bf16 dx == f32 x widened, rounded", rows, cols,
+			 tag);
+		same_bytes(what, hround, h, (size_t)n * 2);
+		/*
+		 * Against the cpu, both widened: each side is its f32 value (the
+		 * two within 1e-4 of max|dx|, as for an f32 x) rounded once to
+		 * nearest bf16, which moves it by at most 2^-8 of its magnitude
+		 * (8 significant bits), so they differ by at most about
+		 * (1e-4 + 2^-7) max|dx|: bound 8e-3.  A value rounded the other
+		 * way near a tie is one bf16 step; a wrong dx is far more.
+		 */
+		for (int64_t i = 0; i < n; i++)
+			cdxw[i] = qe_bf16_to_f32(cdx16[i]);
+		const uint16_t *g16 = (const uint16_t *)h;
+		float *gdxh = malloc((size_t)n * 4);
+		for (int64_t i = 0; i < n; i++)
+			gdxh[i] = qe_bf16_to_f32(g16[i]);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d %s: bf16 dx vs cpu", rows, cols, tag);
+		close_to(what, cdxw, gdxh, n, 8e-3);
+		free(gdxh);
+		free(h);
+		if (!with_dwdb)
+			continue;
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d %s: dw == f32 x widened", rows, cols, tag);
+		same_dev_bytes(what, gdw, gdww, (size_t)cols * 4);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d %s: db == f32 x widened", rows, cols, tag);
+		same_dev_bytes(what, gdb, gdbw, (size_t)cols * 4);
+		h = fetch(gdw, (size_t)cols * 4);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d %s: dw == cpu", rows, cols, tag);
+		same_bytes(what, cdw, h, (size_t)cols * 4);
+		free(h);
+		h = fetch(gdb, (size_t)cols * 4);
+		snprintf(what, sizeof(what), "layernorm_bwd %dx%d %s: db == cpu", rows, cols, tag);
+		same_bytes(what, cdb, h, (size_t)cols * 4);
+		free(h);
+	}
+	free(hx16);
+	free(hxw);
+	free(hres);
+	free(hres16);
+	free(hresw);
+	free(hround);
+	free(cdxw);
+}
+
 static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 {
 	fresh_stream();
@@ -116,8 +247,8 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 	float *cy = pair(NULL, n * 4, &gy), *cm = pair(NULL, rows * 4, &gm), *cr = pair(NULL, rows * 4, &gr);
 	float *cdy = pair(hdy, n * 4, &gdy), *cdx = pair(NULL, n * 4, &gdx), *cdw = pair(NULL, cols * 4, &gdw);
 	float *cdb = pair(NULL, cols * 4, &gdb);
-	CHECK_OK(K.co->layernorm_fwd(K.cs, cy, cm, cr, cx, cw, cb, rows, cols));
-	CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm, gr, gx, gw, gb, rows, cols));
+	CHECK_OK(K.co->layernorm_fwd(K.cs, cy, cm, cr, cx, QE_F32, cw, cb, rows, cols));
+	CHECK_OK(K.go->layernorm_fwd(K.gs, gy, gm, gr, gx, QE_F32, gw, gb, rows, cols));
 	char what[96];
 	float *h = fetch(gy, n * 4);
 	snprintf(what, sizeof(what), "layernorm_fwd %dx%d y", rows, cols);
@@ -134,10 +265,10 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 	/* backward from the cpu's statistics on both sides, so dw/db can be exact */
 	up(gm, cm, rows * 4);
 	up(gr, cr, rows * 4);
-	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx, with_dwdb ? cdw : NULL, with_dwdb ? cdb : NULL, cdy, QE_F32, cx, cm, cr, cw,
-				     rows, cols, NULL));
-	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gdy, QE_F32, gx, gm, gr, gw,
-				     rows, cols, NULL));
+	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx, with_dwdb ? cdw : NULL, with_dwdb ? cdb : NULL, cdy, QE_F32, cx, QE_F32,
+				     cm, cr, cw, rows, cols, NULL));
+	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gdy, QE_F32, gx, QE_F32,
+				     gm, gr, gw, rows, cols, NULL));
 	h = fetch(gdx, n * 4);
 	snprintf(what, sizeof(what), "layernorm_bwd %dx%d dx", rows, cols);
 	close_to(what, cdx, h, n, 1e-4);
@@ -166,12 +297,12 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 	uint16_t *cdy16 = pair(hb16, n * 2, &gdy16);
 	pair(hwide, n * 4, &gwide);
 	float *cdx2 = pair(NULL, n * 4, &gdx2), *cdw2 = pair(NULL, cols * 4, &gdw2), *cdb2 = pair(NULL, cols * 4, &gdb2);
-	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gwide, QE_F32, gx, gm,
-				     gr, gw, rows, cols, NULL));
-	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx2, with_dwdb ? gdw2 : NULL, with_dwdb ? gdb2 : NULL, gdy16, QE_BF16, gx, gm,
-				     gr, gw, rows, cols, NULL));
-	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx2, with_dwdb ? cdw2 : NULL, with_dwdb ? cdb2 : NULL, cdy16, QE_BF16, cx, cm,
-				     cr, cw, rows, cols, NULL));
+	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx, with_dwdb ? gdw : NULL, with_dwdb ? gdb : NULL, gwide, QE_F32, gx,
+				     QE_F32, gm, gr, gw, rows, cols, NULL));
+	CHECK_OK(K.go->layernorm_bwd(K.gs, gdx2, with_dwdb ? gdw2 : NULL, with_dwdb ? gdb2 : NULL, gdy16, QE_BF16, gx,
+				     QE_F32, gm, gr, gw, rows, cols, NULL));
+	CHECK_OK(K.co->layernorm_bwd(K.cs, cdx2, with_dwdb ? cdw2 : NULL, with_dwdb ? cdb2 : NULL, cdy16, QE_BF16, cx,
+				     QE_F32, cm, cr, cw, rows, cols, NULL));
 	snprintf(what, sizeof(what), "layernorm_bwd %dx%d bf16 dy: dx == f32 dy widened", rows, cols);
 	same_dev_bytes(what, gdx, gdx2, (size_t)n * 4);
 	h = fetch(gdx2, n * 4);
@@ -192,12 +323,143 @@ static void test_layernorm_case(qe_rng *r, int rows, int cols, int with_dwdb)
 		same_bytes(what, cdb2, h, cols * 4);
 		free(h);
 	}
+	layernorm_bf16_x(r, rows, cols, with_dwdb, hx, (ln_bufs){ cw, cb, cdy, cdy16, gw, gb, gdy, gdy16 });
 	free(hb16);
 	free(hwide);
 	free(hx);
 	free(hw);
 	free(hb);
 	free(hdy);
+}
+
+/*
+ * embed_fwd over rows of a batch of sequences of T positions, row r at
+ * position r % T, into f32 and into bf16, with and without positions: the
+ * cpu's bytes.
+ */
+static void embed_fwd_batch(qe_rng *r, int64_t rows, int T, int H, int V, const float *cwte, const void *gwte,
+			    const float *cwpe, const void *gwpe)
+{
+	int32_t *tk = malloc((size_t)rows * 4);
+	for (int64_t i = 0; i < rows; i++)
+		tk[i] = (int32_t)qe_rng_below(r, (uint64_t)V);
+	void *gtk, *gout;
+	int32_t *ctk = pair(tk, (size_t)rows * 4, &gtk);
+	void *cout = pair(NULL, (size_t)rows * H * 4, &gout);
+	for (int k = 0; k < 4; k++) {
+		qe_dtype dt = k & 1 ? QE_BF16 : QE_F32;
+		int pos = k < 2;
+		size_t nb = (size_t)rows * H * qe_dtype_size(dt);
+		CHECK_OK(K.co->embed_fwd(K.cs, cout, dt, ctk, cwte, pos ? cwpe : NULL, rows, T, H));
+		CHECK_OK(K.go->embed_fwd(K.gs, gout, dt, gtk, gwte, pos ? gwpe : NULL, rows, T, H));
+		float *h = fetch(gout, nb);
+		char what[96];
+		snprintf(what, sizeof(what), "embed_fwd %lld rows of T=%d H=%d, %s%s", (long long)rows, T, H,
+			 qe_dtype_name(dt), pos ? "" : " (no positions)");
+		same_bytes(what, cout, h, nb);
+		free(h);
+	}
+	free(tk);
+}
+
+/* Lane 0 of embed_bwd_batch is the cpu, lanes 1 and 2 cuda: a buffer on lane k. */
+static void *lane_mem(int k, size_t bytes)
+{
+	return k ? g_mem(bytes) : c_mem(bytes);
+}
+
+static void lane_up(int k, void *dst, const void *src, size_t bytes)
+{
+	if (k)
+		up(dst, src, bytes);
+	else
+		memcpy(dst, src, bytes);
+}
+
+/* n bytes at pa on lane a and at pb on lane b, byte for byte */
+static void lanes_same(const char *what, int a, const void *pa, int b, const void *pb, size_t n)
+{
+	void *ha = a ? fetch(pa, n) : NULL, *hb = b ? fetch(pb, n) : NULL;
+	same_bytes(what, a ? ha : pa, b ? hb : pb, n);
+	free(ha);
+	free(hb);
+}
+
+/*
+ * embed_bwd over a batch of seqs sequences of T positions (dwpe sums seqs
+ * rows a position; a token's run crosses sequences; more than 16 sequences
+ * take more than one batch of the kernel's position loads), dout f32 and
+ * bf16, called the ways the model calls it: clearing all of dwte, with
+ * rows_written (twice: each call clears the previous call's rows), and
+ * accumulating into a random dwte.  After each call dwte, dwpe and the ids
+ * written are the cpu's bytes, and with a bf16 dout also the bytes of a
+ * cuda call on dout widened to f32.  Every call has fresh tokens and dout,
+ * so a row or a position left as the previous call wrote it shows.
+ */
+static void embed_bwd_batch(qe_rng *r, int seqs, int T, int H, int V)
+{
+	static const char *const how[4] = { "dwte cleared", "rows_written", "rows_written again", "accumulate" };
+	int64_t rows = (int64_t)seqs * T;
+	size_t nd = (size_t)rows * H, nte = (size_t)V * H * 4, npe = (size_t)T * H * 4, nid = (size_t)rows * 4;
+	int32_t *htok = malloc(nid), *hprev = malloc(nid);
+	uint16_t *hd16 = malloc(nd * 2);
+	float *hdw = malloc(nd * 4);
+	for (int b16 = 0; b16 < 2; b16++) {
+		qe_dtype dt = b16 ? QE_BF16 : QE_F32;
+		int lanes = b16 ? 3 : 2; /* lane 2: cuda on dout widened to f32, for bf16 */
+		float *dwte[3], *dwpe[3];
+		int32_t *ids[3], *tok[3];
+		void *dout[3];
+		for (int k = 0; k < lanes; k++) {
+			dwte[k] = lane_mem(k, nte), dwpe[k] = lane_mem(k, npe);
+			ids[k] = lane_mem(k, nid), tok[k] = lane_mem(k, nid);
+			dout[k] = lane_mem(k, nd * 4);
+		}
+		for (int call = 0; call < 4; call++) {
+			int with_ids = call == 1 || call == 2, acc = call == 3;
+			for (int64_t i = 0; i < rows; i++)
+				htok[i] = (int32_t)qe_rng_below(r, 12) * (V / 12); /* runs of about rows / 12 */
+			float *hd = rnd(r, (int64_t)nd, 1.0f), *hs = rnd(r, (int64_t)V * H, 1.0f);
+			for (size_t i = 0; i < nd; i++) {
+				hd16[i] = qe_bf16_from_f32(hd[i]);
+				hdw[i] = qe_bf16_to_f32(hd16[i]);
+			}
+			for (int k = 0; k < lanes; k++) {
+				const void *d = k == 2 ? (const void *)hdw : b16 ? (const void *)hd16 : (const void *)hd;
+				qe_dtype kdt = k == 2 ? QE_F32 : dt;
+				lane_up(k, tok[k], htok, nid);
+				lane_up(k, dout[k], d, nd * qe_dtype_size(kdt));
+				if (call == 0 || acc) /* what clearing must remove, or what accumulating adds to */
+					lane_up(k, dwte[k], hs, nte);
+				if (call == 1) /* the rows call 0 wrote: the only ones not zero */
+					lane_up(k, ids[k], hprev, nid);
+				const qe_backend_ops *o = k ? K.go : K.co;
+				CHECK_OK(o->embed_bwd(k ? K.gs : K.cs, dwte[k], dwpe[k], tok[k], dout[k], kdt, rows, T, H, V,
+						      with_ids ? ids[k] : NULL, acc));
+			}
+			for (int k = 1; k < lanes; k++) {
+				const char *vs = k == 1 ? "cuda == cpu" : "== f32 dout widened";
+				char tag[80], what[128];
+				snprintf(tag, sizeof(tag), "embed_bwd %d seqs of %d %s, %s", seqs, T, qe_dtype_name(dt),
+					 how[call]);
+				snprintf(what, sizeof(what), "%s: dwte %s", tag, vs);
+				lanes_same(what, k - 1, dwte[k - 1], k, dwte[k], nte);
+				snprintf(what, sizeof(what), "%s: dwpe %s", tag, vs);
+				lanes_same(what, k - 1, dwpe[k - 1], k, dwpe[k], npe);
+				if (!with_ids)
+					continue;
+				snprintf(what, sizeof(what), "%s: ids %s", tag, vs);
+				lanes_same(what, k - 1, ids[k - 1], k, ids[k], nid);
+			}
+			memcpy(hprev, htok, nid);
+			free(hd);
+			free(hs);
+		}
+	}
+	free(htok);
+	free(hprev);
+	free(hd16);
+	free(hdw);
 }
 
 static void test_embed(qe_rng *r)
@@ -215,18 +477,32 @@ static void test_embed(qe_rng *r)
 	float *cout = pair(NULL, (size_t)T * H * 4, &gout), *cd = pair(hd, (size_t)T * H * 4, &gd);
 	float *cdwte = pair(NULL, (size_t)V * H * 4, &gdwte), *cdwpe = pair(NULL, (size_t)T * H * 4, &gdwpe);
 	float *h;
-	CHECK_OK(K.co->embed_fwd(K.cs, cout, ctok, cwte, cwpe, T, H));
-	CHECK_OK(K.go->embed_fwd(K.gs, gout, gtok, gwte, gwpe, T, H));
+	CHECK_OK(K.co->embed_fwd(K.cs, cout, QE_F32, ctok, cwte, cwpe, T, T, H));
+	CHECK_OK(K.go->embed_fwd(K.gs, gout, QE_F32, gtok, gwte, gwpe, T, T, H));
 	h = fetch(gout, (size_t)T * H * 4);
 	same_bytes("embed_fwd", cout, h, (size_t)T * H * 4);
 	free(h);
-	CHECK_OK(K.co->embed_fwd(K.cs, cout, ctok, cwte, NULL, T, H));
-	CHECK_OK(K.go->embed_fwd(K.gs, gout, gtok, gwte, NULL, T, H));
+	CHECK_OK(K.co->embed_fwd(K.cs, cout, QE_F32, ctok, cwte, NULL, T, T, H));
+	CHECK_OK(K.go->embed_fwd(K.gs, gout, QE_F32, gtok, gwte, NULL, T, T, H));
 	h = fetch(gout, (size_t)T * H * 4);
 	same_bytes("embed_fwd (no positions)", cout, h, (size_t)T * H * 4);
 	free(h);
-	CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V, NULL, 0));
-	CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V, NULL, 0));
+	embed_fwd_batch(r, 3 * T, T, H, V, cwte, gwte, cwpe, gwpe);
+	/*
+	 * more sequences (66667 of 3 positions, the last of 2) and more
+	 * positions (70000) than a grid dimension's 65535 blocks, so blocks walk
+	 * several; wte's first V x 8 floats as a table of width 8
+	 */
+	static const int big[2][2] = { { 200000, 3 }, { 70000, 70000 } }; /* rows, T */
+	for (int k = 0; k < 2; k++) {
+		float *hp2 = rnd(r, (int64_t)big[k][1] * 8, 0.01f);
+		void *gp2;
+		float *cp2 = pair(hp2, (size_t)big[k][1] * 8 * 4, &gp2);
+		embed_fwd_batch(r, big[k][0], big[k][1], 8, V, cwte, gwte, cp2, gp2);
+		free(hp2);
+	}
+	CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, QE_F32, T, T, H, V, NULL, 0));
+	CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, QE_F32, T, T, H, V, NULL, 0));
 	h = fetch(gdwte, (size_t)V * H * 4);
 	same_bytes("embed_bwd dwte (repeated tokens)", cdwte, h, (size_t)V * H * 4);
 	free(h);
@@ -251,8 +527,8 @@ static void test_embed(qe_rng *r)
 		memcpy(cd, hd2, (size_t)T * H * 4);
 		up(gd, hd2, (size_t)T * H * 4);
 		free(hd2);
-		CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, T, H, V, crows, 0));
-		CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, T, H, V, (int32_t *)grows, 0));
+		CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, QE_F32, T, T, H, V, crows, 0));
+		CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, QE_F32, T, T, H, V, (int32_t *)grows, 0));
 		char what[64];
 		snprintf(what, sizeof(what), "embed_bwd rows_written call %d dwte", k);
 		h = fetch(gdw2, (size_t)V * H * 4);
@@ -273,8 +549,8 @@ static void test_embed(qe_rng *r)
 			tk[t] = t < 16 ? 3 : t < 48 ? 5 : t < 65 ? 9 : t < 100 ? V - 1 : 10 + (t % 200);
 		memcpy(ctok, tk, sizeof(tk));
 		up(gtok, tk, sizeof(tk));
-		CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, T, H, V, NULL, 0));
-		CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, T, H, V, NULL, 0));
+		CHECK_OK(K.co->embed_bwd(K.cs, cdwte, cdwpe, ctok, cd, QE_F32, T, T, H, V, NULL, 0));
+		CHECK_OK(K.go->embed_bwd(K.gs, gdwte, gdwpe, gtok, gd, QE_F32, T, T, H, V, NULL, 0));
 		h = fetch(gdwte, (size_t)V * H * 4);
 		same_bytes("embed_bwd dwte (runs of 16, 32, 17 and the last token)", cdwte, h, (size_t)V * H * 4);
 		free(h);
@@ -284,8 +560,8 @@ static void test_embed(qe_rng *r)
 	memcpy(cdw2, hs, (size_t)V * H * 4);
 	up(gdw2, hs, (size_t)V * H * 4);
 	free(hs);
-	CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, T, H, V, NULL, 1));
-	CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, T, H, V, NULL, 1));
+	CHECK_OK(K.co->embed_bwd(K.cs, cdw2, cdwpe, ctok, cd, QE_F32, T, T, H, V, NULL, 1));
+	CHECK_OK(K.go->embed_bwd(K.gs, gdw2, gdwpe, gtok, gd, QE_F32, T, T, H, V, NULL, 1));
 	h = fetch(gdw2, (size_t)V * H * 4);
 	same_bytes("embed_bwd accumulate dwte", cdw2, h, (size_t)V * H * 4);
 	free(h);
@@ -293,12 +569,15 @@ static void test_embed(qe_rng *r)
 	same_bytes("embed_bwd accumulate dwpe", cdwpe, h, (size_t)T * H * 4);
 	free(h);
 
+	embed_bwd_batch(r, 3, T, H, V);
+	embed_bwd_batch(r, 37, 8, 40, 64); /* 37 sequences: three batches of position loads, the last of 5 */
+
 	/* a bad token is found on the device: stream_sync fails, the stream stays failed */
 	qe_stream *s;
 	CHECK_OK(K.go->stream_create(K.gb, &s));
 	tok[5] = V + 3;
 	CHECK_OK(K.go->copy(s, gtok, tok, sizeof(tok), QE_COPY_H2D));
-	CHECK_OK(K.go->embed_bwd(s, gdwte, gdwpe, gtok, gd, T, H, V, NULL, 0));
+	CHECK_OK(K.go->embed_bwd(s, gdwte, gdwpe, gtok, gd, QE_F32, T, T, H, V, NULL, 0));
 	int rc = K.go->stream_sync(s);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "embed_bwd"), "bad token: want QE_EINVAL at sync, got %s: %s",
 	      qe_errname(rc), qe_last_error());
@@ -607,8 +886,9 @@ static void test_alignment(qe_rng *r)
 		up(w[k], hw, (size_t)cols * 4);
 		up(b[k], hb, (size_t)cols * 4);
 		up(dy[k], hdy, (size_t)n * 4);
-		CHECK_OK(K.go->layernorm_fwd(K.gs, y[k], mean[k], rstd[k], x[k], w[k], b[k], rows, cols));
-		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], QE_F32, x[k], mean[k], rstd[k], w[k], rows, cols, NULL));
+		CHECK_OK(K.go->layernorm_fwd(K.gs, y[k], mean[k], rstd[k], x[k], QE_F32, w[k], b[k], rows, cols));
+		CHECK_OK(K.go->layernorm_bwd(K.gs, dx[k], dw[k], db[k], dy[k], QE_F32, x[k], QE_F32, mean[k], rstd[k], w[k],
+					     rows, cols, NULL));
 		CHECK_OK(K.go->add(K.gs, g[k], x[k], dy[k], n));
 		CHECK_OK(K.go->gelu_fwd(K.gs, gy[k], x[k], n));
 		CHECK_OK(K.go->gelu_bwd(K.gs, gd[k], x[k], dy[k], n));
@@ -674,6 +954,59 @@ static void test_alignment(qe_rng *r)
 		free(hg[i]);
 }
 
+/*
+ * layernorm with a bf16 x 0, 2 and 8 bytes past an aligned address (the
+ * other pointers aligned): 8-byte loads, two-byte loads, and 8-byte loads
+ * from an address 16-byte loads could not take.  The backward's bf16 dx
+ * and residual (a bf16 x's gradient is bf16) sit at x's offset, so their
+ * 8-byte stores and loads are taken and refused with x's.  y, the
+ * statistics, dx, dw and db must be the bytes of the aligned x's, for the
+ * block-a-row kernels (4096 columns) and the warp-a-row ones (768).
+ */
+static void test_alignment_bf16_x(qe_rng *r)
+{
+	static const int xoff[3] = { 0, 2, 8 }, shapes[2][2] = { { 9, 4096 }, { 9, 768 } };
+	printf("alignment of a bf16 layernorm input\n");
+	fresh_stream();
+	for (int si = 0; si < 2; si++) {
+		int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+		float *hx = rnd(r, n, 2.0f), *hw = rnd(r, cols, 1.0f), *hb = rnd(r, cols, 0.3f), *hdy = rnd(r, n, 1.0f);
+		float *hres = rnd(r, n, 1.0f);
+		uint16_t *hx16 = malloc((size_t)n * 2), *hres16 = malloc((size_t)n * 2);
+		for (int64_t i = 0; i < n; i++) {
+			hx16[i] = qe_bf16_from_f32(hx[i]);
+			hres16[i] = qe_bf16_from_f32(hres[i]);
+		}
+		float *w = g_at(cols, 0), *b = g_at(cols, 0), *dy = g_at(n, 0);
+		up(w, hw, (size_t)cols * 4);
+		up(b, hb, (size_t)cols * 4);
+		up(dy, hdy, (size_t)n * 4);
+		void *out[3][6]; /* y, mean, rstd, dx (bf16), dw, db of each offset */
+		size_t nbytes[6] = { (size_t)n * 4, (size_t)rows * 4, (size_t)rows * 4, (size_t)n * 2, (size_t)cols * 4,
+				     (size_t)cols * 4 };
+		for (int k = 0; k < 3; k++) {
+			char *x = (char *)g_mem((size_t)n * 2 + 16) + xoff[k];
+			char *res = (char *)g_mem((size_t)n * 2 + 16) + xoff[k];
+			up(x, hx16, (size_t)n * 2);
+			up(res, hres16, (size_t)n * 2);
+			for (int j = 0; j < 6; j++)
+				out[k][j] = j == 3 ? (char *)g_mem(nbytes[j] + 16) + xoff[k] : g_mem(nbytes[j]);
+			CHECK_OK(K.go->layernorm_fwd(K.gs, out[k][0], out[k][1], out[k][2], x, QE_BF16, w, b, rows, cols));
+			CHECK_OK(K.go->layernorm_bwd(K.gs, out[k][3], out[k][4], out[k][5], dy, QE_F32, x, QE_BF16, out[k][1],
+						     out[k][2], w, rows, cols, res));
+		}
+		static const char *const nm[6] = { "y", "mean", "rstd", "dx", "dw", "db" };
+		for (int k = 1; k < 3; k++)
+			for (int j = 0; j < 6; j++) {
+				char what[96];
+				snprintf(what, sizeof(what), "layernorm %lldx%lld bf16 x +%d B: %s", (long long)rows,
+					 (long long)cols, xoff[k], nm[j]);
+				same_dev_bytes(what, out[0][j], out[k][j], nbytes[j]);
+			}
+		free(hx), free(hw), free(hb), free(hdy), free(hres), free(hx16), free(hres16);
+	}
+}
+
 int main(void)
 {
 	qe_rng r;
@@ -693,6 +1026,7 @@ int main(void)
 	test_layernorm_case(&r, 203, 768, 1); /* gpt2's width; the last group 11 rows: runs of 8 and 3 */
 	test_layernorm_case(&r, 130, 200, 1); /* two float4s a lane, the last group 2 rows */
 	test_layernorm_case(&r, 64, 1024, 1); /* eight float4s a lane: 64 KB of run sums */
+	test_layernorm_case(&r, 4, 4096, 1);  /* the forward's block a row */
 	test_embed(&r);
 	printf("xent\n");
 	test_xent_case(&r, 32, 256, 256, 0);
@@ -703,6 +1037,7 @@ int main(void)
 	test_adamw(&r);
 	test_adamw_many(&r);
 	test_alignment(&r);
+	test_alignment_bf16_x(&r);
 
 	/* leak accounting is the backends' business; the buffers die with the process */
 	return qe_test_done(NAME);

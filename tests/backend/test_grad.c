@@ -74,7 +74,7 @@ typedef struct {
 static double ln_loss(void *p)
 {
 	ln_ctx *c = p;
-	CHECK_OK(K.o->layernorm_fwd(K.s, c->y, c->mean, c->rstd, c->x, c->w, c->b, c->R, c->C));
+	CHECK_OK(K.o->layernorm_fwd(K.s, c->y, c->mean, c->rstd, c->x, QE_F32, c->w, c->b, c->R, c->C));
 	return dot_d(c->g, c->y, c->R * c->C);
 }
 
@@ -93,7 +93,7 @@ static void test_layernorm(void)
 	fill_normal(c.g, n, &rng, 1.0f);
 	ln_loss(&c);
 	dw[0] = 99.0f; /* overwritten, not accumulated */
-	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db, c.g, QE_F32, c.x, c.mean, c.rstd, c.w, c.R, c.C, NULL));
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db, c.g, QE_F32, c.x, QE_F32, c.mean, c.rstd, c.w, c.R, c.C, NULL));
 	fd_check("layernorm dx", c.x, dx, n, ln_loss, &c);
 	fd_check("layernorm dw", c.w, dw, c.C, ln_loss, &c);
 	fd_check("layernorm db", c.b, db, c.C, ln_loss, &c);
@@ -220,7 +220,7 @@ typedef struct {
 static double emb_loss(void *p)
 {
 	emb_ctx *c = p;
-	CHECK_OK(K.o->embed_fwd(K.s, c->out, c->tok, c->wte, c->wpe, c->T, c->H));
+	CHECK_OK(K.o->embed_fwd(K.s, c->out, QE_F32, c->tok, c->wte, c->wpe, c->T, c->T, c->H));
 	return dot_d(c->g, c->out, c->T * c->H);
 }
 
@@ -238,7 +238,7 @@ static void test_embed(void)
 	fill_normal(c.g, c.T * c.H, &rng, 1.0f);
 	for (int64_t i = 0; i < c.V * c.H; i++)
 		dwte[i] = 5.0f; /* zeroed by the op */
-	CHECK_OK(K.o->embed_bwd(K.s, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL, 0));
+	CHECK_OK(K.o->embed_bwd(K.s, dwte, dwpe, c.tok, c.g, QE_F32, c.T, c.T, c.H, c.V, NULL, 0));
 	fd_check("embed dwte", c.wte, dwte, c.V * c.H, emb_loss, &c);
 	fd_check("embed dwpe", c.wpe, dwpe, c.T * c.H, emb_loss, &c);
 	/* token 3 at t = 0, 2, 5: summed in t order, bit for bit */
@@ -262,8 +262,8 @@ static void test_embed(void)
 	for (int k = 0; k < 3; k++) {
 		memcpy(c.tok, seqs[k], sizeof(seqs[k]));
 		fill_normal(g2, c.T * c.H, &rng, 1.0f);
-		CHECK_OK(K.o->embed_bwd(K.s, dw2, dwpe, c.tok, g2, c.T, c.H, c.V, rows, 0));
-		CHECK_OK(K.o->embed_bwd(K.s, full, dwpe, c.tok, g2, c.T, c.H, c.V, NULL, 0));
+		CHECK_OK(K.o->embed_bwd(K.s, dw2, dwpe, c.tok, g2, QE_F32, c.T, c.T, c.H, c.V, rows, 0));
+		CHECK_OK(K.o->embed_bwd(K.s, full, dwpe, c.tok, g2, QE_F32, c.T, c.T, c.H, c.V, NULL, 0));
 		CHECK_OK(K.o->stream_sync(K.s));
 		CHECK(memcmp(dw2, full, (size_t)(c.V * c.H) * 4) == 0,
 		      "embed_bwd call %d: clearing the previous rows differs from clearing all of dwte", k);
@@ -280,7 +280,7 @@ static void test_embed(void)
 	memcpy(want, sum, (size_t)(c.V * c.H) * 4);
 	memcpy(c.tok, seqs[0], sizeof(seqs[0]));
 	fill_normal(g2, c.T * c.H, &rng, 1.0f);
-	CHECK_OK(K.o->embed_bwd(K.s, one, dwpe, c.tok, g2, c.T, c.H, c.V, NULL, 0));
+	CHECK_OK(K.o->embed_bwd(K.s, one, dwpe, c.tok, g2, QE_F32, c.T, c.T, c.H, c.V, NULL, 0));
 	CHECK_OK(K.o->stream_sync(K.s));
 	for (int64_t v = 0; v < c.V; v++) {
 		int named = 0;
@@ -289,7 +289,7 @@ static void test_embed(void)
 		if (named)
 			CHECK_OK(K.o->add_inplace(K.s, want + v * c.H, one + v * c.H, c.H));
 	}
-	CHECK_OK(K.o->embed_bwd(K.s, sum, dwpe, c.tok, g2, c.T, c.H, c.V, NULL, 1));
+	CHECK_OK(K.o->embed_bwd(K.s, sum, dwpe, c.tok, g2, QE_F32, c.T, c.T, c.H, c.V, NULL, 1));
 	CHECK_OK(K.o->stream_sync(K.s));
 	CHECK(memcmp(sum, want, (size_t)(c.V * c.H) * 4) == 0,
 	      "embed_bwd accumulate differs from an overwriting call plus add_inplace on the named rows");
@@ -297,7 +297,7 @@ static void test_embed(void)
 	/* accumulate clears nothing, so it takes no rows_written */
 	qe_stream *s3;
 	CHECK_OK(K.o->stream_create(K.b, &s3));
-	int rc = K.o->embed_bwd(s3, sum, dwpe, c.tok, g2, c.T, c.H, c.V, rows, 1);
+	int rc = K.o->embed_bwd(s3, sum, dwpe, c.tok, g2, QE_F32, c.T, c.T, c.H, c.V, rows, 1);
 	CHECK(rc == QE_EINVAL && strstr(qe_last_error(), "accumulate with rows_written"),
 	      "accumulate with rows_written: got %s: %s", qe_errname(rc), qe_last_error());
 	K.o->stream_destroy(s3);
@@ -315,7 +315,7 @@ static void test_embed(void)
 	qe_stream *s2;
 	CHECK_OK(K.o->stream_create(K.b, &s2));
 	c.tok[2] = (int32_t)c.V;
-	CHECK(K.o->embed_bwd(s2, dwte, dwpe, c.tok, c.g, c.T, c.H, c.V, NULL, 0) == QE_EINVAL, "token == V must fail");
+	CHECK(K.o->embed_bwd(s2, dwte, dwpe, c.tok, c.g, QE_F32, c.T, c.T, c.H, c.V, NULL, 0) == QE_EINVAL, "token == V must fail");
 	K.o->stream_destroy(s2);
 	float *bufs[] = { c.wte, c.wpe, c.out, c.g, dwte, dwpe };
 	for (size_t i = 0; i < sizeof(bufs) / sizeof(*bufs); i++)
@@ -425,7 +425,7 @@ static void test_small_ops(void)
 		for (int64_t j = 0; j < C; j++)
 			term[r * C + j] = ((x[r * C + j] - mean[r]) * rstd[r]) * dy[r * C + j];
 	}
-	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, QE_F32, x, mean, rstd, w, R, C, NULL));
+	CHECK_OK(K.o->layernorm_bwd(K.s, dx, dw, db2, dy, QE_F32, x, QE_F32, mean, rstd, w, R, C, NULL));
 	int grouped_differs = 0;
 	for (int64_t j = 0; j < C; j++) {
 		float sw = colsum_ref(term, R, C, j, QE_COLSUM_RUN), sb = colsum_ref(dy, R, C, j, QE_COLSUM_RUN);

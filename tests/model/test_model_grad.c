@@ -179,7 +179,7 @@ static void run_case(const qe_model_config *cfg, int nstages)
 				qe_stage_slot_tokens(st, 0)[t] = (int32_t)qe_rng_below(&rng, cfg->vocab);
 		} else {
 			for (int i = 0; i < T * H; i++)
-				qe_stage_slot_input(st, 0)[i] = qe_rng_normal(&rng);
+				((float *)qe_stage_slot_input(st, 0))[i] = qe_rng_normal(&rng);
 		}
 		if (qe_stage_is_last(st))
 			for (int t = 0; t < T; t++)

@@ -48,7 +48,7 @@ void qe_cpu_add(float *y, const float *a, const float *b, int64_t n);
 void qe_cpu_add_inplace(float *y, const float *a, int64_t n);
 /* y = x + bias[c] over [rows, cols] (gemm's bias add; y may be x) */
 void qe_cpu_add_bias(float *y, const float *x, const float *bias, int64_t rows, int64_t cols);
-/* y = a + (b + bias[c]) over [rows, cols] */
+/* y = a + (b + bias[c]) over [rows, cols] (bias NULL: a + b) */
 void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *bias, int64_t rows, int64_t cols);
 void qe_cpu_bias_grad(float *db, const float *dy, int64_t rows, int64_t cols);
 void qe_cpu_gelu_fwd(float *y, const float *x, int64_t n);
@@ -58,9 +58,11 @@ void qe_cpu_layernorm_fwd(float *y, float *mean, float *rstd, const float *x, co
 			  int64_t rows, int64_t cols);
 void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, const float *x, const float *mean,
 			  const float *rstd, const float *w, int64_t rows, int64_t cols, const float *residual);
-void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T, int64_t H);
-int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
-		     int64_t V, int32_t *rows_written, int accumulate);
+/* out[r] = wte[tok[r]] + wpe[r % T] (wpe NULL: the token rows alone) */
+void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t rows, int64_t T,
+		      int64_t H);
+int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t rows, int64_t T,
+		     int64_t H, int64_t V, int32_t *rows_written, int accumulate);
 void qe_cpu_attn_fwd(float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 void qe_cpu_attn_decode(float *out, float *probs, const float *q, const float *k, const float *v, int64_t T, int64_t H,
 			int nh);
@@ -71,6 +73,9 @@ void qe_cpu_attn_flash_bwd(float *dqkv, const float *dout, const float *qkv, con
 			   int64_t B, int64_t T, int64_t H, int nh);
 int qe_cpu_xent(qe_cpu_scratch *sc, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
 		int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
+/* xent's loss and each row's softmax statistics (max, 1 / sum) without the gradient */
+int qe_cpu_xent_rows(qe_cpu_scratch *sc, float *loss, float *stats, const void *logits, const int32_t *tgt,
+		     int64_t T, int64_t V, int64_t valid, qe_dtype dt);
 void qe_cpu_adamw(const qe_adamw_args *a);
 /* adamw of each segment in turn: the bytes of one qe_cpu_adamw per segment. */
 void qe_cpu_adamw_many(const qe_adamw_many_args *a);

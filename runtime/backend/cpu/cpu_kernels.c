@@ -80,6 +80,31 @@ static void transpose_f32(float *dst, const float *src, int64_t rows, int64_t co
 					dst[c * rows + r] = src[r * cols + c];
 }
 
+/* The gradient of logit lv in column v: (p - onehot) * g, 0 in the padding. */
+static float xent_grad(float lv, int64_t v, int64_t valid, int32_t tg, float maxv, float inv, float g)
+{
+	if (v >= valid)
+		return 0.0f; /* padding: probability 0, no gradient */
+	float p = expf(lv - maxv) * inv;
+	return (p - (v == tg ? 1.0f : 0.0f)) * g;
+}
+
+/*
+ * The pre_xent prologue: row r's gradient from the logits x (f32; xt, the
+ * type they are stored in) as qe_cpu_xent writes it, widened back from xt.
+ */
+static void xent_grad_rows(float *v, const float *x, qe_dtype xt, int64_t rows, int64_t cols, const qe_cast_args *a)
+{
+	float g = a->pre_xent.grad_scale / (float)rows;
+	for (int64_t r = 0; r < rows; r++) {
+		float maxv = a->pre_xent.stats[2 * r], inv = a->pre_xent.stats[2 * r + 1];
+		for (int64_t c = 0; c < cols; c++) {
+			float d = xent_grad(x[r * cols + c], c, a->pre_xent.valid, a->pre_xent.tgt[r], maxv, inv, g);
+			v[r * cols + c] = xt == QE_BF16 ? qe_bf16_to_f32(qe_bf16_from_f32(d)) : d;
+		}
+	}
+}
+
 /*
  * The cast's prologue into the scratch: the layernorm with the saved
  * statistics (layernorm_fwd's expression), x + pre_bias[c] (gemm's f32
@@ -94,6 +119,10 @@ static const float *cast_prologue(qe_cpu_scratch *sc, const qe_cast_args *a, con
 	float *v = qe_cpu_scratch_get(sc, 0, (size_t)n);
 	if (!v)
 		return NULL;
+	if (a->pre_xent.stats) {
+		xent_grad_rows(v, x, a->x.dtype, rows, cols, a);
+		return v;
+	}
 	if (a->pre_dgelu) {
 		const float *u = a->pre_dgelu;
 		if (a->pre_dgelu_dtype == QE_BF16) { /* widened exactly (scratch 2: 0 is v, 1 may hold x) */
@@ -139,7 +168,8 @@ int qe_cpu_cast(qe_cpu_scratch *sc, const qe_cast_args *a)
 			w[i] = qe_bf16_to_f32(src[i]);
 		x = w;
 	}
-	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu) && !(x = cast_prologue(sc, a, x, rows, cols)))
+	if ((a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu || a->pre_xent.stats) &&
+	    !(x = cast_prologue(sc, a, x, rows, cols)))
 		return QE_ENOMEM;
 
 	/* max|x| of this tensor; a NaN anywhere makes it NaN (TE's torch.amax). */
@@ -231,7 +261,7 @@ void qe_cpu_residual_add(float *y, const float *a, const float *b, const float *
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t c = 0; c < cols; c++) {
 			int64_t i = r * cols + c;
-			float v = b[i] + bias[c]; /* gemm's bias add */
+			float v = bias ? b[i] + bias[c] : b[i]; /* gemm's bias add */
 			y[i] = a[i] + v;
 		}
 }
@@ -387,13 +417,14 @@ void qe_cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, cons
 
 /* ---- embedding -------------------------------------------------------------- */
 
-void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T, int64_t H)
+void qe_cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t rows, int64_t T,
+		      int64_t H)
 {
-	for (int64_t t = 0; t < T; t++) {
+	for (int64_t t = 0; t < rows; t++) {
 		const float *e = wte + (int64_t)tok[t] * H;
 		float *o = out + t * H;
 		if (wpe) {
-			const float *p = wpe + t * H;
+			const float *p = wpe + (t % T) * H;
 			for (int64_t i = 0; i < H; i++)
 				o[i] = e[i] + p[i];
 		} else {
@@ -447,35 +478,35 @@ static int embed_bwd_add(float *dwte, const int32_t *tok, const float *dout, int
  * are cleared, then the rows summed in place; accumulating: embed_bwd_add.
  * See backend.h.
  */
-int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T, int64_t H,
-		     int64_t V, int32_t *rows_written, int accumulate)
+int qe_cpu_embed_bwd(float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t rows, int64_t T,
+		     int64_t H, int64_t V, int32_t *rows_written, int accumulate)
 {
-	for (int64_t t = 0; t < T; t++)
+	for (int64_t t = 0; t < rows; t++)
 		if (tok[t] < 0 || tok[t] >= V)
 			return qe_fail(QE_EINVAL, "embed_bwd: token %d at t=%lld outside the vocabulary [0,%lld)",
 				       (int)tok[t], (long long)t, (long long)V);
 	if (accumulate) {
-		int rc = embed_bwd_add(dwte, tok, dout, T, H, V);
+		int rc = embed_bwd_add(dwte, tok, dout, rows, H, V);
 		if (rc)
 			return rc;
 	} else if (rows_written) {
-		for (int64_t t = 0; t < T; t++)
+		for (int64_t t = 0; t < rows; t++)
 			if (rows_written[t] >= 0 && rows_written[t] < V)
 				memset(dwte + (int64_t)rows_written[t] * H, 0, (size_t)H * sizeof(float));
-		memcpy(rows_written, tok, (size_t)T * sizeof(int32_t));
+		memcpy(rows_written, tok, (size_t)rows * sizeof(int32_t));
 	} else {
 		memset(dwte, 0, (size_t)(V * H) * sizeof(float));
 	}
 	if (dwpe)
 		memset(dwpe, 0, (size_t)(T * H) * sizeof(float));
-	for (int64_t t = 0; t < T; t++) {
+	for (int64_t t = 0; t < rows; t++) {
 		const float *d = dout + t * H;
 		float *e = dwte + (int64_t)tok[t] * H;
 		if (!accumulate)
 			for (int64_t i = 0; i < H; i++)
 				e[i] += d[i];
-		if (dwpe) {
-			float *p = dwpe + t * H;
+		if (dwpe) { /* position t % T: the sequences' rows added in order */
+			float *p = dwpe + (t % T) * H;
 			for (int64_t i = 0; i < H; i++)
 				p[i] += d[i];
 		}
@@ -702,50 +733,87 @@ void qe_cpu_attn_flash_bwd(float *dqkv, const float *dout, const float *qkv, con
 
 /* ---- softmax cross-entropy ------------------------------------------------- */
 
-int qe_cpu_xent(qe_cpu_scratch *sc, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
-		int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
+/* A row's softmax statistics over its valid logits: the max, and the sum of exp(l - max) left to right. */
+static void xent_row_stats(const float *l, int64_t valid, float *maxv, float *sum)
+{
+	float m = -INFINITY;
+	for (int64_t v = 0; v < valid; v++)
+		if (l[v] > m)
+			m = l[v];
+	float s = 0.0f;
+	for (int64_t v = 0; v < valid; v++)
+		s += expf(l[v] - m);
+	*maxv = m;
+	*sum = s;
+}
+
+static int xent_targets(const int32_t *tgt, int64_t T, int64_t valid)
 {
 	for (int64_t t = 0; t < T; t++)
 		if (tgt[t] < 0 || tgt[t] >= valid)
 			return qe_fail(QE_EINVAL, "xent: target %d at t=%lld outside the vocabulary [0,%lld)",
 				       (int)tgt[t], (long long)t, (long long)valid);
+	return QE_OK;
+}
+
+/* Row t of the logits as f32: the row itself, or (bf16) widened into wide. */
+static const float *xent_row(const void *logits, qe_dtype dt, int64_t t, int64_t V, float *wide)
+{
+	if (dt != QE_BF16)
+		return (const float *)logits + t * V;
+	const uint16_t *src = (const uint16_t *)logits + t * V;
+	for (int64_t v = 0; v < V; v++)
+		wide[v] = qe_bf16_to_f32(src[v]);
+	return wide;
+}
+
+int qe_cpu_xent(qe_cpu_scratch *sc, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
+		int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
+{
+	QE_TRY(xent_targets(tgt, T, valid));
 	double total = 0.0;
 	float g = grad_scale / (float)T;
 	float *wide = NULL; /* bf16: the row widened; its gradient goes out rounded */
 	if (dt == QE_BF16 && !(wide = qe_cpu_scratch_get(sc, 0, (size_t)(2 * V))))
 		return QE_ENOMEM;
 	for (int64_t t = 0; t < T; t++) {
-		const float *l = (const float *)logits + t * V;
-		if (wide) {
-			const uint16_t *src = (const uint16_t *)logits + t * V;
-			for (int64_t v = 0; v < V; v++)
-				wide[v] = qe_bf16_to_f32(src[v]);
-			l = wide;
-		}
-		float maxv = -INFINITY;
-		for (int64_t v = 0; v < valid; v++)
-			if (l[v] > maxv)
-				maxv = l[v];
-		float sum = 0.0f;
-		for (int64_t v = 0; v < valid; v++)
-			sum += expf(l[v] - maxv);
+		const float *l = xent_row(logits, dt, t, V, wide);
+		float maxv, sum;
+		xent_row_stats(l, valid, &maxv, &sum);
 		/* -log p = log(sum) - (l - max): finite even where p underflows */
 		total += (double)(logf(sum) - (l[tgt[t]] - maxv));
 		if (dlogits) {
 			float inv = 1.0f / sum;
 			float *d = wide ? wide + V : (float *)dlogits + t * V;
-			for (int64_t v = 0; v < valid; v++) {
-				float p = expf(l[v] - maxv) * inv; /* read before d[v] may overwrite l[v] */
-				d[v] = (p - (v == tgt[t] ? 1.0f : 0.0f)) * g;
-			}
-			for (int64_t v = valid; v < V; v++)
-				d[v] = 0.0f; /* padding: probability 0, no gradient */
+			for (int64_t v = 0; v < V; v++) /* l[v] is read before d[v] may overwrite it */
+				d[v] = xent_grad(l[v], v, valid, tgt[t], maxv, inv, g);
 			if (wide) {
 				uint16_t *dst = (uint16_t *)dlogits + t * V;
 				for (int64_t v = 0; v < V; v++)
 					dst[v] = qe_bf16_from_f32(d[v]);
 			}
 		}
+	}
+	if (loss)
+		*loss = (float)(total / (double)T);
+	return QE_OK;
+}
+
+int qe_cpu_xent_rows(qe_cpu_scratch *sc, float *loss, float *stats, const void *logits, const int32_t *tgt,
+		     int64_t T, int64_t V, int64_t valid, qe_dtype dt)
+{
+	QE_TRY(xent_targets(tgt, T, valid));
+	double total = 0.0;
+	float *wide = NULL;
+	if (dt == QE_BF16 && !(wide = qe_cpu_scratch_get(sc, 0, (size_t)V)))
+		return QE_ENOMEM;
+	for (int64_t t = 0; t < T; t++) {
+		const float *l = xent_row(logits, dt, t, V, wide);
+		float maxv, sum;
+		xent_row_stats(l, valid, &maxv, &sum);
+		total += (double)(logf(sum) - (l[tgt[t]] - maxv));
+		stats[2 * t] = maxv;
+		stats[2 * t + 1] = 1.0f / sum;
 	}
 	if (loss)
 		*loss = (float)(total / (double)T);

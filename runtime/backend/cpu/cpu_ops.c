@@ -41,6 +41,39 @@ const char *qe__cpu_op_name(qe_cpu_op_kind kind)
 	qe__cpu_submit((s), &(qe_cpu_op){ .kind = QE_CPU_OP_##NAME, .u.name = { __VA_ARGS__ } })
 
 /*
+ * n values of type dt at x as f32: x itself when it is f32, else widened
+ * exactly into scratch slot; NULL when out of memory (said).
+ */
+static const float *f32_of(qe_cpu_scratch *sc, int slot, const void *x, qe_dtype dt, int64_t n)
+{
+	if (dt == QE_F32)
+		return x;
+	float *w = qe_cpu_scratch_get(sc, slot, (size_t)n);
+	if (w) {
+		const uint16_t *src = x;
+		for (int64_t i = 0; i < n; i++)
+			w[i] = qe_bf16_to_f32(src[i]);
+	}
+	return w;
+}
+
+/* Where an op writes n values of type dt: y itself when it is f32, else an f32 buffer in scratch slot. */
+static float *f32_out(qe_cpu_scratch *sc, int slot, void *y, qe_dtype dt, int64_t n)
+{
+	return dt == QE_F32 ? y : qe_cpu_scratch_get(sc, slot, (size_t)n);
+}
+
+/* The f32 results at f (f32_out) into y of type dt: rounded to nearest even when bf16. */
+static void put_out(void *y, const float *f, qe_dtype dt, int64_t n)
+{
+	if (dt == QE_F32)
+		return;
+	uint16_t *d = y;
+	for (int64_t i = 0; i < n; i++)
+		d[i] = qe_bf16_from_f32(f[i]);
+}
+
+/*
  * A missing argument struct or descriptor: the stream's own refusal first (a
  * failed stream keeps its first error), else the shared check's, which fails
  * the stream.
@@ -203,22 +236,32 @@ int qe__cpu_enqueue_add_inplace(qe_stream *s, float *y, const float *a, int64_t 
 
 static int check_residual_add(const qe_cpu_residual_add_args *a)
 {
-	return qe__check_residual_add(a->y, a->a, a->b, a->bias, a->rows, a->cols, a->mean, a->rstd);
+	return qe__check_residual_add(a->y, a->a, a->b, a->dt, a->bias, a->rows, a->cols, a->mean, a->rstd);
 }
 
+/*
+ * slots (bf16): 0 a and 1 b widened, 2 the f32 sum, then y as stored
+ * (widened again), which the statistics are taken from
+ */
 static int exec_residual_add(qe_cpu_scratch *sc, const qe_cpu_residual_add_args *a)
 {
-	(void)sc;
-	qe_cpu_residual_add(a->y, a->a, a->b, a->bias, a->rows, a->cols);
+	int64_t n = a->rows * a->cols;
+	const float *x = f32_of(sc, 0, a->a, a->dt, n), *y = x ? f32_of(sc, 1, a->b, a->dt, n) : NULL;
+	float *sum = y ? f32_out(sc, 2, a->y, a->dt, n) : NULL;
+	if (!sum)
+		return QE_ENOMEM;
+	qe_cpu_residual_add(sum, x, y, a->bias, a->rows, a->cols);
+	put_out(a->y, sum, a->dt, n);
+	const float *stored = f32_of(sc, 2, a->y, a->dt, n);
 	if (a->mean) /* the statistics layernorm_fwd would write from y */
-		qe_cpu_layernorm_fwd(NULL, a->mean, a->rstd, a->y, NULL, NULL, a->rows, a->cols);
+		qe_cpu_layernorm_fwd(NULL, a->mean, a->rstd, stored, NULL, NULL, a->rows, a->cols);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
+int qe__cpu_enqueue_residual_add(qe_stream *s, void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
 				 int64_t rows, int64_t cols, float *mean, float *rstd)
 {
-	return SUBMIT(s, RESIDUAL_ADD, residual_add, y, a, b, bias, rows, cols, mean, rstd);
+	return SUBMIT(s, RESIDUAL_ADD, residual_add, y, a, b, dt, bias, rows, cols, mean, rstd);
 }
 
 static int check_bias_grad(const qe_cpu_bias_grad_args *a)
@@ -274,81 +317,103 @@ int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const floa
 
 static int check_layernorm_fwd(const qe_cpu_layernorm_fwd_args *a)
 {
-	return qe__check_layernorm_fwd(a->y, a->mean, a->rstd, a->x, a->w, a->b, a->rows, a->cols);
+	return qe__check_layernorm_fwd(a->y, a->mean, a->rstd, a->x, a->x_dt, a->w, a->b, a->rows, a->cols);
 }
 
+/* slot 0: x widened when bf16 */
 static int exec_layernorm_fwd(qe_cpu_scratch *sc, const qe_cpu_layernorm_fwd_args *a)
 {
-	(void)sc;
-	qe_cpu_layernorm_fwd(a->y, a->mean, a->rstd, a->x, a->w, a->b, a->rows, a->cols);
+	const float *x = f32_of(sc, 0, a->x, a->x_dt, a->rows * a->cols);
+	if (!x)
+		return QE_ENOMEM;
+	qe_cpu_layernorm_fwd(a->y, a->mean, a->rstd, x, a->w, a->b, a->rows, a->cols);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-				  const float *b, int64_t rows, int64_t cols)
+int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const void *x, qe_dtype x_dt,
+				  const float *w, const float *b, int64_t rows, int64_t cols)
 {
-	return SUBMIT(s, LAYERNORM_FWD, layernorm_fwd, y, mean, rstd, x, w, b, rows, cols);
+	return SUBMIT(s, LAYERNORM_FWD, layernorm_fwd, y, mean, rstd, x, x_dt, w, b, rows, cols);
 }
 
 static int check_layernorm_bwd(const qe_cpu_layernorm_bwd_args *a)
 {
-	return qe__check_layernorm_bwd(a->dx, a->dy, a->dy_dt, a->x, a->mean, a->rstd, a->w, a->rows, a->cols);
+	return qe__check_layernorm_bwd(a->dx, a->dy, a->dy_dt, a->x, a->x_dt, a->mean, a->rstd, a->w, a->rows,
+				       a->cols);
 }
 
-static const float *f32_of(qe_cpu_scratch *sc, int slot, const void *x, qe_dtype dt, int64_t n);
-
-/* slot 0: dy widened when bf16 */
+/*
+ * slots: 0 dy, 1 x, 2 the residual, each widened when bf16; 3 dx in f32
+ * when it is stored in bf16 (the residual, which dx may be, is read first)
+ */
 static int exec_layernorm_bwd(qe_cpu_scratch *sc, const qe_cpu_layernorm_bwd_args *a)
 {
-	const float *dy = f32_of(sc, 0, a->dy, a->dy_dt, a->rows * a->cols);
-	if (!dy)
+	int64_t n = a->rows * a->cols;
+	const float *dy = f32_of(sc, 0, a->dy, a->dy_dt, n), *x = dy ? f32_of(sc, 1, a->x, a->x_dt, n) : NULL;
+	const float *res = !x ? NULL : a->residual ? f32_of(sc, 2, a->residual, a->x_dt, n) : x;
+	float *dx = res ? f32_out(sc, 3, a->dx, a->x_dt, n) : NULL;
+	if (!dx)
 		return QE_ENOMEM;
-	qe_cpu_layernorm_bwd(a->dx, a->dw, a->db, dy, a->x, a->mean, a->rstd, a->w, a->rows, a->cols, a->residual);
+	qe_cpu_layernorm_bwd(dx, a->dw, a->db, dy, x, a->mean, a->rstd, a->w, a->rows, a->cols,
+			     a->residual ? res : NULL);
+	put_out(a->dx, dx, a->x_dt, n);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
-				  const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
-				  int64_t cols, const float *residual)
+int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, void *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+				  const void *x, qe_dtype x_dt, const float *mean, const float *rstd, const float *w,
+				  int64_t rows, int64_t cols, const void *residual)
 {
-	return SUBMIT(s, LAYERNORM_BWD, layernorm_bwd, dx, dw, db, dy, dy_dt, x, mean, rstd, w, rows, cols, residual);
+	return SUBMIT(s, LAYERNORM_BWD, layernorm_bwd, dx, dw, db, dy, dy_dt, x, x_dt, mean, rstd, w, rows, cols,
+		      residual);
 }
 
 /* ---- embedding ----------------------------------------------------------------- */
 
 static int check_embed_fwd(const qe_cpu_embed_fwd_args *a)
 {
-	return qe__check_embed_fwd(a->out, a->tok, a->wte, a->T, a->H);
+	return qe__check_embed_fwd(a->out, a->out_dt, a->tok, a->wte, a->wpe, a->rows, a->T, a->H);
 }
 
+/* slot 0: the f32 rows when out is bf16 */
 static int exec_embed_fwd(qe_cpu_scratch *sc, const qe_cpu_embed_fwd_args *a)
 {
-	(void)sc;
-	qe_cpu_embed_fwd(a->out, a->tok, a->wte, a->wpe, a->T, a->H);
+	int64_t n = a->rows * a->H;
+	float *out = f32_out(sc, 0, a->out, a->out_dt, n);
+	if (!out)
+		return QE_ENOMEM;
+	qe_cpu_embed_fwd(out, a->tok, a->wte, a->wpe, a->rows, a->T, a->H);
+	put_out(a->out, out, a->out_dt, n);
 	return QE_OK;
 }
 
-int qe__cpu_enqueue_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
-			      int64_t T, int64_t H)
+int qe__cpu_enqueue_embed_fwd(qe_stream *s, void *out, qe_dtype out_dt, const int32_t *tok, const float *wte,
+			      const float *wpe, int64_t rows, int64_t T, int64_t H)
 {
-	return SUBMIT(s, EMBED_FWD, embed_fwd, out, tok, wte, wpe, T, H);
+	return SUBMIT(s, EMBED_FWD, embed_fwd, out, out_dt, tok, wte, wpe, rows, T, H);
 }
 
 static int check_embed_bwd(const qe_cpu_embed_bwd_args *a)
 {
-	return qe__check_embed_bwd(a->dwte, a->tok, a->dout, a->T, a->H, a->V, a->rows_written, a->accumulate);
+	return qe__check_embed_bwd(a->dwte, a->dwpe, a->tok, a->dout, a->dout_dt, a->rows, a->T, a->H, a->V,
+				   a->rows_written, a->accumulate);
 }
 
+/* slot 0: dout widened when bf16 */
 static int exec_embed_bwd(qe_cpu_scratch *sc, const qe_cpu_embed_bwd_args *a)
 {
-	(void)sc;
-	return qe_cpu_embed_bwd(a->dwte, a->dwpe, a->tok, a->dout, a->T, a->H, a->V, a->rows_written, a->accumulate);
+	const float *dout = f32_of(sc, 0, a->dout, a->dout_dt, a->rows * a->H);
+	if (!dout)
+		return QE_ENOMEM;
+	return qe_cpu_embed_bwd(a->dwte, a->dwpe, a->tok, dout, a->rows, a->T, a->H, a->V, a->rows_written,
+				a->accumulate);
 }
 
-int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-			      int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate)
+int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const void *dout,
+			      qe_dtype dout_dt, int64_t rows, int64_t T, int64_t H, int64_t V, int32_t *rows_written,
+			      int accumulate)
 {
-	return SUBMIT(s, EMBED_BWD, embed_bwd, dwte, dwpe, tok, dout, T, H, V, rows_written, accumulate);
+	return SUBMIT(s, EMBED_BWD, embed_bwd, dwte, dwpe, tok, dout, dout_dt, rows, T, H, V, rows_written, accumulate);
 }
 
 /* ---- attention -------------------------------------------------------------------- */
@@ -408,39 +473,6 @@ static int check_attn_flash_fwd(const qe_cpu_attn_flash_fwd_args *a)
 {
 	return qe__check_flash("attn_flash_fwd", 0, a->out, a->lse, a->qkv, NULL, NULL, a->batch, a->T, a->H, a->nh,
 			       a->operands, a->dt);
-}
-
-/*
- * n values of type dt at x as f32: x itself when it is f32, else widened
- * exactly into scratch slot; NULL when out of memory (said).
- */
-static const float *f32_of(qe_cpu_scratch *sc, int slot, const void *x, qe_dtype dt, int64_t n)
-{
-	if (dt == QE_F32)
-		return x;
-	float *w = qe_cpu_scratch_get(sc, slot, (size_t)n);
-	if (w) {
-		const uint16_t *src = x;
-		for (int64_t i = 0; i < n; i++)
-			w[i] = qe_bf16_to_f32(src[i]);
-	}
-	return w;
-}
-
-/* Where an op writes n values of type dt: y itself when it is f32, else an f32 buffer in scratch slot. */
-static float *f32_out(qe_cpu_scratch *sc, int slot, void *y, qe_dtype dt, int64_t n)
-{
-	return dt == QE_F32 ? y : qe_cpu_scratch_get(sc, slot, (size_t)n);
-}
-
-/* The f32 results at f (f32_out) into y of type dt: rounded to nearest even when bf16. */
-static void put_out(void *y, const float *f, qe_dtype dt, int64_t n)
-{
-	if (dt == QE_F32)
-		return;
-	uint16_t *d = y;
-	for (int64_t i = 0; i < n; i++)
-		d[i] = qe_bf16_from_f32(f[i]);
 }
 
 /* qkv as f32, plus bias (gemm's f32 add) when there is one: in scratch 0 unless qkv is f32 and unbiased */
@@ -519,6 +551,22 @@ int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *l
 			 int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
 {
 	return SUBMIT(s, XENT, xent, loss, dlogits, logits, tgt, T, V, valid, grad_scale, dt);
+}
+
+static int check_xent_rows(const qe_cpu_xent_rows_args *a)
+{
+	return qe__check_xent_rows(a->stats, a->logits, a->tgt, a->T, a->V, a->valid, a->dt);
+}
+
+static int exec_xent_rows(qe_cpu_scratch *sc, const qe_cpu_xent_rows_args *a)
+{
+	return qe_cpu_xent_rows(sc, a->loss, a->stats, a->logits, a->tgt, a->T, a->V, a->valid, a->dt);
+}
+
+int qe__cpu_enqueue_xent_rows(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt,
+			      int64_t T, int64_t V, int64_t valid, qe_dtype dt)
+{
+	return SUBMIT(s, XENT_ROWS, xent_rows, loss, stats, logits, tgt, T, V, valid, dt);
 }
 
 static int check_adamw(const qe_cpu_adamw_args *a)

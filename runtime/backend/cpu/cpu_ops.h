@@ -62,6 +62,7 @@
 	X(ATTN_FLASH_BWD, attn_flash_bwd)  \
 	X(ATTN_DECODE, attn_decode)        \
 	X(XENT, xent)                      \
+	X(XENT_ROWS, xent_rows)            \
 	X(ADAMW, adamw)                    \
 	X(SUM_VIEWS, sum_views)            \
 	X(ADAMW_MANY, adamw_many)          \
@@ -135,8 +136,10 @@ typedef struct qe_cpu_add_inplace_args {
 } qe_cpu_add_inplace_args;
 
 typedef struct qe_cpu_residual_add_args {
-	float *y;
-	const float *a, *b, *bias;
+	void *y;
+	const void *a, *b;
+	qe_dtype dt;
+	const float *bias;
 	int64_t rows, cols;
 	float *mean, *rstd;
 } qe_cpu_residual_add_args;
@@ -161,31 +164,38 @@ typedef struct qe_cpu_gelu_bwd_args {
 
 typedef struct qe_cpu_layernorm_fwd_args {
 	float *y, *mean, *rstd;
-	const float *x, *w, *b;
+	const void *x;
+	qe_dtype x_dt;
+	const float *w, *b;
 	int64_t rows, cols;
 } qe_cpu_layernorm_fwd_args;
 
 typedef struct qe_cpu_layernorm_bwd_args {
-	float *dx, *dw, *db;
+	void *dx;
+	float *dw, *db;
 	const void *dy;
 	qe_dtype dy_dt;
-	const float *x, *mean, *rstd, *w;
+	const void *x;
+	qe_dtype x_dt;
+	const float *mean, *rstd, *w;
 	int64_t rows, cols;
-	const float *residual;
+	const void *residual;
 } qe_cpu_layernorm_bwd_args;
 
 typedef struct qe_cpu_embed_fwd_args {
-	float *out;
+	void *out;
+	qe_dtype out_dt;
 	const int32_t *tok;
 	const float *wte, *wpe;
-	int64_t T, H;
+	int64_t rows, T, H;
 } qe_cpu_embed_fwd_args;
 
 typedef struct qe_cpu_embed_bwd_args {
 	float *dwte, *dwpe;
 	const int32_t *tok;
-	const float *dout;
-	int64_t T, H, V;
+	const void *dout;
+	qe_dtype dout_dt;
+	int64_t rows, T, H, V;
 	int32_t *rows_written;
 	int accumulate;
 } qe_cpu_embed_bwd_args;
@@ -243,6 +253,14 @@ typedef struct qe_cpu_xent_args {
 	float grad_scale;
 	qe_dtype dt;
 } qe_cpu_xent_args;
+
+typedef struct qe_cpu_xent_rows_args {
+	float *loss, *stats;
+	const void *logits;
+	const int32_t *tgt;
+	int64_t T, V, valid;
+	qe_dtype dt;
+} qe_cpu_xent_rows_args;
 
 typedef qe_adamw_args qe_cpu_adamw_args; /* grads owned by the record once captured */
 
@@ -312,20 +330,21 @@ int qe__cpu_enqueue_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, q
 			 int accumulate);
 int qe__cpu_enqueue_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
 int qe__cpu_enqueue_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
-int qe__cpu_enqueue_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
+int qe__cpu_enqueue_residual_add(qe_stream *s, void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
 				 int64_t rows, int64_t cols, float *mean, float *rstd);
 int qe__cpu_enqueue_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
 int qe__cpu_enqueue_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cpu_enqueue_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
-int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-				  const float *b, int64_t rows, int64_t cols);
-int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
-				  const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
-				  int64_t cols, const float *residual);
-int qe__cpu_enqueue_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe,
-			      int64_t T, int64_t H);
-int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout,
-			      int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate);
+int qe__cpu_enqueue_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const void *x, qe_dtype x_dt,
+				  const float *w, const float *b, int64_t rows, int64_t cols);
+int qe__cpu_enqueue_layernorm_bwd(qe_stream *s, void *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+				  const void *x, qe_dtype x_dt, const float *mean, const float *rstd, const float *w,
+				  int64_t rows, int64_t cols, const void *residual);
+int qe__cpu_enqueue_embed_fwd(qe_stream *s, void *out, qe_dtype out_dt, const int32_t *tok, const float *wte,
+			      const float *wpe, int64_t rows, int64_t T, int64_t H);
+int qe__cpu_enqueue_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const void *dout,
+			      qe_dtype dout_dt, int64_t rows, int64_t T, int64_t H, int64_t V, int32_t *rows_written,
+			      int accumulate);
 int qe__cpu_enqueue_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs,
 			     int64_t T, int64_t H, int nh);
@@ -338,6 +357,8 @@ int qe__cpu_enqueue_attn_decode(qe_stream *s, float *out, float *probs, const fl
 				 const float *v, int64_t T, int64_t H, int nh);
 int qe__cpu_enqueue_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
 			 int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
+int qe__cpu_enqueue_xent_rows(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt,
+			      int64_t T, int64_t V, int64_t valid, qe_dtype dt);
 int qe__cpu_enqueue_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cpu_enqueue_sum_views(qe_stream *s, float *out, const float *const *views, int nviews, int64_t n);
 int qe__cpu_enqueue_adamw_many(qe_stream *s, const qe_adamw_many_args *a);

@@ -21,12 +21,14 @@
  * update runs one CUDA block per role block, so fp8_update_many updates a
  * whole action's roles in one launch with the single update's per-block code.
  *
- * The cast's prologue (qe_cast_args pre_ln, pre_bias, pre_gelu, pre_dgelu)
- * transforms each element as it is loaded, with the expressions of the
- * layernorm kernels, gemm's bias add, gelu_fwd and gelu_bwd (cuda_gelu.cuh),
- * so a fused cast writes what the unfused ops would have; with colsum the
- * four-wide kernel also writes each 64-row tile's partial column sums of
- * those values (a tile is one row group of colsum.h), which colsum_fin adds.
+ * The cast's prologue (qe_cast_args pre_ln, pre_bias, pre_gelu, pre_dgelu,
+ * pre_xent) transforms each element as it is loaded, with the expressions of
+ * the layernorm kernels, gemm's bias add, gelu_fwd and gelu_bwd
+ * (cuda_gelu.cuh) and xent's gradient (cuda_xent.cuh, rounded to the
+ * logits' type as xent stores it), so a fused cast writes what the unfused
+ * ops would have; with colsum the four-wide kernel also writes each 64-row
+ * tile's partial column sums of those values (a tile is one row group of
+ * colsum.h), which colsum_fin adds.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -35,6 +37,7 @@
 
 #include "runtime/backend/cuda/cuda_gelu.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
+#include "runtime/backend/cuda/cuda_xent.cuh"
 #include "runtime/backend/colsum.h"
 
 #define TILE 32
@@ -122,11 +125,32 @@ typedef struct cast_pre {
 	xin dgelu;                        /* GELU backward: GELU's input [rows, cols], x its output's gradient */
 	int64_t cols;
 	bool al;                          /* w, b and bias 16-byte aligned (or NULL): float4 loads of them */
+	/*
+	 * xent's gradient, x the logits (stats NULL for none; no other
+	 * prologue with it): the rows' max and 1 / sum (xent_rows), their
+	 * targets, the valid columns, g = grad_scale / rows as xent computes
+	 * it on the host, and bf16: the logits (so the gradient xent would
+	 * store) are bf16.
+	 */
+	struct {
+		const float *stats;
+		const int32_t *tgt;
+		int64_t valid;
+		float g;
+		bool bf16;
+	} xent;
 } cast_pre;
 
 __host__ __device__ __forceinline__ bool pre_none(const cast_pre &p)
 {
-	return !p.mean && !p.bias && !p.gelu && !p.dgelu.p;
+	return !p.mean && !p.bias && !p.gelu && !p.dgelu.p && !p.xent.stats;
+}
+
+/* xent's gradient of logit l at (r, c) as xent stores it, widened (the per-element form of pre_xent4) */
+__device__ __forceinline__ float pre_xent1(const cast_pre &p, float l, int64_t r, int64_t c)
+{
+	float d = xent_grad(l, c, p.xent.valid, p.xent.tgt[r], p.xent.stats[2 * r], p.xent.stats[2 * r + 1], p.xent.g);
+	return p.xent.bf16 ? xent_stored<true>(d) : xent_stored<false>(d);
 }
 
 /* gelu_bwd_kernel's expression: dx = gelu'(u (+ bias)) * v */
@@ -135,8 +159,15 @@ __device__ __forceinline__ float pre_dgelu1(const cast_pre &p, float u, float v,
 	return gelu_bwd1(p.bias ? u + p.bias[c] : u, v);
 }
 
-__device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r, int64_t c)
+/*
+ * XE: xent's gradient (pre_xent1) and nothing else, a kernel instance of its
+ * own, so that the others keep the registers they had without it (the
+ * byte-wide cast took 36 to 38 with both in one, 32 without).
+ */
+template <bool XE> __device__ __forceinline__ float pre_apply(const cast_pre &p, float v, int64_t r, int64_t c)
 {
+	if constexpr (XE)
+		return pre_xent1(p, v, r, c);
 	if (p.dgelu.p)
 		return pre_dgelu1(p, xload(p.dgelu, r * p.cols + c), v, c);
 	if (p.mean)
@@ -154,13 +185,13 @@ __device__ __forceinline__ float4 col4(const float *q, int64_t c, bool al)
 
 /*
  * pre_apply on four elements of row r, columns c..c+3, with the same
- * expressions, in the two kinds the four-wide kernel is built for (PK_FWD,
- * PK_DGELU); the row's statistics and the columns' parameters are loaded
- * once for the four (a load per element and parameter made the prologue
- * casts load-bound).  u: GELU's input there, loaded by the caller (aligned
- * as x: the launcher checks).
+ * expressions, in the kinds the four-wide kernel is built for (PK_FWD,
+ * PK_DGELU, PK_XENT); the row's statistics and the columns' parameters are
+ * loaded once for the four (a load per element and parameter made the
+ * prologue casts load-bound).  u: GELU's input there, loaded by the caller
+ * (aligned as x: the launcher checks).
  */
-enum { PK_NONE = 0, PK_FWD = 1, PK_DGELU = 2 };
+enum { PK_NONE = 0, PK_FWD = 1, PK_DGELU = 2, PK_XENT = 3 };
 
 /* the columns' parameters of the thread's four columns, loaded once for all its rows */
 typedef struct cols4 {
@@ -202,20 +233,43 @@ __device__ __forceinline__ float4 pre_fwd4(const cast_pre &p, float4 v, float mr
 	return v;
 }
 
+/*
+ * xent's gradient on four logits of a row (max maxv, 1 / sum inv), columns
+ * c..c+3, rounded to the logits' type (XB: bf16) as xent stores it:
+ * pre_xent1's values.  nv: how many of the four are valid columns (0..4),
+ * kt: which of them is the row's target (-1: none), both worked out once by
+ * the caller, so that each element pays 32-bit compares with constants in
+ * place of xent_grad's two 64-bit ones; the arithmetic is xent_grad_valid.
+ */
+template <bool XB>
+__device__ __forceinline__ float xent4_1(float l, int k, int nv, int kt, float maxv, float inv, float g)
+{
+	return k < nv ? xent_stored<XB>(xent_grad_valid(l, k == kt, maxv, inv, g)) : 0.0f;
+}
+
+template <bool XB>
+__device__ __forceinline__ float4 pre_xent4(const cast_pre &p, float4 l, int nv, int kt, float maxv, float inv)
+{
+	const float g = p.xent.g;
+	return make_float4(xent4_1<XB>(l.x, 0, nv, kt, maxv, inv, g), xent4_1<XB>(l.y, 1, nv, kt, maxv, inv, g),
+			   xent4_1<XB>(l.z, 2, nv, kt, maxv, inv, g), xent4_1<XB>(l.w, 3, nv, kt, maxv, inv, g));
+}
+
 /* v = x after the prologue, into a buffer (the cast's fallback when it must also sum columns of v). */
+template <bool XE>
 __global__ void pre_materialize_kernel(float *__restrict__ v, xin x, int64_t n, int64_t cols,
 				       cast_pre pre)
 {
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		v[i] = pre_apply(pre, xload(x, i), i / cols, i % cols);
+		v[i] = pre_apply<XE>(pre, xload(x, i), i / cols, i % cols);
 }
 
 /* amax of a whole tensor [n / cols, cols], after the prologue, into *target (current scaling's first pass). */
-__global__ void amax_kernel(xin x, int64_t n, int64_t cols, cast_pre pre, unsigned *target)
+template <bool XE> __global__ void amax_kernel(xin x, int64_t n, int64_t cols, cast_pre pre, unsigned *target)
 {
 	unsigned m = 0;
 	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-		m = max(m, abs_bits(pre_apply(pre, xload(x, i), i / cols, i % cols)));
+		m = max(m, abs_bits(pre_apply<XE>(pre, xload(x, i), i / cols, i % cols)));
 	block_amax(m, target);
 }
 
@@ -227,7 +281,7 @@ __global__ void amax_kernel(xin x, int64_t n, int64_t cols, cast_pre pre, unsign
  * max|x| of the tile.  Block (0,0) writes the scalars: scale_inv, and for
  * current scaling scale and amax.
  */
-template <typename T>
+template <typename T, bool XE>
 __global__ void cast_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			    int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			    float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out)
@@ -242,7 +296,7 @@ __global__ void cast_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int
 	for (int j = threadIdx.y; j < TILE; j += TROWS) {
 		int64_t r = r0 + j, c = c0 + threadIdx.x;
 		if (r < rows && c < cols) {
-			float v = pre_apply(pre, xload(x, r * cols + c), r, c);
+			float v = pre_apply<XE>(pre, xload(x, r * cols + c), r, c);
 			m = max(m, abs_bits(v));
 			T q;
 			if constexpr (is_fp8)
@@ -338,7 +392,12 @@ static_assert(VT == QE_COLSUM_ROWS, "a cast tile must be one row group of colsum
  * kernel without a prologue 48 registers, the prologue kernels 64 (the
  * columns' parameters and the rows' statistics are held for all of the
  * thread's rows) and GELU backward with column sums 80, without spills
- * (ptxas -v).
+ * (ptxas -v).  PK_XENT holds each row's max, 1 / sum and target and no
+ * columns' parameters: without column sums it takes the 48 of the kernel
+ * without a prologue (GPT-2's head, 16384 x 50304 bf16 logits into e5m2 on
+ * an H100: 1.43 ms at 64 registers, 1.38 at 48, the plain cast of the
+ * stored gradient 1.18: the more threads, the more loads in flight), with
+ * them 64.
  */
 /*
  * One tile of cast4_kernel for one kind of x (XB: bf16, else f32) and of
@@ -362,7 +421,7 @@ __device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT +
 	const xin x = { xp, XB };
 	unsigned m = 0;
 	cols4 cp;
-	if constexpr (PK != PK_NONE) {
+	if constexpr (PK == PK_FWD || PK == PK_DGELU) {
 		if (cin)
 			cp = cols4_load(pre, c);
 	}
@@ -374,6 +433,13 @@ __device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT +
 	constexpr int NJ = VT / VY;
 	float4 xv[NJ], uv[PK == PK_DGELU ? NJ : 1];
 	float mr[PK == PK_FWD ? NJ : 1], sr[PK == PK_FWD ? NJ : 1]; /* the rows' layernorm statistics */
+	float xm[PK == PK_XENT ? NJ : 1], xi[PK == PK_XENT ? NJ : 1]; /* the rows' softmax max and 1 / sum */
+	int xt[PK == PK_XENT ? NJ : 1];                               /* and their targets' place in c..c+3 */
+	int xnv = 0;                                                  /* valid columns of c..c+3 */
+	if constexpr (PK == PK_XENT) {
+		int64_t left = pre.xent.valid - c;
+		xnv = left <= 0 ? 0 : left >= 4 ? 4 : (int)left;
+	}
 #pragma unroll
 	for (int q = 0; q < NJ; q++) {
 		int64_t r = r0 + threadIdx.y + q * VY;
@@ -387,6 +453,12 @@ __device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT +
 					sr[q] = pre.rstd[r];
 				}
 			}
+			if constexpr (PK == PK_XENT) {
+				xm[q] = pre.xent.stats[2 * r];
+				xi[q] = pre.xent.stats[2 * r + 1];
+				int64_t dt = (int64_t)pre.xent.tgt[r] - c;
+				xt[q] = dt >= 0 && dt < 4 ? (int)dt : -1;
+			}
 		}
 	}
 #pragma unroll
@@ -399,6 +471,8 @@ __device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT +
 				v = pre_fwd4(pre, v, mr[q], sr[q], cp);
 			else if constexpr (PK == PK_DGELU)
 				v = pre_dgelu4(pre, v, uv[q], cp);
+			else if constexpr (PK == PK_XENT)
+				v = pre_xent4<XB>(pre, v, xnv, xt[q], xm[q], xi[q]);
 			m = max(max(m, max(abs_bits(v.x), abs_bits(v.y))), max(abs_bits(v.z), abs_bits(v.w)));
 			W w = codes4<T>(v, s, k);
 			if (row)
@@ -439,7 +513,9 @@ __device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT +
 }
 
 template <typename T, bool SUMS, int PK>
-__global__ void __launch_bounds__(VX * VY, PK == PK_DGELU && SUMS ? 3 : PK == PK_NONE ? 5 : 4) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+__global__ void __launch_bounds__(VX * VY, PK == PK_DGELU && SUMS		  ? 3
+					   : PK == PK_NONE || (PK == PK_XENT && !SUMS) ? 5
+											 : 4) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
 			     float *__restrict__ part)
@@ -552,6 +628,23 @@ __global__ void fp8_update_many_kernel(fp8_update_batch b, int L, int algo_max, 
 
 /* ---- launchers ------------------------------------------------------------------ */
 
+/* The byte-wide kernel of output T, its xent instance when pre_xent is asked for. */
+template <typename T>
+static int launch_cast1(qe_stream *s, const char *name, dim3 grid, dim3 block, xin x, const qe_cast_args *a,
+			const cast_pre &pre, int e5m2, const float *scale, const unsigned *cur, float fmax, int margin,
+			unsigned *amax_dst, float *scale_out)
+{
+	int64_t rows = a->x.shape[0], cols = a->x.shape[1];
+	T *row = (T *)a->row.data, *col = (T *)a->col.data;
+	if (pre.xent.stats)
+		cast_kernel<T, true><<<grid, block, 0, s->cs>>>(x, row, col, rows, cols, pre, e5m2, scale, cur, fmax, margin,
+								 amax_dst, scale_out, a->scale_inv);
+	else
+		cast_kernel<T, false><<<grid, block, 0, s->cs>>>(x, row, col, rows, cols, pre, e5m2, scale, cur, fmax,
+								  margin, amax_dst, scale_out, a->scale_inv);
+	return qe__cuda_launched("cast", name);
+}
+
 /*
  * The four-wide kernel of output T, with the partial column sums when part is
  * not NULL; then colsum_fin adds the partials into a->colsum.
@@ -565,15 +658,21 @@ static int launch_cast4(qe_stream *s, const char *name, dim3 grid, const qe_cast
 	xin x = { a->x.data, a->x.dtype == QE_BF16 };
 	dim3 block(VX, VY);
 	/* one kernel a prologue kind and with or without the sums: each carries only its own registers */
-	int pk = pre.dgelu.p ? PK_DGELU : pre_none(pre) ? PK_NONE : PK_FWD;
+	int pk = pre.xent.stats ? PK_XENT : pre.dgelu.p ? PK_DGELU : pre_none(pre) ? PK_NONE : PK_FWD;
 #define CAST4(SUMS, PK)                                                                                            \
 	cast4_kernel<T, SUMS, PK><<<grid, block, 0, s->cs>>>(x, (T *)a->row.data, (T *)a->col.data, rows, cols, pre,   \
 							      e5m2, scale, cur, fmax, a->margin, amax_dst, scale_out, \
 							      a->scale_inv, part)
 	if (part)
-		pk == PK_NONE ? CAST4(true, PK_NONE) : pk == PK_FWD ? CAST4(true, PK_FWD) : CAST4(true, PK_DGELU);
+		pk == PK_NONE	 ? CAST4(true, PK_NONE)
+		: pk == PK_FWD	 ? CAST4(true, PK_FWD)
+		: pk == PK_DGELU ? CAST4(true, PK_DGELU)
+				 : CAST4(true, PK_XENT);
 	else
-		pk == PK_NONE ? CAST4(false, PK_NONE) : pk == PK_FWD ? CAST4(false, PK_FWD) : CAST4(false, PK_DGELU);
+		pk == PK_NONE	 ? CAST4(false, PK_NONE)
+		: pk == PK_FWD	 ? CAST4(false, PK_FWD)
+		: pk == PK_DGELU ? CAST4(false, PK_DGELU)
+				 : CAST4(false, PK_XENT);
 #undef CAST4
 	int rc = qe__cuda_launched("cast", name);
 	if (rc || !part)
@@ -597,16 +696,19 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 			       (long long)cols);
 	dim3 grid((unsigned)gx, (unsigned)gy), block(TILE, TROWS);
 	unsigned *amax_dst = (unsigned *)a->amax;
+	/* xent's g = grad_scale / T, computed on the host as qe__cuda_xent does: the same float */
 	cast_pre pre = { a->pre_ln.mean, a->pre_ln.rstd, a->pre_ln.w, a->pre_ln.b, a->pre_bias, a->pre_gelu,
 			 { a->pre_dgelu, a->pre_dgelu_dtype == QE_BF16 }, cols,
-			 ((uintptr_t)a->pre_ln.w | (uintptr_t)a->pre_ln.b | (uintptr_t)a->pre_bias) % 16 == 0 };
+			 ((uintptr_t)a->pre_ln.w | (uintptr_t)a->pre_ln.b | (uintptr_t)a->pre_bias) % 16 == 0,
+			 { a->pre_xent.stats, a->pre_xent.tgt, a->pre_xent.valid, a->pre_xent.grad_scale / (float)rows,
+			   x.bf16 != 0 } };
 	dim3 grid4((unsigned)((cols + VT - 1) / VT), (unsigned)((rows + VT - 1) / VT));
 	int is_fp8 = qe_dtype_is_fp8(fmt), esz = fmt == QE_BF16 ? 8 : 4; /* alignment of four codes */
 	int wide = (fmt == QE_BF16 || is_fp8) && rows % 4 == 0 && cols % 4 == 0 &&
 		   (uintptr_t)x.p % (x.bf16 ? 8 : 16) == 0 &&
 		   (uintptr_t)a->pre_dgelu % (pre.dgelu.bf16 ? 8 : 16) == 0 && (uintptr_t)a->row.data % esz == 0 &&
 		   (uintptr_t)a->col.data % esz == 0 && (rows + VT - 1) / VT <= 65535;
-	int prologue = a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu;
+	int prologue = a->pre_ln.mean || a->pre_bias || a->pre_gelu || a->pre_dgelu || a->pre_xent.stats;
 	/*
 	 * Column sums: in the four-wide kernel when it runs (a tile is a row
 	 * group); else their own pass over x first (bias_grad's kernels), or,
@@ -625,7 +727,11 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		if ((rc = qe__cuda_scratch(s, bytes, op, (void **)&v)))
 			return rc;
 		int64_t nb = (n + 255) / 256;
-		pre_materialize_kernel<<<(unsigned)(nb > 4096 ? 4096 : nb), 256, 0, s->cs>>>(v, x, n, cols, pre);
+		unsigned nbk = (unsigned)(nb > 4096 ? 4096 : nb);
+		if (pre.xent.stats)
+			pre_materialize_kernel<true><<<nbk, 256, 0, s->cs>>>(v, x, n, cols, pre);
+		else
+			pre_materialize_kernel<false><<<nbk, 256, 0, s->cs>>>(v, x, n, cols, pre);
 		if ((rc = qe__cuda_launched(op, "pre_materialize_kernel")) ||
 		    (rc = qe__cuda_colsum_with(s, op, a->colsum, v, rows, cols, v + n)))
 			return rc;
@@ -636,6 +742,7 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		plain.pre_bias = NULL;
 		plain.pre_gelu = 0;
 		plain.pre_dgelu = NULL;
+		memset(&plain.pre_xent, 0, sizeof(plain.pre_xent));
 		plain.colsum = NULL;
 		return qe__cuda_cast(s, &plain);
 	} else if (a->colsum && (rc = qe__cuda_bias_grad(s, a->colsum, (const float *)x.p, rows, cols))) {
@@ -646,15 +753,12 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		if (wide)
 			return launch_cast4<uint16_t>(s, "cast4_kernel<bf16>", grid4, a, pre, 0, NULL, NULL, 0.0f, amax_dst,
 						      NULL, part);
-		cast_kernel<uint16_t><<<grid, block, 0, s->cs>>>(x, (uint16_t *)a->row.data, (uint16_t *)a->col.data,
-								  rows, cols, pre, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL,
-								  a->scale_inv);
-		return qe__cuda_launched(op, "cast_kernel<bf16>");
+		return launch_cast1<uint16_t>(s, "cast_kernel<bf16>", grid, block, x, a, pre, 0, NULL, NULL, 0.0f, 0,
+					      amax_dst, NULL);
 	}
 	if (!is_fp8) {
-		cast_kernel<float><<<grid, block, 0, s->cs>>>(x, (float *)a->row.data, (float *)a->col.data, rows, cols,
-							       pre, 0, NULL, NULL, 0.0f, 0, amax_dst, NULL, a->scale_inv);
-		return qe__cuda_launched(op, "cast_kernel<f32>");
+		return launch_cast1<float>(s, "cast_kernel<f32>", grid, block, x, a, pre, 0, NULL, NULL, 0.0f, 0, amax_dst,
+					   NULL);
 	}
 	int e5m2 = fmt == QE_E5M2;
 	float fmax = qe_fp8_max(fmt);
@@ -662,10 +766,8 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		return launch_cast4<uint8_t>(s, "cast4_kernel", grid4, a, pre, e5m2, a->scale, NULL, fmax, amax_dst, NULL,
 					     part);
 	if (!a->current) {
-		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
-								 cols, pre, e5m2, a->scale, NULL, fmax, a->margin, amax_dst,
-								 NULL, a->scale_inv);
-		return qe__cuda_launched(op, "cast_kernel<fp8>");
+		return launch_cast1<uint8_t>(s, "cast_kernel<fp8>", grid, block, x, a, pre, e5m2, a->scale, NULL, fmax,
+					     a->margin, amax_dst, NULL);
 	}
 	/* current scaling: amax of this tensor first, then quantize with the scale it gives */
 	unsigned *cur = s->words;
@@ -678,17 +780,18 @@ extern "C" int qe__cuda_cast(qe_stream *s, const qe_cast_args *a)
 		nb = 1024;
 	if (nb < 1)
 		nb = 1;
-	amax_kernel<<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cols, pre, cur);
+	if (pre.xent.stats)
+		amax_kernel<true><<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cols, pre, cur);
+	else
+		amax_kernel<false><<<(unsigned)nb, 256, 0, s->cs>>>(x, n, cols, pre, cur);
 	if ((rc = qe__cuda_launched(op, "amax_kernel")))
 		return rc;
 	if (wide)
 		rc = launch_cast4<uint8_t>(s, "cast4_kernel<current>", grid4, a, pre, e5m2, NULL, cur, fmax, NULL, a->scale,
 					   part);
 	else {
-		cast_kernel<uint8_t><<<grid, block, 0, s->cs>>>(x, (uint8_t *)a->row.data, (uint8_t *)a->col.data, rows,
-								 cols, pre, e5m2, NULL, cur, fmax, a->margin, NULL, a->scale,
-								 a->scale_inv);
-		rc = qe__cuda_launched(op, "cast_kernel<fp8, current>");
+		rc = launch_cast1<uint8_t>(s, "cast_kernel<fp8, current>", grid, block, x, a, pre, e5m2, NULL, cur, fmax,
+					   a->margin, NULL, a->scale);
 	}
 	if (rc)
 		return rc;

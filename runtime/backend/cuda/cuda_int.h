@@ -119,9 +119,12 @@ int qe__cuda_gemm(qe_stream *s, const qe_tensor *a, const qe_tensor *b, qe_tenso
 		  int accumulate);
 int qe__cuda_add(qe_stream *s, float *y, const float *a, const float *b, int64_t n);
 int qe__cuda_add_inplace(qe_stream *s, float *y, const float *a, int64_t n);
-/* with mean and rstd: also the rows' layernorm statistics (layernorm_fwd's, after the add) */
-int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			  int64_t cols, float *mean, float *rstd);
+/*
+ * y, a and b of dt (f32 or bf16), bias NULL or [cols]; with mean and rstd:
+ * also the rows' layernorm statistics (layernorm_fwd's, of y as stored)
+ */
+int qe__cuda_residual_add(qe_stream *s, void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
+			  int64_t rows, int64_t cols, float *mean, float *rstd);
 int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int64_t rows, int64_t cols);
 /*
  * db[j] = the sum of pb[g * cols + j] over g in group order from 0: the last
@@ -134,15 +137,19 @@ int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, const float *d
 			 float *part);
 int qe__cuda_gelu_fwd(qe_stream *s, float *y, const float *x, int64_t n);
 int qe__cuda_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy, int64_t n);
-int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-			   const float *b, int64_t rows, int64_t cols);
-int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
-			   const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
-			   int64_t cols, const float *residual);
-int qe__cuda_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
-		       int64_t H);
-int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-		       int64_t H, int64_t V, int32_t *rows_written, int accumulate);
+/* x of x_dt, dy of dy_dt: each f32 or bf16 */
+int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const void *x, qe_dtype x_dt,
+			   const float *w, const float *b, int64_t rows, int64_t cols);
+/* dx and residual of x_dt, as x */
+int qe__cuda_layernorm_bwd(qe_stream *s, void *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+			   const void *x, qe_dtype x_dt, const float *mean, const float *rstd, const float *w,
+			   int64_t rows, int64_t cols, const void *residual);
+/* rows of out (f32 or bf16), position r % T of each */
+int qe__cuda_embed_fwd(qe_stream *s, void *out, qe_dtype out_dt, const int32_t *tok, const float *wte,
+		       const float *wpe, int64_t rows, int64_t T, int64_t H);
+/* dout [rows, H] of dout_dt (f32 or bf16); dwpe [T, H] summed over the rows / T sequences */
+int qe__cuda_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const void *dout, qe_dtype dout_dt,
+		       int64_t rows, int64_t T, int64_t H, int64_t V, int32_t *rows_written, int accumulate);
 int qe__cuda_attn_fwd(qe_stream *s, float *out, float *probs, const float *qkv, int64_t T, int64_t H, int nh);
 int qe__cuda_attn_bwd(qe_stream *s, float *dqkv, const float *dout, const float *qkv, const float *probs, int64_t T,
 		      int64_t H, int nh);
@@ -171,6 +178,9 @@ int qe__cuda_add_bias(qe_stream *s, const char *op, float *c, const float *bias,
 /* softmax cross-entropy over f32 or bf16 logits (cuda_xent.cu) */
 int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
 		  int64_t V, int64_t valid, float grad_scale, qe_dtype dt);
+/* xent's loss and each row's max and 1 / sum, no gradient (cuda_xent.cu; the cast's pre_xent reads them) */
+int qe__cuda_xent_rows(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt, int64_t T,
+		       int64_t V, int64_t valid, qe_dtype dt);
 int qe__cuda_adamw(qe_stream *s, const qe_adamw_args *a);
 int qe__cuda_adamw_many(qe_stream *s, const qe_adamw_many_args *a);
 int qe__cuda_grad_sumsq(qe_stream *s, const qe_adamw_many_args *a, float *out);

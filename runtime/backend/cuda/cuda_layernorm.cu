@@ -11,6 +11,14 @@
  * are fixed-shape trees rather than the cpu's left-to-right sums:
  * repeatable to the bit, within rounding of the cpu.  No atomics where
  * order matters: column sums follow colsum.h's groups and runs.
+ *
+ * The residual stream (the residual add's a, b and y; the layernorms' x)
+ * may be bf16: the kernels are templates on its element type (float or
+ * __nv_bfloat16), widen a bf16 value exactly as they load it and round a
+ * bf16 store to nearest even, so after the load everything is the f32
+ * path's arithmetic and a bf16 tensor gives the bytes of its f32 widening.
+ * Four bf16 move as one 8-byte load or store where the f32 path moves a
+ * 16-byte float4: half the bytes, the same lanes.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -27,10 +35,88 @@
 __device__ __forceinline__ float ld1(const float *p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float ld1(const __nv_bfloat16 *p, int64_t i) { return __bfloat162float(p[i]); }
 
+/* one value stored: f32 as it is, bf16 rounded to nearest even (qe_bf16_from_f32's code) */
+__device__ __forceinline__ void st1(float *p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void st1(__nv_bfloat16 *p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* Left to right over the four lanes, as a scalar loop adds them. */
+__device__ __forceinline__ float sum4(float acc, float4 v)
+{
+	return (((acc + v.x) + v.y) + v.z) + v.w;
+}
+
+/* Float4 i of p: one 16-byte load when p is aligned, four loads otherwise (same values). */
+__device__ __forceinline__ float4 ld4(const float *p, int64_t i, bool al)
+{
+	if (al)
+		return ((const float4 *)p)[i];
+	return make_float4(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]);
+}
+
+/* four bf16 at p + 4i widened exactly (al: p is 8-byte aligned) */
+__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p, int64_t i, bool al)
+{
+	if (al) {
+		uint2 u = ((const uint2 *)p)[i];
+		float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+		float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+		return make_float4(a.x, a.y, b.x, b.y);
+	}
+	p += 4 * i;
+	return make_float4(__bfloat162float(p[0]), __bfloat162float(p[1]), __bfloat162float(p[2]),
+			   __bfloat162float(p[3]));
+}
+
+__device__ __forceinline__ void st4(float *p, int64_t i, float4 v, bool al)
+{
+	if (al) {
+		((float4 *)p)[i] = v;
+		return;
+	}
+	p[4 * i] = v.x;
+	p[4 * i + 1] = v.y;
+	p[4 * i + 2] = v.z;
+	p[4 * i + 3] = v.w;
+}
+
+/*
+ * v stored as the four elements at p + 4i, returned as stored: f32 as it
+ * is; bf16 rounded to nearest even (one 8-byte store when al: p 8-byte
+ * aligned) and widened back, the values a reader of the stored tensor sees
+ * - what the residual add's statistics must be taken from.
+ */
+__device__ __forceinline__ float4 put4(float *p, int64_t i, float4 v, bool al)
+{
+	st4(p, i, v, al);
+	return v;
+}
+
+__device__ __forceinline__ float4 put4(__nv_bfloat16 *p, int64_t i, float4 v, bool al)
+{
+	__nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+	if (al) {
+		((uint2 *)p)[i] = make_uint2(*(const uint32_t *)&lo, *(const uint32_t *)&hi);
+	} else {
+		p[4 * i] = lo.x;
+		p[4 * i + 1] = lo.y;
+		p[4 * i + 2] = hi.x;
+		p[4 * i + 3] = hi.y;
+	}
+	float2 a = __bfloat1622float2(lo), b = __bfloat1622float2(hi);
+	return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/*
+ * Whether p may take the four-wide loads above: 16-byte aligned for f32, 8
+ * for bf16 (NULL passes: a pointer not read).  Host side, per launch.
+ */
+template <typename T> static inline bool al4(const T *p)
+{
+	return (uintptr_t)p % (4 * sizeof(T)) == 0;
+}
+
 /* Layernorm keeps a row in registers: up to this many float4s per thread, 256 threads a row. */
 #define LN_VEC_MAX 8
-
-
 
 /*
  * Column sums in colsum.h's order, in two kernels.  colsum_part_kernel:
@@ -40,12 +126,12 @@ __device__ __forceinline__ float ld1(const __nv_bfloat16 *p, int64_t i) { return
  * db's partial is the sum of dy, dw's (when asked for) the
  * sum of the layernorm weight gradient's nrm * dy with nrm = (x - mean) *
  * rstd - the cpu's expressions.  colsum_fin_kernel (below) adds column j's
- * partials in group order from 0.
+ * partials in group order from 0.  dy and x are each f32 or bf16 (DY, X).
  */
 #define COL_GROUPS_PER_BLOCK 8
-template <typename DY>
+template <typename DY, typename X>
 __global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ pb, const DY *__restrict__ dy,
-				   const float *__restrict__ x, const float *__restrict__ mean,
+				   const X *__restrict__ x, const float *__restrict__ mean,
 				   const float *__restrict__ rstd, int64_t rows, int64_t cols, int64_t groups, int run)
 {
 	int64_t j = (int64_t)blockIdx.x * COL_THREADS + threadIdx.x;
@@ -60,7 +146,7 @@ __global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ p
 		float v = ld1(dy, r * cols + j);
 		rb += v;
 		if (pw) {
-			float nrm = (x[r * cols + j] - mean[r]) * rstd[r];
+			float nrm = (ld1(x, r * cols + j) - mean[r]) * rstd[r];
 			rw += nrm * v;
 		}
 		if (--left == 0 || r + 1 == r1) { /* the run ends */
@@ -120,26 +206,27 @@ __global__ void __launch_bounds__(1024) colsum_fin_kernel(float *__restrict__ dw
 }
 
 /* One block per row (eps 1e-5, llm.c). */
-__global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const float *x, const float *w,
-				     const float *b, int64_t cols)
+template <typename X>
+__global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const X *x, const float *w, const float *b,
+				     int64_t cols)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
-	const float *xr = x + r * cols;
+	const X *xr = x + r * cols;
 	float *yr = y ? y + r * cols : NULL; /* NULL: the statistics alone */
 	float part = 0.0f;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x)
-		part += xr[i];
+		part += ld1(xr, i);
 	float m = block_sum(part, sh) / (float)cols;
 	part = 0.0f;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-		float d = xr[i] - m;
+		float d = ld1(xr, i) - m;
 		part += d * d;
 	}
 	float v = block_sum(part, sh) / (float)cols;
 	float s = 1.0f / sqrtf(v + 1e-5f);
 	for (int64_t i = threadIdx.x; yr && i < cols; i += blockDim.x) {
-		float nrm = s * (xr[i] - m);
+		float nrm = s * (ld1(xr, i) - m);
 		yr[i] = nrm * w[i] + b[i];
 	}
 	if (threadIdx.x == 0) {
@@ -150,20 +237,25 @@ __global__ void layernorm_fwd_kernel(float *y, float *mean, float *rstd, const f
 	}
 }
 
-/* dx of one row per block (+ the residual's gradient, when given, as add would). */
-template <typename DY>
-__global__ void layernorm_bwd_dx_kernel(float *dx, const DY *dy, const float *x, const float *mean,
-					const float *rstd, const float *w, const float *residual, int64_t cols)
+/*
+ * dx of one row per block (+ the residual's gradient, when given, as add
+ * would).  dx and residual are of x's type X, the residual stream's: the
+ * sum is f32 and a bf16 dx is rounded once, as it is stored.  residual may
+ * be dx: each element is read before the same thread writes it.
+ */
+template <typename DY, typename X>
+__global__ void layernorm_bwd_dx_kernel(X *dx, const DY *dy, const X *x, const float *mean, const float *rstd,
+					const float *w, const X *residual, int64_t cols)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
 	const DY *dyr = dy + r * cols;
-	const float *xr = x + r * cols;
-	float *dxr = dx + r * cols;
+	const X *xr = x + r * cols;
+	X *dxr = dx + r * cols;
 	float m = mean[r], s = rstd[r];
 	float p1 = 0.0f, p2 = 0.0f;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-		float nrm = (xr[i] - m) * s;
+		float nrm = (ld1(xr, i) - m) * s;
 		float dn = w[i] * ld1(dyr, i);
 		p1 += dn;
 		p2 += dn * nrm;
@@ -171,70 +263,45 @@ __global__ void layernorm_bwd_dx_kernel(float *dx, const DY *dy, const float *x,
 	float dnorm_mean = block_sum(p1, sh) / (float)cols;
 	float dnorm_norm_mean = block_sum(p2, sh) / (float)cols;
 	for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
-		float nrm = (xr[i] - m) * s;
+		float nrm = (ld1(xr, i) - m) * s;
 		float dn = w[i] * ld1(dyr, i);
 		float dval = dn - dnorm_mean - nrm * dnorm_norm_mean;
 		float g = dval * s;
-		dxr[i] = residual ? residual[r * cols + i] + g : g;
+		st1(dxr, i, residual ? ld1(residual, r * cols + i) + g : g);
 	}
 }
 
-/* y = a + (b + bias[col]): the cpu's qe_cpu_residual_add, element for element */
-__global__ void residual_add_kernel(float *y, const float *a, const float *b, const float *bias, int64_t n,
-				    int64_t cols)
+/*
+ * y = a + (b + bias[col]), bias NULL: a + b - the cpu's qe_cpu_residual_add,
+ * element for element (no bias is not a bias of zeros: -0 + 0 is +0), each
+ * sum stored as T.
+ */
+template <typename T>
+__global__ void residual_add_kernel(T *y, const T *a, const T *b, const float *bias, int64_t n, int64_t cols)
 {
 	GRID_STRIDE(i, n)
-	y[i] = a[i] + (b[i] + bias[i % cols]);
+	{
+		float v = bias ? ld1(b, i) + bias[i % cols] : ld1(b, i);
+		st1(y, i, ld1(a, i) + v);
+	}
 }
 
-/* cols % 4 == 0: a float4 lies in one row, at bias float4 i % (cols / 4) */
-__global__ void residual_add4_kernel(float4 *y, const float4 *a, const float4 *b, const float4 *bias, int64_t n4,
-				     int64_t cols4)
+/* four lanes of a + (b + bias) (bias NULL: a + b) with the bias's float4 j; bias is 16-byte aligned */
+__device__ __forceinline__ float4 res_add4(float4 u, float4 v, const float *bias, int64_t j)
+{
+	if (bias) {
+		float4 w = ((const float4 *)bias)[j];
+		v = make_float4(v.x + w.x, v.y + w.y, v.z + w.z, v.w + w.w);
+	}
+	return make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+}
+
+/* cols % 4 == 0: four elements lie in one row, at the bias's float4 i % (cols / 4); y, a, b and bias al4 */
+template <typename T>
+__global__ void residual_add4_kernel(T *y, const T *a, const T *b, const float *bias, int64_t n4, int64_t cols4)
 {
 	GRID_STRIDE(i, n4)
-	{
-		float4 u = a[i], v = b[i], w = bias[i % cols4];
-		y[i] = make_float4(u.x + (v.x + w.x), u.y + (v.y + w.y), u.z + (v.z + w.z), u.w + (v.w + w.w));
-	}
-}
-
-
-/* Left to right over the four lanes, as a scalar loop adds them. */
-__device__ __forceinline__ float sum4(float acc, float4 v)
-{
-	return (((acc + v.x) + v.y) + v.z) + v.w;
-}
-
-/* Float4 i of p: one 16-byte load when p is aligned, four loads otherwise (same values). */
-__device__ __forceinline__ float4 ld4(const float *p, int64_t i, bool al)
-{
-	if (al)
-		return ((const float4 *)p)[i];
-	return make_float4(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]);
-}
-
-__device__ __forceinline__ void st4(float *p, int64_t i, float4 v, bool al)
-{
-	if (al) {
-		((float4 *)p)[i] = v;
-		return;
-	}
-	p[4 * i] = v.x;
-	p[4 * i + 1] = v.y;
-	p[4 * i + 2] = v.z;
-	p[4 * i + 3] = v.w;
-}
-
-/* four bf16 at p + 4i widened exactly (al: p is 8-byte aligned) */
-__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p, int64_t i, bool al)
-{
-	if (al) {
-		uint2 u = ((const uint2 *)p)[i];
-		float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
-		return make_float4(a.x, a.y, b.x, b.y);
-	}
-	p += 4 * i;
-	return make_float4(__bfloat162float(p[0]), __bfloat162float(p[1]), __bfloat162float(p[2]), __bfloat162float(p[3]));
+	put4(y, i, res_add4(ld4(a, i, true), ld4(b, i, true), bias, bias ? i % cols4 : 0), true);
 }
 
 /*
@@ -244,12 +311,13 @@ __device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p, int64_t i, bool al
  * shape, never on alignment (al picks the load width alone), so a tensor
  * gives the same bits wherever it lives.
  */
-__global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, const float *x, const float *w,
+template <typename X>
+__global__ void layernorm_fwd_vec_kernel(float *y, float *mean, float *rstd, const X *x, const float *w,
 					 const float *b, int64_t c4, bool al)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
-	const float *xr = x + r * c4 * 4;
+	const X *xr = x + r * c4 * 4;
 	float *yr = y ? y + r * c4 * 4 : NULL; /* NULL: the statistics alone */
 	float cols = (float)(c4 * 4);
 	float4 xv[LN_VEC_MAX];
@@ -308,16 +376,21 @@ __device__ __forceinline__ float4 ln_bwd_dx4(float4 dv, float4 nv, float dm, flo
 			   (dv.w - dm - nv.w * dnm) * s);
 }
 
-/* dx of one row per block, nrm and w * dy held in registers as in the forward. */
-template <typename DY>
-__global__ void layernorm_bwd_dx_vec_kernel(float *dx, const DY *dy, const float *x, const float *mean,
-					    const float *rstd, const float *w, const float *residual, int64_t c4, bool al)
+/*
+ * dx of one row per block, nrm and w * dy held in registers as in the
+ * forward; dx and residual of type X as in layernorm_bwd_dx_kernel (put4
+ * stores a bf16 float4 as one 8-byte word when al; the value it returns,
+ * the stored one widened, is not needed here).
+ */
+template <typename DY, typename X>
+__global__ void layernorm_bwd_dx_vec_kernel(X *dx, const DY *dy, const X *x, const float *mean, const float *rstd,
+					    const float *w, const X *residual, int64_t c4, bool al)
 {
 	__shared__ float sh[32];
 	int64_t r = blockIdx.x;
 	const DY *dyr = dy + r * c4 * 4;
-	const float *xr = x + r * c4 * 4;
-	float *dxr = dx + r * c4 * 4;
+	const X *xr = x + r * c4 * 4;
+	X *dxr = dx + r * c4 * 4;
 	float m = mean[r], s = rstd[r];
 	float cols = (float)(c4 * 4);
 	float4 nv[LN_VEC_MAX], dv[LN_VEC_MAX];
@@ -344,7 +417,7 @@ __global__ void layernorm_bwd_dx_vec_kernel(float *dx, const DY *dy, const float
 				float4 q = ld4(residual + r * c4 * 4, i, al);
 				o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
 			}
-			st4(dxr, i, o, al);
+			put4(dxr, i, o, al);
 		}
 	}
 }
@@ -388,16 +461,16 @@ __device__ __forceinline__ void ln_warp_stats(const float4 *xv, int64_t c4, int 
 	*rstd = 1.0f / sqrtf(v + 1e-5f);
 }
 
-template <int K>
+template <int K, typename X>
 __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
-	layernorm_fwd_warp_kernel(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b,
+	layernorm_fwd_warp_kernel(float *y, float *mean, float *rstd, const X *x, const float *w, const float *b,
 				  int64_t rows, int64_t c4, bool al)
 {
 	int lane = threadIdx.x & 31;
 	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
 	if (r >= rows)
 		return; /* the whole warp */
-	const float *xr = x + r * c4 * 4;
+	const X *xr = x + r * c4 * 4;
 	float4 xv[K];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
@@ -433,29 +506,27 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
 /*
  * y = a + (b + bias[col]) (residual_add4_kernel's sum, element for element)
  * and the statistics of the layernorm that reads y, in one pass: one warp a
- * row holds its sums in registers and takes ln_warp_stats over them, so mean
- * and rstd are the bits layernorm_fwd_warp_kernel gives for the same y.
- * Rows are whole float4s (c4 of them, at most 32 K) and every pointer is
- * 16-byte aligned.
+ * row holds its sums in registers as stored (bf16: rounded, then widened
+ * back) and takes ln_warp_stats over them, so mean and rstd are the bits
+ * layernorm_fwd_warp_kernel gives reading that y.  Rows are whole float4s
+ * (c4 of them, at most 32 K) and every pointer passes al4.
  */
-template <int K>
+template <int K, typename T>
 __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
-	residual_ln_warp_kernel(float4 *y, float *mean, float *rstd, const float4 *a, const float4 *b,
-				const float4 *bias, int64_t rows, int64_t c4)
+	residual_ln_warp_kernel(T *y, float *mean, float *rstd, const T *a, const T *b, const float *bias,
+				int64_t rows, int64_t c4)
 {
 	int lane = threadIdx.x & 31;
 	int64_t r = (int64_t)blockIdx.x * LN_WARP_ROWS + (threadIdx.x >> 5);
 	if (r >= rows)
 		return; /* the whole warp */
+	const int64_t o = r * c4 * 4; /* the row's first element */
 	float4 xv[K];
 #pragma unroll
 	for (int k = 0; k < K; k++) {
 		int64_t i = lane + 32 * k;
-		if (i < c4) {
-			float4 u = a[r * c4 + i], v = b[r * c4 + i], w = bias[i];
-			xv[k] = make_float4(u.x + (v.x + w.x), u.y + (v.y + w.y), u.z + (v.z + w.z), u.w + (v.w + w.w));
-			y[r * c4 + i] = xv[k];
-		}
+		if (i < c4)
+			xv[k] = put4(y + o, i, res_add4(ld4(a + o, i, true), ld4(b + o, i, true), bias, i), true);
 	}
 	float m, s;
 	ln_warp_stats<K>(xv, c4, lane, &m, &s);
@@ -474,13 +545,15 @@ __global__ void __launch_bounds__(32 * LN_WARP_ROWS)
  * through shared memory into the group's partials (colsum_fin_kernel adds
  * the groups): the column sums take no second pass over dy and x, which
  * cost a gpt2 batch-16 step 25 x 39 us.  A lane holds float4s lane,
- * lane + 32, ... of a row (K of them at most, c4 in all).
+ * lane + 32, ... of a row (K of them at most, c4 in all).  dx and residual
+ * are of type X as in layernorm_bwd_dx_kernel (residual may be dx: a lane
+ * reads its float4 of residual before it stores that float4 of dx).
  */
 #define LN_BWD_WARPS (QE_COLSUM_ROWS / QE_COLSUM_RUN)
-template <int K, typename DY>
+template <int K, typename DY, typename X>
 __global__ void __launch_bounds__(32 * LN_BWD_WARPS)
-	layernorm_bwd_warp_kernel(float *dx, float *pw, float *pb, const DY *dy, const float *x, const float *mean,
-				  const float *rstd, const float *w, const float *residual, int64_t rows, int64_t c4,
+	layernorm_bwd_warp_kernel(X *dx, float *pw, float *pb, const DY *dy, const X *x, const float *mean,
+				  const float *rstd, const float *w, const X *residual, int64_t rows, int64_t c4,
 				  bool al)
 {
 	extern __shared__ float4 run_sums[]; /* [2][LN_BWD_WARPS][c4]: the runs' sums of nrm * dy, then of dy */
@@ -493,8 +566,8 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS)
 		sw[k] = sb[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	for (int64_t r = r0; r < r0 + QE_COLSUM_RUN && r < rows; r++) {
 		const DY *dyr = dy + r * c4 * 4;
-		const float *xr = x + r * c4 * 4;
-		float *dxr = dx + r * c4 * 4;
+		const X *xr = x + r * c4 * 4;
+		X *dxr = dx + r * c4 * 4;
 		float m = mean[r], s = rstd[r];
 		float4 nv[K], dv[K];
 		float p1 = 0.0f, p2 = 0.0f;
@@ -523,7 +596,7 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS)
 					float4 q = ld4(residual + r * c4 * 4, i, al);
 					o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
 				}
-				st4(dxr, i, o, al);
+				put4(dxr, i, o, al);
 			}
 		}
 	}
@@ -602,41 +675,55 @@ static int ln_warp_k(int64_t cols, int kmax)
 	return 0;
 }
 
-#define LN_WARP_CASE(KK, kernel, ...)                                                                          \
+#define LN_WARP_CASE(KK, kernel, T, ...)                                                                       \
 	case KK:                                                                                               \
-		kernel<KK><<<grid, 32 * LN_WARP_ROWS, 0, s->cs>>>(__VA_ARGS__);                                 \
+		kernel<KK, T><<<grid, 32 * LN_WARP_ROWS, 0, s->cs>>>(__VA_ARGS__);                              \
 		break;
 
-extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias,
-				     int64_t rows, int64_t cols, float *mean, float *rstd)
+/*
+ * residual_add over elements of type T (dt).  The one-pass kernel when the
+ * statistics are asked for, a row is at most 512 whole float4s and every
+ * pointer passes al4; otherwise the elementwise kernels (four-wide when the
+ * pointers pass al4 and rows are whole float4s), then layernorm_fwd's pass
+ * over y as stored, whose bits the one-pass kernel gives too.
+ */
+template <typename T>
+static int residual_add(qe_stream *s, T *y, const T *a, const T *b, qe_dtype dt, const float *bias, int64_t rows,
+			int64_t cols, float *mean, float *rstd)
 {
 	int64_t n = rows * cols;
-	if (n == 0)
-		return QE_OK;
+	bool al = al4(y) && al4(a) && al4(b) && al4(bias);
 	int k = ln_warp_k(cols, 16);
-	if (mean && k && rows <= INT32_MAX && vec4_ok(n, y, a, b) && (uintptr_t)bias % 16 == 0) {
+	if (mean && k && rows <= INT32_MAX && al) {
 		unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
-		float4 *y4 = (float4 *)y;
-		const float4 *a4 = (const float4 *)a, *b4 = (const float4 *)b, *bias4 = (const float4 *)bias;
 		switch (k) {
-			LN_WARP_CASE(1, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
-			LN_WARP_CASE(2, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
-			LN_WARP_CASE(4, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
-			LN_WARP_CASE(8, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
-			LN_WARP_CASE(16, residual_ln_warp_kernel, y4, mean, rstd, a4, b4, bias4, rows, cols / 4)
+			LN_WARP_CASE(1, residual_ln_warp_kernel, T, y, mean, rstd, a, b, bias, rows, cols / 4)
+			LN_WARP_CASE(2, residual_ln_warp_kernel, T, y, mean, rstd, a, b, bias, rows, cols / 4)
+			LN_WARP_CASE(4, residual_ln_warp_kernel, T, y, mean, rstd, a, b, bias, rows, cols / 4)
+			LN_WARP_CASE(8, residual_ln_warp_kernel, T, y, mean, rstd, a, b, bias, rows, cols / 4)
+			LN_WARP_CASE(16, residual_ln_warp_kernel, T, y, mean, rstd, a, b, bias, rows, cols / 4)
 		}
 		return qe__cuda_launched("residual_add", "residual_ln_warp_kernel");
 	}
-	if (vec4_ok(n, y, a, b) && cols % 4 == 0 && (uintptr_t)bias % 16 == 0)
-		residual_add4_kernel<<<grid_for(n / 4), THREADS, 0, s->cs>>>((float4 *)y, (const float4 *)a,
-									     (const float4 *)b, (const float4 *)bias,
-									     n / 4, cols / 4);
+	if (al && cols % 4 == 0)
+		residual_add4_kernel<T><<<grid_for(n / 4), THREADS, 0, s->cs>>>(y, a, b, bias, n / 4, cols / 4);
 	else
-		residual_add_kernel<<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, bias, n, cols);
+		residual_add_kernel<T><<<grid_for(n), THREADS, 0, s->cs>>>(y, a, b, bias, n, cols);
 	int rc = qe__cuda_launched("residual_add", "residual_add_kernel");
 	if (!rc && mean) /* the statistics: layernorm_fwd's pass over y, for rows the one-pass kernel does not take */
-		rc = qe__cuda_layernorm_fwd(s, NULL, mean, rstd, y, NULL, NULL, rows, cols);
+		rc = qe__cuda_layernorm_fwd(s, NULL, mean, rstd, y, dt, NULL, NULL, rows, cols);
 	return rc;
+}
+
+extern "C" int qe__cuda_residual_add(qe_stream *s, void *y, const void *a, const void *b, qe_dtype dt,
+				     const float *bias, int64_t rows, int64_t cols, float *mean, float *rstd)
+{
+	if (rows * cols == 0)
+		return QE_OK;
+	if (dt == QE_BF16)
+		return residual_add(s, (__nv_bfloat16 *)y, (const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, dt, bias,
+				    rows, cols, mean, rstd);
+	return residual_add(s, (float *)y, (const float *)a, (const float *)b, dt, bias, rows, cols, mean, rstd);
 }
 
 /*
@@ -644,12 +731,12 @@ extern "C" int qe__cuda_residual_add(qe_stream *s, float *y, const float *a, con
  * gradient into dw, in colsum.h's order; the partials live in the stream's
  * scratch.
  */
-template <typename DY>
-static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const float *x,
+template <typename DY, typename X>
+static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const X *x,
 		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part, int run);
 
-template <typename DY>
-static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const float *x,
+template <typename DY, typename X>
+static int colsum_launch(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const X *x,
 			 const float *mean, const float *rstd, int64_t rows, int64_t cols, int run)
 {
 	int64_t groups = qe_colsum_groups(rows);
@@ -665,12 +752,12 @@ extern "C" int qe__cuda_colsum_with(qe_stream *s, const char *op, float *db, con
 {
 	if (cols == 0)
 		return QE_OK;
-	return colsum_run(s, op, NULL, db, dy, NULL, NULL, NULL, rows, cols, part, 0);
+	return colsum_run<float, float>(s, op, NULL, db, dy, NULL, NULL, NULL, rows, cols, part, 0);
 }
 
 /* colsum_launch's kernels over the partials buffer part (groups x cols floats, twice with x); runs of run rows */
-template <typename DY>
-static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const float *x,
+template <typename DY, typename X>
+static int colsum_run(qe_stream *s, const char *op, float *dw, float *db, const DY *dy, const X *x,
 		      const float *mean, const float *rstd, int64_t rows, int64_t cols, float *part, int run)
 {
 	int rc;
@@ -704,38 +791,46 @@ extern "C" int qe__cuda_bias_grad(qe_stream *s, float *db, const float *dy, int6
 {
 	if (cols == 0)
 		return QE_OK;
-	return colsum_launch(s, "bias_grad", NULL, db, dy, NULL, NULL, NULL, rows, cols, 0);
+	return colsum_launch<float, float>(s, "bias_grad", NULL, db, dy, NULL, NULL, NULL, rows, cols, 0);
 }
 
+/* layernorm_fwd with x of type X (float, or bf16 widened as it is read) */
+template <typename X>
+static int ln_fwd(qe_stream *s, float *y, float *mean, float *rstd, const X *x, const float *w, const float *b,
+		  int64_t rows, int64_t cols)
+{
+	unsigned lt;
+	int k = ln_warp_k(cols, 16);
+	bool al = al4(y) && al4(x) && al4(w) && al4(b);
+	if (k) {
+		unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
+		switch (k) {
+			LN_WARP_CASE(1, layernorm_fwd_warp_kernel, X, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(2, layernorm_fwd_warp_kernel, X, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(4, layernorm_fwd_warp_kernel, X, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(8, layernorm_fwd_warp_kernel, X, y, mean, rstd, x, w, b, rows, cols / 4, al)
+			LN_WARP_CASE(16, layernorm_fwd_warp_kernel, X, y, mean, rstd, x, w, b, rows, cols / 4, al)
+		}
+		return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_warp_kernel");
+	}
+	if (ln_vec_threads(cols, &lt)) {
+		layernorm_fwd_vec_kernel<X><<<(unsigned)rows, lt, 0, s->cs>>>(y, mean, rstd, x, w, b, cols / 4, al);
+		return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_vec_kernel");
+	}
+	layernorm_fwd_kernel<X><<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(y, mean, rstd, x, w, b, cols);
+	return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_kernel");
+}
 
-extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-				      const float *b, int64_t rows, int64_t cols)
+extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const void *x, qe_dtype x_dt,
+				      const float *w, const float *b, int64_t rows, int64_t cols)
 {
 	if (rows == 0)
 		return QE_OK;
 	if (rows > INT32_MAX)
 		return qe_fail(QE_EUNSUPPORTED, "layernorm_fwd: %lld rows", (long long)rows);
-	unsigned lt;
-	int k = ln_warp_k(cols, 16);
-	if (k) {
-		bool al = vec4_ok(0, y, x, w) && vec4_ok(0, b, NULL, NULL);
-		unsigned grid = (unsigned)((rows + LN_WARP_ROWS - 1) / LN_WARP_ROWS);
-		switch (k) {
-			LN_WARP_CASE(1, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
-			LN_WARP_CASE(2, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
-			LN_WARP_CASE(4, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
-			LN_WARP_CASE(8, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
-			LN_WARP_CASE(16, layernorm_fwd_warp_kernel, y, mean, rstd, x, w, b, rows, cols / 4, al)
-		}
-		return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_warp_kernel");
-	}
-	if (ln_vec_threads(cols, &lt)) {
-		bool al = vec4_ok(0, y, x, w) && vec4_ok(0, b, NULL, NULL);
-		layernorm_fwd_vec_kernel<<<(unsigned)rows, lt, 0, s->cs>>>(y, mean, rstd, x, w, b, cols / 4, al);
-		return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_vec_kernel");
-	}
-	layernorm_fwd_kernel<<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(y, mean, rstd, x, w, b, cols);
-	return qe__cuda_launched("layernorm_fwd", "layernorm_fwd_kernel");
+	if (x_dt == QE_BF16)
+		return ln_fwd(s, y, mean, rstd, (const __nv_bfloat16 *)x, w, b, rows, cols);
+	return ln_fwd(s, y, mean, rstd, (const float *)x, w, b, rows, cols);
 }
 
 /*
@@ -743,10 +838,9 @@ extern "C" int qe__cuda_layernorm_fwd(qe_stream *s, float *y, float *mean, float
  * when dw or db is asked for, the groups' partials in one kernel, then
  * colsum_fin_kernel over them.
  */
-template <typename DY>
-static int ln_bwd_warp(qe_stream *s, float *dx, float *dw, float *db, const DY *dy, const float *x,
-		       const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
-		       const float *residual, int k)
+template <typename DY, typename X>
+static int ln_bwd_warp(qe_stream *s, X *dx, float *dw, float *db, const DY *dy, const X *x, const float *mean,
+		       const float *rstd, const float *w, int64_t rows, int64_t cols, const X *residual, int k)
 {
 	const char *op = "layernorm_bwd";
 	int64_t groups = qe_colsum_groups(rows);
@@ -759,14 +853,14 @@ static int ln_bwd_warp(qe_stream *s, float *dx, float *dw, float *db, const DY *
 		smem = (size_t)(2 * LN_BWD_WARPS * cols) * sizeof(float);
 	}
 	float *pb = part, *pw = part && dw ? part + groups * cols : NULL;
-	bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
+	bool al = al4(dx) && al4(dy) && al4(x) && al4(w) && al4(residual);
 	cudaError_t e = cudaSuccess;
 #define LN_BWD_CASE(KK)                                                                                        \
 	case KK:                                                                                               \
-		e = cudaFuncSetAttribute(layernorm_bwd_warp_kernel<KK, DY>,                                   \
+		e = cudaFuncSetAttribute(layernorm_bwd_warp_kernel<KK, DY, X>,                                \
 					 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);              \
 		if (e == cudaSuccess)                                                                          \
-			layernorm_bwd_warp_kernel<KK, DY><<<(unsigned)groups, 32 * LN_BWD_WARPS, smem, s->cs>>>(  \
+			layernorm_bwd_warp_kernel<KK, DY, X><<<(unsigned)groups, 32 * LN_BWD_WARPS, smem, s->cs>>>( \
 				dx, pw, pb, dy, x, mean, rstd, w, residual, rows, cols / 4, al);                 \
 		break;
 	switch (k) {
@@ -789,10 +883,15 @@ static int ln_bwd_warp(qe_stream *s, float *dx, float *dw, float *db, const DY *
 	return qe__cuda_launched(op, "colsum_fin_kernel");
 }
 
-/* layernorm_bwd with dy of type DY (float, or bf16 widened as it is read) */
-template <typename DY>
-static int ln_bwd(qe_stream *s, float *dx, float *dw, float *db, const DY *dy, const float *x, const float *mean,
-		  const float *rstd, const float *w, int64_t rows, int64_t cols, const float *residual)
+/*
+ * layernorm_bwd with dy of type DY and x of type X (each float, or bf16
+ * widened as it is read); dx and residual are X's too.  al4 of dx and
+ * residual is X's alignment, so a bf16 dx takes the four-wide path when
+ * 8-byte aligned.
+ */
+template <typename DY, typename X>
+static int ln_bwd(qe_stream *s, X *dx, float *dw, float *db, const DY *dy, const X *x, const float *mean,
+		  const float *rstd, const float *w, int64_t rows, int64_t cols, const X *residual)
 {
 	const char *op = "layernorm_bwd";
 	int rc;
@@ -802,30 +901,42 @@ static int ln_bwd(qe_stream *s, float *dx, float *dw, float *db, const DY *dy, c
 		unsigned lt;
 		int k = cols % 4 == 0 ? (int)((cols / 4 + 31) / 32) : 0; /* float4s a lane, when a row is whole float4s */
 		if (k >= 1 && k <= 8)
-			return ln_bwd_warp<DY>(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols, residual, k);
+			return ln_bwd_warp<DY, X>(s, dx, dw, db, dy, x, mean, rstd, w, rows, cols, residual, k);
 		if (ln_vec_threads(cols, &lt)) {
-			bool al = vec4_ok(0, dx, dy, x) && vec4_ok(0, w, residual, NULL);
-			layernorm_bwd_dx_vec_kernel<DY><<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w, residual,
-											 cols / 4, al);
+			bool al = al4(dx) && al4(dy) && al4(x) && al4(w) && al4(residual);
+			layernorm_bwd_dx_vec_kernel<DY, X><<<(unsigned)rows, lt, 0, s->cs>>>(dx, dy, x, mean, rstd, w,
+											    residual, cols / 4, al);
 			rc = qe__cuda_launched(op, "layernorm_bwd_dx_vec_kernel");
 		} else {
-			layernorm_bwd_dx_kernel<DY><<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(dx, dy, x, mean, rstd,
-												      w, residual, cols);
+			layernorm_bwd_dx_kernel<DY, X><<<(unsigned)rows, row_threads(cols), 0, s->cs>>>(
+				dx, dy, x, mean, rstd, w, residual, cols);
 			rc = qe__cuda_launched(op, "layernorm_bwd_dx_kernel");
 		}
 		if (rc)
 			return rc;
 	}
 	if (cols > 0 && (dw || db))
-		return colsum_launch<DY>(s, op, dw, db, dy, dw ? x : NULL, mean, rstd, rows, cols, QE_COLSUM_RUN);
+		return colsum_launch<DY, X>(s, op, dw, db, dy, dw ? x : NULL, mean, rstd, rows, cols, QE_COLSUM_RUN);
 	return QE_OK;
 }
 
-extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
-				      const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
-				      int64_t cols, const float *residual)
+/* layernorm_bwd with dy of type DY; x, dx and residual of x_dt */
+template <typename DY>
+static int ln_bwd_x(qe_stream *s, void *dx, float *dw, float *db, const DY *dy, const void *x, qe_dtype x_dt,
+		    const float *mean, const float *rstd, const float *w, int64_t rows, int64_t cols,
+		    const void *residual)
+{
+	if (x_dt == QE_BF16)
+		return ln_bwd(s, (__nv_bfloat16 *)dx, dw, db, dy, (const __nv_bfloat16 *)x, mean, rstd, w, rows, cols,
+			      (const __nv_bfloat16 *)residual);
+	return ln_bwd(s, (float *)dx, dw, db, dy, (const float *)x, mean, rstd, w, rows, cols, (const float *)residual);
+}
+
+extern "C" int qe__cuda_layernorm_bwd(qe_stream *s, void *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+				      const void *x, qe_dtype x_dt, const float *mean, const float *rstd,
+				      const float *w, int64_t rows, int64_t cols, const void *residual)
 {
 	if (dy_dt == QE_BF16)
-		return ln_bwd(s, dx, dw, db, (const __nv_bfloat16 *)dy, x, mean, rstd, w, rows, cols, residual);
-	return ln_bwd(s, dx, dw, db, (const float *)dy, x, mean, rstd, w, rows, cols, residual);
+		return ln_bwd_x(s, dx, dw, db, (const __nv_bfloat16 *)dy, x, x_dt, mean, rstd, w, rows, cols, residual);
+	return ln_bwd_x(s, dx, dw, db, (const float *)dy, x, x_dt, mean, rstd, w, rows, cols, residual);
 }

@@ -68,14 +68,14 @@ static int cu_add(qe_stream *s, float *y, const float *a, const float *b, int64_
 	return qe__cuda_op_end(s, rc, "add");
 }
 
-static int cu_residual_add(qe_stream *s, float *y, const float *a, const float *b, const float *bias, int64_t rows,
-			   int64_t cols, float *mean, float *rstd)
+static int cu_residual_add(qe_stream *s, void *y, const void *a, const void *b, qe_dtype dt, const float *bias,
+			   int64_t rows, int64_t cols, float *mean, float *rstd)
 {
 	int rc = qe__cuda_op_begin(&s, "residual_add");
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_residual_add(y, a, b, bias, rows, cols, mean, rstd)))
-		rc = qe__cuda_residual_add(s, y, a, b, bias, rows, cols, mean, rstd);
+	if (!(rc = qe__check_residual_add(y, a, b, dt, bias, rows, cols, mean, rstd)))
+		rc = qe__cuda_residual_add(s, y, a, b, dt, bias, rows, cols, mean, rstd);
 	return qe__cuda_op_end(s, rc, "residual_add");
 }
 
@@ -120,52 +120,53 @@ static int cu_gelu_bwd(qe_stream *s, float *dx, const float *x, const float *dy,
 	return qe__cuda_op_end(s, rc, "gelu_bwd");
 }
 
-static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const float *x, const float *w,
-			    const float *b, int64_t rows, int64_t cols)
+static int cu_layernorm_fwd(qe_stream *s, float *y, float *mean, float *rstd, const void *x, qe_dtype x_dt,
+			    const float *w, const float *b, int64_t rows, int64_t cols)
 {
 	const char *nm = "layernorm_fwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_layernorm_fwd(y, mean, rstd, x, w, b, rows, cols)))
-		rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, w, b, rows, cols);
+	if (!(rc = qe__check_layernorm_fwd(y, mean, rstd, x, x_dt, w, b, rows, cols)))
+		rc = qe__cuda_layernorm_fwd(s, y, mean, rstd, x, x_dt, w, b, rows, cols);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_layernorm_bwd(qe_stream *s, float *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
-			    const float *x, const float *mean, const float *rstd, const float *w, int64_t rows,
-			    int64_t cols, const float *residual)
+static int cu_layernorm_bwd(qe_stream *s, void *dx, float *dw, float *db, const void *dy, qe_dtype dy_dt,
+			    const void *x, qe_dtype x_dt, const float *mean, const float *rstd, const float *w,
+			    int64_t rows, int64_t cols, const void *residual)
 {
 	const char *nm = "layernorm_bwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_layernorm_bwd(dx, dy, dy_dt, x, mean, rstd, w, rows, cols)))
-		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, dy_dt, x, mean, rstd, w, rows, cols, residual);
+	if (!(rc = qe__check_layernorm_bwd(dx, dy, dy_dt, x, x_dt, mean, rstd, w, rows, cols)))
+		rc = qe__cuda_layernorm_bwd(s, dx, dw, db, dy, dy_dt, x, x_dt, mean, rstd, w, rows, cols, residual);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_embed_fwd(qe_stream *s, float *out, const int32_t *tok, const float *wte, const float *wpe, int64_t T,
-			int64_t H)
+static int cu_embed_fwd(qe_stream *s, void *out, qe_dtype out_dt, const int32_t *tok, const float *wte,
+			const float *wpe, int64_t rows, int64_t T, int64_t H)
 {
 	const char *nm = "embed_fwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_embed_fwd(out, tok, wte, T, H)))
-		rc = qe__cuda_embed_fwd(s, out, tok, wte, wpe, T, H);
+	if (!(rc = qe__check_embed_fwd(out, out_dt, tok, wte, wpe, rows, T, H)))
+		rc = qe__cuda_embed_fwd(s, out, out_dt, tok, wte, wpe, rows, T, H);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
-static int cu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const float *dout, int64_t T,
-			int64_t H, int64_t V, int32_t *rows_written, int accumulate)
+static int cu_embed_bwd(qe_stream *s, float *dwte, float *dwpe, const int32_t *tok, const void *dout,
+			qe_dtype dout_dt, int64_t rows, int64_t T, int64_t H, int64_t V, int32_t *rows_written,
+			int accumulate)
 {
 	const char *nm = "embed_bwd";
 	int rc = qe__cuda_op_begin(&s, nm);
 	if (rc)
 		return rc;
-	if (!(rc = qe__check_embed_bwd(dwte, tok, dout, T, H, V, rows_written, accumulate)))
-		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, T, H, V, rows_written, accumulate);
+	if (!(rc = qe__check_embed_bwd(dwte, dwpe, tok, dout, dout_dt, rows, T, H, V, rows_written, accumulate)))
+		rc = qe__cuda_embed_bwd(s, dwte, dwpe, tok, dout, dout_dt, rows, T, H, V, rows_written, accumulate);
 	return qe__cuda_op_end(s, rc, nm);
 }
 
@@ -241,6 +242,18 @@ static int cu_xent(qe_stream *s, float *loss, void *dlogits, const void *logits,
 	return qe__cuda_op_end(s, rc, nm);
 }
 
+static int cu_xent_rows(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt, int64_t T,
+			int64_t V, int64_t valid, qe_dtype dt)
+{
+	const char *nm = "xent_rows";
+	int rc = qe__cuda_op_begin(&s, nm);
+	if (rc)
+		return rc;
+	if (!(rc = qe__check_xent_rows(stats, logits, tgt, T, V, valid, dt)))
+		rc = qe__cuda_xent_rows(s, loss, stats, logits, tgt, T, V, valid, dt);
+	return qe__cuda_op_end(s, rc, nm);
+}
+
 static int cu_adamw(qe_stream *s, const qe_adamw_args *a)
 {
 	const char *nm = "adamw";
@@ -310,6 +323,7 @@ void qe__cuda_ops_fill(qe_backend_ops *o)
 	o->attn_flash_fwd = cu_attn_flash_fwd;
 	o->attn_flash_bwd = cu_attn_flash_bwd;
 	o->xent = cu_xent;
+	o->xent_rows = cu_xent_rows;
 	o->adamw = cu_adamw;
 	o->sum_views = cu_sum_views;
 	o->adamw_many = cu_adamw_many;

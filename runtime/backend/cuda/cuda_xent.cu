@@ -20,35 +20,24 @@
  * element).  Results are repeatable to the bit and within the stated
  * bounds of the cpu's (tests/backend/test_cuda_ops.c).  The loss is the mean of the rows' -log p in
  * double, in a fixed order.
+ *
+ * xent_rows runs the same kernels without the gradient and keeps each row's
+ * max and 1 / sum instead: the head's dY cast (cuda_fp8.cu, pre_xent) makes
+ * the gradient from them with this file's expression (cuda_xent.cuh) as it
+ * loads the logits, so the 1.65 GB gradient of GPT-2's head is neither
+ * written here nor read back there, and its bits are those xent would have
+ * stored.
  */
 #include <cuda_bf16.h>
 #include <math.h>
 
 #include "runtime/backend/cuda/cuda_int.h"
 #include "runtime/backend/cuda/cuda_reduce.cuh"
+#include "runtime/backend/cuda/cuda_xent.cuh"
 
 #define XENT_THREADS 1024 /* two 100 KB bf16 rows an SM: every thread slot busy (31 registers) */
 /* Rows of at most this many bytes are staged in shared memory (the H100/H200 allow 227 KB a block). */
 #define XENT_SMEM_MAX ((size_t)200 << 10)
-
-/* E = float or __nv_bfloat16: widen to f32, round back */
-__device__ __forceinline__ float widen(float v)
-{
-	return v;
-}
-__device__ __forceinline__ float widen(__nv_bfloat16 v)
-{
-	return __bfloat162float(v);
-}
-template <typename E> __device__ __forceinline__ E narrow(float v);
-template <> __device__ __forceinline__ float narrow<float>(float v)
-{
-	return v;
-}
-template <> __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v)
-{
-	return __float2bfloat16_rn(v);
-}
 
 /* The row's loss and the target check, by thread 0, once max and sum are known. */
 __device__ __forceinline__ void row_loss(float *rowloss, int64_t t, bool valid, float lt, float maxv, float sum,
@@ -62,14 +51,17 @@ __device__ __forceinline__ void row_loss(float *rowloss, int64_t t, bool valid, 
 		rowloss[t] = valid ? logf(sum) - (lt - maxv) : __uint_as_float(0x7FC00000u);
 }
 
-/* The gradient of column v: (p - onehot) * g, 0 in the padding. */
-__device__ __forceinline__ float grad_of(float lv, int64_t v, int64_t nvalid, int32_t tg, float maxv, float inv,
-					 float g)
+/*
+ * The row's statistics for xent_rows (stats not NULL), by thread 0: the max
+ * and the inverse sum the gradient below is made from, so that a cast's
+ * pre_xent prologue that reads them makes the same gradient bits.
+ */
+__device__ __forceinline__ void row_stats(float *stats, int64_t t, float maxv, float inv)
 {
-	if (v >= nvalid)
-		return 0.0f;
-	float p = __expf(lv - maxv) * inv;
-	return (p - (v == tg ? 1.0f : 0.0f)) * g;
+	if (stats && threadIdx.x == 0) {
+		stats[2 * t] = maxv;
+		stats[2 * t + 1] = inv;
+	}
 }
 
 /*
@@ -78,8 +70,8 @@ __device__ __forceinline__ float grad_of(float lv, int64_t v, int64_t nvalid, in
  * aligned, so it moves in uint4s.
  */
 template <typename E>
-__global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, const int32_t *tgt, int64_t V,
-				 int64_t nvalid, float g, unsigned *err, bool vec)
+__global__ void xent_smem_kernel(float *rowloss, float *stats, E *dlogits, const E *logits, const int32_t *tgt,
+				 int64_t V, int64_t nvalid, float g, unsigned *err, bool vec)
 {
 	extern __shared__ uint4 stage[];
 	__shared__ float sh[32];
@@ -98,7 +90,7 @@ __global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, co
 			const E *e = (const E *)&u;
 #pragma unroll
 			for (int k = 0; k < per; k++) {
-				float lv = widen(e[k]);
+				float lv = xent_widen(e[k]);
 				if (i * per + k < nvalid && lv > mx)
 					mx = lv;
 			}
@@ -107,7 +99,7 @@ __global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, co
 		for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
 			E e = l[v];
 			row[v] = e;
-			float lv = widen(e);
+			float lv = xent_widen(e);
 			if (v < nvalid && lv > mx)
 				mx = lv;
 		}
@@ -115,12 +107,13 @@ __global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, co
 	float maxv = block_max(mx, sh); /* its barriers also make the staged row visible */
 	float part = 0.0f;
 	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
-		part += __expf(widen(row[v]) - maxv);
+		part += __expf(xent_widen(row[v]) - maxv);
 	float sum = block_sum(part, sh);
-	row_loss(rowloss, t, valid, valid ? widen(row[tg]) : 0.0f, maxv, sum, err);
+	row_loss(rowloss, t, valid, valid ? xent_widen(row[tg]) : 0.0f, maxv, sum, err);
+	float inv = 1.0f / sum;
+	row_stats(stats, t, maxv, inv);
 	if (!dlogits)
 		return;
-	float inv = 1.0f / sum;
 	E *d = dlogits + t * V;
 	if (vec) {
 		for (int64_t i = threadIdx.x; i < V / per; i += blockDim.x) {
@@ -128,12 +121,12 @@ __global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, co
 			E *e = (E *)&u;
 #pragma unroll
 			for (int k = 0; k < per; k++)
-				e[k] = narrow<E>(grad_of(widen(e[k]), i * per + k, nvalid, tg, maxv, inv, g));
+				e[k] = xent_narrow<E>(xent_grad(xent_widen(e[k]), i * per + k, nvalid, tg, maxv, inv, g));
 			((uint4 *)d)[i] = u;
 		}
 	} else {
 		for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-			d[v] = narrow<E>(grad_of(widen(row[v]), v, nvalid, tg, maxv, inv, g));
+			d[v] = xent_narrow<E>(xent_grad(xent_widen(row[v]), v, nvalid, tg, maxv, inv, g));
 	}
 }
 
@@ -143,33 +136,34 @@ __global__ void xent_smem_kernel(float *rowloss, E *dlogits, const E *logits, co
  * is read before it is written, by the same thread, after the reductions).
  */
 template <typename E>
-__global__ void xent_stream_kernel(float *rowloss, E *dlogits, const E *logits, const int32_t *tgt, int64_t V,
-				   int64_t nvalid, float g, unsigned *err)
+__global__ void xent_stream_kernel(float *rowloss, float *stats, E *dlogits, const E *logits, const int32_t *tgt,
+				   int64_t V, int64_t nvalid, float g, unsigned *err)
 {
 	__shared__ float sh[32];
 	int64_t t = blockIdx.x;
 	const E *l = logits + t * V;
 	int32_t tg = tgt[t];
 	bool valid = tg >= 0 && tg < nvalid;
-	float lt = valid ? widen(l[tg]) : 0.0f; /* read before any thread may overwrite it */
+	float lt = valid ? xent_widen(l[tg]) : 0.0f; /* read before any thread may overwrite it */
 	float mx = -INFINITY;
 	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x) {
-		float lv = widen(l[v]);
+		float lv = xent_widen(l[v]);
 		if (lv > mx)
 			mx = lv;
 	}
 	float maxv = block_max(mx, sh);
 	float part = 0.0f;
 	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
-		part += __expf(widen(l[v]) - maxv);
+		part += __expf(xent_widen(l[v]) - maxv);
 	float sum = block_sum(part, sh);
 	row_loss(rowloss, t, valid, lt, maxv, sum, err);
+	float inv = 1.0f / sum;
+	row_stats(stats, t, maxv, inv);
 	if (!dlogits)
 		return;
-	float inv = 1.0f / sum;
 	E *d = dlogits + t * V;
 	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-		d[v] = narrow<E>(grad_of(widen(l[v]), v, nvalid, tg, maxv, inv, g));
+		d[v] = xent_narrow<E>(xent_grad(xent_widen(l[v]), v, nvalid, tg, maxv, inv, g));
 }
 
 /*
@@ -199,10 +193,9 @@ __global__ void __launch_bounds__(XENT_LOSS_THREADS) xent_loss_kernel(float *los
 }
 
 template <typename E>
-static int launch_rows(qe_stream *s, float *rowloss, void *dlogits, const void *logits, const int32_t *tgt, int64_t T,
-		       int64_t V, int64_t valid, float g)
+static int launch_rows(qe_stream *s, const char *op, float *rowloss, float *stats, void *dlogits, const void *logits,
+		       const int32_t *tgt, int64_t T, int64_t V, int64_t valid, float g)
 {
-	const char *op = "xent";
 	size_t bytes = (size_t)V * sizeof(E);
 	if (bytes <= XENT_SMEM_MAX) {
 		/* above 48 KB a kernel must ask for its shared memory (once a process, before any capture) */
@@ -215,28 +208,35 @@ static int launch_rows(qe_stream *s, float *rowloss, void *dlogits, const void *
 			asked = true;
 		}
 		bool vec = bytes % 16 == 0 && ((uintptr_t)logits | (uintptr_t)dlogits) % 16 == 0;
-		xent_smem_kernel<E><<<(unsigned)T, XENT_THREADS, bytes, s->cs>>>(rowloss, (E *)dlogits, (const E *)logits,
-										 tgt, V, valid, g, s->words + 1, vec);
+		xent_smem_kernel<E><<<(unsigned)T, XENT_THREADS, bytes, s->cs>>>(rowloss, stats, (E *)dlogits,
+										 (const E *)logits, tgt, V, valid, g,
+										 s->words + 1, vec);
 		return qe__cuda_launched(op, "xent_smem_kernel");
 	}
-	xent_stream_kernel<E><<<(unsigned)T, XENT_THREADS, 0, s->cs>>>(rowloss, (E *)dlogits, (const E *)logits, tgt, V,
-								       valid, g, s->words + 1);
+	xent_stream_kernel<E><<<(unsigned)T, XENT_THREADS, 0, s->cs>>>(rowloss, stats, (E *)dlogits, (const E *)logits,
+								       tgt, V, valid, g, s->words + 1);
 	return qe__cuda_launched(op, "xent_stream_kernel");
 }
 
-extern "C" int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
-			     int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
+/*
+ * xent and xent_rows: the rows' kernel (writing the gradient, the
+ * statistics, or neither), then the loss from the rows' losses.  The
+ * gradient's g = grad_scale / T is computed here, on the host, as the cast's
+ * pre_xent launcher computes it.
+ */
+static int xent_run(qe_stream *s, const char *op, float *loss, float *stats, void *dlogits, const void *logits,
+		    const int32_t *tgt, int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
 {
-	const char *op = "xent";
 	float *rowloss = NULL;
 	int rc;
 	if (T > INT32_MAX)
-		return qe_fail(QE_EUNSUPPORTED, "xent: %lld rows", (long long)T);
+		return qe_fail(QE_EUNSUPPORTED, "%s: %lld rows", op, (long long)T);
 	if (loss && (rc = qe__cuda_scratch(s, (size_t)T * sizeof(float), op, (void **)&rowloss)))
 		return rc;
 	float g = grad_scale / (float)T;
-	rc = dt == QE_BF16 ? launch_rows<__nv_bfloat16>(s, rowloss, dlogits, logits, tgt, T, V, valid, g)
-			   : launch_rows<float>(s, rowloss, dlogits, logits, tgt, T, V, valid, g);
+	rc = dt == QE_BF16
+		     ? launch_rows<__nv_bfloat16>(s, op, rowloss, stats, dlogits, logits, tgt, T, V, valid, g)
+		     : launch_rows<float>(s, op, rowloss, stats, dlogits, logits, tgt, T, V, valid, g);
 	if (rc)
 		return rc;
 	if (loss) {
@@ -244,4 +244,21 @@ extern "C" int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const voi
 		rc = qe__cuda_launched(op, "xent_loss_kernel");
 	}
 	return rc;
+}
+
+extern "C" int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const void *logits, const int32_t *tgt,
+			     int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
+{
+	return xent_run(s, "xent", loss, NULL, dlogits, logits, tgt, T, V, valid, grad_scale, dt);
+}
+
+/*
+ * xent_rows: xent's kernels with no gradient, so the loss and the rows'
+ * max and 1 / sum are xent's own bits; the row still goes through shared
+ * memory (the sum reads it there, as xent's does) for rows that fit.
+ */
+extern "C" int qe__cuda_xent_rows(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt,
+				  int64_t T, int64_t V, int64_t valid, qe_dtype dt)
+{
+	return xent_run(s, "xent_rows", loss, stats, NULL, logits, tgt, T, V, valid, 0.0f, dt);
 }
