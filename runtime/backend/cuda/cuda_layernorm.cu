@@ -171,6 +171,7 @@ __global__ void colsum_part_kernel(float *__restrict__ pw, float *__restrict__ p
  * with 6 blocks busy.
  */
 #define FIN_CHUNK 128
+#define FIN_BATCH 16
 __global__ void __launch_bounds__(1024) colsum_fin_kernel(float *__restrict__ dw, float *__restrict__ db,
 							  const float *__restrict__ pw, const float *__restrict__ pb,
 							  int64_t cols, int64_t groups)
@@ -189,7 +190,26 @@ __global__ void __launch_bounds__(1024) colsum_fin_kernel(float *__restrict__ dw
 			}
 		__syncthreads();
 		if (y == 0 && j < cols) {
-			for (int u = 0; u < n; u++) {
+			/*
+			 * FIN_BATCH partials read before they are added (in the same order): one
+			 * shared-memory load waited on per add made the sum a chain of loads
+			 */
+			int u = 0;
+			for (; u + FIN_BATCH <= n; u += FIN_BATCH) {
+				float b[FIN_BATCH], w[FIN_BATCH];
+#pragma unroll
+				for (int k = 0; k < FIN_BATCH; k++) {
+					b[k] = sb[u + k][x];
+					w[k] = pw ? sw[u + k][x] : 0.0f;
+				}
+#pragma unroll
+				for (int k = 0; k < FIN_BATCH; k++) {
+					accb += b[k];
+					if (pw)
+						accw += w[k];
+				}
+			}
+			for (; u < n; u++) {
 				accb += sb[u][x];
 				if (pw)
 					accw += sw[u][x];

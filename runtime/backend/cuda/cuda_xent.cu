@@ -1,32 +1,36 @@
 /*
  * cuda_xent.cu - softmax cross-entropy over f32 or bf16 logits (backend.h
- * xent), one block per row.
+ * xent and xent_rows).
  *
- * The row kernel brings its row into shared memory once, with 16-byte loads,
- * taking the max as it goes; the sum of exp(l - max) and the gradient are
- * then computed from shared memory, and the gradient goes out with 16-byte
- * stores (over the logits when dlogits aliases them: the row is read whole
- * before any of it is written).  A GPT-2 row is 50304 logits: 100 KB in
- * bf16, 200 KB in f32, so the logits cross memory once each way.  Rows too
- * long for shared memory take the streaming kernel, which reads the row
- * from global memory in each pass.
+ * xent_stats_kernel takes one row a block: its threads read the row once,
+ * 16 bytes at a time with several loads in flight, each keeping a running
+ * max m and sum s of exp(l - m) over its valid logits (when a chunk brings
+ * a larger max, s is rescaled by exp(m_old - m_new) first); the threads'
+ * pairs are then merged in a fixed tree (cuda_reduce.cuh's order), so the
+ * row's max is exact and its sum the same bits on every run.  Thread 0
+ * writes the row's loss and, for xent_rows, its max and 1 / sum.  xent
+ * with a gradient runs the same statistics kernel and then
+ * xent_grad_kernel, which reads the row again and writes (p - onehot) * g
+ * (over the logits when dlogits aliases them: each element is read before
+ * the same thread writes it) - xent's gradient exists only for tests and
+ * the cpu comparison now; training's is made by the head's dY cast from
+ * the statistics (cuda_fp8.cu, pre_xent, with cuda_xent.cuh's expression),
+ * which gives the bits this file's gradient kernel writes.
  *
- * The arithmetic is the cpu's (cpu_kernels.c qe_cpu_xent): the max and
- * every exp and product in the same expressions, bf16 widened exactly and
- * the gradient rounded to nearest even, but for two things: the row sum
- * runs in a fixed tree instead of left to right, and exp is the hardware's
- * (__expf: a relative error of about |x| 2^-22 at exp(x), x <= 0 here; the
- * exact expf made the kernel instruction-bound, two exponentials an
- * element).  Results are repeatable to the bit and within the stated
- * bounds of the cpu's (tests/backend/test_cuda_ops.c).  The loss is the mean of the rows' -log p in
- * double, in a fixed order.
+ * Before, one kernel staged each row in 100 KB of shared memory and took
+ * max, sum and gradient from there: 1.03 ms for the statistics alone of a
+ * gpt2 batch-16 step's 1.65 GB of bf16 logits (1.6 TB/s, H100, ncu at base
+ * clocks), two blocks an SM and no loads in flight across its phases.
  *
- * xent_rows runs the same kernels without the gradient and keeps each row's
- * max and 1 / sum instead: the head's dY cast (cuda_fp8.cu, pre_xent) makes
- * the gradient from them with this file's expression (cuda_xent.cuh) as it
- * loads the logits, so the 1.65 GB gradient of GPT-2's head is neither
- * written here nor read back there, and its bits are those xent would have
- * stored.
+ * The arithmetic against the cpu's (cpu_kernels.c qe_cpu_xent): the same
+ * max, the gradient's expressions the same, bf16 widened exactly and the
+ * gradient rounded to nearest even; the sum differs in order (the running
+ * rescaled sums and the tree, where the cpu adds exp(l - max) left to right)
+ * and exp is the hardware's (__expf: a relative error of about |x| 2^-22 at
+ * exp(x), x <= 0 here; the exact expf made the kernels instruction-bound).
+ * Results are repeatable to the bit and within the stated bounds of the
+ * cpu's (tests/backend/test_cuda_ops.c, test_cuda_xent_cast.c).  The loss
+ * is the mean of the rows' -log p in double, in a fixed order.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -35,135 +39,148 @@
 #include "runtime/backend/cuda/cuda_reduce.cuh"
 #include "runtime/backend/cuda/cuda_xent.cuh"
 
-#define XENT_THREADS 1024 /* two 100 KB bf16 rows an SM: every thread slot busy (31 registers) */
-/* Rows of at most this many bytes are staged in shared memory (the H100/H200 allow 227 KB a block). */
-#define XENT_SMEM_MAX ((size_t)200 << 10)
+#define XENT_THREADS 256 /* a row a block; eight blocks an SM */
+#define XENT_UNROLL 4	 /* 16-byte chunks a thread loads before it uses them */
 
-/* The row's loss and the target check, by thread 0, once max and sum are known. */
-__device__ __forceinline__ void row_loss(float *rowloss, int64_t t, bool valid, float lt, float maxv, float sum,
-					 unsigned *err)
+/* (m, s) merged with (m2, s2): the larger max, each sum rescaled to it (a max of -inf has sum 0) */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
 {
-	if (threadIdx.x != 0)
+	float M = fmaxf(m, m2);
+	if (M == -INFINITY)
 		return;
-	if (!valid)
-		atomicOr(err, QE_CUDA_ERR_TARGET);
-	if (rowloss)
-		rowloss[t] = valid ? logf(sum) - (lt - maxv) : __uint_as_float(0x7FC00000u);
+	s = (m == -INFINITY ? 0.0f : s * __expf(m - M)) + (m2 == -INFINITY ? 0.0f : s2 * __expf(m2 - M));
+	m = M;
 }
 
-/*
- * The row's statistics for xent_rows (stats not NULL), by thread 0: the max
- * and the inverse sum the gradient below is made from, so that a cast's
- * pre_xent prologue that reads them makes the same gradient bits.
- */
-__device__ __forceinline__ void row_stats(float *stats, int64_t t, float maxv, float inv)
+/* The running (m, s) with n values v[0..n-1] of one chunk (n: the chunk's valid columns). */
+template <int N> __device__ __forceinline__ void lse_chunk(float &m, float &s, const float (&v)[N], int n)
 {
-	if (stats && threadIdx.x == 0) {
-		stats[2 * t] = maxv;
-		stats[2 * t + 1] = inv;
+	float cm = -INFINITY;
+#pragma unroll
+	for (int k = 0; k < N; k++)
+		if (k < n && v[k] > cm)
+			cm = v[k];
+	if (cm == -INFINITY)
+		return;
+	if (cm > m) {
+		s = m == -INFINITY ? 0.0f : s * __expf(m - cm);
+		m = cm;
 	}
+#pragma unroll
+	for (int k = 0; k < N; k++)
+		if (k < n)
+			s += __expf(v[k] - m);
+}
+
+/* The block's (m, s) merged in a fixed tree: the warps' by shuffles, then the warps' in order. */
+__device__ __forceinline__ void lse_block(float &m, float &s)
+{
+	__shared__ float shm[32], shs[32];
+	for (int off = 16; off > 0; off >>= 1)
+		lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+	int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	if (lane == 0) {
+		shm[w] = m;
+		shs[w] = s;
+	}
+	__syncthreads();
+	m = lane < nw ? shm[lane] : -INFINITY;
+	s = lane < nw ? shs[lane] : 0.0f;
+	for (int off = 16; off > 0; off >>= 1)
+		lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, off), __shfl_xor_sync(0xffffffffu, s, off));
+}
+
+/* the PER values of chunk u of a row, widened */
+template <typename E> __device__ __forceinline__ void chunk_widen(uint4 u, float (&v)[16 / sizeof(E)])
+{
+	const E *e = (const E *)&u;
+#pragma unroll
+	for (int k = 0; k < (int)(16 / sizeof(E)); k++)
+		v[k] = xent_widen(e[k]);
 }
 
 /*
- * The row in shared memory (V * sizeof(E) bytes of dynamic shared memory).
- * vec: the row's bytes are a multiple of 16 and both pointers 16-byte
- * aligned, so it moves in uint4s.
+ * The row's loss (rowloss may be NULL) and statistics (stats may be NULL),
+ * and the target check.  vec: the row's bytes are a multiple of 16 and the
+ * logits 16-byte aligned, so it moves in uint4 chunks.
  */
 template <typename E>
-__global__ void xent_smem_kernel(float *rowloss, float *stats, E *dlogits, const E *logits, const int32_t *tgt,
-				 int64_t V, int64_t nvalid, float g, unsigned *err, bool vec)
+__global__ void __launch_bounds__(XENT_THREADS) xent_stats_kernel(float *rowloss, float *stats, const E *logits,
+								   const int32_t *tgt, int64_t V, int64_t nvalid,
+								   unsigned *err, bool vec)
 {
-	extern __shared__ uint4 stage[];
-	__shared__ float sh[32];
-	E *row = (E *)stage;
+	constexpr int PER = 16 / sizeof(E);
 	int64_t t = blockIdx.x;
 	const E *l = logits + t * V;
-	int32_t tg = tgt[t];
-	bool valid = tg >= 0 && tg < nvalid;
-	constexpr int per = 16 / sizeof(E);
-	float mx = -INFINITY;
+	float m = -INFINITY, s = 0.0f;
 	if (vec) {
 		const uint4 *src = (const uint4 *)l;
-		for (int64_t i = threadIdx.x; i < V / per; i += blockDim.x) {
-			uint4 u = src[i];
-			stage[i] = u;
-			const E *e = (const E *)&u;
+		int64_t nc = (nvalid + PER - 1) / PER; /* chunks holding a valid column */
+		for (int64_t i0 = threadIdx.x; i0 < nc; i0 += (int64_t)XENT_UNROLL * blockDim.x) {
+			uint4 u[XENT_UNROLL];
 #pragma unroll
-			for (int k = 0; k < per; k++) {
-				float lv = xent_widen(e[k]);
-				if (i * per + k < nvalid && lv > mx)
-					mx = lv;
+			for (int j = 0; j < XENT_UNROLL; j++) {
+				int64_t i = i0 + (int64_t)j * blockDim.x;
+				if (i < nc)
+					u[j] = src[i];
+			}
+#pragma unroll
+			for (int j = 0; j < XENT_UNROLL; j++) {
+				int64_t i = i0 + (int64_t)j * blockDim.x;
+				if (i < nc) {
+					float v[PER];
+					chunk_widen<E>(u[j], v);
+					int64_t left = nvalid - i * PER;
+					lse_chunk<PER>(m, s, v, left < PER ? (int)left : PER);
+				}
 			}
 		}
 	} else {
-		for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-			E e = l[v];
-			row[v] = e;
-			float lv = xent_widen(e);
-			if (v < nvalid && lv > mx)
-				mx = lv;
+		for (int64_t c = threadIdx.x; c < nvalid; c += blockDim.x) {
+			float v[1] = { xent_widen(l[c]) };
+			lse_chunk<1>(m, s, v, 1);
 		}
 	}
-	float maxv = block_max(mx, sh); /* its barriers also make the staged row visible */
-	float part = 0.0f;
-	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
-		part += __expf(xent_widen(row[v]) - maxv);
-	float sum = block_sum(part, sh);
-	row_loss(rowloss, t, valid, valid ? xent_widen(row[tg]) : 0.0f, maxv, sum, err);
-	float inv = 1.0f / sum;
-	row_stats(stats, t, maxv, inv);
-	if (!dlogits)
+	lse_block(m, s);
+	if (threadIdx.x != 0)
 		return;
+	int32_t tg = tgt[t];
+	bool valid = tg >= 0 && tg < nvalid;
+	if (!valid)
+		atomicOr(err, QE_CUDA_ERR_TARGET);
+	if (rowloss)
+		rowloss[t] = valid ? logf(s) - (xent_widen(l[tg]) - m) : __uint_as_float(0x7FC00000u);
+	if (stats) {
+		stats[2 * t] = m;
+		stats[2 * t + 1] = 1.0f / s;
+	}
+}
+
+/* xent's gradient of row blockIdx.x from the statistics: (p - onehot) * g, 0 in the padding (cuda_xent.cuh) */
+template <typename E>
+__global__ void __launch_bounds__(XENT_THREADS) xent_grad_kernel(E *dlogits, const E *logits, const float *stats,
+								  const int32_t *tgt, int64_t V, int64_t nvalid, float g,
+								  bool vec)
+{
+	constexpr int PER = 16 / sizeof(E);
+	int64_t t = blockIdx.x;
+	const E *l = logits + t * V;
 	E *d = dlogits + t * V;
+	int32_t tg = tgt[t];
+	float maxv = stats[2 * t], inv = stats[2 * t + 1];
 	if (vec) {
-		for (int64_t i = threadIdx.x; i < V / per; i += blockDim.x) {
-			uint4 u = stage[i];
+		for (int64_t i = threadIdx.x; i < V / PER; i += blockDim.x) {
+			uint4 u = ((const uint4 *)l)[i];
 			E *e = (E *)&u;
 #pragma unroll
-			for (int k = 0; k < per; k++)
-				e[k] = xent_narrow<E>(xent_grad(xent_widen(e[k]), i * per + k, nvalid, tg, maxv, inv, g));
+			for (int k = 0; k < PER; k++)
+				e[k] = xent_narrow<E>(xent_grad(xent_widen(e[k]), i * PER + k, nvalid, tg, maxv, inv, g));
 			((uint4 *)d)[i] = u;
 		}
 	} else {
 		for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-			d[v] = xent_narrow<E>(xent_grad(xent_widen(row[v]), v, nvalid, tg, maxv, inv, g));
+			d[v] = xent_narrow<E>(xent_grad(xent_widen(l[v]), v, nvalid, tg, maxv, inv, g));
 	}
-}
-
-/*
- * Rows too long for shared memory: the max, the sum and the gradient each
- * read the row from global memory; dlogits may alias logits (each element
- * is read before it is written, by the same thread, after the reductions).
- */
-template <typename E>
-__global__ void xent_stream_kernel(float *rowloss, float *stats, E *dlogits, const E *logits, const int32_t *tgt,
-				   int64_t V, int64_t nvalid, float g, unsigned *err)
-{
-	__shared__ float sh[32];
-	int64_t t = blockIdx.x;
-	const E *l = logits + t * V;
-	int32_t tg = tgt[t];
-	bool valid = tg >= 0 && tg < nvalid;
-	float lt = valid ? xent_widen(l[tg]) : 0.0f; /* read before any thread may overwrite it */
-	float mx = -INFINITY;
-	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x) {
-		float lv = xent_widen(l[v]);
-		if (lv > mx)
-			mx = lv;
-	}
-	float maxv = block_max(mx, sh);
-	float part = 0.0f;
-	for (int64_t v = threadIdx.x; v < nvalid; v += blockDim.x)
-		part += __expf(xent_widen(l[v]) - maxv);
-	float sum = block_sum(part, sh);
-	row_loss(rowloss, t, valid, lt, maxv, sum, err);
-	float inv = 1.0f / sum;
-	row_stats(stats, t, maxv, inv);
-	if (!dlogits)
-		return;
-	E *d = dlogits + t * V;
-	for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-		d[v] = xent_narrow<E>(xent_grad(xent_widen(l[v]), v, nvalid, tg, maxv, inv, g));
 }
 
 /*
@@ -192,37 +209,27 @@ __global__ void __launch_bounds__(XENT_LOSS_THREADS) xent_loss_kernel(float *los
 		*loss = (float)(part[0] / (double)T);
 }
 
+/* the statistics (into stats: the caller's, or scratch for xent's gradient), then the gradient when asked */
 template <typename E>
 static int launch_rows(qe_stream *s, const char *op, float *rowloss, float *stats, void *dlogits, const void *logits,
 		       const int32_t *tgt, int64_t T, int64_t V, int64_t valid, float g)
 {
-	size_t bytes = (size_t)V * sizeof(E);
-	if (bytes <= XENT_SMEM_MAX) {
-		/* above 48 KB a kernel must ask for its shared memory (once a process, before any capture) */
-		static bool asked = false;
-		if (bytes > ((size_t)48 << 10) && !asked) {
-			cudaError_t e = cudaFuncSetAttribute(xent_smem_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-							     (int)XENT_SMEM_MAX);
-			if (e != cudaSuccess)
-				return qe__cuda_err(e, op, "cudaFuncSetAttribute(xent_smem_kernel shared memory)");
-			asked = true;
-		}
-		bool vec = bytes % 16 == 0 && ((uintptr_t)logits | (uintptr_t)dlogits) % 16 == 0;
-		xent_smem_kernel<E><<<(unsigned)T, XENT_THREADS, bytes, s->cs>>>(rowloss, stats, (E *)dlogits,
-										 (const E *)logits, tgt, V, valid, g,
-										 s->words + 1, vec);
-		return qe__cuda_launched(op, "xent_smem_kernel");
-	}
-	xent_stream_kernel<E><<<(unsigned)T, XENT_THREADS, 0, s->cs>>>(rowloss, stats, (E *)dlogits, (const E *)logits,
-								       tgt, V, valid, g, s->words + 1);
-	return qe__cuda_launched(op, "xent_stream_kernel");
+	bool vec = (V * sizeof(E)) % 16 == 0 && ((uintptr_t)logits | (uintptr_t)dlogits) % 16 == 0;
+	xent_stats_kernel<E><<<(unsigned)T, XENT_THREADS, 0, s->cs>>>(rowloss, stats, (const E *)logits, tgt, V, valid,
+								      s->words + 1, vec);
+	int rc = qe__cuda_launched(op, "xent_stats_kernel");
+	if (rc || !dlogits)
+		return rc;
+	xent_grad_kernel<E><<<(unsigned)T, XENT_THREADS, 0, s->cs>>>((E *)dlogits, (const E *)logits, stats, tgt, V,
+								     valid, g, vec);
+	return qe__cuda_launched(op, "xent_grad_kernel");
 }
 
 /*
- * xent and xent_rows: the rows' kernel (writing the gradient, the
- * statistics, or neither), then the loss from the rows' losses.  The
- * gradient's g = grad_scale / T is computed here, on the host, as the cast's
- * pre_xent launcher computes it.
+ * xent and xent_rows: the rows' statistics (and xent's gradient from
+ * them), then the loss from the rows' losses.  The gradient's g =
+ * grad_scale / T is computed here, on the host, as the cast's pre_xent
+ * launcher computes it.
  */
 static int xent_run(qe_stream *s, const char *op, float *loss, float *stats, void *dlogits, const void *logits,
 		    const int32_t *tgt, int64_t T, int64_t V, int64_t valid, float grad_scale, qe_dtype dt)
@@ -231,8 +238,16 @@ static int xent_run(qe_stream *s, const char *op, float *loss, float *stats, voi
 	int rc;
 	if (T > INT32_MAX)
 		return qe_fail(QE_EUNSUPPORTED, "%s: %lld rows", op, (long long)T);
-	if (loss && (rc = qe__cuda_scratch(s, (size_t)T * sizeof(float), op, (void **)&rowloss)))
+	/* scratch: the rows' losses, then (xent's gradient) the rows' statistics */
+	size_t lb = qe__cuda_align256((size_t)T * sizeof(float));
+	float *scr = NULL;
+	if ((loss || (dlogits && !stats)) && (rc = qe__cuda_scratch(s, 2 * lb + (size_t)T * 2 * sizeof(float), op,
+								    (void **)&scr)))
 		return rc;
+	if (loss)
+		rowloss = scr;
+	if (dlogits && !stats)
+		stats = (float *)((char *)scr + lb);
 	float g = grad_scale / (float)T;
 	rc = dt == QE_BF16
 		     ? launch_rows<__nv_bfloat16>(s, op, rowloss, stats, dlogits, logits, tgt, T, V, valid, g)
@@ -252,11 +267,7 @@ extern "C" int qe__cuda_xent(qe_stream *s, float *loss, void *dlogits, const voi
 	return xent_run(s, "xent", loss, NULL, dlogits, logits, tgt, T, V, valid, grad_scale, dt);
 }
 
-/*
- * xent_rows: xent's kernels with no gradient, so the loss and the rows'
- * max and 1 / sum are xent's own bits; the row still goes through shared
- * memory (the sum reads it there, as xent's does) for rows that fit.
- */
+/* xent_rows: xent's statistics kernel alone, so the loss and the rows' max and 1 / sum are xent's own bits. */
 extern "C" int qe__cuda_xent_rows(qe_stream *s, float *loss, float *stats, const void *logits, const int32_t *tgt,
 				  int64_t T, int64_t V, int64_t valid, qe_dtype dt)
 {
