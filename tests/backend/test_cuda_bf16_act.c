@@ -14,8 +14,8 @@
  *    bound (test_cuda_ops.c: 1e-3 of max|C| for FP8, 1e-5 for bf16) plus one
  *    bf16 step (2^-8 of max|C|: the two sides may round a value either way
  *    of a tie their f32 results straddle); two cuda runs byte-identical;
- *  - xent over bf16 logits (shared-memory rows, vectorised or not, and the
- *    streaming kernel for rows over 200 KB), and f32 rows over 200 KB: loss
+ *  - xent over bf16 logits (rows read in uint4 chunks or not, short and
+ *    long rows: 240 KB), and f32 rows of 280 KB: loss
  *    within 1e-5, the gradient within 1e-4 of max|dlogits| (f32) plus one
  *    bf16 step (bf16), padded columns exactly 0, dlogits apart and over the
  *    logits.
@@ -337,12 +337,12 @@ int main(void)
 	test_gemm(&r, 48, 80, 64, QE_BF16);
 	test_gemm(&r, 37, 53, 29, QE_BF16);
 	printf("xent\n");
-	test_xent(&r, 16, 50304, 50257, 0, QE_BF16); /* GPT-2's padded vocabulary: a 100 KB row in shared memory */
+	test_xent(&r, 16, 50304, 50257, 0, QE_BF16); /* GPT-2's padded vocabulary: 100 KB rows */
 	test_xent(&r, 16, 50304, 50257, 1, QE_BF16);
 	test_xent(&r, 5, 1000, 1000, 1, QE_BF16);
 	test_xent(&r, 7, 385, 300, 0, QE_BF16);		/* 770-byte rows: not in uint4s */
-	test_xent(&r, 3, 120000, 119999, 1, QE_BF16); /* 240 KB rows: the streaming kernel */
-	test_xent(&r, 3, 70000, 70000, 0, QE_F32);	/* 280 KB rows: the streaming kernel */
+	test_xent(&r, 3, 120000, 119999, 1, QE_BF16); /* 240 KB rows */
+	test_xent(&r, 3, 70000, 70000, 0, QE_F32);	/* 280 KB rows */
 	test_xent(&r, 3, 70000, 69000, 1, QE_F32);
 	return qe_test_done(NAME);
 }
