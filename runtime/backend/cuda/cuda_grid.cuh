@@ -1,6 +1,6 @@
 /*
  * cuda_grid.cuh - launch shapes the elementwise kernels share
- * (cuda_kernels.cu, cuda_layernorm.cu, cuda_optim.cu): the block size, grid-stride loops, the
+ * (cuda_kernels.cu, the layernorm files, cuda_optim.cu): the block size, grid-stride loops, the
  * grid for n elements, and when the float4 kernels apply.
  */
 #ifndef QE_CUDA_GRID_CUH

@@ -2,7 +2,7 @@
  * cuda_int.h - private interface between the cuda backend's op machinery
  * (cuda_backend.cu: streams, events, graphs, argument checks, the default
  * stream) and its launchers (cuda_fp8.cu, cuda_gemm.cu, cuda_attn.cu,
- * cuda_kernels.cu, cuda_layernorm.cu).
+ * cuda_kernels.cu, cuda_layernorm.cu, cuda_layernorm_bwd.cu).
  *
  * A launcher receives arguments already checked for shape, dtype and NULLs
  * and a live, non-failed stream; it checks what depends on the device

@@ -1,7 +1,8 @@
 /*
  * cuda_kernels.cu - the elementwise ops of the table: add, add_inplace and
- * GELU forward and backward (the layernorm, the residual add and the column
- * sums are cuda_layernorm.cu, the optimizer cuda_optim.cu, the embedding
+ * GELU forward and backward (the layernorm forward and the residual add are
+ * cuda_layernorm.cu, its backward and the column sums cuda_layernorm_bwd.cu,
+ * the optimizer cuda_optim.cu, the embedding
  * cuda_embed.cu, the cross-entropy cuda_xent.cu).
  *
  * Same formulas as the cpu reference (cpu_kernels.c), written operation for

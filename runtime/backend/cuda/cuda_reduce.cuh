@@ -1,7 +1,7 @@
 /*
  * cuda_reduce.cuh - warp and block reductions in a fixed tree (the same
  * inputs give the same bits whatever the timing), shared by the row kernels
- * of cuda_layernorm.cu and the cross-entropy of cuda_xent.cu.
+ * of cuda_layernorm.cu and cuda_layernorm_bwd.cu and the cross-entropy of cuda_xent.cu.
  */
 #ifndef QE_CUDA_REDUCE_CUH
 #define QE_CUDA_REDUCE_CUH
