@@ -512,10 +512,14 @@ __device__ __forceinline__ void cast4_tile(T (*tile)[VT + 4], float (*vals)[VT +
 	}
 }
 
+/* the blocks an SM each cast4_kernel instance is built for (the registers above) */
+constexpr int cast4_min_blocks(int pk, bool sums)
+{
+	return pk == PK_DGELU && sums ? 3 : pk == PK_NONE || (pk == PK_XENT && !sums) ? 5 : 4;
+}
+
 template <typename T, bool SUMS, int PK>
-__global__ void __launch_bounds__(VX * VY, PK == PK_DGELU && SUMS		  ? 3
-					   : PK == PK_NONE || (PK == PK_XENT && !SUMS) ? 5
-											 : 4) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
+__global__ void __launch_bounds__(VX * VY, cast4_min_blocks(PK, SUMS)) cast4_kernel(xin x, T *__restrict__ row, T *__restrict__ col, int64_t rows,
 			     int64_t cols, cast_pre pre, int fmt_e5m2, const float *scale, const unsigned *cur_amax,
 			     float fp8_max, int margin, unsigned *amax_dst, float *scale_out, float *scale_inv_out,
 			     float *__restrict__ part)
