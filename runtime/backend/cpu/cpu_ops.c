@@ -252,9 +252,9 @@ static int exec_residual_add(qe_cpu_scratch *sc, const qe_cpu_residual_add_args 
 		return QE_ENOMEM;
 	qe_cpu_residual_add(sum, x, y, a->bias, a->rows, a->cols);
 	put_out(a->y, sum, a->dt, n);
-	const float *stored = f32_of(sc, 2, a->y, a->dt, n);
-	if (a->mean) /* the statistics layernorm_fwd would write from y */
-		qe_cpu_layernorm_fwd(NULL, a->mean, a->rstd, stored, NULL, NULL, a->rows, a->cols);
+	if (a->mean) /* the statistics layernorm_fwd would write from y as stored */
+		qe_cpu_layernorm_fwd(NULL, a->mean, a->rstd, f32_of(sc, 2, a->y, a->dt, n), NULL, NULL, a->rows,
+				     a->cols);
 	return QE_OK;
 }
 
