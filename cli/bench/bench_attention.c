@@ -14,7 +14,7 @@
  * pass is repeated until min-ms have passed (after two warm-up calls) and its
  * time is the mean over the repetitions, host wall clock around a stream sync.
  * Operands are normal(0, 1) values (q, k, v and dout), so the softmax is not
- * uniform.  A shape the backend refuses (head dim 128 today) is reported as
+ * uniform.  A shape the backend refuses (head dim 128 with TF32 operands) is reported as
  * unsupported with the backend's message; the others still run.
  */
 #include <limits.h>

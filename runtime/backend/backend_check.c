@@ -51,9 +51,9 @@ int qe__check_flash(const char *nm, int backward, const void *a, const void *b, 
 	if (nh < 1 || H % nh)
 		return qe_fail(QE_ESHAPE, "%s: H=%lld is not a multiple of %d heads", nm, (long long)H, nh);
 	int64_t D = H / nh;
-	if (D != 16 && D != 32 && D != 64)
+	if (D != 16 && D != 32 && D != 64 && !(D == 128 && operands == QE_FLASH_BF16))
 		return qe_fail(QE_EUNSUPPORTED, "%s: head dimension %lld (H=%lld / %d heads); the flash kernels take 16, 32 "
-			       "or 64", nm, (long long)D, (long long)H, nh);
+			       "or 64, and 128 with bf16 operands", nm, (long long)D, (long long)H, nh);
 	int64_t N = batch * T;
 	rc = qe__check_need(a, fwd ? N * H : N * 3 * H, nm, fwd ? "out" : "dqkv");
 	if (!rc)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # qeffect bench attention on the cpu backend (issue 34's kernel benchmark; the cuda numbers come
 # from bench/attention/run.sh on a GPU): a supported shape reports positive times and the causal
-# FLOP count 2 B NH T^2 D; a head dimension the flash ops refuse is reported as unsupported with
+# FLOP count 2 B NH T^2 D (head dimension 128 too, with the default bf16 operands); a head
+# dimension the flash ops refuse (80) is reported as unsupported with
 # the backend's message while the other shapes still run; the table has a row per shape; bad
 # flags and shapes exit 2 naming the problem.
 set -u
@@ -12,21 +13,21 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 ok() { echo "ok: $*"; }
 
-"$Q" bench attention --backend cpu --shapes 2:2:64:16,1:2:64:128,1:4:96:32 --min-ms 1 --json >"$W/j" 2>"$W/e"
+"$Q" bench attention --backend cpu --shapes 2:2:64:16,1:2:64:80,1:2:64:128,1:4:96:32 --min-ms 1 --json >"$W/j" 2>"$W/e"
 rc=$?
 [ $rc -eq 0 ] && ok "json run exits 0" || { bad "json run exited $rc: $(cat "$W/e")"; }
 python3 - "$W/j" <<'PY'
 import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 errs = []
-if [r["shape"] for r in rows] != ["2:2:64:16", "1:2:64:128", "1:4:96:32"]:
+if [r["shape"] for r in rows] != ["2:2:64:16", "1:2:64:80", "1:2:64:128", "1:4:96:32"]:
     errs.append("shapes in order: %s" % [r.get("shape") for r in rows])
 for r in rows:
     fl = 2.0 * r["batch"] * r["heads"] * r["seq"] ** 2 * r["head_dim"]
     if r["fwd_flop"] != fl:
         errs.append("%s: fwd_flop %s, not 2 B NH T^2 D = %s" % (r["shape"], r["fwd_flop"], fl))
-    if r["head_dim"] == 128:
-        if r["fwd_ms"] is not None or "head dimension 128" not in r.get("unsupported", ""):
+    if r["head_dim"] == 80:
+        if r["fwd_ms"] is not None or "head dimension 80" not in r.get("unsupported", ""):
             errs.append("%s: not reported unsupported: %s" % (r["shape"], r))
     else:
         if not (r["fwd_ms"] > 0 and r["bwd_ms"] > 0 and r["fwd_reps"] >= 1 and r["bwd_reps"] >= 1):

@@ -652,17 +652,23 @@ static int fwd16(qe_stream *s, OT *out, float *lse, const void *qkv, const float
 	int64_t n = 3 * B * T * H;
 	unsigned char *scr = NULL;
 	const bf16 *qkv16 = NULL;
-	if ((rc = smem16(flash16_fwd_kernel<D, OT>, fwd_smem16(D), op, "cudaFuncSetAttribute(flash16_fwd_kernel)")))
-		return rc;
 	if (dt != QE_BF16 && (rc = qe__cuda_scratch(s, copy_bytes(dt, n), op, (void **)&scr)))
 		return rc;
 	if ((rc = bf16_rows(s, qkv, dt, qkv_bias, n, 3 * H, &scr, &qkv16, op)))
 		return rc;
 	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
-	dim3 grid((unsigned)((Tp + F16_QROWS - 1) / F16_QROWS), (unsigned)nh, (unsigned)B);
-	flash16_fwd_kernel<D, OT><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, in_tile_bias, T, Tp, H, nh,
-									   1.0f / sqrtf((float)D));
-	return qe__cuda_launched(op, "flash16_fwd_kernel");
+	if constexpr (D >= 64) { /* Hopper's warp-group MMA (cuda_flash_wg.cu) */
+		(void)Tp;
+		return qe__cuda_flashwg_fwd(s, out, lse, qkv16, in_tile_bias, B, T, H, nh, dt);
+	} else {
+		if ((rc = smem16(flash16_fwd_kernel<D, OT>, fwd_smem16(D), op,
+				 "cudaFuncSetAttribute(flash16_fwd_kernel)")))
+			return rc;
+		dim3 grid((unsigned)((Tp + F16_QROWS - 1) / F16_QROWS), (unsigned)nh, (unsigned)B);
+		flash16_fwd_kernel<D, OT><<<grid, F16_NT, fwd_smem16(D), s->cs>>>(out, lse, qkv16, in_tile_bias, T, Tp,
+										   H, nh, 1.0f / sqrtf((float)D));
+		return qe__cuda_launched(op, "flash16_fwd_kernel");
+	}
 }
 
 template <int D, typename OT>
@@ -731,6 +737,8 @@ extern "C" int qe__cuda_flash16_fwd(qe_stream *s, void *out, float *lse, const v
 		return fwd16_dt<32>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	case 64:
 		return fwd16_dt<64>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
+	case 128:
+		return fwd16_dt<128>(s, out, lse, qkv, qkv_bias, B, T, H, nh, dt);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: head dimension %d", H / nh);
 	}
@@ -747,6 +755,8 @@ extern "C" int qe__cuda_flash16_bwd(qe_stream *s, void *dqkv, const void *dout, 
 		return bwd16_dt<32>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	case 64:
 		return bwd16_dt<64>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
+	case 128:
+		return bwd16_dt<128>(s, dqkv, dout, qkv, qkv_bias, out, lse, B, T, H, nh, dt);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: head dimension %d", H / nh);
 	}

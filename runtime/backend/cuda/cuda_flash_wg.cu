@@ -1,0 +1,443 @@
+/*
+ * cuda_flash_wg.cu - the flash attention's forward on Hopper's warp-group
+ * MMA (wgmma.mma_async, sm_90a), bf16 operands and f32 accumulation, for
+ * head dimensions 64 and 128.  Same contract as flash16_fwd_kernel
+ * (cuda_flash16.cu, which converts f32 operands and calls this file for
+ * those head dimensions): qkv bf16 [B*T, 3H] where the QKV GEMM wrote it
+ * (with or without the QKV bias, which is added here as flash16 does), out
+ * [B*T, H] in f32 or bf16, lse [B, nh, T] f32; causal; no atomics and a
+ * fixed order for every sum, so two runs give the same bytes.
+ *
+ * A block of two warp groups owns 128 queries, 64 a warp group, and walks
+ * the keys up to the diagonal in tiles of BN.  Per tile, each warp group:
+ *   S = Q K^T    wgmma m64nBNk16, D/16 of them, Q and K read from shared
+ *                memory through descriptors (both K-major);
+ *   the online softmax of its rows (flash_softmax_step, cuda_flash_row.cuh:
+ *                the accumulator layout of wgmma is that of mma.sync, warp w
+ *                of the group holding rows 16w..16w+15);
+ *   O += P V     wgmma m64nDk16, BN/16 of them, P from registers (the
+ *                accumulators of two adjacent 8-column slices are the A
+ *                fragment of their 16 columns, packed to bf16 nearest even)
+ *                and V read N-major (transposed) from shared memory.
+ * All 256 threads copy the next K and V tiles with cp.async into the second
+ * of two buffers while the warp groups compute on the first.
+ *
+ * Shared tiles use the 128-byte swizzle wgmma's descriptors name: a tile of
+ * R rows and D columns is D/64 panels of R rows of 128 bytes (64 columns);
+ * in a panel, row r's 16-byte chunk j lies at r*128 + ((j ^ (r % 8)) * 16),
+ * so the eight rows of a core matrix fall in eight different bank groups.
+ * Panels start on 1024-byte boundaries.  A K-major operand's k-step of 16
+ * columns is the panel's start plus 32 bytes per step (the hardware applies
+ * the XOR to the address it forms); an N-major operand's k-step of 16 rows
+ * is 2048 bytes further.  Descriptor strides: 1024 bytes from one group of 8
+ * rows to the next (SBO); for V, one panel to the next (LBO) when D is 128.
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "runtime/backend/cuda/cuda_flash_row.cuh"
+#include "runtime/backend/cuda/cuda_int.h"
+
+#define WG_QROWS 128 /* queries a block owns: two warp groups of 64 */
+#define WG_NT 256    /* threads a block */
+
+typedef __nv_bfloat16 bf16;
+
+#ifndef WG_BN64
+#define WG_BN64 128 /* key tile at head dimension 64 */
+#endif
+#ifndef WG_BN128
+#define WG_BN128 64 /* key tile at head dimension 128 */
+#endif
+
+/* ---- wgmma and its fences ------------------------------------------------------------ */
+
+/* registers the next wgmma reads or writes were touched by ordinary instructions */
+__device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+
+/* wait for every committed wgmma of the warp group */
+__device__ __forceinline__ void wg_wait_all(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+/*
+ * After wg_wait_all, the accumulators (n slices) become ordinary registers
+ * again: the empty asm "writes" them, so the compiler cannot move a read of
+ * them above the wait.
+ */
+template <int NS> __device__ __forceinline__ void wg_settle(float (*d)[4])
+{
+#pragma unroll
+	for (int n = 0; n < NS; n++)
+		asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3])::"memory");
+}
+
+/*
+ * A shared-memory matrix descriptor with the 128-byte swizzle: start
+ * address, leading (lbo) and stride (sbo) byte offsets, each in 16-byte units.
+ */
+__device__ __forceinline__ uint64_t wg_desc(const void *p, uint32_t lbo, uint32_t sbo)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+	return (uint64_t)((a & 0x3FFFF) >> 4) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 |
+	       (uint64_t)((sbo >> 4) & 0x3FFF) << 32 | (uint64_t)1 << 62;
+}
+
+/* d = A B (acc 0) or d += A B (acc 1), m64n64k16: A and B in shared memory, both K-major */
+__device__ __forceinline__ void wg_ss64(float (*d)[4], uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+		     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+		       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+		       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+		       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+		       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+		       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+		       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+		       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+/* d += A B, m64n64k16: A the warp group's fragments in registers, B N-major in shared memory */
+__device__ __forceinline__ void wg_rs64(float (*d)[4], const uint32_t *a, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+		     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+		     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+		       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+		       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+		       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+		       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+		       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+		       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+		       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+/* d = A B (acc 0) or d += A B (acc 1), m64n128k16: A and B in shared memory, both K-major */
+__device__ __forceinline__ void wg_ss128(float (*d)[4], uint64_t da, uint64_t db, int acc)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+		     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+		     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+		     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+		     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+		       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+		       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+		       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+		       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+		       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+		       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+		       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+		       "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+		       "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+		       "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+		       "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+		       "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+		       "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+		       "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+		       "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+		     : "l"(da), "l"(db), "r"(acc));
+}
+
+/* d += A B, m64n128k16: A the warp group's fragments in registers, B N-major in shared memory */
+__device__ __forceinline__ void wg_rs128(float (*d)[4], const uint32_t *a, uint64_t db)
+{
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+		     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+		     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+		     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+		     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+		     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+		     : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+		       "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+		       "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+		       "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+		       "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+		       "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+		       "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+		       "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+		       "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+		       "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+		       "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+		       "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+		       "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+		       "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+		       "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+		       "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+
+/* d = A B (acc 0) or d += A B over the K-major operands: m64nNk16 */
+template <int N> __device__ __forceinline__ void wg_ss(float (*d)[4], uint64_t da, uint64_t db, int acc);
+template <> __device__ __forceinline__ void wg_ss<64>(float (*d)[4], uint64_t da, uint64_t db, int acc)
+{
+	wg_ss64(d, da, db, acc);
+}
+template <> __device__ __forceinline__ void wg_ss<128>(float (*d)[4], uint64_t da, uint64_t db, int acc)
+{
+	wg_ss128(d, da, db, acc);
+}
+
+/* d += A B, A in registers, B N-major: m64nNk16 */
+template <int N> __device__ __forceinline__ void wg_rs(float (*d)[4], const uint32_t *a, uint64_t db);
+template <> __device__ __forceinline__ void wg_rs<64>(float (*d)[4], const uint32_t *a, uint64_t db)
+{
+	wg_rs64(d, a, db);
+}
+template <> __device__ __forceinline__ void wg_rs<128>(float (*d)[4], const uint32_t *a, uint64_t db)
+{
+	wg_rs128(d, a, db);
+}
+
+/* two floats as one bf16x2 register: lo in the low half, nearest even */
+__device__ __forceinline__ uint32_t pack2w(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+/* ---- swizzled tiles ------------------------------------------------------------------ */
+
+/* byte offset of row r's 16-byte chunk cc (of D/8) in a swizzled tile of R rows */
+template <int R> __device__ __forceinline__ uint32_t sw_chunk(int r, int cc)
+{
+	return (uint32_t)((cc >> 3) * R * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4));
+}
+
+/* row r, column col of a swizzled tile of R rows */
+template <int R> __device__ __forceinline__ float sw_at(const unsigned char *s, int r, int col)
+{
+	return __bfloat162float(*(const bf16 *)(s + sw_chunk<R>(r, col >> 3) + (col & 7) * 2));
+}
+
+__device__ __forceinline__ void wg_cp16(void *sm, const bf16 *g, bool ok)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(ok ? 16 : 0));
+}
+
+__device__ __forceinline__ void wg_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N> __device__ __forceinline__ void wg_cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/*
+ * Start copying R rows of one head's D columns (row r at g + r ld) into the
+ * swizzled tile s; rows at or after nvalid are zeros.  Thread i copies the
+ * chunks i, i + WG_NT, ... (wg_tile_bias fixes up the same ones).
+ */
+template <int R, int D> __device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, int64_t ld, int nvalid)
+{
+	const int C = D / 8;
+#pragma unroll
+	for (int i = threadIdx.x; i < R * C; i += WG_NT) {
+		int r = i / C, cc = i - r * C;
+		bool ok = r < nvalid;
+		wg_cp16(s + sw_chunk<R>(r, cc), ok ? g + r * ld + cc * 8 : g, ok);
+	}
+}
+
+/*
+ * The bias of the head's D columns (b) added in f32 to this thread's chunks
+ * of the tile, rounded to bf16 again, after its copies completed and before
+ * the barrier that lets the warp groups read them.
+ */
+template <int R, int D> __device__ __forceinline__ void wg_tile_bias(unsigned char *s, const float *b)
+{
+	const int C = D / 8;
+#pragma unroll
+	for (int i = threadIdx.x; i < R * C; i += WG_NT) {
+		int r = i / C, cc = i - r * C;
+		uint4 *p = (uint4 *)(s + sw_chunk<R>(r, cc));
+		uint4 v = *p;
+		uint32_t *w = (uint32_t *)&v;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[e]);
+			__nv_bfloat162 o = __floats2bfloat162_rn(f.x + __ldg(b + cc * 8 + 2 * e), f.y + __ldg(b + cc * 8 + 2 * e + 1));
+			w[e] = *(uint32_t *)&o;
+		}
+		*p = v;
+	}
+}
+
+/* shared-memory writes by ordinary instructions and cp.async made visible to wgmma */
+__device__ __forceinline__ void wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+/*
+ * Row r of the swizzled Q tile dotted with the D floats at v, in f32: lane
+ * c of the row's quad takes columns c D/4 .. (c+1) D/4 - 1 in order, then
+ * the quad's butterfly (the order flash16's row_dot uses).
+ */
+template <int D> __device__ __forceinline__ float wg_row_dot(const unsigned char *q, int r, const float *v, int c)
+{
+	const int Q = D / 4;
+	float a = 0.0f;
+#pragma unroll
+	for (int d = 0; d < Q; d++)
+		a = fmaf(sw_at<WG_QROWS>(q, r, c * Q + d), __ldg(v + c * Q + d), a);
+	a += __shfl_xor_sync(0xffffffffu, a, 1);
+	return a + __shfl_xor_sync(0xffffffffu, a, 2);
+}
+
+/* ---- forward ------------------------------------------------------------------------- */
+
+/* shared bytes: Q (128 rows), two buffers of K and V (BN rows each), and room to align to 1024 */
+static size_t wg_fwd_smem(int D, int BN) { return (size_t)(WG_QROWS + 4 * BN) * D * 2 + 1024; }
+
+/*
+ * Grid (query blocks, heads, sequences), the longest rows first.  A warp
+ * group whose rows all lie at or after T computes nothing; a tile whose keys
+ * all come after the group's last row is skipped by that group (the other
+ * still needs it); the mask is applied only to tiles that cross the group's
+ * diagonal or T.  The K and V biases are applied to the rows at the end, as
+ * flash16 does (fwd_bias_rows): q . bk moves only the row's lse, and P (V +
+ * bv) = P V + l bv.
+ */
+template <int D, int BN, typename OT>
+__global__ void __launch_bounds__(WG_NT, 2) flashwg_fwd_kernel(OT *out, float *lse, const bf16 *qkv16,
+								 const float *bias, int T, int H, int nh, float scale)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ unsigned char smraw[];
+	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
+	unsigned char *KV = Qs + WG_QROWS * D * 2; /* buffer i: K at KV + 2 i TB, V after it */
+	const int TB = BN * D * 2, NS = BN / 8;
+	const int nqb = (T + WG_QROWS - 1) / WG_QROWS;
+	const int qb = nqb - 1 - (int)blockIdx.x;
+	const int h = blockIdx.y, b = blockIdx.z;
+	const int wg = threadIdx.x >> 7, w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int q0 = qb * WG_QROWS, gfirst = q0 + wg * 64, glast = gfirst + 63;
+	const int nkt = min((T + BN - 1) / BN, (q0 + WG_QROWS - 1) / BN + 1); /* key tiles up to the diagonal */
+	const float sl2 = scale * FLASH_LOG2E;
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
+	wg_tile_async<WG_QROWS, D>(Qs, qg + q0 * ld, ld, T - q0);
+	wg_cp_commit();
+	wg_tile_async<BN, D>(KV, kg, ld, T);
+	wg_tile_async<BN, D>(KV + TB, vg, ld, T);
+	wg_cp_commit();
+	wg_cp_wait<1>();
+	if (bias)
+		wg_tile_bias<WG_QROWS, D>(Qs, bias + h * D);
+	const bool live = gfirst < T;
+	float o[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+	flash_rows rs = flash_rows_start();
+	const int ra = gfirst + 16 * w + g, rb = ra + 8;
+	const unsigned char *Qg = Qs + wg * 64 * 128; /* the group's 64 rows in each panel */
+	for (int kt = 0; kt < nkt; kt++) {
+		const int k0 = kt * BN;
+		unsigned char *Ks = KV + (kt & 1) * 2 * TB, *Vs = Ks + TB;
+		if (kt + 1 < nkt) {
+			unsigned char *nx = KV + ((kt + 1) & 1) * 2 * TB;
+			wg_tile_async<BN, D>(nx, kg + (k0 + BN) * ld, ld, T - k0 - BN);
+			wg_tile_async<BN, D>(nx + TB, vg + (k0 + BN) * ld, ld, T - k0 - BN);
+			wg_cp_commit();
+			wg_cp_wait<1>();
+		} else {
+			wg_cp_wait<0>();
+		}
+		wg_proxy_fence();
+		__syncthreads();
+		if (live && k0 <= glast) {
+			float sc[NS][4];
+			wg_fence();
+#pragma unroll
+			for (int k = 0; k < D / 16; k++) {
+				const int pan = k >> 2, off = (k & 3) * 32;
+				wg_ss<BN>(sc, wg_desc(Qg + pan * WG_QROWS * 128 + off, 16, 1024),
+					  wg_desc(Ks + pan * BN * 128 + off, 16, 1024), k > 0);
+			}
+			wg_commit();
+			wg_wait_all();
+			wg_settle<NS>(sc);
+			if (k0 + BN - 1 > gfirst || k0 + BN > T)
+				flash_softmax_step<NS, D / 8, true>(sc, o, &rs, k0, ra, rb, c, T, sl2);
+			else
+				flash_softmax_step<NS, D / 8, false>(sc, o, &rs, k0, ra, rb, c, T, sl2);
+			uint32_t pa[BN / 16][4];
+#pragma unroll
+			for (int k = 0; k < BN / 16; k++) {
+				pa[k][0] = pack2w(sc[2 * k][0], sc[2 * k][1]);
+				pa[k][1] = pack2w(sc[2 * k][2], sc[2 * k][3]);
+				pa[k][2] = pack2w(sc[2 * k + 1][0], sc[2 * k + 1][1]);
+				pa[k][3] = pack2w(sc[2 * k + 1][2], sc[2 * k + 1][3]);
+			}
+			wg_fence();
+#pragma unroll
+			for (int k = 0; k < BN / 16; k++)
+				wg_rs<D>(o, pa[k], wg_desc(Vs + k * 16 * 128, BN * 128, 1024));
+			wg_commit();
+			wg_wait_all();
+			wg_settle<D / 8>(o);
+		}
+		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
+	}
+	if (live) {
+		if (bias) {
+			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+			rs.ma += wg_row_dot<D>(Qs, ra - q0, bk, c) * sl2;
+			rs.mb += wg_row_dot<D>(Qs, rb - q0, bk, c) * sl2;
+#pragma unroll
+			for (int n = 0; n < D / 8; n++) {
+				float v0 = __ldg(bv + 8 * n + 2 * c), v1 = __ldg(bv + 8 * n + 2 * c + 1);
+				o[n][0] += rs.la * v0;
+				o[n][1] += rs.la * v1;
+				o[n][2] += rs.lb * v0;
+				o[n][3] += rs.lb * v1;
+			}
+		}
+		flash_store_rows<D / 8>(out, lse, o, &rs, base, hrow, ra, rb, c, T, H, h);
+	}
+#endif
+}
+
+/* ---- launcher ------------------------------------------------------------------------ */
+
+template <int D, int BN, typename OT>
+static int wg_fwd(qe_stream *s, OT *out, float *lse, const bf16 *qkv16, const float *bias, int64_t B, int T, int H,
+		  int nh)
+{
+	const char *op = "attn_flash_fwd";
+	size_t smem = wg_fwd_smem(D, BN);
+	cudaError_t e = cudaFuncSetAttribute(flashwg_fwd_kernel<D, BN, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					     (int)smem);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_fwd_kernel)");
+	dim3 grid((unsigned)((T + WG_QROWS - 1) / WG_QROWS), (unsigned)nh, (unsigned)B);
+	flashwg_fwd_kernel<D, BN, OT><<<grid, WG_NT, smem, s->cs>>>(out, lse, qkv16, bias, T, H, nh,
+								     1.0f / sqrtf((float)D));
+	return qe__cuda_launched(op, "flashwg_fwd_kernel");
+}
+
+extern "C" int qe__cuda_flashwg_fwd(qe_stream *s, void *out, float *lse, const void *qkv16, const float *bias,
+				    int64_t B, int T, int H, int nh, qe_dtype out_dt)
+{
+	const bf16 *q = (const bf16 *)qkv16;
+	switch ((H / nh) * 2 + (out_dt == QE_BF16)) {
+	case 64 * 2:
+		return wg_fwd<64, WG_BN64, float>(s, (float *)out, lse, q, bias, B, T, H, nh);
+	case 64 * 2 + 1:
+		return wg_fwd<64, WG_BN64, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
+	case 128 * 2:
+		return wg_fwd<128, WG_BN128, float>(s, (float *)out, lse, q, bias, B, T, H, nh);
+	case 128 * 2 + 1:
+		return wg_fwd<128, WG_BN128, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
+	default:
+		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: the wgmma kernel has no head dimension %d", H / nh);
+	}
+}
