@@ -43,6 +43,7 @@ int qe_model_preset(const char *name, qe_model_config *out)
 		       name);
 }
 
+/* the head dimensions auto picks flash for; --attention flash also takes 128 (bf16 and fp8 only) */
 static int flash_head_dim(const qe_model_config *c)
 {
 	int d = c->hidden / c->heads;
@@ -77,9 +78,9 @@ int qe_model_config_check(const qe_model_config *c)
 			       c->hidden, c->heads);
 	if (c->attn < QE_ATTN_AUTO || c->attn > QE_ATTN_FLASH)
 		return qe_fail(QE_EINVAL, "model '%s': attention mode %d", c->preset, c->attn);
-	if (c->attn == QE_ATTN_FLASH && !flash_head_dim(c))
-		return qe_fail(QE_EINVAL, "model '%s': --attention flash takes head dimensions 16, 32 or 64; --hidden %d / "
-			       "--heads %d is %d", c->preset, c->hidden, c->heads, c->hidden / c->heads);
+	if (c->attn == QE_ATTN_FLASH && !flash_head_dim(c) && c->hidden / c->heads != 128)
+		return qe_fail(QE_EINVAL, "model '%s': --attention flash takes head dimensions 16, 32, 64 or 128; --hidden "
+			       "%d / --heads %d is %d", c->preset, c->hidden, c->heads, c->hidden / c->heads);
 	return QE_OK;
 }
 

@@ -247,6 +247,9 @@ int qe_stage_create(qe_backend *b, const qe_model_config *cfg, const qe_precisio
 			       stage, nstages, nslots, nmicro);
 	if (qe_prec_is_fp8(prec) && (rc = qe_fp8_recipe_check(&prec->recipe)))
 		return rc;
+	if (qe_model_attn(cfg) == QE_ATTN_FLASH && cfg->hidden / cfg->heads > 64 && prec->mode == QE_PREC_F32)
+		return qe_fail(QE_EINVAL, "model '%s': --attention flash at head dimension %d needs --precision bf16 or "
+			       "fp8 (the TF32 kernels of f32 models stop at 64)", cfg->preset, cfg->hidden / cfg->heads);
 	qe_stage *st = calloc(1, sizeof(*st));
 	if (!st)
 		return qe_fail(QE_ENOMEM, "stage %d: out of host memory", stage);

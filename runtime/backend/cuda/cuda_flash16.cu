@@ -410,51 +410,6 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *
 
 /* ---- backward (Dt = dout . out from flash_dot_kernel, cuda_flash_row.cuh) ------------------- */
 
-/*
- * dQ's tile: sc (scores of rows ra, rb against keys k0..k0 + 63) becomes
- * dS = P (dP - Dt), P = 2^(s sl2 - lse log2 e) (la, lb: the rows' lse in
- * log2 units; da, db: their Dt).  With MASK, P is 0 where the key is after
- * the row or either is outside T; a tile wholly before the warp's first row
- * and inside T needs no mask.
- */
-template <bool MASK>
-__device__ __forceinline__ void ds_rows(float (*sc)[4], const float (*dp)[4], int k0, int ra, int rb, int c, int T,
-					float sl2, float la, float lb, float da, float db)
-{
-#pragma unroll
-	for (int n = 0; n < F16_NS; n++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
-			float p = flash_ex2(fmaf(sc[n][e], sl2, -(e < 2 ? la : lb)));
-			if (MASK && !(key <= row && key < T && row < T))
-				p = 0.0f;
-			sc[n][e] = p * (dp[n][e] - (e < 2 ? da : db));
-		}
-}
-
-/*
- * dK and dV's tile, transposed: st (scores of keys ka, kb against queries
- * q0..q0 + 63) becomes P^T and dpt becomes dS^T; ls and ds are the
- * queries' lse (log2 units) and Dt.  MASK as for ds_rows.
- */
-template <bool MASK>
-__device__ __forceinline__ void ds_cols(float (*st)[4], float (*dpt)[4], int q0, int ka, int kb, int c, int T, float sl2,
-					const float *ls, const float *ds)
-{
-#pragma unroll
-	for (int n = 0; n < F16_NS; n++)
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
-			float p = flash_ex2(fmaf(st[n][e], sl2, -ls[qc]));
-			if (MASK && !(key <= tq && tq < T && key < T))
-				p = 0.0f;
-			st[n][e] = p;
-			dpt[n][e] = p * (dpt[n][e] - ds[qc]);
-		}
-}
-
 template <int D, typename OT>
 __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
 							     const float *bias, const float *lse, const float *Dt, int T,
@@ -518,9 +473,9 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const b
 			frag_rows<D>(xa[0], dOs + w * 16 * LD, lane);
 			mm16_xyt<D, 1>(dp, xa, Vs, lane);
 			if (k0 + F16_TILE - 1 > wfirst || k0 + F16_TILE > T || wlast >= T)
-				ds_rows<true>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
+				flash_ds_rows<F16_NS, true>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
 			else
-				ds_rows<false>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
+				flash_ds_rows<F16_NS, false>(sc[0], dp[0], k0, ra, rb, c, T, sl2, la, lb, da, db);
 			mm16_py<D, 1>(dq, sc, Ks, lane);
 		}
 		__syncthreads();
@@ -593,9 +548,9 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, const 
 			frag_rows<D>(xa[0], Vs + w * 16 * LD, lane);
 			mm16_xyt<D, 1>(dpt, xa, dOs, lane); /* dP^T */
 			if (q0 < wfirst + 15 || q0 + F16_TILE > T || wfirst + 15 >= T)
-				ds_cols<true>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
+				flash_ds_cols<F16_NS, true>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
 			else
-				ds_cols<false>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
+				flash_ds_cols<F16_NS, false>(st[0], dpt[0], q0, ka, kb, c, T, sl2, ls, ds);
 			mm16_py<D, 1>(dv, st, dOs, lane);
 			mm16_py<D, 1>(dk, dpt, Qs, lane);
 		}
@@ -681,9 +636,7 @@ static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, cons
 	size_t dt_bytes = qe__cuda_align256((size_t)rows * sizeof(float));
 	unsigned char *scr = NULL;
 	const bf16 *qkv16 = NULL, *do16 = NULL;
-	if ((rc = smem16(flash16_dq_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
-	    (rc = smem16(flash16_dkv_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dkv_kernel)")) ||
-	    (rc = qe__cuda_scratch(s, dt_bytes + copy_bytes(dt, 3 * B * T * H) + copy_bytes(dt, B * T * H), op,
+	if ((rc = qe__cuda_scratch(s, dt_bytes + copy_bytes(dt, 3 * B * T * H) + copy_bytes(dt, B * T * H), op,
 				   (void **)&scr)))
 		return rc;
 	float *Dt = (float *)scr;
@@ -696,15 +649,24 @@ static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, cons
 	flash_dot_kernel<D, bf16, OT><<<nb, 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
 	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
 		return rc;
-	dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
-	float scale = 1.0f / sqrtf((float)D);
-	flash16_dq_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp,
-									  H, nh, scale);
-	if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
-		return rc;
-	flash16_dkv_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt, T, Tp,
-									   H, nh, scale);
-	return qe__cuda_launched(op, "flash16_dkv_kernel");
+	if constexpr (D >= 64) { /* Hopper's warp-group MMA (cuda_flash_wg.cu) */
+		(void)Tp;
+		return qe__cuda_flashwg_bwd(s, dqkv, qkv16, do16, in_tile_bias, lse, Dt, B, T, H, nh, dt);
+	} else {
+		if ((rc = smem16(flash16_dq_kernel<D, OT>, bwd_smem16(D), op, "cudaFuncSetAttribute(flash16_dq_kernel)")) ||
+		    (rc = smem16(flash16_dkv_kernel<D, OT>, bwd_smem16(D), op,
+				 "cudaFuncSetAttribute(flash16_dkv_kernel)")))
+			return rc;
+		dim3 grid((unsigned)(Tp / F16_TILE), (unsigned)nh, (unsigned)B);
+		float scale = 1.0f / sqrtf((float)D);
+		flash16_dq_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse, Dt,
+										  T, Tp, H, nh, scale);
+		if ((rc = qe__cuda_launched(op, "flash16_dq_kernel")))
+			return rc;
+		flash16_dkv_kernel<D, OT><<<grid, F16_NT, bwd_smem16(D), s->cs>>>(dqkv, qkv16, do16, in_tile_bias, lse,
+										   Dt, T, Tp, H, nh, scale);
+		return qe__cuda_launched(op, "flash16_dkv_kernel");
+	}
 }
 
 /* the forward for head dimension D, its output of dt */

@@ -105,6 +105,90 @@ __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4]
 	}
 }
 
+/*
+ * dQ's tile, first half: sc (scores of rows ra, rb against keys k0..k0 +
+ * 8 NS - 1) becomes P = 2^(s sl2 - lse log2 e) (la, lb: the rows' lse in
+ * log2 units).  With MASK, P is 0 where the key is after the row or either
+ * is outside T; a tile wholly before the warp's first row and inside T
+ * needs no mask.
+ */
+template <int NS, bool MASK>
+__device__ __forceinline__ void flash_p_rows(float (*sc)[4], int k0, int ra, int rb, int c, int T, float sl2, float la,
+					     float lb)
+{
+#pragma unroll
+	for (int n = 0; n < NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int key = k0 + 8 * n + 2 * c + (e & 1), row = e < 2 ? ra : rb;
+			float p = flash_ex2(fmaf(sc[n][e], sl2, -(e < 2 ? la : lb)));
+			if (MASK && !(key <= row && key < T && row < T))
+				p = 0.0f;
+			sc[n][e] = p;
+		}
+}
+
+/* second half: P becomes dS = P (dP - Dt) (da, db: the rows' Dt) */
+template <int NS>
+__device__ __forceinline__ void flash_ds_of_p_rows(float (*sc)[4], const float (*dp)[4], float da, float db)
+{
+#pragma unroll
+	for (int n = 0; n < NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			sc[n][e] = sc[n][e] * (dp[n][e] - (e < 2 ? da : db));
+}
+
+/* both halves, for kernels that have dP at hand with the scores */
+template <int NS, bool MASK>
+__device__ __forceinline__ void flash_ds_rows(float (*sc)[4], const float (*dp)[4], int k0, int ra, int rb, int c, int T,
+					      float sl2, float la, float lb, float da, float db)
+{
+	flash_p_rows<NS, MASK>(sc, k0, ra, rb, c, T, sl2, la, lb);
+	flash_ds_of_p_rows<NS>(sc, dp, da, db);
+}
+
+/*
+ * dK and dV's tile, transposed, first half: st (scores of keys ka, kb
+ * against queries q0..q0 + 8 NS - 1) becomes P^T; ls holds the queries'
+ * lse (log2 units).  MASK as for flash_p_rows.
+ */
+template <int NS, bool MASK>
+__device__ __forceinline__ void flash_p_cols(float (*st)[4], int q0, int ka, int kb, int c, int T, float sl2,
+					     const float *ls)
+{
+#pragma unroll
+	for (int n = 0; n < NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
+			float p = flash_ex2(fmaf(st[n][e], sl2, -ls[qc]));
+			if (MASK && !(key <= tq && tq < T && key < T))
+				p = 0.0f;
+			st[n][e] = p;
+		}
+}
+
+/* second half: dpt (dP^T) becomes dS^T = P^T (dP^T - Dt); ds holds the queries' Dt */
+template <int NS>
+__device__ __forceinline__ void flash_ds_of_p_cols(float (*dpt)[4], const float (*st)[4], int c, const float *ds)
+{
+#pragma unroll
+	for (int n = 0; n < NS; n++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			dpt[n][e] = st[n][e] * (dpt[n][e] - ds[8 * n + 2 * c + (e & 1)]);
+}
+
+/* both halves */
+template <int NS, bool MASK>
+__device__ __forceinline__ void flash_ds_cols(float (*st)[4], float (*dpt)[4], int q0, int ka, int kb, int c, int T,
+					      float sl2, const float *ls, const float *ds)
+{
+	flash_p_cols<NS, MASK>(st, q0, ka, kb, c, T, sl2, ls);
+	flash_ds_of_p_cols<NS>(dpt, st, c, ds);
+}
+
 /* four values at p as floats: bf16 widened exactly */
 __device__ __forceinline__ float4 flash_load4(const float *p) { return *(const float4 *)p; }
 

@@ -58,8 +58,14 @@ __device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.
 
 __device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 
+/* wait until at most N committed groups of the warp group's wgmma are still running */
+template <int N> __device__ __forceinline__ void wg_wait(void)
+{
+	asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
 /* wait for every committed wgmma of the warp group */
-__device__ __forceinline__ void wg_wait_all(void) { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all(void) { wg_wait<0>(); }
 
 /*
  * After wg_wait_all, the accumulators (n slices) become ordinary registers
@@ -232,14 +238,15 @@ template <int N> __device__ __forceinline__ void wg_cp_wait(void) { asm volatile
 
 /*
  * Start copying R rows of one head's D columns (row r at g + r ld) into the
- * swizzled tile s; rows at or after nvalid are zeros.  Thread i copies the
- * chunks i, i + WG_NT, ... (wg_tile_bias fixes up the same ones).
+ * swizzled tile s; rows at or after nvalid are zeros.  Thread i of NT copies
+ * the chunks i, i + NT, ... (wg_tile_bias fixes up the same ones).
  */
-template <int R, int D> __device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, int64_t ld, int nvalid)
+template <int R, int D, int NT = WG_NT>
+__device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, int64_t ld, int nvalid)
 {
 	const int C = D / 8;
 #pragma unroll
-	for (int i = threadIdx.x; i < R * C; i += WG_NT) {
+	for (int i = threadIdx.x; i < R * C; i += NT) {
 		int r = i / C, cc = i - r * C;
 		bool ok = r < nvalid;
 		wg_cp16(s + sw_chunk<R>(r, cc), ok ? g + r * ld + cc * 8 : g, ok);
@@ -251,11 +258,11 @@ template <int R, int D> __device__ __forceinline__ void wg_tile_async(unsigned c
  * of the tile, rounded to bf16 again, after its copies completed and before
  * the barrier that lets the warp groups read them.
  */
-template <int R, int D> __device__ __forceinline__ void wg_tile_bias(unsigned char *s, const float *b)
+template <int R, int D, int NT = WG_NT> __device__ __forceinline__ void wg_tile_bias(unsigned char *s, const float *b)
 {
 	const int C = D / 8;
 #pragma unroll
-	for (int i = threadIdx.x; i < R * C; i += WG_NT) {
+	for (int i = threadIdx.x; i < R * C; i += NT) {
 		int r = i / C, cc = i - r * C;
 		uint4 *p = (uint4 *)(s + sw_chunk<R>(r, cc));
 		uint4 v = *p;
@@ -274,17 +281,18 @@ template <int R, int D> __device__ __forceinline__ void wg_tile_bias(unsigned ch
 __device__ __forceinline__ void wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /*
- * Row r of the swizzled Q tile dotted with the D floats at v, in f32: lane
- * c of the row's quad takes columns c D/4 .. (c+1) D/4 - 1 in order, then
- * the quad's butterfly (the order flash16's row_dot uses).
+ * Row r of a swizzled tile of R rows dotted with the D floats at v, in f32:
+ * lane c of the row's quad takes columns c D/4 .. (c+1) D/4 - 1 in order,
+ * then the quad's butterfly (the order flash16's row_dot uses).
  */
-template <int D> __device__ __forceinline__ float wg_row_dot(const unsigned char *q, int r, const float *v, int c)
+template <int D, int R = WG_QROWS>
+__device__ __forceinline__ float wg_row_dot(const unsigned char *q, int r, const float *v, int c)
 {
 	const int Q = D / 4;
 	float a = 0.0f;
 #pragma unroll
 	for (int d = 0; d < Q; d++)
-		a = fmaf(sw_at<WG_QROWS>(q, r, c * Q + d), __ldg(v + c * Q + d), a);
+		a = fmaf(sw_at<R>(q, r, c * Q + d), __ldg(v + c * Q + d), a);
 	a += __shfl_xor_sync(0xffffffffu, a, 1);
 	return a + __shfl_xor_sync(0xffffffffu, a, 2);
 }
@@ -406,6 +414,256 @@ __global__ void __launch_bounds__(WG_NT, 2) flashwg_fwd_kernel(OT *out, float *l
 #endif
 }
 
+/* ---- backward (Dt = dout . out from flash_dot_kernel, cuda_flash_row.cuh) ------------------- */
+
+/*
+ * The backward's blocks are one warp group each (WG_BT threads): 64 rows of
+ * queries (dQ) or keys (dK, dV), walking the other side in tiles of 64.
+ * Their accumulators take about twice the forward's registers, so single
+ * warp groups, several to an SM, are what keeps the tensor cores busy while
+ * one of them does its exponentials.
+ */
+#define WG_BT 128 /* threads a backward block */
+#define WG_BR 64  /* rows a backward block owns, and rows of the tiles it walks */
+
+/* shared bytes: four tiles of 64 rows of D (its own two and one pair of the other side's)
+ * and a second pair to fill, lse and Dt of two tiles, room to align */
+static size_t wg_bwd_smem(int D) { return (size_t)6 * WG_BR * D * 2 + 4 * WG_BR * sizeof(float) + 1024; }
+
+/* acc = X Y^T over the D columns of two swizzled 64-row tiles (X: the block's rows) */
+template <int D> __device__ __forceinline__ void wg_xyt(float (*acc)[4], const unsigned char *x, const unsigned char *y)
+{
+#pragma unroll
+	for (int k = 0; k < D / 16; k++) {
+		const int at = (k >> 2) * WG_BR * 128 + (k & 3) * 32;
+		wg_ss<WG_BR>(acc, wg_desc(x + at, 16, 1024), wg_desc(y + at, 16, 1024), k > 0);
+	}
+}
+
+/* acc += P Y: P the warp group's 64 x 64 fragments in registers, Y a swizzled 64-row tile read N-major */
+template <int D> __device__ __forceinline__ void wg_py(float (*acc)[4], const uint32_t (*p)[4], const unsigned char *y)
+{
+#pragma unroll
+	for (int k = 0; k < WG_BR / 16; k++)
+		wg_rs<D>(acc, p[k], wg_desc(y + k * 16 * 128, WG_BR * 128, 1024));
+}
+
+/* a 64-column accumulator tile as the A fragments of its four 16-column steps, bf16 nearest even */
+__device__ __forceinline__ void wg_frags(uint32_t (*a)[4], const float (*x)[4])
+{
+#pragma unroll
+	for (int k = 0; k < WG_BR / 16; k++) {
+		a[k][0] = pack2w(x[2 * k][0], x[2 * k][1]);
+		a[k][1] = pack2w(x[2 * k][2], x[2 * k][3]);
+		a[k][2] = pack2w(x[2 * k + 1][0], x[2 * k + 1][1]);
+		a[k][3] = pack2w(x[2 * k + 1][2], x[2 * k + 1][3]);
+	}
+}
+
+/*
+ * dQ: a block owns 64 queries and walks the key tiles up to the diagonal:
+ * S = Q K^T and dP = dO V^T (wgmma from shared memory), dS = P (dP - Dt)
+ * (flash_ds_rows), dQ += dS K (dS from registers, K read N-major).  The
+ * QKV bias: Q gets it in shared memory; the streamed K and V tiles do not,
+ * and their terms move the rows' lse and Dt instead, as flash16's dQ does.
+ */
+template <int D, typename OT>
+__global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
+							     const float *bias, const float *lse, const float *Dt,
+							     int T, int H, int nh, float scale)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ unsigned char smraw[];
+	const int TB = WG_BR * D * 2;
+	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
+	unsigned char *dOs = Qs + TB, *KV = dOs + TB; /* buffer i: K at KV + 2 i TB, V after it */
+	const int nqt = (T + WG_BR - 1) / WG_BR;
+	const int qt = nqt - 1 - (int)blockIdx.x; /* the longest rows first */
+	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3;
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int q0 = qt * WG_BR, wfirst = q0 + 16 * w, wlast = wfirst + 15;
+	const int ra = wfirst + g, rb = ra + 8;
+	const float sl2 = scale * FLASH_LOG2E;
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
+	wg_tile_async<WG_BR, D, WG_BT>(Qs, qg + q0 * ld, ld, T - q0);
+	wg_tile_async<WG_BR, D, WG_BT>(dOs, do16 + base * H + h * D + q0 * H, H, T - q0);
+	wg_cp_commit();
+	wg_tile_async<WG_BR, D, WG_BT>(KV, kg, ld, T);
+	wg_tile_async<WG_BR, D, WG_BT>(KV + TB, vg, ld, T);
+	wg_cp_commit();
+	float la = ra < T ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
+	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	float dq[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++)
+		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+	for (int kt = 0; kt <= qt; kt++) {
+		const int k0 = kt * WG_BR;
+		unsigned char *Ks = KV + (kt & 1) * 2 * TB, *Vs = Ks + TB;
+		if (kt < qt) {
+			unsigned char *nx = KV + ((kt + 1) & 1) * 2 * TB;
+			wg_tile_async<WG_BR, D, WG_BT>(nx, kg + (k0 + WG_BR) * ld, ld, T - k0 - WG_BR);
+			wg_tile_async<WG_BR, D, WG_BT>(nx + TB, vg + (k0 + WG_BR) * ld, ld, T - k0 - WG_BR);
+			wg_cp_commit();
+			wg_cp_wait<1>();
+		} else {
+			wg_cp_wait<0>();
+		}
+		if (bias && kt == 0)
+			wg_tile_bias<WG_BR, D, WG_BT>(Qs, bias + h * D);
+		wg_proxy_fence();
+		__syncthreads();
+		if (bias && kt == 0) {
+			/* q . bk moves the row's lse, dO . bv its Dt; a row of dS sums to zero, so dS bk adds nothing */
+			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+			la -= wg_row_dot<D, WG_BR>(Qs, ra - q0, bk, c) * sl2;
+			lb -= wg_row_dot<D, WG_BR>(Qs, rb - q0, bk, c) * sl2;
+			da -= wg_row_dot<D, WG_BR>(dOs, ra - q0, bv, c);
+			db -= wg_row_dot<D, WG_BR>(dOs, rb - q0, bv, c);
+		}
+		float sc[WG_BR / 8][4], dp[WG_BR / 8][4];
+		wg_fence();
+		wg_xyt<D>(sc, Qs, Ks);
+		wg_commit();
+		wg_xyt<D>(dp, dOs, Vs);
+		wg_commit();
+		wg_wait<1>(); /* S is ready; its exponentials overlap dP's products */
+		wg_settle<WG_BR / 8>(sc);
+		if (k0 + WG_BR - 1 > wfirst || k0 + WG_BR > T || wlast >= T)
+			flash_p_rows<WG_BR / 8, true>(sc, k0, ra, rb, c, T, sl2, la, lb);
+		else
+			flash_p_rows<WG_BR / 8, false>(sc, k0, ra, rb, c, T, sl2, la, lb);
+		wg_wait<0>();
+		wg_settle<WG_BR / 8>(dp);
+		flash_ds_of_p_rows<WG_BR / 8>(sc, dp, da, db);
+		uint32_t pa[WG_BR / 16][4];
+		wg_frags(pa, sc);
+		wg_fence();
+		wg_py<D>(dq, pa, Ks);
+		wg_commit();
+		wg_wait_all();
+		wg_settle<D / 8>(dq);
+		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
+	}
+	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
+#endif
+}
+
+/*
+ * dK and dV: a block owns 64 keys and walks the query tiles from its own
+ * on: S^T = K Q^T and dP^T = V dO^T (wgmma from shared memory), P^T and
+ * dS^T (flash_ds_cols), dV += P^T dO and dK += dS^T Q (from registers, dO
+ * and Q read N-major).  The queries' lse and Dt come through shared memory,
+ * the next tile's loaded while this one's products run.  With a QKV bias,
+ * K and V (copied once) and every Q tile get it in shared memory.
+ */
+#ifndef WG_DKV_BLOCKS
+#define WG_DKV_BLOCKS 2 /* dK/dV blocks an SM is built for (registers: 255 / 2 or 168 / 3) */
+#endif
+
+template <int D, typename OT>
+__global__ void __launch_bounds__(WG_BT, WG_DKV_BLOCKS) flashwg_dkv_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
+							      const float *bias, const float *lse, const float *Dt,
+							      int T, int H, int nh, float scale)
+{
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	extern __shared__ unsigned char smraw[];
+	const int TB = WG_BR * D * 2;
+	unsigned char *Ks = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
+	unsigned char *Vs = Ks + TB, *QD = Vs + TB; /* buffer i: Q at QD + 2 i TB, dO after it */
+	float *lse_s = (float *)(QD + 4 * TB), *dt_s = lse_s + 2 * WG_BR;
+	const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	const int g = lane >> 2, c = lane & 3, tid = threadIdx.x;
+	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
+	const int k0 = kt * WG_BR, nqt = (T + WG_BR - 1) / WG_BR, wfirst = k0 + 16 * w;
+	const int ka = wfirst + g, kb = ka + 8;
+	const float sl2 = scale * FLASH_LOG2E;
+	const int64_t ld = 3 * (int64_t)H;
+	const bf16 *qg = qkv16 + base * ld + h * D, *dog = do16 + base * H + h * D;
+	wg_tile_async<WG_BR, D, WG_BT>(Ks, qg + H + k0 * ld, ld, T - k0);
+	wg_tile_async<WG_BR, D, WG_BT>(Vs, qg + 2 * H + k0 * ld, ld, T - k0);
+	wg_cp_commit();
+	wg_tile_async<WG_BR, D, WG_BT>(QD, qg + k0 * ld, ld, T - k0);
+	wg_tile_async<WG_BR, D, WG_BT>(QD + TB, dog + k0 * H, H, T - k0);
+	wg_cp_commit();
+	if (tid < WG_BR) {
+		int t = k0 + tid;
+		lse_s[tid] = t < T ? lse[hrow + t] * FLASH_LOG2E : 0.0f;
+		dt_s[tid] = t < T ? Dt[hrow + t] : 0.0f;
+	}
+	float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+	for (int n = 0; n < D / 8; n++) {
+		dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
+		dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
+	}
+	for (int qt = kt; qt < nqt; qt++) {
+		const int q0 = qt * WG_BR, cur = (qt - kt) & 1, nxt = cur ^ 1;
+		unsigned char *Qs = QD + cur * 2 * TB, *dOs = Qs + TB;
+		float ln = 0.0f, dn = 0.0f; /* the next tile's lse and Dt, stored after this tile's products */
+		int tn = q0 + WG_BR + tid;
+		if (tid < WG_BR && tn < T) {
+			ln = lse[hrow + tn] * FLASH_LOG2E;
+			dn = Dt[hrow + tn];
+		}
+		if (qt + 1 < nqt) {
+			unsigned char *nx = QD + nxt * 2 * TB;
+			wg_tile_async<WG_BR, D, WG_BT>(nx, qg + (q0 + WG_BR) * ld, ld, T - q0 - WG_BR);
+			wg_tile_async<WG_BR, D, WG_BT>(nx + TB, dog + (q0 + WG_BR) * H, H, T - q0 - WG_BR);
+			wg_cp_commit();
+			wg_cp_wait<1>();
+		} else {
+			wg_cp_wait<0>();
+		}
+		if (bias) {
+			if (qt == kt) {
+				wg_tile_bias<WG_BR, D, WG_BT>(Ks, bias + H + h * D);
+				wg_tile_bias<WG_BR, D, WG_BT>(Vs, bias + 2 * H + h * D);
+			}
+			wg_tile_bias<WG_BR, D, WG_BT>(Qs, bias + h * D);
+		}
+		wg_proxy_fence();
+		__syncthreads();
+		const float *ls = lse_s + cur * WG_BR, *ds = dt_s + cur * WG_BR;
+		float st[WG_BR / 8][4], dpt[WG_BR / 8][4];
+		wg_fence();
+		wg_xyt<D>(st, Ks, Qs); /* S^T: keys x queries */
+		wg_commit();
+		wg_xyt<D>(dpt, Vs, dOs); /* dP^T */
+		wg_commit();
+		wg_wait<1>(); /* S^T is ready; P^T's exponentials overlap dP^T's products */
+		wg_settle<WG_BR / 8>(st);
+		if (q0 < wfirst + 15 || q0 + WG_BR > T || wfirst + 15 >= T)
+			flash_p_cols<WG_BR / 8, true>(st, q0, ka, kb, c, T, sl2, ls);
+		else
+			flash_p_cols<WG_BR / 8, false>(st, q0, ka, kb, c, T, sl2, ls);
+		uint32_t pa[WG_BR / 16][4], sa[WG_BR / 16][4];
+		wg_frags(pa, st);
+		wg_wait<0>();
+		wg_settle<WG_BR / 8>(dpt);
+		wg_fence();
+		wg_py<D>(dv, pa, dOs); /* dV's products overlap dS^T */
+		wg_commit();
+		flash_ds_of_p_cols<WG_BR / 8>(dpt, st, c, ds);
+		wg_frags(sa, dpt);
+		wg_fence();
+		wg_py<D>(dk, sa, Qs);
+		wg_commit();
+		wg_wait_all();
+		wg_settle<D / 8>(dv);
+		wg_settle<D / 8>(dk);
+		if (tid < WG_BR) {
+			lse_s[nxt * WG_BR + tid] = ln;
+			dt_s[nxt * WG_BR + tid] = dn;
+		}
+		__syncthreads();
+	}
+	flash_store_dkv<D / 8>(dqkv, dk, dv, base, ka, kb, c, T, H, h, scale);
+#endif
+}
+
 /* ---- launcher ------------------------------------------------------------------------ */
 
 template <int D, int BN, typename OT>
@@ -439,5 +697,46 @@ extern "C" int qe__cuda_flashwg_fwd(qe_stream *s, void *out, float *lse, const v
 		return wg_fwd<128, WG_BN128, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: the wgmma kernel has no head dimension %d", H / nh);
+	}
+}
+
+template <int D, typename OT>
+static int wg_bwd(qe_stream *s, OT *dqkv, const bf16 *qkv16, const bf16 *do16, const float *bias, const float *lse,
+		  const float *Dt, int64_t B, int T, int H, int nh)
+{
+	const char *op = "attn_flash_bwd";
+	size_t smem = wg_bwd_smem(D);
+	cudaError_t e = cudaFuncSetAttribute(flashwg_dq_kernel<D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+					     (int)smem);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_dq_kernel)");
+	e = cudaFuncSetAttribute(flashwg_dkv_kernel<D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_dkv_kernel)");
+	dim3 grid((unsigned)((T + WG_BR - 1) / WG_BR), (unsigned)nh, (unsigned)B);
+	float scale = 1.0f / sqrtf((float)D);
+	flashwg_dq_kernel<D, OT><<<grid, WG_BT, smem, s->cs>>>(dqkv, qkv16, do16, bias, lse, Dt, T, H, nh, scale);
+	int rc = qe__cuda_launched(op, "flashwg_dq_kernel");
+	if (rc)
+		return rc;
+	flashwg_dkv_kernel<D, OT><<<grid, WG_BT, smem, s->cs>>>(dqkv, qkv16, do16, bias, lse, Dt, T, H, nh, scale);
+	return qe__cuda_launched(op, "flashwg_dkv_kernel");
+}
+
+extern "C" int qe__cuda_flashwg_bwd(qe_stream *s, void *dqkv, const void *qkv16, const void *do16, const float *bias,
+				    const float *lse, const float *Dt, int64_t B, int T, int H, int nh, qe_dtype out_dt)
+{
+	const bf16 *q = (const bf16 *)qkv16, *d = (const bf16 *)do16;
+	switch ((H / nh) * 2 + (out_dt == QE_BF16)) {
+	case 64 * 2:
+		return wg_bwd<64, float>(s, (float *)dqkv, q, d, bias, lse, Dt, B, T, H, nh);
+	case 64 * 2 + 1:
+		return wg_bwd<64, bf16>(s, (bf16 *)dqkv, q, d, bias, lse, Dt, B, T, H, nh);
+	case 128 * 2:
+		return wg_bwd<128, float>(s, (float *)dqkv, q, d, bias, lse, Dt, B, T, H, nh);
+	case 128 * 2 + 1:
+		return wg_bwd<128, bf16>(s, (bf16 *)dqkv, q, d, bias, lse, Dt, B, T, H, nh);
+	default:
+		return qe_fail(QE_EUNSUPPORTED, "attn_flash_bwd: the wgmma kernels have no head dimension %d", H / nh);
 	}
 }

@@ -173,6 +173,9 @@ int qe__cuda_flash16_fwd(qe_stream *s, void *out, float *lse, const void *qkv, c
  */
 int qe__cuda_flashwg_fwd(qe_stream *s, void *out, float *lse, const void *qkv16, const float *qkv_bias, int64_t B,
 			 int T, int H, int nh, qe_dtype out_dt);
+/* its backward: dQ, then dK and dV, from Dt (flash_dot_kernel) and the forward's lse */
+int qe__cuda_flashwg_bwd(qe_stream *s, void *dqkv, const void *qkv16, const void *do16, const float *qkv_bias,
+			 const float *lse, const float *Dt, int64_t B, int T, int H, int nh, qe_dtype out_dt);
 int qe__cuda_flash16_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
 			 const void *out, const float *lse, int64_t B, int T, int H, int nh, qe_dtype dt);
 /* n rounded up to a multiple of 256: where the next piece of a shared scratch buffer starts */

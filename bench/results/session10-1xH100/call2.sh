@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# session 10, call 2: the wgmma forward and backward (cuda_flash_wg.cu) against main fd4753a (qeffect-head):
+# backend_test_cuda_attn, then qeffect bench attention of both and PyTorch's SDPA, then the
+# gpt2 2-layer equivalences and the gpt2 b16 step of both.
+set -u
+P=gpu-pkg; O=${1:?}; Q=$P/qeffect; QH=$P/qeffect-head; W=$(mktemp -d)
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
+timeout 300 $P/backend_test_cuda_attn > $O/cuda_attn.log 2>&1; echo "cuda_attn rc=$? $(tail -1 $O/cuda_attn.log)"
+grep -iE "fail" $O/cuda_attn.log | head; grep -E "flash_bwd bf16" $O/cuda_attn.log | head -30
+timeout 300 $P/backend_test_cuda_ops > $O/cuda_ops.log 2>&1; echo "cuda_ops rc=$? $(tail -1 $O/cuda_ops.log)"
+SH=16:12:1024:64,8:25:1024:64,4:16:4096:64,2:16:4096:128
+timeout 120 $QH bench attention --backend cuda --shapes $SH --min-ms 200 > $O/attn-head.txt 2>&1; echo "head bench rc=$?"; cat $O/attn-head.txt
+SHAPES=$SH MIN_MS=200 timeout 200 bash bench/attention/run.sh $P $W/attn > $O/attn.log 2>&1; echo "attn bench rc=$?"; cat $O/attn.log | tail -12
+G="--backend cuda --preset gpt2 --layers 2 --batch 2 --steps 4 --log-every 1 --data $P/brown_train.bin --seq 512 --pp 1"
+$Q train $G --run-dir $W/g1 > $W/g1.out 2>&1; echo "gpt2 L2 rc=$?"
+$Q train $G --run-dir $W/g0 > $W/g0.out 2>&1; echo "gpt2 L2 again rc=$?"
+$Q train $G --backward full --run-dir $W/g2 > $W/g2.out 2>&1; echo "gpt2 L2 full rc=$?"
+$Q train $G --exec graph --run-dir $W/g3 > $W/g3.out 2>&1; echo "gpt2 L2 graph rc=$?"
+$Q train $G --steps 2 --ckpt-every 2 --run-dir $W/g4 > $W/g4.out 2>&1 && $Q resume --run-dir $W/g4 --steps 4 > $W/g4r.out 2>&1; echo "gpt2 L2 2 steps + resume to 4 rc=$?"
+for x in g0 g2 g3 g4; do echo "compare g1 $x: $($Q compare $W/g1 $W/$x 2>&1 | tail -1)"; done
+grep -h "^step" $W/g1.out | tail -1
+$QH train $G --run-dir $W/gh > $W/gh.out 2>&1; grep -h "^step" $W/gh.out | tail -1
+for q in $QH $Q $QH $Q; do for prec in fp8; do
+  $q train --backend cuda --preset gpt2 --batch 16 --pp 1 --chunks 1 --micro 1 --exec graph --grad direct --precision $prec --steps 16 --trace off --quiet --json --data $P/brown_train.bin 2>/dev/null |
+    python3 -c "import json,sys,statistics; d=[json.loads(l) for l in sys.stdin if l.startswith('{')][-1]; m=statistics.median(d['step_ms'][5:15]); print('$(basename $q) gpt2 b16 $prec median ms (steps 6-15)', round(m,2), 'tok/s', round(16384/m*1000), 'peak GiB', round(d.get('alloc_peak_bytes',0)/2**30,2))"
+done; done
