@@ -39,17 +39,13 @@
 #include "runtime/backend/cuda/cuda_flash_row.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 
-#define WG_QROWS 128 /* queries a block owns: two warp groups of 64 */
-#define WG_NT 256    /* threads a block */
+#define WG_QROWS 128 /* queries a forward block owns: two warp groups of 64 */
+#define WG_NT 256    /* threads a forward block */
 
 typedef __nv_bfloat16 bf16;
 
-#ifndef WG_BN64
-#define WG_BN64 128 /* key tile at head dimension 64 */
-#endif
-#ifndef WG_BN128
-#define WG_BN128 64 /* key tile at head dimension 128 */
-#endif
+#define WG_BN64 128 /* the forward's key tile at head dimension 64 */
+#define WG_BN128 64 /* at 128: S and O then take 32 + 64 accumulators, as at 64 (64 + 32) */
 
 /* ---- wgmma and its fences ------------------------------------------------------------ */
 
@@ -210,6 +206,18 @@ __device__ __forceinline__ uint32_t pack2w(float lo, float hi)
 {
 	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
 	return *(uint32_t *)&v;
+}
+
+/* an accumulator tile of N columns as the A fragments of its N/16 steps of 16 columns, bf16 nearest even */
+template <int N> __device__ __forceinline__ void wg_frags(uint32_t (*a)[4], const float (*x)[4])
+{
+#pragma unroll
+	for (int k = 0; k < N / 16; k++) {
+		a[k][0] = pack2w(x[2 * k][0], x[2 * k][1]);
+		a[k][1] = pack2w(x[2 * k][2], x[2 * k][3]);
+		a[k][2] = pack2w(x[2 * k + 1][0], x[2 * k + 1][1]);
+		a[k][3] = pack2w(x[2 * k + 1][2], x[2 * k + 1][3]);
+	}
 }
 
 /* ---- swizzled tiles ------------------------------------------------------------------ */
@@ -378,13 +386,7 @@ __global__ void __launch_bounds__(WG_NT, 2) flashwg_fwd_kernel(OT *out, float *l
 			else
 				flash_softmax_step<NS, D / 8, false>(sc, o, &rs, k0, ra, rb, c, T, sl2);
 			uint32_t pa[BN / 16][4];
-#pragma unroll
-			for (int k = 0; k < BN / 16; k++) {
-				pa[k][0] = pack2w(sc[2 * k][0], sc[2 * k][1]);
-				pa[k][1] = pack2w(sc[2 * k][2], sc[2 * k][3]);
-				pa[k][2] = pack2w(sc[2 * k + 1][0], sc[2 * k + 1][1]);
-				pa[k][3] = pack2w(sc[2 * k + 1][2], sc[2 * k + 1][3]);
-			}
+			wg_frags<BN>(pa, sc);
 			wg_fence();
 #pragma unroll
 			for (int k = 0; k < BN / 16; k++)
@@ -446,18 +448,6 @@ template <int D> __device__ __forceinline__ void wg_py(float (*acc)[4], const ui
 #pragma unroll
 	for (int k = 0; k < WG_BR / 16; k++)
 		wg_rs<D>(acc, p[k], wg_desc(y + k * 16 * 128, WG_BR * 128, 1024));
-}
-
-/* a 64-column accumulator tile as the A fragments of its four 16-column steps, bf16 nearest even */
-__device__ __forceinline__ void wg_frags(uint32_t (*a)[4], const float (*x)[4])
-{
-#pragma unroll
-	for (int k = 0; k < WG_BR / 16; k++) {
-		a[k][0] = pack2w(x[2 * k][0], x[2 * k][1]);
-		a[k][1] = pack2w(x[2 * k][2], x[2 * k][3]);
-		a[k][2] = pack2w(x[2 * k + 1][0], x[2 * k + 1][1]);
-		a[k][3] = pack2w(x[2 * k + 1][2], x[2 * k + 1][3]);
-	}
 }
 
 /*
@@ -539,7 +529,7 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf
 		wg_settle<WG_BR / 8>(dp);
 		flash_ds_of_p_rows<WG_BR / 8>(sc, dp, da, db);
 		uint32_t pa[WG_BR / 16][4];
-		wg_frags(pa, sc);
+		wg_frags<WG_BR>(pa, sc);
 		wg_fence();
 		wg_py<D>(dq, pa, Ks);
 		wg_commit();
@@ -559,12 +549,8 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf
  * the next tile's loaded while this one's products run.  With a QKV bias,
  * K and V (copied once) and every Q tile get it in shared memory.
  */
-#ifndef WG_DKV_BLOCKS
-#define WG_DKV_BLOCKS 2 /* dK/dV blocks an SM is built for (registers: 255 / 2 or 168 / 3) */
-#endif
-
 template <int D, typename OT>
-__global__ void __launch_bounds__(WG_BT, WG_DKV_BLOCKS) flashwg_dkv_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
+__global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
 							      const float *bias, const float *lse, const float *Dt,
 							      int T, int H, int nh, float scale)
 {
@@ -640,14 +626,14 @@ __global__ void __launch_bounds__(WG_BT, WG_DKV_BLOCKS) flashwg_dkv_kernel(OT *d
 		else
 			flash_p_cols<WG_BR / 8, false>(st, q0, ka, kb, c, T, sl2, ls);
 		uint32_t pa[WG_BR / 16][4], sa[WG_BR / 16][4];
-		wg_frags(pa, st);
+		wg_frags<WG_BR>(pa, st);
 		wg_wait<0>();
 		wg_settle<WG_BR / 8>(dpt);
 		wg_fence();
 		wg_py<D>(dv, pa, dOs); /* dV's products overlap dS^T */
 		wg_commit();
 		flash_ds_of_p_cols<WG_BR / 8>(dpt, st, c, ds);
-		wg_frags(sa, dpt);
+		wg_frags<WG_BR>(sa, dpt);
 		wg_fence();
 		wg_py<D>(dk, sa, Qs);
 		wg_commit();
