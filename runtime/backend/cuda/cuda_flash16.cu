@@ -47,12 +47,6 @@
 
 typedef __nv_bfloat16 bf16;
 
-/* two floats as one bf16x2 register: lo in the low half, nearest even */
-__device__ __forceinline__ uint32_t pack2(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
 
 /* d += A . B for one m16n8k16 step: a[4], b0, b1 bf16x2 registers */
 __device__ __forceinline__ void mma16(float *d, const uint32_t *a, uint32_t b0, uint32_t b1)
@@ -104,23 +98,9 @@ __global__ void bf16_copy_kernel(bf16 *dst, const float *src, const float *bias,
 		for (int e = 0; e < 8; e++)
 			v[e] = v[e] + b[e];
 	}
-	((uint4 *)dst)[i] = make_uint4(pack2(v[0], v[1]), pack2(v[2], v[3]), pack2(v[4], v[5]), pack2(v[6], v[7]));
+	((uint4 *)dst)[i] = make_uint4(flash_pack2(v[0], v[1]), flash_pack2(v[2], v[3]), flash_pack2(v[4], v[5]), flash_pack2(v[6], v[7]));
 }
 
-/*
- * 16 bytes global -> shared without passing through registers (cp.async, L2
- * only); with ok false, 16 zero bytes (the source size is 0, g is not read).
- */
-__device__ __forceinline__ void cp16(bf16 *sm, const bf16 *g, bool ok)
-{
-	uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(ok ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-
-/* wait until at most N of this thread's committed groups are still in flight */
-template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /*
  * Start copying a tile into s (stride D+8): 64 rows of one head's D
@@ -135,7 +115,7 @@ template <int D> __device__ __forceinline__ void tile_async(bf16 *s, const bf16 
 	for (int i = threadIdx.x; i < F16_TILE * C; i += F16_NT) {
 		int r = i / C, c = (i - r * C) * 8;
 		bool ok = r < nvalid;
-		cp16(s + r * LD + c, ok ? g + r * ld + c : g, ok);
+		flash_cp16(s + r * LD + c, ok ? g + r * ld + c : g, ok);
 	}
 }
 
@@ -161,7 +141,7 @@ template <int D> __device__ __forceinline__ void tile_bias(bf16 *s, const float 
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
 			float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[e]);
-			w[e] = pack2(f.x + bb[2 * e], f.y + bb[2 * e + 1]);
+			w[e] = flash_pack2(f.x + bb[2 * e], f.y + bb[2 * e + 1]);
 		}
 		*p = v;
 	}
@@ -180,10 +160,10 @@ __device__ __forceinline__ void pair_next(bf16 *dst, const bf16 *ga, int64_t la,
 	if (more) {
 		tile_async<D>(dst, ga, la, nvalid);
 		tile_async<D>(dst + F16_TILE * (D + 8), gb, lb, nvalid);
-		cp_commit();
-		cp_wait<1>();
+		flash_cp_commit();
+		flash_cp_wait<1>();
 	} else {
-		cp_wait<0>();
+		flash_cp_wait<0>();
 	}
 }
 
@@ -246,10 +226,10 @@ __device__ __forceinline__ void mm16_py(float (*out)[D / 8][4], const float (*p)
 		uint32_t a[RG][4];
 #pragma unroll
 		for (int r = 0; r < RG; r++) {
-			a[r][0] = pack2(p[r][2 * k][0], p[r][2 * k][1]);
-			a[r][1] = pack2(p[r][2 * k][2], p[r][2 * k][3]);
-			a[r][2] = pack2(p[r][2 * k + 1][0], p[r][2 * k + 1][1]);
-			a[r][3] = pack2(p[r][2 * k + 1][2], p[r][2 * k + 1][3]);
+			a[r][0] = flash_pack2(p[r][2 * k][0], p[r][2 * k][1]);
+			a[r][1] = flash_pack2(p[r][2 * k][2], p[r][2 * k][3]);
+			a[r][2] = flash_pack2(p[r][2 * k + 1][0], p[r][2 * k + 1][1]);
+			a[r][3] = flash_pack2(p[r][2 * k + 1][2], p[r][2 * k + 1][3]);
 		}
 #pragma unroll
 		for (int n = 0; n < D / 16; n++) {
@@ -354,11 +334,11 @@ __global__ void __launch_bounds__(F16_NT, 2) flash16_fwd_kernel(OT *out, float *
 	tile_async<D>(Qs, qg + q0 * ld, ld, T - q0);
 	if (two)
 		tile_async<D>(Qs + TS, qg + (q0 + F16_TILE) * ld, ld, T - q0 - F16_TILE);
-	cp_commit();
+	flash_cp_commit();
 	tile_async<D>(KV, kg, ld, T);
 	tile_async<D>(KV + TS, vg, ld, T);
-	cp_commit();
-	cp_wait<1>();
+	flash_cp_commit();
+	flash_cp_wait<1>();
 	if (bias) {
 		tile_bias<D>(Qs, bias + h * D);
 		if (two)
@@ -430,10 +410,10 @@ __global__ void __launch_bounds__(F16_NT, 4) flash16_dq_kernel(OT *dqkv, const b
 	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
 	tile_async<D>(Qs, qg + q0 * ld, ld, T - q0);
 	tile_async<D>(dOs, do16 + base * H + h * D + q0 * H, H, T - q0);
-	cp_commit();
+	flash_cp_commit();
 	tile_async<D>(KV, kg, ld, T);
 	tile_async<D>(KV + TS, vg, ld, T);
-	cp_commit();
+	flash_cp_commit();
 	float la = ra < T ? lse[hrow + ra] * F16_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * F16_LOG2E : 0.0f;
 	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
 	float dq[1][D / 8][4];
@@ -503,10 +483,10 @@ __global__ void __launch_bounds__(F16_NT, 3) flash16_dkv_kernel(OT *dqkv, const 
 	const bf16 *qg = qkv16 + base * ld + h * D, *dog = do16 + base * H + h * D;
 	tile_async<D>(Ks, qg + H + k0 * ld, ld, T - k0);
 	tile_async<D>(Vs, qg + 2 * H + k0 * ld, ld, T - k0);
-	cp_commit();
+	flash_cp_commit();
 	tile_async<D>(QD, qg + k0 * ld, ld, T - k0);
 	tile_async<D>(QD + TS, dog + k0 * H, H, T - k0);
-	cp_commit();
+	flash_cp_commit();
 	if (tid < F16_TILE) {
 		int t = k0 + tid;
 		lse_s[tid] = t < T ? lse[hrow + t] * F16_LOG2E : 0.0f;

@@ -1,15 +1,17 @@
 /*
- * cuda_flash_row.cuh - the row-wise math the flash forward kernels share
- * (cuda_flash.cu: TF32 operands, cuda_flash16.cu: bf16): a warp's 16 x 64
- * score tile in the accumulator layout of the MMA (lane g = lane/4, c =
- * lane%4 holds, of each 8-column slice n, rows g and g+8 at columns 8n + 2c
- * and 8n + 2c + 1), masked and scaled, then one step of the online softmax,
- * then the output and log-sum-exp rows; the backward's row dot products Dt
- * (flash_dot_kernel, both kinds) and its stores of dQ and
- * of dK, dV, into f32 or bf16 (the stores' pointer type: the bf16 kernels
- * write what the stage stores, the TF32 ones f32).  The operand kinds differ only in
- * how P becomes an operand (rounded to TF32, or packed to bf16), which the
- * kernels do after flash_softmax_step.
+ * cuda_flash_row.cuh - what the flash kernels share (cuda_flash.cu: TF32
+ * operands; cuda_flash16.cu and cuda_flash_wg.cu: bf16).  A warp's score
+ * tile in the accumulator layout of the MMA (lane g = lane/4, c = lane%4
+ * holds, of each 8-column slice n, rows g and g+8 at columns 8n + 2c and
+ * 8n + 2c + 1; mma.sync and wgmma agree on it), masked and scaled, then one
+ * step of the online softmax, then the output and log-sum-exp rows; the
+ * backward's P and dS, its row dot products Dt (flash_dot_kernel, both
+ * kinds) and its stores of dQ and of dK, dV into f32 or bf16 (the stores'
+ * pointer type: the bf16 kernels write what the stage stores, the TF32 ones
+ * f32).  The operand kinds differ only in how P becomes an operand (rounded
+ * to TF32, or packed to bf16), which the kernels do after
+ * flash_softmax_step.  Last, the bf16 kernels' bf16x2 packing and cp.async
+ * copies.
  */
 #ifndef QE_CUDA_FLASH_ROW_CUH
 #define QE_CUDA_FLASH_ROW_CUH
@@ -188,6 +190,28 @@ __device__ __forceinline__ void flash_ds_cols(float (*st)[4], float (*dpt)[4], i
 	flash_p_cols<NS, MASK>(st, q0, ka, kb, c, T, sl2, ls);
 	flash_ds_of_p_cols<NS>(dpt, st, c, ds);
 }
+
+/* two floats as one bf16x2 register: lo in the low half, nearest even */
+__device__ __forceinline__ uint32_t flash_pack2(float lo, float hi)
+{
+	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+	return *(uint32_t *)&v;
+}
+
+/*
+ * 16 bytes global -> shared without passing through registers (cp.async, L2
+ * only); with ok false, 16 zero bytes (the source size is 0, g is not read).
+ */
+__device__ __forceinline__ void flash_cp16(void *sm, const __nv_bfloat16 *g, bool ok)
+{
+	uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(ok ? 16 : 0));
+}
+
+__device__ __forceinline__ void flash_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+
+/* wait until at most N of this thread's committed copy groups are still in flight */
+template <int N> __device__ __forceinline__ void flash_cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* four values at p as floats: bf16 widened exactly */
 __device__ __forceinline__ float4 flash_load4(const float *p) { return *(const float4 *)p; }

@@ -201,22 +201,16 @@ template <> __device__ __forceinline__ void wg_rs<128>(float (*d)[4], const uint
 	wg_rs128(d, a, db);
 }
 
-/* two floats as one bf16x2 register: lo in the low half, nearest even */
-__device__ __forceinline__ uint32_t pack2w(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-	return *(uint32_t *)&v;
-}
 
 /* an accumulator tile of N columns as the A fragments of its N/16 steps of 16 columns, bf16 nearest even */
 template <int N> __device__ __forceinline__ void wg_frags(uint32_t (*a)[4], const float (*x)[4])
 {
 #pragma unroll
 	for (int k = 0; k < N / 16; k++) {
-		a[k][0] = pack2w(x[2 * k][0], x[2 * k][1]);
-		a[k][1] = pack2w(x[2 * k][2], x[2 * k][3]);
-		a[k][2] = pack2w(x[2 * k + 1][0], x[2 * k + 1][1]);
-		a[k][3] = pack2w(x[2 * k + 1][2], x[2 * k + 1][3]);
+		a[k][0] = flash_pack2(x[2 * k][0], x[2 * k][1]);
+		a[k][1] = flash_pack2(x[2 * k][2], x[2 * k][3]);
+		a[k][2] = flash_pack2(x[2 * k + 1][0], x[2 * k + 1][1]);
+		a[k][3] = flash_pack2(x[2 * k + 1][2], x[2 * k + 1][3]);
 	}
 }
 
@@ -234,15 +228,6 @@ template <int R> __device__ __forceinline__ float sw_at(const unsigned char *s, 
 	return __bfloat162float(*(const bf16 *)(s + sw_chunk<R>(r, col >> 3) + (col & 7) * 2));
 }
 
-__device__ __forceinline__ void wg_cp16(void *sm, const bf16 *g, bool ok)
-{
-	uint32_t a = (uint32_t)__cvta_generic_to_shared(sm);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(g), "r"(ok ? 16 : 0));
-}
-
-__device__ __forceinline__ void wg_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N> __device__ __forceinline__ void wg_cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /*
  * Start copying R rows of one head's D columns (row r at g + r ld) into the
@@ -257,7 +242,7 @@ __device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, i
 	for (int i = threadIdx.x; i < R * C; i += NT) {
 		int r = i / C, cc = i - r * C;
 		bool ok = r < nvalid;
-		wg_cp16(s + sw_chunk<R>(r, cc), ok ? g + r * ld + cc * 8 : g, ok);
+		flash_cp16(s + sw_chunk<R>(r, cc), ok ? g + r * ld + cc * 8 : g, ok);
 	}
 }
 
@@ -340,11 +325,11 @@ __global__ void __launch_bounds__(WG_NT, 2) flashwg_fwd_kernel(OT *out, float *l
 	const int64_t ld = 3 * (int64_t)H;
 	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
 	wg_tile_async<WG_QROWS, D>(Qs, qg + q0 * ld, ld, T - q0);
-	wg_cp_commit();
+	flash_cp_commit();
 	wg_tile_async<BN, D>(KV, kg, ld, T);
 	wg_tile_async<BN, D>(KV + TB, vg, ld, T);
-	wg_cp_commit();
-	wg_cp_wait<1>();
+	flash_cp_commit();
+	flash_cp_wait<1>();
 	if (bias)
 		wg_tile_bias<WG_QROWS, D>(Qs, bias + h * D);
 	const bool live = gfirst < T;
@@ -362,10 +347,10 @@ __global__ void __launch_bounds__(WG_NT, 2) flashwg_fwd_kernel(OT *out, float *l
 			unsigned char *nx = KV + ((kt + 1) & 1) * 2 * TB;
 			wg_tile_async<BN, D>(nx, kg + (k0 + BN) * ld, ld, T - k0 - BN);
 			wg_tile_async<BN, D>(nx + TB, vg + (k0 + BN) * ld, ld, T - k0 - BN);
-			wg_cp_commit();
-			wg_cp_wait<1>();
+			flash_cp_commit();
+			flash_cp_wait<1>();
 		} else {
-			wg_cp_wait<0>();
+			flash_cp_wait<0>();
 		}
 		wg_proxy_fence();
 		__syncthreads();
@@ -479,10 +464,10 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf
 	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
 	wg_tile_async<WG_BR, D, WG_BT>(Qs, qg + q0 * ld, ld, T - q0);
 	wg_tile_async<WG_BR, D, WG_BT>(dOs, do16 + base * H + h * D + q0 * H, H, T - q0);
-	wg_cp_commit();
+	flash_cp_commit();
 	wg_tile_async<WG_BR, D, WG_BT>(KV, kg, ld, T);
 	wg_tile_async<WG_BR, D, WG_BT>(KV + TB, vg, ld, T);
-	wg_cp_commit();
+	flash_cp_commit();
 	float la = ra < T ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
 	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
 	float dq[D / 8][4];
@@ -496,10 +481,10 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf
 			unsigned char *nx = KV + ((kt + 1) & 1) * 2 * TB;
 			wg_tile_async<WG_BR, D, WG_BT>(nx, kg + (k0 + WG_BR) * ld, ld, T - k0 - WG_BR);
 			wg_tile_async<WG_BR, D, WG_BT>(nx + TB, vg + (k0 + WG_BR) * ld, ld, T - k0 - WG_BR);
-			wg_cp_commit();
-			wg_cp_wait<1>();
+			flash_cp_commit();
+			flash_cp_wait<1>();
 		} else {
-			wg_cp_wait<0>();
+			flash_cp_wait<0>();
 		}
 		if (bias && kt == 0)
 			wg_tile_bias<WG_BR, D, WG_BT>(Qs, bias + h * D);
@@ -570,10 +555,10 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const b
 	const bf16 *qg = qkv16 + base * ld + h * D, *dog = do16 + base * H + h * D;
 	wg_tile_async<WG_BR, D, WG_BT>(Ks, qg + H + k0 * ld, ld, T - k0);
 	wg_tile_async<WG_BR, D, WG_BT>(Vs, qg + 2 * H + k0 * ld, ld, T - k0);
-	wg_cp_commit();
+	flash_cp_commit();
 	wg_tile_async<WG_BR, D, WG_BT>(QD, qg + k0 * ld, ld, T - k0);
 	wg_tile_async<WG_BR, D, WG_BT>(QD + TB, dog + k0 * H, H, T - k0);
-	wg_cp_commit();
+	flash_cp_commit();
 	if (tid < WG_BR) {
 		int t = k0 + tid;
 		lse_s[tid] = t < T ? lse[hrow + t] * FLASH_LOG2E : 0.0f;
@@ -598,10 +583,10 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const b
 			unsigned char *nx = QD + nxt * 2 * TB;
 			wg_tile_async<WG_BR, D, WG_BT>(nx, qg + (q0 + WG_BR) * ld, ld, T - q0 - WG_BR);
 			wg_tile_async<WG_BR, D, WG_BT>(nx + TB, dog + (q0 + WG_BR) * H, H, T - q0 - WG_BR);
-			wg_cp_commit();
-			wg_cp_wait<1>();
+			flash_cp_commit();
+			flash_cp_wait<1>();
 		} else {
-			wg_cp_wait<0>();
+			flash_cp_wait<0>();
 		}
 		if (bias) {
 			if (qt == kt) {
