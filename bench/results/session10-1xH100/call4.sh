@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 10, call 4: the final code (wgmma forward of two warp groups, wgmma dQ and dK/dV with
+# session 10, call 4 (cf2b3dc): the final code (wgmma forward of two warp groups, wgmma dQ and dK/dV with
 # split groups; the losing variants of call 3 removed) against main fd4753a (qeffect-head):
 # cuda tests, gpt2 2-layer equivalences, the attention benchmark of both and SDPA, gpt2 b16 steps
 # of both (fp8), ncu sections of the three wgmma kernels at gpt2's shape (stall reasons), then an ncu
