@@ -31,6 +31,11 @@
  *   packed into one bf16x2 register (rounded to nearest even there).
  * Each product takes half the instructions of TF32's m16n8k8 and a fragment
  * load serves a whole 8 x 8 matrix, which is what this file is for.
+ *
+ * These kernels run at head dimensions 16 and 32.  At 64 and 128 the
+ * launchers below hand the bf16 rows (converted here when given f32) to
+ * Hopper's warp-group MMA kernels of cuda_flash_wg.cu, which keep this
+ * file's contract: the D = 64 templates here are no longer instantiated.
  */
 #include <cuda_bf16.h>
 #include <math.h>
