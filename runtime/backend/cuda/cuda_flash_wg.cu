@@ -1,14 +1,15 @@
 /*
- * cuda_flash_wg.cu - the flash attention's forward on Hopper's warp-group
- * MMA (wgmma.mma_async, sm_90a), bf16 operands and f32 accumulation, for
- * head dimensions 64 and 128.  Same contract as flash16_fwd_kernel
- * (cuda_flash16.cu, which converts f32 operands and calls this file for
- * those head dimensions): qkv bf16 [B*T, 3H] where the QKV GEMM wrote it
- * (with or without the QKV bias, which is added here as flash16 does), out
- * [B*T, H] in f32 or bf16, lse [B, nh, T] f32; causal; no atomics and a
- * fixed order for every sum, so two runs give the same bytes.
+ * cuda_flash_wg.cu - the flash attention on Hopper's warp-group MMA
+ * (wgmma.mma_async, sm_90a), bf16 operands and f32 accumulation, for head
+ * dimensions 64 and 128: the forward here, dQ and dK/dV further down (their
+ * own comment).  Same contract as flash16's kernels (cuda_flash16.cu, which
+ * converts f32 operands and calls this file for those head dimensions):
+ * qkv bf16 [B*T, 3H] where the QKV GEMM wrote it (with or without the QKV
+ * bias, which is added here as flash16 does), dout [B*T, H], out and dqkv
+ * in f32 or bf16, lse [B, nh, T] f32; causal; no atomics and a fixed order
+ * for every sum, so two runs give the same bytes.
  *
- * A block of two warp groups owns 128 queries, 64 a warp group, and walks
+ * The forward: a block of two warp groups owns 128 queries, 64 a warp group, and walks
  * the keys up to the diagonal in tiles of BN.  Per tile, each warp group:
  *   S = Q K^T    wgmma m64nBNk16, D/16 of them, Q and K read from shared
  *                memory through descriptors (both K-major);
