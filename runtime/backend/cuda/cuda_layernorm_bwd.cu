@@ -182,6 +182,23 @@ __device__ __forceinline__ float4 ln_bwd_dx4(float4 dv, float4 nv, float dm, flo
 }
 
 /*
+ * Float4 i of row r's dx from its terms, plus the residual's (row r of
+ * residual, of type X, when not NULL) in f32, stored at dxr once, rounded
+ * when X is bf16.
+ */
+template <typename X>
+__device__ __forceinline__ void ln_bwd_put4(X *dxr, const X *residual, int64_t r, int64_t c4, int64_t i, float4 dv,
+					    float4 nv, float dm, float dnm, float s, bool al)
+{
+	float4 o = ln_bwd_dx4(dv, nv, dm, dnm, s);
+	if (residual) {
+		float4 q = ld4(residual + r * c4 * 4, i, al);
+		o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
+	}
+	put4(dxr, i, o, al);
+}
+
+/*
  * dx of one row per block, nrm and w * dy held in registers as in the
  * forward; dx and residual of type X as in layernorm_bwd_dx_kernel (put4
  * stores a bf16 float4 as one 8-byte word when al; the value it returns,
@@ -216,14 +233,8 @@ __global__ void layernorm_bwd_dx_vec_kernel(X *dx, const DY *dy, const X *x, con
 #pragma unroll
 	for (int k = 0; k < LN_VEC_MAX; k++) {
 		int64_t i = threadIdx.x + (int64_t)k * blockDim.x;
-		if (i < c4) {
-			float4 o = ln_bwd_dx4(dv[k], nv[k], dnorm_mean, dnorm_norm_mean, s);
-			if (residual) {
-				float4 q = ld4(residual + r * c4 * 4, i, al);
-				o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
-			}
-			put4(dxr, i, o, al);
-		}
+		if (i < c4)
+			ln_bwd_put4(dxr, residual, r, c4, i, dv[k], nv[k], dnorm_mean, dnorm_norm_mean, s, al);
 	}
 }
 
@@ -281,14 +292,8 @@ __global__ void __launch_bounds__(32 * LN_BWD_WARPS)
 #pragma unroll
 		for (int k = 0; k < K; k++) {
 			int64_t i = lane + 32 * k;
-			if (i < c4) {
-				float4 o = ln_bwd_dx4(dv[k], nv[k], dnorm_mean, dnorm_norm_mean, s);
-				if (residual) {
-					float4 q = ld4(residual + r * c4 * 4, i, al);
-					o = make_float4(q.x + o.x, q.y + o.y, q.z + o.z, q.w + o.w);
-				}
-				put4(dxr, i, o, al);
-			}
+			if (i < c4)
+				ln_bwd_put4(dxr, residual, r, c4, i, dv[k], nv[k], dnorm_mean, dnorm_norm_mean, s, al);
 		}
 	}
 	if (!pb)
