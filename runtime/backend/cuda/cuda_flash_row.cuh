@@ -48,17 +48,19 @@ __device__ __forceinline__ float flash_ex2(float x)
  * wholly inside both needs no mask, and the kernels say which); then the
  * online softmax in units of log2: the rows' new maxima (max score times
  * sl2 = scale log2 e), sc holding the probabilities 2^(s sl2 - max) (one
- * fused multiply-add and one ex2 a score), the sums rescaled and grown, and
- * the output accumulators o (DN 8-column slices) rescaled.  The quad's
+ * fused multiply-add and one ex2 a score), the sums rescaled and grown; the
+ * factors that rescale the rows' outputs come back in ra_scale, rb_scale
+ * (flash_softmax_step below applies them at once; a kernel whose previous
+ * P V is still running applies them after it).  The quad's
  * partial maxima and sums are combined in a fixed butterfly, so the bits do
  * not depend on timing.  Every tile a warp reads holds a key at or before
  * each of its rows (key k0 <= the warp's first row), so a row's maximum is
  * finite from its first tile on; the guard against an all -inf row stays
  * for safety and costs one select a row.
  */
-template <int NS, int DN, bool MASK>
-__device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4], flash_rows *st, int k0, int ra, int rb,
-						   int c, int T, float sl2)
+template <int NS, bool MASK>
+__device__ __forceinline__ void flash_softmax_probs(float (*sc)[4], flash_rows *st, int k0, int ra, int rb, int c, int T,
+						    float sl2, float *ra_scale, float *rb_scale)
 {
 	float xa = -INFINITY, xb = -INFINITY;
 #pragma unroll
@@ -98,6 +100,13 @@ __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4]
 	st->lb = st->lb * ab + sb;
 	st->ma = na;
 	st->mb = nb;
+	*ra_scale = aa;
+	*rb_scale = ab;
+}
+
+/* the output accumulators (DN 8-column slices) of rows a and b rescaled to their new maxima */
+template <int DN> __device__ __forceinline__ void flash_rescale(float (*o)[4], float aa, float ab)
+{
 #pragma unroll
 	for (int n = 0; n < DN; n++) {
 		o[n][0] *= aa;
@@ -105,6 +114,16 @@ __device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4]
 		o[n][2] *= ab;
 		o[n][3] *= ab;
 	}
+}
+
+/* one step of the online softmax: the probabilities, then the output rescaled */
+template <int NS, int DN, bool MASK>
+__device__ __forceinline__ void flash_softmax_step(float (*sc)[4], float (*o)[4], flash_rows *st, int k0, int ra, int rb,
+						   int c, int T, float sl2)
+{
+	float aa, ab;
+	flash_softmax_probs<NS, MASK>(sc, st, k0, ra, rb, c, T, sl2, &aa, &ab);
+	flash_rescale<DN>(o, aa, ab);
 }
 
 /*

@@ -34,19 +34,17 @@
  * rows to the next (SBO); for V, one panel to the next (LBO) when D is 128.
  */
 #include <cuda_bf16.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "runtime/backend/cuda/cuda_flash_row.cuh"
 #include "runtime/backend/cuda/cuda_int.h"
 
-#define WG_QROWS 128 /* queries a forward block owns: two warp groups of 64 */
-#define WG_NT 256    /* threads a forward block */
 
 typedef __nv_bfloat16 bf16;
 
-#define WG_BN64 128 /* the forward's key tile at head dimension 64 */
-#define WG_BN128 64 /* at 128: S and O then take 32 + 64 accumulators, as at 64 (64 + 32) */
 
 /* ---- wgmma and its fences ------------------------------------------------------------ */
 
@@ -233,9 +231,9 @@ template <int R> __device__ __forceinline__ float sw_at(const unsigned char *s, 
 /*
  * Start copying R rows of one head's D columns (row r at g + r ld) into the
  * swizzled tile s; rows at or after nvalid are zeros.  Thread i of NT copies
- * the chunks i, i + NT, ... (wg_tile_bias fixes up the same ones).
+ * the chunks i, i + NT, ...
  */
-template <int R, int D, int NT = WG_NT>
+template <int R, int D, int NT>
 __device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, int64_t ld, int nvalid)
 {
 	const int C = D / 8;
@@ -248,16 +246,16 @@ __device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, i
 }
 
 /*
- * The bias of the head's D columns (b) added in f32 to this thread's chunks
- * of the tile, rounded to bf16 again, after its copies completed and before
- * the barrier that lets the warp groups read them.
+ * The bias b of the head's D columns added in f32 to rows r0..r0+63 of a
+ * swizzled tile of R rows, rounded to bf16 again, by the 128 threads of one
+ * warp group (t its thread).
  */
-template <int R, int D, int NT = WG_NT> __device__ __forceinline__ void wg_tile_bias(unsigned char *s, const float *b)
+template <int R, int D> __device__ __forceinline__ void wg_rows_bias(unsigned char *s, const float *b, int r0, int t)
 {
 	const int C = D / 8;
 #pragma unroll
-	for (int i = threadIdx.x; i < R * C; i += NT) {
-		int r = i / C, cc = i - r * C;
+	for (int i = t; i < 64 * C; i += 128) {
+		int r = r0 + i / C, cc = i % C;
 		uint4 *p = (uint4 *)(s + sw_chunk<R>(r, cc));
 		uint4 v = *p;
 		uint32_t *w = (uint32_t *)&v;
@@ -279,7 +277,7 @@ __device__ __forceinline__ void wg_proxy_fence(void) { asm volatile("fence.proxy
  * lane c of the row's quad takes columns c D/4 .. (c+1) D/4 - 1 in order,
  * then the quad's butterfly (the order flash16's row_dot uses).
  */
-template <int D, int R = WG_QROWS>
+template <int D, int R>
 __device__ __forceinline__ float wg_row_dot(const unsigned char *q, int r, const float *v, int c)
 {
 	const int Q = D / 4;
@@ -291,103 +289,285 @@ __device__ __forceinline__ float wg_row_dot(const unsigned char *q, int r, const
 	return a + __shfl_xor_sync(0xffffffffu, a, 2);
 }
 
-/* ---- forward ------------------------------------------------------------------------- */
+/* ---- mbarriers and the tensor memory accelerator (the forward's producer) ------------ */
 
-/* shared bytes: Q (128 rows), two buffers of K and V (BN rows each), and room to align to 1024 */
-static size_t wg_fwd_smem(int D, int BN) { return (size_t)(WG_QROWS + 4 * BN) * D * 2 + 1024; }
+__device__ __forceinline__ uint32_t wg_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mb_init(uint64_t *b, int count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(wg_smem(b)), "r"(count) : "memory");
+}
+
+/* the producer's arrival, announcing the bytes its copies will complete on b */
+__device__ __forceinline__ void mb_expect(uint64_t *b, uint32_t bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(wg_smem(b)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mb_arrive(uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(wg_smem(b)) : "memory");
+}
+
+/* wait until the phase of b with this parity has completed */
+__device__ __forceinline__ void mb_wait(uint64_t *b, uint32_t parity)
+{
+	uint32_t done;
+	do {
+		asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+			     "selp.u32 %0, 1, 0, p;\n}\n"
+			     : "=r"(done)
+			     : "r"(wg_smem(b)), "r"(parity)
+			     : "memory");
+	} while (!done);
+}
 
 /*
- * Grid (query blocks, heads, sequences), the longest rows first.  A warp
- * group whose rows all lie at or after T computes nothing; a tile whose keys
- * all come after the group's last row is skipped by that group (the other
- * still needs it); the mask is applied only to tiles that cross the group's
- * diagonal or T.  The K and V biases are applied to the rows at the end, as
- * flash16 does (fwd_bias_rows): q . bk moves only the row's lse, and P (V +
- * bv) = P V + l bv.
+ * One box of the qkv map (64 columns from col, 64 rows from row, of
+ * sequence seq; rows at or after T arrive as zeros) into the 8 KiB at s,
+ * 128-byte swizzled as the descriptors expect, completing on b.
  */
-template <int D, int BN, typename OT>
-__global__ void __launch_bounds__(WG_NT, 2) flashwg_fwd_kernel(OT *out, float *lse, const bf16 *qkv16,
-								 const float *bias, int T, int H, int nh, float scale)
+__device__ __forceinline__ void tma_box(void *s, const CUtensorMap *m, int col, int row, int seq, uint64_t *b)
+{
+	asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(wg_smem(s)),
+		     "l"((uint64_t)m), "r"(col), "r"(row), "r"(seq), "r"(wg_smem(b))
+		     : "memory");
+}
+
+/* R rows (from row) of D columns (from col) into a swizzled tile of R rows: D/64 panels of R/64 boxes */
+template <int R, int D>
+__device__ __forceinline__ void tma_tile(unsigned char *s, const CUtensorMap *m, int col, int row, int seq, uint64_t *b)
+{
+#pragma unroll
+	for (int p = 0; p < D / 64; p++)
+#pragma unroll
+		for (int i = 0; i < R / 64; i++)
+			tma_box(s + p * R * 128 + i * 64 * 128, m, col + 64 * p, row + 64 * i, seq, b);
+}
+
+/* the 128 threads of one warp group meet (named barrier id, 1 and up; 0 is __syncthreads) */
+__device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+
+/* ---- forward ------------------------------------------------------------------------- */
+
+/*
+ * A forward configuration per head dimension: key tile BN, consumer warp
+ * groups NC (64 queries each), pipeline stages NST (K and V of one tile a
+ * stage), blocks an SM MINB, and OVL: whether a consumer issues S of tile j
+ * before P V of tile j - 1 and does its softmax while both run.
+ */
+#ifndef QE_FWD_V
+#define QE_FWD_V 1
+#endif
+#if QE_FWD_V == 1
+#define QE_FWD64 128, 3, 2, 1, false
+#define QE_FWD128 64, 3, 2, 1, false
+#elif QE_FWD_V == 2
+#define QE_FWD64 64, 3, 3, 1, true
+#define QE_FWD128 64, 3, 3, 1, true
+#elif QE_FWD_V == 3
+#define QE_FWD64 128, 2, 2, 1, true
+#define QE_FWD128 64, 2, 3, 1, true
+#elif QE_FWD_V == 4
+#define QE_FWD64 128, 2, 2, 1, false
+#define QE_FWD128 128, 2, 2, 1, true
+#endif
+template <int D> struct wg_fwd_cfg;
+template <int BN_, int NC_, int NST_, int MINB_, bool OVL_> struct wg_fwd_of {
+	static const int BN = BN_, NC = NC_, NST = NST_, MINB = MINB_;
+	static const bool OVL = OVL_;
+	static const int QR = 64 * NC, NT = 128 * NC + 32; /* the producer is the last warp */
+	/* shared bytes: Q, the stages, their barriers, room to align to 1024 */
+	static size_t smem(int D) { return (size_t)(QR + 2 * NST * BN) * D * 2 + 1024 + 8 * (1 + 2 * NST); }
+};
+template <> struct wg_fwd_cfg<64> : wg_fwd_of<QE_FWD64> {};
+template <> struct wg_fwd_cfg<128> : wg_fwd_of<QE_FWD128> {};
+
+/*
+ * S = Q K^T of one key tile for the warp group's rows: D/16 wgmma
+ * m64nBNk16 from shared memory (Qg: the group's rows in Q's first panel),
+ * committed as one group.
+ */
+template <int D, int BN, int QR>
+__device__ __forceinline__ void wg_fwd_s(float (*sc)[4], const unsigned char *Qg, const unsigned char *Ks)
+{
+#pragma unroll
+	for (int k = 0; k < D / 16; k++) {
+		const int pan = k >> 2, off = (k & 3) * 32;
+		wg_ss<BN>(sc, wg_desc(Qg + pan * QR * 128 + off, 16, 1024), wg_desc(Ks + pan * BN * 128 + off, 16, 1024),
+			  k > 0);
+	}
+	wg_commit();
+}
+
+/* O += P V: BN/16 wgmma m64nDk16, P from registers, V N-major; committed as one group */
+template <int D, int BN> __device__ __forceinline__ void wg_fwd_pv(float (*o)[4], uint32_t (*pa)[4], const unsigned char *Vs)
+{
+#pragma unroll
+	for (int k = 0; k < BN / 16; k++)
+		wg_rs<D>(o, pa[k], wg_desc(Vs + k * 16 * 128, BN * 128, 1024));
+	wg_commit();
+}
+
+/* the softmax of one tile, masked where the tile crosses the group's diagonal or T */
+template <int NS>
+__device__ __forceinline__ void wg_fwd_probs(float (*sc)[4], flash_rows *rs, int k0, int gfirst, int ra, int rb, int c,
+					     int T, float sl2, float *aa, float *ab)
+{
+	if (k0 + 8 * NS - 1 > gfirst || k0 + 8 * NS > T)
+		flash_softmax_probs<NS, true>(sc, rs, k0, ra, rb, c, T, sl2, aa, ab);
+	else
+		flash_softmax_probs<NS, false>(sc, rs, k0, ra, rb, c, T, sl2, aa, ab);
+}
+
+/*
+ * Grid (query blocks, heads, sequences), the longest rows first; a block is
+ * NC consumer warp groups of 64 queries and one producer warp.  The
+ * producer's first lane copies Q once and then K and V tile by tile
+ * through the tensor memory accelerator (tm: the strided qkv as a map of
+ * [B][T][3H]) into NST stages, each with a "full" barrier (the copies'
+ * bytes landed) and an "empty" one (every consumer warp is done with it);
+ * the producer's other lanes leave.  No block-wide barrier follows the
+ * setup.
+ *
+ * A consumer walks the block's key tiles up to the diagonal; tiles whose
+ * keys all come after its last row it only waits for and releases.  Per
+ * tile, S = Q K^T, the online softmax (flash_softmax_probs), O += P V with
+ * P from registers.  With OVL, S of tile j is issued before P V of tile
+ * j - 1, and the softmax of tile j runs while P V still does; the rescale
+ * of O waits for it.  The K and V biases are applied to the rows at the
+ * end, as flash16 does: q . bk moves only the row's lse, and P (V + bv) =
+ * P V + l bv; Q's bias is added in place when Q lands.
+ */
+template <int D, typename OT>
+__global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, wg_fwd_cfg<D>::MINB)
+	flashwg_fwd_kernel(const __grid_constant__ CUtensorMap tm, OT *out, float *lse, const float *bias, int T, int H,
+			   int nh, float scale)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	typedef wg_fwd_cfg<D> F;
+	const int BN = F::BN, NC = F::NC, NST = F::NST, QR = F::QR, NS = BN / 8;
 	extern __shared__ unsigned char smraw[];
 	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
-	unsigned char *KV = Qs + WG_QROWS * D * 2; /* buffer i: K at KV + 2 i TB, V after it */
-	const int TB = BN * D * 2, NS = BN / 8;
-	const int nqb = (T + WG_QROWS - 1) / WG_QROWS;
+	unsigned char *KV = Qs + QR * D * 2; /* stage i: K at KV + 2 i TB, V after it */
+	const int TB = BN * D * 2;
+	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *full = qfull + 1, *empty = full + NST;
+	const int nqb = (T + QR - 1) / QR;
 	const int qb = nqb - 1 - (int)blockIdx.x;
 	const int h = blockIdx.y, b = blockIdx.z;
-	const int wg = threadIdx.x >> 7, w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+	const int wg = threadIdx.x >> 7;
+	const int q0 = qb * QR;
+	const int nkt = min((T + BN - 1) / BN, (q0 + QR - 1) / BN + 1); /* key tiles up to the diagonal */
+	if (threadIdx.x == 128 * NC) {
+		mb_init(qfull, 1);
+		for (int i = 0; i < NST; i++) {
+			mb_init(&full[i], 1);
+			mb_init(&empty[i], 4 * NC);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+	if (wg == NC) {
+		if (threadIdx.x == 128 * NC) {
+			mb_expect(qfull, QR * D * 2);
+			tma_tile<QR, D>(Qs, &tm, h * D, q0, b, qfull);
+			for (int kt = 0; kt < nkt; kt++) {
+				const int st = kt % NST;
+				if (kt >= NST)
+					mb_wait(&empty[st], ((kt / NST) - 1) & 1);
+				unsigned char *Ks = KV + st * 2 * TB;
+				mb_expect(&full[st], 2 * TB);
+				tma_tile<BN, D>(Ks, &tm, H + h * D, kt * BN, b, &full[st]);
+				tma_tile<BN, D>(Ks + TB, &tm, 2 * H + h * D, kt * BN, b, &full[st]);
+			}
+		}
+		return;
+	}
+	const int cw = wg, t = threadIdx.x & 127, w = t >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int q0 = qb * WG_QROWS, gfirst = q0 + wg * 64, glast = gfirst + 63;
-	const int nkt = min((T + BN - 1) / BN, (q0 + WG_QROWS - 1) / BN + 1); /* key tiles up to the diagonal */
-	const float sl2 = scale * FLASH_LOG2E;
-	const int64_t ld = 3 * (int64_t)H;
-	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
-	wg_tile_async<WG_QROWS, D>(Qs, qg + q0 * ld, ld, T - q0);
-	flash_cp_commit();
-	wg_tile_async<BN, D>(KV, kg, ld, T);
-	wg_tile_async<BN, D>(KV + TB, vg, ld, T);
-	flash_cp_commit();
-	flash_cp_wait<1>();
-	if (bias)
-		wg_tile_bias<WG_QROWS, D>(Qs, bias + h * D);
+	const int gfirst = q0 + cw * 64, glast = gfirst + 63;
 	const bool live = gfirst < T;
+	const int nwt = live ? min(nkt, glast / BN + 1) : 0; /* the tiles this group computes */
+	const float sl2 = scale * FLASH_LOG2E;
+	mb_wait(qfull, 0);
+	if (bias) {
+		wg_rows_bias<QR, D>(Qs, bias + h * D, cw * 64, t);
+		wg_proxy_fence();
+		wg_bar(1 + cw);
+	}
 	float o[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
 		o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 	flash_rows rs = flash_rows_start();
 	const int ra = gfirst + 16 * w + g, rb = ra + 8;
-	const unsigned char *Qg = Qs + wg * 64 * 128; /* the group's 64 rows in each panel */
-	for (int kt = 0; kt < nkt; kt++) {
-		const int k0 = kt * BN;
-		unsigned char *Ks = KV + (kt & 1) * 2 * TB, *Vs = Ks + TB;
-		if (kt + 1 < nkt) {
-			unsigned char *nx = KV + ((kt + 1) & 1) * 2 * TB;
-			wg_tile_async<BN, D>(nx, kg + (k0 + BN) * ld, ld, T - k0 - BN);
-			wg_tile_async<BN, D>(nx + TB, vg + (k0 + BN) * ld, ld, T - k0 - BN);
-			flash_cp_commit();
-			flash_cp_wait<1>();
-		} else {
-			flash_cp_wait<0>();
-		}
-		wg_proxy_fence();
-		__syncthreads();
-		if (live && k0 <= glast) {
-			float sc[NS][4];
+	const unsigned char *Qg = Qs + cw * 64 * 128; /* the group's 64 rows in each panel */
+	if (F::OVL && nwt > 0) {
+		uint32_t pa[BN / 16][4];
+		float sc[NS][4], aa, ab;
+		mb_wait(&full[0], 0);
+		wg_fence();
+		wg_fwd_s<D, BN, QR>(sc, Qg, KV);
+		wg_wait_all();
+		wg_settle<NS>(sc);
+		wg_fwd_probs<NS>(sc, &rs, 0, gfirst, ra, rb, c, T, sl2, &aa, &ab); /* o is still zeros */
+		wg_frags<BN>(pa, sc);
+		for (int kt = 1; kt < nwt; kt++) {
+			const int st = kt % NST, pst = (kt - 1) % NST;
+			mb_wait(&full[st], (kt / NST) & 1);
 			wg_fence();
-#pragma unroll
-			for (int k = 0; k < D / 16; k++) {
-				const int pan = k >> 2, off = (k & 3) * 32;
-				wg_ss<BN>(sc, wg_desc(Qg + pan * WG_QROWS * 128 + off, 16, 1024),
-					  wg_desc(Ks + pan * BN * 128 + off, 16, 1024), k > 0);
-			}
-			wg_commit();
+			wg_fwd_s<D, BN, QR>(sc, Qg, KV + st * 2 * TB);
+			wg_fwd_pv<D, BN>(o, pa, KV + pst * 2 * TB + TB);
+			wg_wait<1>();
+			wg_settle<NS>(sc);
+			wg_fwd_probs<NS>(sc, &rs, kt * BN, gfirst, ra, rb, c, T, sl2, &aa, &ab);
+			wg_wait_all();
+			wg_settle<D / 8>(o);
+			if (lane == 0)
+				mb_arrive(&empty[pst]);
+			flash_rescale<D / 8>(o, aa, ab);
+			wg_frags<BN>(pa, sc);
+		}
+		wg_fence();
+		wg_fwd_pv<D, BN>(o, pa, KV + ((nwt - 1) % NST) * 2 * TB + TB);
+		wg_wait_all();
+		wg_settle<D / 8>(o);
+		if (lane == 0)
+			mb_arrive(&empty[(nwt - 1) % NST]);
+	} else if (!F::OVL) {
+		for (int kt = 0; kt < nwt; kt++) {
+			const int st = kt % NST;
+			const unsigned char *Ks = KV + st * 2 * TB;
+			float sc[NS][4], aa, ab;
+			mb_wait(&full[st], (kt / NST) & 1);
+			wg_fence();
+			wg_fwd_s<D, BN, QR>(sc, Qg, Ks);
 			wg_wait_all();
 			wg_settle<NS>(sc);
-			if (k0 + BN - 1 > gfirst || k0 + BN > T)
-				flash_softmax_step<NS, D / 8, true>(sc, o, &rs, k0, ra, rb, c, T, sl2);
-			else
-				flash_softmax_step<NS, D / 8, false>(sc, o, &rs, k0, ra, rb, c, T, sl2);
+			wg_fwd_probs<NS>(sc, &rs, kt * BN, gfirst, ra, rb, c, T, sl2, &aa, &ab);
+			flash_rescale<D / 8>(o, aa, ab);
 			uint32_t pa[BN / 16][4];
 			wg_frags<BN>(pa, sc);
 			wg_fence();
-#pragma unroll
-			for (int k = 0; k < BN / 16; k++)
-				wg_rs<D>(o, pa[k], wg_desc(Vs + k * 16 * 128, BN * 128, 1024));
-			wg_commit();
+			wg_fwd_pv<D, BN>(o, pa, Ks + TB);
 			wg_wait_all();
 			wg_settle<D / 8>(o);
+			if (lane == 0)
+				mb_arrive(&empty[st]);
 		}
-		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
+	}
+	for (int kt = nwt; kt < nkt; kt++) { /* tiles after the group's rows: released in turn */
+		mb_wait(&full[kt % NST], (kt / NST) & 1);
+		if (lane == 0)
+			mb_arrive(&empty[kt % NST]);
 	}
 	if (live) {
 		if (bias) {
 			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
-			rs.ma += wg_row_dot<D>(Qs, ra - q0, bk, c) * sl2;
-			rs.mb += wg_row_dot<D>(Qs, rb - q0, bk, c) * sl2;
+			rs.ma += wg_row_dot<D, QR>(Qs, ra - q0, bk, c) * sl2;
+			rs.mb += wg_row_dot<D, QR>(Qs, rb - q0, bk, c) * sl2;
 #pragma unroll
 			for (int n = 0; n < D / 8; n++) {
 				float v0 = __ldg(bv + 8 * n + 2 * c), v1 = __ldg(bv + 8 * n + 2 * c + 1);
@@ -488,7 +668,7 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf
 			flash_cp_wait<0>();
 		}
 		if (bias && kt == 0)
-			wg_tile_bias<WG_BR, D, WG_BT>(Qs, bias + h * D);
+			wg_rows_bias<WG_BR, D>(Qs, bias + h * D, 0, threadIdx.x);
 		wg_proxy_fence();
 		__syncthreads();
 		if (bias && kt == 0) {
@@ -591,10 +771,10 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const b
 		}
 		if (bias) {
 			if (qt == kt) {
-				wg_tile_bias<WG_BR, D, WG_BT>(Ks, bias + H + h * D);
-				wg_tile_bias<WG_BR, D, WG_BT>(Vs, bias + 2 * H + h * D);
+				wg_rows_bias<WG_BR, D>(Ks, bias + H + h * D, 0, threadIdx.x);
+				wg_rows_bias<WG_BR, D>(Vs, bias + 2 * H + h * D, 0, threadIdx.x);
 			}
-			wg_tile_bias<WG_BR, D, WG_BT>(Qs, bias + h * D);
+			wg_rows_bias<WG_BR, D>(Qs, bias + h * D, 0, threadIdx.x);
 		}
 		wg_proxy_fence();
 		__syncthreads();
@@ -638,19 +818,61 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const b
 
 /* ---- launcher ------------------------------------------------------------------------ */
 
-template <int D, int BN, typename OT>
+/* cuTensorMapEncodeTiled, found once through the runtime (no link against the driver library) */
+static PFN_cuTensorMapEncodeTiled_v12000 wg_encoder(void)
+{
+	static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+		void *p = NULL;
+		cudaDriverEntryPointQueryResult q;
+		if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+			    cudaSuccess ||
+		    q != cudaDriverEntryPointSuccess)
+			p = NULL;
+		return (PFN_cuTensorMapEncodeTiled_v12000)p;
+	}();
+	return fn;
+}
+
+/*
+ * The forward's map of qkv: bf16 [B][T][3H], boxes of 64 rows by 64
+ * columns, 128-byte swizzle, rows past T read as zeros.
+ */
+static int wg_qkv_map(CUtensorMap *m, const bf16 *qkv16, int64_t B, int T, int H)
+{
+	PFN_cuTensorMapEncodeTiled_v12000 enc = wg_encoder();
+	if (!enc)
+		return qe_fail(QE_ECUDA, "attn_flash_fwd: the driver has no cuTensorMapEncodeTiled (a CUDA 12 driver is needed)");
+	cuuint64_t dim[3] = { (cuuint64_t)3 * H, (cuuint64_t)T, (cuuint64_t)B };
+	cuuint64_t stride[2] = { (cuuint64_t)3 * H * 2, (cuuint64_t)T * 3 * H * 2 };
+	cuuint32_t box[3] = { 64, 64, 1 }, step[3] = { 1, 1, 1 };
+	CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv16, dim, stride, box, step,
+			 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+			 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	if (r != CUDA_SUCCESS)
+		return qe_fail(QE_ECUDA,
+			       "attn_flash_fwd: cuTensorMapEncodeTiled refused qkv (%p, B %lld, T %d, 3H %d): driver error %d "
+			       "(the rows must start on 16 bytes)",
+			       (const void *)qkv16, (long long)B, T, 3 * H, (int)r);
+	return 0;
+}
+
+template <int D, typename OT>
 static int wg_fwd(qe_stream *s, OT *out, float *lse, const bf16 *qkv16, const float *bias, int64_t B, int T, int H,
 		  int nh)
 {
+	typedef wg_fwd_cfg<D> F;
 	const char *op = "attn_flash_fwd";
-	size_t smem = wg_fwd_smem(D, BN);
-	cudaError_t e = cudaFuncSetAttribute(flashwg_fwd_kernel<D, BN, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+	CUtensorMap tm;
+	int rc = wg_qkv_map(&tm, qkv16, B, T, H);
+	if (rc)
+		return rc;
+	size_t smem = F::smem(D);
+	cudaError_t e = cudaFuncSetAttribute(flashwg_fwd_kernel<D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					     (int)smem);
 	if (e != cudaSuccess)
 		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_fwd_kernel)");
-	dim3 grid((unsigned)((T + WG_QROWS - 1) / WG_QROWS), (unsigned)nh, (unsigned)B);
-	flashwg_fwd_kernel<D, BN, OT><<<grid, WG_NT, smem, s->cs>>>(out, lse, qkv16, bias, T, H, nh,
-								     1.0f / sqrtf((float)D));
+	dim3 grid((unsigned)((T + F::QR - 1) / F::QR), (unsigned)nh, (unsigned)B);
+	flashwg_fwd_kernel<D, OT><<<grid, F::NT, smem, s->cs>>>(tm, out, lse, bias, T, H, nh, 1.0f / sqrtf((float)D));
 	return qe__cuda_launched(op, "flashwg_fwd_kernel");
 }
 
@@ -660,13 +882,13 @@ extern "C" int qe__cuda_flashwg_fwd(qe_stream *s, void *out, float *lse, const v
 	const bf16 *q = (const bf16 *)qkv16;
 	switch ((H / nh) * 2 + (out_dt == QE_BF16)) {
 	case 64 * 2:
-		return wg_fwd<64, WG_BN64, float>(s, (float *)out, lse, q, bias, B, T, H, nh);
+		return wg_fwd<64, float>(s, (float *)out, lse, q, bias, B, T, H, nh);
 	case 64 * 2 + 1:
-		return wg_fwd<64, WG_BN64, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
+		return wg_fwd<64, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
 	case 128 * 2:
-		return wg_fwd<128, WG_BN128, float>(s, (float *)out, lse, q, bias, B, T, H, nh);
+		return wg_fwd<128, float>(s, (float *)out, lse, q, bias, B, T, H, nh);
 	case 128 * 2 + 1:
-		return wg_fwd<128, WG_BN128, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
+		return wg_fwd<128, bf16>(s, (bf16 *)out, lse, q, bias, B, T, H, nh);
 	default:
 		return qe_fail(QE_EUNSUPPORTED, "attn_flash_fwd: the wgmma kernel has no head dimension %d", H / nh);
 	}
