@@ -372,6 +372,9 @@ __device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;
 #elif QE_FWD_V == 4
 #define QE_FWD64 128, 2, 2, 1, false
 #define QE_FWD128 128, 2, 2, 1, true
+#elif QE_FWD_V == 5
+#define QE_FWD64 128, 3, 3, 1, false
+#define QE_FWD128 64, 3, 3, 1, false
 #endif
 template <int D> struct wg_fwd_cfg;
 template <int BN_, int NC_, int NST_, int MINB_, bool OVL_> struct wg_fwd_of {
@@ -594,17 +597,22 @@ __global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, wg_fwd_cfg<D>::MINB)
 #define WG_BT 128 /* threads a backward block */
 #define WG_BR 64  /* rows a backward block owns, and rows of the tiles it walks */
 
-/* shared bytes: four tiles of 64 rows of D (its own two and one pair of the other side's)
- * and a second pair to fill, lse and Dt of two tiles, room to align */
-static size_t wg_bwd_smem(int D) { return (size_t)6 * WG_BR * D * 2 + 4 * WG_BR * sizeof(float) + 1024; }
+/* dK, dV's shared bytes: four tiles of 64 rows of D (its own two and one pair of the other
+ * side's) and a second pair to fill, lse and Dt of two tiles, room to align */
+static size_t wg_dkv_smem(int D) { return (size_t)6 * WG_BR * D * 2 + 4 * WG_BR * sizeof(float) + 1024; }
 
-/* acc = X Y^T over the D columns of two swizzled 64-row tiles (X: the block's rows) */
-template <int D> __device__ __forceinline__ void wg_xyt(float (*acc)[4], const unsigned char *x, const unsigned char *y)
+/*
+ * acc = X Y^T over the D columns of 64 rows of a swizzled tile of RX rows
+ * (x: the warp group's rows in its first panel) and a swizzled 64-row tile
+ */
+template <int D, int RX = WG_BR>
+__device__ __forceinline__ void wg_xyt(float (*acc)[4], const unsigned char *x, const unsigned char *y)
 {
 #pragma unroll
 	for (int k = 0; k < D / 16; k++) {
-		const int at = (k >> 2) * WG_BR * 128 + (k & 3) * 32;
-		wg_ss<WG_BR>(acc, wg_desc(x + at, 16, 1024), wg_desc(y + at, 16, 1024), k > 0);
+		const int off = (k & 3) * 32, pan = k >> 2;
+		wg_ss<WG_BR>(acc, wg_desc(x + pan * RX * 128 + off, 16, 1024), wg_desc(y + pan * WG_BR * 128 + off, 16, 1024),
+			     k > 0);
 	}
 }
 
@@ -617,73 +625,103 @@ template <int D> __device__ __forceinline__ void wg_py(float (*acc)[4], const ui
 }
 
 /*
- * dQ: a block owns 64 queries and walks the key tiles up to the diagonal:
+ * dQ: a block owns NC x 64 queries, one consumer warp group per 64, and a
+ * producer warp that copies Q and dO once and the key tiles' K and V into
+ * NST mbarrier stages, as the forward's does.  A consumer walks the key
+ * tiles up to its diagonal (later ones it only waits for and releases):
  * S = Q K^T and dP = dO V^T (wgmma from shared memory), dS = P (dP - Dt)
- * (flash_ds_rows), dQ += dS K (dS from registers, K read N-major).  The
- * QKV bias: Q gets it in shared memory; the streamed K and V tiles do not,
- * and their terms move the rows' lse and Dt instead, as flash16's dQ does.
+ * (flash_p_rows, flash_ds_of_p_rows), dQ += dS K (dS from registers, K
+ * read N-major).  The QKV bias: Q gets it in shared memory; the streamed K
+ * and V tiles do not, and their terms move the rows' lse and Dt instead, as
+ * flash16's dQ does.
  */
+#ifndef QE_DQ_NC64
+#define QE_DQ_NC64 3
+#endif
+/* consumer warp groups of a dQ block: three at 64 (128 registers each), two at 128 (168) */
+template <int D> struct wg_dq_cfg {
+	static const int NC = D == 64 ? QE_DQ_NC64 : 2, NST = 2, QR = 64 * NC, NT = 128 * NC + 32;
+	/* shared bytes: Q and dO of the block's rows, the stages, their barriers, room to align */
+	static size_t smem(void) { return (size_t)(2 * QR + 2 * NST * WG_BR) * D * 2 + 1024 + 8 * (1 + 2 * NST); }
+};
+
 template <int D, typename OT>
-__global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
-							     const float *bias, const float *lse, const float *Dt,
-							     int T, int H, int nh, float scale)
+__global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
+	flashwg_dq_kernel(const __grid_constant__ CUtensorMap tm, const __grid_constant__ CUtensorMap dm, OT *dqkv,
+			  const float *bias, const float *lse, const float *Dt, int T, int H, int nh, float scale)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	const int NC = wg_dq_cfg<D>::NC, NST = wg_dq_cfg<D>::NST, QR = wg_dq_cfg<D>::QR, TB = WG_BR * D * 2;
 	extern __shared__ unsigned char smraw[];
-	const int TB = WG_BR * D * 2;
 	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
-	unsigned char *dOs = Qs + TB, *KV = dOs + TB; /* buffer i: K at KV + 2 i TB, V after it */
-	const int nqt = (T + WG_BR - 1) / WG_BR;
-	const int qt = nqt - 1 - (int)blockIdx.x; /* the longest rows first */
-	const int h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+	unsigned char *dOs = Qs + QR * D * 2, *KV = dOs + QR * D * 2; /* stage i: K at KV + 2 i TB, V after it */
+	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *full = qfull + 1, *empty = full + NST;
+	const int nqb = (T + QR - 1) / QR;
+	const int qb = nqb - 1 - (int)blockIdx.x; /* the longest rows first */
+	const int h = blockIdx.y, b = blockIdx.z, wg = threadIdx.x >> 7;
+	const int q0 = qb * QR;
+	const int nkt = min((T + WG_BR - 1) / WG_BR, (q0 + QR - 1) / WG_BR + 1); /* key tiles up to the diagonal */
+	if (threadIdx.x == 128 * NC) {
+		mb_init(qfull, 1);
+		for (int i = 0; i < NST; i++) {
+			mb_init(&full[i], 1);
+			mb_init(&empty[i], 4 * NC);
+		}
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	__syncthreads();
+	if (wg == NC) {
+		if (threadIdx.x == 128 * NC) {
+			mb_expect(qfull, 2 * QR * D * 2);
+			tma_tile<QR, D>(Qs, &tm, h * D, q0, b, qfull);
+			tma_tile<QR, D>(dOs, &dm, h * D, q0, b, qfull);
+			for (int kt = 0; kt < nkt; kt++) {
+				const int st = kt % NST;
+				if (kt >= NST)
+					mb_wait(&empty[st], ((kt / NST) - 1) & 1);
+				unsigned char *Ks = KV + st * 2 * TB;
+				mb_expect(&full[st], 2 * TB);
+				tma_tile<WG_BR, D>(Ks, &tm, H + h * D, kt * WG_BR, b, &full[st]);
+				tma_tile<WG_BR, D>(Ks + TB, &tm, 2 * H + h * D, kt * WG_BR, b, &full[st]);
+			}
+		}
+		return;
+	}
+	const int cw = wg, t = threadIdx.x & 127, w = t >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int q0 = qt * WG_BR, wfirst = q0 + 16 * w, wlast = wfirst + 15;
+	const int gfirst = q0 + 64 * cw, wfirst = gfirst + 16 * w, wlast = wfirst + 15;
 	const int ra = wfirst + g, rb = ra + 8;
+	const int nwt = gfirst < T ? gfirst / WG_BR + 1 : 0; /* the tiles this group computes */
 	const float sl2 = scale * FLASH_LOG2E;
-	const int64_t ld = 3 * (int64_t)H;
-	const bf16 *qg = qkv16 + base * ld + h * D, *kg = qg + H, *vg = qg + 2 * H;
-	wg_tile_async<WG_BR, D, WG_BT>(Qs, qg + q0 * ld, ld, T - q0);
-	wg_tile_async<WG_BR, D, WG_BT>(dOs, do16 + base * H + h * D + q0 * H, H, T - q0);
-	flash_cp_commit();
-	wg_tile_async<WG_BR, D, WG_BT>(KV, kg, ld, T);
-	wg_tile_async<WG_BR, D, WG_BT>(KV + TB, vg, ld, T);
-	flash_cp_commit();
 	float la = ra < T ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
 	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	const unsigned char *Qg = Qs + cw * 64 * 128, *dOg = dOs + cw * 64 * 128; /* the group's rows in each panel */
+	mb_wait(qfull, 0);
+	if (bias) {
+		wg_rows_bias<QR, D>(Qs, bias + h * D, 64 * cw, t);
+		wg_proxy_fence();
+		wg_bar(1 + cw);
+		/* q . bk moves the row's lse, dO . bv its Dt; a row of dS sums to zero, so dS bk adds nothing */
+		const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+		la -= wg_row_dot<D, QR>(Qs, ra - q0, bk, c) * sl2;
+		lb -= wg_row_dot<D, QR>(Qs, rb - q0, bk, c) * sl2;
+		da -= wg_row_dot<D, QR>(dOs, ra - q0, bv, c);
+		db -= wg_row_dot<D, QR>(dOs, rb - q0, bv, c);
+	}
 	float dq[D / 8][4];
 #pragma unroll
 	for (int n = 0; n < D / 8; n++)
 		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-	for (int kt = 0; kt <= qt; kt++) {
-		const int k0 = kt * WG_BR;
-		unsigned char *Ks = KV + (kt & 1) * 2 * TB, *Vs = Ks + TB;
-		if (kt < qt) {
-			unsigned char *nx = KV + ((kt + 1) & 1) * 2 * TB;
-			wg_tile_async<WG_BR, D, WG_BT>(nx, kg + (k0 + WG_BR) * ld, ld, T - k0 - WG_BR);
-			wg_tile_async<WG_BR, D, WG_BT>(nx + TB, vg + (k0 + WG_BR) * ld, ld, T - k0 - WG_BR);
-			flash_cp_commit();
-			flash_cp_wait<1>();
-		} else {
-			flash_cp_wait<0>();
-		}
-		if (bias && kt == 0)
-			wg_rows_bias<WG_BR, D>(Qs, bias + h * D, 0, threadIdx.x);
-		wg_proxy_fence();
-		__syncthreads();
-		if (bias && kt == 0) {
-			/* q . bk moves the row's lse, dO . bv its Dt; a row of dS sums to zero, so dS bk adds nothing */
-			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
-			la -= wg_row_dot<D, WG_BR>(Qs, ra - q0, bk, c) * sl2;
-			lb -= wg_row_dot<D, WG_BR>(Qs, rb - q0, bk, c) * sl2;
-			da -= wg_row_dot<D, WG_BR>(dOs, ra - q0, bv, c);
-			db -= wg_row_dot<D, WG_BR>(dOs, rb - q0, bv, c);
-		}
+	for (int kt = 0; kt < nwt; kt++) {
+		const int k0 = kt * WG_BR, st = kt % NST;
+		const unsigned char *Ks = KV + st * 2 * TB, *Vs = Ks + TB;
 		float sc[WG_BR / 8][4], dp[WG_BR / 8][4];
+		mb_wait(&full[st], (kt / NST) & 1);
 		wg_fence();
-		wg_xyt<D>(sc, Qs, Ks);
+		wg_xyt<D, QR>(sc, Qg, Ks);
 		wg_commit();
-		wg_xyt<D>(dp, dOs, Vs);
+		wg_xyt<D, QR>(dp, dOg, Vs);
 		wg_commit();
 		wg_wait<1>(); /* S is ready; its exponentials overlap dP's products */
 		wg_settle<WG_BR / 8>(sc);
@@ -701,7 +739,13 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dq_kernel(OT *dqkv, const bf
 		wg_commit();
 		wg_wait_all();
 		wg_settle<D / 8>(dq);
-		__syncthreads(); /* the buffer is refilled by the next iteration's copy */
+		if (lane == 0)
+			mb_arrive(&empty[st]);
+	}
+	for (int kt = nwt; kt < nkt; kt++) { /* tiles after the group's rows: released in turn */
+		mb_wait(&full[kt % NST], (kt / NST) & 1);
+		if (lane == 0)
+			mb_arrive(&empty[kt % NST]);
 	}
 	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
 #endif
@@ -834,25 +878,26 @@ static PFN_cuTensorMapEncodeTiled_v12000 wg_encoder(void)
 }
 
 /*
- * The forward's map of qkv: bf16 [B][T][3H], boxes of 64 rows by 64
- * columns, 128-byte swizzle, rows past T read as zeros.
+ * A map of a bf16 tensor [B][T][C] (qkv: C = 3H; dout: C = H) for the
+ * kernels' copies: boxes of 64 rows by 64 columns, 128-byte swizzle, rows
+ * past T read as zeros.
  */
-static int wg_qkv_map(CUtensorMap *m, const bf16 *qkv16, int64_t B, int T, int H)
+static int wg_rows_map(CUtensorMap *m, const bf16 *x, int64_t B, int T, int C, const char *op, const char *what)
 {
 	PFN_cuTensorMapEncodeTiled_v12000 enc = wg_encoder();
 	if (!enc)
-		return qe_fail(QE_ECUDA, "attn_flash_fwd: the driver has no cuTensorMapEncodeTiled (a CUDA 12 driver is needed)");
-	cuuint64_t dim[3] = { (cuuint64_t)3 * H, (cuuint64_t)T, (cuuint64_t)B };
-	cuuint64_t stride[2] = { (cuuint64_t)3 * H * 2, (cuuint64_t)T * 3 * H * 2 };
+		return qe_fail(QE_ECUDA, "%s: the driver has no cuTensorMapEncodeTiled (a CUDA 12 driver is needed)", op);
+	cuuint64_t dim[3] = { (cuuint64_t)C, (cuuint64_t)T, (cuuint64_t)B };
+	cuuint64_t stride[2] = { (cuuint64_t)C * 2, (cuuint64_t)T * C * 2 };
 	cuuint32_t box[3] = { 64, 64, 1 }, step[3] = { 1, 1, 1 };
-	CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv16, dim, stride, box, step,
+	CUresult r = enc(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)x, dim, stride, box, step,
 			 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
 			 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 	if (r != CUDA_SUCCESS)
 		return qe_fail(QE_ECUDA,
-			       "attn_flash_fwd: cuTensorMapEncodeTiled refused qkv (%p, B %lld, T %d, 3H %d): driver error %d "
-			       "(the rows must start on 16 bytes)",
-			       (const void *)qkv16, (long long)B, T, 3 * H, (int)r);
+			       "%s: cuTensorMapEncodeTiled refused %s (%p, B %lld, T %d, %d columns): driver error %d "
+			       "(the tensor must start on 16 bytes)",
+			       op, what, (const void *)x, (long long)B, T, C, (int)r);
 	return 0;
 }
 
@@ -863,7 +908,7 @@ static int wg_fwd(qe_stream *s, OT *out, float *lse, const bf16 *qkv16, const fl
 	typedef wg_fwd_cfg<D> F;
 	const char *op = "attn_flash_fwd";
 	CUtensorMap tm;
-	int rc = wg_qkv_map(&tm, qkv16, B, T, H);
+	int rc = wg_rows_map(&tm, qkv16, B, T, 3 * H, op, "qkv");
 	if (rc)
 		return rc;
 	size_t smem = F::smem(D);
@@ -899,20 +944,29 @@ static int wg_bwd(qe_stream *s, OT *dqkv, const bf16 *qkv16, const bf16 *do16, c
 		  const float *Dt, int64_t B, int T, int H, int nh)
 {
 	const char *op = "attn_flash_bwd";
-	size_t smem = wg_bwd_smem(D);
+	CUtensorMap tm, dm;
+	int rc = wg_rows_map(&tm, qkv16, B, T, 3 * H, op, "qkv");
+	if (!rc)
+		rc = wg_rows_map(&dm, do16, B, T, H, op, "dout");
+	if (rc)
+		return rc;
+	typedef wg_dq_cfg<D> Q;
+	size_t qsmem = Q::smem(), smem = wg_dkv_smem(D);
 	cudaError_t e = cudaFuncSetAttribute(flashwg_dq_kernel<D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-					     (int)smem);
+					     (int)qsmem);
 	if (e != cudaSuccess)
 		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_dq_kernel)");
 	e = cudaFuncSetAttribute(flashwg_dkv_kernel<D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 	if (e != cudaSuccess)
 		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_dkv_kernel)");
-	dim3 grid((unsigned)((T + WG_BR - 1) / WG_BR), (unsigned)nh, (unsigned)B);
 	float scale = 1.0f / sqrtf((float)D);
-	flashwg_dq_kernel<D, OT><<<grid, WG_BT, smem, s->cs>>>(dqkv, qkv16, do16, bias, lse, Dt, T, H, nh, scale);
-	int rc = qe__cuda_launched(op, "flashwg_dq_kernel");
+	dim3 qgrid((unsigned)((T + Q::QR - 1) / Q::QR), (unsigned)nh, (unsigned)B);
+	flashwg_dq_kernel<D, OT><<<qgrid, Q::NT, qsmem, s->cs>>>(tm, dm, dqkv, bias, lse, Dt, T, H, nh,
+										 scale);
+	rc = qe__cuda_launched(op, "flashwg_dq_kernel");
 	if (rc)
 		return rc;
+	dim3 grid((unsigned)((T + WG_BR - 1) / WG_BR), (unsigned)nh, (unsigned)B);
 	flashwg_dkv_kernel<D, OT><<<grid, WG_BT, smem, s->cs>>>(dqkv, qkv16, do16, bias, lse, Dt, T, H, nh, scale);
 	return qe__cuda_launched(op, "flashwg_dkv_kernel");
 }
