@@ -1,27 +1,35 @@
 /*
  * cuda_flash_wg.cu - the flash attention on Hopper's warp-group MMA
  * (wgmma.mma_async, sm_90a), bf16 operands and f32 accumulation, for head
- * dimensions 64 and 128: the forward here, dQ and dK/dV further down (their
- * own comment).  Same contract as flash16's kernels (cuda_flash16.cu, which
+ * dimensions 64 and 128: the forward, then dQ and dK/dV (their own
+ * comments).  Same contract as flash16's kernels (cuda_flash16.cu, which
  * converts f32 operands and calls this file for those head dimensions):
  * qkv bf16 [B*T, 3H] where the QKV GEMM wrote it (with or without the QKV
  * bias, which is added here as flash16 does), dout [B*T, H], out and dqkv
  * in f32 or bf16, lse [B, nh, T] f32; causal; no atomics and a fixed order
  * for every sum, so two runs give the same bytes.
  *
- * The forward: a block of two warp groups owns 128 queries, 64 a warp group, and walks
- * the keys up to the diagonal in tiles of BN.  Per tile, each warp group:
+ * The forward and dQ are warp-specialized: a block is NC consumer warp
+ * groups of 64 query rows and one producer warp.  The producer's first lane
+ * copies the block's own rows once and then the key tiles through the
+ * tensor memory accelerator (TMA: 3-D maps of the strided qkv and of dout,
+ * [B][T][C], rows past T arriving as zeros, so nothing is copied in front
+ * of attention) into a ring of stages; each stage has a "full" mbarrier
+ * (the copies' bytes landed) and an "empty" one (every consumer warp is
+ * done with it).  The consumers issue no loads and meet no block-wide
+ * barrier after the setup.  dK/dV is still one warp group a block that
+ * copies its tiles with cp.async (its comment).
+ *
+ * The forward, per key tile of BN, each consumer group:
  *   S = Q K^T    wgmma m64nBNk16, D/16 of them, Q and K read from shared
  *                memory through descriptors (both K-major);
- *   the online softmax of its rows (flash_softmax_step, cuda_flash_row.cuh:
+ *   the online softmax of its rows (flash_softmax_probs, cuda_flash_row.cuh:
  *                the accumulator layout of wgmma is that of mma.sync, warp w
  *                of the group holding rows 16w..16w+15);
  *   O += P V     wgmma m64nDk16, BN/16 of them, P from registers (the
  *                accumulators of two adjacent 8-column slices are the A
  *                fragment of their 16 columns, packed to bf16 nearest even)
  *                and V read N-major (transposed) from shared memory.
- * All 256 threads copy the next K and V tiles with cp.async into the second
- * of two buffers while the warp groups compute on the first.
  *
  * Shared tiles use the 128-byte swizzle wgmma's descriptors name: a tile of
  * R rows and D columns is D/64 panels of R rows of 128 bytes (64 columns);
@@ -269,7 +277,7 @@ template <int R, int D> __device__ __forceinline__ void wg_rows_bias(unsigned ch
 	}
 }
 
-/* shared-memory writes by ordinary instructions and cp.async made visible to wgmma */
+/* shared-memory writes by ordinary instructions and cp.async made visible to wgmma (the async proxy) */
 __device__ __forceinline__ void wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /*
@@ -352,40 +360,23 @@ __device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;
 /* ---- forward ------------------------------------------------------------------------- */
 
 /*
- * A forward configuration per head dimension: key tile BN, consumer warp
- * groups NC (64 queries each), pipeline stages NST (K and V of one tile a
- * stage), blocks an SM MINB, and OVL: whether a consumer issues S of tile j
- * before P V of tile j - 1 and does its softmax while both run.
+ * The forward's configuration per head dimension: key tile BN, consumer
+ * warp groups NC (64 queries each; three, 12 warps and the producer in 128
+ * registers a thread, one block an SM), pipeline stages NST (K and V of one
+ * tile a stage).  Session 11 timed the others on an H100
+ * (bench/results/session11-1xH100): two groups at 168 registers with S of
+ * tile j issued before P V of tile j - 1, three such groups at tiles of 64,
+ * and three stages were all slower.
  */
-#ifndef QE_FWD_V
-#define QE_FWD_V 1
-#endif
-#if QE_FWD_V == 1
-#define QE_FWD64 128, 3, 2, 1, false
-#define QE_FWD128 64, 3, 2, 1, false
-#elif QE_FWD_V == 2
-#define QE_FWD64 64, 3, 3, 1, true
-#define QE_FWD128 64, 3, 3, 1, true
-#elif QE_FWD_V == 3
-#define QE_FWD64 128, 2, 2, 1, true
-#define QE_FWD128 64, 2, 3, 1, true
-#elif QE_FWD_V == 4
-#define QE_FWD64 128, 2, 2, 1, false
-#define QE_FWD128 128, 2, 2, 1, true
-#elif QE_FWD_V == 5
-#define QE_FWD64 128, 3, 3, 1, false
-#define QE_FWD128 64, 3, 3, 1, false
-#endif
-template <int D> struct wg_fwd_cfg;
-template <int BN_, int NC_, int NST_, int MINB_, bool OVL_> struct wg_fwd_of {
-	static const int BN = BN_, NC = NC_, NST = NST_, MINB = MINB_;
-	static const bool OVL = OVL_;
+template <int BN_, int NC_, int NST_> struct wg_fwd_of {
+	static const int BN = BN_, NC = NC_, NST = NST_;
 	static const int QR = 64 * NC, NT = 128 * NC + 32; /* the producer is the last warp */
 	/* shared bytes: Q, the stages, their barriers, room to align to 1024 */
 	static size_t smem(int D) { return (size_t)(QR + 2 * NST * BN) * D * 2 + 1024 + 8 * (1 + 2 * NST); }
 };
-template <> struct wg_fwd_cfg<64> : wg_fwd_of<QE_FWD64> {};
-template <> struct wg_fwd_cfg<128> : wg_fwd_of<QE_FWD128> {};
+template <int D> struct wg_fwd_cfg;
+template <> struct wg_fwd_cfg<64> : wg_fwd_of<128, 3, 2> {};
+template <> struct wg_fwd_cfg<128> : wg_fwd_of<64, 3, 2> {};
 
 /*
  * S = Q K^T of one key tile for the warp group's rows: D/16 wgmma
@@ -437,14 +428,12 @@ __device__ __forceinline__ void wg_fwd_probs(float (*sc)[4], flash_rows *rs, int
  * A consumer walks the block's key tiles up to the diagonal; tiles whose
  * keys all come after its last row it only waits for and releases.  Per
  * tile, S = Q K^T, the online softmax (flash_softmax_probs), O += P V with
- * P from registers.  With OVL, S of tile j is issued before P V of tile
- * j - 1, and the softmax of tile j runs while P V still does; the rescale
- * of O waits for it.  The K and V biases are applied to the rows at the
+ * P from registers.  The K and V biases are applied to the rows at the
  * end, as flash16 does: q . bk moves only the row's lse, and P (V + bv) =
  * P V + l bv; Q's bias is added in place when Q lands.
  */
 template <int D, typename OT>
-__global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, wg_fwd_cfg<D>::MINB)
+__global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, 1)
 	flashwg_fwd_kernel(const __grid_constant__ CUtensorMap tm, OT *out, float *lse, const float *bias, int T, int H,
 			   int nh, float scale)
 {
@@ -507,59 +496,25 @@ __global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, wg_fwd_cfg<D>::MINB)
 	flash_rows rs = flash_rows_start();
 	const int ra = gfirst + 16 * w + g, rb = ra + 8;
 	const unsigned char *Qg = Qs + cw * 64 * 128; /* the group's 64 rows in each panel */
-	if (F::OVL && nwt > 0) {
-		uint32_t pa[BN / 16][4];
+	for (int kt = 0; kt < nwt; kt++) {
+		const int st = kt % NST;
+		const unsigned char *Ks = KV + st * 2 * TB;
 		float sc[NS][4], aa, ab;
-		mb_wait(&full[0], 0);
+		mb_wait(&full[st], (kt / NST) & 1);
 		wg_fence();
-		wg_fwd_s<D, BN, QR>(sc, Qg, KV);
+		wg_fwd_s<D, BN, QR>(sc, Qg, Ks);
 		wg_wait_all();
 		wg_settle<NS>(sc);
-		wg_fwd_probs<NS>(sc, &rs, 0, gfirst, ra, rb, c, T, sl2, &aa, &ab); /* o is still zeros */
+		wg_fwd_probs<NS>(sc, &rs, kt * BN, gfirst, ra, rb, c, T, sl2, &aa, &ab);
+		flash_rescale<D / 8>(o, aa, ab);
+		uint32_t pa[BN / 16][4];
 		wg_frags<BN>(pa, sc);
-		for (int kt = 1; kt < nwt; kt++) {
-			const int st = kt % NST, pst = (kt - 1) % NST;
-			mb_wait(&full[st], (kt / NST) & 1);
-			wg_fence();
-			wg_fwd_s<D, BN, QR>(sc, Qg, KV + st * 2 * TB);
-			wg_fwd_pv<D, BN>(o, pa, KV + pst * 2 * TB + TB);
-			wg_wait<1>();
-			wg_settle<NS>(sc);
-			wg_fwd_probs<NS>(sc, &rs, kt * BN, gfirst, ra, rb, c, T, sl2, &aa, &ab);
-			wg_wait_all();
-			wg_settle<D / 8>(o);
-			if (lane == 0)
-				mb_arrive(&empty[pst]);
-			flash_rescale<D / 8>(o, aa, ab);
-			wg_frags<BN>(pa, sc);
-		}
 		wg_fence();
-		wg_fwd_pv<D, BN>(o, pa, KV + ((nwt - 1) % NST) * 2 * TB + TB);
+		wg_fwd_pv<D, BN>(o, pa, Ks + TB);
 		wg_wait_all();
 		wg_settle<D / 8>(o);
 		if (lane == 0)
-			mb_arrive(&empty[(nwt - 1) % NST]);
-	} else if (!F::OVL) {
-		for (int kt = 0; kt < nwt; kt++) {
-			const int st = kt % NST;
-			const unsigned char *Ks = KV + st * 2 * TB;
-			float sc[NS][4], aa, ab;
-			mb_wait(&full[st], (kt / NST) & 1);
-			wg_fence();
-			wg_fwd_s<D, BN, QR>(sc, Qg, Ks);
-			wg_wait_all();
-			wg_settle<NS>(sc);
-			wg_fwd_probs<NS>(sc, &rs, kt * BN, gfirst, ra, rb, c, T, sl2, &aa, &ab);
-			flash_rescale<D / 8>(o, aa, ab);
-			uint32_t pa[BN / 16][4];
-			wg_frags<BN>(pa, sc);
-			wg_fence();
-			wg_fwd_pv<D, BN>(o, pa, Ks + TB);
-			wg_wait_all();
-			wg_settle<D / 8>(o);
-			if (lane == 0)
-				mb_arrive(&empty[st]);
-		}
+			mb_arrive(&empty[st]);
 	}
 	for (int kt = nwt; kt < nkt; kt++) { /* tiles after the group's rows: released in turn */
 		mb_wait(&full[kt % NST], (kt / NST) & 1);
@@ -588,11 +543,10 @@ __global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, wg_fwd_cfg<D>::MINB)
 /* ---- backward (Dt = dout . out from flash_dot_kernel, cuda_flash_row.cuh) ------------------- */
 
 /*
- * The backward's blocks are one warp group each (WG_BT threads): 64 rows of
- * queries (dQ) or keys (dK, dV), walking the other side in tiles of 64.
- * Their accumulators take about twice the forward's registers, so single
- * warp groups, several to an SM, are what keeps the tensor cores busy while
- * one of them does its exponentials.
+ * The backward's warp groups own 64 rows each and walk the other side in
+ * tiles of 64.  Their accumulators take about twice the forward's
+ * registers: dQ's blocks (below) have three groups at head dimension 64 and
+ * two at 128; dK/dV's are one group each (WG_BT threads), several to an SM.
  */
 #define WG_BT 128 /* threads a backward block */
 #define WG_BR 64  /* rows a backward block owns, and rows of the tiles it walks */
@@ -635,12 +589,9 @@ template <int D> __device__ __forceinline__ void wg_py(float (*acc)[4], const ui
  * and V tiles do not, and their terms move the rows' lse and Dt instead, as
  * flash16's dQ does.
  */
-#ifndef QE_DQ_NC64
-#define QE_DQ_NC64 3
-#endif
 /* consumer warp groups of a dQ block: three at 64 (128 registers each), two at 128 (168) */
 template <int D> struct wg_dq_cfg {
-	static const int NC = D == 64 ? QE_DQ_NC64 : 2, NST = 2, QR = 64 * NC, NT = 128 * NC + 32;
+	static const int NC = D == 64 ? 3 : 2, NST = 2, QR = 64 * NC, NT = 128 * NC + 32;
 	/* shared bytes: Q and dO of the block's rows, the stages, their barriers, room to align */
 	static size_t smem(void) { return (size_t)(2 * QR + 2 * NST * WG_BR) * D * 2 + 1024 + 8 * (1 + 2 * NST); }
 };
