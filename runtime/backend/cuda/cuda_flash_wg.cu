@@ -45,6 +45,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "runtime/backend/cuda/cuda_flash_row.cuh"
@@ -814,18 +815,22 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const b
 /* ---- launcher ------------------------------------------------------------------------ */
 
 /* cuTensorMapEncodeTiled, found once through the runtime (no link against the driver library) */
+static PFN_cuTensorMapEncodeTiled_v12000 g_encoder;
+static pthread_once_t g_encoder_once = PTHREAD_ONCE_INIT;
+
+static void find_encoder(void)
+{
+	void *p = NULL;
+	cudaDriverEntryPointQueryResult q;
+	if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+	    q == cudaDriverEntryPointSuccess)
+		g_encoder = (PFN_cuTensorMapEncodeTiled_v12000)p;
+}
+
 static PFN_cuTensorMapEncodeTiled_v12000 wg_encoder(void)
 {
-	static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-		void *p = NULL;
-		cudaDriverEntryPointQueryResult q;
-		if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
-			    cudaSuccess ||
-		    q != cudaDriverEntryPointSuccess)
-			p = NULL;
-		return (PFN_cuTensorMapEncodeTiled_v12000)p;
-	}();
-	return fn;
+	pthread_once(&g_encoder_once, find_encoder);
+	return g_encoder;
 }
 
 /*
