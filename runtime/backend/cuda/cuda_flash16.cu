@@ -34,7 +34,7 @@
  *
  * These kernels run at head dimensions 16 and 32.  At 64 and 128 the
  * launchers below hand the bf16 rows (converted here when given f32) to
- * Hopper's warp-group MMA kernels of cuda_flash_wg.cu, which keep this
+ * Hopper's warp-group MMA kernels of cuda_flash_wg_*.cu, which keep this
  * file's contract: the D = 64 templates here are no longer instantiated.
  */
 #include <cuda_bf16.h>
@@ -597,7 +597,7 @@ static int fwd16(qe_stream *s, OT *out, float *lse, const void *qkv, const float
 	if ((rc = bf16_rows(s, qkv, dt, qkv_bias, n, 3 * H, &scr, &qkv16, op)))
 		return rc;
 	const float *in_tile_bias = dt == QE_BF16 ? qkv_bias : NULL; /* else the copy added it */
-	if constexpr (D >= 64) { /* Hopper's warp-group MMA (cuda_flash_wg.cu) */
+	if constexpr (D >= 64) { /* Hopper's warp-group MMA (cuda_flash_wg_fwd.cu) */
 		(void)Tp;
 		return qe__cuda_flashwg_fwd(s, out, lse, qkv16, in_tile_bias, B, T, H, nh, dt);
 	} else {
@@ -634,7 +634,7 @@ static int bwd16(qe_stream *s, OT *dqkv, const void *dout, const void *qkv, cons
 	flash_dot_kernel<D, bf16, OT><<<nb, 256, 0, s->cs>>>(Dt, do16, out, rows, T, H, nh);
 	if ((rc = qe__cuda_launched(op, "flash_dot_kernel")))
 		return rc;
-	if constexpr (D >= 64) { /* Hopper's warp-group MMA (cuda_flash_wg.cu) */
+	if constexpr (D >= 64) { /* Hopper's warp-group MMA (cuda_flash_wg_bwd.cu) */
 		(void)Tp;
 		return qe__cuda_flashwg_bwd(s, dqkv, qkv16, do16, in_tile_bias, lse, Dt, B, T, H, nh, dt);
 	} else {

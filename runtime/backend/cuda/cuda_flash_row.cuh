@@ -1,6 +1,6 @@
 /*
  * cuda_flash_row.cuh - what the flash kernels share (cuda_flash.cu: TF32
- * operands; cuda_flash16.cu and cuda_flash_wg.cu: bf16).  A warp's score
+ * operands; cuda_flash16.cu and cuda_flash_wg_*.cu: bf16).  A warp's score
  * tile in the accumulator layout of the MMA (lane g = lane/4, c = lane%4
  * holds, of each 8-column slice n, rows g and g+8 at columns 8n + 2c and
  * 8n + 2c + 1; mma.sync and wgmma agree on it), masked and scaled, then one

@@ -167,13 +167,13 @@ int qe__cuda_attn_flash_bwd(qe_stream *s, void *dqkv, const void *dout, const vo
 int qe__cuda_flash16_fwd(qe_stream *s, void *out, float *lse, const void *qkv, const float *qkv_bias, int64_t B,
 			 int T, int H, int nh, qe_dtype dt);
 /*
- * The forward on Hopper's warp-group MMA (cuda_flash_wg.cu) for head
+ * The forward on Hopper's warp-group MMA (cuda_flash_wg_fwd.cu) for head
  * dimensions 64 and 128: qkv16 bf16 as the GEMM wrote it, bias the QKV bias
  * or NULL, out of out_dt (f32 or bf16).
  */
 int qe__cuda_flashwg_fwd(qe_stream *s, void *out, float *lse, const void *qkv16, const float *qkv_bias, int64_t B,
 			 int T, int H, int nh, qe_dtype out_dt);
-/* its backward: dQ, then dK and dV, from Dt (flash_dot_kernel) and the forward's lse */
+/* its backward (cuda_flash_wg_bwd.cu): dQ, then dK and dV, from Dt (flash_dot_kernel) and the forward's lse */
 int qe__cuda_flashwg_bwd(qe_stream *s, void *dqkv, const void *qkv16, const void *do16, const float *qkv_bias,
 			 const float *lse, const float *Dt, int64_t B, int T, int H, int nh, qe_dtype out_dt);
 int qe__cuda_flash16_bwd(qe_stream *s, void *dqkv, const void *dout, const void *qkv, const float *qkv_bias,
