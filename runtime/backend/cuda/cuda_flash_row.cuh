@@ -172,18 +172,19 @@ __device__ __forceinline__ void flash_ds_rows(float (*sc)[4], const float (*dp)[
 /*
  * dK and dV's tile, transposed, first half: st (scores of keys ka, kb
  * against queries q0..q0 + 8 NS - 1) becomes P^T; ls holds the queries'
- * lse (log2 units).  MASK as for flash_p_rows.
+ * lse (log2 units); oa, ob are terms the keys' rows add to their exponents
+ * (a query bias the scores left out).  MASK as for flash_p_rows.
  */
 template <int NS, bool MASK>
 __device__ __forceinline__ void flash_p_cols(float (*st)[4], int q0, int ka, int kb, int c, int T, float sl2,
-					     const float *ls)
+					     const float *ls, float oa = 0.0f, float ob = 0.0f)
 {
 #pragma unroll
 	for (int n = 0; n < NS; n++)
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
 			int qc = 8 * n + 2 * c + (e & 1), tq = q0 + qc, key = e < 2 ? ka : kb;
-			float p = flash_ex2(fmaf(st[n][e], sl2, -ls[qc]));
+			float p = flash_ex2(fmaf(st[n][e], sl2, (e < 2 ? oa : ob) - ls[qc]));
 			if (MASK && !(key <= tq && tq < T && key < T))
 				p = 0.0f;
 			st[n][e] = p;
@@ -278,7 +279,8 @@ __device__ __forceinline__ void flash_put2(__nv_bfloat16 *p, float a, float b)
 
 /*
  * The rows' outputs o / l into out [N, H] (head h's D = 8 DN columns) and
- * lse = max ln 2 + ln l into lse (row hrow + t), for the rows inside T.
+ * lse = max ln 2 + ln l into lse (row hrow + t), for the rows in 0..T-1
+ * (a block aligned to T's end may hold rows before 0).
  */
 template <int DN, typename OT>
 __device__ __forceinline__ void flash_store_rows(OT *out, float *lse, const float (*o)[4], const flash_rows *st,
@@ -288,20 +290,20 @@ __device__ __forceinline__ void flash_store_rows(OT *out, float *lse, const floa
 #pragma unroll
 	for (int n = 0; n < DN; n++) {
 		int col = h * 8 * DN + 8 * n + 2 * c;
-		if (ra < T)
+		if ((unsigned)ra < (unsigned)T)
 			flash_put2(out + (base + ra) * H + col, o[n][0] * ia, o[n][1] * ia);
-		if (rb < T)
+		if ((unsigned)rb < (unsigned)T)
 			flash_put2(out + (base + rb) * H + col, o[n][2] * ib, o[n][3] * ib);
 	}
 	if (c == 0) {
-		if (ra < T)
+		if ((unsigned)ra < (unsigned)T)
 			lse[hrow + ra] = st->ma * FLASH_LN2 + logf(st->la);
-		if (rb < T)
+		if ((unsigned)rb < (unsigned)T)
 			lse[hrow + rb] = st->mb * FLASH_LN2 + logf(st->lb);
 	}
 }
 
-/* dQ rows ra, rb (times scale) into the q third of dqkv [N, 3H] */
+/* dQ rows ra, rb (times scale) into the q third of dqkv [N, 3H], those in 0..T-1 */
 template <int DN, typename OT>
 __device__ __forceinline__ void flash_store_dq(OT *dqkv, const float (*dq)[4], int64_t base, int ra, int rb, int c,
 					       int T, int H, int h, float scale)
@@ -309,9 +311,9 @@ __device__ __forceinline__ void flash_store_dq(OT *dqkv, const float (*dq)[4], i
 #pragma unroll
 	for (int n = 0; n < DN; n++) {
 		int col = h * 8 * DN + 8 * n + 2 * c;
-		if (ra < T)
+		if ((unsigned)ra < (unsigned)T)
 			flash_put2(dqkv + (base + ra) * 3 * H + col, dq[n][0] * scale, dq[n][1] * scale);
-		if (rb < T)
+		if ((unsigned)rb < (unsigned)T)
 			flash_put2(dqkv + (base + rb) * 3 * H + col, dq[n][2] * scale, dq[n][3] * scale);
 	}
 }

@@ -12,16 +12,17 @@
  * in f32 or bf16, lse [B, nh, T] f32; causal; no atomics and a fixed order
  * for every sum, so two runs give the same bytes.
  *
- * The forward and dQ are warp-specialized: a block is NC consumer warp
- * groups of 64 query rows and one producer warp.  The producer's first lane
- * copies the block's own rows once and then the key tiles through the
- * tensor memory accelerator (TMA: 3-D maps of the strided qkv and of dout,
- * [B][T][C], rows past T arriving as zeros, so nothing is copied in front
- * of attention) into a ring of stages; each stage has a "full" mbarrier
- * (the copies' bytes landed) and an "empty" one (every consumer warp is
- * done with it).  The consumers issue no loads and meet no block-wide
- * barrier after the setup.  dK/dV is still one warp group a block that
- * copies its tiles with cp.async (its comment).
+ * Every kernel is warp-specialized: a block owns 64 x NC rows (queries, or
+ * keys for dK/dV), one consumer warp group per 64, and a producer warp.  The
+ * producer's first lane copies the block's own rows once and then the other
+ * side's tiles through the tensor memory accelerator (TMA: 3-D maps of the
+ * strided qkv and of dout, [B][T][C], rows outside 0..T-1 arriving as
+ * zeros, so nothing is copied in front of attention) into a ring of stages;
+ * each stage has a "full" mbarrier (the copies' bytes landed) and an
+ * "empty" one (every consumer warp is done with it).  The consumers issue no
+ * loads and meet no block-wide barrier after the setup; a group whose rows
+ * need none of a tile (past its diagonal) waits for it and releases it.
+ * Query blocks are aligned to T's end (wg_block_row0).
  *
  * The forward, per key tile of BN, each consumer group:
  *   S = Q K^T    wgmma m64nBNk16, D/16 of them, Q and K read from shared
@@ -242,23 +243,6 @@ template <int R> __device__ __forceinline__ float sw_at(const unsigned char *s, 
 
 
 /*
- * Start copying R rows of one head's D columns (row r at g + r ld) into the
- * swizzled tile s; rows at or after nvalid are zeros.  Thread i of NT copies
- * the chunks i, i + NT, ...
- */
-template <int R, int D, int NT>
-__device__ __forceinline__ void wg_tile_async(unsigned char *s, const bf16 *g, int64_t ld, int nvalid)
-{
-	const int C = D / 8;
-#pragma unroll
-	for (int i = threadIdx.x; i < R * C; i += NT) {
-		int r = i / C, cc = i - r * C;
-		bool ok = r < nvalid;
-		flash_cp16(s + sw_chunk<R>(r, cc), ok ? g + r * ld + cc * 8 : g, ok);
-	}
-}
-
-/*
  * The bias b of the head's D columns added in f32 to rows r0..r0+63 of a
  * swizzled tile of R rows, rounded to bf16 again, by the 128 threads of one
  * warp group (t its thread).
@@ -282,7 +266,7 @@ template <int R, int D> __device__ __forceinline__ void wg_rows_bias(unsigned ch
 	}
 }
 
-/* shared-memory writes by ordinary instructions and cp.async made visible to wgmma (the async proxy) */
+/* shared-memory writes by ordinary instructions made visible to wgmma (the async proxy) */
 __device__ __forceinline__ void wg_proxy_fence(void) { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 /*
@@ -367,14 +351,16 @@ __device__ __forceinline__ void wg_bar(int id) { asm volatile("bar.sync %0, 128;
 /*
  * The barriers of a block, set up by its producer warp's first thread
  * before the block's one __syncthreads: "own" (the block's own rows landed;
- * one arrival), and per stage "full" (one arrival, the copies' bytes) and
- * "empty" (one arrival from each of the nc consumer groups' four warps).
+ * one arrival), and per stage "full" (full_count arrivals: the producer's
+ * expect_tx, and any other producer lanes that write the stage) and "empty"
+ * (one arrival from each of the nc consumer groups' four warps).
  */
-__device__ __forceinline__ void wg_ring_init(uint64_t *own, uint64_t *full, uint64_t *empty, int nst, int nc)
+__device__ __forceinline__ void wg_ring_init(uint64_t *own, uint64_t *full, uint64_t *empty, int nst, int full_count,
+					     int nc)
 {
 	mb_init(own, 1);
 	for (int i = 0; i < nst; i++) {
-		mb_init(&full[i], 1);
+		mb_init(&full[i], full_count);
 		mb_init(&empty[i], 4 * nc);
 	}
 	asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -388,6 +374,13 @@ __device__ __forceinline__ void wg_ring_pass(uint64_t *full, uint64_t *empty, in
 		if (lane == 0)
 			mb_arrive(&empty[i % nst]);
 	}
+}
+
+/* the producer's wait before refilling a stage: the ring's use i may take it once use i - nst was released */
+__device__ __forceinline__ void wg_ring_claim(uint64_t *empty, int nst, int i)
+{
+	if (i >= nst)
+		mb_wait(&empty[i % nst], ((i / nst) - 1) & 1);
 }
 
 /*
@@ -404,12 +397,23 @@ __device__ __forceinline__ void wg_stream_kv(unsigned char *KV, const CUtensorMa
 	for (int kt = 0; kt < nkt; kt++) {
 		const int st = kt % nst;
 		unsigned char *Ks = KV + st * 2 * TB;
-		if (kt >= nst)
-			mb_wait(&empty[st], ((kt / nst) - 1) & 1);
+		wg_ring_claim(empty, nst, kt);
 		mb_expect(&full[st], 2 * TB);
 		tma_tile<R, D>(Ks, m, H + h * D, kt * R, b, &full[st]);
 		tma_tile<R, D>(Ks + TB, m, 2 * H + h * D, kt * R, b, &full[st]);
 	}
+}
+
+/*
+ * The first row of a block of R query rows, grid x 0 the last rows of T
+ * (the longest walk first).  The blocks are aligned to T's end, so the one
+ * that T does not fill is the first, whose rows before 0 compute nothing
+ * (the copies of rows before 0 arrive as zeros, as past T): it is also the
+ * shortest, so no long block runs with idle warp groups.
+ */
+template <int R> __device__ __forceinline__ int wg_block_row0(int T)
+{
+	return T - ((int)blockIdx.x + 1) * R;
 }
 
 /*

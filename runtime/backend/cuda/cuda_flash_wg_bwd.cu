@@ -7,17 +7,12 @@
 /* ---- backward (Dt = dout . out from flash_dot_kernel, cuda_flash_row.cuh) ------------------- */
 
 /*
- * The backward's warp groups own 64 rows each and walk the other side in
- * tiles of 64.  Their accumulators take about twice the forward's
- * registers: dQ's blocks (below) have three groups at head dimension 64 and
- * two at 128; dK/dV's are one group each (WG_BT threads), several to an SM.
+ * The backward's consumer groups own 64 rows each and walk the other side
+ * in tiles of 64 (WG_BR); their accumulators take about twice the
+ * forward's registers, which sets how many groups a block has.
  */
-#define WG_BT 128 /* threads a backward block */
-#define WG_BR 64  /* rows a backward block owns, and rows of the tiles it walks */
+#define WG_BR 64 /* rows of a backward group, and of the tiles it walks */
 
-/* dK, dV's shared bytes: four tiles of 64 rows of D (its own two and one pair of the other
- * side's) and a second pair to fill, lse and Dt of two tiles, room to align */
-static size_t wg_dkv_smem(int D) { return (size_t)6 * WG_BR * D * 2 + 4 * WG_BR * sizeof(float) + 1024; }
 
 /*
  * acc = X Y^T over the D columns of 64 rows of a swizzled tile of RX rows
@@ -53,9 +48,12 @@ template <int D> __device__ __forceinline__ void wg_py(float (*acc)[4], const ui
  * and V tiles do not, and their terms move the rows' lse and Dt instead, as
  * flash16's dQ does.
  */
-/* consumer warp groups of a dQ block: three at 64 (128 registers each), two at 128 (168) */
+/*
+ * A dQ block: consumer groups three at 64 (128 registers each), two at 128
+ * (168); three stages, one more than the forward (1% at gpt2's shapes).
+ */
 template <int D> struct wg_dq_cfg {
-	static const int NC = D == 64 ? 3 : 2, NST = 2, QR = 64 * NC, NT = 128 * NC + 32;
+	static const int NC = D == 64 ? 3 : 2, NST = 3, QR = 64 * NC, NT = 128 * NC + 32;
 	/* shared bytes: Q and dO of the block's rows, the stages, their barriers, room to align */
 	static size_t smem(void) { return (size_t)(2 * QR + 2 * NST * WG_BR) * D * 2 + 1024 + 8 * (1 + 2 * NST); }
 };
@@ -71,13 +69,11 @@ __global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
 	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
 	unsigned char *dOs = Qs + QR * D * 2, *KV = dOs + QR * D * 2; /* stage i: K at KV + 2 i TB, V after it */
 	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *full = qfull + 1, *empty = full + NST;
-	const int nqb = (T + QR - 1) / QR;
-	const int qb = nqb - 1 - (int)blockIdx.x; /* the longest rows first */
 	const int h = blockIdx.y, b = blockIdx.z, wg = threadIdx.x >> 7;
-	const int q0 = qb * QR;
+	const int q0 = wg_block_row0<QR>(T);
 	const int nkt = min((T + WG_BR - 1) / WG_BR, (q0 + QR - 1) / WG_BR + 1); /* key tiles up to the diagonal */
 	if (threadIdx.x == 128 * NC)
-		wg_ring_init(qfull, full, empty, NST, NC);
+		wg_ring_init(qfull, full, empty, NST, 1, NC);
 	__syncthreads();
 	if (wg == NC) {
 		if (threadIdx.x == 128 * NC) {
@@ -93,10 +89,12 @@ __global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
 	const int gfirst = q0 + 64 * cw, wfirst = gfirst + 16 * w, wlast = wfirst + 15;
 	const int ra = wfirst + g, rb = ra + 8;
-	const int nwt = gfirst < T ? gfirst / WG_BR + 1 : 0; /* the tiles this group computes */
+	const int glast = min(gfirst + 63, T - 1);
+	const int nwt = glast >= 0 && gfirst < T ? min(nkt, glast / WG_BR + 1) : 0; /* the tiles this group computes */
 	const float sl2 = scale * FLASH_LOG2E;
-	float la = ra < T ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = rb < T ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
-	float da = ra < T ? Dt[hrow + ra] : 0.0f, db = rb < T ? Dt[hrow + rb] : 0.0f;
+	const bool ina = (unsigned)ra < (unsigned)T, inb = (unsigned)rb < (unsigned)T;
+	float la = ina ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = inb ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
+	float da = ina ? Dt[hrow + ra] : 0.0f, db = inb ? Dt[hrow + rb] : 0.0f;
 	const unsigned char *Qg = Qs + cw * 64 * 128, *dOg = dOs + cw * 64 * 128; /* the group's rows in each panel */
 	mb_wait(qfull, 0);
 	if (bias) {
@@ -149,42 +147,89 @@ __global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
 }
 
 /*
- * dK and dV: a block owns 64 keys and walks the query tiles from its own
- * on: S^T = K Q^T and dP^T = V dO^T (wgmma from shared memory), P^T and
- * dS^T (flash_ds_cols), dV += P^T dO and dK += dS^T Q (from registers, dO
- * and Q read N-major).  The queries' lse and Dt come through shared memory,
- * the next tile's loaded while this one's products run.  With a QKV bias,
- * K and V (copied once) and every Q tile get it in shared memory.
+ * dK and dV: a block owns NC x 64 keys, one consumer warp group per 64,
+ * and a producer warp: its first lane copies K and V once and then each
+ * query tile's Q and dO into NST mbarrier stages; all its lanes put the
+ * tile's lse (log2 units) and Dt beside them.  A consumer walks the query
+ * tiles from its own diagonal on (earlier ones it only waits for and
+ * releases): S^T = K Q^T and dP^T = V dO^T (wgmma from shared memory), P^T
+ * and dS^T (flash_p_cols, flash_ds_of_p_cols), dV += P^T dO and dK += dS^T
+ * Q (from registers, dO and Q read N-major).  The QKV bias: a group adds
+ * bk and bv to its own K and V rows; the shared Q tiles stay as copied, and
+ * bq enters as k . bq, a term of the key's row of exponents, and as dK's
+ * (sum over queries of dS^T) bq.
  */
+/* a dK, dV block: consumer groups two at 64 (168 registers each), one at 128 (244); three stages */
+template <int D> struct wg_dkv_cfg {
+	static const int NC = D == 64 ? 2 : 1, NST = 3, KR = 64 * NC, NT = 128 * NC + 32;
+	/* shared bytes: K and V of the block's keys, the stages with their lse and Dt, the barriers, room to align */
+	static size_t smem(void)
+	{
+		return (size_t)(2 * KR + 2 * NST * WG_BR) * D * 2 + NST * 2 * WG_BR * sizeof(float) + 1024 +
+		       8 * (1 + 2 * NST);
+	}
+};
+
 template <int D, typename OT>
-__global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const bf16 *qkv16, const bf16 *do16,
-							      const float *bias, const float *lse, const float *Dt,
-							      int T, int H, int nh, float scale)
+__global__ void __launch_bounds__(wg_dkv_cfg<D>::NT, 1)
+	flashwg_dkv_kernel(const __grid_constant__ CUtensorMap tm, const __grid_constant__ CUtensorMap dm, OT *dqkv,
+			   const float *bias, const float *lse, const float *Dt, int T, int H, int nh, float scale)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+	const int NC = wg_dkv_cfg<D>::NC, NST = wg_dkv_cfg<D>::NST, KR = wg_dkv_cfg<D>::KR, TB = WG_BR * D * 2;
 	extern __shared__ unsigned char smraw[];
-	const int TB = WG_BR * D * 2;
 	unsigned char *Ks = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
-	unsigned char *Vs = Ks + TB, *QD = Vs + TB; /* buffer i: Q at QD + 2 i TB, dO after it */
-	float *lse_s = (float *)(QD + 4 * TB), *dt_s = lse_s + 2 * WG_BR;
-	const int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z, w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int g = lane >> 2, c = lane & 3, tid = threadIdx.x;
-	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int k0 = kt * WG_BR, nqt = (T + WG_BR - 1) / WG_BR, wfirst = k0 + 16 * w;
+	unsigned char *Vs = Ks + KR * D * 2, *QD = Vs + KR * D * 2; /* stage i: Q at QD + 2 i TB, dO after it */
+	float *lse_s = (float *)(QD + NST * 2 * TB), *dt_s = lse_s + NST * WG_BR; /* stage i at i WG_BR */
+	uint64_t *kvfull = (uint64_t *)(dt_s + NST * WG_BR), *full = kvfull + 1, *empty = full + NST;
+	const int h = blockIdx.y, b = blockIdx.z, wg = threadIdx.x >> 7, lane = threadIdx.x & 31;
+	const int k0 = blockIdx.x * KR, nqt = (T + WG_BR - 1) / WG_BR, qfirst = k0 / WG_BR;
+	const int64_t hrow = ((int64_t)b * nh + h) * T;
+	if (threadIdx.x == 128 * NC)
+		wg_ring_init(kvfull, full, empty, NST, 1 + 32, NC);
+	__syncthreads();
+	if (wg == NC) {
+		if (lane == 0) {
+			mb_expect(kvfull, 2 * KR * D * 2);
+			tma_tile<KR, D>(Ks, &tm, H + h * D, k0, b, kvfull);
+			tma_tile<KR, D>(Vs, &tm, 2 * H + h * D, k0, b, kvfull);
+		}
+		for (int qt = qfirst; qt < nqt; qt++) {
+			const int i = qt - qfirst, st = i % NST;
+			wg_ring_claim(empty, NST, i);
+			if (lane == 0) {
+				unsigned char *Qs = QD + st * 2 * TB;
+				mb_expect(&full[st], 2 * TB);
+				tma_tile<WG_BR, D>(Qs, &tm, h * D, qt * WG_BR, b, &full[st]);
+				tma_tile<WG_BR, D>(Qs + TB, &dm, h * D, qt * WG_BR, b, &full[st]);
+			}
+#pragma unroll
+			for (int r = lane; r < WG_BR; r += 32) {
+				const int q = qt * WG_BR + r;
+				lse_s[st * WG_BR + r] = q < T ? lse[hrow + q] * FLASH_LOG2E : 0.0f;
+				dt_s[st * WG_BR + r] = q < T ? Dt[hrow + q] : 0.0f;
+			}
+			mb_arrive(&full[st]);
+		}
+		return;
+	}
+	const int cw = wg, t = threadIdx.x & 127, w = t >> 5;
+	const int g = lane >> 2, c = lane & 3;
+	const int64_t base = (int64_t)b * T;
+	const int gfirst = k0 + 64 * cw, wfirst = gfirst + 16 * w;
 	const int ka = wfirst + g, kb = ka + 8;
+	const int qown = gfirst < T ? gfirst / WG_BR : nqt; /* the first query tile this group computes */
 	const float sl2 = scale * FLASH_LOG2E;
-	const int64_t ld = 3 * (int64_t)H;
-	const bf16 *qg = qkv16 + base * ld + h * D, *dog = do16 + base * H + h * D;
-	wg_tile_async<WG_BR, D, WG_BT>(Ks, qg + H + k0 * ld, ld, T - k0);
-	wg_tile_async<WG_BR, D, WG_BT>(Vs, qg + 2 * H + k0 * ld, ld, T - k0);
-	flash_cp_commit();
-	wg_tile_async<WG_BR, D, WG_BT>(QD, qg + k0 * ld, ld, T - k0);
-	wg_tile_async<WG_BR, D, WG_BT>(QD + TB, dog + k0 * H, H, T - k0);
-	flash_cp_commit();
-	if (tid < WG_BR) {
-		int t = k0 + tid;
-		lse_s[tid] = t < T ? lse[hrow + t] * FLASH_LOG2E : 0.0f;
-		dt_s[tid] = t < T ? Dt[hrow + t] : 0.0f;
+	const unsigned char *Kg = Ks + cw * 64 * 128, *Vg = Vs + cw * 64 * 128; /* the group's rows in each panel */
+	float oa = 0.0f, ob = 0.0f, sa_ = 0.0f, sb_ = 0.0f; /* k . bq of rows ka, kb (log2 units); their dS^T sums */
+	mb_wait(kvfull, 0);
+	if (bias) {
+		wg_rows_bias<KR, D>(Ks, bias + H + h * D, 64 * cw, t);
+		wg_rows_bias<KR, D>(Vs, bias + 2 * H + h * D, 64 * cw, t);
+		wg_proxy_fence();
+		wg_bar(1 + cw);
+		oa = wg_row_dot<D, KR>(Ks, ka - k0, bias + h * D, c) * sl2;
+		ob = wg_row_dot<D, KR>(Ks, kb - k0, bias + h * D, c) * sl2;
 	}
 	float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -192,66 +237,60 @@ __global__ void __launch_bounds__(WG_BT, 2) flashwg_dkv_kernel(OT *dqkv, const b
 		dk[n][0] = dk[n][1] = dk[n][2] = dk[n][3] = 0.0f;
 		dv[n][0] = dv[n][1] = dv[n][2] = dv[n][3] = 0.0f;
 	}
-	for (int qt = kt; qt < nqt; qt++) {
-		const int q0 = qt * WG_BR, cur = (qt - kt) & 1, nxt = cur ^ 1;
-		unsigned char *Qs = QD + cur * 2 * TB, *dOs = Qs + TB;
-		float ln = 0.0f, dn = 0.0f; /* the next tile's lse and Dt, stored after this tile's products */
-		int tn = q0 + WG_BR + tid;
-		if (tid < WG_BR && tn < T) {
-			ln = lse[hrow + tn] * FLASH_LOG2E;
-			dn = Dt[hrow + tn];
-		}
-		if (qt + 1 < nqt) {
-			unsigned char *nx = QD + nxt * 2 * TB;
-			wg_tile_async<WG_BR, D, WG_BT>(nx, qg + (q0 + WG_BR) * ld, ld, T - q0 - WG_BR);
-			wg_tile_async<WG_BR, D, WG_BT>(nx + TB, dog + (q0 + WG_BR) * H, H, T - q0 - WG_BR);
-			flash_cp_commit();
-			flash_cp_wait<1>();
-		} else {
-			flash_cp_wait<0>();
-		}
-		if (bias) {
-			if (qt == kt) {
-				wg_rows_bias<WG_BR, D>(Ks, bias + H + h * D, 0, threadIdx.x);
-				wg_rows_bias<WG_BR, D>(Vs, bias + 2 * H + h * D, 0, threadIdx.x);
-			}
-			wg_rows_bias<WG_BR, D>(Qs, bias + h * D, 0, threadIdx.x);
-		}
-		wg_proxy_fence();
-		__syncthreads();
-		const float *ls = lse_s + cur * WG_BR, *ds = dt_s + cur * WG_BR;
-		float st[WG_BR / 8][4], dpt[WG_BR / 8][4];
+	wg_ring_pass(full, empty, NST, 0, min(qown, nqt) - qfirst, lane); /* tiles before the group's keys */
+	for (int qt = qown; qt < nqt; qt++) {
+		const int i = qt - qfirst, st = i % NST, q0 = qt * WG_BR;
+		const unsigned char *Qs = QD + st * 2 * TB, *dOs = Qs + TB;
+		const float *ls = lse_s + st * WG_BR, *ds = dt_s + st * WG_BR;
+		float s_[WG_BR / 8][4], dpt[WG_BR / 8][4];
+		mb_wait(&full[st], (i / NST) & 1);
 		wg_fence();
-		wg_xyt<D>(st, Ks, Qs); /* S^T: keys x queries */
+		wg_xyt<D, KR>(s_, Kg, Qs); /* S^T: keys x queries */
 		wg_commit();
-		wg_xyt<D>(dpt, Vs, dOs); /* dP^T */
+		wg_xyt<D, KR>(dpt, Vg, dOs); /* dP^T */
 		wg_commit();
 		wg_wait<1>(); /* S^T is ready; P^T's exponentials overlap dP^T's products */
-		wg_settle<WG_BR / 8>(st);
+		wg_settle<WG_BR / 8>(s_);
 		if (q0 < wfirst + 15 || q0 + WG_BR > T || wfirst + 15 >= T)
-			flash_p_cols<WG_BR / 8, true>(st, q0, ka, kb, c, T, sl2, ls);
+			flash_p_cols<WG_BR / 8, true>(s_, q0, ka, kb, c, T, sl2, ls, oa, ob);
 		else
-			flash_p_cols<WG_BR / 8, false>(st, q0, ka, kb, c, T, sl2, ls);
+			flash_p_cols<WG_BR / 8, false>(s_, q0, ka, kb, c, T, sl2, ls, oa, ob);
 		uint32_t pa[WG_BR / 16][4], sa[WG_BR / 16][4];
-		wg_frags<WG_BR>(pa, st);
+		wg_frags<WG_BR>(pa, s_);
 		wg_wait<0>();
 		wg_settle<WG_BR / 8>(dpt);
-		wg_fence();
-		wg_py<D>(dv, pa, dOs); /* dV's products overlap dS^T */
-		wg_commit();
-		flash_ds_of_p_cols<WG_BR / 8>(dpt, st, c, ds);
+		flash_ds_of_p_cols<WG_BR / 8>(dpt, s_, c, ds);
+		if (bias)
+#pragma unroll
+			for (int n = 0; n < WG_BR / 8; n++) {
+				sa_ += dpt[n][0] + dpt[n][1];
+				sb_ += dpt[n][2] + dpt[n][3];
+			}
 		wg_frags<WG_BR>(sa, dpt);
 		wg_fence();
+		wg_py<D>(dv, pa, dOs);
 		wg_py<D>(dk, sa, Qs);
 		wg_commit();
 		wg_wait_all();
 		wg_settle<D / 8>(dv);
 		wg_settle<D / 8>(dk);
-		if (tid < WG_BR) {
-			lse_s[nxt * WG_BR + tid] = ln;
-			dt_s[nxt * WG_BR + tid] = dn;
+		if (lane == 0)
+			mb_arrive(&empty[st]);
+	}
+	if (bias) { /* dK += (dS^T 1) bq: the rows' sums over the quad's columns, in a fixed butterfly */
+		sa_ += __shfl_xor_sync(0xffffffffu, sa_, 1);
+		sa_ += __shfl_xor_sync(0xffffffffu, sa_, 2);
+		sb_ += __shfl_xor_sync(0xffffffffu, sb_, 1);
+		sb_ += __shfl_xor_sync(0xffffffffu, sb_, 2);
+		const float *bq = bias + h * D;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			float v0 = __ldg(bq + 8 * n + 2 * c), v1 = __ldg(bq + 8 * n + 2 * c + 1);
+			dk[n][0] = fmaf(sa_, v0, dk[n][0]);
+			dk[n][1] = fmaf(sa_, v1, dk[n][1]);
+			dk[n][2] = fmaf(sb_, v0, dk[n][2]);
+			dk[n][3] = fmaf(sb_, v1, dk[n][3]);
 		}
-		__syncthreads();
 	}
 	flash_store_dkv<D / 8>(dqkv, dk, dv, base, ka, kb, c, T, H, h, scale);
 #endif
@@ -271,7 +310,8 @@ static int wg_bwd(qe_stream *s, OT *dqkv, const bf16 *qkv16, const bf16 *do16, c
 	if (rc)
 		return rc;
 	typedef wg_dq_cfg<D> Q;
-	size_t qsmem = Q::smem(), smem = wg_dkv_smem(D);
+	typedef wg_dkv_cfg<D> K;
+	size_t qsmem = Q::smem(), smem = K::smem();
 	cudaError_t e = cudaFuncSetAttribute(flashwg_dq_kernel<D, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
 					     (int)qsmem);
 	if (e != cudaSuccess)
@@ -286,8 +326,8 @@ static int wg_bwd(qe_stream *s, OT *dqkv, const bf16 *qkv16, const bf16 *do16, c
 	rc = qe__cuda_launched(op, "flashwg_dq_kernel");
 	if (rc)
 		return rc;
-	dim3 grid((unsigned)((T + WG_BR - 1) / WG_BR), (unsigned)nh, (unsigned)B);
-	flashwg_dkv_kernel<D, OT><<<grid, WG_BT, smem, s->cs>>>(dqkv, qkv16, do16, bias, lse, Dt, T, H, nh, scale);
+	dim3 grid((unsigned)((T + K::KR - 1) / K::KR), (unsigned)nh, (unsigned)B);
+	flashwg_dkv_kernel<D, OT><<<grid, K::NT, smem, s->cs>>>(tm, dm, dqkv, bias, lse, Dt, T, H, nh, scale);
 	return qe__cuda_launched(op, "flashwg_dkv_kernel");
 }
 

@@ -92,14 +92,12 @@ __global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, 1)
 	unsigned char *KV = Qs + QR * D * 2; /* stage i: K at KV + 2 i TB, V after it */
 	const int TB = BN * D * 2;
 	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *full = qfull + 1, *empty = full + NST;
-	const int nqb = (T + QR - 1) / QR;
-	const int qb = nqb - 1 - (int)blockIdx.x;
 	const int h = blockIdx.y, b = blockIdx.z;
 	const int wg = threadIdx.x >> 7;
-	const int q0 = qb * QR;
+	const int q0 = wg_block_row0<QR>(T);
 	const int nkt = min((T + BN - 1) / BN, (q0 + QR - 1) / BN + 1); /* key tiles up to the diagonal */
 	if (threadIdx.x == 128 * NC)
-		wg_ring_init(qfull, full, empty, NST, NC);
+		wg_ring_init(qfull, full, empty, NST, 1, NC);
 	__syncthreads();
 	if (wg == NC) {
 		if (threadIdx.x == 128 * NC) {
@@ -112,8 +110,8 @@ __global__ void __launch_bounds__(wg_fwd_cfg<D>::NT, 1)
 	const int cw = wg, t = threadIdx.x & 127, w = t >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
 	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int gfirst = q0 + cw * 64, glast = gfirst + 63;
-	const bool live = gfirst < T;
+	const int gfirst = q0 + cw * 64, glast = min(gfirst + 63, T - 1);
+	const bool live = glast >= 0 && gfirst < T;
 	const int nwt = live ? min(nkt, glast / BN + 1) : 0; /* the tiles this group computes */
 	const float sl2 = scale * FLASH_LOG2E;
 	mb_wait(qfull, 0);

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# session 11, call 3: dK, dV on the producer/consumer structure too (two consumer groups at d64, one at d128; the query bias enters as k . bq and (dS^T 1) bq), the forward and dQ blocks aligned to T's end (v7: to its start, as before); checked and timed beside head (b3e94fa) and SDPA; gpt2 L2 at seq 512 and 2048.
+# session 12, call 1: dK, dV warp-specialized too (two consumer groups at d64, one at d128; the query bias enters as k . bq and (dS^T 1) bq), forward and dQ blocks aligned to T's end (v7: to its start, as before; v8: three stages in both backward kernels); checked and timed beside head (d469d59) and SDPA; gpt2 L2 at seq 512 and 2048.
 set -u
 O=${1:?}; P=gpu-pkg/x; W=$(mktemp -d)
 mkdir -p $P && python3 -c "import tarfile; tarfile.open('gpu-pkg/pkg.tar.xz').extractall('$P')" && cp gpu-pkg/brown_*.bin $P/
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader
-for t in attn attn-v7 ops model fused capture layers bf16_act xent_cast; do
-  timeout 150 $P/backend_test_cuda_$t > $W/cuda_$t.log 2>&1; echo "cuda_$t rc=$? $(tail -1 $W/cuda_$t.log)"
+for t in attn attn-v7 attn-v8 ops model fused capture layers bf16_act xent_cast; do
+  timeout 90 $P/backend_test_cuda_$t > $W/cuda_$t.log 2>&1; echo "cuda_$t rc=$? $(tail -1 $W/cuda_$t.log)"
   { echo "=== backend_test_cuda_$t"; cat $W/cuda_$t.log; } >> $O/cuda_tests.log
 done
 grep -hiE "fail|error" $W/cuda_*.log | head -20
@@ -21,12 +21,12 @@ for seq in 512 2048; do
   tail -1 $W/g1.out; rm -rf $W/g?
 done
 SH=16:12:1024:64,8:25:1024:64,4:16:4096:64,2:16:4096:128
-for v in head "" v7; do
+for v in head "" v7 v8; do
   b=$P/qeffect${v:+-$v}
   timeout 120 $b bench attention --backend cuda --shapes $SH --min-ms 100 > $O/attn-${v:-v1}.txt 2>&1; echo "bench ${v:-v1} rc=$?"; cat $O/attn-${v:-v1}.txt
 done
 SHAPES=$SH MIN_MS=100 timeout 120 bash bench/attention/run.sh $P $W/attn > $O/attn-sdpa.log 2>&1; echo "sdpa bench rc=$?"; tail -6 $O/attn-sdpa.log
-for q in qeffect-head qeffect; do
+for q in qeffect-head qeffect qeffect-v8 qeffect-head qeffect qeffect-v8; do
   timeout 60 $P/$q train --backend cuda --preset gpt2 --batch 16 --pp 1 --chunks 1 --micro 1 --exec graph --grad direct --precision fp8 --steps 16 --trace off --quiet --json --data $P/brown_train.bin 2>/dev/null |
     python3 -c "import json,sys,statistics; d=[json.loads(l) for l in sys.stdin if l.startswith('{')][-1]; m=statistics.median(d['step_ms'][5:15]); print('$q gpt2 b16 fp8 median ms (steps 6-15)', round(m,2), 'tok/s', round(16384/m*1000))"
 done
