@@ -12,9 +12,9 @@
  * in f32 or bf16, lse [B, nh, T] f32; causal; no atomics and a fixed order
  * for every sum, so two runs give the same bytes.
  *
- * Every kernel is warp-specialized: a block owns 64 x NC rows (queries, or
+ * Every kernel is warp-specialized: a work item is 64 x NC rows (queries, or
  * keys for dK/dV), one consumer warp group per 64, and a producer warp.  The
- * producer's first lane copies the block's own rows once and then the other
+ * producer's first lane copies the item's own rows once and then the other
  * side's tiles through the tensor memory accelerator (TMA: 3-D maps of the
  * strided qkv and of dout, [B][T][C], rows outside 0..T-1 arriving as
  * zeros, so nothing is copied in front of attention) into a ring of stages;
@@ -23,6 +23,11 @@
  * loads and meet no block-wide barrier after the setup; a group whose rows
  * need none of a tile (past its diagonal) waits for it and releases it.
  * Query blocks are aligned to T's end (wg_block_row0).
+ *
+ * The forward and dQ are persistent: a block per SM walks the work items
+ * (query block, head, sequence) head by head (wg_item), its own rows
+ * double-buffered and the ring running on from item to item; dK/dV runs a
+ * block per key block.
  *
  * The forward, per key tile of BN, each consumer group:
  *   S = Q K^T    wgmma m64nBNk16, D/16 of them, Q and K read from shared
@@ -385,19 +390,20 @@ __device__ __forceinline__ void wg_ring_claim(uint64_t *empty, int nst, int i)
 
 /*
  * The producer's key tiles 0..nkt-1 of R rows: K then V of head h (columns
- * H + h D and 2H + h D of the qkv map m) of sequence b, tile kt into stage
- * kt % nst of KV (K at KV + 2 s TB, V TB after it), each once the
- * consumers released the tile nst before it.
+ * H + h D and 2H + h D of the qkv map m) of sequence b, as the ring's uses
+ * u0..u0+nkt-1 (a persistent block's ring goes on from one work item to the
+ * next): use i into stage i % nst of KV (K at KV + 2 s TB, V TB after it),
+ * each once the consumers released the use nst before it.
  */
 template <int R, int D>
 __device__ __forceinline__ void wg_stream_kv(unsigned char *KV, const CUtensorMap *m, int H, int h, int b, int nkt,
-					     uint64_t *full, uint64_t *empty, int nst)
+					     uint64_t *full, uint64_t *empty, int nst, int u0)
 {
 	const int TB = R * D * 2;
 	for (int kt = 0; kt < nkt; kt++) {
-		const int st = kt % nst;
+		const int i = u0 + kt, st = i % nst;
 		unsigned char *Ks = KV + st * 2 * TB;
-		wg_ring_claim(empty, nst, kt);
+		wg_ring_claim(empty, nst, i);
 		mb_expect(&full[st], 2 * TB);
 		tma_tile<R, D>(Ks, m, H + h * D, kt * R, b, &full[st]);
 		tma_tile<R, D>(Ks + TB, m, 2 * H + h * D, kt * R, b, &full[st]);
@@ -405,15 +411,28 @@ __device__ __forceinline__ void wg_stream_kv(unsigned char *KV, const CUtensorMa
 }
 
 /*
- * The first row of a block of R query rows, grid x 0 the last rows of T
- * (the longest walk first).  The blocks are aligned to T's end, so the one
- * that T does not fill is the first, whose rows before 0 compute nothing
- * (the copies of rows before 0 arrive as zeros, as past T): it is also the
+ * The first row of query block x of R rows, x 0 the last rows of T (the
+ * longest walk first).  The blocks are aligned to T's end, so the one that T
+ * does not fill is the last x, whose rows before 0 compute nothing (the
+ * copies of rows before 0 arrive as zeros, as past T): it is also the
  * shortest, so no long block runs with idle warp groups.
  */
-template <int R> __device__ __forceinline__ int wg_block_row0(int T)
+template <int R> __device__ __forceinline__ int wg_block_row0(int T, int x)
 {
-	return T - ((int)blockIdx.x + 1) * R;
+	return T - (x + 1) * R;
+}
+
+/*
+ * A persistent block's n-th work item: rounds of gridDim.x items, every
+ * other round in reverse, so that with the items ordered head by head,
+ * the longest block of each head first, a block's items alternate between
+ * the long and the short end of a head (no block gets only long ones), and
+ * the blocks running at once share a few heads' tiles in L2.
+ */
+__device__ __forceinline__ int wg_item(int n)
+{
+	const int g = (int)gridDim.x, i = (int)blockIdx.x;
+	return n * g + ((n & 1) ? g - 1 - i : i);
 }
 
 /*
@@ -423,5 +442,13 @@ template <int R> __device__ __forceinline__ int wg_block_row0(int T)
  * naming op and the tensor (what).
  */
 int qe__flashwg_rows_map(CUtensorMap *m, const bf16 *x, int64_t B, int T, int C, const char *op, const char *what);
+
+/*
+ * A persistent kernel's launch over query blocks of `rows` (the forward and
+ * dQ): *nitems = blocks x heads x sequences, *grid one block per SM of the
+ * current device or per item, whichever is fewer (cuda_flash_wg_map.cu).
+ * Returns 0, or an error naming op.
+ */
+int qe__flashwg_grid(const char *op, int64_t B, int T, int nh, int rows, int *nitems, dim3 *grid);
 
 #endif

@@ -38,111 +38,136 @@ template <int D> __device__ __forceinline__ void wg_py(float (*acc)[4], const ui
 }
 
 /*
- * dQ: a block owns NC x 64 queries, one consumer warp group per 64, and a
- * producer warp that copies Q and dO once and the key tiles' K and V into
- * NST mbarrier stages, as the forward's does.  A consumer walks the key
- * tiles up to its diagonal (later ones it only waits for and releases):
- * S = Q K^T and dP = dO V^T (wgmma from shared memory), dS = P (dP - Dt)
- * (flash_p_rows, flash_ds_of_p_rows), dQ += dS K (dS from registers, K
- * read N-major).  The QKV bias: Q gets it in shared memory; the streamed K
- * and V tiles do not, and their terms move the rows' lse and Dt instead, as
- * flash16's dQ does.
+ * dQ: persistent, as the forward (cuda_flash_wg_fwd.cu): a block per SM
+ * walks the work items (query block x of QR rows, head, sequence), head by
+ * head, the longest block of each head first, in alternately reversed
+ * rounds (wg_item).  Per item, NC consumer warp groups of 64 queries
+ * and the producer warp's first lane, which copies Q and dO into one of two
+ * buffer pairs and the key tiles' K and V into NST mbarrier stages, the
+ * ring running on from item to item.  A consumer walks the key tiles up to
+ * its diagonal (later ones it only waits for and releases): S = Q K^T and
+ * dP = dO V^T (wgmma from shared memory), dS = P (dP - Dt) (flash_p_rows,
+ * flash_ds_of_p_rows), dQ += dS K (dS from registers, K read N-major).  The
+ * QKV bias: Q gets it in shared memory; the streamed K and V tiles do not,
+ * and their terms move the rows' lse and Dt instead, as flash16's dQ does.
  */
 /*
  * A dQ block: consumer groups three at 64 (128 registers each), two at 128
- * (168); three stages, one more than the forward (1% at gpt2's shapes).
+ * (168); three stages at 64, one more than the forward (1% at gpt2's
+ * shapes), two at 128 (the shared memory holds no third beside two Q, dO
+ * pairs).
  */
 template <int D> struct wg_dq_cfg {
-	static const int NC = D == 64 ? 3 : 2, NST = 3, QR = 64 * NC, NT = 128 * NC + 32;
-	/* shared bytes: Q and dO of the block's rows, the stages, their barriers, room to align */
-	static size_t smem(void) { return (size_t)(2 * QR + 2 * NST * WG_BR) * D * 2 + 1024 + 8 * (1 + 2 * NST); }
+	static const int NC = D == 64 ? 3 : 2, NST = D == 64 ? 3 : 2, QR = 64 * NC, NT = 128 * NC + 32;
+	/* shared bytes: two pairs of Q and dO of an item's rows, the stages, their barriers, room to align */
+	static size_t smem(void) { return (size_t)(4 * QR + 2 * NST * WG_BR) * D * 2 + 1024 + 8 * (4 + 2 * NST); }
 };
 
 template <int D, typename OT>
 __global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
 	flashwg_dq_kernel(const __grid_constant__ CUtensorMap tm, const __grid_constant__ CUtensorMap dm, OT *dqkv,
-			  const float *bias, const float *lse, const float *Dt, int T, int H, int nh, float scale)
+			  const float *bias, const float *lse, const float *Dt, int T, int H, int nh, int nitems,
+			  float scale)
 {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 	const int NC = wg_dq_cfg<D>::NC, NST = wg_dq_cfg<D>::NST, QR = wg_dq_cfg<D>::QR, TB = WG_BR * D * 2;
+	const int QB = QR * D * 2;
 	extern __shared__ unsigned char smraw[];
-	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023);
-	unsigned char *dOs = Qs + QR * D * 2, *KV = dOs + QR * D * 2; /* stage i: K at KV + 2 i TB, V after it */
-	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *full = qfull + 1, *empty = full + NST;
-	const int h = blockIdx.y, b = blockIdx.z, wg = threadIdx.x >> 7;
-	const int q0 = wg_block_row0<QR>(T);
-	const int nkt = min((T + WG_BR - 1) / WG_BR, (q0 + QR - 1) / WG_BR + 1); /* key tiles up to the diagonal */
-	if (threadIdx.x == 128 * NC)
+	unsigned char *Qs = (unsigned char *)(((uintptr_t)smraw + 1023) & ~(uintptr_t)1023); /* pair i: Q at 2 i QB */
+	unsigned char *KV = Qs + 4 * QB; /* stage i: K at KV + 2 i TB, V after it */
+	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *qempty = qfull + 2, *full = qempty + 2, *empty = full + NST;
+	const int wg = threadIdx.x >> 7, nx = (T + QR - 1) / QR, ntk = (T + WG_BR - 1) / WG_BR;
+	if (threadIdx.x == 128 * NC) {
+		mb_init(&qfull[1], 1);
+		mb_init(&qempty[0], 4 * NC);
+		mb_init(&qempty[1], 4 * NC);
 		wg_ring_init(qfull, full, empty, NST, 1, NC);
+	}
 	__syncthreads();
 	if (wg == NC) {
-		if (threadIdx.x == 128 * NC) {
-			mb_expect(qfull, 2 * QR * D * 2);
-			tma_tile<QR, D>(Qs, &tm, h * D, q0, b, qfull);
-			tma_tile<QR, D>(dOs, &dm, h * D, q0, b, qfull);
-			wg_stream_kv<WG_BR, D>(KV, &tm, H, h, b, nkt, full, empty, NST);
-		}
+		if (threadIdx.x == 128 * NC)
+			for (int n = 0, u = 0, j = wg_item(0); j < nitems; j = wg_item(++n)) {
+				const int hb = j / nx, x = j - hb * nx, h = hb % nh, b = hb / nh;
+				const int q0 = wg_block_row0<QR>(T, x), nkt = min(ntk, (q0 + QR - 1) / WG_BR + 1);
+				unsigned char *Qb = Qs + (n & 1) * 2 * QB;
+				if (n >= 2)
+					mb_wait(&qempty[n & 1], ((n >> 1) - 1) & 1);
+				mb_expect(&qfull[n & 1], 2 * QB);
+				tma_tile<QR, D>(Qb, &tm, h * D, q0, b, &qfull[n & 1]);
+				tma_tile<QR, D>(Qb + QB, &dm, h * D, q0, b, &qfull[n & 1]);
+				wg_stream_kv<WG_BR, D>(KV, &tm, H, h, b, nkt, full, empty, NST, u);
+				u += nkt;
+			}
 		return;
 	}
 	const int cw = wg, t = threadIdx.x & 127, w = t >> 5, lane = threadIdx.x & 31;
 	const int g = lane >> 2, c = lane & 3;
-	const int64_t base = (int64_t)b * T, hrow = ((int64_t)b * nh + h) * T;
-	const int gfirst = q0 + 64 * cw, wfirst = gfirst + 16 * w, wlast = wfirst + 15;
-	const int ra = wfirst + g, rb = ra + 8;
-	const int glast = min(gfirst + 63, T - 1);
-	const int nwt = glast >= 0 && gfirst < T ? min(nkt, glast / WG_BR + 1) : 0; /* the tiles this group computes */
 	const float sl2 = scale * FLASH_LOG2E;
-	const bool ina = (unsigned)ra < (unsigned)T, inb = (unsigned)rb < (unsigned)T;
-	float la = ina ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = inb ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
-	float da = ina ? Dt[hrow + ra] : 0.0f, db = inb ? Dt[hrow + rb] : 0.0f;
-	const unsigned char *Qg = Qs + cw * 64 * 128, *dOg = dOs + cw * 64 * 128; /* the group's rows in each panel */
-	mb_wait(qfull, 0);
-	if (bias) {
-		wg_rows_bias<QR, D>(Qs, bias + h * D, 64 * cw, t);
-		wg_proxy_fence();
-		wg_bar(1 + cw);
-		/* q . bk moves the row's lse, dO . bv its Dt; a row of dS sums to zero, so dS bk adds nothing */
-		const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
-		la -= wg_row_dot<D, QR>(Qs, ra - q0, bk, c) * sl2;
-		lb -= wg_row_dot<D, QR>(Qs, rb - q0, bk, c) * sl2;
-		da -= wg_row_dot<D, QR>(dOs, ra - q0, bv, c);
-		db -= wg_row_dot<D, QR>(dOs, rb - q0, bv, c);
-	}
-	float dq[D / 8][4];
+	for (int n = 0, u = 0, j = wg_item(0); j < nitems; j = wg_item(++n)) {
+		const int hb = j / nx, x = j - hb * nx, h = hb % nh, b = hb / nh;
+		const int q0 = wg_block_row0<QR>(T, x), nkt = min(ntk, (q0 + QR - 1) / WG_BR + 1);
+		const int64_t hrow = ((int64_t)b * nh + h) * T;
+		const int gfirst = q0 + 64 * cw, wfirst = gfirst + 16 * w, wlast = wfirst + 15;
+		const int ra = wfirst + g, rb = ra + 8;
+		const int glast = min(gfirst + 63, T - 1);
+		const int nwt = glast >= 0 && gfirst < T ? min(nkt, glast / WG_BR + 1) : 0; /* the tiles this group computes */
+		const bool ina = (unsigned)ra < (unsigned)T, inb = (unsigned)rb < (unsigned)T;
+		float la = ina ? lse[hrow + ra] * FLASH_LOG2E : 0.0f, lb = inb ? lse[hrow + rb] * FLASH_LOG2E : 0.0f;
+		float da = ina ? Dt[hrow + ra] : 0.0f, db = inb ? Dt[hrow + rb] : 0.0f;
+		unsigned char *Qb = Qs + (n & 1) * 2 * QB, *dOb = Qb + QB;
+		const unsigned char *Qg = Qb + cw * 64 * 128, *dOg = dOb + cw * 64 * 128; /* the group's rows in each panel */
+		mb_wait(&qfull[n & 1], (n >> 1) & 1);
+		if (bias) {
+			wg_rows_bias<QR, D>(Qb, bias + h * D, 64 * cw, t);
+			wg_proxy_fence();
+			wg_bar(1 + cw);
+			/* q . bk moves the row's lse, dO . bv its Dt; a row of dS sums to zero, so dS bk adds nothing */
+			const float *bk = bias + H + h * D, *bv = bias + 2 * H + h * D;
+			la -= wg_row_dot<D, QR>(Qb, ra - q0, bk, c) * sl2;
+			lb -= wg_row_dot<D, QR>(Qb, rb - q0, bk, c) * sl2;
+			da -= wg_row_dot<D, QR>(dOb, ra - q0, bv, c);
+			db -= wg_row_dot<D, QR>(dOb, rb - q0, bv, c);
+		}
+		float dq[D / 8][4];
 #pragma unroll
-	for (int n = 0; n < D / 8; n++)
-		dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-	for (int kt = 0; kt < nwt; kt++) {
-		const int k0 = kt * WG_BR, st = kt % NST;
-		const unsigned char *Ks = KV + st * 2 * TB, *Vs = Ks + TB;
-		float sc[WG_BR / 8][4], dp[WG_BR / 8][4];
-		mb_wait(&full[st], (kt / NST) & 1);
-		wg_fence();
-		wg_xyt<D, QR>(sc, Qg, Ks);
-		wg_commit();
-		wg_xyt<D, QR>(dp, dOg, Vs);
-		wg_commit();
-		wg_wait<1>(); /* S is ready; its exponentials overlap dP's products */
-		wg_settle<WG_BR / 8>(sc);
-		if (k0 + WG_BR - 1 > wfirst || k0 + WG_BR > T || wlast >= T)
-			flash_p_rows<WG_BR / 8, true>(sc, k0, ra, rb, c, T, sl2, la, lb);
-		else
-			flash_p_rows<WG_BR / 8, false>(sc, k0, ra, rb, c, T, sl2, la, lb);
-		wg_wait<0>();
-		wg_settle<WG_BR / 8>(dp);
-		flash_ds_of_p_rows<WG_BR / 8>(sc, dp, da, db);
-		uint32_t pa[WG_BR / 16][4];
-		wg_frags<WG_BR>(pa, sc);
-		wg_fence();
-		wg_py<D>(dq, pa, Ks);
-		wg_commit();
-		wg_wait_all();
-		wg_settle<D / 8>(dq);
+		for (int k = 0; k < D / 8; k++)
+			dq[k][0] = dq[k][1] = dq[k][2] = dq[k][3] = 0.0f;
+		for (int kt = 0; kt < nwt; kt++) {
+			const int k0 = kt * WG_BR, i = u + kt, st = i % NST;
+			const unsigned char *Ks = KV + st * 2 * TB, *Vs = Ks + TB;
+			float sc[WG_BR / 8][4], dp[WG_BR / 8][4];
+			mb_wait(&full[st], (i / NST) & 1);
+			wg_fence();
+			wg_xyt<D, QR>(sc, Qg, Ks);
+			wg_commit();
+			wg_xyt<D, QR>(dp, dOg, Vs);
+			wg_commit();
+			wg_wait<1>(); /* S is ready; its exponentials overlap dP's products */
+			wg_settle<WG_BR / 8>(sc);
+			if (k0 + WG_BR - 1 > wfirst || k0 + WG_BR > T || wlast >= T)
+				flash_p_rows<WG_BR / 8, true>(sc, k0, ra, rb, c, T, sl2, la, lb);
+			else
+				flash_p_rows<WG_BR / 8, false>(sc, k0, ra, rb, c, T, sl2, la, lb);
+			wg_wait<0>();
+			wg_settle<WG_BR / 8>(dp);
+			flash_ds_of_p_rows<WG_BR / 8>(sc, dp, da, db);
+			uint32_t pa[WG_BR / 16][4];
+			wg_frags<WG_BR>(pa, sc);
+			wg_fence();
+			wg_py<D>(dq, pa, Ks);
+			wg_commit();
+			wg_wait_all();
+			wg_settle<D / 8>(dq);
+			if (lane == 0)
+				mb_arrive(&empty[st]);
+		}
+		wg_ring_pass(full, empty, NST, u + nwt, u + nkt, lane); /* tiles after the group's rows */
+		u += nkt;
+		__syncwarp();
 		if (lane == 0)
-			mb_arrive(&empty[st]);
+			mb_arrive(&qempty[n & 1]); /* the warp is done with this Q, dO pair */
+		flash_store_dq<D / 8>(dqkv, dq, (int64_t)b * T, ra, rb, c, T, H, h, scale);
 	}
-	wg_ring_pass(full, empty, NST, nwt, nkt, lane); /* tiles after the group's rows */
-	flash_store_dq<D / 8>(dqkv, dq, base, ra, rb, c, T, H, h, scale);
 #endif
 }
 
@@ -158,6 +183,12 @@ __global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
  * bk and bv to its own K and V rows; the shared Q tiles stay as copied, and
  * bq enters as k . bq, a term of the key's row of exponents, and as dK's
  * (sum over queries of dS^T) bq.
+ *
+ * Not persistent, unlike the forward and dQ: a block per key block (grid
+ * x, head, sequence).  Made persistent like dQ (double-buffered K and V,
+ * items head by head), it gained 3% at gpt2-xl's shape and lost 2-3% at
+ * the others and 18% at head dim 128, seq 4096
+ * (bench/results/session13-1xH100, call 2).
  */
 /* a dK, dV block: consumer groups two at 64 (168 registers each), one at 128 (244); three stages */
 template <int D> struct wg_dkv_cfg {
@@ -320,9 +351,12 @@ static int wg_bwd(qe_stream *s, OT *dqkv, const bf16 *qkv16, const bf16 *do16, c
 	if (e != cudaSuccess)
 		return qe__cuda_err(e, op, "cudaFuncSetAttribute(flashwg_dkv_kernel)");
 	float scale = 1.0f / sqrtf((float)D);
-	dim3 qgrid((unsigned)((T + Q::QR - 1) / Q::QR), (unsigned)nh, (unsigned)B);
-	flashwg_dq_kernel<D, OT><<<qgrid, Q::NT, qsmem, s->cs>>>(tm, dm, dqkv, bias, lse, Dt, T, H, nh,
-										 scale);
+	int nitems;
+	dim3 qgrid;
+	if ((rc = qe__flashwg_grid(op, B, T, nh, Q::QR, &nitems, &qgrid)))
+		return rc;
+	flashwg_dq_kernel<D, OT><<<qgrid, Q::NT, qsmem, s->cs>>>(tm, dm, dqkv, bias, lse, Dt, T, H, nh, nitems,
+								  scale);
 	rc = qe__cuda_launched(op, "flashwg_dq_kernel");
 	if (rc)
 		return rc;

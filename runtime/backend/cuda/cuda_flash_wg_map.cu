@@ -1,10 +1,13 @@
 /*
- * cuda_flash_wg_map.cu - the tensor maps the wgmma flash kernels copy
- * through (qe__flashwg_rows_map, declared in cuda_flash_wg.cuh): encoded on
- * the host per launch by the driver's cuTensorMapEncodeTiled, which is
- * looked up once through the runtime, so nothing links against libcuda.
+ * cuda_flash_wg_map.cu - what the wgmma flash kernels' launchers share on
+ * the host (declared in cuda_flash_wg.cuh): the tensor maps the kernels
+ * copy through (qe__flashwg_rows_map), encoded per launch by the driver's
+ * cuTensorMapEncodeTiled, which is looked up once through the runtime, so
+ * nothing links against libcuda; and the persistent kernels' grid
+ * (qe__flashwg_grid).
  */
 #include <cudaTypedefs.h>
+#include <limits.h>
 #include <pthread.h>
 
 #include "runtime/backend/cuda/cuda_flash_wg.cuh"
@@ -45,5 +48,22 @@ int qe__flashwg_rows_map(CUtensorMap *m, const bf16 *x, int64_t B, int T, int C,
 			       "%s: cuTensorMapEncodeTiled refused %s (%p, B %lld, T %d, %d columns): driver error %d "
 			       "(the tensor must start on 16 bytes)",
 			       op, what, (const void *)x, (long long)B, T, C, (int)r);
+	return 0;
+}
+
+int qe__flashwg_grid(const char *op, int64_t B, int T, int nh, int rows, int *nitems, dim3 *grid)
+{
+	int dev = 0, nsm = 0;
+	cudaError_t e = cudaGetDevice(&dev);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev);
+	if (e != cudaSuccess)
+		return qe__cuda_err(e, op, "counting the device's SMs");
+	const int64_t n = (int64_t)((T + rows - 1) / rows) * nh * B;
+	if (n > INT_MAX)
+		return qe_fail(QE_EUNSUPPORTED, "%s: %lld work items (B %lld, %d heads, T %d) exceed the kernels' int index",
+			       op, (long long)n, (long long)B, nh, T);
+	*nitems = (int)n;
+	*grid = dim3((unsigned)(n < nsm ? n : nsm));
 	return 0;
 }
