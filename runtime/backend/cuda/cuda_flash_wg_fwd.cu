@@ -16,9 +16,9 @@
  *   of tile j issued before P V of tile j - 1, three groups at tiles of
  *   64, and three stages were all slower.
  *   D 128: two groups, tiles of 128, two stages: no spill, where three
- *   groups at tiles of 64 spilled 540 bytes at 128 registers; 9-16% faster
- *   (bench/results/session13-1xH100, call 2; two groups at tiles of 64 and
- *   three stages gained 3-5%).
+ *   groups at tiles of 64 spilled 540 bytes at 128 registers; 5-9% faster
+ *   than those (bench/results/session13-1xH100, call 2), while two groups
+ *   at tiles of 64 and three stages were 3% slower than them.
  */
 template <int BN_, int NC_, int NST_> struct wg_fwd_of {
 	static const int BN = BN_, NC = NC_, NST = NST_;
