@@ -371,6 +371,20 @@ __device__ __forceinline__ void wg_ring_init(uint64_t *own, uint64_t *full, uint
 	asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
+/*
+ * A persistent block's barriers (the forward's and dQ's): its own rows in
+ * two buffers, own[i] landed (one arrival) and own_empty[i] read (one
+ * arrival from each consumer warp), then the ring's as wg_ring_init.
+ */
+__device__ __forceinline__ void wg_ring_init_own2(uint64_t *own, uint64_t *own_empty, uint64_t *full, uint64_t *empty,
+						  int nst, int nc)
+{
+	mb_init(&own[1], 1);
+	mb_init(&own_empty[0], 4 * nc);
+	mb_init(&own_empty[1], 4 * nc);
+	wg_ring_init(own, full, empty, nst, 1, nc);
+}
+
 /* a consumer warp's turn at the ring's uses from..to-1 without reading them: wait for each, release it */
 __device__ __forceinline__ void wg_ring_pass(uint64_t *full, uint64_t *empty, int nst, int from, int to, int lane)
 {

@@ -77,12 +77,8 @@ __global__ void __launch_bounds__(wg_dq_cfg<D>::NT, 1)
 	unsigned char *KV = Qs + 4 * QB; /* stage i: K at KV + 2 i TB, V after it */
 	uint64_t *qfull = (uint64_t *)(KV + NST * 2 * TB), *qempty = qfull + 2, *full = qempty + 2, *empty = full + NST;
 	const int wg = threadIdx.x >> 7, nx = (T + QR - 1) / QR, ntk = (T + WG_BR - 1) / WG_BR;
-	if (threadIdx.x == 128 * NC) {
-		mb_init(&qfull[1], 1);
-		mb_init(&qempty[0], 4 * NC);
-		mb_init(&qempty[1], 4 * NC);
-		wg_ring_init(qfull, full, empty, NST, 1, NC);
-	}
+	if (threadIdx.x == 128 * NC)
+		wg_ring_init_own2(qfull, qempty, full, empty, NST, NC);
 	__syncthreads();
 	if (wg == NC) {
 		if (threadIdx.x == 128 * NC)
